@@ -1,0 +1,47 @@
+// Per-key result codes and their carriage inside absl::Status.
+//
+// Every fallible function returns absl::Status / absl::StatusOr. Our wire contract has a finer
+// per-key vocabulary (mcstore.v1.Code) than absl's canonical codes; an error made with McError()
+// carries its exact Code as a payload, and ToCode() recovers it (falling back to a mapping of the
+// canonical code). The conversions to and from gRPC live in proto/status_convert.h.
+// Thread-safe: all functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace mc {
+
+// Values equal mcstore.v1.Code on the wire.
+enum class Code : int {
+  kOk = 0,
+  kNotFound = 1,
+  kAlreadyExists = 2,
+  kNoSpace = 3,
+  kInvalidArgument = 4,
+  kNotReady = 5,
+  kSizeMismatch = 6,
+  kChecksumMismatch = 7,
+  kLeaseExpired = 8,
+  kTransferFailed = 9,
+  kUnavailable = 10,
+  kHasLease = 11,
+  kInternal = 12,
+};
+inline constexpr int kMaxCode = 12;
+
+// "OK", "NOT_FOUND", ... as in the proto enum.
+std::string_view CodeName(Code code);
+
+// An absl::Status whose canonical code approximates `code` and whose payload carries it exactly.
+absl::Status McError(Code code, std::string_view message);
+
+// The per-key Code of a status (kOk for OK).
+Code ToCode(const absl::Status& status);
+
+// Range-checks a wire integer; unknown values become kInternal.
+Code CodeFromInt(int value);
+
+}  // namespace mc

@@ -1,0 +1,65 @@
+#include "common/util.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status.h"
+
+namespace mc {
+
+absl::StatusOr<HostPort> ParseHostPort(std::string_view text) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return McError(Code::kInvalidArgument, absl::StrCat("expected HOST:PORT, got '", std::string(text), "'"));
+  }
+  HostPort out;
+  std::string_view host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  out.host = std::string(host);
+  int port = -1;
+  if (!absl::SimpleAtoi(std::string(text.substr(colon + 1)), &port) || port < 0 || port > 65535) {
+    return McError(Code::kInvalidArgument, absl::StrCat("bad port in '", std::string(text), "'"));
+  }
+  out.port = port;
+  return out;
+}
+
+absl::Status WriteReadyFile(const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string json = "{";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (i > 0) json += ", ";
+    absl::StrAppend(&json, "\"", fields[i].first, "\": \"", fields[i].second, "\"");
+  }
+  json += "}\n";
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << json;
+    out.close();
+    if (!out) return McError(Code::kInternal, absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return McError(Code::kInternal, absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KB", "MB", "GB", "TB", "PB", "EB"};
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  double v = static_cast<double>(bytes);
+  int unit = 0;
+  while (v >= 1024.0 && unit < 6) {
+    v /= 1024.0;
+    ++unit;
+  }
+  return absl::StrFormat("%.2f %s", v, kUnits[unit]);
+}
+
+}  // namespace mc

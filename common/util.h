@@ -1,0 +1,30 @@
+// Small utilities shared by the daemons and tools: host:port parsing, the --ready_file writer,
+// human-readable byte counts. Thread-safe: all functions are pure or touch only their arguments.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace mc {
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+// "host:port" or "[v6]:port"; port 0..65535.
+absl::StatusOr<HostPort> ParseHostPort(std::string_view text);
+
+// Writes {"k": "v", ...} to `path` atomically (temp file + rename), so readers never see half.
+absl::Status WriteReadyFile(const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& fields);
+
+// 1024-based units with two decimals: "0 B", "512 B", "1.50 KB", "940.90 GB", "1.00 TB".
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace mc

@@ -1,0 +1,54 @@
+#include "common/util.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/logging.h"
+
+namespace mc {
+namespace {
+
+TEST(Util, ParsesHostPort) {
+  auto hp = ParseHostPort("127.0.0.1:8080");
+  ASSERT_TRUE(hp.ok());
+  EXPECT_EQ(hp->host, "127.0.0.1");
+  EXPECT_EQ(hp->port, 8080);
+  auto v6 = ParseHostPort("[::1]:0");
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_FALSE(ParseHostPort("nohost").ok());
+  EXPECT_FALSE(ParseHostPort("h:99999").ok());
+  EXPECT_FALSE(ParseHostPort("h:abc").ok());
+}
+
+TEST(Util, FormatsBytes) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(1536), "1.50 KB");
+  EXPECT_EQ(FormatBytes(1ull << 40), "1.00 TB");
+}
+
+TEST(Util, ReadyFileIsJson) {
+  std::string path = ::testing::TempDir() + "/ready.json";
+  ASSERT_TRUE(WriteReadyFile(path, {{"grpc", "127.0.0.1:1"}, {"http", "127.0.0.1:2"}}).ok());
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), "{\"grpc\": \"127.0.0.1:1\", \"http\": \"127.0.0.1:2\"}\n");
+}
+
+TEST(Util, KeyForLogHexesBinaryKeys) {
+  EXPECT_EQ(KeyForLog("abc"), "abc");
+  EXPECT_EQ(KeyForLog(std::string("\x01\x02", 2)), "0x0102");
+}
+
+TEST(Util, LogLevelRejectsUnknownNames) {
+  EXPECT_TRUE(SetLogLevel("warn"));
+  EXPECT_FALSE(SetLogLevel("loud"));
+  EXPECT_TRUE(SetLogLevel("info"));
+}
+
+}  // namespace
+}  // namespace mc
