@@ -1,0 +1,96 @@
+#include "master/client_registry.h"
+
+#include <chrono>
+
+namespace mc::master {
+
+uint64_t ClientRegistry::InitialSession() {
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now).count())
+         << 16;
+}
+
+uint64_t ClientRegistry::Register(const ClientInfo& info, bool* replaced) {
+  absl::MutexLock lock(&mu_);
+  if (next_session_ == 0) next_session_ = InitialSession();
+  ClientInfo entry = info;
+  entry.session = next_session_++;
+  entry.last_heartbeat_ms = clock_.NowMs();
+  auto [it, inserted] = clients_.insert_or_assign(entry.client_id, entry);
+  (void)it;
+  if (replaced != nullptr) *replaced = !inserted;
+  return entry.session;
+}
+
+bool ClientRegistry::Heartbeat(const std::string& client_id, uint64_t session,
+                               uint64_t disk_used) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client_id);
+  if (it == clients_.end() || it->second.session != session) return false;
+  it->second.last_heartbeat_ms = clock_.NowMs();
+  it->second.disk_used = disk_used;
+  return true;
+}
+
+bool ClientRegistry::Unregister(const std::string& client_id, uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client_id);
+  if (it == clients_.end() || it->second.session != session) return false;
+  clients_.erase(it);
+  return true;
+}
+
+bool ClientRegistry::IsAlive(const std::string& client_id) const {
+  absl::MutexLock lock(&mu_);
+  return clients_.contains(client_id);
+}
+
+std::optional<ClientInfo> ClientRegistry::Get(const std::string& client_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client_id);
+  if (it == clients_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<ClientInfo> ClientRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ClientInfo> out;
+  for (const auto& [id, info] : clients_) out.push_back(info);
+  return out;
+}
+
+size_t ClientRegistry::Count() const {
+  absl::MutexLock lock(&mu_);
+  return clients_.size();
+}
+
+uint64_t ClientRegistry::DiskCapacity() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t total = 0;
+  for (const auto& [id, info] : clients_) total += info.disk_capacity;
+  return total;
+}
+
+uint64_t ClientRegistry::DiskUsed() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t total = 0;
+  for (const auto& [id, info] : clients_) total += info.disk_used;
+  return total;
+}
+
+std::vector<ClientInfo> ClientRegistry::TakeExpired() {
+  absl::MutexLock lock(&mu_);
+  int64_t now = clock_.NowMs();
+  std::vector<ClientInfo> expired;
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    if (now - it->second.last_heartbeat_ms > ttl_ms_) {
+      expired.push_back(it->second);
+      clients_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return expired;
+}
+
+}  // namespace mc::master

@@ -1,0 +1,66 @@
+// ClientRegistry: which mc-client daemons are alive, by heartbeat.
+//
+// A client registers (id, host, data endpoint) and receives a session number that changes on
+// every registration; heartbeats name the session, so a heartbeat from a forgotten or replaced
+// session answers "unknown" and the client registers again. TakeExpired() removes and returns
+// the clients silent for longer than the TTL; cleaning up what they owned is the caller's job.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+
+namespace mc::master {
+
+struct ClientInfo {
+  std::string client_id;
+  std::string host;
+  std::string endpoint;
+  uint64_t session = 0;
+  uint64_t disk_capacity = 0;
+  uint64_t disk_used = 0;
+  int64_t last_heartbeat_ms = 0;
+};
+
+class ClientRegistry {
+ public:
+  ClientRegistry(const Clock& clock, int64_t ttl_ms) : clock_(clock), ttl_ms_(ttl_ms) {}
+
+  // Registers or replaces the client; returns its new session. `replaced` tells whether a
+  // previous session of the same id existed (its state must then be dropped by the caller).
+  uint64_t Register(const ClientInfo& info, bool* replaced);
+  // False when the (id, session) pair is unknown.
+  bool Heartbeat(const std::string& client_id, uint64_t session, uint64_t disk_used);
+  bool Unregister(const std::string& client_id, uint64_t session);
+  bool IsAlive(const std::string& client_id) const;
+  std::optional<ClientInfo> Get(const std::string& client_id) const;
+  std::vector<ClientInfo> List() const;
+  size_t Count() const;
+  uint64_t DiskCapacity() const;
+  uint64_t DiskUsed() const;
+
+  // Removes and returns the clients whose last heartbeat is older than the TTL.
+  std::vector<ClientInfo> TakeExpired();
+
+  int64_t ttl_ms() const { return ttl_ms_; }
+
+  // Sessions start from the wall clock so a restarted master never reissues an old one.
+  static uint64_t InitialSession();
+
+ private:
+  const Clock& clock_;
+  const int64_t ttl_ms_;
+  mutable absl::Mutex mu_;
+  uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 0;  // 0 = seed from InitialSession()
+  absl::flat_hash_map<std::string, ClientInfo> clients_ ABSL_GUARDED_BY(mu_);
+
+};
+
+}  // namespace mc::master

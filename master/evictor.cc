@@ -1,0 +1,137 @@
+#include "master/evictor.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace mc::master {
+namespace {
+
+uint64_t MemoryBytes(const Object& object) {
+  uint64_t bytes = 0;
+  for (const Replica& r : object.replicas) {
+    if (r.tier == ReplicaTier::kMemory) bytes += r.location.length;
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Evictor::Evictor(ObjectTable& table, SegmentManager& segments, const Clock& clock,
+                 MetricsRegistry& metrics, EvictorOptions options)
+    : table_(table),
+      segments_(segments),
+      clock_(clock),
+      options_(options),
+      attempts_(metrics.GetCounter("mc_eviction_attempts_total", "Eviction passes started")),
+      successes_(metrics.GetCounter("mc_eviction_successes_total",
+                                    "Eviction passes that freed what they were asked")),
+      evicted_keys_(metrics.GetCounter("mc_evicted_keys_total", "Objects evicted from memory")),
+      evicted_bytes_(metrics.GetCounter("mc_evicted_bytes_total", "Memory bytes evicted")),
+      skipped_leased_(metrics.GetCounter("mc_eviction_skipped_total",
+                                         "Objects eviction walked past, by reason",
+                                         {{"reason", "leased"}})),
+      skipped_pinned_(metrics.GetCounter("mc_eviction_skipped_total",
+                                         "Objects eviction walked past, by reason",
+                                         {{"reason", "pinned"}})),
+      skipped_pending_(metrics.GetCounter("mc_eviction_skipped_total",
+                                          "Objects eviction walked past, by reason",
+                                          {{"reason", "pending"}})) {}
+
+std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes) {
+  int64_t now = clock_.NowMs();
+  std::vector<Candidate> candidates;
+  table_.ForEachShard([&](ObjectTable::Shard& shard) {
+    shard.mu.AssertHeld();
+    uint64_t found = 0;
+    size_t walked = 0;
+    for (auto it = shard.lru.rbegin();
+         it != shard.lru.rend() && walked < options_.scan_limit_per_shard && found < bytes;
+         ++it, ++walked) {
+      const Object& object = shard.objects.at(*it);
+      uint64_t mem = MemoryBytes(object);
+      if (mem == 0) continue;  // already only on disk
+      if (object.state != ObjectState::kComplete) {
+        skipped_pending_.Inc();
+      } else if (object.pinned) {
+        skipped_pinned_.Inc();
+      } else if (object.HasLiveLease(now)) {
+        skipped_leased_.Inc();
+      } else {
+        candidates.push_back({object.last_access_ms, object.key, object.generation, mem});
+        found += mem;
+      }
+    }
+  });
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.last_access_ms < b.last_access_ms; });
+  return candidates;
+}
+
+uint64_t Evictor::EvictCandidates(std::vector<Candidate>& candidates, uint64_t bytes) {
+  uint64_t freed = 0;
+  int64_t now = clock_.NowMs();
+  std::vector<MemoryLocation> to_free;
+  for (const Candidate& c : candidates) {
+    if (freed >= bytes) break;
+    ObjectTable::Shard& shard = table_.ShardOf(c.key);
+    absl::MutexLock lock(&shard.mu);
+    auto it = shard.objects.find(c.key);
+    // Re-check: the object may have been leased, removed or replaced since it was collected.
+    if (it == shard.objects.end() || it->second.generation != c.generation) continue;
+    Object& object = it->second;
+    if (object.state != ObjectState::kComplete || object.pinned || object.HasLiveLease(now)) {
+      continue;
+    }
+    uint64_t object_bytes = 0;
+    std::erase_if(object.replicas, [&](const Replica& r) {
+      if (r.tier != ReplicaTier::kMemory) return false;
+      to_free.push_back(r.location);
+      object_bytes += r.location.length;
+      return true;
+    });
+    if (object.replicas.empty()) shard.Erase(it);
+    freed += object_bytes;
+    evicted_keys_.Inc();
+    evicted_bytes_.Inc(object_bytes);
+  }
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+  return freed;
+}
+
+uint64_t Evictor::Evict(uint64_t bytes) {
+  absl::MutexLock pass(&pass_mu_);
+  attempts_.Inc();
+  std::vector<Candidate> candidates = CollectCandidates(bytes);
+  uint64_t freed = EvictCandidates(candidates, bytes);
+  if (freed >= bytes) {
+    successes_.Inc();
+  } else {
+    static RateLimiter limiter(std::chrono::seconds(5));
+    uint64_t suppressed = 0;
+    if (limiter.Allow(&suppressed)) {
+      Logger("master").warn(
+          "eviction freed {} of {} bytes asked: the rest is leased, pinned or being written "
+          "({} similar messages suppressed)",
+          freed, bytes, suppressed);
+    }
+  }
+  return freed;
+}
+
+uint64_t Evictor::EvictToWatermark() {
+  SegmentStats stats = segments_.Stats();
+  if (stats.capacity == 0) return 0;
+  double used = static_cast<double>(stats.used) / static_cast<double>(stats.capacity);
+  if (used <= options_.high_watermark) return 0;
+  uint64_t target = static_cast<uint64_t>(options_.low_watermark * stats.capacity);
+  return Evict(stats.used - target);
+}
+
+EvictionStats Evictor::Stats() const {
+  return EvictionStats{attempts_.Value(),       successes_.Value(),     evicted_keys_.Value(),
+                       evicted_bytes_.Value(),  skipped_leased_.Value(), skipped_pinned_.Value(),
+                       skipped_pending_.Value()};
+}
+
+}  // namespace mc::master

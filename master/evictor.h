@@ -1,0 +1,77 @@
+// Evictor: frees memory by dropping the memory replicas of least recently used objects.
+//
+// Approximate LRU: each shard's LRU list is walked from its cold end (bounded per shard), the
+// eligible candidates of all shards are merged by last access, and the oldest are evicted until
+// the requested bytes are freed. Eligible means COMPLETE, no live lease, not pinned; every other
+// object walked is counted as a skip by reason. An object keeps its DISK replicas (it stays
+// readable from the SSD tier); one left with no replica is erased. Each Evict() call is one
+// attempt; it is a success when it freed at least what was asked.
+// Thread-safe; passes are serialized by an internal mutex. Takes shard locks one at a time, then
+// SegmentManager's lock (the table's lock order).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "master/object_table.h"
+#include "master/segment_manager.h"
+
+namespace mc::master {
+
+struct EvictorOptions {
+  double high_watermark = 0.95;    // background pass starts above this fraction used
+  double low_watermark = 0.90;     // and evicts down to this
+  size_t scan_limit_per_shard = 4096;  // objects walked per shard per pass
+};
+
+struct EvictionStats {
+  uint64_t attempts = 0;
+  uint64_t successes = 0;
+  uint64_t evicted_keys = 0;
+  uint64_t evicted_bytes = 0;
+  uint64_t skipped_leased = 0;
+  uint64_t skipped_pinned = 0;
+  uint64_t skipped_pending = 0;
+};
+
+class Evictor {
+ public:
+  Evictor(ObjectTable& table, SegmentManager& segments, const Clock& clock,
+          MetricsRegistry& metrics, EvictorOptions options);
+
+  // One attempt to free `bytes` of memory; returns the bytes freed.
+  uint64_t Evict(uint64_t bytes);
+  // When memory use is above the high watermark, evicts down to the low one. Returns bytes freed.
+  uint64_t EvictToWatermark();
+
+  EvictionStats Stats() const;
+  const EvictorOptions& options() const { return options_; }
+
+ private:
+  struct Candidate {
+    int64_t last_access_ms;
+    std::string key;
+    uint64_t generation;
+    uint64_t bytes;
+  };
+  std::vector<Candidate> CollectCandidates(uint64_t bytes);
+  uint64_t EvictCandidates(std::vector<Candidate>& candidates, uint64_t bytes);
+
+  ObjectTable& table_;
+  SegmentManager& segments_;
+  const Clock& clock_;
+  const EvictorOptions options_;
+  Counter& attempts_;
+  Counter& successes_;
+  Counter& evicted_keys_;
+  Counter& evicted_bytes_;
+  Counter& skipped_leased_;
+  Counter& skipped_pinned_;
+  Counter& skipped_pending_;
+  absl::Mutex pass_mu_;  // one pass at a time
+};
+
+}  // namespace mc::master

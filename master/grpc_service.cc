@@ -1,0 +1,253 @@
+#include "master/grpc_service.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "proto/status_convert.h"
+
+namespace mc::master {
+
+namespace v1 = mcstore::v1;
+
+// Counts one RPC and observes its latency; Finish() records failure.
+class MasterGrpcService::RpcScope {
+ public:
+  RpcScope(MetricsRegistry& metrics, const char* rpc)
+      : metrics_(metrics), rpc_(rpc), start_(std::chrono::steady_clock::now()) {
+    metrics_.GetCounter("mc_master_rpc_requests_total", "Master RPCs received", {{"rpc", rpc_}})
+        .Inc();
+  }
+  grpc::Status Finish(grpc::Status status) {
+    if (!status.ok()) {
+      metrics_
+          .GetCounter("mc_master_rpc_failures_total", "Master RPCs that failed as a whole",
+                      {{"rpc", rpc_}})
+          .Inc();
+    }
+    return status;
+  }
+  ~RpcScope() {
+    std::chrono::duration<double> d = std::chrono::steady_clock::now() - start_;
+    metrics_
+        .GetHistogram("mc_master_rpc_latency_seconds", "Master RPC latency", {{"rpc", rpc_}})
+        .Observe(d.count());
+  }
+
+ private:
+  MetricsRegistry& metrics_;
+  const char* rpc_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+namespace {
+
+grpc::Status TooMany(size_t n, size_t max) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrCat("batch of ", n, " items exceeds the limit of ", max));
+}
+
+void ToProto(const Replica& r, v1::Replica* out) {
+  out->set_tier(r.tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK);
+  out->set_client_id(r.location.client_id);
+  out->set_data_endpoint(r.location.endpoint);
+  out->set_segment_id(r.location.segment_id);
+  out->set_offset(r.location.offset);
+  out->set_length(r.location.length);
+}
+
+template <typename Repeated>
+std::vector<std::string_view> Keys(const Repeated& keys) {
+  return std::vector<std::string_view>(keys.begin(), keys.end());
+}
+
+template <typename Response>
+void AddResults(const std::vector<absl::Status>& statuses, Response* response) {
+  for (const auto& s : statuses) SetResult(s, response->add_results());
+}
+
+std::vector<DiskReplicaItem> DiskItems(
+    const google::protobuf::RepeatedPtrField<v1::DiskReplicaItem>& items) {
+  std::vector<DiskReplicaItem> out;
+  for (const auto& item : items) {
+    out.push_back({item.key(), item.generation(), item.locator(), item.length()});
+  }
+  return out;
+}
+
+}  // namespace
+
+grpc::Status MasterGrpcService::RegisterClient(grpc::ServerContext*,
+                                               const v1::RegisterClientRequest* req,
+                                               v1::RegisterClientResponse* resp) {
+  RpcScope scope(metrics_, "RegisterClient");
+  ClientInfo info{req->client_id(), req->host(), req->data_endpoint(), 0, req->disk_capacity(),
+                  0, 0};
+  std::vector<uint64_t> sizes;
+  for (const auto& seg : req->segments()) sizes.push_back(seg.size());
+  auto reg = service_.RegisterClient(info, sizes);
+  if (!reg.ok()) return scope.Finish(ToGrpcStatus(reg.status()));
+  resp->set_session(reg->session);
+  for (uint64_t id : reg->segment_ids) resp->add_segment_ids(id);
+  resp->set_heartbeat_interval_ms(service_.options().heartbeat_interval_ms);
+  resp->set_client_ttl_ms(service_.options().client_ttl_ms);
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+                                          v1::HeartbeatResponse* resp) {
+  RpcScope scope(metrics_, "Heartbeat");
+  resp->set_known(service_.Heartbeat(req->client_id(), req->session(), req->disk_used()));
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::UnregisterClient(grpc::ServerContext*,
+                                                 const v1::UnregisterClientRequest* req,
+                                                 v1::UnregisterClientResponse*) {
+  RpcScope scope(metrics_, "UnregisterClient");
+  return scope.Finish(ToGrpcStatus(service_.UnregisterClient(req->client_id(), req->session())));
+}
+
+grpc::Status MasterGrpcService::PutStart(grpc::ServerContext*, const v1::PutStartRequest* req,
+                                         v1::PutStartResponse* resp) {
+  RpcScope scope(metrics_, "PutStart");
+  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
+  }
+  std::vector<PutStartItem> items;
+  for (const auto& item : req->items()) items.push_back({item.key(), item.size()});
+  for (const PutStartOutcome& o : service_.PutStart(req->client_id(), items, req->replicas())) {
+    v1::PutStartResult* r = resp->add_results();
+    r->set_code(ToProtoCode(ToCode(o.status)));
+    r->set_message(std::string(o.status.message()));
+    r->set_generation(o.generation);
+    for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
+  }
+  resp->set_write_deadline_ms(service_.options().put_timeout_ms / 2);
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::PutEnd(grpc::ServerContext*, const v1::PutEndRequest* req,
+                                       v1::PutEndResponse* resp) {
+  RpcScope scope(metrics_, "PutEnd");
+  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
+  }
+  std::vector<PutEndItem> items;
+  for (const auto& item : req->items()) {
+    items.push_back({item.key(), item.generation(), item.checksum()});
+  }
+  AddResults(service_.PutEnd(req->client_id(), items), resp);
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::PutRevoke(grpc::ServerContext*, const v1::PutRevokeRequest* req,
+                                          v1::PutRevokeResponse* resp) {
+  RpcScope scope(metrics_, "PutRevoke");
+  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
+  }
+  std::vector<PutRevokeItem> items;
+  for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
+  AddResults(service_.PutRevoke(req->client_id(), items), resp);
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::GetReplicas(grpc::ServerContext*,
+                                            const v1::GetReplicasRequest* req,
+                                            v1::GetReplicasResponse* resp) {
+  RpcScope scope(metrics_, "GetReplicas");
+  if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
+  }
+  LookupOptions options{req->lease_ttl_ms(), req->stop_at_first_miss(), !req->no_lease()};
+  LookupBatch batch = service_.GetReplicas(Keys(req->keys()), options);
+  resp->set_lease_id(batch.lease_id);
+  resp->set_lease_ttl_ms(batch.lease_ttl_ms);
+  for (const LookupOutcome& o : batch.results) {
+    v1::KeyReplicas* r = resp->add_results();
+    r->set_code(ToProtoCode(ToCode(o.status)));
+    r->set_message(std::string(o.status.message()));
+    r->set_size(o.size);
+    r->set_checksum(o.checksum);
+    r->set_generation(o.generation);
+    for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
+  }
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::ReleaseLeases(grpc::ServerContext*,
+                                              const v1::ReleaseLeasesRequest* req,
+                                              v1::ReleaseLeasesResponse* resp) {
+  RpcScope scope(metrics_, "ReleaseLeases");
+  if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
+  }
+  resp->set_released(service_.ReleaseLeases(req->lease_id(), Keys(req->keys())));
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::Exist(grpc::ServerContext*, const v1::ExistRequest* req,
+                                      v1::ExistResponse* resp) {
+  RpcScope scope(metrics_, "Exist");
+  if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
+  }
+  for (bool e : service_.Exist(Keys(req->keys()))) resp->add_exists(e);
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::Remove(grpc::ServerContext*, const v1::RemoveRequest* req,
+                                       v1::RemoveResponse* resp) {
+  RpcScope scope(metrics_, "Remove");
+  if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
+  }
+  AddResults(service_.Remove(Keys(req->keys())), resp);
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::AddDiskReplicas(grpc::ServerContext*,
+                                                const v1::AddDiskReplicasRequest* req,
+                                                v1::AddDiskReplicasResponse* resp) {
+  RpcScope scope(metrics_, "AddDiskReplicas");
+  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
+  }
+  AddResults(service_.AddDiskReplicas(req->client_id(), DiskItems(req->items())), resp);
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::RemoveDiskReplicas(grpc::ServerContext*,
+                                                   const v1::RemoveDiskReplicasRequest* req,
+                                                   v1::RemoveDiskReplicasResponse* resp) {
+  RpcScope scope(metrics_, "RemoveDiskReplicas");
+  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
+  }
+  AddResults(service_.RemoveDiskReplicas(req->client_id(), DiskItems(req->items())), resp);
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                                          v1::GetStatusResponse* resp) {
+  RpcScope scope(metrics_, "GetStatus");
+  MasterSnapshot snap = service_.Snapshot();
+  resp->set_status_line(service_.StatusLine());
+  resp->set_mem_used(snap.mem_used);
+  resp->set_mem_capacity(snap.mem_capacity);
+  resp->set_keys(snap.keys);
+  for (const ClientInfo& c : service_.Clients()) {
+    v1::ClientStatus* cs = resp->add_clients();
+    SegmentStats seg = service_.ClientSegmentStats(c.client_id);
+    cs->set_client_id(c.client_id);
+    cs->set_host(c.host);
+    cs->set_data_endpoint(c.endpoint);
+    cs->set_capacity(seg.capacity);
+    cs->set_used(seg.used);
+    cs->set_disk_capacity(c.disk_capacity);
+    cs->set_disk_used(c.disk_used);
+  }
+  return scope.Finish(grpc::Status::OK);
+}
+
+}  // namespace mc::master

@@ -1,0 +1,80 @@
+// mc-master: flags -> MasterServerOptions -> run until SIGINT/SIGTERM.
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/logging.h"
+#include "master/master_server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC HOST:PORT (port 0 = pick a free port)");
+ABSL_FLAG(std::string, http, "127.0.0.1:0", "admin HTTP HOST:PORT (/metrics /status /healthz); empty = off");
+ABSL_FLAG(std::string, ready_file, "", "write {\"grpc\":..., \"http\":...} here once serving");
+ABSL_FLAG(int64_t, lease_ttl_ms, 5000, "default read-lease TTL");
+ABSL_FLAG(int64_t, max_lease_ttl_ms, 600000, "longest read-lease TTL a caller may ask for");
+ABSL_FLAG(int64_t, client_ttl_ms, 10000, "a client silent this long is dropped with its segments");
+ABSL_FLAG(int64_t, heartbeat_interval_ms, 1000, "heartbeat interval told to clients");
+ABSL_FLAG(int64_t, put_timeout_ms, 60000,
+          "a put neither ended nor revoked this long after PutStart is revoked; writers stop "
+          "writing at half of it");
+ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction used");
+ABSL_FLAG(double, low_watermark, 0.90, "background eviction evicts down to this fraction");
+ABSL_FLAG(uint64_t, max_object_size, 1ull << 30, "largest object, bytes");
+ABSL_FLAG(uint32_t, max_replicas, 8, "most memory replicas one put may ask for");
+ABSL_FLAG(uint32_t, shards, 32, "object table shards");
+ABSL_FLAG(int64_t, maintenance_interval_ms, 200, "period of liveness/timeout/lease/eviction sweeps");
+ABSL_FLAG(uint64_t, max_batch_items, 100000, "most keys in one batched RPC");
+ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("mc-master: the mcstore metadata service. --flagfile=F works.");
+  absl::ParseCommandLine(argc, argv);
+  if (!mc::SetLogLevel(absl::GetFlag(FLAGS_log_level))) {
+    std::fprintf(stderr, "unknown --log_level\n");
+    return 2;
+  }
+  double high = absl::GetFlag(FLAGS_high_watermark);
+  double low = absl::GetFlag(FLAGS_low_watermark);
+  if (!(low > 0 && low <= high && high <= 1.0)) {
+    std::fprintf(stderr, "need 0 < --low_watermark <= --high_watermark <= 1\n");
+    return 2;
+  }
+  mc::master::MasterServerOptions opts;
+  opts.listen = absl::GetFlag(FLAGS_listen);
+  opts.http = absl::GetFlag(FLAGS_http);
+  opts.ready_file = absl::GetFlag(FLAGS_ready_file);
+  opts.maintenance_interval_ms = absl::GetFlag(FLAGS_maintenance_interval_ms);
+  opts.max_batch_items = absl::GetFlag(FLAGS_max_batch_items);
+  mc::master::MasterOptions& m = opts.master;
+  m.lease_ttl_ms = absl::GetFlag(FLAGS_lease_ttl_ms);
+  m.max_lease_ttl_ms = absl::GetFlag(FLAGS_max_lease_ttl_ms);
+  m.client_ttl_ms = absl::GetFlag(FLAGS_client_ttl_ms);
+  m.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
+  m.put_timeout_ms = absl::GetFlag(FLAGS_put_timeout_ms);
+  m.max_object_size = absl::GetFlag(FLAGS_max_object_size);
+  m.max_replicas = absl::GetFlag(FLAGS_max_replicas);
+  m.shards = absl::GetFlag(FLAGS_shards);
+  m.eviction.high_watermark = high;
+  m.eviction.low_watermark = low;
+
+  // Block the stop signals in every thread; this one waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  mc::master::MasterServer server(opts);
+  absl::Status started = server.Start();
+  if (!started.ok()) {
+    mc::Logger("master").error("cannot start: {}", started.ToString());
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  mc::Logger("master").info("signal {}: shutting down", sig);
+  server.Shutdown();
+  return 0;
+}

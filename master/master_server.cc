@@ -1,0 +1,105 @@
+#include "master/master_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/util.h"
+
+namespace mc::master {
+
+MasterServer::MasterServer(MasterServerOptions options) : options_(std::move(options)) {}
+
+MasterServer::~MasterServer() { Shutdown(); }
+
+absl::Status MasterServer::Start() {
+  auto listen = ParseHostPort(options_.listen);
+  if (!listen.ok()) return listen.status();
+  service_ = std::make_unique<MetadataService>(options_.master, RealClock::Get(), metrics_);
+  grpc_service_ =
+      std::make_unique<MasterGrpcService>(*service_, metrics_, options_.max_batch_items);
+
+  MetadataService* svc = service_.get();
+  metrics_.AddCallbackGauge("mc_memory_used_bytes", "Memory allocated in client segments",
+                            [svc] { return static_cast<double>(svc->Snapshot().mem_used); });
+  metrics_.AddCallbackGauge("mc_memory_capacity_bytes", "Memory of all client segments",
+                            [svc] { return static_cast<double>(svc->Snapshot().mem_capacity); });
+  metrics_.AddCallbackGauge("mc_keys", "Objects known (pending and complete)",
+                            [svc] { return static_cast<double>(svc->KeyCount()); });
+  metrics_.AddCallbackGauge("mc_clients_alive", "Registered, heartbeating clients",
+                            [svc] { return static_cast<double>(svc->Clients().size()); });
+  metrics_.AddCallbackGauge("mc_leases_active", "Live read leases",
+                            [svc] { return static_cast<double>(svc->ActiveLeaseCount()); });
+  metrics_.AddCallbackGauge("mc_ssd_used_bytes", "SSD tier bytes used, all clients",
+                            [svc] { return static_cast<double>(svc->Snapshot().disk_used); });
+  metrics_.AddCallbackGauge("mc_ssd_capacity_bytes", "SSD tier capacity, all clients",
+                            [svc] { return static_cast<double>(svc->Snapshot().disk_capacity); });
+
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  builder.RegisterService(grpc_service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || bound_port == 0) {
+    return McError(Code::kUnavailable, absl::StrCat("cannot listen on ", options_.listen));
+  }
+  grpc_address_ = absl::StrCat(listen->host, ":", bound_port);
+
+  if (!options_.http.empty()) {
+    auto http = ParseHostPort(options_.http);
+    if (!http.ok()) return http.status();
+    admin_ = std::make_unique<AdminServer>(AdminServerOptions{http->host, http->port});
+    admin_->Handle("/metrics", "text/plain; version=0.0.4",
+                   [this] { return metrics_.RenderPrometheus(); });
+    admin_->Handle("/status", "text/plain", [svc] { return svc->StatusLine() + "\n"; });
+    admin_->Handle("/healthz", "text/plain", [] { return std::string("ok\n"); });
+    auto bound = admin_->Start();
+    if (!bound.ok()) return bound.status();
+    http_address_ = *bound;
+  }
+  maintenance_ = std::thread([this] { MaintenanceLoop(); });
+  if (!options_.ready_file.empty()) {
+    absl::Status s =
+        WriteReadyFile(options_.ready_file, {{"grpc", grpc_address_}, {"http", http_address_}});
+    if (!s.ok()) return s;
+  }
+  Logger("master").info("mc-master serving gRPC on {}, HTTP on {}", grpc_address_,
+                        http_address_.empty() ? "(off)" : http_address_);
+  return absl::OkStatus();
+}
+
+void MasterServer::MaintenanceLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.maintenance_interval_ms));
+    if (stopping_) break;
+    lock.unlock();
+    service_->RunMaintenance();
+    lock.lock();
+  }
+}
+
+void MasterServer::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return stopping_; });
+}
+
+void MasterServer::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !maintenance_.joinable() && !server_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (maintenance_.joinable()) maintenance_.join();
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_.reset();
+  }
+  if (admin_) admin_->Stop();
+}
+
+}  // namespace mc::master

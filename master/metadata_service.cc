@@ -1,0 +1,372 @@
+// Client lifecycle, the put lifecycle and maintenance. Lookups, leases, removal and DISK
+// replicas are in metadata_service_read.cc.
+#include "master/metadata_service.h"
+
+#include <chrono>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/util.h"
+
+namespace mc::master {
+namespace {
+
+spdlog::logger& Log() {
+  static spdlog::logger& log = Logger("master");
+  return log;
+}
+
+// Generations start at the wall clock (ms << 20), so a restarted master never reuses one.
+uint64_t InitialGeneration() {
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now).count())
+         << 20;
+}
+
+}  // namespace
+
+MetadataService::MetadataService(MasterOptions options, const Clock& clock,
+                                 MetricsRegistry& metrics)
+    : options_(std::move(options)),
+      clock_(clock),
+      metrics_(metrics),
+      table_(options_.shards),
+      segments_(options_.alignment),
+      clients_(clock, options_.client_ttl_ms),
+      evictor_(table_, segments_, clock, metrics, options_.eviction),
+      next_generation_(InitialGeneration()),
+      leases_granted_(metrics.GetCounter("mc_leases_granted_total", "Read leases granted")),
+      leases_expired_(
+          metrics.GetCounter("mc_leases_expired_total", "Read leases that ended by expiry")),
+      leases_released_(
+          metrics.GetCounter("mc_leases_released_total", "Read leases released by readers")),
+      puts_timed_out_(
+          metrics.GetCounter("mc_puts_timed_out_total", "Pending puts revoked by put timeout")),
+      clients_expired_(
+          metrics.GetCounter("mc_clients_expired_total", "Clients dropped for missed heartbeats")),
+      no_space_(metrics.GetCounter("mc_put_no_space_total", "Puts answered NO_SPACE")) {}
+
+uint64_t MetadataService::NextGeneration() { return next_generation_.fetch_add(1); }
+
+absl::Status MetadataService::ValidateKey(std::string_view key) const {
+  if (key.empty()) return McError(Code::kInvalidArgument, "empty key");
+  if (key.size() > options_.max_key_size) {
+    return McError(Code::kInvalidArgument, absl::StrCat("key of ", key.size(),
+                                                        " bytes exceeds the limit of ",
+                                                        options_.max_key_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Registration> MetadataService::RegisterClient(
+    const ClientInfo& info, const std::vector<uint64_t>& segment_sizes) {
+  if (info.client_id.empty()) return McError(Code::kInvalidArgument, "empty client id");
+  for (uint64_t size : segment_sizes) {
+    if (size < options_.alignment) {
+      return McError(Code::kInvalidArgument,
+                     absl::StrCat("segment of ", size, " bytes is smaller than the alignment"));
+    }
+  }
+  if (!segment_sizes.empty() && info.endpoint.empty()) {
+    return McError(Code::kInvalidArgument, "a client with segments needs a data endpoint");
+  }
+  bool replaced = false;
+  if (clients_.IsAlive(info.client_id)) CleanupClient(info.client_id);
+  Registration reg;
+  reg.session = clients_.Register(info, &replaced);
+  for (uint64_t size : segment_sizes) {
+    reg.segment_ids.push_back(segments_.AddSegment(info.client_id, info.endpoint, size));
+  }
+  Log().info("client {} registered (host {}, data {}, {} segment(s), session {}{})",
+             info.client_id, info.host, info.endpoint, segment_sizes.size(), reg.session,
+             replaced ? ", replacing its previous session" : "");
+  return reg;
+}
+
+bool MetadataService::Heartbeat(const std::string& client_id, uint64_t session,
+                                uint64_t disk_used) {
+  return clients_.Heartbeat(client_id, session, disk_used);
+}
+
+absl::Status MetadataService::UnregisterClient(const std::string& client_id, uint64_t session) {
+  if (!clients_.Unregister(client_id, session)) {
+    return McError(Code::kNotFound, absl::StrCat("unknown client session ", client_id));
+  }
+  CleanupClient(client_id);
+  Log().info("client {} unregistered", client_id);
+  return absl::OkStatus();
+}
+
+void MetadataService::CleanupClient(const std::string& client_id) {
+  segments_.RemoveClient(client_id);  // its ranges need no Free: the segments are gone
+  std::vector<MemoryLocation> to_free;
+  size_t objects_lost = 0;
+  size_t puts_revoked = 0;
+  table_.ForEachShard([&](ObjectTable::Shard& shard) {
+    shard.mu.AssertHeld();
+    for (auto it = shard.objects.begin(); it != shard.objects.end();) {
+      Object& object = it->second;
+      bool dead_writer = object.state == ObjectState::kPending && object.writer_client == client_id;
+      std::erase_if(object.replicas, [&](const Replica& r) {
+        if (r.location.client_id == client_id) return true;
+        if (dead_writer && r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
+        return dead_writer;
+      });
+      if (dead_writer) {
+        pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+        ++puts_revoked;
+      }
+      if (object.replicas.empty() || dead_writer) {
+        if (!dead_writer) ++objects_lost;
+        shard.Erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  });
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+  Log().warn("client {} dropped: {} object(s) lost their last replica, {} pending put(s) revoked",
+             client_id, objects_lost, puts_revoked);
+}
+
+absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
+    uint64_t size, uint32_t replicas, const std::string& writer) {
+  auto placed = segments_.Place(size, replicas, writer);
+  for (int round = 0; !placed.ok() && round < options_.sync_eviction_rounds; ++round) {
+    if (segments_.ClientCount() < replicas) break;
+    if (evictor_.Evict(size * replicas) == 0) break;
+    placed = segments_.Place(size, replicas, writer);
+  }
+  return placed;
+}
+
+std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client_id,
+                                                       const std::vector<PutStartItem>& items,
+                                                       uint32_t replicas) {
+  std::vector<PutStartOutcome> out(items.size());
+  if (replicas == 0) replicas = 1;
+  bool known_client = clients_.IsAlive(client_id);
+  std::vector<std::string_view> keys;
+  for (size_t i = 0; i < items.size(); ++i) {
+    keys.push_back(items[i].key);
+    absl::Status& s = out[i].status;
+    s = ValidateKey(items[i].key);
+    if (!s.ok()) continue;
+    if (!known_client) {
+      s = McError(Code::kInvalidArgument, absl::StrCat("unknown client '", client_id, "'"));
+    } else if (items[i].size == 0 || items[i].size > options_.max_object_size) {
+      s = McError(Code::kInvalidArgument,
+                  absl::StrCat("size ", items[i].size, " outside 1..", options_.max_object_size));
+    } else if (replicas > options_.max_replicas) {
+      s = McError(Code::kInvalidArgument, absl::StrCat(replicas, " replicas exceed the limit of ",
+                                                       options_.max_replicas));
+    }
+  }
+  // Phase 1: reserve each key as a PENDING object (ALREADY_EXISTS if stored or being stored).
+  int64_t now = clock_.NowMs();
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      if (!out[i].status.ok()) continue;
+      std::string key(items[i].key);
+      if (shard.objects.contains(key)) {
+        out[i].status = McError(Code::kAlreadyExists, "key is stored or being stored");
+        continue;
+      }
+      Object object;
+      object.key = key;
+      object.size = items[i].size;
+      object.generation = NextGeneration();
+      object.writer_client = client_id;
+      object.put_start_ms = now;
+      object.last_access_ms = now;
+      out[i].generation = object.generation;
+      shard.Insert(std::move(object));
+      pending_.Add(now + options_.put_timeout_ms, out[i].generation, std::move(key));
+    }
+  });
+  // Phase 2: place replicas with no shard lock held (eviction takes shard locks).
+  std::vector<std::vector<MemoryLocation>> placed(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!out[i].status.ok()) continue;
+    auto p = PlaceWithEviction(items[i].size, replicas, client_id);
+    if (p.ok()) {
+      placed[i] = std::move(*p);
+    } else {
+      out[i].status = p.status();
+      no_space_.Inc();
+    }
+  }
+  // Phase 3: attach the replicas, or drop the reservation of a key that got none.
+  std::vector<MemoryLocation> to_free;
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      if (out[i].generation == 0) continue;  // never reserved
+      auto it = shard.objects.find(std::string(items[i].key));
+      bool ours = it != shard.objects.end() && it->second.generation == out[i].generation;
+      if (!out[i].status.ok() || !ours) {
+        if (ours) {
+          pending_.Remove(now + options_.put_timeout_ms, out[i].generation);
+          shard.Erase(it);
+        }
+        if (out[i].status.ok()) {
+          out[i].status = McError(Code::kUnavailable, "put was revoked while being placed");
+        }
+        to_free.insert(to_free.end(), placed[i].begin(), placed[i].end());
+        out[i].generation = 0;
+        continue;
+      }
+      for (MemoryLocation& loc : placed[i]) {
+        Replica replica{ReplicaTier::kMemory, std::move(loc)};
+        out[i].replicas.push_back(replica);
+        it->second.replicas.push_back(std::move(replica));
+      }
+    }
+  });
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+  return out;
+}
+
+std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
+                                                  const std::vector<PutEndItem>& items) {
+  std::vector<absl::Status> out(items.size());
+  std::vector<std::string_view> keys;
+  for (const auto& item : items) keys.push_back(item.key);
+  int64_t now = clock_.NowMs();
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      out[i] = ValidateKey(items[i].key);
+      if (!out[i].ok()) continue;
+      auto it = shard.objects.find(std::string(items[i].key));
+      if (it == shard.objects.end()) {
+        out[i] = McError(Code::kNotFound, "no pending put (revoked or timed out?)");
+        continue;
+      }
+      Object& object = it->second;
+      if (object.generation != items[i].generation) {
+        out[i] = McError(Code::kInvalidArgument,
+                         absl::StrCat("generation ", items[i].generation, " does not match ",
+                                      object.generation));
+      } else if (object.state == ObjectState::kComplete) {
+        if (object.checksum != items[i].checksum) {
+          out[i] = McError(Code::kInvalidArgument, "put already ended with another checksum");
+        }
+      } else if (object.writer_client != client_id) {
+        out[i] = McError(Code::kInvalidArgument, "put was started by another client");
+      } else {
+        object.state = ObjectState::kComplete;
+        object.checksum = items[i].checksum;
+        shard.Touch(object, now);
+        pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+      }
+    }
+  });
+  return out;
+}
+
+std::vector<absl::Status> MetadataService::PutRevoke(const std::string& client_id,
+                                                     const std::vector<PutRevokeItem>& items) {
+  std::vector<absl::Status> out(items.size());
+  std::vector<std::string_view> keys;
+  for (const auto& item : items) keys.push_back(item.key);
+  std::vector<MemoryLocation> to_free;
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      out[i] = ValidateKey(items[i].key);
+      if (!out[i].ok()) continue;
+      auto it = shard.objects.find(std::string(items[i].key));
+      if (it == shard.objects.end() || it->second.generation != items[i].generation) {
+        out[i] = McError(Code::kNotFound, "no pending put of this generation");
+        continue;
+      }
+      Object& object = it->second;
+      if (object.state != ObjectState::kPending || object.writer_client != client_id) {
+        out[i] = McError(Code::kInvalidArgument, "only the writer may revoke a pending put");
+        continue;
+      }
+      for (const Replica& r : object.replicas) {
+        if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
+      }
+      pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+      shard.Erase(it);
+    }
+  });
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+  return out;
+}
+
+void MetadataService::RevokeTimedOutPuts() {
+  std::vector<PendingPuts::Entry> expired = pending_.TakeExpired(clock_.NowMs());
+  std::vector<MemoryLocation> to_free;
+  for (const auto& entry : expired) {
+    ObjectTable::Shard& shard = table_.ShardOf(entry.key);
+    absl::MutexLock lock(&shard.mu);
+    auto it = shard.objects.find(entry.key);
+    if (it == shard.objects.end() || it->second.generation != entry.generation ||
+        it->second.state != ObjectState::kPending) {
+      continue;
+    }
+    for (const Replica& r : it->second.replicas) {
+      if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
+    }
+    Log().warn("put of {} (generation {}) by client {} timed out after {} ms; revoked",
+               KeyForLog(entry.key), entry.generation, it->second.writer_client,
+               options_.put_timeout_ms);
+    shard.Erase(it);
+    puts_timed_out_.Inc();
+  }
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+}
+
+void MetadataService::RunMaintenance() {
+  for (const ClientInfo& dead : clients_.TakeExpired()) {
+    Log().warn("client {} missed heartbeats for {} ms; dropping it", dead.client_id,
+               options_.client_ttl_ms);
+    clients_expired_.Inc();
+    CleanupClient(dead.client_id);
+  }
+  RevokeTimedOutPuts();
+  SweepLeases();
+  evictor_.EvictToWatermark();
+}
+
+size_t MetadataService::KeyCount() {
+  size_t n = 0;
+  table_.ForEachShard([&](ObjectTable::Shard& shard) {
+    shard.mu.AssertHeld();
+    n += shard.objects.size();
+  });
+  return n;
+}
+
+MasterSnapshot MetadataService::Snapshot() {
+  MasterSnapshot snap;
+  SegmentStats seg = segments_.Stats();
+  snap.mem_used = seg.used;
+  snap.mem_capacity = seg.capacity;
+  snap.keys = KeyCount();
+  snap.clients = clients_.Count();
+  snap.disk_used = clients_.DiskUsed();
+  snap.disk_capacity = clients_.DiskCapacity();
+  snap.eviction = evictor_.Stats();
+  return snap;
+}
+
+std::string MetadataService::StatusLine() {
+  MasterSnapshot s = Snapshot();
+  double pct = s.mem_capacity == 0 ? 0.0 : 100.0 * s.mem_used / s.mem_capacity;
+  return absl::StrFormat(
+      "Mem Storage: %s / %s (%.1f%%) | Keys: %d | Clients: %d | Eviction: "
+      "Success/Attempts=%d/%d | SSD Storage: %s / %s",
+      FormatBytes(s.mem_used), FormatBytes(s.mem_capacity), pct, s.keys, s.clients,
+      s.eviction.successes, s.eviction.attempts, FormatBytes(s.disk_used),
+      FormatBytes(s.disk_capacity));
+}
+
+}  // namespace mc::master

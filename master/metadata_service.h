@@ -1,0 +1,180 @@
+// MetadataService: the master's domain API, free of gRPC.
+//
+// Wires the components (ObjectTable, SegmentManager, ClientRegistry, Evictor, PendingPuts) into
+// the operations of the Master service: client registration and liveness, the put lifecycle
+// (PutStart -> PutEnd | PutRevoke | timeout), lookups that grant read leases, removal, the DISK
+// replicas of the SSD tier, and periodic maintenance. Policy lives in the components; this class
+// sequences them and keeps the lock order (shard -> segments; never two shards at once).
+// Every batched call answers one result per input item, in order, and validates its input: bad
+// input is a per-key error and changes nothing.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "master/client_registry.h"
+#include "master/evictor.h"
+#include "master/object_table.h"
+#include "master/pending_puts.h"
+#include "master/segment_manager.h"
+
+namespace mc::master {
+
+struct MasterOptions {
+  int64_t lease_ttl_ms = 5000;          // default read-lease TTL
+  int64_t max_lease_ttl_ms = 600'000;   // longest TTL a caller may ask for
+  int64_t client_ttl_ms = 10'000;       // a client silent this long is dead
+  int64_t heartbeat_interval_ms = 1000; // told to clients
+  int64_t put_timeout_ms = 60'000;      // PENDING puts older than this are revoked
+  uint64_t max_object_size = 1ull << 30;
+  size_t max_key_size = 4096;
+  uint32_t max_replicas = 8;
+  size_t shards = 32;
+  uint64_t alignment = 64;              // allocation granularity inside segments
+  int sync_eviction_rounds = 8;         // PutStart evicts and retries this often before NO_SPACE
+  EvictorOptions eviction;
+};
+
+struct Registration {
+  uint64_t session = 0;
+  std::vector<uint64_t> segment_ids;
+};
+
+struct PutStartItem {
+  std::string_view key;
+  uint64_t size = 0;
+};
+struct PutStartOutcome {
+  absl::Status status;
+  uint64_t generation = 0;
+  std::vector<Replica> replicas;
+};
+struct PutEndItem {
+  std::string_view key;
+  uint64_t generation = 0;
+  uint64_t checksum = 0;
+};
+struct PutRevokeItem {
+  std::string_view key;
+  uint64_t generation = 0;
+};
+
+struct LookupOptions {
+  int64_t lease_ttl_ms = 0;         // 0 = default
+  bool stop_at_first_miss = false;  // prefix match
+  bool grant_lease = true;
+};
+struct LookupOutcome {
+  absl::Status status;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  uint64_t generation = 0;
+  std::vector<Replica> replicas;  // memory replicas first
+};
+struct LookupBatch {
+  uint64_t lease_id = 0;
+  int64_t lease_ttl_ms = 0;
+  std::vector<LookupOutcome> results;
+};
+
+struct DiskReplicaItem {
+  std::string_view key;
+  uint64_t generation = 0;
+  uint64_t locator = 0;
+  uint64_t length = 0;
+};
+
+struct MasterSnapshot {
+  uint64_t mem_used = 0;
+  uint64_t mem_capacity = 0;
+  uint64_t keys = 0;
+  uint64_t clients = 0;
+  uint64_t disk_used = 0;
+  uint64_t disk_capacity = 0;
+  EvictionStats eviction;
+};
+
+class MetadataService {
+ public:
+  MetadataService(MasterOptions options, const Clock& clock, MetricsRegistry& metrics);
+
+  // Clients. Re-registering an id drops everything its previous session owned.
+  absl::StatusOr<Registration> RegisterClient(const ClientInfo& info,
+                                              const std::vector<uint64_t>& segment_sizes);
+  bool Heartbeat(const std::string& client_id, uint64_t session, uint64_t disk_used);
+  absl::Status UnregisterClient(const std::string& client_id, uint64_t session);
+
+  // Puts.
+  std::vector<PutStartOutcome> PutStart(const std::string& client_id,
+                                        const std::vector<PutStartItem>& items,
+                                        uint32_t replicas);
+  std::vector<absl::Status> PutEnd(const std::string& client_id,
+                                   const std::vector<PutEndItem>& items);
+  std::vector<absl::Status> PutRevoke(const std::string& client_id,
+                                      const std::vector<PutRevokeItem>& items);
+
+  // Reads.
+  LookupBatch GetReplicas(const std::vector<std::string_view>& keys, const LookupOptions& options);
+  size_t ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys);
+  std::vector<bool> Exist(const std::vector<std::string_view>& keys);
+  std::vector<absl::Status> Remove(const std::vector<std::string_view>& keys);
+
+  // The SSD tier.
+  std::vector<absl::Status> AddDiskReplicas(const std::string& client_id,
+                                            const std::vector<DiskReplicaItem>& items);
+  std::vector<absl::Status> RemoveDiskReplicas(const std::string& client_id,
+                                               const std::vector<DiskReplicaItem>& items);
+
+  // Expires clients, revokes timed-out puts, sweeps expired leases, evicts to the watermark.
+  void RunMaintenance();
+
+  MasterSnapshot Snapshot();
+  // "Mem Storage: 1.00 GB / 2.00 GB (50.0%) | Keys: 3 | Clients: 2 | Eviction: ..." (one line).
+  std::string StatusLine();
+  std::vector<ClientInfo> Clients() const { return clients_.List(); }
+  SegmentStats ClientSegmentStats(const std::string& id) const {
+    return segments_.ClientStats(id);
+  }
+  const MasterOptions& options() const { return options_; }
+  size_t KeyCount();
+  // Live read leases over all objects (a scan of the leased keys only).
+  size_t ActiveLeaseCount();
+
+ private:
+  absl::Status ValidateKey(std::string_view key) const;
+  // Drops every segment, replica, pending put and replica-less object of a client.
+  void CleanupClient(const std::string& client_id);
+  // Places one object's replicas, evicting synchronously between tries.
+  absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(uint64_t size, uint32_t replicas,
+                                                                const std::string& writer);
+  void RevokeTimedOutPuts();
+  void SweepLeases();
+  uint64_t NextGeneration();
+
+  const MasterOptions options_;
+  const Clock& clock_;
+  MetricsRegistry& metrics_;
+  ObjectTable table_;
+  SegmentManager segments_;
+  ClientRegistry clients_;
+  PendingPuts pending_;
+  Evictor evictor_;
+  std::atomic<uint64_t> next_generation_;
+  std::atomic<uint64_t> next_lease_id_{1};
+  Counter& leases_granted_;
+  Counter& leases_expired_;
+  Counter& leases_released_;
+  Counter& puts_timed_out_;
+  Counter& clients_expired_;
+  Counter& no_space_;
+};
+
+}  // namespace mc::master

@@ -1,0 +1,223 @@
+// Lookups with read leases, lease release and sweeping, existence, removal, DISK replicas.
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "master/metadata_service.h"
+
+namespace mc::master {
+
+LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& keys,
+                                         const LookupOptions& options) {
+  LookupBatch batch;
+  batch.results.resize(keys.size());
+  int64_t ttl = options.lease_ttl_ms > 0 ? options.lease_ttl_ms : options_.lease_ttl_ms;
+  ttl = std::min(ttl, options_.max_lease_ttl_ms);
+  batch.lease_ttl_ms = options.grant_lease ? ttl : 0;
+  uint64_t lease_id = options.grant_lease ? next_lease_id_.fetch_add(1) : 0;
+  batch.lease_id = lease_id;
+  // Input checks in request order: a repeated key is the caller's bug (it must dedupe).
+  absl::flat_hash_set<std::string_view> seen;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    batch.results[i].status = ValidateKey(keys[i]);
+    if (batch.results[i].status.ok() && !seen.insert(keys[i]).second) {
+      batch.results[i].status = McError(Code::kInvalidArgument, "key repeated in one lookup");
+    }
+  }
+  int64_t now = clock_.NowMs();
+  uint64_t granted = 0;
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      LookupOutcome& r = batch.results[i];
+      if (!r.status.ok()) continue;
+      auto it = shard.objects.find(std::string(keys[i]));
+      if (it == shard.objects.end()) {
+        r.status = McError(Code::kNotFound, "no such key");
+        continue;
+      }
+      Object& object = it->second;
+      if (object.state != ObjectState::kComplete) {
+        r.status = McError(Code::kNotReady, "key is being written");
+        continue;
+      }
+      r.size = object.size;
+      r.checksum = object.checksum;
+      r.generation = object.generation;
+      r.replicas = object.replicas;
+      std::stable_partition(r.replicas.begin(), r.replicas.end(),
+                            [](const Replica& x) { return x.tier == ReplicaTier::kMemory; });
+      shard.Touch(object, now);
+      if (options.grant_lease) {
+        object.PruneLeases(now);
+        object.leases.push_back({lease_id, now + ttl});
+        shard.leased.insert(object.key);
+        ++granted;
+      }
+    }
+  });
+  leases_granted_.Inc(granted);
+  if (options.stop_at_first_miss) {
+    size_t matched = 0;
+    while (matched < keys.size() && batch.results[matched].status.ok()) ++matched;
+    if (matched < keys.size()) {
+      // Keys past the first miss are not part of the prefix: release what they were granted.
+      std::vector<std::string_view> beyond;
+      for (size_t i = matched + 1; i < keys.size(); ++i) {
+        if (batch.results[i].status.ok()) beyond.push_back(keys[i]);
+      }
+      if (options.grant_lease && !beyond.empty()) ReleaseLeases(lease_id, beyond);
+      batch.results.resize(matched + 1);
+    }
+  }
+  return batch;
+}
+
+size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys) {
+  size_t released = 0;
+  int64_t now = clock_.NowMs();
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      auto it = shard.objects.find(std::string(keys[i]));
+      if (it == shard.objects.end()) continue;
+      if (it->second.ReleaseLease(lease_id, now)) ++released;
+      if (it->second.leases.empty()) shard.leased.erase(it->first);
+    }
+  });
+  leases_released_.Inc(released);
+  return released;
+}
+
+void MetadataService::SweepLeases() {
+  int64_t now = clock_.NowMs();
+  uint64_t expired = 0;
+  table_.ForEachShard([&](ObjectTable::Shard& shard) {
+    shard.mu.AssertHeld();
+    for (auto it = shard.leased.begin(); it != shard.leased.end();) {
+      auto obj = shard.objects.find(*it);
+      if (obj != shard.objects.end()) expired += obj->second.PruneLeases(now);
+      if (obj == shard.objects.end() || obj->second.leases.empty()) {
+        shard.leased.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  });
+  leases_expired_.Inc(expired);
+}
+
+size_t MetadataService::ActiveLeaseCount() {
+  int64_t now = clock_.NowMs();
+  size_t n = 0;
+  table_.ForEachShard([&](ObjectTable::Shard& shard) {
+    shard.mu.AssertHeld();
+    for (const std::string& key : shard.leased) {
+      auto it = shard.objects.find(key);
+      if (it == shard.objects.end()) continue;
+      for (const Lease& l : it->second.leases) n += l.expiry_ms > now ? 1 : 0;
+    }
+  });
+  return n;
+}
+
+std::vector<bool> MetadataService::Exist(const std::vector<std::string_view>& keys) {
+  std::vector<bool> out(keys.size(), false);
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      auto it = shard.objects.find(std::string(keys[i]));
+      out[i] = it != shard.objects.end() && it->second.state == ObjectState::kComplete;
+    }
+  });
+  return out;
+}
+
+std::vector<absl::Status> MetadataService::Remove(const std::vector<std::string_view>& keys) {
+  std::vector<absl::Status> out(keys.size());
+  std::vector<MemoryLocation> to_free;
+  int64_t now = clock_.NowMs();
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      out[i] = ValidateKey(keys[i]);
+      if (!out[i].ok()) continue;
+      auto it = shard.objects.find(std::string(keys[i]));
+      if (it == shard.objects.end()) {
+        out[i] = McError(Code::kNotFound, "no such key");
+      } else if (it->second.state != ObjectState::kComplete) {
+        out[i] = McError(Code::kNotReady, "key is being written");
+      } else if (it->second.HasLiveLease(now)) {
+        out[i] = McError(Code::kHasLease, "key is leased by a reader");
+      } else {
+        for (const Replica& r : it->second.replicas) {
+          if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
+        }
+        shard.Erase(it);
+      }
+    }
+  });
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+  return out;
+}
+
+std::vector<absl::Status> MetadataService::AddDiskReplicas(
+    const std::string& client_id, const std::vector<DiskReplicaItem>& items) {
+  std::vector<absl::Status> out(items.size());
+  std::optional<ClientInfo> client = clients_.Get(client_id);
+  std::vector<std::string_view> keys;
+  for (const auto& item : items) keys.push_back(item.key);
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      out[i] = ValidateKey(items[i].key);
+      if (!out[i].ok()) continue;
+      if (!client) {
+        out[i] = McError(Code::kInvalidArgument, absl::StrCat("unknown client '", client_id, "'"));
+        continue;
+      }
+      auto it = shard.objects.find(std::string(items[i].key));
+      if (it == shard.objects.end() || it->second.generation != items[i].generation) {
+        out[i] = McError(Code::kNotFound, "no object of this generation");
+        continue;
+      }
+      Object& object = it->second;
+      if (object.state != ObjectState::kComplete || items[i].length != object.size) {
+        out[i] = McError(Code::kInvalidArgument, "object not complete or length differs");
+        continue;
+      }
+      if (object.HasDiskReplicaOn(client_id)) continue;  // already persisted: a no-op success
+      object.replicas.push_back(
+          Replica{ReplicaTier::kDisk, MemoryLocation{client_id, client->endpoint, 0,
+                                                     items[i].locator, items[i].length}});
+    }
+  });
+  return out;
+}
+
+std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
+    const std::string& client_id, const std::vector<DiskReplicaItem>& items) {
+  std::vector<absl::Status> out(items.size());
+  std::vector<std::string_view> keys;
+  for (const auto& item : items) keys.push_back(item.key);
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      out[i] = ValidateKey(items[i].key);
+      if (!out[i].ok()) continue;
+      auto it = shard.objects.find(std::string(items[i].key));
+      if (it == shard.objects.end() || it->second.generation != items[i].generation) {
+        out[i] = McError(Code::kNotFound, "no object of this generation");
+        continue;
+      }
+      std::erase_if(it->second.replicas, [&](const Replica& r) {
+        return r.tier == ReplicaTier::kDisk && r.location.client_id == client_id;
+      });
+      if (it->second.replicas.empty()) shard.Erase(it);
+    }
+  });
+  return out;
+}
+
+}  // namespace mc::master

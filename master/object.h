@@ -1,0 +1,55 @@
+// The master's record of one object: state machine, replicas and read leases.
+//
+// PENDING (space allocated, writer moving bytes) -> COMPLETE (PutEnd recorded the checksum;
+// readable). Only COMPLETE objects are returned by lookups. A lease is (id, expiry); an object
+// with any live lease is neither evictable nor removable. Plain data guarded by its shard's lock
+// in ObjectTable; helpers here take the current time explicitly, so tests drive them with a
+// FakeClock.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <string>
+#include <vector>
+
+#include "master/segment_manager.h"
+
+namespace mc::master {
+
+enum class ObjectState { kPending, kComplete };
+enum class ReplicaTier { kMemory, kDisk };
+
+struct Replica {
+  ReplicaTier tier = ReplicaTier::kMemory;
+  MemoryLocation location;  // for DISK: client, endpoint, offset = the tier's record locator
+};
+
+struct Lease {
+  uint64_t id = 0;
+  int64_t expiry_ms = 0;
+};
+
+struct Object {
+  std::string key;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  uint64_t generation = 0;
+  ObjectState state = ObjectState::kPending;
+  std::vector<Replica> replicas;
+  std::vector<Lease> leases;
+  std::string writer_client;
+  int64_t put_start_ms = 0;
+  int64_t last_access_ms = 0;
+  bool pinned = false;  // soft pin: never chosen by eviction
+  std::list<std::string>::iterator lru_pos;  // position in the shard's LRU list
+
+  // Drops expired leases; returns how many.
+  size_t PruneLeases(int64_t now_ms);
+  bool HasLiveLease(int64_t now_ms) const;
+  // Ends lease `id`; true when it was live.
+  bool ReleaseLease(uint64_t id, int64_t now_ms);
+  bool HasMemoryReplica() const;
+  bool HasDiskReplicaOn(const std::string& client_id) const;
+};
+
+}  // namespace mc::master

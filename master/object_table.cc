@@ -1,0 +1,57 @@
+#include "master/object_table.h"
+
+#include "absl/hash/hash.h"
+
+namespace mc::master {
+
+Object& ObjectTable::Shard::Insert(Object object) {
+  std::string key = object.key;
+  lru.push_front(key);
+  object.lru_pos = lru.begin();
+  auto [it, inserted] = objects.emplace(std::move(key), std::move(object));
+  (void)inserted;
+  return it->second;
+}
+
+void ObjectTable::Shard::Erase(absl::flat_hash_map<std::string, Object>::iterator it) {
+  lru.erase(it->second.lru_pos);
+  leased.erase(it->first);
+  objects.erase(it);
+}
+
+void ObjectTable::Shard::Touch(Object& object, int64_t now_ms) {
+  object.last_access_ms = now_ms;
+  lru.splice(lru.begin(), lru, object.lru_pos);
+}
+
+ObjectTable::ObjectTable(size_t shard_count) {
+  if (shard_count == 0) shard_count = 1;
+  shards_.reserve(shard_count);
+  for (size_t i = 0; i < shard_count; ++i) shards_.push_back(std::make_unique<Shard>());
+}
+
+size_t ObjectTable::ShardIndex(std::string_view key) const {
+  return absl::HashOf(absl::string_view(key.data(), key.size())) % shards_.size();
+}
+
+ObjectTable::Shard& ObjectTable::ShardOf(std::string_view key) { return *shards_[ShardIndex(key)]; }
+
+void ObjectTable::ForKeys(const std::vector<std::string_view>& keys,
+                          const std::function<void(Shard&, const std::vector<size_t>&)>& fn) {
+  std::vector<std::vector<size_t>> by_shard(shards_.size());
+  for (size_t i = 0; i < keys.size(); ++i) by_shard[ShardIndex(keys[i])].push_back(i);
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (by_shard[s].empty()) continue;
+    absl::MutexLock lock(&shards_[s]->mu);
+    fn(*shards_[s], by_shard[s]);
+  }
+}
+
+void ObjectTable::ForEachShard(const std::function<void(Shard&)>& fn) {
+  for (auto& shard : shards_) {
+    absl::MutexLock lock(&shard->mu);
+    fn(*shard);
+  }
+}
+
+}  // namespace mc::master
