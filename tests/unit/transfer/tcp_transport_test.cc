@@ -1,0 +1,230 @@
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "tests/unit/transfer/transfer_test_util.h"
+#include "transfer/tcp/frame.h"
+#include "transfer/tcp/server.h"
+#include "transfer/tcp/socket_util.h"
+#include "transfer/transfer_engine.h"
+
+namespace mc::transfer {
+namespace {
+
+using tcp::TcpDataServer;
+using tcp::TcpDataServerOptions;
+using testing::Pattern;
+using testing::Request;
+using testing::Split;
+
+constexpr uint64_t kSegmentBytes = 48 << 20;
+
+struct Peer {
+  explicit Peer(MetricsRegistry* metrics) : memory(kSegmentBytes) {
+    table.Add(5, memory.data(), memory.size());
+    TcpDataServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.metrics = metrics;
+    server = std::make_unique<TcpDataServer>(options, table);
+    EXPECT_TRUE(server->Start().ok());
+  }
+  std::vector<char> memory;
+  SegmentTable table;
+  std::unique_ptr<TcpDataServer> server;
+};
+
+class TcpTransportTest : public ::testing::Test {
+ protected:
+  TcpTransportTest() {
+    peers_.push_back(std::make_unique<Peer>(&server_metrics_));
+    peers_.push_back(std::make_unique<Peer>(&server_metrics_));
+    TransferEngineOptions options;
+    options.local_endpoint = "127.0.0.1:1";  // not the peers: everything goes over tcp
+    options.metrics = &metrics_;
+    engine_ = std::make_unique<TransferEngine>(options, local_table_);
+  }
+  const std::string& Endpoint(int peer) { return peers_[peer]->server->endpoint(); }
+
+  MetricsRegistry server_metrics_;
+  MetricsRegistry metrics_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  SegmentTable local_table_;
+  std::unique_ptr<TransferEngine> engine_;
+};
+
+TEST_F(TcpTransportTest, PipelinedBatchRoundTripsAcrossPeers) {
+  const std::vector<uint64_t> sizes = {1, 7, 4096, 65537, (1 << 20) + 3, 4 << 20, 16 << 20};
+  std::vector<std::vector<char>> sources, sinks;
+  std::vector<TransferRequest> writes, reads;
+  for (int peer = 0; peer < 2; ++peer) {
+    uint64_t offset = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const int pieces = 1 + static_cast<int>(i % 4);
+      sources.push_back(Pattern(sizes[i], peer * 100 + i));
+      sinks.emplace_back(sizes[i]);
+      writes.push_back(Request(OpKind::kWrite, Split(sources.back(), pieces), Endpoint(peer), 5, offset));
+      reads.push_back(Request(OpKind::kRead, Split(sinks.back(), 5 - pieces), Endpoint(peer), 5, offset));
+      offset += sizes[i] + 13;
+    }
+  }
+  auto wr = engine_->Submit(writes);
+  for (size_t i = 0; i < wr.size(); ++i) {
+    ASSERT_TRUE(wr[i].status.ok()) << i << ": " << wr[i].status;
+    EXPECT_EQ(wr[i].bytes, sources[i].size());
+  }
+  auto rr = engine_->Submit(reads);
+  for (size_t i = 0; i < rr.size(); ++i) {
+    ASSERT_TRUE(rr[i].status.ok()) << i << ": " << rr[i].status;
+    EXPECT_EQ(rr[i].bytes, sinks[i].size());
+    EXPECT_TRUE(sinks[i] == sources[i]) << "request " << i;
+  }
+  EXPECT_GT(metrics_.GetCounter("mc_transfer_bytes_total", "", {{"transport", "tcp"}, {"op", "read"}}).Value(), 0u);
+}
+
+TEST_F(TcpTransportTest, OutOfBoundsFailsAloneInItsBatch) {
+  std::vector<char> src = Pattern(100000, 1), big = Pattern(1 << 20, 2);
+  std::vector<char> dst(100000), dst_bad(1 << 20);
+  std::vector<TransferRequest> writes = {
+      Request(OpKind::kWrite, Split(src, 2), Endpoint(0), 5, 0),
+      Request(OpKind::kWrite, Split(big, 2), Endpoint(0), 5, kSegmentBytes - 10),  // past the end
+      Request(OpKind::kWrite, Split(big, 1), Endpoint(0), 6, 0),                   // no segment
+      Request(OpKind::kWrite, Split(src, 3), Endpoint(0), 5, 200000),
+  };
+  auto wr = engine_->Submit(writes);
+  EXPECT_TRUE(wr[0].status.ok()) << wr[0].status;
+  EXPECT_EQ(ToCode(wr[1].status), Code::kInvalidArgument);
+  EXPECT_EQ(ToCode(wr[2].status), Code::kNotFound);
+  EXPECT_TRUE(wr[3].status.ok()) << wr[3].status;
+  std::vector<TransferRequest> reads = {
+      Request(OpKind::kRead, Split(dst_bad, 1), Endpoint(0), 5, UINT64_MAX - 100),  // overflow
+      Request(OpKind::kRead, Split(dst, 4), Endpoint(0), 5, 200000),
+  };
+  auto rr = engine_->Submit(reads);
+  EXPECT_FALSE(rr[0].status.ok());
+  ASSERT_TRUE(rr[1].status.ok()) << rr[1].status;
+  EXPECT_TRUE(dst == src);
+  EXPECT_GE(metrics_.GetCounter("mc_transfer_errors_total", "", {{"transport", "tcp"}}).Value(), 3u);
+}
+
+TEST_F(TcpTransportTest, DeadlineInThePastFailsEveryRequest) {
+  std::vector<char> dst(4096);
+  std::vector<TransferRequest> reads = {Request(OpKind::kRead, Split(dst, 1), Endpoint(0), 5, 0),
+                                        Request(OpKind::kRead, Split(dst, 1), Endpoint(1), 5, 0)};
+  auto rr = engine_->Submit(reads, RealClock::Get().NowMs() - 5);
+  for (auto& r : rr) {
+    EXPECT_EQ(ToCode(r.status), Code::kTransferFailed);
+    EXPECT_EQ(r.status.message(), "deadline");
+  }
+}
+
+TEST_F(TcpTransportTest, ShortDeadlineFailsUnfinishedRequestsNeverShortOk) {
+  std::vector<char> dst(16 << 20);
+  std::vector<TransferRequest> reads;
+  for (int i = 0; i < 64; ++i) reads.push_back(Request(OpKind::kRead, Split(dst, 1), Endpoint(i % 2), 5, 0));
+  auto rr = engine_->Submit(reads, RealClock::Get().NowMs() + 2);
+  int failed = 0;
+  for (auto& r : rr) {
+    if (r.status.ok()) {
+      EXPECT_EQ(r.bytes, dst.size());
+    } else {
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, 0);
+  // The engine recovers: fresh connections serve the next batch.
+  auto again = engine_->Submit(std::span(reads).first(2));
+  for (auto& r : again) EXPECT_TRUE(r.status.ok()) << r.status;
+}
+
+TEST_F(TcpTransportTest, ServerStopMidBatchGivesErrorsNotOk) {
+  std::vector<char> dst(16 << 20);
+  std::vector<TransferRequest> reads;
+  for (int i = 0; i < 64; ++i) reads.push_back(Request(OpKind::kRead, Split(dst, 2), Endpoint(0), 5, 0));
+  std::thread stopper([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    peers_[0]->server->Stop();
+  });
+  auto rr = engine_->Submit(reads, RealClock::Get().NowMs() + 30000);
+  stopper.join();
+  int failed = 0;
+  for (auto& r : rr) {
+    if (r.status.ok()) {
+      EXPECT_EQ(r.bytes, dst.size());
+    } else {
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, 0);
+  // A stopped peer fails fast on the next batch too.
+  auto after = engine_->Submit(std::span(reads).first(1), RealClock::Get().NowMs() + 5000);
+  EXPECT_FALSE(after[0].status.ok());
+}
+
+TEST_F(TcpTransportTest, ReconnectsAfterPeerRestart) {
+  std::vector<char> src = Pattern(8192, 4), dst(8192);
+  std::vector<TransferRequest> w = {Request(OpKind::kWrite, Split(src, 1), Endpoint(0), 5, 0)};
+  ASSERT_TRUE(engine_->Submit(w)[0].status.ok());
+  const std::string endpoint = Endpoint(0);
+  peers_[0]->server->Stop();  // pooled connections now dead
+  TcpDataServerOptions options;
+  options.listen_address = endpoint;
+  TcpDataServer again(options, peers_[0]->table);
+  ASSERT_TRUE(again.Start().ok());
+  std::vector<TransferRequest> r = {Request(OpKind::kRead, Split(dst, 1), endpoint, 5, 0)};
+  auto res = engine_->Submit(r, RealClock::Get().NowMs() + 5000);
+  ASSERT_TRUE(res[0].status.ok()) << res[0].status;
+  EXPECT_TRUE(dst == src);
+}
+
+TEST_F(TcpTransportTest, ReportsLoopbackThroughput) {
+  std::vector<char> dst(16 << 20);
+  std::vector<TransferRequest> r = {Request(OpKind::kRead, Split(dst, 1), Endpoint(0), 5, 0)};
+  ASSERT_TRUE(engine_->Submit(r)[0].status.ok());  // warm up: connections, page faults
+  constexpr int kRounds = 20;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(engine_->Submit(r)[0].status.ok());
+  const double secs = testing::SecondsSince(start);
+  Logger("transfer").info("tcp loopback 16 MiB read: {:.2f} GB/s",
+                          kRounds * double(16 << 20) / secs / 1e9);
+}
+
+// A peer that answers the first READ with a response for another request id.
+TEST(TcpTransportProtocol, MismatchedResponseFailsTheRequest) {
+  std::string endpoint;
+  auto listener = tcp::ListenTcp("127.0.0.1:0", 0, &endpoint);
+  ASSERT_TRUE(listener.ok());
+  std::thread fake([&] {
+    tcp::UniqueFd conn(::accept(listener->get(), nullptr, nullptr));
+    uint8_t buf[tcp::kFrameHeaderSize];
+    if (!tcp::RecvAll(conn.get(), buf, sizeof(buf)).ok()) return;
+    auto h = tcp::DecodeFrameHeader(buf, sizeof(buf));
+    if (!h.ok()) return;
+    tcp::FrameHeader resp = tcp::MakeResponse(*h, Code::kOk, h->length);
+    resp.request_id += 1;
+    std::vector<char> payload(h->length, 'x');
+    tcp::FrameBytes hb = tcp::EncodeFrameHeader(resp);
+    iovec iov[2] = {{hb.data(), hb.size()}, {payload.data(), payload.size()}};
+    (void)tcp::SendAll(conn.get(), iov, 2).ok();
+    char c;
+    (void)::recv(conn.get(), &c, 1, 0);  // until the client closes
+  });
+  SegmentTable none;
+  TransferEngine engine(TransferEngineOptions{}, none);
+  std::vector<char> dst(4096, 0);
+  std::vector<TransferRequest> r = {Request(OpKind::kRead, Split(dst, 1), endpoint, 1, 0)};
+  auto res = engine.Submit(r, RealClock::Get().NowMs() + 5000);
+  fake.join();
+  EXPECT_EQ(ToCode(res[0].status), Code::kTransferFailed);
+  EXPECT_EQ(dst[0], 0);  // no byte of the foreign payload landed
+}
+
+}  // namespace
+}  // namespace mc::transfer

@@ -1,0 +1,41 @@
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "transfer/transfer_engine.h"
+
+namespace mc::transfer {
+
+void SegmentTable::Add(uint64_t segment_id, char* base, uint64_t size) {
+  absl::MutexLock lock(&mu_);
+  segments_[segment_id] = Segment{base, size};
+}
+
+void SegmentTable::Remove(uint64_t segment_id) {
+  absl::MutexLock lock(&mu_);
+  segments_.erase(segment_id);
+}
+
+void SegmentTable::Clear() {
+  absl::MutexLock lock(&mu_);
+  segments_.clear();
+}
+
+absl::StatusOr<char*> SegmentTable::Resolve(uint64_t segment_id, uint64_t offset,
+                                            uint64_t length) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = segments_.find(segment_id);
+  if (it == segments_.end()) {
+    return McError(Code::kNotFound, absl::StrCat("unknown segment ", segment_id));
+  }
+  const Segment& seg = it->second;
+  // Overflow-safe form of offset + length <= size.
+  if (offset > seg.size || length > seg.size - offset) {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("range [", offset, ", +", length, ") outside segment ",
+                                segment_id, " of ", seg.size, " bytes"));
+  }
+  return seg.base + offset;
+}
+
+}  // namespace mc::transfer

@@ -1,0 +1,61 @@
+#include "transfer/tcp/connection_pool.h"
+
+#include <poll.h>
+
+#include <utility>
+
+namespace mc::transfer::tcp {
+namespace {
+
+// An idle connection must have nothing to read: readable means EOF, an error or stray bytes.
+bool StillHealthy(int fd) {
+  pollfd pfd{fd, POLLIN, 0};
+  return ::poll(&pfd, 1, 0) == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<PeerConnection>> ConnectionPool::Acquire(const std::string& endpoint,
+                                                                    int count,
+                                                                    int64_t deadline_ms) {
+  std::vector<PeerConnection> out;
+  std::vector<UniqueFd> stale;  // closed outside the lock
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = idle_.find(endpoint);
+    while (it != idle_.end() && !it->second.empty() && static_cast<int>(out.size()) < count) {
+      UniqueFd fd = std::move(it->second.back());
+      it->second.pop_back();
+      if (StillHealthy(fd.get())) {
+        out.push_back({endpoint, std::move(fd)});
+      } else {
+        stale.push_back(std::move(fd));
+      }
+    }
+  }
+  while (static_cast<int>(out.size()) < count) {
+    absl::StatusOr<UniqueFd> fd = ConnectTcp(endpoint, options_.socket_buffer_bytes, deadline_ms);
+    if (!fd.ok()) {
+      if (out.empty()) return fd.status();
+      break;  // go on with the connections we have
+    }
+    out.push_back({endpoint, std::move(*fd)});
+  }
+  return out;
+}
+
+void ConnectionPool::Release(PeerConnection conn) {
+  absl::MutexLock lock(&mu_);
+  std::vector<UniqueFd>& idle = idle_[conn.endpoint];
+  if (static_cast<int>(idle.size()) < options_.connections_per_peer) {
+    idle.push_back(std::move(conn.fd));
+  }  // else: closed by conn's destructor
+}
+
+size_t ConnectionPool::IdleCountForTest(const std::string& endpoint) const {
+  absl::MutexLock lock(&mu_);
+  auto it = idle_.find(endpoint);
+  return it == idle_.end() ? 0 : it->second.size();
+}
+
+}  // namespace mc::transfer::tcp

@@ -1,0 +1,50 @@
+// Persistent client connections to data-plane peers: a small pool of idle, healthy connections
+// per peer endpoint. Acquire() hands out idle ones first and opens new ones lazily; only a
+// connection whose every request was answered may be Release()d back. A connection in any other
+// state is simply destroyed (closed), never reused. Idle connections that the peer closed
+// meanwhile are noticed (poll) and dropped on Acquire.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "transfer/tcp/socket_util.h"
+
+namespace mc::transfer::tcp {
+
+struct ConnectionPoolOptions {
+  int connections_per_peer = 4;       // idle connections kept per peer
+  int socket_buffer_bytes = 8 << 20;  // SO_SNDBUF / SO_RCVBUF
+};
+
+// A non-blocking connected socket to one peer.
+struct PeerConnection {
+  std::string endpoint;
+  UniqueFd fd;
+};
+
+class ConnectionPool {
+ public:
+  explicit ConnectionPool(ConnectionPoolOptions options) : options_(options) {}
+
+  // Up to `count` connections to `endpoint` (at least one, or an error when none can be had).
+  absl::StatusOr<std::vector<PeerConnection>> Acquire(const std::string& endpoint, int count,
+                                                      int64_t deadline_ms);
+  // Returns a healthy connection (no request in flight, no unread byte).
+  void Release(PeerConnection conn);
+
+  size_t IdleCountForTest(const std::string& endpoint) const;
+
+ private:
+  const ConnectionPoolOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::vector<UniqueFd>> idle_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mc::transfer::tcp

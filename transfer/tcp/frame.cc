@@ -1,0 +1,96 @@
+#include "transfer/tcp/frame.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace mc::transfer::tcp {
+namespace {
+
+template <typename T>
+void Put(uint8_t*& p, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) *p++ = static_cast<uint8_t>(v >> (8 * i));
+}
+
+template <typename T>
+T Get(const uint8_t*& p) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(static_cast<T>(*p++) << (8 * i));
+  return v;
+}
+
+absl::Status Malformed(const std::string& what) {
+  return McError(Code::kInvalidArgument, absl::StrCat("malformed frame: ", what));
+}
+
+}  // namespace
+
+void EncodeFrameHeader(const FrameHeader& h, uint8_t* out) {
+  uint8_t* p = out;
+  Put(p, h.magic);
+  Put(p, h.version);
+  Put(p, h.op);
+  Put(p, h.request_id);
+  Put(p, h.segment_id);
+  Put(p, h.offset);
+  Put(p, h.length);
+  Put(p, h.code);
+  Put(p, h.reserved);
+}
+
+FrameBytes EncodeFrameHeader(const FrameHeader& header) {
+  FrameBytes bytes;
+  EncodeFrameHeader(header, bytes.data());
+  return bytes;
+}
+
+absl::StatusOr<FrameHeader> DecodeFrameHeader(const uint8_t* data, size_t size,
+                                              uint64_t max_length) {
+  if (data == nullptr || size != kFrameHeaderSize) {
+    return Malformed(absl::StrCat("header of ", size, " bytes"));
+  }
+  const uint8_t* p = data;
+  FrameHeader h;
+  h.magic = Get<uint32_t>(p);
+  h.version = Get<uint16_t>(p);
+  h.op = Get<uint16_t>(p);
+  h.request_id = Get<uint64_t>(p);
+  h.segment_id = Get<uint64_t>(p);
+  h.offset = Get<uint64_t>(p);
+  h.length = Get<uint64_t>(p);
+  h.code = Get<uint32_t>(p);
+  h.reserved = Get<uint32_t>(p);
+  if (h.magic != kFrameMagic) return Malformed(absl::StrCat("bad magic ", h.magic));
+  if (h.version != kFrameVersion) return Malformed(absl::StrCat("bad version ", h.version));
+  if (h.base_op() == 0 || h.base_op() > kMaxFrameOp) {
+    return Malformed(absl::StrCat("bad op ", h.op));
+  }
+  if (h.length > max_length) {
+    return Malformed(absl::StrCat("length ", h.length, " above limit ", max_length));
+  }
+  if (h.is_response() ? h.code > static_cast<uint32_t>(kMaxCode) : h.code != 0) {
+    return Malformed(absl::StrCat("bad code ", h.code));
+  }
+  if (h.reserved != 0) return Malformed("reserved bits set");
+  return h;
+}
+
+FrameHeader MakeRequest(FrameOp op, uint64_t request_id, uint64_t segment_id, uint64_t offset,
+                        uint64_t length) {
+  FrameHeader h;
+  h.op = static_cast<uint16_t>(op);
+  h.request_id = request_id;
+  h.segment_id = segment_id;
+  h.offset = offset;
+  h.length = length;
+  return h;
+}
+
+FrameHeader MakeResponse(const FrameHeader& request, Code code, uint64_t payload_length) {
+  FrameHeader h = request;
+  h.op = static_cast<uint16_t>(request.base_op() | kResponseBit);
+  h.code = static_cast<uint32_t>(code);
+  h.length = payload_length;
+  h.reserved = 0;
+  return h;
+}
+
+}  // namespace mc::transfer::tcp

@@ -1,0 +1,75 @@
+// The tcp data-plane wire format: a fixed 48-byte little-endian header, optionally followed by
+// a payload of `length` bytes.
+//
+//   offset size field
+//        0    4 magic       kFrameMagic ("MCTF" read as little-endian u32)
+//        4    2 version     kFrameVersion
+//        6    2 op          FrameOp, | kResponseBit on responses
+//        8    8 request_id  echoed by the response
+//       16    8 segment_id
+//       24    8 offset      byte offset inside the segment
+//       32    8 length      request: READ bytes wanted / WRITE payload bytes that follow;
+//                           response: payload bytes that follow (READ OK: the data; else 0)
+//       40    4 code        mc::Code; 0 on requests
+//       44    4 reserved    0
+//
+// A connection carries requests in order and the server answers them in order.
+// DecodeFrameHeader() rejects anything malformed (magic, version, op, length above the limit,
+// code on a request, unknown code on a response): a peer that sent it is not trusted further.
+// Thread-safe: pure functions.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "common/status.h"
+
+namespace mc::transfer::tcp {
+
+inline constexpr uint32_t kFrameMagic = 0x4654434D;  // bytes "MCTF"
+inline constexpr uint16_t kFrameVersion = 1;
+inline constexpr size_t kFrameHeaderSize = 48;
+inline constexpr uint64_t kDefaultMaxFrameLength = uint64_t{1} << 30;  // 1 GiB
+inline constexpr uint16_t kResponseBit = 0x8000;
+
+// Request ops. New ops extend this list and kMaxFrameOp; the 15 low bits leave room for them.
+enum class FrameOp : uint16_t {
+  kRead = 1,      // segment -> requester
+  kWrite = 2,     // requester -> segment
+  kReadDisk = 3,  // reserved for the SSD tier (served through TcpDataServer::RegisterOpHandler)
+};
+inline constexpr uint16_t kMaxFrameOp = 3;
+
+struct FrameHeader {
+  uint32_t magic = kFrameMagic;
+  uint16_t version = kFrameVersion;
+  uint16_t op = 0;  // FrameOp value, | kResponseBit on responses
+  uint64_t request_id = 0;
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint32_t code = 0;  // mc::Code
+  uint32_t reserved = 0;
+
+  bool is_response() const { return (op & kResponseBit) != 0; }
+  uint16_t base_op() const { return static_cast<uint16_t>(op & ~kResponseBit); }
+};
+
+using FrameBytes = std::array<uint8_t, kFrameHeaderSize>;
+
+FrameBytes EncodeFrameHeader(const FrameHeader& header);
+void EncodeFrameHeader(const FrameHeader& header, uint8_t* out);  // writes kFrameHeaderSize bytes
+
+// Decodes and validates `size` bytes (must be kFrameHeaderSize). kInvalidArgument when malformed.
+absl::StatusOr<FrameHeader> DecodeFrameHeader(const uint8_t* data, size_t size,
+                                              uint64_t max_length = kDefaultMaxFrameLength);
+
+// A request header for `op`.
+FrameHeader MakeRequest(FrameOp op, uint64_t request_id, uint64_t segment_id, uint64_t offset,
+                        uint64_t length);
+// The response to `request` carrying `code` and `payload_length` bytes after it.
+FrameHeader MakeResponse(const FrameHeader& request, Code code, uint64_t payload_length);
+
+}  // namespace mc::transfer::tcp

@@ -1,0 +1,136 @@
+#include "transfer/tcp/pipeline.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "common/status_macros.h"
+#include "transfer/tcp/socket_util.h"
+
+namespace mc::transfer::tcp {
+namespace {
+
+absl::Status Broken(const std::string& what) {
+  return McError(Code::kTransferFailed, absl::StrCat("tcp: ", what));
+}
+
+bool WouldBlock() { return errno == EAGAIN || errno == EWOULDBLOCK; }
+
+}  // namespace
+
+PipelinedConnection::PipelinedConnection(PeerConnection conn, std::vector<WireOp*> ops)
+    : conn_(std::move(conn)), ops_(std::move(ops)) {
+  for (WireOp* op : ops_) {
+    send_iov_.push_back({op->header_bytes.data(), op->header_bytes.size()});
+    if (op->header.op == static_cast<uint16_t>(FrameOp::kWrite)) {
+      send_iov_.insert(send_iov_.end(), op->local.begin(), op->local.end());
+    }
+  }
+}
+
+short PipelinedConnection::WantedEvents() const {
+  short events = 0;
+  if (send_first_ < send_iov_.size()) events |= POLLOUT;
+  if (!Finished()) events |= POLLIN;
+  return events;
+}
+
+absl::Status PipelinedConnection::OnWritable() {
+  while (send_first_ < send_iov_.size()) {
+    msghdr msg{};
+    msg.msg_iov = send_iov_.data() + send_first_;
+    msg.msg_iovlen = std::min<size_t>(send_iov_.size() - send_first_, IOV_MAX);
+    const ssize_t n = ::sendmsg(fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && WouldBlock()) return absl::OkStatus();
+    if (n < 0) return Broken(absl::StrCat("send to ", conn_.endpoint, ": ", std::strerror(errno)));
+    send_first_ = ConsumeIov(send_iov_.data(), send_iov_.size(), send_first_, n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelinedConnection::OnReadable() {
+  while (!Finished()) {
+    ssize_t n;
+    if (!in_payload_) {
+      n = ::recv(fd(), header_buf_ + header_got_, kFrameHeaderSize - header_got_, MSG_DONTWAIT);
+    } else {
+      msghdr msg{};
+      msg.msg_iov = recv_iov_.data() + recv_first_;
+      msg.msg_iovlen = std::min<size_t>(recv_iov_.size() - recv_first_, IOV_MAX);
+      n = ::recvmsg(fd(), &msg, MSG_DONTWAIT);
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && WouldBlock()) return absl::OkStatus();
+    if (n < 0) return Broken(absl::StrCat("recv from ", conn_.endpoint, ": ", std::strerror(errno)));
+    if (n == 0) return Broken(absl::StrCat(conn_.endpoint, " closed the connection"));
+    if (!in_payload_) {
+      header_got_ += static_cast<size_t>(n);
+      if (header_got_ == kFrameHeaderSize) MC_RETURN_IF_ERROR(AcceptHeader());
+    } else {
+      recv_first_ = ConsumeIov(recv_iov_.data(), recv_iov_.size(), recv_first_, n);
+      if (recv_first_ == recv_iov_.size()) Complete(absl::OkStatus());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Validates the response header against the op it must answer; an error breaks the connection.
+absl::Status PipelinedConnection::AcceptHeader() {
+  header_got_ = 0;
+  WireOp& op = *ops_[next_response_];
+  absl::StatusOr<FrameHeader> h = DecodeFrameHeader(header_buf_, kFrameHeaderSize);
+  if (!h.ok()) return Broken(absl::StrCat("bad response: ", std::string(h.status().message())));
+  if (!h->is_response() || h->base_op() != op.header.op ||
+      h->request_id != op.header.request_id) {
+    return Broken(absl::StrCat("response op ", h->op, " id ", h->request_id,
+                               " does not answer op ", op.header.op, " id ",
+                               op.header.request_id));
+  }
+  const Code code = CodeFromInt(static_cast<int>(h->code));
+  const bool read_ok = code == Code::kOk && op.header.op == static_cast<uint16_t>(FrameOp::kRead);
+  const uint64_t expected = read_ok ? op.header.length : 0;
+  if (h->length != expected) {
+    return Broken(absl::StrCat("response length ", h->length, ", expected ", expected));
+  }
+  if (code != Code::kOk) {
+    Complete(McError(code, absl::StrCat("remote ", conn_.endpoint, " answered ",
+                                        std::string(CodeName(code)), " for segment ",
+                                        op.header.segment_id, " offset ", op.header.offset,
+                                        " length ", op.header.length)));
+  } else if (read_ok) {
+    in_payload_ = true;
+    recv_iov_ = op.local;
+    recv_first_ = ConsumeIov(recv_iov_.data(), recv_iov_.size(), 0, 0);
+  } else {
+    Complete(absl::OkStatus());
+  }
+  return absl::OkStatus();
+}
+
+void PipelinedConnection::Complete(absl::Status status) {
+  WireOp& op = *ops_[next_response_];
+  op.done = true;
+  op.status = std::move(status);
+  in_payload_ = false;
+  ++next_response_;
+}
+
+void PipelinedConnection::FailPending(const absl::Status& status) {
+  for (size_t i = next_response_; i < ops_.size(); ++i) {
+    ops_[i]->done = true;
+    ops_[i]->status = status;
+  }
+  next_response_ = ops_.size();
+  send_first_ = send_iov_.size();
+  conn_.fd.reset();
+}
+
+}  // namespace mc::transfer::tcp

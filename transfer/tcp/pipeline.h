@@ -1,0 +1,61 @@
+// One client connection driving a pipelined list of frames: every request frame is written
+// (WRITE payloads gathered from the local buffers with sendmsg), and responses are read in order
+// (READ payloads scattered straight into the local buffers with readv). Non-blocking: the owner
+// polls fd() for WantedEvents() and calls OnWritable()/OnReadable(). The first protocol or I/O
+// error leaves the connection broken: the caller fails what is still pending and closes it.
+// Not thread-safe: owned by the thread that runs the batch.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "transfer/tcp/connection_pool.h"
+#include "transfer/tcp/frame.h"
+
+namespace mc::transfer::tcp {
+
+// One frame of a batch: a slice of one TransferRequest.
+struct WireOp {
+  size_t request = 0;        // index of the request in its transport batch
+  FrameHeader header;        // the request frame
+  FrameBytes header_bytes{};
+  std::vector<iovec> local;  // the slice of local memory (exactly header.length bytes)
+  bool done = false;
+  absl::Status status;       // set when done
+};
+
+class PipelinedConnection {
+ public:
+  PipelinedConnection(PeerConnection conn, std::vector<WireOp*> ops);
+
+  int fd() const { return conn_.fd.get(); }
+  short WantedEvents() const;  // POLLOUT while sending, POLLIN while responses are due
+  absl::Status OnWritable();
+  absl::Status OnReadable();
+  bool Finished() const { return next_response_ == ops_.size(); }
+  // Marks every unanswered op failed with `status` (the connection is then unusable).
+  void FailPending(const absl::Status& status);
+  PeerConnection TakeConnection() { return std::move(conn_); }
+
+ private:
+  absl::Status AcceptHeader();
+  void Complete(absl::Status status);
+
+  PeerConnection conn_;
+  std::vector<WireOp*> ops_;
+  // Sending: every header and WRITE payload in order.
+  std::vector<iovec> send_iov_;
+  size_t send_first_ = 0;
+  // Receiving: the response to ops_[next_response_].
+  size_t next_response_ = 0;
+  uint8_t header_buf_[kFrameHeaderSize] = {};
+  size_t header_got_ = 0;
+  bool in_payload_ = false;
+  std::vector<iovec> recv_iov_;
+  size_t recv_first_ = 0;
+};
+
+}  // namespace mc::transfer::tcp

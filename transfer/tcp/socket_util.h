@@ -1,0 +1,56 @@
+// Small POSIX socket helpers for the tcp transport and data-plane server: resolve, listen,
+// connect with a deadline, tune, and blocking exact send/receive that never raise SIGPIPE.
+// Thread-safe: functions touch only their arguments.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace mc::transfer::tcp {
+
+// An owned file descriptor, closed on destruction.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release();
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// TCP_NODELAY and SO_SNDBUF/SO_RCVBUF of `buffer_bytes` (0 = leave the kernel's).
+void TuneSocket(int fd, int buffer_bytes);
+
+// A listening socket on "HOST:PORT" (port 0 = any free port); `bound` receives "HOST:PORT".
+absl::StatusOr<UniqueFd> ListenTcp(const std::string& endpoint, int buffer_bytes,
+                                   std::string* bound);
+
+// A connected, tuned, non-blocking socket to "HOST:PORT"; gives up at `deadline_ms`
+// (steady ms, 0 = the kernel's connect timeout).
+absl::StatusOr<UniqueFd> ConnectTcp(const std::string& endpoint, int buffer_bytes,
+                                    int64_t deadline_ms);
+
+// Blocking helpers (for blocking sockets): all bytes or an error (EOF is kUnavailable).
+absl::Status SendAll(int fd, iovec* iov, int iovcnt);
+absl::Status RecvAll(int fd, void* data, uint64_t length);
+absl::Status SkipBytes(int fd, uint64_t length);
+
+// Drops `n` consumed bytes from the front of an iovec array; returns the new first index.
+size_t ConsumeIov(iovec* iov, size_t count, size_t first, uint64_t n);
+
+}  // namespace mc::transfer::tcp

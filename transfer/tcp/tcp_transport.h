@@ -1,0 +1,42 @@
+// The `tcp` transport: requests to other daemons over our framed protocol (frame.h), served by
+// their TcpDataServer. Each request is cut into frames of at most `frame_bytes`; the frames to
+// one peer are spread over up to `connections_per_peer` pooled connections and pipelined; one
+// poll() loop drives every connection of the batch until done or the deadline. A connection
+// that errs or still carries work at the deadline is closed, failing what it carried.
+// Thread-safe: concurrent Submit() calls take distinct connections from the pool.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "transfer/tcp/connection_pool.h"
+#include "transfer/tcp/frame.h"
+#include "transfer/transport.h"
+
+namespace mc::transfer {
+
+struct TcpTransportOptions {
+  int connections_per_peer = 4;        // pooled connections per peer (and per batch)
+  int socket_buffer_bytes = 8 << 20;   // SO_SNDBUF / SO_RCVBUF
+  uint64_t frame_bytes = 4 << 20;      // frames carry at most this many payload bytes
+};
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(TcpTransportOptions options);
+
+  std::string_view name() const override { return "tcp"; }
+  void Submit(std::span<const TransferRequest* const> requests,
+              std::span<TransferResult> results, int64_t deadline_ms) override;
+
+  tcp::ConnectionPool& pool_for_test() { return pool_; }
+
+ private:
+  const TcpTransportOptions options_;
+  tcp::ConnectionPool pool_;
+  std::atomic<uint64_t> next_request_id_{1};
+};
+
+}  // namespace mc::transfer

@@ -1,0 +1,112 @@
+// The transfer engine: moves bytes between local memory and a segment of some mc-client.
+//
+// Callers register local memory (a hook for RDMA/CUDA; a no-op for host memory over local/tcp),
+// then Submit() a batch of READ (remote segment -> local buffers) and WRITE (local buffers ->
+// remote segment) requests; each request completes with the number of bytes moved or an error,
+// and never reports OK unless exactly its total local length moved. A registry picks the
+// transport per request: `local` (memcpy through this process's SegmentTable) when the endpoint
+// is our own data-plane endpoint, otherwise `tcp` (our framed protocol, see transfer/tcp/).
+// It does not know keys, leases, checksums or replicas: those belong to the batch paths above;
+// the serving side of tcp (TcpDataServer) lives in transfer/tcp/server.h.
+// Thread-safety: SegmentTable and TransferEngine are thread-safe; Submit() may run concurrently
+// from many threads. Local buffers must stay valid and untouched by others until Submit returns;
+// a segment must stay mapped while any transfer may touch it (Remove() does not wait).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
+
+namespace mc::transfer {
+
+// A contiguous piece of local memory (host memory: a segment, an mmap'd shm buffer, a string).
+struct LocalBuffer {
+  char* data;
+  uint64_t length;
+};
+
+// kRead: remote segment -> local buffers; kWrite: local buffers -> remote segment.
+enum class OpKind { kRead, kWrite };
+
+struct TransferRequest {
+  OpKind op;
+  std::vector<LocalBuffer> local;  // scatter/gather list; total length = bytes moved
+  std::string endpoint;            // data-plane "HOST:PORT" of the daemon owning the segment
+  uint64_t segment_id;
+  uint64_t offset;                 // byte offset inside the remote segment
+};
+
+struct TransferResult {
+  absl::Status status;
+  uint64_t bytes = 0;  // bytes actually moved
+};
+
+// Segments this process owns, looked up by id; shared by the local transport and the
+// data-plane server. Thread-safe.
+class SegmentTable {
+ public:
+  // Adds or replaces a segment of `size` bytes at `base` (borrowed; must outlive its entry).
+  void Add(uint64_t segment_id, char* base, uint64_t size);
+  void Remove(uint64_t segment_id);
+  void Clear();
+  // The memory range [offset, offset+length) of a segment, or an error: kNotFound for an
+  // unknown segment, kInvalidArgument for a range out of bounds or overflowing.
+  absl::StatusOr<char*> Resolve(uint64_t segment_id, uint64_t offset, uint64_t length) const;
+
+ private:
+  struct Segment {
+    char* base;
+    uint64_t size;
+  };
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
+};
+
+struct TransferEngineOptions {
+  std::string local_endpoint;  // this daemon's data-plane endpoint; requests to it use `local`
+  int connections_per_peer = 4;                // tcp pool size per peer
+  int socket_buffer_bytes = 8 << 20;           // SO_SNDBUF / SO_RCVBUF of tcp connections
+  uint64_t parallel_copy_threshold = 8 << 20;  // local memcpy split across threads above this
+  int copy_threads = 2;                        // helper threads of the local transport
+  uint64_t tcp_frame_bytes = 4 << 20;          // a tcp request is cut into frames of this size
+  MetricsRegistry* metrics = nullptr;          // optional: transfer bytes/errors by transport
+};
+
+class TransportRegistry;
+struct TransportMetrics;
+
+class TransferEngine {
+ public:
+  TransferEngine(TransferEngineOptions options, SegmentTable& local_segments);
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  // Moves every request; blocks until all finished or `deadline_ms` (steady-clock ms as
+  // RealClock::NowMs(), 0 = none) passed. Returns one result per request, in order. A request
+  // that could not finish by the deadline fails with kTransferFailed "deadline", and any
+  // connection that still carried it is closed so no later byte of it lands. A request whose
+  // local list is empty (total length 0) succeeds with 0 bytes without touching a transport.
+  std::vector<TransferResult> Submit(std::span<const TransferRequest> requests,
+                                     int64_t deadline_ms = 0);
+
+  // Hook for RDMA/CUDA memory registration; a no-op for local/tcp.
+  absl::Status RegisterMemory(void* base, uint64_t length);
+  void UnregisterMemory(void* base);
+
+ private:
+  const TransferEngineOptions options_;
+  std::unique_ptr<TransportRegistry> registry_;
+  std::vector<std::unique_ptr<TransportMetrics>> metrics_;  // one per registry transport
+};
+
+}  // namespace mc::transfer
