@@ -1,0 +1,330 @@
+#include "client/batch_get.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "proto/status_convert.h"
+
+namespace mc::client {
+
+namespace {
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
+}  // namespace
+
+struct BatchGetter::KeyPlan {
+  std::string key;
+  std::vector<size_t> items;  // request positions, ascending
+  absl::Status status;        // key-level outcome (lookup, transfer, verification)
+  v1::KeyReplicas lookup;
+  int64_t deadline_ms = 0;    // lease end on the local clock
+  bool leased_here = false;   // this call took the lease (and releases it)
+  std::vector<int> order;     // replica indices, preferred first
+  size_t next = 0;            // next position in `order` to try
+  size_t primary = kNone;     // item receiving the transfer
+  uint64_t moved = 0;         // bytes moved into the primary by the last transfer
+  bool done = false;
+};
+
+struct BatchGetter::Batch {
+  std::vector<GetRequestItem>& items;
+  std::vector<GetItemResult> results;
+  std::vector<std::vector<LocalBuffer>> dest;
+  std::vector<KeyPlan> plans;
+  uint64_t master_lease_id = 0;
+};
+
+BatchGetter::BatchGetter(BatchGetOptions options, MasterClient& master,
+                         transfer::TransferEngine& engine, PrefixLeases& prefix_leases,
+                         const Clock& clock, ClientMetrics& metrics)
+    : options_(std::move(options)),
+      master_(master),
+      engine_(engine),
+      prefix_leases_(prefix_leases),
+      clock_(clock),
+      metrics_(metrics) {}
+
+uint64_t ScatterCopy(const std::vector<LocalBuffer>& from, const std::vector<LocalBuffer>& to) {
+  size_t fi = 0, ti = 0;
+  uint64_t fo = 0, to_off = 0, copied = 0;
+  while (fi < from.size() && ti < to.size()) {
+    uint64_t n = std::min(from[fi].length - fo, to[ti].length - to_off);
+    if (n > 0) std::memcpy(to[ti].data + to_off, from[fi].data + fo, n);
+    copied += n;
+    fo += n;
+    to_off += n;
+    if (fo == from[fi].length) ++fi, fo = 0;
+    if (to_off == to[ti].length) ++ti, to_off = 0;
+  }
+  return copied;
+}
+
+uint64_t ScatterChecksum(const std::vector<LocalBuffer>& pieces) {
+  if (pieces.size() == 1) return Checksum(pieces[0].data, pieces[0].length);
+  StreamingChecksum sum;
+  for (const LocalBuffer& p : pieces) sum.Update(p.data, p.length);
+  return sum.Digest();
+}
+
+void RejectOverlappingDestinations(std::vector<GetRequestItem>& items) {
+  struct Range {
+    uintptr_t begin, end;
+    size_t item;
+  };
+  std::vector<Range> ranges;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].input_error.ok()) continue;
+    for (const LocalBuffer& b : items[i].slices) {
+      if (b.length == 0) continue;
+      auto begin = reinterpret_cast<uintptr_t>(b.data);
+      ranges.push_back({begin, begin + b.length, i});
+    }
+  }
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  uintptr_t max_end = 0;
+  size_t max_item = kNone;
+  for (const Range& r : ranges) {
+    if (max_item != kNone && r.begin < max_end) {
+      for (size_t i : {r.item, max_item}) {
+        items[i].input_error =
+            McError(Code::kInvalidArgument, "destination slices overlap another destination");
+      }
+    }
+    if (r.end > max_end) {
+      max_end = r.end;
+      max_item = r.item;
+    }
+  }
+}
+
+std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, uint64_t lease_id,
+                                            InlineSink* sink) {
+  RejectOverlappingDestinations(items);
+  Batch batch{items, std::vector<GetItemResult>(items.size()),
+              std::vector<std::vector<LocalBuffer>>(items.size()), {}, 0};
+  absl::flat_hash_map<std::string_view, size_t> plan_of;
+  for (size_t i = 0; i < items.size(); ++i) {
+    GetItemResult& r = batch.results[i];
+    r.status = items[i].input_error;
+    if (r.status.ok() && (items[i].key.empty() || items[i].key.size() > options_.max_key_size)) {
+      r.status = McError(Code::kInvalidArgument,
+                         absl::StrCat("key length ", items[i].key.size(), " outside 1..",
+                                      options_.max_key_size));
+    }
+    if (!r.status.ok()) continue;
+    auto [it, inserted] = plan_of.emplace(items[i].key, batch.plans.size());
+    if (inserted) {
+      batch.plans.emplace_back();
+      batch.plans.back().key = std::string(items[i].key);
+    }
+    batch.plans[it->second].items.push_back(i);
+  }
+  if (!batch.plans.empty()) {
+    Lookup(batch, lease_id);
+    AssignDestinations(batch, sink);
+    TransferRounds(batch);
+    FanOut(batch);
+    ReleaseLeases(batch);
+  }
+  return std::move(batch.results);
+}
+
+void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
+  v1::GetReplicasRequest req;
+  req.set_client_id(options_.client_id);
+  req.set_lease_ttl_ms(options_.lease_ttl_ms);
+  std::vector<size_t> asked;
+  for (size_t p = 0; p < batch.plans.size(); ++p) {
+    KeyPlan& plan = batch.plans[p];
+    if (lease_id != 0) {
+      if (auto pinned = prefix_leases_.Find(lease_id, plan.key, &plan.deadline_ms)) {
+        plan.lookup = std::move(*pinned);
+        continue;
+      }
+    }
+    req.add_keys(plan.key);
+    asked.push_back(p);
+  }
+  if (!asked.empty()) {
+    int64_t sent_ms = clock_.NowMs();
+    v1::GetReplicasResponse resp;
+    absl::Status s = master_.GetReplicas(req, &resp);
+    if (s.ok() && resp.results_size() != static_cast<int>(asked.size())) {
+      s = McError(Code::kInternal, "master answered a different number of keys");
+    }
+    batch.master_lease_id = resp.lease_id();
+    for (size_t i = 0; i < asked.size(); ++i) {
+      KeyPlan& plan = batch.plans[asked[i]];
+      if (!s.ok()) {
+        plan.status = McError(Code::kUnavailable, absl::StrCat("master lookup: ", s.message()));
+        continue;
+      }
+      plan.lookup = std::move(*resp.mutable_results(i));
+      plan.leased_here = plan.lookup.code() == v1::OK;
+      // The lease began after we sent the request, so this deadline is never late.
+      plan.deadline_ms = sent_ms + static_cast<int64_t>(resp.lease_ttl_ms());
+    }
+  }
+  for (KeyPlan& plan : batch.plans) {
+    if (!plan.status.ok()) continue;
+    if (plan.lookup.code() != v1::OK) {
+      plan.status = McError(FromProtoCode(plan.lookup.code()), plan.lookup.message());
+      continue;
+    }
+    // Replica preference: own memory, remote memory (DISK replicas come with the SSD tier).
+    for (int r = 0; r < plan.lookup.replicas_size(); ++r) {
+      const auto& rep = plan.lookup.replicas(r);
+      if (rep.tier() == v1::MEMORY && rep.data_endpoint() == options_.local_endpoint) {
+        plan.order.push_back(r);
+      }
+    }
+    for (int r = 0; r < plan.lookup.replicas_size(); ++r) {
+      const auto& rep = plan.lookup.replicas(r);
+      if (rep.tier() == v1::MEMORY && rep.data_endpoint() != options_.local_endpoint) {
+        plan.order.push_back(r);
+      }
+    }
+    if (plan.order.empty()) {
+      plan.status = McError(Code::kNotFound, "no readable replica");
+    }
+  }
+}
+
+void BatchGetter::AssignDestinations(Batch& batch, InlineSink* sink) {
+  for (KeyPlan& plan : batch.plans) {
+    for (size_t i : plan.items) {
+      GetItemResult& r = batch.results[i];
+      if (!plan.status.ok()) {
+        r.status = plan.status;
+        continue;
+      }
+      uint64_t size = plan.lookup.size();
+      r.size = size;
+      GetRequestItem& item = batch.items[i];
+      if (item.inline_data) {
+        char* mem = sink == nullptr ? nullptr : sink->Allocate(i, size);
+        if (mem == nullptr) {
+          r.status = McError(Code::kInvalidArgument,
+                             absl::StrCat("object of ", size,
+                                          " bytes exceeds the inline limit; use slices"));
+          continue;
+        }
+        batch.dest[i] = {LocalBuffer{mem, size}};
+      } else if (TotalLength(item.slices) != size) {
+        r.status = McError(Code::kSizeMismatch,
+                           absl::StrCat("slices hold ", TotalLength(item.slices),
+                                        " bytes, object has ", size));
+        continue;
+      } else {
+        batch.dest[i] = item.slices;
+      }
+      if (plan.primary == kNone) plan.primary = i;
+    }
+  }
+}
+
+void BatchGetter::TransferRounds(Batch& batch) {
+  for (int round = 0; round < options_.max_replica_rounds; ++round) {
+    std::vector<transfer::TransferRequest> reqs;
+    std::vector<size_t> owner;  // plan index per request
+    int64_t deadline = std::numeric_limits<int64_t>::max();
+    for (size_t p = 0; p < batch.plans.size(); ++p) {
+      KeyPlan& plan = batch.plans[p];
+      if (!plan.status.ok() || plan.done || plan.primary == kNone) continue;
+      if (plan.next >= plan.order.size()) continue;  // status already says why
+      const auto& rep = plan.lookup.replicas(plan.order[plan.next]);
+      reqs.push_back({transfer::OpKind::kRead, batch.dest[plan.primary], rep.data_endpoint(),
+                      rep.segment_id(), rep.offset()});
+      owner.push_back(p);
+      deadline = std::min(deadline, plan.deadline_ms);
+    }
+    if (reqs.empty()) return;
+    std::vector<transfer::TransferResult> results = engine_.Submit(reqs, deadline);
+    int64_t now = clock_.NowMs();
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      KeyPlan& plan = batch.plans[owner[i]];
+      const transfer::TransferResult& res = results[i];
+      plan.moved = res.bytes;
+      ++plan.next;
+      bool more = plan.next < plan.order.size();
+      if (now > plan.deadline_ms) {
+        plan.status = McError(Code::kLeaseExpired,
+                              "the transfer ended after the read lease expired");
+        metrics_.lease_expiries.Inc();
+        continue;
+      }
+      if (!res.status.ok() || res.bytes != plan.lookup.size()) {
+        plan.status = McError(Code::kTransferFailed,
+                              absl::StrCat("replica on ", reqs[i].endpoint, ": ",
+                                           res.status.ok() ? "short transfer"
+                                                           : std::string(res.status.message())));
+        if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
+        continue;
+      }
+      if (ScatterChecksum(batch.dest[plan.primary]) != plan.lookup.checksum()) {
+        metrics_.checksum_mismatches.Inc();
+        Logger("client").error("checksum mismatch reading {} from {} (generation {})",
+                               KeyForLog(plan.key), reqs[i].endpoint, plan.lookup.generation());
+        plan.status = McError(Code::kChecksumMismatch,
+                              absl::StrCat("replica on ", reqs[i].endpoint,
+                                           " failed the checksum"));
+        if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
+        continue;
+      }
+      plan.done = true;
+    }
+  }
+}
+
+void BatchGetter::FanOut(Batch& batch) {
+  for (KeyPlan& plan : batch.plans) {
+    for (size_t i : plan.items) {
+      GetItemResult& r = batch.results[i];
+      if (!r.status.ok()) continue;
+      if (!plan.done) {
+        r.status = plan.status.ok() ? McError(Code::kTransferFailed, "no replica could be read")
+                                    : plan.status;
+        r.bytes_written = i == plan.primary ? plan.moved : 0;
+        continue;
+      }
+      if (i == plan.primary) {
+        r.bytes_written = plan.moved;  // verified in TransferRounds
+      } else {
+        r.bytes_written = ScatterCopy(batch.dest[plan.primary], batch.dest[i]);
+        metrics_.duplicate_keys.Inc();
+        if (r.bytes_written != plan.lookup.size() ||
+            ScatterChecksum(batch.dest[i]) != plan.lookup.checksum()) {
+          r.status = McError(Code::kInternal, "destination failed verification after copy");
+          continue;
+        }
+      }
+      metrics_.bytes_out.Inc(r.bytes_written);
+    }
+  }
+}
+
+void BatchGetter::ReleaseLeases(Batch& batch) {
+  v1::ReleaseLeasesRequest req;
+  req.set_lease_id(batch.master_lease_id);
+  for (const KeyPlan& plan : batch.plans) {
+    if (plan.leased_here) req.add_keys(plan.key);
+  }
+  if (req.keys_size() == 0) return;
+  absl::Status s = master_.ReleaseLeases(req);
+  if (!s.ok()) {
+    static RateLimiter limiter(std::chrono::seconds(10));
+    uint64_t suppressed = 0;
+    if (limiter.Allow(&suppressed)) {
+      Logger("client").warn("releasing {} lease(s) failed: {}; they expire by TTL ({} suppressed)",
+                            req.keys_size(), s.ToString(), suppressed);
+    }
+  }
+}
+
+}  // namespace mc::client

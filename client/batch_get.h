@@ -1,0 +1,70 @@
+// BatchGetter: the get path, where peers lost bytes. Invariants (DESIGN.md 1-3, 6):
+//  - keys are deduplicated for the master lookup and the transfer, never for the accounting of
+//    destinations: every requested item gets its own result, in request order;
+//  - one GetReplicas RPC for the unique keys not pinned by a MatchPrefix lease;
+//  - a replica is chosen per key (own segment, then remote memory); a failed transfer or a
+//    checksum mismatch falls back to the next replica before the key fails;
+//  - each unique key is transferred once, into its first valid destination, then copied into
+//    every other destination of that key;
+//  - an item is OK only when its own destination received exactly `size` bytes from this get and
+//    their XXH3 equals the checksum recorded at put; a transfer that finished after its lease
+//    expired is LEASE_EXPIRED; destinations that overlap each other are rejected up front;
+//  - the leases this call took are released before it returns.
+// Thread-safe: concurrent Get() calls share nothing but thread-safe collaborators.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "client/batch_types.h"
+#include "client/client_metrics.h"
+#include "client/master_client.h"
+#include "client/prefix_leases.h"
+#include "common/clock.h"
+#include "transfer/transfer_engine.h"
+
+namespace mc::client {
+
+struct BatchGetOptions {
+  std::string client_id;
+  std::string local_endpoint;  // replicas here are read first (local memcpy)
+  uint32_t lease_ttl_ms = 0;   // 0 = the master's default
+  size_t max_key_size = 4096;
+  int max_replica_rounds = 8;  // fallback rounds before a key fails
+};
+
+class BatchGetter {
+ public:
+  BatchGetter(BatchGetOptions options, MasterClient& master, transfer::TransferEngine& engine,
+              PrefixLeases& prefix_leases, const Clock& clock, ClientMetrics& metrics);
+
+  // One result per item, in order. `lease_id` (from MatchPrefix) may be 0. `sink` provides memory
+  // for inline items and may be null when there are none.
+  std::vector<GetItemResult> Get(std::vector<GetRequestItem>& items, uint64_t lease_id,
+                                 InlineSink* sink);
+
+ private:
+  struct KeyPlan;
+  struct Batch;
+  void Lookup(Batch& batch, uint64_t lease_id);
+  void AssignDestinations(Batch& batch, InlineSink* sink);
+  void TransferRounds(Batch& batch);
+  void FanOut(Batch& batch);
+  void ReleaseLeases(Batch& batch);
+
+  const BatchGetOptions options_;
+  MasterClient& master_;
+  transfer::TransferEngine& engine_;
+  PrefixLeases& prefix_leases_;
+  const Clock& clock_;
+  ClientMetrics& metrics_;
+};
+
+// Copies `from` (scattered) into `to` (scattered); returns bytes copied (min of both totals).
+uint64_t ScatterCopy(const std::vector<LocalBuffer>& from, const std::vector<LocalBuffer>& to);
+// XXH3-64 over scattered pieces.
+uint64_t ScatterChecksum(const std::vector<LocalBuffer>& pieces);
+// Marks every item whose slices overlap another's (or its own) with INVALID_ARGUMENT.
+void RejectOverlappingDestinations(std::vector<GetRequestItem>& items);
+
+}  // namespace mc::client

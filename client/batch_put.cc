@@ -1,0 +1,138 @@
+#include "client/batch_put.h"
+
+#include "absl/strings/str_cat.h"
+#include "client/batch_get.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "proto/status_convert.h"
+
+namespace mc::client {
+
+BatchPutter::BatchPutter(BatchPutOptions options, MasterClient& master,
+                         transfer::TransferEngine& engine, const Clock& clock,
+                         ClientMetrics& metrics)
+    : options_(std::move(options)),
+      master_(master),
+      engine_(engine),
+      clock_(clock),
+      metrics_(metrics) {}
+
+std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& items,
+                                           uint32_t replicas) {
+  std::vector<absl::Status> out(items.size());
+  if (replicas == 0) replicas = 1;
+  v1::PutStartRequest start;
+  start.set_client_id(options_.client_id);
+  start.set_replicas(replicas);
+  std::vector<size_t> started;  // item index per PutStart entry
+  std::vector<uint64_t> checksums(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    out[i] = items[i].input_error;
+    uint64_t size = TotalLength(items[i].pieces);
+    if (out[i].ok() && (items[i].key.empty() || items[i].key.size() > options_.max_key_size)) {
+      out[i] = McError(Code::kInvalidArgument, absl::StrCat("key length ", items[i].key.size(),
+                                                            " outside 1..",
+                                                            options_.max_key_size));
+    }
+    if (out[i].ok() && size == 0) out[i] = McError(Code::kInvalidArgument, "empty payload");
+    if (out[i].ok() && replicas > options_.max_replicas) {
+      out[i] = McError(Code::kInvalidArgument, absl::StrCat(replicas, " replicas asked"));
+    }
+    if (!out[i].ok()) continue;
+    checksums[i] = ScatterChecksum(items[i].pieces);
+    auto* entry = start.add_items();
+    entry->set_key(items[i].key.data(), items[i].key.size());
+    entry->set_size(size);
+    started.push_back(i);
+  }
+  if (started.empty()) return out;
+
+  int64_t sent_ms = clock_.NowMs();
+  v1::PutStartResponse placed;
+  absl::Status s = master_.PutStart(start, &placed);
+  if (s.ok() && placed.results_size() != static_cast<int>(started.size())) {
+    s = McError(Code::kInternal, "master answered a different number of items");
+  }
+  if (!s.ok()) {
+    for (size_t i : started) out[i] = McError(Code::kUnavailable, absl::StrCat("PutStart: ", s.message()));
+    return out;
+  }
+  // Write every replica of every placed item in one submission.
+  std::vector<transfer::TransferRequest> writes;
+  std::vector<size_t> write_owner;  // position in `started`
+  for (size_t k = 0; k < started.size(); ++k) {
+    const v1::PutStartResult& r = placed.results(k);
+    size_t i = started[k];
+    if (r.code() != v1::OK) {
+      out[i] = McError(FromProtoCode(r.code()), r.message());
+      continue;
+    }
+    for (const auto& rep : r.replicas()) {
+      writes.push_back({transfer::OpKind::kWrite, items[i].pieces, rep.data_endpoint(),
+                        rep.segment_id(), rep.offset()});
+      write_owner.push_back(k);
+    }
+  }
+  int64_t deadline = sent_ms + static_cast<int64_t>(placed.write_deadline_ms());
+  std::vector<transfer::TransferResult> written = engine_.Submit(writes, deadline);
+  std::vector<absl::Status> write_status(started.size());
+  for (size_t w = 0; w < writes.size(); ++w) {
+    const auto& res = written[w];
+    uint64_t expect = TotalLength(writes[w].local);
+    if (res.status.ok() && res.bytes == expect) continue;
+    write_status[write_owner[w]] = McError(
+        Code::kTransferFailed,
+        absl::StrCat("writing the replica on ", writes[w].endpoint, ": ",
+                     res.status.ok() ? "short transfer" : std::string(res.status.message())));
+  }
+  v1::PutEndRequest end;
+  v1::PutRevokeRequest revoke;
+  end.set_client_id(options_.client_id);
+  revoke.set_client_id(options_.client_id);
+  std::vector<size_t> ended, revoked;
+  for (size_t k = 0; k < started.size(); ++k) {
+    const v1::PutStartResult& r = placed.results(k);
+    size_t i = started[k];
+    if (r.code() != v1::OK) continue;
+    if (write_status[k].ok()) {
+      auto* e = end.add_items();
+      e->set_key(items[i].key.data(), items[i].key.size());
+      e->set_generation(r.generation());
+      e->set_checksum(checksums[i]);
+      ended.push_back(i);
+    } else {
+      auto* e = revoke.add_items();
+      e->set_key(items[i].key.data(), items[i].key.size());
+      e->set_generation(r.generation());
+      revoked.push_back(i);
+      out[i] = write_status[k];
+    }
+  }
+  if (!revoked.empty()) {
+    v1::PutRevokeResponse resp;
+    absl::Status rs = master_.PutRevoke(revoke, &resp);
+    if (!rs.ok()) {
+      Logger("client").warn("PutRevoke of {} item(s) failed ({}); the put timeout frees them",
+                            revoked.size(), rs.ToString());
+    }
+  }
+  if (!ended.empty()) {
+    v1::PutEndResponse resp;
+    absl::Status es = master_.PutEnd(end, &resp);
+    if (es.ok() && resp.results_size() != static_cast<int>(ended.size())) {
+      es = McError(Code::kInternal, "master answered a different number of items");
+    }
+    for (size_t k = 0; k < ended.size(); ++k) {
+      size_t i = ended[k];
+      if (!es.ok()) {
+        out[i] = McError(Code::kUnavailable, absl::StrCat("PutEnd: ", es.message()));
+      } else {
+        out[i] = FromResult(resp.results(k));
+        if (out[i].ok()) metrics_.bytes_in.Inc(TotalLength(items[i].pieces));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace mc::client

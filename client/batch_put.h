@@ -1,0 +1,42 @@
+// BatchPutter: the put path. For a batch: checksum every payload (XXH3-64 over its pieces), one
+// PutStart RPC, every replica written through the transfer engine in one submission, one PutEnd
+// RPC for the items whose replicas were all written and one PutRevoke RPC for the rest. One
+// status per item, in order; ALREADY_EXISTS and every other failure stay with their own item.
+// Writes stop at the master's write deadline (half its put timeout, measured from before
+// PutStart was sent), so a put the master revokes by timeout is never still being written.
+// Thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "client/batch_types.h"
+#include "client/client_metrics.h"
+#include "client/master_client.h"
+#include "common/clock.h"
+#include "transfer/transfer_engine.h"
+
+namespace mc::client {
+
+struct BatchPutOptions {
+  std::string client_id;
+  size_t max_key_size = 4096;
+  uint32_t max_replicas = 8;
+};
+
+class BatchPutter {
+ public:
+  BatchPutter(BatchPutOptions options, MasterClient& master, transfer::TransferEngine& engine,
+              const Clock& clock, ClientMetrics& metrics);
+
+  std::vector<absl::Status> Put(const std::vector<PutRequestItem>& items, uint32_t replicas);
+
+ private:
+  const BatchPutOptions options_;
+  MasterClient& master_;
+  transfer::TransferEngine& engine_;
+  const Clock& clock_;
+  ClientMetrics& metrics_;
+};
+
+}  // namespace mc::client

@@ -1,0 +1,51 @@
+// Domain types of the Store batch paths, shared by BatchPutter, BatchGetter and the gRPC layer.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/buffer_registry.h"
+#include "transfer/transfer_engine.h"
+
+namespace mc::client {
+
+using transfer::LocalBuffer;
+
+// One put: the payload is the concatenation of `pieces` (inline bytes or registered slices).
+struct PutRequestItem {
+  std::string_view key;
+  std::vector<LocalBuffer> pieces;
+  absl::Status input_error;  // set by the caller when the item is already known bad
+};
+
+// One get: destination slices, or (inline) memory the sink provides once the size is known.
+struct GetRequestItem {
+  std::string_view key;
+  bool inline_data = false;
+  std::vector<LocalBuffer> slices;
+  absl::Status input_error;
+};
+
+struct GetItemResult {
+  absl::Status status;
+  uint64_t size = 0;
+  uint64_t bytes_written = 0;
+};
+
+// Gives inline gets their destination memory once the object size is known.
+class InlineSink {
+ public:
+  virtual ~InlineSink() = default;
+  // Memory for `size` bytes of item `item`, or nullptr (the item then fails INVALID_ARGUMENT).
+  virtual char* Allocate(size_t item, uint64_t size) = 0;
+};
+
+inline uint64_t TotalLength(const std::vector<LocalBuffer>& pieces) {
+  uint64_t n = 0;
+  for (const LocalBuffer& p : pieces) n += p.length;
+  return n;
+}
+
+}  // namespace mc::client

@@ -1,0 +1,76 @@
+// mc-client: flags -> ClientServerOptions -> run until SIGINT/SIGTERM.
+#include <csignal>
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "client/client_server.h"
+#include "common/logging.h"
+
+ABSL_FLAG(std::string, master, "127.0.0.1:50051", "mc-master gRPC HOST:PORT");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Store gRPC HOST:PORT (port 0 = free port); empty = off");
+ABSL_FLAG(std::string, unix_socket, "", "also serve Store gRPC on this Unix socket path");
+ABSL_FLAG(std::string, http, "127.0.0.1:0", "admin HTTP HOST:PORT; empty = off");
+ABSL_FLAG(std::string, data, "127.0.0.1:0", "data-plane HOST:PORT peers read and write through");
+ABSL_FLAG(std::string, advertise_host, "", "host peers use to reach --data (default: its host)");
+ABSL_FLAG(std::string, ready_file, "", "write {\"grpc\",\"http\",\"data\",\"unix_socket\"} JSON here once serving");
+ABSL_FLAG(std::string, client_id, "", "stable id of this daemon (default: host-pid-random)");
+ABSL_FLAG(uint64_t, segment_size, 256ull << 20, "bytes per memory segment; 0 = pure client");
+ABSL_FLAG(int32_t, segments, 1, "number of memory segments");
+ABSL_FLAG(bool, huge_pages, false, "map segments with MAP_HUGETLB when available");
+ABSL_FLAG(bool, prefault, false, "fault every segment page in at start");
+ABSL_FLAG(uint64_t, max_inline_bytes, 64ull << 20, "largest inline payload in a Store message");
+ABSL_FLAG(uint32_t, replicas, 1, "memory replicas of a put that asks for 0");
+ABSL_FLAG(uint32_t, get_lease_ttl_ms, 0, "read lease BatchGet asks for; 0 = master default");
+ABSL_FLAG(int64_t, master_rpc_timeout_ms, 10000, "deadline of each call to the master");
+ABSL_FLAG(int32_t, connections_per_peer, 4, "tcp data-plane connections per peer");
+ABSL_FLAG(int32_t, copy_threads, 2, "threads for large local copies");
+ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("mc-client: the mcstore per-host daemon. --flagfile=F works.");
+  absl::ParseCommandLine(argc, argv);
+  if (!mc::SetLogLevel(absl::GetFlag(FLAGS_log_level))) {
+    std::fprintf(stderr, "unknown --log_level\n");
+    return 2;
+  }
+  mc::client::ClientServerOptions o;
+  o.master = absl::GetFlag(FLAGS_master);
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.unix_socket = absl::GetFlag(FLAGS_unix_socket);
+  o.http = absl::GetFlag(FLAGS_http);
+  o.data = absl::GetFlag(FLAGS_data);
+  o.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  o.ready_file = absl::GetFlag(FLAGS_ready_file);
+  o.client_id = absl::GetFlag(FLAGS_client_id);
+  o.segments.segment_size = absl::GetFlag(FLAGS_segment_size);
+  o.segments.segment_count = absl::GetFlag(FLAGS_segments);
+  o.segments.huge_pages = absl::GetFlag(FLAGS_huge_pages);
+  o.segments.prefault = absl::GetFlag(FLAGS_prefault);
+  o.store.max_inline_bytes = absl::GetFlag(FLAGS_max_inline_bytes);
+  o.store.default_replicas = absl::GetFlag(FLAGS_replicas);
+  o.get_lease_ttl_ms = absl::GetFlag(FLAGS_get_lease_ttl_ms);
+  o.master_rpc_timeout_ms = absl::GetFlag(FLAGS_master_rpc_timeout_ms);
+  o.transfer.connections_per_peer = absl::GetFlag(FLAGS_connections_per_peer);
+  o.transfer.copy_threads = absl::GetFlag(FLAGS_copy_threads);
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  mc::client::ClientServer server(o);
+  absl::Status started = server.Start();
+  if (!started.ok()) {
+    mc::Logger("client").error("cannot start: {}", started.ToString());
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  mc::Logger("client").info("signal {}: shutting down", sig);
+  server.Shutdown();
+  return 0;
+}

@@ -1,0 +1,35 @@
+#include "client/client_metrics.h"
+
+namespace mc::client {
+
+ClientMetrics::ClientMetrics(MetricsRegistry& registry)
+    : bytes_in(registry.GetCounter("mc_client_bytes_in_total", "Payload bytes put")),
+      bytes_out(registry.GetCounter("mc_client_bytes_out_total", "Payload bytes got")),
+      duplicate_keys(registry.GetCounter("mc_client_duplicate_keys_total",
+                                         "Get items served by fan-out from a duplicate key")),
+      checksum_mismatches(registry.GetCounter("mc_client_checksum_mismatches_total",
+                                              "Replicas whose bytes failed the checksum")),
+      lease_expiries(registry.GetCounter("mc_client_lease_expiries_total",
+                                         "Transfers that ended after their read lease")),
+      replica_fallbacks(registry.GetCounter("mc_client_replica_fallbacks_total",
+                                            "Reads retried on another replica")),
+      registry_(registry) {}
+
+Counter& ClientMetrics::Requests(const char* rpc) {
+  return registry_.GetCounter("mc_client_rpc_requests_total", "Store RPCs received",
+                              {{"rpc", rpc}});
+}
+
+void ClientMetrics::CountItem(const char* rpc, Code code) {
+  registry_
+      .GetCounter("mc_client_items_total", "Store batch items answered, by RPC and code",
+                  {{"rpc", rpc}, {"code", std::string(CodeName(code))}})
+      .Inc();
+}
+
+Histogram& ClientMetrics::Latency(const char* rpc) {
+  return registry_.GetHistogram("mc_client_rpc_latency_seconds", "Store RPC latency",
+                                {{"rpc", rpc}});
+}
+
+}  // namespace mc::client

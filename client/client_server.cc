@@ -1,0 +1,175 @@
+#include "client/client_server.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/status_macros.h"
+#include "common/util.h"
+
+namespace mc::client {
+
+namespace {
+
+std::string DefaultHost() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+std::string DefaultClientId(const std::string& host) {
+  std::random_device rd;
+  return absl::StrFormat("%s-%d-%08x", host, getpid(), rd());
+}
+
+}  // namespace
+
+ClientServer::ClientServer(ClientServerOptions options)
+    : options_(std::move(options)), metrics_(registry_) {}
+
+ClientServer::~ClientServer() { Shutdown(); }
+
+absl::Status ClientServer::Start() {
+  if (options_.host.empty()) options_.host = DefaultHost();
+  if (options_.client_id.empty()) options_.client_id = DefaultClientId(options_.host);
+  auto pool = SegmentPool::Create(options_.segments);
+  if (!pool.ok()) return pool.status();
+  pool_ = std::move(*pool);
+
+  // Data plane first: its bound port is our endpoint.
+  auto data = ParseHostPort(options_.data);
+  if (!data.ok()) return data.status();
+  transfer::tcp::TcpDataServerOptions data_opts;
+  data_opts.listen_address = options_.data;
+  data_opts.metrics = &registry_;
+  data_server_ = std::make_unique<transfer::tcp::TcpDataServer>(data_opts, segment_table_);
+  MC_RETURN_IF_ERROR(data_server_->Start());
+  auto bound = ParseHostPort(data_server_->endpoint());
+  if (!bound.ok()) return bound.status();
+  data_endpoint_ = absl::StrCat(
+      options_.advertise_host.empty() ? data->host : options_.advertise_host, ":", bound->port);
+
+  transfer::TransferEngineOptions engine_opts = options_.transfer;
+  engine_opts.local_endpoint = data_endpoint_;
+  engine_opts.metrics = &registry_;
+  engine_ = std::make_unique<transfer::TransferEngine>(engine_opts, segment_table_);
+  for (const auto& seg : pool_->segments()) {
+    MC_RETURN_IF_ERROR(engine_->RegisterMemory(seg.base, seg.size));
+  }
+
+  master_ = CreateGrpcMasterClient({options_.master, options_.master_rpc_timeout_ms});
+  session_ = std::make_unique<MasterSession>(
+      MasterSessionOptions{options_.client_id, options_.host, data_endpoint_, 0, 500}, *master_,
+      *pool_, segment_table_);
+  absl::Status registered = session_->Start();
+  if (!registered.ok()) {
+    Logger("client").warn("cannot register with the master at {} yet ({}); retrying",
+                          options_.master, registered.ToString());
+  }
+
+  prefix_leases_ = std::make_unique<PrefixLeases>(RealClock::Get());
+  putter_ = std::make_unique<BatchPutter>(
+      BatchPutOptions{options_.client_id, 4096, 8}, *master_, *engine_, RealClock::Get(),
+      metrics_);
+  getter_ = std::make_unique<BatchGetter>(
+      BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 4096, 8},
+      *master_, *engine_, *prefix_leases_, RealClock::Get(), metrics_);
+  options_.store.client_id = options_.client_id;
+  store_ = std::make_unique<StoreGrpcService>(options_.store, buffers_, *putter_, *getter_,
+                                              *master_, *prefix_leases_, RealClock::Get(),
+                                              metrics_);
+  MC_RETURN_IF_ERROR(StartGrpc());
+  MC_RETURN_IF_ERROR(StartAdmin());
+  if (!options_.ready_file.empty()) {
+    MC_RETURN_IF_ERROR(WriteReadyFile(options_.ready_file, {{"grpc", grpc_address_},
+                                                            {"http", http_address_},
+                                                            {"data", data_endpoint_},
+                                                            {"unix_socket", options_.unix_socket},
+                                                            {"client_id", options_.client_id}}));
+  }
+  Logger("client").info("mc-client {} serving Store on {}{}, data plane on {}, HTTP on {}",
+                        options_.client_id, grpc_address_,
+                        options_.unix_socket.empty() ? "" : " and unix:" + options_.unix_socket,
+                        data_endpoint_, http_address_.empty() ? "(off)" : http_address_);
+  return absl::OkStatus();
+}
+
+absl::Status ClientServer::StartGrpc() {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  if (!options_.listen.empty()) {
+    builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  }
+  if (!options_.unix_socket.empty()) {
+    unlink(options_.unix_socket.c_str());  // a stale socket from a previous run
+    builder.AddListeningPort("unix:" + options_.unix_socket, grpc::InsecureServerCredentials());
+  }
+  // Room for one inline payload at the limit plus its envelope; larger messages are refused.
+  int max_message = static_cast<int>(
+      std::min<uint64_t>(options_.store.max_inline_bytes + (1 << 20), INT32_MAX));
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  builder.RegisterService(store_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (!grpc_server_ || (!options_.listen.empty() && port == 0)) {
+    return McError(Code::kUnavailable,
+                   absl::StrCat("cannot serve Store on ", options_.listen, " ",
+                                options_.unix_socket));
+  }
+  if (!options_.listen.empty()) {
+    auto hp = ParseHostPort(options_.listen);
+    if (!hp.ok()) return hp.status();
+    grpc_address_ = absl::StrCat(hp->host, ":", port);
+  }
+  return absl::OkStatus();
+}
+
+std::string ClientServer::StatusLine() {
+  uint64_t capacity = 0;
+  for (const auto& s : pool_->segments()) capacity += s.size;
+  return absl::StrFormat(
+      "Client %s | Registered: %s | Segments: %d (%s) | Data: %s | Buffers: %d | Leases: %d",
+      options_.client_id, session_->registered() ? "yes" : "no", pool_->segments().size(),
+      FormatBytes(capacity), data_endpoint_, buffers_.Count(), prefix_leases_->Count());
+}
+
+absl::Status ClientServer::StartAdmin() {
+  if (options_.http.empty()) return absl::OkStatus();
+  auto hp = ParseHostPort(options_.http);
+  if (!hp.ok()) return hp.status();
+  admin_ = std::make_unique<AdminServer>(AdminServerOptions{hp->host, hp->port});
+  registry_.AddCallbackGauge("mc_client_registered", "1 while registered with the master",
+                             [this] { return session_->registered() ? 1.0 : 0.0; });
+  registry_.AddCallbackGauge("mc_client_registrations", "Registrations with the master so far",
+                             [this] { return static_cast<double>(session_->registrations()); });
+  registry_.AddCallbackGauge("mc_client_buffers", "Registered application buffers",
+                             [this] { return static_cast<double>(buffers_.Count()); });
+  admin_->Handle("/metrics", "text/plain; version=0.0.4",
+                 [this] { return registry_.RenderPrometheus(); });
+  admin_->Handle("/status", "text/plain", [this] { return StatusLine() + "\n"; });
+  admin_->Handle("/healthz", "text/plain", [] { return std::string("ok\n"); });
+  auto bound = admin_->Start();
+  if (!bound.ok()) return bound.status();
+  http_address_ = *bound;
+  return absl::OkStatus();
+}
+
+void ClientServer::Shutdown() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (grpc_server_) {
+    grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  if (session_) session_->Stop();
+  if (data_server_) data_server_->Stop();
+  if (admin_) admin_->Stop();
+  if (!options_.unix_socket.empty()) unlink(options_.unix_socket.c_str());
+}
+
+}  // namespace mc::client

@@ -1,0 +1,89 @@
+// ClientServer: runs one mc-client daemon: its memory segments, the data-plane server, the
+// transfer engine, the session with the master (registration, heartbeats, re-registration), the
+// Store gRPC service on TCP and a Unix socket, and the HTTP admin endpoint. mc-client's main only
+// turns flags into ClientServerOptions. Start() returns once everything serves and the ready file
+// is written; Shutdown() stops it all. Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "client/batch_get.h"
+#include "client/batch_put.h"
+#include "client/buffer_registry.h"
+#include "client/client_metrics.h"
+#include "client/master_client.h"
+#include "client/master_session.h"
+#include "client/prefix_leases.h"
+#include "client/segment_pool.h"
+#include "client/store_service.h"
+#include "common/http_admin.h"
+#include "common/metrics.h"
+#include "transfer/tcp/server.h"
+#include "transfer/transfer_engine.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace mc::client {
+
+struct ClientServerOptions {
+  std::string master = "127.0.0.1:50051";  // mc-master gRPC
+  std::string listen = "127.0.0.1:0";      // Store gRPC; empty = off
+  std::string unix_socket;                 // Store gRPC on a Unix socket; empty = off
+  std::string http = "127.0.0.1:0";        // admin HTTP; empty = off
+  std::string data = "127.0.0.1:0";        // data plane (tcp transport)
+  std::string advertise_host;              // host peers use to reach `data` (default: its host)
+  std::string ready_file;
+  std::string client_id;                   // default: host-pid-random
+  std::string host;                        // default: gethostname()
+  SegmentPoolOptions segments;
+  StoreServiceOptions store;               // client_id is filled in
+  uint32_t get_lease_ttl_ms = 0;           // read lease asked by BatchGet; 0 = master default
+  int64_t master_rpc_timeout_ms = 10'000;
+  transfer::TransferEngineOptions transfer;  // local_endpoint and metrics are filled in
+};
+
+class ClientServer {
+ public:
+  explicit ClientServer(ClientServerOptions options);
+  ~ClientServer();
+
+  absl::Status Start();
+  void Shutdown();
+
+  const std::string& grpc_address() const { return grpc_address_; }
+  const std::string& http_address() const { return http_address_; }
+  const std::string& data_endpoint() const { return data_endpoint_; }
+  const std::string& client_id() const { return options_.client_id; }
+
+ private:
+  absl::Status StartGrpc();
+  absl::Status StartAdmin();
+  std::string StatusLine();
+
+  ClientServerOptions options_;
+  MetricsRegistry registry_;
+  ClientMetrics metrics_;
+  transfer::SegmentTable segment_table_;
+  std::unique_ptr<SegmentPool> pool_;
+  std::unique_ptr<transfer::tcp::TcpDataServer> data_server_;
+  std::unique_ptr<transfer::TransferEngine> engine_;
+  std::unique_ptr<MasterClient> master_;
+  std::unique_ptr<MasterSession> session_;
+  BufferRegistry buffers_;
+  std::unique_ptr<PrefixLeases> prefix_leases_;
+  std::unique_ptr<BatchPutter> putter_;
+  std::unique_ptr<BatchGetter> getter_;
+  std::unique_ptr<StoreGrpcService> store_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<AdminServer> admin_;
+  std::string grpc_address_;
+  std::string http_address_;
+  std::string data_endpoint_;
+  bool stopped_ = false;
+};
+
+}  // namespace mc::client

@@ -1,0 +1,89 @@
+#include "client/master_client.h"
+
+#include <chrono>
+
+#include <grpcpp/grpcpp.h>
+
+#include "proto/status_convert.h"
+
+namespace mc::client {
+namespace {
+
+class GrpcMasterClient final : public MasterClient {
+ public:
+  explicit GrpcMasterClient(const GrpcMasterClientOptions& options) : options_(options) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(options.max_message_bytes);
+    args.SetMaxSendMessageSize(options.max_message_bytes);
+    // Reconnect quickly after a master restart.
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    stub_ = v1::Master::NewStub(
+        grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args));
+  }
+
+  absl::Status RegisterClient(const v1::RegisterClientRequest& req,
+                              v1::RegisterClientResponse* resp) override {
+    return Call(&v1::Master::Stub::RegisterClient, req, resp);
+  }
+  absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
+    return Call(&v1::Master::Stub::Heartbeat, req, resp);
+  }
+  absl::Status UnregisterClient(const v1::UnregisterClientRequest& req) override {
+    v1::UnregisterClientResponse resp;
+    return Call(&v1::Master::Stub::UnregisterClient, req, &resp);
+  }
+  absl::Status PutStart(const v1::PutStartRequest& req, v1::PutStartResponse* resp) override {
+    return Call(&v1::Master::Stub::PutStart, req, resp);
+  }
+  absl::Status PutEnd(const v1::PutEndRequest& req, v1::PutEndResponse* resp) override {
+    return Call(&v1::Master::Stub::PutEnd, req, resp);
+  }
+  absl::Status PutRevoke(const v1::PutRevokeRequest& req, v1::PutRevokeResponse* resp) override {
+    return Call(&v1::Master::Stub::PutRevoke, req, resp);
+  }
+  absl::Status GetReplicas(const v1::GetReplicasRequest& req,
+                           v1::GetReplicasResponse* resp) override {
+    return Call(&v1::Master::Stub::GetReplicas, req, resp);
+  }
+  absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
+    v1::ReleaseLeasesResponse resp;
+    return Call(&v1::Master::Stub::ReleaseLeases, req, &resp);
+  }
+  absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
+    return Call(&v1::Master::Stub::Exist, req, resp);
+  }
+  absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) override {
+    return Call(&v1::Master::Stub::Remove, req, resp);
+  }
+  absl::Status AddDiskReplicas(const v1::AddDiskReplicasRequest& req,
+                               v1::AddDiskReplicasResponse* resp) override {
+    return Call(&v1::Master::Stub::AddDiskReplicas, req, resp);
+  }
+  absl::Status RemoveDiskReplicas(const v1::RemoveDiskReplicasRequest& req,
+                                  v1::RemoveDiskReplicasResponse* resp) override {
+    return Call(&v1::Master::Stub::RemoveDiskReplicas, req, resp);
+  }
+
+ private:
+  template <typename Req, typename Resp>
+  absl::Status Call(grpc::Status (v1::Master::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                             Resp*),
+                    const Req& req, Resp* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(options_.rpc_timeout_ms));
+    return FromGrpcStatus(((*stub_).*method)(&ctx, req, resp));
+  }
+
+  const GrpcMasterClientOptions options_;
+  std::unique_ptr<v1::Master::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<MasterClient> CreateGrpcMasterClient(const GrpcMasterClientOptions& options) {
+  return std::make_unique<GrpcMasterClient>(options);
+}
+
+}  // namespace mc::client

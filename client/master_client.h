@@ -1,0 +1,46 @@
+// MasterClient: how an mc-client daemon talks to mc-master. An interface (the seam tests replace
+// with tests/fakes/fake_master_client.h, which runs the real master logic in-process) and its
+// gRPC implementation. Every call is one RPC with a deadline; a transport failure comes back as
+// kUnavailable. Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "mcstore/v1/master.grpc.pb.h"
+
+namespace mc::client {
+
+namespace v1 = mcstore::v1;
+
+class MasterClient {
+ public:
+  virtual ~MasterClient() = default;
+  virtual absl::Status RegisterClient(const v1::RegisterClientRequest& req,
+                                      v1::RegisterClientResponse* resp) = 0;
+  virtual absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) = 0;
+  virtual absl::Status UnregisterClient(const v1::UnregisterClientRequest& req) = 0;
+  virtual absl::Status PutStart(const v1::PutStartRequest& req, v1::PutStartResponse* resp) = 0;
+  virtual absl::Status PutEnd(const v1::PutEndRequest& req, v1::PutEndResponse* resp) = 0;
+  virtual absl::Status PutRevoke(const v1::PutRevokeRequest& req, v1::PutRevokeResponse* resp) = 0;
+  virtual absl::Status GetReplicas(const v1::GetReplicasRequest& req,
+                                   v1::GetReplicasResponse* resp) = 0;
+  virtual absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) = 0;
+  virtual absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) = 0;
+  virtual absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) = 0;
+  virtual absl::Status AddDiskReplicas(const v1::AddDiskReplicasRequest& req,
+                                       v1::AddDiskReplicasResponse* resp) = 0;
+  virtual absl::Status RemoveDiskReplicas(const v1::RemoveDiskReplicasRequest& req,
+                                          v1::RemoveDiskReplicasResponse* resp) = 0;
+};
+
+struct GrpcMasterClientOptions {
+  std::string address;            // HOST:PORT of mc-master
+  int64_t rpc_timeout_ms = 10'000;
+  int max_message_bytes = 256 << 20;
+};
+
+std::unique_ptr<MasterClient> CreateGrpcMasterClient(const GrpcMasterClientOptions& options);
+
+}  // namespace mc::client

@@ -1,0 +1,52 @@
+#include "client/prefix_leases.h"
+
+namespace mc::client {
+
+uint64_t PrefixLeases::Add(PrefixLease lease) {
+  absl::MutexLock lock(&mu_);
+  uint64_t id = next_id_++;
+  leases_.emplace(id, std::move(lease));
+  return id;
+}
+
+std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, const std::string& key,
+                                                           int64_t* deadline_ms) const {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end() || it->second.deadline_ms <= clock_.NowMs()) return std::nullopt;
+  auto k = it->second.keys.find(key);
+  if (k == it->second.keys.end()) return std::nullopt;
+  *deadline_ms = it->second.deadline_ms;
+  return k->second;
+}
+
+std::optional<PrefixLease> PrefixLeases::Take(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return std::nullopt;
+  PrefixLease lease = std::move(it->second);
+  leases_.erase(it);
+  return lease;
+}
+
+size_t PrefixLeases::PruneExpired() {
+  absl::MutexLock lock(&mu_);
+  int64_t now = clock_.NowMs();
+  size_t n = 0;
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.deadline_ms <= now) {
+      leases_.erase(it++);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
+size_t PrefixLeases::Count() const {
+  absl::MutexLock lock(&mu_);
+  return leases_.size();
+}
+
+}  // namespace mc::client

@@ -1,0 +1,49 @@
+// PrefixLeases: leases handed to applications by MatchPrefix, with the replicas they pin.
+//
+// A lease pins exactly the matched keys (the master holds the read lease); BatchGet with its id
+// reads those keys from the pinned replicas without asking the master again, until the lease is
+// released or its local deadline passes (computed from before the master granted it, so it never
+// outlives the master's). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "mcstore/v1/master.pb.h"
+
+namespace mc::client {
+
+struct PrefixLease {
+  uint64_t master_lease_id = 0;
+  int64_t deadline_ms = 0;  // local steady clock
+  absl::flat_hash_map<std::string, mcstore::v1::KeyReplicas> keys;
+};
+
+class PrefixLeases {
+ public:
+  explicit PrefixLeases(const Clock& clock) : clock_(clock) {}
+
+  uint64_t Add(PrefixLease lease);
+  // The pinned lookup of `key` under lease `id` if the lease is live and covers it.
+  std::optional<mcstore::v1::KeyReplicas> Find(uint64_t id, const std::string& key,
+                                               int64_t* deadline_ms) const;
+  // Removes the lease; returns it (to release at the master) if it existed.
+  std::optional<PrefixLease> Take(uint64_t id);
+  // Drops leases past their deadline; returns how many.
+  size_t PruneExpired();
+  size_t Count() const;
+
+ private:
+  const Clock& clock_;
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, PrefixLease> leases_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mc::client

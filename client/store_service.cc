@@ -1,0 +1,258 @@
+#include "client/store_service.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "proto/status_convert.h"
+
+namespace mc::client {
+
+namespace sv1 = mcstore::v1;
+
+// Counts one Store RPC and its latency.
+class StoreGrpcService::Scope {
+ public:
+  Scope(ClientMetrics& metrics, const char* rpc)
+      : metrics_(metrics), rpc_(rpc), start_(std::chrono::steady_clock::now()) {
+    metrics_.CountRequest(rpc);
+  }
+  ~Scope() {
+    std::chrono::duration<double> d = std::chrono::steady_clock::now() - start_;
+    metrics_.Latency(rpc_).Observe(d.count());
+  }
+  void Item(const absl::Status& s) { metrics_.CountItem(rpc_, ToCode(s)); }
+
+ private:
+  ClientMetrics& metrics_;
+  const char* rpc_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+namespace {
+
+grpc::Status TooMany(int n, size_t max) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrCat("batch of ", n, " items exceeds the limit of ", max));
+}
+
+// Inline get results are written straight into the response's `data` fields.
+class ResponseSink final : public InlineSink {
+ public:
+  ResponseSink(sv1::BatchGetResponse* resp, uint64_t max_bytes)
+      : resp_(resp), max_bytes_(max_bytes) {}
+  char* Allocate(size_t item, uint64_t size) override {
+    if (size > max_bytes_ || total_ + size > max_bytes_) return nullptr;
+    total_ += size;
+    std::string* data = resp_->mutable_results(static_cast<int>(item))->mutable_data();
+    data->resize(size);
+    return data->data();
+  }
+
+ private:
+  sv1::BatchGetResponse* resp_;
+  const uint64_t max_bytes_;
+  uint64_t total_ = 0;
+};
+
+}  // namespace
+
+StoreGrpcService::StoreGrpcService(StoreServiceOptions options, BufferRegistry& buffers,
+                                   BatchPutter& putter, BatchGetter& getter, MasterClient& master,
+                                   PrefixLeases& prefix_leases, const Clock& clock,
+                                   ClientMetrics& metrics)
+    : options_(std::move(options)),
+      buffers_(buffers),
+      putter_(putter),
+      getter_(getter),
+      master_(master),
+      prefix_leases_(prefix_leases),
+      clock_(clock),
+      metrics_(metrics) {}
+
+absl::Status StoreGrpcService::ResolveSlices(
+    const google::protobuf::RepeatedPtrField<sv1::Slice>& slices, std::vector<LocalBuffer>* out,
+    std::vector<BufferRef>* refs) const {
+  for (const sv1::Slice& slice : slices) {
+    BufferRef ref;
+    auto mem = buffers_.Resolve(slice.buffer_id(), slice.offset(), slice.length(), &ref);
+    if (!mem.ok()) return mem.status();
+    out->push_back({*mem, slice.length()});
+    refs->push_back(std::move(ref));
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status StoreGrpcService::RegisterBuffer(grpc::ServerContext*,
+                                              const sv1::RegisterBufferRequest* req,
+                                              sv1::RegisterBufferResponse* resp) {
+  Scope scope(metrics_, "RegisterBuffer");
+  auto id = buffers_.Register(req->shm_name(), req->size());
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  resp->set_buffer_id(*id);
+  return grpc::Status::OK;
+}
+
+grpc::Status StoreGrpcService::UnregisterBuffer(grpc::ServerContext*,
+                                                const sv1::UnregisterBufferRequest* req,
+                                                sv1::UnregisterBufferResponse*) {
+  Scope scope(metrics_, "UnregisterBuffer");
+  return ToGrpcStatus(buffers_.Unregister(req->buffer_id()));
+}
+
+grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext*, const sv1::BatchPutRequest* req,
+                                        sv1::BatchPutResponse* resp) {
+  Scope scope(metrics_, "BatchPut");
+  if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
+    return TooMany(req->items_size(), options_.max_batch_items);
+  }
+  std::vector<PutRequestItem> items(req->items_size());
+  std::vector<BufferRef> refs;
+  for (int i = 0; i < req->items_size(); ++i) {
+    const sv1::PutItem& in = req->items(i);
+    PutRequestItem& item = items[i];
+    item.key = in.key();
+    if (!in.data().empty() && in.slices_size() > 0) {
+      item.input_error = McError(Code::kInvalidArgument, "give data or slices, not both");
+    } else if (in.data().size() > options_.max_inline_bytes) {
+      item.input_error = McError(Code::kInvalidArgument,
+                                 absl::StrCat("inline payload of ", in.data().size(),
+                                              " bytes exceeds --max_inline_bytes=",
+                                              options_.max_inline_bytes, "; use slices"));
+    } else if (in.slices_size() > 0) {
+      item.input_error = ResolveSlices(in.slices(), &item.pieces, &refs);
+    } else if (!in.data().empty()) {
+      // The putter only reads from the pieces.
+      item.pieces.push_back({const_cast<char*>(in.data().data()), in.data().size()});
+    }
+  }
+  uint32_t replicas = req->replicas() == 0 ? options_.default_replicas : req->replicas();
+  for (const absl::Status& s : putter_.Put(items, replicas)) {
+    SetResult(s, resp->add_results());
+    scope.Item(s);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext*, const sv1::BatchGetRequest* req,
+                                        sv1::BatchGetResponse* resp) {
+  Scope scope(metrics_, "BatchGet");
+  if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
+    return TooMany(req->items_size(), options_.max_batch_items);
+  }
+  std::vector<GetRequestItem> items(req->items_size());
+  std::vector<BufferRef> refs;
+  for (int i = 0; i < req->items_size(); ++i) {
+    const sv1::GetItem& in = req->items(i);
+    items[i].key = in.key();
+    items[i].inline_data = in.slices_size() == 0;
+    if (!items[i].inline_data) {
+      items[i].input_error = ResolveSlices(in.slices(), &items[i].slices, &refs);
+    }
+    resp->add_results();
+  }
+  ResponseSink sink(resp, options_.max_inline_bytes);
+  std::vector<GetItemResult> results = getter_.Get(items, req->lease_id(), &sink);
+  for (size_t i = 0; i < results.size(); ++i) {
+    sv1::GetResult* r = resp->mutable_results(static_cast<int>(i));
+    const GetItemResult& g = results[i];
+    r->set_code(ToProtoCode(ToCode(g.status)));
+    r->set_message(std::string(g.status.message()));
+    r->set_size(g.size);
+    r->set_bytes_written(g.bytes_written);
+    if (!g.status.ok()) r->clear_data();  // never hand out bytes that were not verified
+    scope.Item(g.status);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status StoreGrpcService::BatchExist(grpc::ServerContext*,
+                                          const sv1::BatchExistRequest* req,
+                                          sv1::BatchExistResponse* resp) {
+  Scope scope(metrics_, "BatchExist");
+  if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
+    return TooMany(req->keys_size(), options_.max_batch_items);
+  }
+  v1::ExistRequest mreq;
+  *mreq.mutable_keys() = req->keys();
+  v1::ExistResponse mresp;
+  absl::Status s = master_.Exist(mreq, &mresp);
+  if (!s.ok()) return ToGrpcStatus(s);
+  *resp->mutable_exists() = mresp.exists();
+  return grpc::Status::OK;
+}
+
+grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
+                                           const sv1::MatchPrefixRequest* req,
+                                           sv1::MatchPrefixResponse* resp) {
+  Scope scope(metrics_, "MatchPrefix");
+  if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
+    return TooMany(req->keys_size(), options_.max_batch_items);
+  }
+  uint32_t ttl = std::min(req->lease_ttl_ms(), options_.max_prefix_lease_ttl_ms);
+  v1::GetReplicasRequest mreq;
+  mreq.set_client_id(options_.client_id);
+  *mreq.mutable_keys() = req->keys();
+  mreq.set_stop_at_first_miss(true);
+  mreq.set_no_lease(ttl == 0);
+  mreq.set_lease_ttl_ms(ttl);
+  int64_t sent_ms = clock_.NowMs();
+  auto wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  v1::GetReplicasResponse mresp;
+  absl::Status s = master_.GetReplicas(mreq, &mresp);
+  if (!s.ok()) return ToGrpcStatus(s);
+  uint32_t matched = 0;
+  while (static_cast<int>(matched) < mresp.results_size() &&
+         mresp.results(matched).code() == v1::OK) {
+    ++matched;
+  }
+  resp->set_matched(matched);
+  if (ttl == 0 || matched == 0) return grpc::Status::OK;
+  PrefixLease lease;
+  lease.master_lease_id = mresp.lease_id();
+  lease.deadline_ms = sent_ms + static_cast<int64_t>(mresp.lease_ttl_ms());
+  for (uint32_t i = 0; i < matched; ++i) {
+    lease.keys.emplace(req->keys(i), std::move(*mresp.mutable_results(i)));
+  }
+  prefix_leases_.PruneExpired();
+  resp->set_lease_id(prefix_leases_.Add(std::move(lease)));
+  resp->set_lease_expiry_ms(static_cast<uint64_t>(wall_ms) + mresp.lease_ttl_ms());
+  return grpc::Status::OK;
+}
+
+grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext*,
+                                            const sv1::ReleaseLeaseRequest* req,
+                                            sv1::ReleaseLeaseResponse*) {
+  Scope scope(metrics_, "ReleaseLease");
+  std::optional<PrefixLease> lease = prefix_leases_.Take(req->lease_id());
+  if (!lease) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("lease ", req->lease_id(), " is unknown or expired"));
+  }
+  v1::ReleaseLeasesRequest mreq;
+  mreq.set_lease_id(lease->master_lease_id);
+  for (const auto& [key, lookup] : lease->keys) mreq.add_keys(key);
+  return ToGrpcStatus(master_.ReleaseLeases(mreq));
+}
+
+grpc::Status StoreGrpcService::BatchRemove(grpc::ServerContext*,
+                                           const sv1::BatchRemoveRequest* req,
+                                           sv1::BatchRemoveResponse* resp) {
+  Scope scope(metrics_, "BatchRemove");
+  if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
+    return TooMany(req->keys_size(), options_.max_batch_items);
+  }
+  v1::RemoveRequest mreq;
+  *mreq.mutable_keys() = req->keys();
+  v1::RemoveResponse mresp;
+  absl::Status s = master_.Remove(mreq, &mresp);
+  if (!s.ok()) return ToGrpcStatus(s);
+  *resp->mutable_results() = mresp.results();
+  for (const auto& r : resp->results()) scope.Item(FromResult(r));
+  return grpc::Status::OK;
+}
+
+}  // namespace mc::client
