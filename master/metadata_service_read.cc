@@ -27,6 +27,7 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
   }
   int64_t now = clock_.NowMs();
   uint64_t granted = 0;
+  uint64_t expired = 0;  // pruned here, so the sweep would never count them
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
     shard.mu.AssertHeld();
     for (size_t i : indices) {
@@ -50,7 +51,7 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
                             [](const Replica& x) { return x.tier == ReplicaTier::kMemory; });
       shard.Touch(object, now);
       if (options.grant_lease) {
-        object.PruneLeases(now);
+        expired += object.PruneLeases(now);
         object.leases.push_back({lease_id, now + ttl});
         shard.leased.insert(object.key);
         ++granted;
@@ -58,6 +59,7 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
     }
   });
   leases_granted_.Inc(granted);
+  leases_expired_.Inc(expired);
   if (options.stop_at_first_miss) {
     size_t matched = 0;
     while (matched < keys.size() && batch.results[matched].status.ok()) ++matched;
@@ -76,17 +78,21 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
 
 size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys) {
   size_t released = 0;
+  uint64_t expired = 0;
   int64_t now = clock_.NowMs();
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
     shard.mu.AssertHeld();
     for (size_t i : indices) {
       auto it = shard.objects.find(std::string(keys[i]));
       if (it == shard.objects.end()) continue;
+      // Expired leases go first (counted as expired), so releasing one is not lost silently.
+      expired += it->second.PruneLeases(now);
       if (it->second.ReleaseLease(lease_id, now)) ++released;
       if (it->second.leases.empty()) shard.leased.erase(it->first);
     }
   });
   leases_released_.Inc(released);
+  leases_expired_.Inc(expired);
   return released;
 }
 
