@@ -1,0 +1,359 @@
+"""Integration tests of the real mc-master binary, driven over gRPC as two mc-clients would be.
+
+Short TTLs and a fast maintenance loop keep the time-based checks quick; every wait is bounded.
+"""
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+
+import harness
+from mcstore.v1 import master_pb2 as pb
+from mcstore.v1 import master_pb2_grpc
+from mcstore.v1 import store_pb2
+
+OK = store_pb2.OK
+MiB = 1 << 20
+
+CLIENT_TTL_MS = 1500
+LEASE_TTL_MS = 1000
+MAINTENANCE_MS = 50
+
+
+class FakeClient:
+    """Registers with the master and heartbeats from a background thread until stopped."""
+
+    def __init__(self, stub, client_id, segment_sizes, interval_s=0.2):
+        self.stub = stub
+        self.id = client_id
+        resp = stub.RegisterClient(pb.RegisterClientRequest(
+            client_id=client_id, host="host-" + client_id,
+            data_endpoint="127.0.0.1:%d" % (10000 + len(client_id)),
+            segments=[pb.SegmentSpec(local_index=i, size=s) for i, s in enumerate(segment_sizes)]),
+            timeout=5)
+        self.session = resp.session
+        self.segment_ids = list(resp.segment_ids)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def _beat(self, interval_s):
+        while not self._stop.wait(interval_s):
+            try:
+                self.stub.Heartbeat(pb.HeartbeatRequest(client_id=self.id, session=self.session),
+                                    timeout=2)
+            except grpc.RpcError:
+                pass
+
+    def stop_heartbeating(self):
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def heartbeat(self):
+        return self.stub.Heartbeat(
+            pb.HeartbeatRequest(client_id=self.id, session=self.session), timeout=5).known
+
+    def put_start(self, items, replicas=1):
+        return self.stub.PutStart(pb.PutStartRequest(
+            client_id=self.id, replicas=replicas,
+            items=[pb.PutStartItem(key=k, size=s) for k, s in items]), timeout=10)
+
+    def put_end(self, items):
+        return self.stub.PutEnd(pb.PutEndRequest(
+            client_id=self.id,
+            items=[pb.PutEndItem(key=k, generation=g, checksum=c) for k, g, c in items]), timeout=10)
+
+    def put(self, items, replicas=1):
+        """PutStart + PutEnd of [(key, size)]; returns the PutStart results."""
+        started = self.put_start(items, replicas)
+        ends = [(k, r.generation, 1234) for (k, _), r in zip(items, started.results) if r.code == OK]
+        if ends:
+            ended = self.put_end(ends)
+            for r in ended.results:
+                assert r.code == OK, r
+        return started.results
+
+
+class MasterIntegrationTest(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="mc-master-it-")
+        self.clients = []
+        self.master = harness.Daemon(
+            "mc-master", harness.binary("master/mc-master"),
+            ["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
+             "--client_ttl_ms", str(CLIENT_TTL_MS), "--lease_ttl_ms", str(LEASE_TTL_MS),
+             "--maintenance_interval_ms", str(MAINTENANCE_MS), "--log_level", "warn"],
+            self.tmp, ready_timeout_s=30)
+        self.master.start()
+        self.http = self.master.ready["http"]
+        self.channel = grpc.insecure_channel(self.master.ready["grpc"])
+        grpc.channel_ready_future(self.channel).result(timeout=10)
+        self.stub = master_pb2_grpc.MasterStub(self.channel)
+
+    def tearDown(self):
+        for c in self.clients:
+            c.stop_heartbeating()
+        self.channel.close()
+        rc = self.master.stop()
+        if self._failed():
+            print("---- mc-master log ----\n" + self.master.log_tail())
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.assertIn(rc, (0, -15), "mc-master did not shut down cleanly:\n" + self.master.log_tail())
+
+    def _failed(self):
+        result = getattr(getattr(self, "_outcome", None), "result", None)
+        if result is None:
+            return False
+        return any(t is self for t, _ in list(result.failures) + list(result.errors))
+
+    def client(self, client_id, segment_sizes):
+        c = FakeClient(self.stub, client_id, segment_sizes)
+        self.clients.append(c)
+        return c
+
+    def metrics(self):
+        status, body = harness.http_get(self.http, "/metrics")
+        self.assertEqual(status, 200)
+        return body, harness.parse_prometheus(body)
+
+    def exist(self, keys):
+        return list(self.stub.Exist(pb.ExistRequest(keys=keys), timeout=5).exists)
+
+    # ---------------------------------------------------------------- tests
+
+    def test_put_get_release_remove(self):
+        c1 = self.client("c1", [MiB])
+        self.client("c2", [MiB])
+        started = c1.put_start([(b"k1", 1000), (b"k2", 5000)], replicas=2)
+        self.assertEqual([r.code for r in started.results], [OK, OK])
+        for r in started.results:
+            self.assertEqual(len(r.replicas), 2)
+            self.assertEqual(r.replicas[0].client_id, "c1", "writer's client first")
+            self.assertEqual({x.client_id for x in r.replicas}, {"c1", "c2"})
+        self.assertGreater(started.write_deadline_ms, 0)
+        g1, g2 = started.results[0].generation, started.results[1].generation
+        self.assertNotEqual(g1, g2)
+
+        pending = self.stub.GetReplicas(pb.GetReplicasRequest(client_id="c1", keys=[b"k1"]), timeout=5)
+        self.assertEqual(pending.results[0].code, store_pb2.NOT_READY)
+        self.assertEqual(self.exist([b"k1", b"k2"]), [False, False])
+
+        ended = c1.put_end([(b"k1", g1, 111), (b"k2", g2, 222)])
+        self.assertEqual([r.code for r in ended.results], [OK, OK])
+        self.assertEqual(self.exist([b"k1", b"k2", b"nope"]), [True, True, False])
+
+        got = self.stub.GetReplicas(
+            pb.GetReplicasRequest(client_id="c2", keys=[b"k1", b"k2", b"nope"]), timeout=5)
+        self.assertNotEqual(got.lease_id, 0)
+        self.assertEqual(got.lease_ttl_ms, LEASE_TTL_MS)
+        self.assertEqual([r.code for r in got.results], [OK, OK, store_pb2.NOT_FOUND])
+        self.assertEqual((got.results[0].size, got.results[0].checksum, got.results[0].generation),
+                         (1000, 111, g1))
+        self.assertEqual(got.results[1].checksum, 222)
+        _, m = self.metrics()
+        self.assertEqual(m["mc_leases_active"], 2)
+
+        removed = self.stub.Remove(pb.RemoveRequest(keys=[b"k1"]), timeout=5)
+        self.assertEqual(removed.results[0].code, store_pb2.HAS_LEASE)
+        rel = self.stub.ReleaseLeases(pb.ReleaseLeasesRequest(lease_id=got.lease_id,
+                                                              keys=[b"k1", b"k2"]), timeout=5)
+        self.assertEqual(rel.released, 2)
+        removed = self.stub.Remove(pb.RemoveRequest(keys=[b"k1", b"k2"]), timeout=5)
+        self.assertEqual([r.code for r in removed.results], [OK, OK])
+        self.assertEqual(self.exist([b"k1", b"k2"]), [False, False])
+        status = self.stub.GetStatus(pb.GetStatusRequest(), timeout=5)
+        self.assertEqual(status.mem_used, 0)
+        self.assertEqual(status.keys, 0)
+
+    def test_lease_expires_after_ttl(self):
+        c1 = self.client("c1", [MiB])
+        c1.put([(b"k", 100)])
+        got = self.stub.GetReplicas(pb.GetReplicasRequest(client_id="c1", keys=[b"k"]), timeout=5)
+        self.assertEqual(got.results[0].code, OK)
+        self.assertEqual(self.stub.Remove(pb.RemoveRequest(keys=[b"k"]), timeout=5).results[0].code,
+                         store_pb2.HAS_LEASE)
+        harness.wait_until(lambda: self.metrics()[1].get("mc_leases_expired_total", 0) >= 1,
+                           timeout_s=LEASE_TTL_MS / 1000 + 5, what="lease expiry")
+        self.assertEqual(self.stub.Remove(pb.RemoveRequest(keys=[b"k"]), timeout=5).results[0].code,
+                         OK)
+
+    def test_prefix_lookup_stops_at_first_miss(self):
+        c1 = self.client("c1", [MiB])
+        c1.put([(b"a", 100), (b"c", 100)])
+        got = self.stub.GetReplicas(pb.GetReplicasRequest(
+            client_id="c1", keys=[b"a", b"b", b"c"], stop_at_first_miss=True), timeout=5)
+        codes = [r.code for r in got.results]
+        self.assertEqual(codes[0], OK)
+        self.assertLessEqual(len(codes), 2)
+        if len(codes) == 2:
+            self.assertEqual(codes[1], store_pb2.NOT_FOUND)
+        _, m = self.metrics()
+        self.assertEqual(m["mc_leases_active"], 1, "only the matched prefix is leased")
+        self.assertEqual(self.stub.Remove(pb.RemoveRequest(keys=[b"c"]), timeout=5).results[0].code,
+                         OK)
+
+    def test_already_exists_and_bad_input_are_per_key(self):
+        c1 = self.client("c1", [MiB])
+        c1.put([(b"stored", 100)])
+        res = c1.put_start([(b"", 10), (b"x" * 4097, 10), (b"zero", 0), (b"stored", 100),
+                            (b"fresh", 100), (b"fresh", 100), (b"y" * 4096, 10)]).results
+        self.assertEqual([r.code for r in res],
+                         [store_pb2.INVALID_ARGUMENT, store_pb2.INVALID_ARGUMENT,
+                          store_pb2.INVALID_ARGUMENT, store_pb2.ALREADY_EXISTS, OK,
+                          store_pb2.ALREADY_EXISTS, OK])
+        for r in res:
+            if r.code != OK:
+                self.assertTrue(r.message, "errors carry a message")
+                self.assertEqual(len(r.replicas), 0)
+        ghost = self.stub.PutStart(pb.PutStartRequest(
+            client_id="ghost", items=[pb.PutStartItem(key=b"k", size=10)]), timeout=5)
+        self.assertEqual(ghost.results[0].code, store_pb2.INVALID_ARGUMENT)
+        got = self.stub.GetReplicas(pb.GetReplicasRequest(
+            client_id="c1", keys=[b"", b"x" * 4097, b"stored"]), timeout=5)
+        self.assertEqual([r.code for r in got.results],
+                         [store_pb2.INVALID_ARGUMENT, store_pb2.INVALID_ARGUMENT, OK])
+        end = c1.put_end([(b"nope", 1, 1)])
+        self.assertEqual(end.results[0].code, store_pb2.NOT_FOUND)
+        status = self.stub.GetStatus(pb.GetStatusRequest(), timeout=5)
+        self.assertEqual(status.keys, 3)  # stored, fresh, y*4096 (the last two pending)
+
+    def test_eviction_under_pressure_every_put_succeeds(self):
+        c1 = self.client("c1", [256 * 1024])
+        c2 = self.client("c2", [256 * 1024])
+        size = 4096
+        n = 0
+        deadline = time.monotonic() + 60
+        for batch in range(100):  # 2000 puts of 4 KiB into 512 KiB: ~16x the capacity
+            writer = c1 if batch % 2 == 0 else c2
+            items = [(b"key-%06d" % (n + i), size) for i in range(20)]
+            n += len(items)
+            results = writer.put(items)
+            bad = [(k, r.code, r.message) for (k, _), r in zip(items, results) if r.code != OK]
+            self.assertEqual(bad, [])
+            self.assertLess(time.monotonic(), deadline)
+        body, m = self.metrics()
+        attempts = m["mc_eviction_attempts_total"]
+        successes = m["mc_eviction_successes_total"]
+        self.assertGreater(attempts, 0)
+        self.assertGreaterEqual(successes / attempts, 0.99, "%d/%d" % (successes, attempts))
+        self.assertGreater(m["mc_evicted_keys_total"], 1000)
+        self.assertLessEqual(m["mc_memory_used_bytes"], m["mc_memory_capacity_bytes"])
+        self.assertEqual(m.get("mc_put_no_space_total", 0), 0)
+        self.assertTrue(self.exist([b"key-%06d" % (n - 1)])[0], "the newest key survives")
+        _, line = harness.http_get(self.http, "/status")
+        mm = re.search(r"Eviction: Success/Attempts=(\d+)/(\d+)", line)
+        self.assertIsNotNone(mm, line)
+        self.assertGreaterEqual(int(mm.group(1)), int(successes))
+
+    def test_dead_client_loses_its_keys_other_client_keeps_its(self):
+        c1 = self.client("c1", [MiB])
+        c2 = self.client("c2", [MiB])
+        k1 = [b"c1-%d" % i for i in range(20)]
+        k2 = [b"c2-%d" % i for i in range(20)]
+        for r in c1.put([(k, 1000) for k in k1]):
+            self.assertEqual(r.replicas[0].client_id, "c1")
+        for r in c2.put([(k, 1000) for k in k2]):
+            self.assertEqual(r.replicas[0].client_id, "c2")
+        pending = c1.put_start([(b"c1-pending", 1000)], replicas=2).results[0]
+        self.assertEqual(pending.code, OK)
+        c1.stop_heartbeating()
+        harness.wait_until(lambda: not any(self.exist(k1)), timeout_s=CLIENT_TTL_MS / 1000 + 10,
+                           what="c1's keys to go")
+        self.assertEqual(self.exist(k2), [True] * 20)
+        self.assertFalse(c1.heartbeat(), "an expired session is unknown")
+        status = self.stub.GetStatus(pb.GetStatusRequest(), timeout=5)
+        self.assertEqual([c.client_id for c in status.clients], ["c2"])
+        self.assertEqual(status.mem_capacity, MiB)
+        self.assertEqual(status.keys, 20)
+        # 20 objects of 1000 bytes rounded to 1024; the dead writer's pending replica on c2 is freed.
+        self.assertEqual(status.mem_used, 20 * 1024)
+        _, m = self.metrics()
+        self.assertEqual(m["mc_clients_alive"], 1)
+        self.assertEqual(m["mc_clients_expired_total"], 1)
+
+    def test_metrics_status_healthz(self):
+        c1 = self.client("c1", [MiB])
+        self.client("c2", [2 * MiB])
+        c1.put([(b"a", 1000), (b"b", 1000)])
+        status, body = harness.http_get(self.http, "/healthz")
+        self.assertEqual(status, 200)
+        self.assertEqual(body.strip(), "ok")
+        body, m = self.metrics()
+        for name in ["mc_memory_used_bytes", "mc_memory_capacity_bytes", "mc_keys",
+                     "mc_clients_alive", "mc_eviction_attempts_total", "mc_eviction_successes_total",
+                     "mc_leases_active", "mc_master_rpc_requests_total",
+                     "mc_master_rpc_latency_seconds_count"]:
+            self.assertIn(name, m, "missing %s in /metrics" % name)
+        self.assertIn("# TYPE mc_eviction_attempts_total counter", body)
+        self.assertIn("# TYPE mc_keys gauge", body)
+        self.assertEqual(m["mc_keys"], 2)
+        self.assertEqual(m["mc_clients_alive"], 2)
+        self.assertEqual(m["mc_memory_capacity_bytes"], 3 * MiB)
+        self.assertEqual(m["mc_memory_used_bytes"], 2 * 1024)
+        self.assertGreaterEqual(
+            m[("mc_master_rpc_requests_total", frozenset({("rpc", "PutStart")}))], 1)
+        status, line = harness.http_get(self.http, "/status")
+        self.assertEqual(status, 200)
+        pattern = (r"^Mem Storage: [\d.]+ [KMGT]?B / [\d.]+ [KMGT]?B \([\d.]+%\) \| Keys: (\d+) \| "
+                   r"Clients: (\d+) \| Eviction: Success/Attempts=(\d+)/(\d+) \| "
+                   r"SSD Storage: [\d.]+ [KMGT]?B / [\d.]+ [KMGT]?B$")
+        mm = re.match(pattern, line.strip())
+        self.assertIsNotNone(mm, line)
+        self.assertEqual(mm.group(1), "2")
+        self.assertEqual(mm.group(2), "2")
+        grpc_status = self.stub.GetStatus(pb.GetStatusRequest(), timeout=5)
+        self.assertEqual(grpc_status.status_line.strip(), line.strip())
+        status, _ = harness.http_get(self.http, "/no-such-page")
+        self.assertEqual(status, 404)
+
+    def test_malformed_message_is_an_rpc_error_and_master_survives(self):
+        self.client("c1", [MiB])
+        for method in ["/mcstore.v1.Master/PutStart", "/mcstore.v1.Master/GetReplicas",
+                       "/mcstore.v1.Master/RegisterClient"]:
+            raw = self.channel.unary_unary(method, request_serializer=None,
+                                           response_deserializer=None)
+            for garbage in [b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", b"\x0a\xff\xff\xff\x0f",
+                            os.urandom(64)]:
+                try:
+                    raw(garbage, timeout=5)
+                except grpc.RpcError as e:
+                    self.assertNotEqual(e.code(), grpc.StatusCode.OK)
+                # Random bytes may happen to parse; either way the master must keep serving.
+        unknown = self.channel.unary_unary("/mcstore.v1.Master/NoSuchMethod",
+                                           request_serializer=None, response_deserializer=None)
+        with self.assertRaises(grpc.RpcError) as ctx:
+            unknown(b"", timeout=5)
+        self.assertEqual(ctx.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
+        # A truncated length-delimited field cannot parse: that one must fail.
+        raw = self.channel.unary_unary("/mcstore.v1.Master/PutStart", request_serializer=None,
+                                       response_deserializer=None)
+        with self.assertRaises(grpc.RpcError) as ctx:
+            raw(b"\x12\x7f\x0a", timeout=5)
+        self.assertNotEqual(ctx.exception.code(), grpc.StatusCode.OK)
+        self.assertTrue(self.master.alive())
+        self.assertEqual(self.stub.GetStatus(pb.GetStatusRequest(), timeout=5).keys, 0)
+        self.assertEqual(harness.http_get(self.http, "/healthz")[0], 200)
+
+    def test_reregistration_drops_old_session_state(self):
+        c1 = self.client("c1", [MiB])
+        c1.put([(b"old", 1000)])
+        again = self.stub.RegisterClient(pb.RegisterClientRequest(
+            client_id="c1", host="h", data_endpoint="127.0.0.1:1",
+            segments=[pb.SegmentSpec(size=2 * MiB)]), timeout=5)
+        self.assertNotEqual(again.session, c1.session)
+        self.assertFalse(c1.heartbeat())
+        self.assertEqual(self.exist([b"old"]), [False])
+        c1.session = again.session  # let the heartbeat thread keep the new session alive
+        self.assertTrue(c1.heartbeat())
+        self.assertEqual(self.stub.GetStatus(pb.GetStatusRequest(), timeout=5).mem_capacity, 2 * MiB)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,194 @@
+// Read leases through MetadataService with a FakeClock: grant, release, expiry, removal and
+// eviction interplay, and prefix (stop_at_first_miss) lookups.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/unit/master/master_test_util.h"
+
+namespace mc::master {
+namespace {
+
+using testing::CodeOf;
+using testing::MasterFixture;
+
+class Leases : public ::testing::Test {
+ protected:
+  void SetUp() override { m_.Register("c1", {1 << 20}); }
+  MasterFixture m_;
+};
+
+TEST_F(Leases, GetReplicasGrantsALeaseThatBlocksRemove) {
+  m_.Put("c1", "k", 100);
+  LookupBatch b = m_.svc().GetReplicas({"k"}, {});
+  ASSERT_TRUE(b.results[0].status.ok());
+  EXPECT_NE(b.lease_id, 0u);
+  EXPECT_EQ(b.lease_ttl_ms, m_.svc().options().lease_ttl_ms);
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 1u);
+  EXPECT_EQ(m_.CounterValue("mc_leases_granted_total"), 1u);
+  EXPECT_EQ(CodeOf(m_.svc().Remove({"k"})[0]), Code::kHasLease);
+  EXPECT_TRUE(m_.Exists("k"));
+}
+
+TEST_F(Leases, ReleasedLeaseMakesObjectRemovable) {
+  m_.Put("c1", "k", 100);
+  LookupBatch b = m_.svc().GetReplicas({"k"}, {});
+  EXPECT_EQ(m_.svc().ReleaseLeases(b.lease_id + 1, {"k"}), 0u) << "someone else's lease id";
+  EXPECT_EQ(CodeOf(m_.svc().Remove({"k"})[0]), Code::kHasLease);
+  EXPECT_EQ(m_.svc().ReleaseLeases(b.lease_id, {"k"}), 1u);
+  EXPECT_EQ(m_.svc().ReleaseLeases(b.lease_id, {"k"}), 0u) << "released twice";
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 0u);
+  EXPECT_EQ(m_.CounterValue("mc_leases_released_total"), 1u);
+  EXPECT_TRUE(m_.svc().Remove({"k"})[0].ok());
+}
+
+TEST_F(Leases, OneOfTwoLeasesReleasedStillBlocksRemove) {
+  m_.Put("c1", "k", 100);
+  LookupBatch a = m_.svc().GetReplicas({"k"}, {});
+  LookupBatch b = m_.svc().GetReplicas({"k"}, {});
+  EXPECT_NE(a.lease_id, b.lease_id);
+  EXPECT_EQ(m_.svc().ReleaseLeases(a.lease_id, {"k"}), 1u);
+  EXPECT_EQ(CodeOf(m_.svc().Remove({"k"})[0]), Code::kHasLease);
+  EXPECT_EQ(m_.svc().ReleaseLeases(b.lease_id, {"k"}), 1u);
+  EXPECT_TRUE(m_.svc().Remove({"k"})[0].ok());
+}
+
+TEST_F(Leases, LeaseExpiresAfterTtlAndIsCountedByMaintenance) {
+  m_.Put("c1", "k", 100);
+  m_.svc().GetReplicas({"k"}, {});
+  m_.clock().AdvanceMs(m_.svc().options().lease_ttl_ms - 1);
+  EXPECT_EQ(CodeOf(m_.svc().Remove({"k"})[0]), Code::kHasLease);
+  m_.clock().AdvanceMs(1);
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 0u);
+  EXPECT_EQ(m_.CounterValue("mc_leases_expired_total"), 0u);
+  m_.HeartbeatAll();
+  m_.svc().RunMaintenance();
+  EXPECT_EQ(m_.CounterValue("mc_leases_expired_total"), 1u);
+  EXPECT_TRUE(m_.svc().Remove({"k"})[0].ok());
+}
+
+TEST_F(Leases, ExpiredLeaseIsRemovableEvenBeforeMaintenance) {
+  m_.Put("c1", "k", 100);
+  m_.svc().GetReplicas({"k"}, {});
+  m_.clock().AdvanceMs(m_.svc().options().lease_ttl_ms);
+  EXPECT_TRUE(m_.svc().Remove({"k"})[0].ok());
+}
+
+TEST_F(Leases, ExpiredLeasesPrunedByALaterLookupAreStillCountedAsExpired) {
+  m_.Put("c1", "k", 100);
+  m_.svc().GetReplicas({"k"}, {});
+  m_.clock().AdvanceMs(m_.svc().options().lease_ttl_ms + 1);
+  m_.svc().GetReplicas({"k"}, {});  // prunes the expired lease while granting a new one
+  m_.clock().AdvanceMs(m_.svc().options().lease_ttl_ms + 1);
+  m_.HeartbeatAll();
+  m_.svc().RunMaintenance();
+  EXPECT_EQ(m_.CounterValue("mc_leases_granted_total"), 2u);
+  EXPECT_EQ(m_.CounterValue("mc_leases_expired_total"), 2u);
+}
+
+TEST_F(Leases, ReleasingAnExpiredLeaseCountsItAsExpiredNotReleased) {
+  m_.Put("c1", "k", 100);
+  LookupBatch b = m_.svc().GetReplicas({"k"}, {});
+  m_.clock().AdvanceMs(m_.svc().options().lease_ttl_ms + 1);
+  EXPECT_EQ(m_.svc().ReleaseLeases(b.lease_id, {"k"}), 0u);
+  m_.HeartbeatAll();
+  m_.svc().RunMaintenance();
+  EXPECT_EQ(m_.CounterValue("mc_leases_released_total"), 0u);
+  EXPECT_EQ(m_.CounterValue("mc_leases_expired_total"), 1u);
+}
+
+TEST_F(Leases, CallerTtlIsHonouredAndCappedAtMax) {
+  m_.Put("c1", "k", 100);
+  LookupBatch b = m_.svc().GetReplicas({"k"}, {.lease_ttl_ms = 100});
+  EXPECT_EQ(b.lease_ttl_ms, 100);
+  m_.clock().AdvanceMs(100);
+  EXPECT_TRUE(m_.svc().Remove({"k"})[0].ok());
+  m_.Put("c1", "k2", 100);
+  LookupBatch c = m_.svc().GetReplicas({"k2"}, {.lease_ttl_ms = 1'000'000'000});
+  EXPECT_EQ(c.lease_ttl_ms, m_.svc().options().max_lease_ttl_ms);
+}
+
+TEST_F(Leases, NoLeaseLookupGrantsNothing) {
+  m_.Put("c1", "k", 100);
+  LookupBatch b = m_.svc().GetReplicas({"k"}, {.grant_lease = false});
+  EXPECT_TRUE(b.results[0].status.ok());
+  EXPECT_EQ(b.lease_id, 0u);
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 0u);
+  EXPECT_TRUE(m_.svc().Remove({"k"})[0].ok());
+}
+
+TEST_F(Leases, LeasedObjectsAreNeverEvicted) {
+  // Fill all memory with objects, lease all of them; a further put is NO_SPACE, nothing evicted.
+  const uint64_t kSize = 1 << 16;  // 16 objects fill the 1 MiB segment
+  std::vector<std::string> keys;
+  for (int i = 0; i < 16; ++i) {
+    keys.push_back("k" + std::to_string(i));
+    m_.Put("c1", keys.back(), kSize);
+  }
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  LookupBatch b = m_.svc().GetReplicas(views, {});
+  PutStartOutcome o = m_.Start("c1", "new", kSize);
+  EXPECT_EQ(CodeOf(o.status), Code::kNoSpace);
+  m_.HeartbeatAll();
+  m_.svc().RunMaintenance();  // above the high watermark, but all leased
+  for (const auto& k : keys) EXPECT_TRUE(m_.Exists(k)) << k;
+  EXPECT_EQ(m_.svc().Snapshot().eviction.evicted_keys, 0u);
+  EXPECT_GT(m_.svc().Snapshot().eviction.skipped_leased, 0u);
+  // Release one lease: exactly that object becomes evictable.
+  EXPECT_EQ(m_.svc().ReleaseLeases(b.lease_id, {views[7]}), 1u);
+  o = m_.Start("c1", "new", kSize);
+  EXPECT_TRUE(o.status.ok()) << o.status;
+  EXPECT_FALSE(m_.Exists("k7"));
+  for (int i = 0; i < 16; ++i) {
+    if (i != 7) {
+      EXPECT_TRUE(m_.Exists(keys[i])) << keys[i];
+    }
+  }
+}
+
+TEST_F(Leases, PrefixLookupStopsAtFirstMissAndLeasesOnlyThePrefix) {
+  m_.Put("c1", "a", 100);
+  m_.Put("c1", "c", 100);  // b is missing; c exists at a longer boundary
+  LookupBatch b = m_.svc().GetReplicas({"a", "b", "c"}, {.stop_at_first_miss = true});
+  size_t matched = 0;
+  while (matched < b.results.size() && b.results[matched].status.ok()) ++matched;
+  EXPECT_EQ(matched, 1u);
+  ASSERT_LE(b.results.size(), 2u) << "results past the first miss must not be reported";
+  if (b.results.size() == 2) {
+    EXPECT_EQ(CodeOf(b.results[1].status), Code::kNotFound);
+  }
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 1u) << "only a may be leased";
+  EXPECT_EQ(CodeOf(m_.svc().Remove({"a"})[0]), Code::kHasLease);
+  EXPECT_TRUE(m_.svc().Remove({"c"})[0].ok()) << "c must not be leased";
+}
+
+TEST_F(Leases, PrefixLookupStopsAtPendingKey) {
+  m_.Put("c1", "a", 100);
+  m_.Start("c1", "b", 100);
+  m_.Put("c1", "c", 100);
+  LookupBatch b = m_.svc().GetReplicas({"a", "b", "c"}, {.stop_at_first_miss = true});
+  ASSERT_GE(b.results.size(), 2u);
+  EXPECT_TRUE(b.results[0].status.ok());
+  EXPECT_EQ(CodeOf(b.results[1].status), Code::kNotReady);
+  EXPECT_LE(b.results.size(), 2u);
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 1u);
+}
+
+TEST_F(Leases, PrefixLookupWithAllKeysPresentMatchesAll) {
+  for (const char* k : {"a", "b", "c"}) m_.Put("c1", k, 100);
+  LookupBatch b = m_.svc().GetReplicas({"a", "b", "c"}, {.stop_at_first_miss = true});
+  ASSERT_EQ(b.results.size(), 3u);
+  for (const auto& r : b.results) EXPECT_TRUE(r.status.ok());
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 3u);
+}
+
+TEST_F(Leases, FirstKeyMissingMatchesNothingAndLeasesNothing) {
+  m_.Put("c1", "b", 100);
+  LookupBatch b = m_.svc().GetReplicas({"a", "b"}, {.stop_at_first_miss = true});
+  EXPECT_FALSE(b.results.empty() ? false : b.results[0].status.ok());
+  EXPECT_LE(b.results.size(), 1u);
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 0u);
+}
+
+}  // namespace
+}  // namespace mc::master

@@ -1,0 +1,149 @@
+#include "master/segment_manager.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "gtest/gtest.h"
+
+namespace mc::master {
+namespace {
+
+TEST(SegmentManager, ReplicasGoToDistinctClients) {
+  SegmentManager sm(64);
+  for (const char* c : {"a", "b", "c", "d"}) sm.AddSegment(c, std::string(c) + ":1", 1 << 20);
+  for (uint32_t n = 1; n <= 4; ++n) {
+    auto placed = sm.Place(1000, n, "");
+    ASSERT_TRUE(placed.ok()) << placed.status();
+    ASSERT_EQ(placed->size(), n);
+    std::set<std::string> clients;
+    for (const auto& loc : *placed) {
+      clients.insert(loc.client_id);
+      EXPECT_EQ(loc.length, 1000u);
+      EXPECT_EQ(loc.endpoint, loc.client_id + ":1");
+    }
+    EXPECT_EQ(clients.size(), n) << "two replicas on one client";
+  }
+}
+
+TEST(SegmentManager, PreferredClientComesFirst) {
+  SegmentManager sm(64);
+  sm.AddSegment("big", "big:1", 1 << 24);
+  sm.AddSegment("small", "small:1", 1 << 16);
+  auto placed = sm.Place(1000, 2, "small");
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ((*placed)[0].client_id, "small");
+  EXPECT_EQ((*placed)[1].client_id, "big");
+  auto one = sm.Place(1000, 1, "small");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ((*one)[0].client_id, "small");
+}
+
+TEST(SegmentManager, FullPreferredClientFallsBackToOthers) {
+  SegmentManager sm(64);
+  sm.AddSegment("me", "me:1", 1024);
+  sm.AddSegment("other", "other:1", 1 << 20);
+  ASSERT_TRUE(sm.Place(1024, 1, "me").ok());
+  auto placed = sm.Place(1000, 1, "me");
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ((*placed)[0].client_id, "other");
+}
+
+TEST(SegmentManager, WithoutPreferenceMostFreeClientIsChosen) {
+  SegmentManager sm(64);
+  sm.AddSegment("a", "a:1", 1 << 16);
+  sm.AddSegment("b", "b:1", 1 << 20);
+  auto placed = sm.Place(64, 1, "");
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ((*placed)[0].client_id, "b");
+}
+
+TEST(SegmentManager, FewerClientsThanReplicasIsNoSpace) {
+  SegmentManager sm(64);
+  sm.AddSegment("a", "a:1", 1 << 20);
+  sm.AddSegment("a", "a:1", 1 << 20);  // two segments, still one client
+  sm.AddSegment("b", "b:1", 1 << 20);
+  auto placed = sm.Place(64, 3, "a");
+  EXPECT_EQ(ToCode(placed.status()), Code::kNoSpace);
+  EXPECT_EQ(sm.Stats().used, 0u);
+  EXPECT_EQ(sm.ClientCount(), 2u);
+}
+
+TEST(SegmentManager, FailedPlacementRollsBackPartialAllocations) {
+  SegmentManager sm(64);
+  sm.AddSegment("a", "a:1", 1 << 20);
+  sm.AddSegment("b", "b:1", 1 << 20);
+  sm.AddSegment("c", "c:1", 1024);  // too small for the object
+  auto placed = sm.Place(4096, 3, "a");
+  EXPECT_EQ(ToCode(placed.status()), Code::kNoSpace);
+  EXPECT_EQ(sm.Stats().used, 0u);
+  EXPECT_EQ(sm.ClientStats("a").used, 0u);
+  EXPECT_EQ(sm.ClientStats("b").used, 0u);
+  // Everything is still allocatable: the rollback freed the ranges for real.
+  EXPECT_TRUE(sm.Place(1 << 20, 2, "").ok());
+  EXPECT_EQ(sm.Stats().used, 2u << 20);
+}
+
+TEST(SegmentManager, FragmentationNeverFailsAPutWhileOneFreeRangeFits) {
+  SegmentManager sm(64);
+  sm.AddSegment("a", "a:1", 64 * 64);
+  std::vector<MemoryLocation> locs;
+  for (int i = 0; i < 64; ++i) locs.push_back((*sm.Place(64, 1, ""))[0]);
+  EXPECT_FALSE(sm.Place(1, 1, "").ok());
+  for (int i = 0; i < 64; i += 2) sm.Free(locs[i]);  // 32 holes of 64 bytes
+  EXPECT_EQ(sm.LargestFree(), 64u);
+  EXPECT_EQ(ToCode(sm.Place(65, 1, "").status()), Code::kNoSpace);
+  sm.Free(locs[9]);  // holes 8,9,10 join: 192 bytes
+  EXPECT_EQ(sm.LargestFree(), 192u);
+  auto placed = sm.Place(192, 1, "");
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ((*placed)[0].offset, locs[8].offset);
+  // The 30 remaining holes of 64 bytes still serve 64-byte puts.
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(sm.Place(64, 1, "").ok()) << i;
+  EXPECT_FALSE(sm.Place(64, 1, "").ok());
+}
+
+TEST(SegmentManager, PicksTheSegmentWhereTheObjectFitsAcrossSegments) {
+  SegmentManager sm(64);
+  uint64_t s1 = sm.AddSegment("a", "a:1", 4096);
+  uint64_t s2 = sm.AddSegment("a", "a:1", 1 << 20);
+  auto big = sm.Place(100'000, 1, "a");
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ((*big)[0].segment_id, s2);
+  // Fill s2 completely; a small object goes to s1.
+  ASSERT_TRUE(sm.Place((1 << 20) - 100'032, 1, "a").ok());
+  auto small = sm.Place(64, 1, "a");
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ((*small)[0].segment_id, s1);
+}
+
+TEST(SegmentManager, StatsTrackAllocationsAndRemovedClients) {
+  SegmentManager sm(64);
+  sm.AddSegment("a", "a:1", 1 << 20);
+  sm.AddSegment("b", "b:1", 1 << 20);
+  auto p = sm.Place(100, 2, "");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(sm.Stats().used, 256u);  // two replicas rounded to 128
+  EXPECT_EQ(sm.Stats().capacity, 2u << 20);
+  EXPECT_EQ(sm.RemoveClient("a"), 1u);
+  EXPECT_EQ(sm.Stats().used, 128u);
+  EXPECT_EQ(sm.Stats().capacity, 1u << 20);
+  // Freeing a location on the removed segment is a no-op.
+  for (const auto& loc : *p) sm.Free(loc);
+  EXPECT_EQ(sm.Stats().used, 0u);
+  EXPECT_EQ(sm.RemoveClient("a"), 0u);
+}
+
+TEST(SegmentManager, SegmentIdsAreNeverReused) {
+  SegmentManager sm(64);
+  std::set<uint64_t> ids;
+  for (int i = 0; i < 10; ++i) {
+    ids.insert(sm.AddSegment("a", "a:1", 4096));
+    sm.RemoveClient("a");
+  }
+  EXPECT_EQ(ids.size(), 10u);
+}
+
+}  // namespace
+}  // namespace mc::master
