@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# A local mcstore cluster on loopback: one mc-master and N mc-client daemons, free ports, logs and
+# ready files in one run directory.
+#   ./deploy/local-cluster.sh start N   (default 2)
+#   ./deploy/local-cluster.sh status
+#   ./deploy/local-cluster.sh stop
+# Environment: MC_BUILD_DIR (default build), MC_RUN_DIR (default run/cluster),
+#   MC_SEGMENT_SIZE bytes per client (default 268435456), MC_CLIENT_ARGS / MC_MASTER_ARGS extra flags.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${MC_BUILD_DIR:-build}"
+run="${MC_RUN_DIR:-run/cluster}"
+segment="${MC_SEGMENT_SIZE:-268435456}"
+
+field() {  # field FILE KEY: a value of a ready file
+  /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"
+}
+
+wait_ready() {  # wait_ready FILE PID NAME
+  for _ in $(seq 1 100); do
+    [[ -s "$1" ]] && return 0
+    if ! kill -0 "$2" 2>/dev/null; then
+      echo "local-cluster: $3 exited; its log:" >&2
+      tail -20 "$run/$3.log" >&2
+      return 1
+    fi
+    sleep 0.1
+  done
+  echo "local-cluster: $3 not ready after 10 s (log: $run/$3.log)" >&2
+  return 1
+}
+
+stop() {
+  [[ -d "$run" ]] || return 0
+  for pidfile in "$run"/*.pid; do
+    [[ -e "$pidfile" ]] || continue
+    pid=$(cat "$pidfile")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$pidfile"
+  done
+  echo "local-cluster: stopped ($run)"
+}
+
+start() {
+  local n="${1:-2}"
+  for bin in master/mc-master client/mc-client; do
+    [[ -x "$build/$bin" ]] || { echo "local-cluster: $build/$bin missing: build first (./deploy/build.sh)" >&2; exit 1; }
+  done
+  stop >/dev/null
+  mkdir -p "$run"
+  rm -f "$run"/*.json "$run"/*.sock
+  "$build/master/mc-master" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
+    --ready_file "$run/master.json" ${MC_MASTER_ARGS:-} >"$run/master.log" 2>&1 &
+  echo $! >"$run/master.pid"
+  wait_ready "$run/master.json" "$(cat "$run/master.pid")" master
+  local master
+  master=$(field "$run/master.json" grpc)
+  for i in $(seq 1 "$n"); do
+    "$build/client/mc-client" --master "$master" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
+      --data 127.0.0.1:0 --unix_socket "$PWD/$run/client$i.sock" --client_id "client$i" \
+      --segment_size "$segment" --ready_file "$run/client$i.json" ${MC_CLIENT_ARGS:-} \
+      >"$run/client$i.log" 2>&1 &
+    echo $! >"$run/client$i.pid"
+  done
+  for i in $(seq 1 "$n"); do
+    wait_ready "$run/client$i.json" "$(cat "$run/client$i.pid")" "client$i"
+  done
+  echo "local-cluster: master gRPC $master, HTTP $(field "$run/master.json" http)"
+  for i in $(seq 1 "$n"); do
+    echo "local-cluster: client$i Store $(field "$run/client$i.json" grpc) (unix:$PWD/$run/client$i.sock), HTTP $(field "$run/client$i.json" http)"
+  done
+}
+
+status() {
+  [[ -s "$run/master.json" ]] || { echo "local-cluster: not running"; return 1; }
+  curl -fsS "http://$(field "$run/master.json" http)/status"
+  for f in "$run"/client*.json; do
+    [[ -e "$f" ]] || continue
+    curl -fsS "http://$(field "$f" http)/status" || echo "$(basename "$f" .json): not answering"
+  done
+}
+
+case "${1:-}" in
+  start) start "${2:-2}" ;;
+  stop) stop ;;
+  status) status ;;
+  *) echo "usage: $0 start [N] | status | stop" >&2; exit 2 ;;
+esac

@@ -1,0 +1,228 @@
+#include "tools/admin_commands.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_format.h"
+#include "common/util.h"
+
+namespace mc::tools {
+
+namespace v1 = mcstore::v1;
+
+namespace {
+
+void SetDeadline(grpc::ClientContext* c, const AdminContext& ctx) {
+  c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ctx.timeout_ms));
+}
+
+int RpcFailed(const AdminContext& ctx, const char* what, const grpc::Status& s) {
+  std::fprintf(ctx.err, "%s failed: %s (%d)\n", what, s.error_message().c_str(),
+               static_cast<int>(s.error_code()));
+  return 2;
+}
+
+// A POSIX shared-memory object registered with the daemon for the life of this object.
+class ShmBuffer {
+ public:
+  ShmBuffer(const AdminContext& ctx, uint64_t size) : ctx_(ctx), size_(size) {
+    std::random_device rd;
+    name_ = absl::StrFormat("/mc-admin-%d-%08x", getpid(), rd());
+    int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) return;
+    if (ftruncate(fd, static_cast<off_t>(size)) == 0) {
+      void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) base_ = static_cast<char*>(p);
+    }
+    close(fd);
+    if (base_ == nullptr) return;
+    grpc::ClientContext c;
+    SetDeadline(&c, ctx_);
+    v1::RegisterBufferRequest req;
+    req.set_shm_name(name_);
+    req.set_size(size);
+    v1::RegisterBufferResponse resp;
+    grpc::Status s = ctx_.store->RegisterBuffer(&c, req, &resp);
+    if (s.ok()) {
+      id_ = resp.buffer_id();
+    } else {
+      std::fprintf(ctx_.err, "RegisterBuffer failed: %s\n", s.error_message().c_str());
+    }
+  }
+  ~ShmBuffer() {
+    if (id_ != 0) {
+      grpc::ClientContext c;
+      SetDeadline(&c, ctx_);
+      v1::UnregisterBufferRequest req;
+      req.set_buffer_id(id_);
+      v1::UnregisterBufferResponse resp;
+      (void)ctx_.store->UnregisterBuffer(&c, req, &resp);  // best effort at exit
+    }
+    if (base_ != nullptr) munmap(base_, size_);
+    shm_unlink(name_.c_str());
+  }
+  bool ok() const { return id_ != 0; }
+  char* data() const { return base_; }
+  uint64_t id() const { return id_; }
+
+ private:
+  const AdminContext& ctx_;
+  const uint64_t size_;
+  std::string name_;
+  char* base_ = nullptr;
+  uint64_t id_ = 0;
+};
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+bool WriteFile(const std::string& path, const char* data, uint64_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data, static_cast<std::streamsize>(size));
+  return static_cast<bool>(out);
+}
+
+}  // namespace
+
+int CmdStatus(const AdminContext& ctx) {
+  grpc::ClientContext c;
+  SetDeadline(&c, ctx);
+  v1::GetStatusResponse resp;
+  grpc::Status s = ctx.master->GetStatus(&c, v1::GetStatusRequest(), &resp);
+  if (!s.ok()) return RpcFailed(ctx, "GetStatus", s);
+  std::fprintf(ctx.out, "%s\n", resp.status_line().c_str());
+  std::fprintf(ctx.out, "%-32s %-22s %21s %21s\n", "CLIENT", "DATA", "MEMORY USED", "SSD USED");
+  for (const auto& cl : resp.clients()) {
+    std::fprintf(ctx.out, "%-32s %-22s %10s/%-10s %10s/%-10s\n", cl.client_id().c_str(),
+                 cl.data_endpoint().c_str(), FormatBytes(cl.used()).c_str(),
+                 FormatBytes(cl.capacity()).c_str(), FormatBytes(cl.disk_used()).c_str(),
+                 FormatBytes(cl.disk_capacity()).c_str());
+  }
+  return 0;
+}
+
+int CmdPut(const AdminContext& ctx, const std::string& file, const std::string& key) {
+  std::string payload;
+  if (!ReadFile(file, &payload)) {
+    std::fprintf(ctx.err, "cannot read %s\n", file.c_str());
+    return 2;
+  }
+  v1::BatchPutRequest req;
+  v1::PutItem* item = req.add_items();
+  item->set_key(key);
+  std::unique_ptr<ShmBuffer> shm;
+  if (payload.size() <= ctx.inline_limit) {
+    item->set_data(payload);
+  } else {
+    shm = std::make_unique<ShmBuffer>(ctx, payload.size());
+    if (!shm->ok()) return 2;
+    std::memcpy(shm->data(), payload.data(), payload.size());
+    v1::Slice* slice = item->add_slices();
+    slice->set_buffer_id(shm->id());
+    slice->set_length(payload.size());
+  }
+  grpc::ClientContext c;
+  SetDeadline(&c, ctx);
+  v1::BatchPutResponse resp;
+  grpc::Status s = ctx.store->BatchPut(&c, req, &resp);
+  if (!s.ok()) return RpcFailed(ctx, "BatchPut", s);
+  const v1::Result& r = resp.results(0);
+  if (r.code() != v1::OK) {
+    std::fprintf(ctx.err, "put %s: %s: %s\n", key.c_str(), v1::Code_Name(r.code()).c_str(),
+                 r.message().c_str());
+    return 1;
+  }
+  std::fprintf(ctx.out, "put %s: %zu bytes\n", key.c_str(), payload.size());
+  return 0;
+}
+
+int CmdGet(const AdminContext& ctx, const std::string& key, const std::string& file) {
+  v1::BatchGetRequest req;
+  req.add_items()->set_key(key);
+  grpc::ClientContext c;
+  SetDeadline(&c, ctx);
+  v1::BatchGetResponse resp;
+  grpc::Status s = ctx.store->BatchGet(&c, req, &resp);
+  if (!s.ok()) return RpcFailed(ctx, "BatchGet", s);
+  v1::GetResult r = resp.results(0);
+  if (r.code() == v1::INVALID_ARGUMENT && r.size() > 0) {
+    // Too large to come back inline: read it through shared memory.
+    ShmBuffer shm(ctx, r.size());
+    if (!shm.ok()) return 2;
+    v1::BatchGetRequest again;
+    v1::GetItem* item = again.add_items();
+    item->set_key(key);
+    v1::Slice* slice = item->add_slices();
+    slice->set_buffer_id(shm.id());
+    slice->set_length(r.size());
+    grpc::ClientContext c2;
+    SetDeadline(&c2, ctx);
+    v1::BatchGetResponse resp2;
+    s = ctx.store->BatchGet(&c2, again, &resp2);
+    if (!s.ok()) return RpcFailed(ctx, "BatchGet", s);
+    r = resp2.results(0);
+    if (r.code() == v1::OK) r.set_data(std::string(shm.data(), r.size()));
+  }
+  if (r.code() != v1::OK) {
+    std::fprintf(ctx.err, "get %s: %s: %s\n", key.c_str(), v1::Code_Name(r.code()).c_str(),
+                 r.message().c_str());
+    return 1;
+  }
+  if (!WriteFile(file, r.data().data(), r.data().size())) {
+    std::fprintf(ctx.err, "cannot write %s\n", file.c_str());
+    return 2;
+  }
+  std::fprintf(ctx.out, "get %s: %zu bytes -> %s\n", key.c_str(), r.data().size(), file.c_str());
+  return 0;
+}
+
+int CmdExist(const AdminContext& ctx, const std::vector<std::string>& keys) {
+  v1::BatchExistRequest req;
+  for (const auto& k : keys) req.add_keys(k);
+  grpc::ClientContext c;
+  SetDeadline(&c, ctx);
+  v1::BatchExistResponse resp;
+  grpc::Status s = ctx.store->BatchExist(&c, req, &resp);
+  if (!s.ok()) return RpcFailed(ctx, "BatchExist", s);
+  int rc = 0;
+  for (int i = 0; i < resp.exists_size(); ++i) {
+    std::fprintf(ctx.out, "%s: %s\n", keys[i].c_str(), resp.exists(i) ? "exists" : "missing");
+    if (!resp.exists(i)) rc = 1;
+  }
+  return rc;
+}
+
+int CmdRemove(const AdminContext& ctx, const std::vector<std::string>& keys) {
+  v1::BatchRemoveRequest req;
+  for (const auto& k : keys) req.add_keys(k);
+  grpc::ClientContext c;
+  SetDeadline(&c, ctx);
+  v1::BatchRemoveResponse resp;
+  grpc::Status s = ctx.store->BatchRemove(&c, req, &resp);
+  if (!s.ok()) return RpcFailed(ctx, "BatchRemove", s);
+  int rc = 0;
+  for (int i = 0; i < resp.results_size(); ++i) {
+    const auto& r = resp.results(i);
+    std::fprintf(ctx.out, "%s: %s%s%s\n", keys[i].c_str(), v1::Code_Name(r.code()).c_str(),
+                 r.message().empty() ? "" : ": ", r.message().c_str());
+    if (r.code() != v1::OK) rc = 1;
+  }
+  return rc;
+}
+
+}  // namespace mc::tools

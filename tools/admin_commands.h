@@ -1,0 +1,30 @@
+// The commands of mc-admin, the operator CLI, as functions over gRPC stubs so that the main
+// stays a thin flag parser. Each command prints its outcome and returns a process exit code
+// (0 OK, 1 a per-key failure, 2 usage or connection errors).
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "mcstore/v1/master.grpc.pb.h"
+#include "mcstore/v1/store.grpc.pb.h"
+
+namespace mc::tools {
+
+struct AdminContext {
+  mcstore::v1::Master::Stub* master = nullptr;  // for status
+  mcstore::v1::Store::Stub* store = nullptr;    // for data commands
+  uint64_t inline_limit = 4 << 20;              // larger files go through shared memory
+  int64_t timeout_ms = 30'000;
+  FILE* out = stdout;
+  FILE* err = stderr;
+};
+
+int CmdStatus(const AdminContext& ctx);
+int CmdPut(const AdminContext& ctx, const std::string& file, const std::string& key);
+int CmdGet(const AdminContext& ctx, const std::string& key, const std::string& file);
+int CmdExist(const AdminContext& ctx, const std::vector<std::string>& keys);
+int CmdRemove(const AdminContext& ctx, const std::vector<std::string>& keys);
+
+}  // namespace mc::tools

@@ -1,0 +1,61 @@
+// mc-admin: the operator CLI.
+//   mc-admin --master HOST:PORT status
+//   mc-admin --client HOST:PORT put FILE KEY | get KEY FILE | exist KEY... | rm KEY...
+// --client also takes unix:PATH (the daemon's --unix_socket).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "tools/admin_commands.h"
+
+ABSL_FLAG(std::string, master, "127.0.0.1:50051", "mc-master gRPC address (status)");
+ABSL_FLAG(std::string, client, "127.0.0.1:50052", "mc-client Store address (data commands)");
+ABSL_FLAG(int64_t, timeout_ms, 30000, "deadline of each RPC");
+ABSL_FLAG(uint64_t, inline_limit, 4ull << 20, "files above this go through shared memory");
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: mc-admin [--master H:P] status\n"
+    "       mc-admin [--client H:P|unix:PATH] put FILE KEY | get KEY FILE | exist KEY... | rm "
+    "KEY...";
+
+std::shared_ptr<grpc::Channel> Channel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> args(positional.begin() + 1, positional.end());
+  if (args.empty()) {
+    std::fprintf(stderr, "%s\n", kUsage);
+    return 2;
+  }
+  auto master = mcstore::v1::Master::NewStub(Channel(absl::GetFlag(FLAGS_master)));
+  auto store = mcstore::v1::Store::NewStub(Channel(absl::GetFlag(FLAGS_client)));
+  mc::tools::AdminContext ctx;
+  ctx.master = master.get();
+  ctx.store = store.get();
+  ctx.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
+  ctx.inline_limit = absl::GetFlag(FLAGS_inline_limit);
+  const std::string& cmd = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (cmd == "status" && rest.empty()) return mc::tools::CmdStatus(ctx);
+  if (cmd == "put" && rest.size() == 2) return mc::tools::CmdPut(ctx, rest[0], rest[1]);
+  if (cmd == "get" && rest.size() == 2) return mc::tools::CmdGet(ctx, rest[0], rest[1]);
+  if (cmd == "exist" && !rest.empty()) return mc::tools::CmdExist(ctx, rest);
+  if (cmd == "rm" && !rest.empty()) return mc::tools::CmdRemove(ctx, rest);
+  std::fprintf(stderr, "%s\n", kUsage);
+  return 2;
+}
