@@ -1,0 +1,236 @@
+// mc_master_bench: batched lookups (GetReplicas, Exist) over 100k preloaded keys, in-process
+// (MetadataService directly) and through gRPC on loopback (an in-process MasterServer on
+// 127.0.0.1:0 and a Master stub). Figures are keys/s (items_per_second); batch size is the arg.
+#include <grpcpp/grpcpp.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "master/master_server.h"
+#include "master/metadata_service.h"
+#include "mcstore/v1/master.grpc.pb.h"
+
+namespace mc::master {
+namespace {
+
+constexpr size_t kKeys = 100'000;
+constexpr uint64_t kObjectSize = 4096;
+constexpr size_t kBatchesPrepared = 4096;
+
+// Keys look like KV-block hashes: 32 bytes.
+std::string KeyOf(size_t i) {
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%016zx%016zx", static_cast<size_t>(i * 0x9E3779B97F4A7C15ull), i);
+  return std::string(buf, 32);
+}
+
+void Preload(MetadataService& svc) {
+  ClientInfo info{"bench-client", "localhost", "127.0.0.1:1", 0, 0, 0, 0};
+  auto reg = svc.RegisterClient(info, {kKeys * kObjectSize * 2});
+  if (!reg.ok()) std::abort();
+  std::vector<std::string> keys;
+  for (size_t base = 0; base < kKeys; base += 1000) {
+    keys.clear();
+    for (size_t i = base; i < base + 1000 && i < kKeys; ++i) keys.push_back(KeyOf(i));
+    std::vector<PutStartItem> items;
+    for (const auto& k : keys) items.push_back({k, kObjectSize});
+    auto started = svc.PutStart("bench-client", items, 1);
+    std::vector<PutEndItem> ends;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!started[i].status.ok()) std::abort();
+      ends.push_back({keys[i], started[i].generation, 1});
+    }
+    for (const auto& s : svc.PutEnd("bench-client", ends)) {
+      if (!s.ok()) std::abort();
+    }
+  }
+}
+
+// Random batches of distinct keys, prepared once.
+const std::vector<std::vector<std::string>>& Batches(size_t batch) {
+  static std::map<size_t, std::vector<std::vector<std::string>>> cache;
+  auto& out = cache[batch];
+  if (out.empty()) {
+    std::mt19937_64 rng(42);
+    for (size_t b = 0; b < kBatchesPrepared; ++b) {
+      std::vector<std::string> keys;
+      size_t start = rng() % kKeys;
+      for (size_t i = 0; i < batch; ++i) keys.push_back(KeyOf((start + i * 7919) % kKeys));
+      out.push_back(std::move(keys));
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string_view>> Views(size_t batch) {
+  std::vector<std::vector<std::string_view>> views;
+  for (const auto& keys : Batches(batch)) views.emplace_back(keys.begin(), keys.end());
+  return views;
+}
+
+// ---- in-process
+
+struct InProcess {
+  MetricsRegistry metrics;
+  std::unique_ptr<MetadataService> svc;
+  InProcess() {
+    SetLogLevel("warn");
+    svc = std::make_unique<MetadataService>(MasterOptions{}, RealClock::Get(), metrics);
+    Preload(*svc);
+  }
+  static InProcess& Get() {
+    static InProcess* instance = new InProcess();
+    return *instance;
+  }
+};
+
+void BM_InProcess_GetReplicas_NoLease(benchmark::State& state) {
+  auto& svc = *InProcess::Get().svc;
+  auto views = Views(state.range(0));
+  LookupOptions opts;
+  opts.grant_lease = false;
+  size_t i = 0;
+  for (auto _ : state) {
+    LookupBatch b = svc.GetReplicas(views[i++ % views.size()], opts);
+    benchmark::DoNotOptimize(b);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+// A reader's round trip: lookup with a lease, then release it.
+void BM_InProcess_GetReplicasLeaseAndRelease(benchmark::State& state) {
+  auto& svc = *InProcess::Get().svc;
+  auto views = Views(state.range(0));
+  size_t i = 0;
+  for (auto _ : state) {
+    const auto& keys = views[i++ % views.size()];
+    LookupBatch b = svc.GetReplicas(keys, {});
+    benchmark::DoNotOptimize(svc.ReleaseLeases(b.lease_id, keys));
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+// GetReplicas with a lease alone (leases expire by TTL; they accumulate up to the TTL).
+void BM_InProcess_GetReplicasLease(benchmark::State& state) {
+  auto& svc = *InProcess::Get().svc;
+  auto views = Views(state.range(0));
+  size_t i = 0;
+  for (auto _ : state) {
+    LookupBatch b = svc.GetReplicas(views[i++ % views.size()], {});
+    benchmark::DoNotOptimize(b);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+  // Leave no leases behind for the next benchmark.
+  for (const auto& keys : views) svc.GetReplicas(keys, {.lease_ttl_ms = 1});
+}
+
+void BM_InProcess_Exist(benchmark::State& state) {
+  auto& svc = *InProcess::Get().svc;
+  auto views = Views(state.range(0));
+  size_t i = 0;
+  for (auto _ : state) {
+    std::vector<bool> e = svc.Exist(views[i++ % views.size()]);
+    benchmark::DoNotOptimize(e);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+// ---- gRPC on loopback
+
+struct OverGrpc {
+  std::unique_ptr<MasterServer> server;
+  std::unique_ptr<mcstore::v1::Master::Stub> stub;
+  OverGrpc() {
+    SetLogLevel("warn");
+    MasterServerOptions opts;
+    opts.listen = "127.0.0.1:0";
+    opts.http = "";
+    opts.maintenance_interval_ms = 200;
+    server = std::make_unique<MasterServer>(opts);
+    if (!server->Start().ok()) std::abort();
+    Preload(server->service());
+    stub = mcstore::v1::Master::NewStub(
+        grpc::CreateChannel(server->grpc_address(), grpc::InsecureChannelCredentials()));
+  }
+  static OverGrpc& Get() {
+    static OverGrpc* instance = new OverGrpc();
+    return *instance;
+  }
+};
+
+void BM_Grpc_GetReplicasLeaseAndRelease(benchmark::State& state) {
+  auto& g = OverGrpc::Get();
+  const auto& batches = Batches(state.range(0));
+  size_t i = 0;
+  for (auto _ : state) {
+    const auto& keys = batches[i++ % batches.size()];
+    mcstore::v1::GetReplicasRequest req;
+    req.set_client_id("bench-client");
+    for (const auto& k : keys) req.add_keys(k);
+    mcstore::v1::GetReplicasResponse resp;
+    grpc::ClientContext ctx;
+    if (!g.stub->GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
+    mcstore::v1::ReleaseLeasesRequest rel;
+    rel.set_lease_id(resp.lease_id());
+    *rel.mutable_keys() = req.keys();
+    mcstore::v1::ReleaseLeasesResponse rel_resp;
+    grpc::ClientContext ctx2;
+    if (!g.stub->ReleaseLeases(&ctx2, rel, &rel_resp).ok()) state.SkipWithError("Release failed");
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+void BM_Grpc_GetReplicas_NoLease(benchmark::State& state) {
+  auto& g = OverGrpc::Get();
+  const auto& batches = Batches(state.range(0));
+  size_t i = 0;
+  for (auto _ : state) {
+    const auto& keys = batches[i++ % batches.size()];
+    mcstore::v1::GetReplicasRequest req;
+    req.set_client_id("bench-client");
+    req.set_no_lease(true);
+    for (const auto& k : keys) req.add_keys(k);
+    mcstore::v1::GetReplicasResponse resp;
+    grpc::ClientContext ctx;
+    if (!g.stub->GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+void BM_Grpc_Exist(benchmark::State& state) {
+  auto& g = OverGrpc::Get();
+  const auto& batches = Batches(state.range(0));
+  size_t i = 0;
+  for (auto _ : state) {
+    const auto& keys = batches[i++ % batches.size()];
+    mcstore::v1::ExistRequest req;
+    for (const auto& k : keys) req.add_keys(k);
+    mcstore::v1::ExistResponse resp;
+    grpc::ClientContext ctx;
+    if (!g.stub->Exist(&ctx, req, &resp).ok()) state.SkipWithError("Exist failed");
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+BENCHMARK(BM_InProcess_GetReplicas_NoLease)->Arg(64)->Arg(1)->Arg(1024);
+BENCHMARK(BM_InProcess_GetReplicasLease)->Arg(64);
+BENCHMARK(BM_InProcess_GetReplicasLeaseAndRelease)->Arg(64)->Arg(1024);
+BENCHMARK(BM_InProcess_Exist)->Arg(64)->Arg(1)->Arg(1024);
+BENCHMARK(BM_InProcess_Exist)->Arg(64)->Threads(2)->UseRealTime();
+BENCHMARK(BM_InProcess_GetReplicasLeaseAndRelease)->Arg(64)->Threads(2)->UseRealTime();
+BENCHMARK(BM_Grpc_GetReplicasLeaseAndRelease)->Arg(64)->UseRealTime();
+BENCHMARK(BM_Grpc_GetReplicas_NoLease)->Arg(64)->UseRealTime();
+BENCHMARK(BM_Grpc_Exist)->Arg(64)->Arg(1024)->UseRealTime();
+
+}  // namespace
+}  // namespace mc::master
+
+BENCHMARK_MAIN();
