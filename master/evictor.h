@@ -1,6 +1,6 @@
 // Evictor: frees memory by dropping the memory replicas of least recently used objects.
 //
-// Approximate LRU: each shard's LRU list is walked from its cold end (bounded per shard), the
+// Approximate LRU, persisted objects first: each shard's LRU list is walked from its cold end (bounded per shard), the
 // eligible candidates of all shards are merged by last access, and the oldest are evicted until
 // the requested bytes are freed. Eligible means COMPLETE, no live lease, not pinned; every other
 // object walked is counted as a skip by reason. An object keeps its DISK replicas (it stays
@@ -56,6 +56,7 @@ class Evictor {
     std::string key;
     uint64_t generation;
     uint64_t bytes;
+    bool persisted;  // has a DISK replica: dropping its memory loses nothing
   };
   std::vector<Candidate> CollectCandidates(uint64_t bytes);
   uint64_t EvictCandidates(std::vector<Candidate>& candidates, uint64_t bytes);

@@ -69,7 +69,8 @@ std::vector<DiskReplicaItem> DiskItems(
     const google::protobuf::RepeatedPtrField<v1::DiskReplicaItem>& items) {
   std::vector<DiskReplicaItem> out;
   for (const auto& item : items) {
-    out.push_back({item.key(), item.generation(), item.locator(), item.length()});
+    out.push_back(
+        {item.key(), item.generation(), item.locator(), item.length(), item.checksum()});
   }
   return out;
 }
@@ -213,7 +214,8 @@ grpc::Status MasterGrpcService::AddDiskReplicas(grpc::ServerContext*,
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
   }
-  AddResults(service_.AddDiskReplicas(req->client_id(), DiskItems(req->items())), resp);
+  AddResults(service_.AddDiskReplicas(req->client_id(), DiskItems(req->items()), req->recovered()),
+             resp);
   return scope.Finish(grpc::Status::OK);
 }
 
@@ -225,6 +227,27 @@ grpc::Status MasterGrpcService::RemoveDiskReplicas(grpc::ServerContext*,
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
   }
   AddResults(service_.RemoveDiskReplicas(req->client_id(), DiskItems(req->items())), resp);
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::TakeOffloadTasks(grpc::ServerContext*,
+                                                 const v1::TakeOffloadTasksRequest* req,
+                                                 v1::TakeOffloadTasksResponse* resp) {
+  RpcScope scope(metrics_, "TakeOffloadTasks");
+  size_t max = req->max_tasks() == 0 ? 64 : std::min<size_t>(req->max_tasks(), max_batch_items_);
+  auto tasks = service_.TakeOffloadTasks(req->client_id(), req->session(), max);
+  if (!tasks.ok()) return scope.Finish(ToGrpcStatus(tasks.status()));
+  for (const OffloadTask& t : *tasks) {
+    v1::OffloadTask* out = resp->add_tasks();
+    out->set_kind(t.kind == OffloadTask::Kind::kOffload ? v1::OFFLOAD : v1::DROP);
+    out->set_key(t.key);
+    out->set_generation(t.generation);
+    out->set_size(t.size);
+    out->set_checksum(t.checksum);
+    out->set_segment_id(t.segment_id);
+    out->set_offset(t.offset);
+    out->set_locator(t.locator);
+  }
   return scope.Finish(grpc::Status::OK);
 }
 

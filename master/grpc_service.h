@@ -41,6 +41,8 @@ class MasterGrpcService final : public mcstore::v1::Master::Service {
   grpc::Status RemoveDiskReplicas(grpc::ServerContext*,
                                   const mcstore::v1::RemoveDiskReplicasRequest*,
                                   mcstore::v1::RemoveDiskReplicasResponse*) override;
+  grpc::Status TakeOffloadTasks(grpc::ServerContext*, const mcstore::v1::TakeOffloadTasksRequest*,
+                                mcstore::v1::TakeOffloadTasksResponse*) override;
   grpc::Status GetStatus(grpc::ServerContext*, const mcstore::v1::GetStatusRequest*,
                          mcstore::v1::GetStatusResponse*) override;
 

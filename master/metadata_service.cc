@@ -37,6 +37,13 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
       segments_(options_.alignment),
       clients_(clock, options_.client_ttl_ms),
       evictor_(table_, segments_, clock, metrics, options_.eviction),
+      planner_(
+          table_, segments_, offload_queue_,
+          [this](const std::string& id) {
+            auto info = clients_.Get(id);
+            return info.has_value() && info->disk_capacity > 0;
+          },
+          clock, metrics, options_.offload),
       next_generation_(InitialGeneration()),
       leases_granted_(metrics.GetCounter("mc_leases_granted_total", "Read leases granted")),
       leases_expired_(
@@ -102,6 +109,7 @@ absl::Status MetadataService::UnregisterClient(const std::string& client_id, uin
 
 void MetadataService::CleanupClient(const std::string& client_id) {
   segments_.RemoveClient(client_id);  // its ranges need no Free: the segments are gone
+  offload_queue_.DropClient(client_id);
   std::vector<MemoryLocation> to_free;
   size_t objects_lost = 0;
   size_t puts_revoked = 0;
@@ -337,6 +345,7 @@ void MetadataService::RunMaintenance() {
   }
   RevokeTimedOutPuts();
   SweepLeases();
+  planner_.Plan();
   evictor_.EvictToWatermark();
 }
 

@@ -23,6 +23,7 @@
 #include "master/client_registry.h"
 #include "master/evictor.h"
 #include "master/object_table.h"
+#include "master/offload_planner.h"
 #include "master/pending_puts.h"
 #include "master/segment_manager.h"
 
@@ -41,6 +42,7 @@ struct MasterOptions {
   uint64_t alignment = 64;              // allocation granularity inside segments
   int sync_eviction_rounds = 8;         // PutStart evicts and retries this often before NO_SPACE
   EvictorOptions eviction;
+  OffloadPlannerOptions offload;
 };
 
 struct Registration {
@@ -90,6 +92,7 @@ struct DiskReplicaItem {
   uint64_t generation = 0;
   uint64_t locator = 0;
   uint64_t length = 0;
+  uint64_t checksum = 0;
 };
 
 struct MasterSnapshot {
@@ -127,11 +130,17 @@ class MetadataService {
   std::vector<bool> Exist(const std::vector<std::string_view>& keys);
   std::vector<absl::Status> Remove(const std::vector<std::string_view>& keys);
 
-  // The SSD tier.
+  // The SSD tier. `recovered`: records found at the client's start, which may recreate objects
+  // the master does not know; otherwise the object must exist with the item's generation.
   std::vector<absl::Status> AddDiskReplicas(const std::string& client_id,
-                                            const std::vector<DiskReplicaItem>& items);
+                                            const std::vector<DiskReplicaItem>& items,
+                                            bool recovered);
+  // HAS_LEASE for an object a reader holds a lease on (its record must stay).
   std::vector<absl::Status> RemoveDiskReplicas(const std::string& client_id,
                                                const std::vector<DiskReplicaItem>& items);
+  // Up to `max` queued OFFLOAD/DROP tasks for the client; kNotFound for an unknown session.
+  absl::StatusOr<std::vector<OffloadTask>> TakeOffloadTasks(const std::string& client_id,
+                                                            uint64_t session, size_t max);
 
   // Expires clients, revokes timed-out puts, sweeps expired leases, evicts to the watermark.
   void RunMaintenance();
@@ -167,6 +176,8 @@ class MetadataService {
   ClientRegistry clients_;
   PendingPuts pending_;
   Evictor evictor_;
+  OffloadQueue offload_queue_;
+  OffloadPlanner planner_;
   std::atomic<uint64_t> next_generation_;
   std::atomic<uint64_t> next_lease_id_{1};
   Counter& leases_granted_;

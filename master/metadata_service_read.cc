@@ -1,4 +1,4 @@
-// Lookups with read leases, lease release and sweeping, existence, removal, DISK replicas.
+// Lookups with read leases, lease release and sweeping, existence, removal.
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
@@ -158,71 +158,20 @@ std::vector<absl::Status> MetadataService::Remove(const std::vector<std::string_
         out[i] = McError(Code::kHasLease, "key is leased by a reader");
       } else {
         for (const Replica& r : it->second.replicas) {
-          if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
+          if (r.tier == ReplicaTier::kMemory) {
+            to_free.push_back(r.location);
+          } else {  // the owning client deletes the record
+            offload_queue_.Push(r.location.client_id,
+                                OffloadTask{OffloadTask::Kind::kDrop, it->first,
+                                            it->second.generation, it->second.size,
+                                            it->second.checksum, 0, 0, r.location.offset});
+          }
         }
         shard.Erase(it);
       }
     }
   });
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);
-  return out;
-}
-
-std::vector<absl::Status> MetadataService::AddDiskReplicas(
-    const std::string& client_id, const std::vector<DiskReplicaItem>& items) {
-  std::vector<absl::Status> out(items.size());
-  std::optional<ClientInfo> client = clients_.Get(client_id);
-  std::vector<std::string_view> keys;
-  for (const auto& item : items) keys.push_back(item.key);
-  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-    shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      out[i] = ValidateKey(items[i].key);
-      if (!out[i].ok()) continue;
-      if (!client) {
-        out[i] = McError(Code::kInvalidArgument, absl::StrCat("unknown client '", client_id, "'"));
-        continue;
-      }
-      auto it = shard.objects.find(std::string(items[i].key));
-      if (it == shard.objects.end() || it->second.generation != items[i].generation) {
-        out[i] = McError(Code::kNotFound, "no object of this generation");
-        continue;
-      }
-      Object& object = it->second;
-      if (object.state != ObjectState::kComplete || items[i].length != object.size) {
-        out[i] = McError(Code::kInvalidArgument, "object not complete or length differs");
-        continue;
-      }
-      if (object.HasDiskReplicaOn(client_id)) continue;  // already persisted: a no-op success
-      object.replicas.push_back(
-          Replica{ReplicaTier::kDisk, MemoryLocation{client_id, client->endpoint, 0,
-                                                     items[i].locator, items[i].length}});
-    }
-  });
-  return out;
-}
-
-std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
-    const std::string& client_id, const std::vector<DiskReplicaItem>& items) {
-  std::vector<absl::Status> out(items.size());
-  std::vector<std::string_view> keys;
-  for (const auto& item : items) keys.push_back(item.key);
-  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-    shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      out[i] = ValidateKey(items[i].key);
-      if (!out[i].ok()) continue;
-      auto it = shard.objects.find(std::string(items[i].key));
-      if (it == shard.objects.end() || it->second.generation != items[i].generation) {
-        out[i] = McError(Code::kNotFound, "no object of this generation");
-        continue;
-      }
-      std::erase_if(it->second.replicas, [&](const Replica& r) {
-        return r.tier == ReplicaTier::kDisk && r.location.client_id == client_id;
-      });
-      if (it->second.replicas.empty()) shard.Erase(it);
-    }
-  });
   return out;
 }
 

@@ -30,6 +30,11 @@ bool Object::HasMemoryReplica() const {
                      [](const Replica& r) { return r.tier == ReplicaTier::kMemory; });
 }
 
+bool Object::HasDiskReplica() const {
+  return std::any_of(replicas.begin(), replicas.end(),
+                     [](const Replica& r) { return r.tier == ReplicaTier::kDisk; });
+}
+
 bool Object::HasDiskReplicaOn(const std::string& client_id) const {
   return std::any_of(replicas.begin(), replicas.end(), [&](const Replica& r) {
     return r.tier == ReplicaTier::kDisk && r.location.client_id == client_id;

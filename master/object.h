@@ -41,6 +41,7 @@ struct Object {
   int64_t put_start_ms = 0;
   int64_t last_access_ms = 0;
   bool pinned = false;  // soft pin: never chosen by eviction
+  int64_t offload_queued_ms = 0;  // when an OFFLOAD task for it was queued (0 = none)
   std::list<std::string>::iterator lru_pos;  // position in the shard's LRU list
 
   // Drops expired leases; returns how many.
@@ -50,6 +51,7 @@ struct Object {
   bool ReleaseLease(uint64_t id, int64_t now_ms);
   bool HasMemoryReplica() const;
   bool HasDiskReplicaOn(const std::string& client_id) const;
+  bool HasDiskReplica() const;
 };
 
 }  // namespace mc::master

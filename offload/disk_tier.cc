@@ -193,6 +193,13 @@ absl::StatusOr<Extent> DiskTier::AllocateWithEviction(uint64_t record_size) {
         return McError(Code::kNoSpace,
                        "disk tier: no space (remaining records are pinned or busy)");
       }
+    }
+    victims = ApplyReclaimGuard(std::move(victims));
+    if (victims.empty()) {
+      return McError(Code::kNoSpace, "disk tier: no space (the records that could go are leased)");
+    }
+    {
+      absl::MutexLock lock(&mu_);
       for (const auto& v : victims) {
         evicted_.push_back(
             Entry{v.key, v.generation, RecordRef{PackLocator(v.extent), v.payload_len}});
@@ -203,6 +210,29 @@ absl::StatusOr<Extent> DiskTier::AllocateWithEviction(uint64_t record_size) {
     Reclaim(victims);
   }
   return McError(Code::kNoSpace, "disk tier: no space");
+}
+
+std::vector<internal::IndexedRecord> DiskTier::ApplyReclaimGuard(
+    std::vector<internal::IndexedRecord> victims) {
+  if (!options_.reclaim_guard || victims.empty()) return victims;
+  std::vector<DiskTierVictim> asked;
+  for (const auto& v : victims) {
+    asked.push_back({v.key, v.generation, PackLocator(v.extent), v.payload_len});
+  }
+  std::vector<bool> allowed = options_.reclaim_guard(asked);
+  std::vector<internal::IndexedRecord> go;
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < victims.size(); ++i) {
+    if (i < allowed.size() && allowed[i]) {
+      go.push_back(std::move(victims[i]));
+    } else {
+      // Refused (leased, or the master could not be asked): the record stays readable.
+      index_->InsertWriting(victims[i].key, victims[i].generation);
+      index_->MarkReady(victims[i].key, victims[i].generation, victims[i].extent,
+                        victims[i].payload_len);
+    }
+  }
+  return go;
 }
 
 void DiskTier::Reclaim(const std::vector<internal::IndexedRecord>& records) {

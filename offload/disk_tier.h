@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -35,6 +36,14 @@ class RecordIndex;
 struct IndexedRecord;
 }  // namespace internal
 
+// A record the tier's own eviction wants to reclaim (see DiskTierOptions::reclaim_guard).
+struct DiskTierVictim {
+  std::string key;
+  uint64_t generation = 0;
+  uint64_t locator = 0;
+  uint64_t length = 0;
+};
+
 struct DiskTierOptions {
   std::string dir;        // data files live here (created if missing)
   uint64_t capacity = 0;  // bytes; split evenly over the data files (4 KiB multiples)
@@ -47,7 +56,12 @@ struct DiskTierOptions {
   const Clock* clock = nullptr;   // nullptr = RealClock
   IoEngine* io_engine = nullptr;  // borrowed, outlives the tier; nullptr = CreateIoEngine (tests
                                   // inject faults here)
+  // Asked before the tier's own eviction reclaims records: answers, per victim, whether it may go
+  // (the mc-client asks the master, which refuses records a reader holds a lease on). Refused
+  // victims stay indexed. Called without the tier's lock held; nullptr = every victim may go.
+  std::function<std::vector<bool>(const std::vector<DiskTierVictim>&)> reclaim_guard;
 };
+
 
 // locator packs the file index (high 16 bits) and byte offset (low 48 bits); length is the payload
 // length.
@@ -122,6 +136,9 @@ class DiskTier {
   // Zeroes the first page of each extent (so a dropped record is not resurrected at recovery) and
   // returns the extents to the allocator.
   void Reclaim(const std::vector<internal::IndexedRecord>& records);
+  // Keeps the victims the reclaim guard refuses (back in the index); returns the others.
+  std::vector<internal::IndexedRecord> ApplyReclaimGuard(
+      std::vector<internal::IndexedRecord> victims);
   void ZeroHeaders(const std::vector<internal::IndexedRecord>& records);
   // Runs one transfer of `length` bytes at `offset` of `file`, split into requests the engine can
   // run in parallel.

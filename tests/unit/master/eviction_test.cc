@@ -152,7 +152,7 @@ TEST_F(Eviction, ObjectLargerThanAnyFreeRangeEvictsUntilItFits) {
 TEST_F(Eviction, ObjectWithDiskReplicaKeepsItAfterMemoryEviction) {
   ASSERT_TRUE(m_.svc().RegisterClient({"c2", "h2", "h2:1", 0, 1 << 30, 0, 0}, {}).ok());
   uint64_t gen = m_.Put("c1", "ssd", kObject);
-  ASSERT_TRUE(m_.svc().AddDiskReplicas("c2", {{"ssd", gen, 77, kObject}})[0].ok());
+  ASSERT_TRUE(m_.svc().AddDiskReplicas("c2", {{"ssd", gen, 77, kObject, 42}}, false)[0].ok());
   m_.clock().AdvanceMs(1);  // "ssd" is the least recently used
   for (int i = 0; i < 100; ++i) m_.Put("c1", Key(i), kObject);
   LookupBatch b = m_.svc().GetReplicas({"ssd"}, {.grant_lease = false});

@@ -130,8 +130,9 @@ TEST_F(Liveness, UnregisterDropsClientState) {
 }
 
 TEST_F(Liveness, DeadClientsDiskReplicasAreDropped) {
+  s1_ = m_.Register("c1", {1 << 20}, 1 << 30);  // re-registers c1, now with an SSD tier
   uint64_t gen = m_.Put("c2", "k", 1000);
-  ASSERT_TRUE(m_.svc().AddDiskReplicas("c1", {{"k", gen, 5, 1000}})[0].ok());
+  ASSERT_TRUE(m_.svc().AddDiskReplicas("c1", {{"k", gen, 5, 1000, 42}}, false)[0].ok());
   KillC1();
   LookupBatch b = m_.svc().GetReplicas({"k"}, {.grant_lease = false});
   ASSERT_TRUE(b.results[0].status.ok());

@@ -54,8 +54,10 @@ class MasterFixture {
   }
 
   // Registers `id` with the given segments; returns its session.
-  uint64_t Register(const std::string& id, const std::vector<uint64_t>& segments) {
+  uint64_t Register(const std::string& id, const std::vector<uint64_t>& segments,
+                    uint64_t disk_capacity = 0) {
     ClientInfo info;
+    info.disk_capacity = disk_capacity;
     info.client_id = id;
     info.host = "host-" + id;
     info.endpoint = "10.0.0.1:" + std::to_string(1000 + id.size());

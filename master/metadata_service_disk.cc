@@ -1,0 +1,116 @@
+// DISK replicas: the records clients' SSD tiers persisted, dropped, or recovered at start.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "master/metadata_service.h"
+
+namespace mc::master {
+
+std::vector<absl::Status> MetadataService::AddDiskReplicas(
+    const std::string& client_id, const std::vector<DiskReplicaItem>& items, bool recovered) {
+  std::vector<absl::Status> out(items.size());
+  std::optional<ClientInfo> client = clients_.Get(client_id);
+  std::vector<std::string_view> keys;
+  for (const auto& item : items) keys.push_back(item.key);
+  int64_t now = clock_.NowMs();
+  uint64_t max_generation = 0;
+  size_t created = 0;
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      const DiskReplicaItem& item = items[i];
+      out[i] = ValidateKey(item.key);
+      if (!out[i].ok()) continue;
+      if (!client || client->disk_capacity == 0) {
+        out[i] = McError(Code::kInvalidArgument,
+                         absl::StrCat("client '", client_id, "' is unknown or has no SSD tier"));
+        continue;
+      }
+      if (item.length == 0 || item.length > options_.max_object_size) {
+        out[i] = McError(Code::kInvalidArgument, absl::StrCat("bad length ", item.length));
+        continue;
+      }
+      Replica replica{ReplicaTier::kDisk,
+                      MemoryLocation{client_id, client->endpoint, 0, item.locator, item.length}};
+      auto it = shard.objects.find(std::string(item.key));
+      if (it == shard.objects.end()) {
+        if (!recovered) {
+          out[i] = McError(Code::kNotFound, "object gone (removed or evicted) before offload");
+          continue;
+        }
+        Object object;
+        object.key = std::string(item.key);
+        object.size = item.length;
+        object.checksum = item.checksum;
+        object.generation = item.generation;
+        object.state = ObjectState::kComplete;
+        object.last_access_ms = now;
+        object.replicas.push_back(std::move(replica));
+        shard.Insert(std::move(object));
+        max_generation = std::max(max_generation, item.generation);
+        ++created;
+        continue;
+      }
+      Object& object = it->second;
+      if (object.generation != item.generation || object.state != ObjectState::kComplete) {
+        out[i] = McError(Code::kNotFound, "superseded by another generation of the key");
+      } else if (object.size != item.length || object.checksum != item.checksum) {
+        out[i] = McError(Code::kInvalidArgument, "record length or checksum differ from the object");
+      } else if (!object.HasDiskReplicaOn(client_id)) {
+        object.replicas.push_back(std::move(replica));
+      }
+      if (!recovered) object.offload_queued_ms = 0;
+    }
+  });
+  // Generations stay unique: never issue one a recovered record already carries.
+  uint64_t next = next_generation_.load();
+  while (max_generation >= next &&
+         !next_generation_.compare_exchange_weak(next, max_generation + 1)) {
+  }
+  if (created > 0) {
+    Logger("master").info("client {} recovered {} object(s) from its SSD tier", client_id,
+                          created);
+  }
+  return out;
+}
+
+std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
+    const std::string& client_id, const std::vector<DiskReplicaItem>& items) {
+  std::vector<absl::Status> out(items.size());
+  std::vector<std::string_view> keys;
+  for (const auto& item : items) keys.push_back(item.key);
+  int64_t now = clock_.NowMs();
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      out[i] = ValidateKey(items[i].key);
+      if (!out[i].ok()) continue;
+      auto it = shard.objects.find(std::string(items[i].key));
+      if (it == shard.objects.end() || it->second.generation != items[i].generation) {
+        continue;  // nothing refers to that record any more: the client may drop it
+      }
+      if (it->second.HasLiveLease(now)) {
+        out[i] = McError(Code::kHasLease, "a reader holds a lease on this object");
+        continue;
+      }
+      std::erase_if(it->second.replicas, [&](const Replica& r) {
+        return r.tier == ReplicaTier::kDisk && r.location.client_id == client_id;
+      });
+      if (it->second.replicas.empty()) shard.Erase(it);
+    }
+  });
+  return out;
+}
+
+absl::StatusOr<std::vector<OffloadTask>> MetadataService::TakeOffloadTasks(
+    const std::string& client_id, uint64_t session, size_t max) {
+  std::optional<ClientInfo> info = clients_.Get(client_id);
+  if (!info || info->session != session) {
+    return McError(Code::kNotFound, absl::StrCat("unknown client session ", client_id));
+  }
+  return offload_queue_.Take(client_id, max);
+}
+
+}  // namespace mc::master
