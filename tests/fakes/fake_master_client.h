@@ -1,0 +1,154 @@
+// FakeMasterClient: a MasterClient (client/master_client.h) that runs the real master in-process.
+//
+// It owns a master::MetadataService on an injected FakeClock and a MasterGrpcService, and
+// forwards every call to the gRPC handler (which ignores its ServerContext), converting the
+// grpc::Status with proto/status_convert.h: so client components are tested against the real
+// metadata logic and the real proto mapping, without sockets. Tests can make the next N calls of
+// an RPC fail (UNAVAILABLE by default) and hook code after GetReplicas (e.g. advance the clock
+// past the lease). Thread-safe (the service is; the knobs are atomics or set before use).
+// Link: mc_fake_master (tests/fakes/CMakeLists.txt).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "absl/status/status.h"
+#include "client/master_client.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "master/grpc_service.h"
+#include "master/metadata_service.h"
+#include "proto/status_convert.h"
+#include "tests/fakes/fake_clock.h"
+
+namespace mc::client {
+
+class FakeMasterClient final : public MasterClient {
+ public:
+  enum class Rpc {
+    kRegisterClient, kHeartbeat, kUnregisterClient, kPutStart, kPutEnd, kPutRevoke,
+    kGetReplicas, kReleaseLeases, kExist, kRemove, kAddDiskReplicas, kRemoveDiskReplicas,
+    kCount
+  };
+
+  static master::MasterOptions DefaultOptions() {
+    master::MasterOptions o;
+    o.lease_ttl_ms = 5000;
+    o.client_ttl_ms = 10'000;
+    o.put_timeout_ms = 60'000;
+    o.shards = 4;
+    o.alignment = 64;
+    return o;
+  }
+
+  // `clock` is borrowed (shared with the client components under test).
+  explicit FakeMasterClient(FakeClock& clock, master::MasterOptions options = DefaultOptions())
+      : clock_(clock),
+        service_(std::make_unique<master::MetadataService>(options, clock_, metrics_)),
+        grpc_(std::make_unique<master::MasterGrpcService>(*service_, metrics_, 100'000)) {}
+
+  master::MetadataService& service() { return *service_; }
+  MetricsRegistry& metrics() { return metrics_; }
+  FakeClock& clock() { return clock_; }
+
+  // The next `n` calls of `rpc` fail with `status` without reaching the master.
+  void FailNext(Rpc rpc, int n, absl::Status status = McError(Code::kUnavailable,
+                                                              "injected: master unreachable")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail_count_[Index(rpc)] = n;
+    fail_status_[Index(rpc)] = std::move(status);
+  }
+  void FailNextGetReplicas(int n) { FailNext(Rpc::kGetReplicas, n); }
+  // Runs after every successful GetReplicas, with its response (may modify it).
+  void SetAfterGetReplicas(std::function<void(v1::GetReplicasResponse*)> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    after_get_replicas_ = std::move(fn);
+  }
+  // How many times `rpc` was called (failed injections included).
+  int Calls(Rpc rpc) const { return calls_[Index(rpc)].load(); }
+
+  absl::Status RegisterClient(const v1::RegisterClientRequest& req,
+                              v1::RegisterClientResponse* resp) override {
+    return Forward(Rpc::kRegisterClient, [&] { return grpc_->RegisterClient(nullptr, &req, resp); });
+  }
+  absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
+    return Forward(Rpc::kHeartbeat, [&] { return grpc_->Heartbeat(nullptr, &req, resp); });
+  }
+  absl::Status UnregisterClient(const v1::UnregisterClientRequest& req) override {
+    v1::UnregisterClientResponse resp;
+    return Forward(Rpc::kUnregisterClient,
+                   [&] { return grpc_->UnregisterClient(nullptr, &req, &resp); });
+  }
+  absl::Status PutStart(const v1::PutStartRequest& req, v1::PutStartResponse* resp) override {
+    return Forward(Rpc::kPutStart, [&] { return grpc_->PutStart(nullptr, &req, resp); });
+  }
+  absl::Status PutEnd(const v1::PutEndRequest& req, v1::PutEndResponse* resp) override {
+    return Forward(Rpc::kPutEnd, [&] { return grpc_->PutEnd(nullptr, &req, resp); });
+  }
+  absl::Status PutRevoke(const v1::PutRevokeRequest& req, v1::PutRevokeResponse* resp) override {
+    return Forward(Rpc::kPutRevoke, [&] { return grpc_->PutRevoke(nullptr, &req, resp); });
+  }
+  absl::Status GetReplicas(const v1::GetReplicasRequest& req,
+                           v1::GetReplicasResponse* resp) override {
+    absl::Status s =
+        Forward(Rpc::kGetReplicas, [&] { return grpc_->GetReplicas(nullptr, &req, resp); });
+    std::function<void(v1::GetReplicasResponse*)> hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = after_get_replicas_;
+    }
+    if (s.ok() && hook) hook(resp);
+    return s;
+  }
+  absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
+    v1::ReleaseLeasesResponse resp;
+    return Forward(Rpc::kReleaseLeases, [&] { return grpc_->ReleaseLeases(nullptr, &req, &resp); });
+  }
+  absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
+    return Forward(Rpc::kExist, [&] { return grpc_->Exist(nullptr, &req, resp); });
+  }
+  absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) override {
+    return Forward(Rpc::kRemove, [&] { return grpc_->Remove(nullptr, &req, resp); });
+  }
+  absl::Status AddDiskReplicas(const v1::AddDiskReplicasRequest& req,
+                               v1::AddDiskReplicasResponse* resp) override {
+    return Forward(Rpc::kAddDiskReplicas,
+                   [&] { return grpc_->AddDiskReplicas(nullptr, &req, resp); });
+  }
+  absl::Status RemoveDiskReplicas(const v1::RemoveDiskReplicasRequest& req,
+                                  v1::RemoveDiskReplicasResponse* resp) override {
+    return Forward(Rpc::kRemoveDiskReplicas,
+                   [&] { return grpc_->RemoveDiskReplicas(nullptr, &req, resp); });
+  }
+
+ private:
+  static size_t Index(Rpc rpc) { return static_cast<size_t>(rpc); }
+
+  template <typename Fn>
+  absl::Status Forward(Rpc rpc, Fn&& call) {
+    calls_[Index(rpc)].fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fail_count_[Index(rpc)] > 0) {
+        --fail_count_[Index(rpc)];
+        return fail_status_[Index(rpc)];
+      }
+    }
+    return FromGrpcStatus(call());
+  }
+
+  FakeClock& clock_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<master::MetadataService> service_;
+  std::unique_ptr<master::MasterGrpcService> grpc_;
+  std::array<std::atomic<int>, static_cast<size_t>(Rpc::kCount)> calls_{};
+  std::mutex mu_;
+  std::array<int, static_cast<size_t>(Rpc::kCount)> fail_count_{};
+  std::array<absl::Status, static_cast<size_t>(Rpc::kCount)> fail_status_{};
+  std::function<void(v1::GetReplicasResponse*)> after_get_replicas_;
+};
+
+}  // namespace mc::client

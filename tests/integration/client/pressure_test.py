@@ -1,0 +1,89 @@
+"""Memory pressure through real daemons: a 2 x 32 MiB pool takes 3x its capacity in 1 MiB puts
+(every put succeeds, eviction passes succeed), keys pinned by a MatchPrefix lease survive intact,
+and once the lease is released they become evictable."""
+
+import unittest
+
+from integration.client import client_cluster as cc
+from mcstore.v1 import store_pb2 as spb
+
+MiB = cc.MiB
+SEGMENT = 32 * MiB
+VALUE = MiB
+PINNED = 4
+
+
+def value(i):
+    # Cheap, distinct per key: an 8-byte index tag repeated.
+    return (b"%08d" % i) * (VALUE // 8)
+
+
+class PressureTest(unittest.TestCase):
+    def setUp(self):
+        self.c = cc.Cluster(clients=2, segment_size=SEGMENT)
+        self.addCleanup(self.c.stop)
+        self.c.start()
+        self.s0 = self.c.stub(0)
+        self.s1 = self.c.stub(1)
+
+    def put_range(self, stub, start, count, batch=4):
+        for b in range(start, start + count, batch):
+            keys = list(range(b, min(b + batch, start + count)))
+            res = cc.put_inline(stub, [(b"p-%d" % i, value(i)) for i in keys])
+            for i, r in zip(keys, res):
+                self.assertEqual(r.code, spb.OK, "put p-%d: %s %s" % (i, cc.code_name(r.code),
+                                                                      r.message))
+
+    def test_three_times_capacity_with_pinned_prefix(self):
+        capacity = 2 * SEGMENT
+        # The pinned prefix, read back through the other client under its lease.
+        self.put_range(self.s0, 0, PINNED)
+        pinned_keys = [b"p-%d" % i for i in range(PINNED)]
+        m = self.s1.MatchPrefix(spb.MatchPrefixRequest(keys=pinned_keys + [b"p-none"],
+                                                       lease_ttl_ms=600000), timeout=30)
+        self.assertEqual(m.matched, PINNED)
+        self.assertNotEqual(m.lease_id, 0)
+
+        # 3x capacity, alternating writers.
+        total = 3 * capacity // VALUE
+        for start in range(PINNED, total, 8):
+            self.put_range(self.s0 if (start // 8) % 2 else self.s1, start,
+                           min(8, total - start))
+
+        master = cc.metrics(self.c.master_http())
+        attempts = master.get("mc_eviction_attempts_total", 0)
+        successes = master.get("mc_eviction_successes_total", 0)
+        self.assertGreater(attempts, 0, "the pool overflowed, eviction must have run")
+        self.assertGreaterEqual(successes / attempts, 0.99, (successes, attempts))
+        self.assertEqual(master.get("mc_put_no_space_total", 0), 0)
+        self.assertLessEqual(master.get("mc_memory_used_bytes"), capacity)
+
+        # Pinned keys survived, through the lease and through a plain get.
+        got = self.s1.BatchGet(spb.BatchGetRequest(items=[spb.GetItem(key=k) for k in pinned_keys],
+                                                   lease_id=m.lease_id), timeout=30).results
+        for i, r in enumerate(got):
+            self.assertEqual(r.code, spb.OK, r.message)
+            self.assertTrue(r.data == value(i), "pinned key %d intact" % i)
+        got = cc.get_inline(self.s0, pinned_keys)
+        self.assertEqual([r.code for r in got], [spb.OK] * PINNED)
+        self.assertEqual(cc.exist(self.s0, pinned_keys), [True] * PINNED)
+        # Removal of a leased key is refused while the lease holds.
+        rm = self.s0.BatchRemove(spb.BatchRemoveRequest(keys=pinned_keys[:1]), timeout=30).results
+        self.assertEqual(cc.code_name(rm[0].code), "HAS_LEASE", rm[0].message)
+
+        # Released: evictable again. Another capacity's worth of puts pushes them out.
+        self.s1.ReleaseLease(spb.ReleaseLeaseRequest(lease_id=m.lease_id), timeout=30)
+        self.put_range(self.s0, total, capacity // VALUE + 8)
+        alive = cc.exist(self.s0, pinned_keys)
+        if any(alive):
+            # Still present (LRU chose others): they must at least be removable now.
+            rm = self.s0.BatchRemove(spb.BatchRemoveRequest(
+                keys=[k for k, a in zip(pinned_keys, alive) if a]), timeout=30).results
+            self.assertEqual([cc.code_name(r.code) for r in rm], ["OK"] * sum(alive),
+                             [r.message for r in rm])
+        self.assertEqual(cc.exist(self.s0, pinned_keys), [False] * PINNED)
+        self.assertTrue(self.c.healthy(0) and self.c.healthy(1))
+
+
+if __name__ == "__main__":
+    unittest.main()
