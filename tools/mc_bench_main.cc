@@ -1,0 +1,129 @@
+// mc-bench: benchmarks a running mcstore cluster through the Store gRPC service, and measures
+// this machine's limits (memcpy, loopback TCP) to read its figures against.
+//   mc-bench --client unix:PATH|H:P [--put_client ...] --value_size 16MiB --batch 16 --mode get
+//   mc-bench --baseline
+// Prints one `mc-bench run=...` line per run and a `mc-bench summary ...` line of medians.
+// Exit code: 0 every item as expected and verified, 1 some item failed, 2 usage/setup errors.
+#include <cctype>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "tools/mc_bench_baseline.h"
+#include "tools/mc_bench_store.h"
+
+ABSL_FLAG(std::string, client, "", "mc-client Store address gets go through: HOST:PORT or unix:PATH");
+ABSL_FLAG(std::string, put_client, "", "mc-client Store address puts go through (default --client)");
+ABSL_FLAG(std::string, value_size, "1048576", "bytes per value; K/M/G or KiB/MiB/GiB suffixes (1024-based)");
+ABSL_FLAG(int32_t, batch, 16, "items per RPC");
+ABSL_FLAG(int32_t, keys, 64, "distinct keys put per run");
+ABSL_FLAG(double, duplicate_ratio, 0, "fraction of get items repeating a key already in the batch");
+ABSL_FLAG(double, hit_ratio, 1, "fraction of get items naming stored keys (others: never-put keys)");
+ABSL_FLAG(int32_t, threads, 1, "worker threads, each with its own connection and slices");
+ABSL_FLAG(int32_t, iterations, 20, "get RPCs per thread per run");
+ABSL_FLAG(double, seconds, 0, "> 0: run gets this long per thread per run instead of --iterations");
+ABSL_FLAG(std::string, mode, "both", "put | get | both: which phases to report (put always runs)");
+ABSL_FLAG(std::string, dest, "shm", "shm (slices of a registered shm buffer) | inline");
+ABSL_FLAG(bool, verify, true, "check every byte got against the value put");
+ABSL_FLAG(int32_t, runs, 1, "repeat; the summary line gives medians");
+ABSL_FLAG(int32_t, warmup, 1, "untimed get RPCs per thread before each run's timing");
+ABSL_FLAG(std::string, key_prefix, "", "key prefix (default mcb-<pid>)");
+ABSL_FLAG(int64_t, timeout_ms, 60000, "deadline of each RPC");
+ABSL_FLAG(bool, keep, false, "leave the last run's keys stored");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the key choice");
+ABSL_FLAG(bool, baseline, false, "measure memcpy and loopback TCP throughput instead");
+ABSL_FLAG(std::string, baseline_bytes, "1GiB", "memcpy source size (keep it well above the LLC)");
+ABSL_FLAG(std::string, baseline_blocks, "1MiB,4MiB,16MiB", "memcpy block sizes");
+ABSL_FLAG(double, baseline_seconds, 1.0, "seconds per baseline measurement");
+
+namespace {
+
+// "1048576", "64K", "16MiB", "1G": 1024-based suffixes.
+bool ParseBytes(std::string text, uint64_t* out) {
+  uint64_t mult = 1;
+  while (!text.empty() && std::isalpha(static_cast<unsigned char>(text.back()))) {
+    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+    text.pop_back();
+    if (c == 'K') mult = 1ull << 10;
+    if (c == 'M') mult = 1ull << 20;
+    if (c == 'G') mult = 1ull << 30;
+  }
+  uint64_t n = 0;
+  if (!absl::SimpleAtoi(text, &n)) return false;
+  *out = n * mult;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "mc-bench --client H:P|unix:PATH [--put_client ...] [--value_size N] [--batch N] "
+      "[--mode put|get|both] [--dest shm|inline] [--runs N] | mc-bench --baseline");
+  absl::ParseCommandLine(argc, argv);
+
+  if (absl::GetFlag(FLAGS_baseline)) {
+    mc::bench::BaselineOptions b;
+    b.runs = absl::GetFlag(FLAGS_runs);
+    b.seconds = absl::GetFlag(FLAGS_baseline_seconds);
+    if (!ParseBytes(absl::GetFlag(FLAGS_baseline_bytes), &b.source_bytes)) {
+      std::fprintf(stderr, "bad --baseline_bytes\n");
+      return 2;
+    }
+    b.blocks.clear();
+    for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_baseline_blocks), ',')) {
+      uint64_t n = 0;
+      if (!ParseBytes(std::string(part), &n) || n == 0 || n > b.source_bytes / 2) {
+        std::fprintf(stderr, "bad --baseline_blocks\n");
+        return 2;
+      }
+      b.blocks.push_back(n);
+    }
+    mc::bench::RunBaseline(b, stdout);
+    return 0;
+  }
+
+  mc::bench::StoreBenchOptions o;
+  o.client = absl::GetFlag(FLAGS_client);
+  o.put_client = absl::GetFlag(FLAGS_put_client);
+  if (o.client.empty()) {
+    std::fprintf(stderr, "--client is required (or --baseline)\n");
+    return 2;
+  }
+  if (!ParseBytes(absl::GetFlag(FLAGS_value_size), &o.value_size)) {
+    std::fprintf(stderr, "bad --value_size\n");
+    return 2;
+  }
+  o.batch = absl::GetFlag(FLAGS_batch);
+  o.keys = absl::GetFlag(FLAGS_keys);
+  o.duplicate_ratio = absl::GetFlag(FLAGS_duplicate_ratio);
+  o.hit_ratio = absl::GetFlag(FLAGS_hit_ratio);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.iterations = absl::GetFlag(FLAGS_iterations);
+  o.seconds = absl::GetFlag(FLAGS_seconds);
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "put" && mode != "get" && mode != "both") {
+    std::fprintf(stderr, "--mode must be put, get or both\n");
+    return 2;
+  }
+  o.measure_put = mode != "get";
+  o.measure_get = mode != "put";
+  const std::string dest = absl::GetFlag(FLAGS_dest);
+  if (dest != "shm" && dest != "inline") {
+    std::fprintf(stderr, "--dest must be shm or inline\n");
+    return 2;
+  }
+  o.shm = dest == "shm";
+  o.verify = absl::GetFlag(FLAGS_verify);
+  o.runs = absl::GetFlag(FLAGS_runs);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.key_prefix = absl::GetFlag(FLAGS_key_prefix);
+  o.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
+  o.keep = absl::GetFlag(FLAGS_keep);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  return mc::bench::RunStoreBench(o, stdout);
+}

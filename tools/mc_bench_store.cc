@@ -1,0 +1,456 @@
+#include "tools/mc_bench_store.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "mcstore/v1/store.grpc.pb.h"
+#include "tools/mc_bench_pattern.h"
+#include "tools/mc_bench_stats.h"
+
+namespace mc::bench {
+
+namespace v1 = mcstore::v1;
+
+namespace {
+
+constexpr double kGB = 1e9;
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // Each worker gets its own connection rather than sharing one HTTP/2 connection.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+void SetDeadline(grpc::ClientContext* c, int64_t timeout_ms) {
+  c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+}
+
+// One POSIX shm object mapped here and registered with one or two daemons.
+class SharedBuffer {
+ public:
+  ~SharedBuffer() {
+    for (auto& [stub, id] : registrations_) {
+      grpc::ClientContext c;
+      SetDeadline(&c, 10'000);
+      v1::UnregisterBufferRequest req;
+      req.set_buffer_id(id);
+      v1::UnregisterBufferResponse resp;
+      (void)stub->UnregisterBuffer(&c, req, &resp);  // best effort at exit
+    }
+    if (base_ != nullptr) munmap(base_, size_);
+    if (!name_.empty()) shm_unlink(name_.c_str());
+  }
+
+  bool Create(uint64_t size, FILE* out) {
+    size_ = size;
+    name_ = absl::StrFormat("/mc-bench-%d-%08x", getpid(), std::random_device()());
+    int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      std::fprintf(out, "mc-bench: shm_open(%s): %s\n", name_.c_str(), std::strerror(errno));
+      name_.clear();
+      return false;
+    }
+    bool ok = ftruncate(fd, static_cast<off_t>(size)) == 0;
+    if (ok) {
+      void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p != MAP_FAILED) base_ = static_cast<char*>(p);
+    }
+    close(fd);
+    if (base_ == nullptr) {
+      std::fprintf(out, "mc-bench: cannot map %llu bytes of shm\n",
+                   static_cast<unsigned long long>(size));
+      return false;
+    }
+    std::memset(base_, 0, size);  // fault the pages in here, untimed
+    return true;
+  }
+
+  // Registers with the daemon behind `stub`; returns the buffer id there (0 on failure).
+  uint64_t Register(v1::Store::Stub* stub, FILE* out) {
+    grpc::ClientContext c;
+    SetDeadline(&c, 30'000);
+    v1::RegisterBufferRequest req;
+    req.set_shm_name(name_);
+    req.set_size(size_);
+    v1::RegisterBufferResponse resp;
+    grpc::Status s = stub->RegisterBuffer(&c, req, &resp);
+    if (!s.ok()) {
+      std::fprintf(out, "mc-bench: RegisterBuffer: %s\n", s.error_message().c_str());
+      return 0;
+    }
+    registrations_.emplace_back(stub, resp.buffer_id());
+    return resp.buffer_id();
+  }
+
+  char* data() const { return base_; }
+
+ private:
+  std::string name_;
+  char* base_ = nullptr;
+  uint64_t size_ = 0;
+  std::vector<std::pair<v1::Store::Stub*, uint64_t>> registrations_;
+};
+
+// What one worker thread counted in one phase.
+struct Tally {
+  uint64_t rpcs = 0, items = 0, ok = 0, miss = 0, err = 0, verify_fail = 0, bytes = 0;
+  double busy_s = 0;  // time inside RPCs
+  std::vector<double> latency_ms;
+  void Add(const Tally& t) {
+    rpcs += t.rpcs, items += t.items, ok += t.ok, miss += t.miss, err += t.err;
+    verify_fail += t.verify_fail, bytes += t.bytes;
+    latency_ms.insert(latency_ms.end(), t.latency_ms.begin(), t.latency_ms.end());
+  }
+};
+
+struct PhaseResult {
+  Tally total;
+  double gbps = 0, wall_gbps = 0, items_per_s = 0, wall_s = 0;
+  LatencySummary lat;
+};
+
+class Runner {
+ public:
+  Runner(const StoreBenchOptions& o, FILE* out) : o_(o), out_(out) {}
+
+  int Run() {
+    if (!Setup()) return 2;
+    std::vector<PhaseResult> puts, gets;
+    bool failed = false;
+    for (int run = 1; run <= o_.runs; ++run) {
+      PhaseResult put = Phase(run, /*is_put=*/true);
+      if (o_.measure_put) Print(run, "put", put);
+      failed |= put.total.err + put.total.verify_fail > 0;
+      puts.push_back(std::move(put));
+      if (o_.measure_get) {
+        PhaseResult get = Phase(run, /*is_put=*/false);
+        Print(run, "get", get);
+        failed |= get.total.err + get.total.verify_fail > 0;
+        gets.push_back(std::move(get));
+      }
+      if (!(o_.keep && run == o_.runs)) Remove(run);
+    }
+    if (o_.measure_put) Summary("put", puts);
+    if (o_.measure_get) Summary("get", gets);
+    std::fflush(out_);
+    return failed ? 1 : 0;
+  }
+
+ private:
+  bool Setup() {
+    prefix_ = o_.key_prefix.empty() ? absl::StrCat("mcb-", getpid()) : o_.key_prefix;
+    const std::string put_target = o_.put_client.empty() ? o_.client : o_.put_client;
+    for (int t = 0; t < o_.threads; ++t) {
+      get_stubs_.push_back(v1::Store::NewStub(MakeChannel(o_.client)));
+      put_stubs_.push_back(v1::Store::NewStub(MakeChannel(put_target)));
+    }
+    slot_count_ = static_cast<uint64_t>(o_.threads) * static_cast<uint64_t>(o_.batch);
+    if (!shm_.Create(slot_count_ * o_.value_size, out_)) return false;
+    if (o_.shm) {
+      get_buffer_ = shm_.Register(get_stubs_[0].get(), out_);
+      put_buffer_ = put_target == o_.client ? get_buffer_ : shm_.Register(put_stubs_[0].get(), out_);
+      if (get_buffer_ == 0 || put_buffer_ == 0) return false;
+    }
+    return true;
+  }
+
+  std::string Key(int run, uint64_t id) const { return absl::StrCat(prefix_, "-r", run, "-k", id); }
+  char* Slot(int thread, int j) const {
+    return shm_.data() + (static_cast<uint64_t>(thread) * o_.batch + j) * o_.value_size;
+  }
+  uint64_t SlotOffset(int thread, int j) const {
+    return (static_cast<uint64_t>(thread) * o_.batch + j) * o_.value_size;
+  }
+
+  void ReportError(int run, const char* op, const std::string& key, const std::string& what) {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    if (errors_printed_++ < 8) {
+      std::fprintf(out_, "mc-bench error run=%d op=%s key=%s: %s\n", run, op, key.c_str(),
+                   what.c_str());
+    }
+  }
+
+  PhaseResult Phase(int run, bool is_put) {
+    std::vector<Tally> tallies(o_.threads);
+    std::vector<std::thread> workers;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int t = 0; t < o_.threads; ++t) {
+      workers.emplace_back([this, t, run, is_put, &tallies] {
+        if (is_put) {
+          PutWorker(run, t, &tallies[t]);
+        } else {
+          GetWorker(run, t, &tallies[t]);
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    PhaseResult r;
+    r.wall_s = SecondsSince(t0);
+    for (const Tally& t : tallies) {
+      r.total.Add(t);
+      r.total.busy_s += t.busy_s;
+      if (t.busy_s > 0) {
+        r.gbps += static_cast<double>(t.bytes) / t.busy_s / kGB;
+        r.items_per_s += static_cast<double>(t.items) / t.busy_s;
+      }
+    }
+    if (r.wall_s > 0) r.wall_gbps = static_cast<double>(r.total.bytes) / r.wall_s / kGB;
+    r.lat = Summarize(r.total.latency_ms);
+    return r;
+  }
+
+  // Puts keys [0, keys) once; thread t takes batches t, t + threads, ...
+  void PutWorker(int run, int t, Tally* tally) {
+    v1::Store::Stub* stub = put_stubs_[t].get();
+    const uint64_t keys = static_cast<uint64_t>(o_.keys);
+    const uint64_t batches = (keys + o_.batch - 1) / o_.batch;
+    for (uint64_t b = static_cast<uint64_t>(t); b < batches; b += o_.threads) {
+      v1::BatchPutRequest req;
+      const uint64_t first = b * o_.batch;
+      const uint64_t last = std::min(keys, first + o_.batch);
+      for (uint64_t id = first; id < last; ++id) {
+        int j = static_cast<int>(id - first);
+        FillPattern(Slot(t, j), o_.value_size, id);
+        v1::PutItem* item = req.add_items();
+        item->set_key(Key(run, id));
+        if (o_.shm) {
+          v1::Slice* s = item->add_slices();
+          s->set_buffer_id(put_buffer_);
+          s->set_offset(SlotOffset(t, j));
+          s->set_length(o_.value_size);
+        } else {
+          item->set_data(Slot(t, j), o_.value_size);
+        }
+      }
+      grpc::ClientContext c;
+      SetDeadline(&c, o_.timeout_ms);
+      v1::BatchPutResponse resp;
+      auto c0 = std::chrono::steady_clock::now();
+      grpc::Status s = stub->BatchPut(&c, req, &resp);
+      double d = SecondsSince(c0);
+      tally->busy_s += d;
+      tally->latency_ms.push_back(d * 1e3);
+      ++tally->rpcs;
+      tally->items += last - first;
+      if (!s.ok() || resp.results_size() != static_cast<int>(last - first)) {
+        tally->err += last - first;
+        ReportError(run, "put", Key(run, first),
+                    s.ok() ? "wrong number of results" : s.error_message());
+        continue;
+      }
+      for (int i = 0; i < resp.results_size(); ++i) {
+        const v1::Result& r = resp.results(i);
+        if (r.code() == v1::OK) {
+          ++tally->ok;
+          tally->bytes += o_.value_size;
+        } else {
+          ++tally->err;
+          ReportError(run, "put", req.items(i).key(),
+                      absl::StrCat(v1::Code_Name(r.code()), ": ", r.message()));
+        }
+      }
+    }
+  }
+
+  // One get batch's plan: key id per item, -1 - n for the n-th miss.
+  std::vector<int64_t> PlanBatch(std::mt19937_64& rng, int64_t* next_miss) const {
+    std::uniform_real_distribution<double> u(0, 1);
+    std::vector<int64_t> ids;
+    for (int j = 0; j < o_.batch; ++j) {
+      if (j > 0 && u(rng) < o_.duplicate_ratio) {
+        ids.push_back(ids[std::uniform_int_distribution<int>(0, j - 1)(rng)]);
+      } else if (u(rng) < o_.hit_ratio) {
+        int64_t id = 0;
+        for (int attempt = 0; attempt < 16; ++attempt) {  // distinct unless asked to repeat
+          id = std::uniform_int_distribution<int64_t>(0, o_.keys - 1)(rng);
+          if (std::find(ids.begin(), ids.end(), id) == ids.end()) break;
+        }
+        ids.push_back(id);
+      } else {
+        ids.push_back(-1 - (*next_miss)++);
+      }
+    }
+    return ids;
+  }
+
+  void GetWorker(int run, int t, Tally* tally) {
+    v1::Store::Stub* stub = get_stubs_[t].get();
+    std::mt19937_64 rng(o_.seed * 1000003 + static_cast<uint64_t>(run) * 7919 + t);
+    int64_t next_miss = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t it = -o_.warmup;; ++it) {
+      if (it >= 0) {
+        if (o_.seconds > 0 ? SecondsSince(t0) >= o_.seconds : it >= o_.iterations) break;
+      } else if (it == -1) {
+        t0 = std::chrono::steady_clock::now();
+      }
+      Tally scratch;
+      Tally* into = it >= 0 ? tally : &scratch;
+      std::vector<int64_t> ids = PlanBatch(rng, &next_miss);
+      v1::BatchGetRequest req;
+      for (int j = 0; j < o_.batch; ++j) {
+        v1::GetItem* item = req.add_items();
+        item->set_key(ids[j] >= 0 ? Key(run, ids[j])
+                                  : absl::StrCat(prefix_, "-r", run, "-miss-t", t, "-", -1 - ids[j]));
+        if (o_.shm) {
+          if (o_.verify) PoisonPages(Slot(t, j), o_.value_size);
+          v1::Slice* s = item->add_slices();
+          s->set_buffer_id(get_buffer_);
+          s->set_offset(SlotOffset(t, j));
+          s->set_length(o_.value_size);
+        }
+      }
+      grpc::ClientContext c;
+      SetDeadline(&c, o_.timeout_ms);
+      v1::BatchGetResponse resp;
+      auto c0 = std::chrono::steady_clock::now();
+      grpc::Status s = stub->BatchGet(&c, req, &resp);
+      double d = SecondsSince(c0);
+      into->busy_s += d;
+      into->latency_ms.push_back(d * 1e3);
+      ++into->rpcs;
+      into->items += o_.batch;
+      if (!s.ok() || resp.results_size() != o_.batch) {
+        into->err += o_.batch;
+        ReportError(run, "get", req.items(0).key(),
+                    s.ok() ? "wrong number of results" : s.error_message());
+        continue;
+      }
+      for (int j = 0; j < o_.batch; ++j) Account(run, t, j, ids[j], req, resp.results(j), into);
+    }
+  }
+
+  void Account(int run, int t, int j, int64_t id, const v1::BatchGetRequest& req,
+               const v1::GetResult& r, Tally* tally) {
+    const std::string& key = req.items(j).key();
+    if (id < 0) {
+      if (r.code() == v1::NOT_FOUND) {
+        ++tally->miss;
+      } else {
+        ++tally->err;
+        ReportError(run, "get", key, absl::StrCat("expected NOT_FOUND, got ", v1::Code_Name(r.code())));
+      }
+      return;
+    }
+    if (r.code() != v1::OK) {
+      ++tally->err;
+      ReportError(run, "get", key, absl::StrCat(v1::Code_Name(r.code()), ": ", r.message()));
+      return;
+    }
+    const char* got = o_.shm ? Slot(t, j) : r.data().data();
+    uint64_t got_size = o_.shm ? r.bytes_written() : r.data().size();
+    if (got_size != o_.value_size || r.size() != o_.value_size ||
+        (o_.verify && !CheckPattern(got, o_.value_size, static_cast<uint64_t>(id)))) {
+      ++tally->verify_fail;
+      ReportError(run, "get", key,
+                  absl::StrCat("OK but bytes differ from the value put (bytes_written=",
+                               r.bytes_written(), " size=", r.size(), ")"));
+      return;
+    }
+    ++tally->ok;
+    tally->bytes += o_.value_size;
+  }
+
+  void Remove(int run) {
+    for (int first = 0; first < o_.keys; first += 1000) {
+      v1::BatchRemoveRequest req;
+      for (int id = first; id < std::min(o_.keys, first + 1000); ++id) req.add_keys(Key(run, id));
+      grpc::ClientContext c;
+      SetDeadline(&c, o_.timeout_ms);
+      v1::BatchRemoveResponse resp;
+      grpc::Status s = put_stubs_[0]->BatchRemove(&c, req, &resp);
+      if (!s.ok()) {
+        std::fprintf(out_, "mc-bench: BatchRemove: %s\n", s.error_message().c_str());
+        return;
+      }
+      for (int i = 0; i < resp.results_size(); ++i) {
+        const v1::Result& r = resp.results(i);
+        if (r.code() != v1::OK && r.code() != v1::NOT_FOUND) {
+          ReportError(run, "remove", req.keys(i), absl::StrCat(v1::Code_Name(r.code()), ": ", r.message()));
+        }
+      }
+    }
+  }
+
+  void Print(int run, const char* op, const PhaseResult& r) {
+    const Tally& t = r.total;
+    std::fprintf(out_,
+                 "mc-bench run=%d op=%s value_size=%llu batch=%d threads=%d dest=%s dup=%.2f "
+                 "hit=%.2f rpcs=%llu items=%llu ok=%llu miss=%llu err=%llu verify_fail=%llu "
+                 "wall_s=%.3f GB/s=%.3f wall_GB/s=%.3f items/s=%.1f p50_ms=%.3f p90_ms=%.3f "
+                 "p99_ms=%.3f max_ms=%.3f\n",
+                 run, op, static_cast<unsigned long long>(o_.value_size), o_.batch, o_.threads,
+                 o_.shm ? "shm" : "inline", o_.duplicate_ratio, o_.hit_ratio,
+                 static_cast<unsigned long long>(t.rpcs), static_cast<unsigned long long>(t.items),
+                 static_cast<unsigned long long>(t.ok), static_cast<unsigned long long>(t.miss),
+                 static_cast<unsigned long long>(t.err),
+                 static_cast<unsigned long long>(t.verify_fail), r.wall_s, r.gbps, r.wall_gbps,
+                 r.items_per_s, r.lat.p50_ms, r.lat.p90_ms, r.lat.p99_ms, r.lat.max_ms);
+    std::fflush(out_);
+  }
+
+  void Summary(const char* op, const std::vector<PhaseResult>& runs) {
+    std::vector<double> gbps, items, p50, p90, p99;
+    double max_ms = 0;
+    uint64_t err = 0, vfail = 0;
+    for (const PhaseResult& r : runs) {
+      gbps.push_back(r.gbps);
+      items.push_back(r.items_per_s);
+      p50.push_back(r.lat.p50_ms);
+      p90.push_back(r.lat.p90_ms);
+      p99.push_back(r.lat.p99_ms);
+      max_ms = std::max(max_ms, r.lat.max_ms);
+      err += r.total.err;
+      vfail += r.total.verify_fail;
+    }
+    std::fprintf(out_,
+                 "mc-bench summary op=%s runs=%zu value_size=%llu batch=%d threads=%d dest=%s "
+                 "GB/s=%.3f items/s=%.1f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f err=%llu "
+                 "verify_fail=%llu\n",
+                 op, runs.size(), static_cast<unsigned long long>(o_.value_size), o_.batch,
+                 o_.threads, o_.shm ? "shm" : "inline", Median(gbps), Median(items), Median(p50),
+                 Median(p90), Median(p99), max_ms, static_cast<unsigned long long>(err),
+                 static_cast<unsigned long long>(vfail));
+  }
+
+  const StoreBenchOptions& o_;
+  FILE* out_;
+  std::string prefix_;
+  std::vector<std::unique_ptr<v1::Store::Stub>> get_stubs_, put_stubs_;
+  SharedBuffer shm_;
+  uint64_t slot_count_ = 0;
+  uint64_t get_buffer_ = 0, put_buffer_ = 0;
+  std::mutex log_mu_;
+  int errors_printed_ = 0;
+};
+
+}  // namespace
+
+int RunStoreBench(const StoreBenchOptions& options, FILE* out) {
+  if (options.value_size == 0 || options.batch <= 0 || options.keys <= 0 || options.threads <= 0 ||
+      options.runs <= 0) {
+    std::fprintf(out, "mc-bench: --value_size, --batch, --keys, --threads, --runs must be > 0\n");
+    return 2;
+  }
+  Runner runner(options, out);
+  return runner.Run();
+}
+
+}  // namespace mc::bench
