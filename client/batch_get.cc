@@ -177,19 +177,20 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
       plan.status = McError(FromProtoCode(plan.lookup.code()), plan.lookup.message());
       continue;
     }
-    // Replica preference: own memory, remote memory (DISK replicas come with the SSD tier).
-    for (int r = 0; r < plan.lookup.replicas_size(); ++r) {
-      const auto& rep = plan.lookup.replicas(r);
-      if (rep.tier() == v1::MEMORY && rep.data_endpoint() == options_.local_endpoint) {
+    // Replica preference: own memory, remote memory, own SSD tier, remote SSD tiers.
+    auto add = [&](bool memory, bool local) {
+      for (int r = 0; r < plan.lookup.replicas_size(); ++r) {
+        const auto& rep = plan.lookup.replicas(r);
+        if ((rep.tier() == v1::MEMORY) != memory) continue;
+        if ((rep.data_endpoint() == options_.local_endpoint) != local) continue;
+        if (!memory && local && disk_reader_ == nullptr) continue;
         plan.order.push_back(r);
       }
-    }
-    for (int r = 0; r < plan.lookup.replicas_size(); ++r) {
-      const auto& rep = plan.lookup.replicas(r);
-      if (rep.tier() == v1::MEMORY && rep.data_endpoint() != options_.local_endpoint) {
-        plan.order.push_back(r);
-      }
-    }
+    };
+    add(true, true);
+    add(true, false);
+    add(false, true);
+    add(false, false);
     if (plan.order.empty()) {
       plan.status = McError(Code::kNotFound, "no readable replica");
     }
@@ -239,13 +240,20 @@ void BatchGetter::TransferRounds(Batch& batch) {
       if (!plan.status.ok() || plan.done || plan.primary == kNone) continue;
       if (plan.next >= plan.order.size()) continue;  // status already says why
       const auto& rep = plan.lookup.replicas(plan.order[plan.next]);
-      reqs.push_back({transfer::OpKind::kRead, batch.dest[plan.primary], rep.data_endpoint(),
-                      rep.segment_id(), rep.offset()});
+      if (rep.tier() == v1::MEMORY) {
+        reqs.push_back({transfer::OpKind::kRead, batch.dest[plan.primary], rep.data_endpoint(),
+                        rep.segment_id(), rep.offset()});
+      } else {
+        // DISK: the owner reads and verifies the record (generation, locator, key tag).
+        reqs.push_back({transfer::OpKind::kReadDisk, batch.dest[plan.primary],
+                        rep.data_endpoint(), plan.lookup.generation(), rep.offset(),
+                        DiskKeyTag(plan.key)});
+      }
       owner.push_back(p);
       deadline = std::min(deadline, plan.deadline_ms);
     }
     if (reqs.empty()) return;
-    std::vector<transfer::TransferResult> results = engine_.Submit(reqs, deadline);
+    std::vector<transfer::TransferResult> results = SubmitReads(batch, reqs, owner, deadline);
     int64_t now = clock_.NowMs();
     for (size_t i = 0; i < reqs.size(); ++i) {
       KeyPlan& plan = batch.plans[owner[i]];
@@ -280,6 +288,39 @@ void BatchGetter::TransferRounds(Batch& batch) {
       plan.done = true;
     }
   }
+}
+
+std::vector<transfer::TransferResult> BatchGetter::SubmitReads(
+    const Batch& batch, std::vector<transfer::TransferRequest>& reqs,
+    const std::vector<size_t>& owner, int64_t deadline_ms) {
+  // Our own SSD records are read through the tier, the rest through the engine.
+  std::vector<transfer::TransferResult> results(reqs.size());
+  std::vector<transfer::TransferRequest> remote;
+  std::vector<size_t> remote_index;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i].op == transfer::OpKind::kReadDisk && reqs[i].endpoint == options_.local_endpoint) {
+      continue;
+    }
+    remote.push_back(std::move(reqs[i]));
+    remote_index.push_back(i);
+  }
+  if (!remote.empty()) {
+    std::vector<transfer::TransferResult> r = engine_.Submit(remote, deadline_ms);
+    for (size_t k = 0; k < remote.size(); ++k) {
+      results[remote_index[k]] = std::move(r[k]);
+      reqs[remote_index[k]] = std::move(remote[k]);
+    }
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i].op != transfer::OpKind::kReadDisk || reqs[i].endpoint != options_.local_endpoint) {
+      continue;
+    }
+    uint64_t length = TotalLength(reqs[i].local);
+    results[i].status = disk_reader_->ReadLocal(batch.plans[owner[i]].key, reqs[i].segment_id,
+                                                reqs[i].offset, length, reqs[i].local);
+    results[i].bytes = results[i].status.ok() ? length : 0;
+  }
+  return results;
 }
 
 void BatchGetter::FanOut(Batch& batch) {

@@ -2,8 +2,9 @@
 //  - keys are deduplicated for the master lookup and the transfer, never for the accounting of
 //    destinations: every requested item gets its own result, in request order;
 //  - one GetReplicas RPC for the unique keys not pinned by a MatchPrefix lease;
-//  - a replica is chosen per key (own segment, then remote memory); a failed transfer or a
-//    checksum mismatch falls back to the next replica before the key fails;
+//  - a replica is chosen per key (own segment, remote memory, own SSD tier, a remote SSD tier);
+//    a failed transfer or a checksum mismatch falls back to the next replica before the key
+//    fails; SSD reads run under the same lease and checksum rules as memory reads;
 //  - each unique key is transferred once, into its first valid destination, then copied into
 //    every other destination of that key;
 //  - an item is OK only when its own destination received exactly `size` bytes from this get and
@@ -18,6 +19,7 @@
 
 #include "client/batch_types.h"
 #include "client/client_metrics.h"
+#include "client/disk_reader.h"
 #include "client/master_client.h"
 #include "client/prefix_leases.h"
 #include "common/clock.h"
@@ -42,6 +44,8 @@ class BatchGetter {
   // for inline items and may be null when there are none.
   std::vector<GetItemResult> Get(std::vector<GetRequestItem>& items, uint64_t lease_id,
                                  InlineSink* sink);
+  // Lets the getter read DISK replicas of this daemon's own SSD tier (null: none). Set before use.
+  void SetDiskReader(DiskReader* reader) { disk_reader_ = reader; }
 
  private:
   struct KeyPlan;
@@ -49,6 +53,11 @@ class BatchGetter {
   void Lookup(Batch& batch, uint64_t lease_id);
   void AssignDestinations(Batch& batch, InlineSink* sink);
   void TransferRounds(Batch& batch);
+  // Runs one round of reads: engine transfers, and our own SSD records through the DiskReader.
+  std::vector<transfer::TransferResult> SubmitReads(const Batch& batch,
+                                                    std::vector<transfer::TransferRequest>& reqs,
+                                                    const std::vector<size_t>& owner,
+                                                    int64_t deadline_ms);
   void FanOut(Batch& batch);
   void ReleaseLeases(Batch& batch);
 
@@ -58,6 +67,7 @@ class BatchGetter {
   PrefixLeases& prefix_leases_;
   const Clock& clock_;
   ClientMetrics& metrics_;
+  DiskReader* disk_reader_ = nullptr;
 };
 
 // Copies `from` (scattered) into `to` (scattered); returns bytes copied (min of both totals).

@@ -26,6 +26,15 @@ ABSL_FLAG(uint32_t, get_lease_ttl_ms, 0, "read lease BatchGet asks for; 0 = mast
 ABSL_FLAG(int64_t, master_rpc_timeout_ms, 10000, "deadline of each call to the master");
 ABSL_FLAG(int32_t, connections_per_peer, 4, "tcp data-plane connections per peer");
 ABSL_FLAG(int32_t, copy_threads, 2, "threads for large local copies");
+ABSL_FLAG(std::string, offload_dir, "", "SSD tier directory (data files live here); empty = no SSD tier");
+ABSL_FLAG(uint64_t, offload_capacity, 0, "SSD tier bytes (needed with --offload_dir)");
+ABSL_FLAG(int32_t, offload_files, 4, "SSD tier data files");
+ABSL_FLAG(int32_t, offload_queue_depth, 64, "io_uring queue depth of the SSD tier");
+ABSL_FLAG(bool, offload_direct_io, true, "O_DIRECT for SSD data files (falls back when refused)");
+ABSL_FLAG(bool, offload_force_posix, false, "pread/pwrite instead of io_uring");
+ABSL_FLAG(double, offload_high_watermark, 0.95, "the SSD tier reclaims records above this fraction");
+ABSL_FLAG(double, offload_low_watermark, 0.90, "and down to this one");
+ABSL_FLAG(int64_t, offload_poll_ms, 100, "how often to take offload tasks from the master");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -54,6 +63,19 @@ int main(int argc, char** argv) {
   o.master_rpc_timeout_ms = absl::GetFlag(FLAGS_master_rpc_timeout_ms);
   o.transfer.connections_per_peer = absl::GetFlag(FLAGS_connections_per_peer);
   o.transfer.copy_threads = absl::GetFlag(FLAGS_copy_threads);
+  o.offload.dir = absl::GetFlag(FLAGS_offload_dir);
+  o.offload.capacity = absl::GetFlag(FLAGS_offload_capacity);
+  o.offload.num_files = absl::GetFlag(FLAGS_offload_files);
+  o.offload.queue_depth = absl::GetFlag(FLAGS_offload_queue_depth);
+  o.offload.direct_io = absl::GetFlag(FLAGS_offload_direct_io);
+  o.offload.force_posix_io = absl::GetFlag(FLAGS_offload_force_posix);
+  o.offload.high_watermark = absl::GetFlag(FLAGS_offload_high_watermark);
+  o.offload.low_watermark = absl::GetFlag(FLAGS_offload_low_watermark);
+  o.offload_poll_ms = absl::GetFlag(FLAGS_offload_poll_ms);
+  if (!o.offload.dir.empty() && o.offload.capacity == 0) {
+    std::fprintf(stderr, "--offload_dir needs --offload_capacity\n");
+    return 2;
+  }
 
   sigset_t stop_signals;
   sigemptyset(&stop_signals);

@@ -42,13 +42,23 @@ absl::Status ClientServer::Start() {
   if (!pool.ok()) return pool.status();
   pool_ = std::move(*pool);
 
-  // Data plane first: its bound port is our endpoint.
+  MC_RETURN_IF_ERROR(OpenDiskTier());
+  master_ = CreateGrpcMasterClient({options_.master, options_.master_rpc_timeout_ms});
+
+  // Data plane next: its bound port is our endpoint.
   auto data = ParseHostPort(options_.data);
   if (!data.ok()) return data.status();
   transfer::tcp::TcpDataServerOptions data_opts;
   data_opts.listen_address = options_.data;
   data_opts.metrics = &registry_;
   data_server_ = std::make_unique<transfer::tcp::TcpDataServer>(data_opts, segment_table_);
+  if (tier_) {
+    MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(
+        transfer::tcp::FrameOp::kReadDisk,
+        [this](const transfer::tcp::FrameHeader& h, transfer::tcp::ServerStream& stream) {
+          return offload_->ServeReadDisk(h, stream);
+        }));
+  }
   MC_RETURN_IF_ERROR(data_server_->Start());
   auto bound = ParseHostPort(data_server_->endpoint());
   if (!bound.ok()) return bound.status();
@@ -63,10 +73,18 @@ absl::Status ClientServer::Start() {
     MC_RETURN_IF_ERROR(engine_->RegisterMemory(seg.base, seg.size));
   }
 
-  master_ = CreateGrpcMasterClient({options_.master, options_.master_rpc_timeout_ms});
+  uint64_t disk_capacity = tier_ ? tier_->GetStats().capacity : 0;
   session_ = std::make_unique<MasterSession>(
-      MasterSessionOptions{options_.client_id, options_.host, data_endpoint_, 0, 500}, *master_,
-      *pool_, segment_table_);
+      MasterSessionOptions{options_.client_id, options_.host, data_endpoint_, disk_capacity, 500},
+      *master_, *pool_, segment_table_);
+  if (tier_) {
+    offload::DiskTier* tier = tier_.get();
+    session_->SetDiskUsedFn([tier] { return tier->GetStats().used; });
+    offload_ = std::make_unique<OffloadDriver>(
+        OffloadDriverOptions{options_.client_id, options_.offload_poll_ms, 64, 1000}, *tier_,
+        *master_, segment_table_, [this] { return session_->session(); }, registry_);
+    session_->SetOnRegistered([this] { offload_->RequestReport(); });
+  }
   absl::Status registered = session_->Start();
   if (!registered.ok()) {
     Logger("client").warn("cannot register with the master at {} yet ({}); retrying",
@@ -80,6 +98,10 @@ absl::Status ClientServer::Start() {
   getter_ = std::make_unique<BatchGetter>(
       BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 4096, 8},
       *master_, *engine_, *prefix_leases_, RealClock::Get(), metrics_);
+  if (offload_) {
+    getter_->SetDiskReader(offload_.get());
+    offload_->Start();
+  }
   options_.store.client_id = options_.client_id;
   store_ = std::make_unique<StoreGrpcService>(options_.store, buffers_, *putter_, *getter_,
                                               *master_, *prefix_leases_, RealClock::Get(),
@@ -97,6 +119,26 @@ absl::Status ClientServer::Start() {
                         options_.client_id, grpc_address_,
                         options_.unix_socket.empty() ? "" : " and unix:" + options_.unix_socket,
                         data_endpoint_, http_address_.empty() ? "(off)" : http_address_);
+  return absl::OkStatus();
+}
+
+absl::Status ClientServer::OpenDiskTier() {
+  if (options_.offload.dir.empty()) return absl::OkStatus();
+  offload::DiskTierOptions opts = options_.offload;
+  opts.metrics = &registry_;
+  // The tier reclaims a record only once the master dropped its DISK replica (never while
+  // a reader holds a lease). Until the driver exists, nothing may go.
+  opts.reclaim_guard = [this](const std::vector<offload::DiskTierVictim>& victims) {
+    return offload_ ? offload_->MayReclaim(victims) : std::vector<bool>(victims.size(), false);
+  };
+  auto tier = offload::DiskTier::Open(std::move(opts));
+  if (!tier.ok()) return tier.status();
+  tier_ = std::move(*tier);
+  offload::DiskTier::Stats stats = tier_->GetStats();
+  Logger("client").info("SSD tier in {}: {} used of {}, {} record(s) recovered, {} skipped ({})",
+                        options_.offload.dir, FormatBytes(stats.used), FormatBytes(stats.capacity),
+                        stats.records_recovered, stats.records_skipped_corrupt,
+                        tier_->io_engine_name());
   return absl::OkStatus();
 }
 
@@ -133,10 +175,17 @@ absl::Status ClientServer::StartGrpc() {
 std::string ClientServer::StatusLine() {
   uint64_t capacity = 0;
   for (const auto& s : pool_->segments()) capacity += s.size;
+  std::string ssd = "off";
+  if (tier_) {
+    offload::DiskTier::Stats st = tier_->GetStats();
+    ssd = absl::StrFormat("%s / %s, %d records", FormatBytes(st.used), FormatBytes(st.capacity),
+                          st.records);
+  }
   return absl::StrFormat(
-      "Client %s | Registered: %s | Segments: %d (%s) | Data: %s | Buffers: %d | Leases: %d",
+      "Client %s | Registered: %s | Segments: %d (%s) | Data: %s | Buffers: %d | Leases: %d | "
+      "SSD Storage: %s",
       options_.client_id, session_->registered() ? "yes" : "no", pool_->segments().size(),
-      FormatBytes(capacity), data_endpoint_, buffers_.Count(), prefix_leases_->Count());
+      FormatBytes(capacity), data_endpoint_, buffers_.Count(), prefix_leases_->Count(), ssd);
 }
 
 absl::Status ClientServer::StartAdmin() {
@@ -166,6 +215,7 @@ void ClientServer::Shutdown() {
   if (grpc_server_) {
     grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
+  if (offload_) offload_->Stop();
   if (session_) session_->Stop();
   if (data_server_) data_server_->Stop();
   if (admin_) admin_->Stop();

@@ -15,6 +15,7 @@
 #include "client/client_metrics.h"
 #include "client/master_client.h"
 #include "client/master_session.h"
+#include "client/offload_driver.h"
 #include "client/prefix_leases.h"
 #include "client/segment_pool.h"
 #include "client/store_service.h"
@@ -44,6 +45,9 @@ struct ClientServerOptions {
   uint32_t get_lease_ttl_ms = 0;           // read lease asked by BatchGet; 0 = master default
   int64_t master_rpc_timeout_ms = 10'000;
   transfer::TransferEngineOptions transfer;  // local_endpoint and metrics are filled in
+  // The SSD tier: on when offload.dir is set (offload.capacity bytes).
+  offload::DiskTierOptions offload;        // metrics and reclaim_guard are filled in
+  int64_t offload_poll_ms = 100;
 };
 
 class ClientServer {
@@ -62,6 +66,7 @@ class ClientServer {
  private:
   absl::Status StartGrpc();
   absl::Status StartAdmin();
+  absl::Status OpenDiskTier();
   std::string StatusLine();
 
   ClientServerOptions options_;
@@ -69,6 +74,8 @@ class ClientServer {
   ClientMetrics metrics_;
   transfer::SegmentTable segment_table_;
   std::unique_ptr<SegmentPool> pool_;
+  std::unique_ptr<offload::DiskTier> tier_;
+  std::unique_ptr<OffloadDriver> offload_;
   std::unique_ptr<transfer::tcp::TcpDataServer> data_server_;
   std::unique_ptr<transfer::TransferEngine> engine_;
   std::unique_ptr<MasterClient> master_;

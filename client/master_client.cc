@@ -64,6 +64,10 @@ class GrpcMasterClient final : public MasterClient {
                                   v1::RemoveDiskReplicasResponse* resp) override {
     return Call(&v1::Master::Stub::RemoveDiskReplicas, req, resp);
   }
+  absl::Status TakeOffloadTasks(const v1::TakeOffloadTasksRequest& req,
+                                v1::TakeOffloadTasksResponse* resp) override {
+    return Call(&v1::Master::Stub::TakeOffloadTasks, req, resp);
+  }
 
  private:
   template <typename Req, typename Resp>

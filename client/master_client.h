@@ -33,6 +33,8 @@ class MasterClient {
                                        v1::AddDiskReplicasResponse* resp) = 0;
   virtual absl::Status RemoveDiskReplicas(const v1::RemoveDiskReplicasRequest& req,
                                           v1::RemoveDiskReplicasResponse* resp) = 0;
+  virtual absl::Status TakeOffloadTasks(const v1::TakeOffloadTasksRequest& req,
+                                        v1::TakeOffloadTasksResponse* resp) = 0;
 };
 
 struct GrpcMasterClientOptions {

@@ -44,6 +44,8 @@ class MasterSession {
   void SetDiskUsedFn(std::function<uint64_t()> fn) { disk_used_ = std::move(fn); }
   const std::string& client_id() const { return options_.client_id; }
   bool registered() const { return registered_.load(); }
+  // The current session, 0 while unregistered.
+  uint64_t session() const { return registered_.load() ? session_.load() : 0; }
   uint64_t registrations() const { return registrations_.load(); }
 
  private:

@@ -21,6 +21,8 @@ ABSL_FLAG(int64_t, put_timeout_ms, 60000,
           "writing at half of it");
 ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction used");
 ABSL_FLAG(double, low_watermark, 0.90, "background eviction evicts down to this fraction");
+ABSL_FLAG(double, offload_watermark, 0.5,
+          "above this fraction of memory used, cold objects are persisted to clients' SSD tiers");
 ABSL_FLAG(uint64_t, max_object_size, 1ull << 30, "largest object, bytes");
 ABSL_FLAG(uint32_t, max_replicas, 8, "most memory replicas one put may ask for");
 ABSL_FLAG(uint32_t, shards, 32, "object table shards");
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
   m.shards = absl::GetFlag(FLAGS_shards);
   m.eviction.high_watermark = high;
   m.eviction.low_watermark = low;
+  m.offload.watermark = absl::GetFlag(FLAGS_offload_watermark);
 
   // Block the stop signals in every thread; this one waits for them.
   sigset_t stop_signals;

@@ -3,6 +3,7 @@
 #include "offload/disk_tier.h"
 
 #include "absl/strings/str_format.h"
+#include "common/checksum.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
@@ -81,14 +82,14 @@ absl::Status DiskTier::Recover() {
       const Extent extent{r.file, r.offset, r.record_size};
       const RecordHeader& h = r.header;
       if (index_->Find(h.key, h.generation) != nullptr) {
-        duplicates.push_back({h.key, h.generation, extent, h.payload_len});
+        duplicates.push_back({h.key, h.generation, extent, h.payload_len, h.payload_checksum});
         continue;
       }
       if (absl::Status s = alloc_->MarkUsed(extent); !s.ok()) {
         ++skipped;
         continue;
       }
-      index_->MarkReady(h.key, h.generation, extent, h.payload_len);
+      index_->MarkReady(h.key, h.generation, extent, h.payload_len, h.payload_checksum);
       ++recovered;
     }
   }
@@ -138,9 +139,16 @@ absl::StatusOr<RecordRef> DiskTier::Write(
       mu_.Await(absl::Condition(&settled));
     }
   }
+  StreamingChecksum sum;
+  for (const auto& [ptr, len] : payload_pieces) {
+    if (len > 0) sum.Update(ptr, len);
+  }
+  const uint64_t checksum = sum.Digest();
   absl::StatusOr<Extent> extent = AllocateWithEviction(RecordSize(key.size(), payload_len));
   absl::Status status = extent.status();
-  if (status.ok()) status = WriteRecord(*extent, key, generation, payload_pieces, payload_len);
+  if (status.ok()) {
+    status = WriteRecord(*extent, key, generation, payload_pieces, payload_len, checksum);
+  }
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {
     index_->Erase(key, generation);  // a waiting duplicate writer retries
@@ -152,7 +160,7 @@ absl::StatusOr<RecordRef> DiskTier::Write(
     Fail(ToCode(status) == Code::kNoSpace ? "no_space" : "write");
     return status;
   }
-  index_->MarkReady(key, generation, *extent, payload_len);
+  index_->MarkReady(key, generation, *extent, payload_len, checksum);
   ++stats_.writes;
   if (metrics_) {
     metrics_->writes->Inc();
@@ -201,8 +209,8 @@ absl::StatusOr<Extent> DiskTier::AllocateWithEviction(uint64_t record_size) {
     {
       absl::MutexLock lock(&mu_);
       for (const auto& v : victims) {
-        evicted_.push_back(
-            Entry{v.key, v.generation, RecordRef{PackLocator(v.extent), v.payload_len}});
+        evicted_.push_back(Entry{v.key, v.generation,
+                                 RecordRef{PackLocator(v.extent), v.payload_len}, v.checksum});
       }
       stats_.evictions += victims.size();
     }
@@ -229,7 +237,7 @@ std::vector<internal::IndexedRecord> DiskTier::ApplyReclaimGuard(
       // Refused (leased, or the master could not be asked): the record stays readable.
       index_->InsertWriting(victims[i].key, victims[i].generation);
       index_->MarkReady(victims[i].key, victims[i].generation, victims[i].extent,
-                        victims[i].payload_len);
+                        victims[i].payload_len, victims[i].checksum);
     }
   }
   return go;
@@ -271,8 +279,8 @@ std::vector<DiskTier::Entry> DiskTier::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<Entry> out;
   for (auto& r : index_->ListReady()) {
-    out.push_back(
-        Entry{std::move(r.key), r.generation, RecordRef{PackLocator(r.extent), r.payload_len}});
+    out.push_back(Entry{std::move(r.key), r.generation,
+                        RecordRef{PackLocator(r.extent), r.payload_len}, r.checksum});
   }
   return out;
 }

@@ -109,6 +109,7 @@ class DiskTier {
     std::string key;
     uint64_t generation;
     RecordRef ref;
+    uint64_t checksum = 0;  // XXH3-64 of the payload
   };
   // Everything indexed (for reporting to the master after a restart).
   std::vector<Entry> List() const;
@@ -130,7 +131,7 @@ class DiskTier {
   absl::StatusOr<Extent> AllocateWithEviction(uint64_t record_size);
   absl::Status WriteRecord(const Extent& extent, std::string_view key, uint64_t generation,
                            const std::vector<std::pair<const char*, uint64_t>>& pieces,
-                           uint64_t payload_len);
+                           uint64_t payload_len, uint64_t payload_checksum);
   absl::Status ReadRecord(const Extent& extent, std::string_view key, uint64_t generation,
                           uint64_t payload_len, const std::vector<std::pair<char*, uint64_t>>& dst);
   // Zeroes the first page of each extent (so a dropped record is not resurrected at recovery) and

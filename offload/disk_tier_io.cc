@@ -90,11 +90,7 @@ absl::Status DiskTier::Transfer(IoOp op, uint32_t file, uint64_t offset, char* b
 
 absl::Status DiskTier::WriteRecord(const Extent& extent, std::string_view key, uint64_t generation,
                                    const std::vector<std::pair<const char*, uint64_t>>& pieces,
-                                   uint64_t payload_len) {
-  StreamingChecksum sum;
-  for (const auto& [ptr, len] : pieces) {
-    if (len > 0) sum.Update(ptr, len);
-  }
+                                   uint64_t payload_len, uint64_t payload_checksum) {
   internal::AlignedBuffer staging(std::min(extent.length, kStagingBytes));
   if (!staging.ok()) return McError(Code::kInternal, "disk tier: out of memory for staging");
   Gather gather(pieces);
@@ -103,7 +99,7 @@ absl::Status DiskTier::WriteRecord(const Extent& extent, std::string_view key, u
     uint64_t start = 0;
     if (pos == 0) {
       MC_RETURN_IF_ERROR(
-          EncodeHeaderInto(key, generation, payload_len, sum.Digest(), staging.data()));
+          EncodeHeaderInto(key, generation, payload_len, payload_checksum, staging.data()));
       start = HeaderBlockSize(key.size());
     }
     const uint64_t got = gather.Take(staging.data() + start, n - start);

@@ -34,8 +34,11 @@ struct LocalBuffer {
   uint64_t length;
 };
 
-// kRead: remote segment -> local buffers; kWrite: local buffers -> remote segment.
-enum class OpKind { kRead, kWrite };
+// kRead: remote segment -> local buffers; kWrite: local buffers -> remote segment;
+// kReadDisk: a record of the remote daemon's SSD tier -> local buffers, read whole and verified
+// by its owner (segment_id carries the generation, offset the record locator, tag the low 32
+// bits of the key's XXH3). Only remote transports serve kReadDisk.
+enum class OpKind { kRead, kWrite, kReadDisk };
 
 struct TransferRequest {
   OpKind op;
@@ -43,6 +46,7 @@ struct TransferRequest {
   std::string endpoint;            // data-plane "HOST:PORT" of the daemon owning the segment
   uint64_t segment_id;
   uint64_t offset;                 // byte offset inside the remote segment
+  uint32_t tag = 0;                // opaque to the engine; sent in the frame's reserved field
 };
 
 struct TransferResult {

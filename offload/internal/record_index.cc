@@ -22,13 +22,14 @@ Slot* RecordIndex::InsertWriting(std::string_view key, uint64_t generation) {
 }
 
 void RecordIndex::MarkReady(std::string_view key, uint64_t generation, const Extent& extent,
-                            uint64_t payload_len) {
+                            uint64_t payload_len, uint64_t checksum) {
   Key k = MakeKey(key, generation);
   Slot& s = slots_[k];
   if (s.ready) return;
   s.ready = true;
   s.extent = extent;
   s.payload_len = payload_len;
+  s.checksum = checksum;
   s.lru_tick = next_tick_++;
   lru_.emplace(s.lru_tick, std::move(k));
   Account(s, +1);
@@ -78,7 +79,7 @@ std::vector<IndexedRecord> RecordIndex::TakeVictims(uint64_t bytes) {
     }
     covered += s.extent.length;
     Account(s, -1);
-    victims.push_back(IndexedRecord{it->second.first, it->second.second, s.extent, s.payload_len});
+    victims.push_back(IndexedRecord{it->second.first, it->second.second, s.extent, s.payload_len, s.checksum});
     slots_.erase(slot_it);
     it = lru_.erase(it);
   }
@@ -90,7 +91,7 @@ std::vector<IndexedRecord> RecordIndex::ListReady() const {
   out.reserve(lru_.size());
   for (const auto& [tick, k] : lru_) {
     const Slot& s = slots_.at(k);
-    out.push_back(IndexedRecord{k.first, k.second, s.extent, s.payload_len});
+    out.push_back(IndexedRecord{k.first, k.second, s.extent, s.payload_len, s.checksum});
   }
   return out;
 }

@@ -19,6 +19,7 @@ struct Slot {
   bool ready = false;  // false while the record is being written
   Extent extent;       // valid once ready
   uint64_t payload_len = 0;
+  uint64_t checksum = 0;  // XXH3-64 of the payload, valid once ready
   int pins = 0;
   uint64_t lru_tick = 0;  // key of lru_ while ready
 };
@@ -28,6 +29,7 @@ struct IndexedRecord {
   uint64_t generation = 0;
   Extent extent;
   uint64_t payload_len = 0;
+  uint64_t checksum = 0;
 };
 
 class RecordIndex {
@@ -37,7 +39,7 @@ class RecordIndex {
   Slot* InsertWriting(std::string_view key, uint64_t generation);
   // Completes a writing slot (or inserts a ready one at recovery).
   void MarkReady(std::string_view key, uint64_t generation, const Extent& extent,
-                 uint64_t payload_len);
+                 uint64_t payload_len, uint64_t checksum);
   // Moves a ready slot to the most recently used end.
   void Touch(std::string_view key, uint64_t generation);
   void Pin(std::string_view key, uint64_t generation);

@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/blocking_counter.h"
 #include "common/clock.h"
+#include "common/status.h"
 
 namespace mc::transfer {
 namespace {
@@ -61,6 +62,11 @@ void LocalTransport::Submit(std::span<const TransferRequest* const> requests,
 
 TransferResult LocalTransport::Execute(const TransferRequest& request) {
   TransferResult result;
+  if (request.op == OpKind::kReadDisk) {
+    result.status = McError(Code::kInvalidArgument,
+                            "local transport: SSD records are read through the tier itself");
+    return result;
+  }
   const uint64_t total = TotalLength(request);
   absl::StatusOr<char*> seg = segments_.Resolve(request.segment_id, request.offset, total);
   if (!seg.ok()) {

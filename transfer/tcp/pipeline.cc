@@ -95,7 +95,9 @@ absl::Status PipelinedConnection::AcceptHeader() {
                                op.header.request_id));
   }
   const Code code = CodeFromInt(static_cast<int>(h->code));
-  const bool read_ok = code == Code::kOk && op.header.op == static_cast<uint16_t>(FrameOp::kRead);
+  const bool read_ok = code == Code::kOk &&
+                       (op.header.op == static_cast<uint16_t>(FrameOp::kRead) ||
+                        op.header.op == static_cast<uint16_t>(FrameOp::kReadDisk));
   const uint64_t expected = read_ok ? op.header.length : 0;
   if (h->length != expected) {
     return Broken(absl::StrCat("response length ", h->length, ", expected ", expected));

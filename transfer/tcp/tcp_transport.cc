@@ -100,13 +100,18 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
       results[i].status = McError(Code::kInvalidArgument, "segment offset + length overflows");
       continue;
     }
-    const FrameOp fop = req.op == OpKind::kRead ? FrameOp::kRead : FrameOp::kWrite;
-    for (uint64_t done = 0; done < total; done += frame_bytes) {
-      const uint64_t n = std::min(frame_bytes, total - done);
+    const FrameOp fop = req.op == OpKind::kRead    ? FrameOp::kRead
+                        : req.op == OpKind::kWrite ? FrameOp::kWrite
+                                                   : FrameOp::kReadDisk;
+    // A disk record is read whole (its owner verifies it as one unit): one frame.
+    const uint64_t step = fop == FrameOp::kReadDisk ? std::max<uint64_t>(total, 1) : frame_bytes;
+    for (uint64_t done = 0; done < total; done += step) {
+      const uint64_t n = std::min(step, total - done);
       WireOp op;
       op.request = i;
       op.header = tcp::MakeRequest(fop, next_request_id_.fetch_add(1), req.segment_id,
-                                   req.offset + done, n);
+                                   fop == FrameOp::kReadDisk ? req.offset : req.offset + done, n);
+      op.header.reserved = req.tag;
       op.header_bytes = tcp::EncodeFrameHeader(op.header);
       op.local = SliceLocal(req, done, n);
       by_peer[req.endpoint].push_back(ops.size());

@@ -1,0 +1,27 @@
+// DiskReader: how the get path reads a DISK replica that this daemon's own SSD tier holds.
+// A seam: OffloadDriver implements it over the DiskTier; tests may fake it.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "transfer/transfer_engine.h"
+
+namespace mc::client {
+
+class DiskReader {
+ public:
+  virtual ~DiskReader() = default;
+  // Reads the record (key, generation) at `locator` of `length` payload bytes into `dst`,
+  // verified (key, generation, checksums) by the tier: never OK for bytes that differ.
+  virtual absl::Status ReadLocal(std::string_view key, uint64_t generation, uint64_t locator,
+                                 uint64_t length,
+                                 const std::vector<transfer::LocalBuffer>& dst) = 0;
+};
+
+// The `tag` a kReadDisk request carries: the low 32 bits of the key's XXH3-64, which the owner
+// checks against the record's key.
+uint32_t DiskKeyTag(std::string_view key);
+
+}  // namespace mc::client

@@ -1,0 +1,284 @@
+#include "client/offload_driver.h"
+
+#include <sys/uio.h>
+
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "proto/status_convert.h"
+
+namespace mc::client {
+
+namespace {
+
+spdlog::logger& Log() {
+  static spdlog::logger& log = Logger("offload");
+  return log;
+}
+
+Counter& OffloadCounter(MetricsRegistry& m, const char* result) {
+  return m.GetCounter("mc_client_offloads_total", "OFFLOAD tasks run, by result",
+                      {{"result", result}});
+}
+
+}  // namespace
+
+uint32_t DiskKeyTag(std::string_view key) {
+  return static_cast<uint32_t>(Checksum(key.data(), key.size()));
+}
+
+OffloadDriver::OffloadDriver(OffloadDriverOptions options, offload::DiskTier& tier,
+                             MasterClient& master, transfer::SegmentTable& segments,
+                             std::function<uint64_t()> session, MetricsRegistry& metrics)
+    : options_(std::move(options)),
+      tier_(tier),
+      master_(master),
+      segments_(segments),
+      session_(std::move(session)),
+      offloads_ok_(OffloadCounter(metrics, "ok")),
+      offloads_changed_(OffloadCounter(metrics, "changed")),
+      offloads_failed_(OffloadCounter(metrics, "failed")),
+      offloads_gone_(OffloadCounter(metrics, "gone")),
+      drops_(metrics.GetCounter("mc_client_disk_drops_total", "Records deleted on DROP tasks")),
+      reports_(metrics.GetCounter("mc_client_disk_records_reported_total",
+                                  "Records re-reported to the master after registration")),
+      disk_reads_served_(metrics.GetCounter("mc_client_disk_reads_total",
+                                            "SSD records read for readers, by result",
+                                            {{"result", "ok"}})),
+      disk_read_failures_(metrics.GetCounter("mc_client_disk_reads_total",
+                                             "SSD records read for readers, by result",
+                                             {{"result", "error"}})) {
+  for (const auto& e : tier_.List()) Remember(e.key, e.generation);
+}
+
+OffloadDriver::~OffloadDriver() { Stop(); }
+
+void OffloadDriver::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_) return;
+  started_ = true;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void OffloadDriver::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void OffloadDriver::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_interval_ms));
+    if (stopping_) break;
+    lock.unlock();
+    RunOnce();
+    lock.lock();
+  }
+}
+
+void OffloadDriver::Remember(const std::string& key, uint64_t generation) {
+  absl::MutexLock lock(&keys_mu_);
+  keys_[generation] = key;
+}
+
+void OffloadDriver::Forget(uint64_t generation) {
+  absl::MutexLock lock(&keys_mu_);
+  keys_.erase(generation);
+}
+
+void OffloadDriver::RunOnce() {
+  uint64_t session = session_();
+  if (session == 0) return;
+  for (const auto& e : tier_.TakeEvicted()) Forget(e.generation);
+  if (report_pending_.exchange(false)) ReportAll();
+  v1::TakeOffloadTasksRequest req;
+  req.set_client_id(options_.client_id);
+  req.set_session(session);
+  req.set_max_tasks(options_.max_tasks_per_poll);
+  v1::TakeOffloadTasksResponse resp;
+  absl::Status s = master_.TakeOffloadTasks(req, &resp);
+  if (!s.ok()) {
+    static RateLimiter limiter(std::chrono::seconds(10));
+    uint64_t suppressed = 0;
+    if (limiter.Allow(&suppressed)) {
+      Log().warn("TakeOffloadTasks failed: {} ({} suppressed)", s.ToString(), suppressed);
+    }
+    return;
+  }
+  std::vector<v1::OffloadTask> tasks(resp.tasks().begin(), resp.tasks().end());
+  if (!tasks.empty()) RunTasks(tasks);
+}
+
+void OffloadDriver::ReportAll() {
+  std::vector<offload::DiskTier::Entry> entries = tier_.List();
+  for (size_t begin = 0; begin < entries.size(); begin += options_.report_batch) {
+    size_t end = std::min(entries.size(), begin + options_.report_batch);
+    v1::AddDiskReplicasRequest req;
+    req.set_client_id(options_.client_id);
+    req.set_recovered(true);
+    for (size_t i = begin; i < end; ++i) {
+      auto* item = req.add_items();
+      item->set_key(entries[i].key);
+      item->set_generation(entries[i].generation);
+      item->set_locator(entries[i].ref.locator);
+      item->set_length(entries[i].ref.length);
+      item->set_checksum(entries[i].checksum);
+    }
+    v1::AddDiskReplicasResponse resp;
+    absl::Status s = master_.AddDiskReplicas(req, &resp);
+    if (!s.ok() || resp.results_size() != req.items_size()) {
+      Log().warn("reporting {} record(s) to the master failed: {}; will retry",
+                 req.items_size(), s.ToString());
+      report_pending_ = true;
+      return;
+    }
+    for (int i = 0; i < resp.results_size(); ++i) {
+      const auto& r = resp.results(i);
+      const auto& e = entries[begin + i];
+      if (r.code() == v1::OK) continue;
+      // The master knows a newer generation of the key (or nothing consistent): drop ours.
+      Log().info("record {} generation {} refused by the master ({}): deleting it",
+                 KeyForLog(e.key), e.generation, r.message());
+      if (tier_.Remove(e.key, e.generation).ok()) Forget(e.generation);
+    }
+    reports_.Inc(req.items_size());
+  }
+  if (!entries.empty()) Log().info("reported {} SSD record(s) to the master", entries.size());
+}
+
+absl::Status OffloadDriver::Offload(const v1::OffloadTask& task, v1::DiskReplicaItem* item) {
+  absl::StatusOr<char*> mem = segments_.Resolve(task.segment_id(), task.offset(), task.size());
+  if (!mem.ok()) return mem.status();
+  // Copy out first, then verify: what we persist is exactly what we checked.
+  std::unique_ptr<char[]> copy(new (std::nothrow) char[task.size()]);
+  if (!copy) return McError(Code::kNoSpace, "no memory for the offload copy");
+  std::memcpy(copy.get(), *mem, task.size());
+  if (Checksum(copy.get(), task.size()) != task.checksum()) {
+    return McError(Code::kChecksumMismatch, "memory replica changed before it was offloaded");
+  }
+  absl::StatusOr<offload::RecordRef> ref =
+      tier_.Write(task.key(), task.generation(), {{copy.get(), task.size()}});
+  if (!ref.ok()) return ref.status();
+  Remember(task.key(), task.generation());
+  item->set_key(task.key());
+  item->set_generation(task.generation());
+  item->set_locator(ref->locator);
+  item->set_length(ref->length);
+  item->set_checksum(task.checksum());
+  return absl::OkStatus();
+}
+
+void OffloadDriver::RunTasks(const std::vector<v1::OffloadTask>& tasks) {
+  v1::AddDiskReplicasRequest report;
+  report.set_client_id(options_.client_id);
+  for (const v1::OffloadTask& task : tasks) {
+    if (task.kind() == v1::DROP) {
+      absl::Status s = tier_.Remove(task.key(), task.generation());
+      if (s.ok() || ToCode(s) == Code::kNotFound) {
+        Forget(task.generation());
+        drops_.Inc();
+      } else {
+        Log().warn("dropping record {} generation {}: {}", KeyForLog(task.key()),
+                   task.generation(), s.ToString());
+      }
+      continue;
+    }
+    v1::DiskReplicaItem item;
+    absl::Status s = Offload(task, &item);
+    if (s.ok()) {
+      *report.add_items() = std::move(item);
+    } else if (ToCode(s) == Code::kChecksumMismatch || ToCode(s) == Code::kNotFound ||
+               ToCode(s) == Code::kInvalidArgument) {
+      offloads_changed_.Inc();  // evicted or re-registered meanwhile: nothing to persist
+    } else {
+      offloads_failed_.Inc();
+      static RateLimiter limiter(std::chrono::seconds(5));
+      uint64_t suppressed = 0;
+      if (limiter.Allow(&suppressed)) {
+        Log().warn("offload of {} failed: {} ({} suppressed)", KeyForLog(task.key()),
+                   s.ToString(), suppressed);
+      }
+    }
+  }
+  if (report.items_size() == 0) return;
+  v1::AddDiskReplicasResponse resp;
+  absl::Status s = master_.AddDiskReplicas(report, &resp);
+  if (!s.ok() || resp.results_size() != report.items_size()) {
+    // The records stay; the next registration's report (or a later task) tells the master.
+    Log().warn("reporting {} offloaded record(s) failed: {}", report.items_size(), s.ToString());
+    offloads_failed_.Inc(report.items_size());
+    return;
+  }
+  for (int i = 0; i < resp.results_size(); ++i) {
+    const auto& item = report.items(i);
+    if (resp.results(i).code() == v1::OK) {
+      offloads_ok_.Inc();
+      continue;
+    }
+    offloads_gone_.Inc();  // removed or superseded while we wrote it
+    if (tier_.Remove(item.key(), item.generation()).ok()) Forget(item.generation());
+  }
+}
+
+std::vector<bool> OffloadDriver::MayReclaim(const std::vector<offload::DiskTierVictim>& victims) {
+  std::vector<bool> allowed(victims.size(), false);
+  if (session_() == 0) return allowed;
+  v1::RemoveDiskReplicasRequest req;
+  req.set_client_id(options_.client_id);
+  for (const auto& v : victims) {
+    auto* item = req.add_items();
+    item->set_key(v.key);
+    item->set_generation(v.generation);
+    item->set_locator(v.locator);
+    item->set_length(v.length);
+  }
+  v1::RemoveDiskReplicasResponse resp;
+  absl::Status s = master_.RemoveDiskReplicas(req, &resp);
+  if (!s.ok() || resp.results_size() != req.items_size()) return allowed;
+  for (size_t i = 0; i < victims.size(); ++i) {
+    allowed[i] = resp.results(static_cast<int>(i)).code() == v1::OK;
+    if (allowed[i]) Forget(victims[i].generation);
+  }
+  return allowed;
+}
+
+absl::Status OffloadDriver::ReadLocal(std::string_view key, uint64_t generation, uint64_t locator,
+                                      uint64_t length,
+                                      const std::vector<transfer::LocalBuffer>& dst) {
+  std::vector<std::pair<char*, uint64_t>> pieces;
+  for (const auto& b : dst) pieces.emplace_back(b.data, b.length);
+  absl::Status s = tier_.Read(offload::RecordRef{locator, length}, key, generation, pieces);
+  (s.ok() ? disk_reads_served_ : disk_read_failures_).Inc();
+  return s;
+}
+
+absl::Status OffloadDriver::ServeReadDisk(const transfer::tcp::FrameHeader& request,
+                                          transfer::tcp::ServerStream& stream) {
+  std::string key;
+  {
+    absl::MutexLock lock(&keys_mu_);
+    auto it = keys_.find(request.segment_id);
+    if (it != keys_.end()) key = it->second;
+  }
+  if (key.empty() || DiskKeyTag(key) != request.reserved) {
+    disk_read_failures_.Inc();
+    return stream.Respond(request, Code::kNotFound);
+  }
+  std::unique_ptr<char[]> buffer(new (std::nothrow) char[request.length]);
+  if (!buffer) return stream.Respond(request, Code::kNoSpace);
+  absl::Status s = ReadLocal(key, request.segment_id, request.offset, request.length,
+                             {{buffer.get(), request.length}});
+  if (!s.ok()) return stream.Respond(request, ToCode(s));
+  iovec payload{buffer.get(), request.length};
+  return stream.Respond(request, Code::kOk, {&payload, 1});
+}
+
+}  // namespace mc::client

@@ -1,0 +1,102 @@
+// OffloadDriver: this daemon's SSD tier at work for the cluster.
+//
+// - Runs the master's tasks (TakeOffloadTasks, polled from its own thread): OFFLOAD copies a
+//   memory replica out of our segment, checks it against the checksum in the task (the bytes
+//   could have been evicted and overwritten meanwhile), writes the record and reports the DISK
+//   replica (AddDiskReplicas); DROP deletes a record whose object was removed.
+// - After every registration with the master, reports every record on disk (recovered=true), so
+//   persisted objects survive a client or master restart.
+// - Guards the tier's own eviction: a record may be reclaimed only after the master agreed to
+//   drop its DISK replica, which it refuses while a reader holds a lease.
+// - Serves kReadDisk frames of the data plane (remote readers) and local DISK reads (DiskReader).
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "client/disk_reader.h"
+#include "client/master_client.h"
+#include "common/metrics.h"
+#include "offload/disk_tier.h"
+#include "transfer/tcp/server.h"
+#include "transfer/transfer_engine.h"
+
+namespace mc::client {
+
+struct OffloadDriverOptions {
+  std::string client_id;
+  int64_t poll_interval_ms = 100;  // TakeOffloadTasks period
+  uint32_t max_tasks_per_poll = 64;
+  size_t report_batch = 1000;      // records per AddDiskReplicas call when re-reporting
+};
+
+class OffloadDriver final : public DiskReader {
+ public:
+  // `session()` gives the current master session (0 while unregistered).
+  OffloadDriver(OffloadDriverOptions options, offload::DiskTier& tier, MasterClient& master,
+                transfer::SegmentTable& segments, std::function<uint64_t()> session,
+                MetricsRegistry& metrics);
+  ~OffloadDriver() override;
+
+  void Start();
+  void Stop();
+  // Called after each registration: the next loop iteration re-reports every record.
+  void RequestReport() { report_pending_ = true; }
+
+  // The DiskTier's reclaim guard.
+  std::vector<bool> MayReclaim(const std::vector<offload::DiskTierVictim>& victims);
+  // The data plane's kReadDisk handler.
+  absl::Status ServeReadDisk(const transfer::tcp::FrameHeader& request,
+                             transfer::tcp::ServerStream& stream);
+  absl::Status ReadLocal(std::string_view key, uint64_t generation, uint64_t locator,
+                         uint64_t length,
+                         const std::vector<transfer::LocalBuffer>& dst) override;
+
+  // One iteration of the loop (tests call it directly).
+  void RunOnce();
+
+ private:
+  void Loop();
+  void ReportAll();
+  void RunTasks(const std::vector<v1::OffloadTask>& tasks);
+  // Persists one OFFLOAD task; fills `item` on success.
+  absl::Status Offload(const v1::OffloadTask& task, v1::DiskReplicaItem* item);
+  void Remember(const std::string& key, uint64_t generation);
+  void Forget(uint64_t generation);
+
+  const OffloadDriverOptions options_;
+  offload::DiskTier& tier_;
+  MasterClient& master_;
+  transfer::SegmentTable& segments_;
+  const std::function<uint64_t()> session_;
+  Counter& offloads_ok_;
+  Counter& offloads_changed_;
+  Counter& offloads_failed_;
+  Counter& offloads_gone_;
+  Counter& drops_;
+  Counter& reports_;
+  Counter& disk_reads_served_;
+  Counter& disk_read_failures_;
+  std::atomic<bool> report_pending_{true};
+
+  // generation -> key of every record we hold: a kReadDisk frame names only the generation.
+  mutable absl::Mutex keys_mu_;
+  absl::flat_hash_map<uint64_t, std::string> keys_ ABSL_GUARDED_BY(keys_mu_);
+
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool started_ = false;
+};
+
+}  // namespace mc::client
