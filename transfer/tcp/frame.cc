@@ -69,7 +69,10 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(const uint8_t* data, size_t size,
   if (h.is_response() ? h.code > static_cast<uint32_t>(kMaxCode) : h.code != 0) {
     return Malformed(absl::StrCat("bad code ", h.code));
   }
-  if (h.reserved != 0) return Malformed("reserved bits set");
+  // The last word is reserved (zero) except in kReadDisk requests, where it tags the key.
+  if (h.reserved != 0 && !(h.op == static_cast<uint16_t>(FrameOp::kReadDisk))) {
+    return Malformed("reserved bits set");
+  }
   return h;
 }
 

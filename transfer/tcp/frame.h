@@ -11,7 +11,7 @@
 //       32    8 length      request: READ bytes wanted / WRITE payload bytes that follow;
 //                           response: payload bytes that follow (READ OK: the data; else 0)
 //       40    4 code        mc::Code; 0 on requests
-//       44    4 reserved    0
+//       44    4 reserved    0, except in kReadDisk requests: the key tag (low 32 bits of XXH3)
 //
 // A connection carries requests in order and the server answers them in order.
 // DecodeFrameHeader() rejects anything malformed (magic, version, op, length above the limit,
@@ -38,7 +38,8 @@ inline constexpr uint16_t kResponseBit = 0x8000;
 enum class FrameOp : uint16_t {
   kRead = 1,      // segment -> requester
   kWrite = 2,     // requester -> segment
-  kReadDisk = 3,  // reserved for the SSD tier (served through TcpDataServer::RegisterOpHandler)
+  kReadDisk = 3,  // an SSD-tier record -> requester (served through RegisterOpHandler): segment_id
+                  // = generation, offset = record locator, reserved = key tag
 };
 inline constexpr uint16_t kMaxFrameOp = 3;
 
