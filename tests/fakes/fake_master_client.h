@@ -31,7 +31,7 @@ class FakeMasterClient final : public MasterClient {
   enum class Rpc {
     kRegisterClient, kHeartbeat, kUnregisterClient, kPutStart, kPutEnd, kPutRevoke,
     kGetReplicas, kReleaseLeases, kExist, kRemove, kAddDiskReplicas, kRemoveDiskReplicas,
-    kCount
+    kTakeOffloadTasks, kCount
   };
 
   static master::MasterOptions DefaultOptions() {
@@ -122,6 +122,11 @@ class FakeMasterClient final : public MasterClient {
                                   v1::RemoveDiskReplicasResponse* resp) override {
     return Forward(Rpc::kRemoveDiskReplicas,
                    [&] { return grpc_->RemoveDiskReplicas(nullptr, &req, resp); });
+  }
+  absl::Status TakeOffloadTasks(const v1::TakeOffloadTasksRequest& req,
+                                v1::TakeOffloadTasksResponse* resp) override {
+    return Forward(Rpc::kTakeOffloadTasks,
+                   [&] { return grpc_->TakeOffloadTasks(nullptr, &req, resp); });
   }
 
  private:
