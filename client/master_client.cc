@@ -68,6 +68,13 @@ class GrpcMasterClient final : public MasterClient {
                                 v1::TakeOffloadTasksResponse* resp) override {
     return Call(&v1::Master::Stub::TakeOffloadTasks, req, resp);
   }
+  absl::Status PromoteStart(const v1::PromoteStartRequest& req,
+                            v1::PromoteStartResponse* resp) override {
+    return Call(&v1::Master::Stub::PromoteStart, req, resp);
+  }
+  absl::Status PromoteEnd(const v1::PromoteEndRequest& req, v1::PromoteEndResponse* resp) override {
+    return Call(&v1::Master::Stub::PromoteEnd, req, resp);
+  }
 
  private:
   template <typename Req, typename Resp>

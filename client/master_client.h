@@ -35,6 +35,10 @@ class MasterClient {
                                           v1::RemoveDiskReplicasResponse* resp) = 0;
   virtual absl::Status TakeOffloadTasks(const v1::TakeOffloadTasksRequest& req,
                                         v1::TakeOffloadTasksResponse* resp) = 0;
+  virtual absl::Status PromoteStart(const v1::PromoteStartRequest& req,
+                                    v1::PromoteStartResponse* resp) = 0;
+  virtual absl::Status PromoteEnd(const v1::PromoteEndRequest& req,
+                                  v1::PromoteEndResponse* resp) = 0;
 };
 
 struct GrpcMasterClientOptions {

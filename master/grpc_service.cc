@@ -12,32 +12,42 @@ namespace v1 = mcstore::v1;
 // Counts one RPC and observes its latency; Finish() records failure.
 class MasterGrpcService::RpcScope {
  public:
-  RpcScope(MetricsRegistry& metrics, const char* rpc)
-      : metrics_(metrics), rpc_(rpc), start_(std::chrono::steady_clock::now()) {
-    metrics_.GetCounter("mc_master_rpc_requests_total", "Master RPCs received", {{"rpc", rpc_}})
-        .Inc();
+  RpcScope(MasterGrpcService& service, const char* rpc)
+      : metrics_(service.MetricsFor(rpc)), start_(std::chrono::steady_clock::now()) {
+    metrics_.requests.Inc();
   }
   grpc::Status Finish(grpc::Status status) {
-    if (!status.ok()) {
-      metrics_
-          .GetCounter("mc_master_rpc_failures_total", "Master RPCs that failed as a whole",
-                      {{"rpc", rpc_}})
-          .Inc();
-    }
+    if (!status.ok()) metrics_.failures.Inc();
     return status;
   }
   ~RpcScope() {
     std::chrono::duration<double> d = std::chrono::steady_clock::now() - start_;
-    metrics_
-        .GetHistogram("mc_master_rpc_latency_seconds", "Master RPC latency", {{"rpc", rpc_}})
-        .Observe(d.count());
+    metrics_.latency.Observe(d.count());
   }
 
  private:
-  MetricsRegistry& metrics_;
-  const char* rpc_;
+  RpcMetrics& metrics_;
   std::chrono::steady_clock::time_point start_;
 };
+
+MasterGrpcService::RpcMetrics& MasterGrpcService::MetricsFor(const char* rpc) {
+  {
+    absl::ReaderMutexLock lock(&rpc_metrics_mu_);
+    auto it = rpc_metrics_.find(rpc);
+    if (it != rpc_metrics_.end()) return *it->second;
+  }
+  absl::MutexLock lock(&rpc_metrics_mu_);
+  auto& slot = rpc_metrics_[rpc];
+  if (!slot) {
+    slot = std::make_unique<RpcMetrics>(RpcMetrics{
+        metrics_.GetCounter("mc_master_rpc_requests_total", "Master RPCs received", {{"rpc", rpc}}),
+        metrics_.GetCounter("mc_master_rpc_failures_total", "Master RPCs that failed as a whole",
+                            {{"rpc", rpc}}),
+        metrics_.GetHistogram("mc_master_rpc_latency_seconds", "Master RPC latency",
+                              {{"rpc", rpc}})});
+  }
+  return *slot;
+}
 
 namespace {
 
@@ -80,7 +90,7 @@ std::vector<DiskReplicaItem> DiskItems(
 grpc::Status MasterGrpcService::RegisterClient(grpc::ServerContext*,
                                                const v1::RegisterClientRequest* req,
                                                v1::RegisterClientResponse* resp) {
-  RpcScope scope(metrics_, "RegisterClient");
+  RpcScope scope(*this, "RegisterClient");
   ClientInfo info{req->client_id(), req->host(), req->data_endpoint(), 0, req->disk_capacity(),
                   0, 0};
   std::vector<uint64_t> sizes;
@@ -96,7 +106,7 @@ grpc::Status MasterGrpcService::RegisterClient(grpc::ServerContext*,
 
 grpc::Status MasterGrpcService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
                                           v1::HeartbeatResponse* resp) {
-  RpcScope scope(metrics_, "Heartbeat");
+  RpcScope scope(*this, "Heartbeat");
   resp->set_known(service_.Heartbeat(req->client_id(), req->session(), req->disk_used()));
   return scope.Finish(grpc::Status::OK);
 }
@@ -104,13 +114,13 @@ grpc::Status MasterGrpcService::Heartbeat(grpc::ServerContext*, const v1::Heartb
 grpc::Status MasterGrpcService::UnregisterClient(grpc::ServerContext*,
                                                  const v1::UnregisterClientRequest* req,
                                                  v1::UnregisterClientResponse*) {
-  RpcScope scope(metrics_, "UnregisterClient");
+  RpcScope scope(*this, "UnregisterClient");
   return scope.Finish(ToGrpcStatus(service_.UnregisterClient(req->client_id(), req->session())));
 }
 
 grpc::Status MasterGrpcService::PutStart(grpc::ServerContext*, const v1::PutStartRequest* req,
                                          v1::PutStartResponse* resp) {
-  RpcScope scope(metrics_, "PutStart");
+  RpcScope scope(*this, "PutStart");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
   }
@@ -129,7 +139,7 @@ grpc::Status MasterGrpcService::PutStart(grpc::ServerContext*, const v1::PutStar
 
 grpc::Status MasterGrpcService::PutEnd(grpc::ServerContext*, const v1::PutEndRequest* req,
                                        v1::PutEndResponse* resp) {
-  RpcScope scope(metrics_, "PutEnd");
+  RpcScope scope(*this, "PutEnd");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
   }
@@ -143,7 +153,7 @@ grpc::Status MasterGrpcService::PutEnd(grpc::ServerContext*, const v1::PutEndReq
 
 grpc::Status MasterGrpcService::PutRevoke(grpc::ServerContext*, const v1::PutRevokeRequest* req,
                                           v1::PutRevokeResponse* resp) {
-  RpcScope scope(metrics_, "PutRevoke");
+  RpcScope scope(*this, "PutRevoke");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
   }
@@ -156,7 +166,7 @@ grpc::Status MasterGrpcService::PutRevoke(grpc::ServerContext*, const v1::PutRev
 grpc::Status MasterGrpcService::GetReplicas(grpc::ServerContext*,
                                             const v1::GetReplicasRequest* req,
                                             v1::GetReplicasResponse* resp) {
-  RpcScope scope(metrics_, "GetReplicas");
+  RpcScope scope(*this, "GetReplicas");
   if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
   }
@@ -179,7 +189,7 @@ grpc::Status MasterGrpcService::GetReplicas(grpc::ServerContext*,
 grpc::Status MasterGrpcService::ReleaseLeases(grpc::ServerContext*,
                                               const v1::ReleaseLeasesRequest* req,
                                               v1::ReleaseLeasesResponse* resp) {
-  RpcScope scope(metrics_, "ReleaseLeases");
+  RpcScope scope(*this, "ReleaseLeases");
   if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
   }
@@ -189,7 +199,7 @@ grpc::Status MasterGrpcService::ReleaseLeases(grpc::ServerContext*,
 
 grpc::Status MasterGrpcService::Exist(grpc::ServerContext*, const v1::ExistRequest* req,
                                       v1::ExistResponse* resp) {
-  RpcScope scope(metrics_, "Exist");
+  RpcScope scope(*this, "Exist");
   if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
   }
@@ -199,7 +209,7 @@ grpc::Status MasterGrpcService::Exist(grpc::ServerContext*, const v1::ExistReque
 
 grpc::Status MasterGrpcService::Remove(grpc::ServerContext*, const v1::RemoveRequest* req,
                                        v1::RemoveResponse* resp) {
-  RpcScope scope(metrics_, "Remove");
+  RpcScope scope(*this, "Remove");
   if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
   }
@@ -210,7 +220,7 @@ grpc::Status MasterGrpcService::Remove(grpc::ServerContext*, const v1::RemoveReq
 grpc::Status MasterGrpcService::AddDiskReplicas(grpc::ServerContext*,
                                                 const v1::AddDiskReplicasRequest* req,
                                                 v1::AddDiskReplicasResponse* resp) {
-  RpcScope scope(metrics_, "AddDiskReplicas");
+  RpcScope scope(*this, "AddDiskReplicas");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
   }
@@ -222,7 +232,7 @@ grpc::Status MasterGrpcService::AddDiskReplicas(grpc::ServerContext*,
 grpc::Status MasterGrpcService::RemoveDiskReplicas(grpc::ServerContext*,
                                                    const v1::RemoveDiskReplicasRequest* req,
                                                    v1::RemoveDiskReplicasResponse* resp) {
-  RpcScope scope(metrics_, "RemoveDiskReplicas");
+  RpcScope scope(*this, "RemoveDiskReplicas");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
   }
@@ -230,10 +240,46 @@ grpc::Status MasterGrpcService::RemoveDiskReplicas(grpc::ServerContext*,
   return scope.Finish(grpc::Status::OK);
 }
 
+grpc::Status MasterGrpcService::PromoteStart(grpc::ServerContext*,
+                                             const v1::PromoteStartRequest* req,
+                                             v1::PromoteStartResponse* resp) {
+  RpcScope scope(*this, "PromoteStart");
+  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
+  }
+  std::vector<PutRevokeItem> items;
+  for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
+  for (const PutStartOutcome& o : service_.PromoteStart(req->client_id(), items)) {
+    v1::PutStartResult* r = resp->add_results();
+    r->set_code(ToProtoCode(ToCode(o.status)));
+    r->set_message(std::string(o.status.message()));
+    r->set_generation(o.generation);
+    for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
+  }
+  resp->set_write_deadline_ms(service_.options().put_timeout_ms / 2);
+  return scope.Finish(grpc::Status::OK);
+}
+
+grpc::Status MasterGrpcService::PromoteEnd(grpc::ServerContext*, const v1::PromoteEndRequest* req,
+                                           v1::PromoteEndResponse* resp) {
+  RpcScope scope(*this, "PromoteEnd");
+  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
+    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
+  }
+  std::vector<PutRevokeItem> items;
+  std::vector<bool> written;
+  for (const auto& item : req->items()) {
+    items.push_back({item.key(), item.generation()});
+    written.push_back(item.written());
+  }
+  AddResults(service_.PromoteEnd(req->client_id(), items, written), resp);
+  return scope.Finish(grpc::Status::OK);
+}
+
 grpc::Status MasterGrpcService::TakeOffloadTasks(grpc::ServerContext*,
                                                  const v1::TakeOffloadTasksRequest* req,
                                                  v1::TakeOffloadTasksResponse* resp) {
-  RpcScope scope(metrics_, "TakeOffloadTasks");
+  RpcScope scope(*this, "TakeOffloadTasks");
   size_t max = req->max_tasks() == 0 ? 64 : std::min<size_t>(req->max_tasks(), max_batch_items_);
   auto tasks = service_.TakeOffloadTasks(req->client_id(), req->session(), max);
   if (!tasks.ok()) return scope.Finish(ToGrpcStatus(tasks.status()));
@@ -253,7 +299,7 @@ grpc::Status MasterGrpcService::TakeOffloadTasks(grpc::ServerContext*,
 
 grpc::Status MasterGrpcService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                                           v1::GetStatusResponse* resp) {
-  RpcScope scope(metrics_, "GetStatus");
+  RpcScope scope(*this, "GetStatus");
   MasterSnapshot snap = service_.Snapshot();
   resp->set_status_line(service_.StatusLine());
   resp->set_mem_used(snap.mem_used);

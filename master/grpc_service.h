@@ -3,8 +3,11 @@
 // Thread-safe (gRPC calls handlers concurrently; MetadataService is thread-safe).
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "master/metadata_service.h"
 #include "mcstore/v1/master.grpc.pb.h"
@@ -41,6 +44,10 @@ class MasterGrpcService final : public mcstore::v1::Master::Service {
   grpc::Status RemoveDiskReplicas(grpc::ServerContext*,
                                   const mcstore::v1::RemoveDiskReplicasRequest*,
                                   mcstore::v1::RemoveDiskReplicasResponse*) override;
+  grpc::Status PromoteStart(grpc::ServerContext*, const mcstore::v1::PromoteStartRequest*,
+                            mcstore::v1::PromoteStartResponse*) override;
+  grpc::Status PromoteEnd(grpc::ServerContext*, const mcstore::v1::PromoteEndRequest*,
+                          mcstore::v1::PromoteEndResponse*) override;
   grpc::Status TakeOffloadTasks(grpc::ServerContext*, const mcstore::v1::TakeOffloadTasksRequest*,
                                 mcstore::v1::TakeOffloadTasksResponse*) override;
   grpc::Status GetStatus(grpc::ServerContext*, const mcstore::v1::GetStatusRequest*,
@@ -48,9 +55,20 @@ class MasterGrpcService final : public mcstore::v1::Master::Service {
 
  private:
   class RpcScope;
+  struct RpcMetrics {
+    Counter& requests;
+    Counter& failures;
+    Histogram& latency;
+  };
+  // The metrics of one RPC, looked up in the registry once.
+  RpcMetrics& MetricsFor(const char* rpc);
+
   MetadataService& service_;
   MetricsRegistry& metrics_;
   const size_t max_batch_items_;
+  absl::Mutex rpc_metrics_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<RpcMetrics>> rpc_metrics_
+      ABSL_GUARDED_BY(rpc_metrics_mu_);
 };
 
 }  // namespace mc::master

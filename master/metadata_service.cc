@@ -81,6 +81,7 @@ absl::StatusOr<Registration> MetadataService::RegisterClient(
     return McError(Code::kInvalidArgument, "a client with segments needs a data endpoint");
   }
   bool replaced = false;
+  absl::MutexLock membership(&membership_mu_);
   if (clients_.IsAlive(info.client_id)) CleanupClient(info.client_id);
   Registration reg;
   reg.session = clients_.Register(info, &replaced);
@@ -99,6 +100,7 @@ bool MetadataService::Heartbeat(const std::string& client_id, uint64_t session,
 }
 
 absl::Status MetadataService::UnregisterClient(const std::string& client_id, uint64_t session) {
+  absl::MutexLock membership(&membership_mu_);
   if (!clients_.Unregister(client_id, session)) {
     return McError(Code::kNotFound, absl::StrCat("unknown client session ", client_id));
   }
@@ -126,6 +128,10 @@ void MetadataService::CleanupClient(const std::string& client_id) {
       if (dead_writer) {
         pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
         ++puts_revoked;
+      }
+      if (object.promotion && (object.promotion->writer == client_id || object.replicas.empty() ||
+                               object.promotion->location.client_id == client_id)) {
+        DropPromotion(object, &to_free);
       }
       if (object.replicas.empty() || dead_writer) {
         if (!dead_writer) ++objects_lost;
@@ -218,7 +224,7 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
     shard.mu.AssertHeld();
     for (size_t i : indices) {
       if (out[i].generation == 0) continue;  // never reserved
-      auto it = shard.objects.find(std::string(items[i].key));
+      auto it = shard.objects.find(AsKey(items[i].key));
       bool ours = it != shard.objects.end() && it->second.generation == out[i].generation;
       if (!out[i].status.ok() || !ours) {
         if (ours) {
@@ -254,7 +260,7 @@ std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
     for (size_t i : indices) {
       out[i] = ValidateKey(items[i].key);
       if (!out[i].ok()) continue;
-      auto it = shard.objects.find(std::string(items[i].key));
+      auto it = shard.objects.find(AsKey(items[i].key));
       if (it == shard.objects.end()) {
         out[i] = McError(Code::kNotFound, "no pending put (revoked or timed out?)");
         continue;
@@ -292,7 +298,7 @@ std::vector<absl::Status> MetadataService::PutRevoke(const std::string& client_i
     for (size_t i : indices) {
       out[i] = ValidateKey(items[i].key);
       if (!out[i].ok()) continue;
-      auto it = shard.objects.find(std::string(items[i].key));
+      auto it = shard.objects.find(AsKey(items[i].key));
       if (it == shard.objects.end() || it->second.generation != items[i].generation) {
         out[i] = McError(Code::kNotFound, "no pending put of this generation");
         continue;
@@ -320,8 +326,14 @@ void MetadataService::RevokeTimedOutPuts() {
     ObjectTable::Shard& shard = table_.ShardOf(entry.key);
     absl::MutexLock lock(&shard.mu);
     auto it = shard.objects.find(entry.key);
-    if (it == shard.objects.end() || it->second.generation != entry.generation ||
-        it->second.state != ObjectState::kPending) {
+    if (it == shard.objects.end() || it->second.generation != entry.generation) continue;
+    if (it->second.state == ObjectState::kComplete) {
+      if (it->second.promotion) {
+        Log().warn("promotion of {} (generation {}) by client {} timed out; revoked",
+                   KeyForLog(entry.key), entry.generation, it->second.promotion->writer);
+        DropPromotion(it->second, &to_free);
+        puts_timed_out_.Inc();
+      }
       continue;
     }
     for (const Replica& r : it->second.replicas) {
@@ -336,12 +348,24 @@ void MetadataService::RevokeTimedOutPuts() {
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);
 }
 
+void MetadataService::DropPromotion(Object& object, std::vector<MemoryLocation>* to_free) {
+  if (!object.promotion) return;
+  if (object.promotion->location.length > 0) {
+    to_free->push_back(object.promotion->location);
+    pending_.Remove(object.promotion->start_ms + options_.put_timeout_ms, object.generation);
+  }
+  object.promotion.reset();
+}
+
 void MetadataService::RunMaintenance() {
-  for (const ClientInfo& dead : clients_.TakeExpired()) {
-    Log().warn("client {} missed heartbeats for {} ms; dropping it", dead.client_id,
-               options_.client_ttl_ms);
-    clients_expired_.Inc();
-    CleanupClient(dead.client_id);
+  {
+    absl::MutexLock membership(&membership_mu_);
+    for (const ClientInfo& dead : clients_.TakeExpired()) {
+      Log().warn("client {} missed heartbeats for {} ms; dropping it", dead.client_id,
+                 options_.client_ttl_ms);
+      clients_expired_.Inc();
+      CleanupClient(dead.client_id);
+    }
   }
   RevokeTimedOutPuts();
   SweepLeases();

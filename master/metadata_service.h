@@ -138,6 +138,12 @@ class MetadataService {
   // HAS_LEASE for an object a reader holds a lease on (its record must stay).
   std::vector<absl::Status> RemoveDiskReplicas(const std::string& client_id,
                                                const std::vector<DiskReplicaItem>& items);
+  // Promotion of SSD hits back to memory (see master.proto PromoteStart/PromoteEnd).
+  std::vector<PutStartOutcome> PromoteStart(const std::string& client_id,
+                                            const std::vector<PutRevokeItem>& items);
+  std::vector<absl::Status> PromoteEnd(const std::string& client_id,
+                                       const std::vector<PutRevokeItem>& items,
+                                       const std::vector<bool>& written);
   // Up to `max` queued OFFLOAD/DROP tasks for the client; kNotFound for an unknown session.
   absl::StatusOr<std::vector<OffloadTask>> TakeOffloadTasks(const std::string& client_id,
                                                             uint64_t session, size_t max);
@@ -165,6 +171,8 @@ class MetadataService {
   absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(uint64_t size, uint32_t replicas,
                                                                 const std::string& writer);
   void RevokeTimedOutPuts();
+  // Ends an object's promotion, if any, queueing its space in `to_free`.
+  void DropPromotion(Object& object, std::vector<MemoryLocation>* to_free);
   void SweepLeases();
   uint64_t NextGeneration();
 
@@ -178,6 +186,9 @@ class MetadataService {
   Evictor evictor_;
   OffloadQueue offload_queue_;
   OffloadPlanner planner_;
+  // Serializes membership changes (register, unregister, expiry and their cleanup), so a client
+  // that re-registers while its expiry is being cleaned up never loses its new segments.
+  absl::Mutex membership_mu_;
   std::atomic<uint64_t> next_generation_;
   std::atomic<uint64_t> next_lease_id_{1};
   Counter& leases_granted_;

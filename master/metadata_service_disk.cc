@@ -34,7 +34,7 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
       }
       Replica replica{ReplicaTier::kDisk,
                       MemoryLocation{client_id, client->endpoint, 0, item.locator, item.length}};
-      auto it = shard.objects.find(std::string(item.key));
+      auto it = shard.objects.find(AsKey(item.key));
       if (it == shard.objects.end()) {
         if (!recovered) {
           out[i] = McError(Code::kNotFound, "object gone (removed or evicted) before offload");
@@ -79,6 +79,7 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
 std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
     const std::string& client_id, const std::vector<DiskReplicaItem>& items) {
   std::vector<absl::Status> out(items.size());
+  std::vector<MemoryLocation> to_free;
   std::vector<std::string_view> keys;
   for (const auto& item : items) keys.push_back(item.key);
   int64_t now = clock_.NowMs();
@@ -87,7 +88,7 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
     for (size_t i : indices) {
       out[i] = ValidateKey(items[i].key);
       if (!out[i].ok()) continue;
-      auto it = shard.objects.find(std::string(items[i].key));
+      auto it = shard.objects.find(AsKey(items[i].key));
       if (it == shard.objects.end() || it->second.generation != items[i].generation) {
         continue;  // nothing refers to that record any more: the client may drop it
       }
@@ -98,9 +99,116 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
       std::erase_if(it->second.replicas, [&](const Replica& r) {
         return r.tier == ReplicaTier::kDisk && r.location.client_id == client_id;
       });
-      if (it->second.replicas.empty()) shard.Erase(it);
+      if (it->second.replicas.empty()) {
+        DropPromotion(it->second, &to_free);
+        shard.Erase(it);
+      }
     }
   });
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+  return out;
+}
+
+std::vector<PutStartOutcome> MetadataService::PromoteStart(
+    const std::string& client_id, const std::vector<PutRevokeItem>& items) {
+  std::vector<PutStartOutcome> out(items.size());
+  std::vector<std::string_view> keys;
+  for (const auto& item : items) keys.push_back(item.key);
+  bool known_client = clients_.IsAlive(client_id);
+  int64_t now = clock_.NowMs();
+  std::vector<uint64_t> sizes(items.size(), 0);
+  // Phase 1: reserve the promotion on objects that are COMPLETE and have no memory replica.
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      absl::Status& s = out[i].status;
+      s = ValidateKey(items[i].key);
+      if (!s.ok()) continue;
+      if (!known_client) {
+        s = McError(Code::kInvalidArgument, absl::StrCat("unknown client '", client_id, "'"));
+        continue;
+      }
+      auto it = shard.objects.find(AsKey(items[i].key));
+      if (it == shard.objects.end() || it->second.generation != items[i].generation ||
+          it->second.state != ObjectState::kComplete) {
+        s = McError(Code::kNotFound, "no complete object of this generation");
+      } else if (it->second.HasMemoryReplica() || it->second.promotion) {
+        s = McError(Code::kAlreadyExists, "already in memory or being promoted");
+      } else {
+        it->second.promotion = Object::Promotion{{}, client_id, now};
+        sizes[i] = it->second.size;
+      }
+    }
+  });
+  // Phase 2: place with no shard lock held.
+  std::vector<MemoryLocation> placed(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!out[i].status.ok()) continue;
+    auto p = PlaceWithEviction(sizes[i], 1, client_id);
+    if (p.ok()) {
+      placed[i] = (*p)[0];
+    } else {
+      out[i].status = p.status();
+    }
+  }
+  // Phase 3: record the space on the reservation (or give it back).
+  std::vector<MemoryLocation> to_free;
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      if (sizes[i] == 0) continue;  // never reserved
+      auto it = shard.objects.find(AsKey(items[i].key));
+      bool ours = it != shard.objects.end() && it->second.generation == items[i].generation &&
+                  it->second.promotion && it->second.promotion->writer == client_id &&
+                  it->second.promotion->start_ms == now &&
+                  it->second.promotion->location.length == 0;
+      if (!out[i].status.ok() || !ours) {
+        if (ours) it->second.promotion.reset();
+        if (placed[i].length > 0) to_free.push_back(placed[i]);
+        if (out[i].status.ok()) out[i].status = McError(Code::kNotFound, "object changed");
+        continue;
+      }
+      it->second.promotion->location = placed[i];
+      pending_.Add(now + options_.put_timeout_ms, items[i].generation, it->first);
+      out[i].generation = items[i].generation;
+      out[i].replicas.push_back(Replica{ReplicaTier::kMemory, placed[i]});
+    }
+  });
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+  return out;
+}
+
+std::vector<absl::Status> MetadataService::PromoteEnd(const std::string& client_id,
+                                                      const std::vector<PutRevokeItem>& items,
+                                                      const std::vector<bool>& written) {
+  std::vector<absl::Status> out(items.size());
+  std::vector<std::string_view> keys;
+  for (const auto& item : items) keys.push_back(item.key);
+  std::vector<MemoryLocation> to_free;
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      out[i] = ValidateKey(items[i].key);
+      if (!out[i].ok()) continue;
+      auto it = shard.objects.find(AsKey(items[i].key));
+      if (it == shard.objects.end() || it->second.generation != items[i].generation ||
+          !it->second.promotion || it->second.promotion->writer != client_id ||
+          it->second.promotion->location.length == 0) {
+        out[i] = McError(Code::kNotFound, "no promotion of this generation by this client");
+        continue;
+      }
+      Object& object = it->second;
+      if (i < written.size() && written[i]) {
+        pending_.Remove(object.promotion->start_ms + options_.put_timeout_ms, object.generation);
+        object.replicas.insert(object.replicas.begin(),
+                               Replica{ReplicaTier::kMemory, object.promotion->location});
+        object.promotion.reset();
+      } else {
+        DropPromotion(object, &to_free);
+      }
+    }
+  });
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
   return out;
 }
 

@@ -33,7 +33,7 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
     for (size_t i : indices) {
       LookupOutcome& r = batch.results[i];
       if (!r.status.ok()) continue;
-      auto it = shard.objects.find(std::string(keys[i]));
+      auto it = shard.objects.find(AsKey(keys[i]));
       if (it == shard.objects.end()) {
         r.status = McError(Code::kNotFound, "no such key");
         continue;
@@ -83,7 +83,7 @@ size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
     shard.mu.AssertHeld();
     for (size_t i : indices) {
-      auto it = shard.objects.find(std::string(keys[i]));
+      auto it = shard.objects.find(AsKey(keys[i]));
       if (it == shard.objects.end()) continue;
       // Expired leases go first (counted as expired), so releasing one is not lost silently.
       expired += it->second.PruneLeases(now);
@@ -133,7 +133,7 @@ std::vector<bool> MetadataService::Exist(const std::vector<std::string_view>& ke
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
     shard.mu.AssertHeld();
     for (size_t i : indices) {
-      auto it = shard.objects.find(std::string(keys[i]));
+      auto it = shard.objects.find(AsKey(keys[i]));
       out[i] = it != shard.objects.end() && it->second.state == ObjectState::kComplete;
     }
   });
@@ -149,7 +149,7 @@ std::vector<absl::Status> MetadataService::Remove(const std::vector<std::string_
     for (size_t i : indices) {
       out[i] = ValidateKey(keys[i]);
       if (!out[i].ok()) continue;
-      auto it = shard.objects.find(std::string(keys[i]));
+      auto it = shard.objects.find(AsKey(keys[i]));
       if (it == shard.objects.end()) {
         out[i] = McError(Code::kNotFound, "no such key");
       } else if (it->second.state != ObjectState::kComplete) {
@@ -157,6 +157,7 @@ std::vector<absl::Status> MetadataService::Remove(const std::vector<std::string_
       } else if (it->second.HasLiveLease(now)) {
         out[i] = McError(Code::kHasLease, "key is leased by a reader");
       } else {
+        DropPromotion(it->second, &to_free);
         for (const Replica& r : it->second.replicas) {
           if (r.tier == ReplicaTier::kMemory) {
             to_free.push_back(r.location);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ struct Object {
   int64_t last_access_ms = 0;
   bool pinned = false;  // soft pin: never chosen by eviction
   int64_t offload_queued_ms = 0;  // when an OFFLOAD task for it was queued (0 = none)
+  // A memory replica being written back from the SSD tier (not readable until PromoteEnd).
+  struct Promotion {
+    MemoryLocation location;
+    std::string writer;
+    int64_t start_ms = 0;
+  };
+  std::optional<Promotion> promotion;
   std::list<std::string>::iterator lru_pos;  // position in the shard's LRU list
 
   // Drops expired leases; returns how many.

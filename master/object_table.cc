@@ -1,5 +1,7 @@
 #include "master/object_table.h"
 
+#include <algorithm>
+
 #include "absl/hash/hash.h"
 
 namespace mc::master {
@@ -38,12 +40,24 @@ ObjectTable::Shard& ObjectTable::ShardOf(std::string_view key) { return *shards_
 
 void ObjectTable::ForKeys(const std::vector<std::string_view>& keys,
                           const std::function<void(Shard&, const std::vector<size_t>&)>& fn) {
-  std::vector<std::vector<size_t>> by_shard(shards_.size());
-  for (size_t i = 0; i < keys.size(); ++i) by_shard[ShardIndex(keys[i])].push_back(i);
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    if (by_shard[s].empty()) continue;
-    absl::MutexLock lock(&shards_[s]->mu);
-    fn(*shards_[s], by_shard[s]);
+  // (shard, position) pairs sorted by shard: one allocation, each shard locked once.
+  std::vector<std::pair<uint32_t, uint32_t>> order(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    order[i] = {static_cast<uint32_t>(ShardIndex(keys[i])), static_cast<uint32_t>(i)};
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<size_t> indices;
+  indices.reserve(keys.size());
+  for (size_t begin = 0; begin < order.size();) {
+    size_t end = begin;
+    indices.clear();
+    while (end < order.size() && order[end].first == order[begin].first) {
+      indices.push_back(order[end++].second);
+    }
+    Shard& shard = *shards_[order[begin].first];
+    absl::MutexLock lock(&shard.mu);
+    fn(shard, indices);
+    begin = end;
   }
 }
 

@@ -23,6 +23,9 @@
 
 namespace mc::master {
 
+// A key for heterogeneous lookups in the table's maps (no temporary std::string).
+inline absl::string_view AsKey(std::string_view key) { return {key.data(), key.size()}; }
+
 class ObjectTable {
  public:
   // The state of one shard, handed to callbacks with its lock held.

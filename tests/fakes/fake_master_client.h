@@ -31,7 +31,7 @@ class FakeMasterClient final : public MasterClient {
   enum class Rpc {
     kRegisterClient, kHeartbeat, kUnregisterClient, kPutStart, kPutEnd, kPutRevoke,
     kGetReplicas, kReleaseLeases, kExist, kRemove, kAddDiskReplicas, kRemoveDiskReplicas,
-    kTakeOffloadTasks, kCount
+    kTakeOffloadTasks, kPromoteStart, kPromoteEnd, kCount
   };
 
   static master::MasterOptions DefaultOptions() {
@@ -127,6 +127,13 @@ class FakeMasterClient final : public MasterClient {
                                 v1::TakeOffloadTasksResponse* resp) override {
     return Forward(Rpc::kTakeOffloadTasks,
                    [&] { return grpc_->TakeOffloadTasks(nullptr, &req, resp); });
+  }
+  absl::Status PromoteStart(const v1::PromoteStartRequest& req,
+                            v1::PromoteStartResponse* resp) override {
+    return Forward(Rpc::kPromoteStart, [&] { return grpc_->PromoteStart(nullptr, &req, resp); });
+  }
+  absl::Status PromoteEnd(const v1::PromoteEndRequest& req, v1::PromoteEndResponse* resp) override {
+    return Forward(Rpc::kPromoteEnd, [&] { return grpc_->PromoteEnd(nullptr, &req, resp); });
   }
 
  private:
