@@ -1,0 +1,89 @@
+// Promotion of SSD hits back to memory: PromoteStart / PromoteEnd.
+#include <gtest/gtest.h>
+
+#include "tests/unit/master/master_test_util.h"
+
+namespace mc::master {
+namespace {
+
+using testing::CodeOf;
+using testing::MasterFixture;
+
+class Promotion : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_.Register("c1", {1 << 20}, 1 << 30);
+    m_.Register("c2", {1 << 20});
+    // An object that lives only on c1's SSD tier.
+    gen_ = m_.Put("c1", "k", 1000);
+    ASSERT_TRUE(m_.svc().AddDiskReplicas("c1", {{"k", gen_, 7, 1000, 42}}, false)[0].ok());
+    DropMemoryReplica();
+  }
+  void DropMemoryReplica() {
+    // Fill memory so the evictor drops k's memory replica (it is persisted, so preferred).
+    for (int i = 0; i < 2100; ++i) m_.Put("c1", "fill" + std::to_string(i), 1000);
+    LookupBatch b = m_.svc().GetReplicas({"k"}, {.grant_lease = false});
+    ASSERT_TRUE(b.results[0].status.ok());
+    ASSERT_EQ(b.results[0].replicas.size(), 1u);
+    ASSERT_EQ(b.results[0].replicas[0].tier, ReplicaTier::kDisk);
+    // Free some room so promotions need no eviction (which would blur the space accounting).
+    for (int i = 1800; i < 2100; ++i) m_.svc().Remove({"fill" + std::to_string(i)});
+  }
+  std::vector<ReplicaTier> Tiers() {
+    LookupBatch b = m_.svc().GetReplicas({"k"}, {.grant_lease = false});
+    std::vector<ReplicaTier> out;
+    for (const auto& r : b.results[0].replicas) out.push_back(r.tier);
+    return out;
+  }
+  MasterFixture m_;
+  uint64_t gen_ = 0;
+};
+
+TEST_F(Promotion, WrittenPromotionAddsAMemoryReplicaFirst) {
+  auto started = m_.svc().PromoteStart("c2", {{"k", gen_}});
+  ASSERT_TRUE(started[0].status.ok()) << started[0].status;
+  ASSERT_EQ(started[0].replicas.size(), 1u);
+  EXPECT_EQ(started[0].replicas[0].tier, ReplicaTier::kMemory);
+  // Not readable from memory until PromoteEnd.
+  EXPECT_EQ(Tiers(), std::vector<ReplicaTier>{ReplicaTier::kDisk});
+  ASSERT_TRUE(m_.svc().PromoteEnd("c2", {{"k", gen_}}, {true})[0].ok());
+  EXPECT_EQ(Tiers(), (std::vector<ReplicaTier>{ReplicaTier::kMemory, ReplicaTier::kDisk}));
+}
+
+TEST_F(Promotion, UnwrittenPromotionGivesTheSpaceBack) {
+  uint64_t used = m_.svc().Snapshot().mem_used;
+  ASSERT_TRUE(m_.svc().PromoteStart("c2", {{"k", gen_}})[0].status.ok());
+  EXPECT_GT(m_.svc().Snapshot().mem_used, used);
+  ASSERT_TRUE(m_.svc().PromoteEnd("c2", {{"k", gen_}}, {false})[0].ok());
+  EXPECT_EQ(m_.svc().Snapshot().mem_used, used);
+  EXPECT_EQ(Tiers(), std::vector<ReplicaTier>{ReplicaTier::kDisk});
+}
+
+TEST_F(Promotion, SecondPromotionOrWrongGenerationIsRefused) {
+  ASSERT_TRUE(m_.svc().PromoteStart("c2", {{"k", gen_}})[0].status.ok());
+  EXPECT_EQ(CodeOf(m_.svc().PromoteStart("c1", {{"k", gen_}})[0].status), Code::kAlreadyExists);
+  EXPECT_EQ(CodeOf(m_.svc().PromoteStart("c1", {{"k", gen_ + 1}})[0].status), Code::kNotFound);
+  EXPECT_EQ(CodeOf(m_.svc().PromoteEnd("c1", {{"k", gen_}}, {true})[0]), Code::kNotFound);
+}
+
+TEST_F(Promotion, RemoveDuringPromotionFreesItsSpace) {
+  uint64_t used = m_.svc().Snapshot().mem_used;
+  ASSERT_TRUE(m_.svc().PromoteStart("c2", {{"k", gen_}})[0].status.ok());
+  ASSERT_TRUE(m_.svc().Remove({"k"})[0].ok());
+  EXPECT_EQ(m_.svc().Snapshot().mem_used, used);
+  EXPECT_EQ(CodeOf(m_.svc().PromoteEnd("c2", {{"k", gen_}}, {true})[0]), Code::kNotFound);
+}
+
+TEST_F(Promotion, TimedOutPromotionIsRevoked) {
+  uint64_t used = m_.svc().Snapshot().mem_used;
+  ASSERT_TRUE(m_.svc().PromoteStart("c2", {{"k", gen_}})[0].status.ok());
+  m_.clock().AdvanceMs(m_.svc().options().put_timeout_ms + 1);
+  m_.HeartbeatAll();
+  m_.svc().RunMaintenance();
+  EXPECT_EQ(m_.svc().Snapshot().mem_used, used);
+  EXPECT_EQ(CodeOf(m_.svc().PromoteEnd("c2", {{"k", gen_}}, {true})[0]), Code::kNotFound);
+  EXPECT_EQ(Tiers(), std::vector<ReplicaTier>{ReplicaTier::kDisk});
+}
+
+}  // namespace
+}  // namespace mc::master
