@@ -170,6 +170,7 @@ absl::StatusOr<RecordRef> DiskTier::Write(
 }
 
 absl::StatusOr<Extent> DiskTier::AllocateWithEviction(uint64_t record_size) {
+  bool refused = false;  // some round's victims were all refused by the reclaim guard
   for (int round = 0; round <= kMaxEvictionRounds; ++round) {
     std::vector<internal::IndexedRecord> victims;
     {
@@ -199,12 +200,16 @@ absl::StatusOr<Extent> DiskTier::AllocateWithEviction(uint64_t record_size) {
           return *e;
         }
         return McError(Code::kNoSpace,
-                       "disk tier: no space (remaining records are pinned or busy)");
+                       refused ? "disk tier: no space (the records that could go are leased)"
+                               : "disk tier: no space (remaining records are pinned or busy)");
       }
     }
     victims = ApplyReclaimGuard(std::move(victims));
     if (victims.empty()) {
-      return McError(Code::kNoSpace, "disk tier: no space (the records that could go are leased)");
+      // Every victim of this round is leased; refused ones went back to the recent end of the
+      // LRU, so the next round takes the next-coldest records instead.
+      refused = true;
+      continue;
     }
     {
       absl::MutexLock lock(&mu_);
@@ -217,7 +222,8 @@ absl::StatusOr<Extent> DiskTier::AllocateWithEviction(uint64_t record_size) {
     if (metrics_) metrics_->evictions->Inc(victims.size());
     Reclaim(victims);
   }
-  return McError(Code::kNoSpace, "disk tier: no space");
+  return McError(Code::kNoSpace, refused ? "disk tier: no space (the records that could go are leased)"
+                                         : "disk tier: no space");
 }
 
 std::vector<internal::IndexedRecord> DiskTier::ApplyReclaimGuard(
