@@ -231,13 +231,14 @@ class StringSink final : public InlineSink {
   uint64_t max_;
 };
 
-inline GetRequestItem SliceItem(const std::string& key, std::vector<LocalBuffer> slices) {
+// `key` must outlive the item (GetRequestItem holds a string_view).
+inline GetRequestItem SliceItem(std::string_view key, std::vector<LocalBuffer> slices) {
   GetRequestItem item;
   item.key = key;
   item.slices = std::move(slices);
   return item;
 }
-inline GetRequestItem InlineItem(const std::string& key) {
+inline GetRequestItem InlineItem(std::string_view key) {
   GetRequestItem item;
   item.key = key;
   item.inline_data = true;
