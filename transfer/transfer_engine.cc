@@ -97,6 +97,7 @@ std::vector<TransferResult> TransferEngine::Submit(std::span<const TransferReque
                            absl::StrCat("short transfer: ", r.bytes, " of ",
                                         TotalLength(request), " bytes"));
       }
+      if (!r.status.ok() || !request.want_checksum) r.checksum.reset();
       if (m.errors != nullptr) {
         if (!r.status.ok()) {
           m.errors->Inc();

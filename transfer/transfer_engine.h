@@ -6,7 +6,8 @@
 // and never reports OK unless exactly its total local length moved. A registry picks the
 // transport per request: `local` (memcpy through this process's SegmentTable) when the endpoint
 // is our own data-plane endpoint, otherwise `tcp` (our framed protocol, see transfer/tcp/).
-// It does not know keys, leases, checksums or replicas: those belong to the batch paths above;
+// It does not know keys, leases, recorded checksums or replicas: those belong to the batch paths
+// above (on request a read also returns the XXH3 of the bytes it delivered, for them to compare);
 // the serving side of tcp (TcpDataServer) lives in transfer/tcp/server.h.
 // Thread-safety: SegmentTable and TransferEngine are thread-safe; Submit() may run concurrently
 // from many threads. Local buffers must stay valid and untouched by others until Submit returns;
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -47,11 +49,17 @@ struct TransferRequest {
   uint64_t segment_id;
   uint64_t offset;                 // byte offset inside the remote segment
   uint32_t tag = 0;                // opaque to the engine; sent in the frame's reserved field
+  // kRead/kReadDisk: also compute the XXH3-64 of the local bytes as delivered, i.e. hashed from
+  // the destination buffers (in order) after each piece landed there, while it is cache-hot. A
+  // transport that cannot leaves TransferResult::checksum empty and the caller hashes itself.
+  bool want_checksum = false;
 };
 
 struct TransferResult {
   absl::Status status;
   uint64_t bytes = 0;  // bytes actually moved
+  // With want_checksum: XXH3-64 of the `bytes` destination bytes, only when the status is OK.
+  std::optional<uint64_t> checksum;
 };
 
 // Segments this process owns, looked up by id; shared by the local transport and the
@@ -82,6 +90,7 @@ struct TransferEngineOptions {
   uint64_t parallel_copy_threshold = 8 << 20;  // local memcpy split across threads above this
   int copy_threads = 2;                        // helper threads of the local transport
   uint64_t tcp_frame_bytes = 4 << 20;          // a tcp request is cut into frames of this size
+  int tcp_receive_threads = 2;  // helper threads running tcp poll loops (connection groups)
   MetricsRegistry* metrics = nullptr;          // optional: transfer bytes/errors by transport
 };
 

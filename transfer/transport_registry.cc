@@ -18,6 +18,7 @@ TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
   tcp.connections_per_peer = options.connections_per_peer;
   tcp.socket_buffer_bytes = options.socket_buffer_bytes;
   tcp.frame_bytes = options.tcp_frame_bytes;
+  tcp.receive_threads = options.tcp_receive_threads;
   tcp_index_ = transports_.size();
   transports_.push_back(std::make_unique<TcpTransport>(tcp));
 

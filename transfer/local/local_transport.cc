@@ -4,7 +4,7 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/synchronization/blocking_counter.h"
+#include "common/checksum.h"
 #include "common/clock.h"
 #include "common/status.h"
 
@@ -18,49 +18,29 @@ bool Overlaps(const char* a, uint64_t a_len, const char* b, uint64_t b_len) {
 }  // namespace
 
 LocalTransport::LocalTransport(LocalTransportOptions options, SegmentTable& segments)
-    : options_(options), segments_(segments) {
-  for (int i = 0; i < options_.copy_threads; ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
-  }
-}
-
-LocalTransport::~LocalTransport() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  for (std::thread& t : workers_) t.join();
-}
-
-void LocalTransport::WorkerLoop() {
-  while (true) {
-    std::function<void()> task;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !tasks_.empty();
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (tasks_.empty()) return;  // stopping and drained
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
-    }
-    task();
-  }
-}
+    : options_(options), segments_(segments), pool_(std::max(0, options.copy_threads)) {}
 
 void LocalTransport::Submit(std::span<const TransferRequest* const> requests,
                             std::span<TransferResult> results, int64_t deadline_ms) {
-  for (size_t i = 0; i < requests.size(); ++i) {
+  uint64_t total = 0;
+  for (const TransferRequest* r : requests) total += TotalLength(*r);
+  const bool spread = requests.size() > 1 && pool_.size() > 0 &&
+                      total >= options_.parallel_batch_threshold;
+  auto one = [&](size_t i) {
     if (deadline_ms != 0 && RealClock::Get().NowMs() >= deadline_ms) {
       results[i].status = DeadlineError();
-      continue;
+      return;
     }
-    results[i] = Execute(*requests[i]);
+    results[i] = Execute(*requests[i], /*may_split=*/!spread);
+  };
+  if (!spread) {
+    for (size_t i = 0; i < requests.size(); ++i) one(i);
+    return;
   }
+  pool_.Run(requests.size(), one);
 }
 
-TransferResult LocalTransport::Execute(const TransferRequest& request) {
+TransferResult LocalTransport::Execute(const TransferRequest& request, bool may_split) {
   TransferResult result;
   if (request.op == OpKind::kReadDisk) {
     result.status = McError(Code::kInvalidArgument,
@@ -88,18 +68,38 @@ TransferResult LocalTransport::Execute(const TransferRequest& request) {
     }
     pos += b.length;
   }
-  if (overlap || workers_.empty() || total <= options_.parallel_copy_threshold) {
-    for (const Copy& c : copies) std::memmove(c.dst, c.src, c.length);
+  const bool hash = request.want_checksum && request.op == OpKind::kRead;
+  if (hash && !overlap) {
+    // Fused: copy a chunk, hash it from the destination while it is cache-hot, in order.
+    const uint64_t chunk = std::max<uint64_t>(options_.checksum_chunk_bytes, 4096);
+    StreamingChecksum sum;
+    for (const Copy& c : copies) {
+      for (uint64_t off = 0; off < c.length; off += chunk) {
+        const uint64_t n = std::min(chunk, c.length - off);
+        std::memcpy(c.dst + off, c.src + off, n);
+        sum.Update(c.dst + off, n);
+      }
+    }
+    result.checksum = sum.Digest();
   } else {
-    CopyParallel(copies, total);
+    if (overlap || !may_split || pool_.size() == 0 || total <= options_.parallel_copy_threshold) {
+      for (const Copy& c : copies) std::memmove(c.dst, c.src, c.length);
+    } else {
+      CopyParallel(copies, total);
+    }
+    if (hash) {  // overlapping buffers: hash the destination as it ended up
+      StreamingChecksum sum;
+      for (const Copy& c : copies) sum.Update(c.dst, c.length);
+      result.checksum = sum.Digest();
+    }
   }
   result.bytes = total;
   return result;
 }
 
-// Cuts the copy list into workers_+1 byte ranges of near-equal size; the caller copies one.
+// Cuts the copy list into helpers+1 byte ranges of near-equal size, copied in parallel.
 void LocalTransport::CopyParallel(const std::vector<Copy>& copies, uint64_t total) {
-  const uint64_t parts = workers_.size() + 1;
+  const uint64_t parts = static_cast<uint64_t>(pool_.size()) + 1;
   const uint64_t per_part = (total + parts - 1) / parts;
   std::vector<std::vector<Copy>> plan(parts);
   size_t part = 0;
@@ -118,21 +118,9 @@ void LocalTransport::CopyParallel(const std::vector<Copy>& copies, uint64_t tota
       }
     }
   }
-  auto run = [](const std::vector<Copy>& list) {
-    for (const Copy& c : list) std::memcpy(c.dst, c.src, c.length);
-  };
-  absl::BlockingCounter done(static_cast<int>(parts - 1));
-  {
-    absl::MutexLock lock(&mu_);
-    for (size_t p = 1; p < parts; ++p) {
-      tasks_.push_back([&run, &plan, &done, p] {
-        run(plan[p]);
-        done.DecrementCount();
-      });
-    }
-  }
-  run(plan[0]);
-  done.Wait();
+  pool_.Run(parts, [&plan](size_t p) {
+    for (const Copy& c : plan[p]) std::memcpy(c.dst, c.src, c.length);
+  });
 }
 
 }  // namespace mc::transfer

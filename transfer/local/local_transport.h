@@ -1,33 +1,33 @@
 // The `local` transport: requests whose segment lives in this process, served by memcpy through
-// the SegmentTable. A request larger than `parallel_copy_threshold` is cut into equal byte
-// ranges copied by `copy_threads` helper threads plus the caller. Buffers overlapping the
-// segment range are copied by the caller alone with memmove.
+// the SegmentTable. A batch of several requests (at least `parallel_batch_threshold` bytes) is
+// spread over `copy_threads` helper threads plus the caller, one whole request per thread at a
+// time; a lone request larger than `parallel_copy_threshold` (and not asking for a checksum) is
+// cut into byte ranges copied in parallel instead. A read with want_checksum is copied in chunks
+// of `checksum_chunk_bytes`, each hashed from the destination right after it was copied, while
+// it is in cache. Buffers overlapping the segment range are copied with memmove, unchunked.
 // Thread-safe: concurrent Submit() calls share the helper threads.
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <span>
 #include <string_view>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "transfer/transport.h"
+#include "transfer/worker_pool.h"
 
 namespace mc::transfer {
 
 struct LocalTransportOptions {
-  uint64_t parallel_copy_threshold = 8 << 20;  // bytes; copies above it are split
-  int copy_threads = 2;                         // helper threads (0 = caller only)
+  uint64_t parallel_copy_threshold = 8 << 20;   // bytes; a lone copy above it is split
+  uint64_t parallel_batch_threshold = 1 << 20;  // bytes; a batch above it runs on the helpers
+  uint64_t checksum_chunk_bytes = 256 << 10;    // copy+hash granularity of want_checksum reads
+  int copy_threads = 2;                          // helper threads (0 = caller only)
 };
 
 class LocalTransport final : public Transport {
  public:
   LocalTransport(LocalTransportOptions options, SegmentTable& segments);
-  ~LocalTransport() override;
 
   std::string_view name() const override { return "local"; }
   void Submit(std::span<const TransferRequest* const> requests,
@@ -39,17 +39,13 @@ class LocalTransport final : public Transport {
     const char* src;
     uint64_t length;
   };
-  TransferResult Execute(const TransferRequest& request);
+  // `may_split`: the copy may be spread over the helpers (only when the caller is alone).
+  TransferResult Execute(const TransferRequest& request, bool may_split);
   void CopyParallel(const std::vector<Copy>& copies, uint64_t total);
-  void WorkerLoop();
 
   const LocalTransportOptions options_;
   SegmentTable& segments_;
-  std::vector<std::thread> workers_;
-
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  WorkerPool pool_;
 };
 
 }  // namespace mc::transfer

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/checksum.h"
 #include "transfer/tcp/connection_pool.h"
 #include "transfer/tcp/frame.h"
 
@@ -23,6 +24,9 @@ struct WireOp {
   FrameHeader header;        // the request frame
   FrameBytes header_bytes{};
   std::vector<iovec> local;  // the slice of local memory (exactly header.length bytes)
+  // Optional: when a READ payload completed, its bytes are hashed from `local` into this state.
+  // Every frame of a hashed request rides one connection, so they are hashed in order.
+  StreamingChecksum* checksum = nullptr;
   bool done = false;
   absl::Status status;       // set when done
 };

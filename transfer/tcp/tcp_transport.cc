@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "transfer/tcp/pipeline.h"
@@ -41,17 +43,17 @@ std::vector<iovec> SliceLocal(const TransferRequest& request, uint64_t from, uin
   return out;
 }
 
-// Drives all connections until each finished, failed, or the deadline passed.
-void RunPipelines(std::vector<std::unique_ptr<PipelinedConnection>>& conns, int64_t deadline_ms) {
+// Drives the connections of one group until each finished, failed, or the deadline passed.
+void RunPipelines(const std::vector<PipelinedConnection*>& conns, int64_t deadline_ms) {
   std::vector<pollfd> fds;
   std::vector<PipelinedConnection*> live;
   while (true) {
     fds.clear();
     live.clear();
-    for (auto& c : conns) {
+    for (PipelinedConnection* c : conns) {
       if (c->Finished()) continue;
       fds.push_back({c->fd(), c->WantedEvents(), 0});
-      live.push_back(c.get());
+      live.push_back(c);
     }
     if (live.empty()) return;
     int timeout = -1;
@@ -81,7 +83,8 @@ void RunPipelines(std::vector<std::unique_ptr<PipelinedConnection>>& conns, int6
 TcpTransport::TcpTransport(TcpTransportOptions options)
     : options_(options),
       pool_(tcp::ConnectionPoolOptions{options.connections_per_peer,
-                                       options.socket_buffer_bytes}) {}
+                                       options.socket_buffer_bytes}),
+      workers_(std::max(0, options.receive_threads)) {}
 
 void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
                           std::span<TransferResult> results, int64_t deadline_ms) {
@@ -89,6 +92,13 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
   if (deadline_ms != 0 && RealClock::Get().NowMs() >= deadline_ms) {
     for (TransferResult& r : results) r.status = DeadlineError();
     return;
+  }
+  // Hash state of the requests that want their delivered bytes' checksum (reads only).
+  std::vector<std::unique_ptr<StreamingChecksum>> sums(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i]->want_checksum && requests[i]->op != OpKind::kWrite) {
+      sums[i] = std::make_unique<StreamingChecksum>();
+    }
   }
   // Frames, grouped per peer.
   std::vector<WireOp> ops;
@@ -114,6 +124,7 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
       op.header.reserved = req.tag;
       op.header_bytes = tcp::EncodeFrameHeader(op.header);
       op.local = SliceLocal(req, done, n);
+      op.checksum = sums[i].get();
       by_peer[req.endpoint].push_back(ops.size());
       ops.push_back(std::move(op));
     }
@@ -121,8 +132,14 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
   // Connections: spread each peer's frames over its connections, balancing bytes.
   std::vector<std::unique_ptr<PipelinedConnection>> conns;
   for (auto& [endpoint, indices] : by_peer) {
+    // Units of assignment: a hashed request (all its frames), or one frame of another.
+    size_t units = 0;
+    for (size_t j = 0; j < indices.size(); ++j) {
+      const WireOp& op = ops[indices[j]];
+      if (op.checksum == nullptr || j == 0 || ops[indices[j - 1]].request != op.request) ++units;
+    }
     const int want = static_cast<int>(std::min<size_t>(
-        std::max(1, options_.connections_per_peer), indices.size()));
+        std::max(1, options_.connections_per_peer), units));
     auto acquired = pool_.Acquire(endpoint, want, deadline_ms);
     if (!acquired.ok()) {
       const absl::Status err = McError(Code::kTransferFailed, absl::StrCat(
@@ -133,19 +150,39 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
       }
       continue;
     }
+    // Balance bytes; a hashed request's frames (consecutive in `indices`) stay on the
+    // connection its first frame got, in order, and count whole toward that connection's load.
     std::vector<std::vector<WireOp*>> assigned(acquired->size());
     std::vector<uint64_t> load(acquired->size(), 0);
+    size_t sticky_request = SIZE_MAX, sticky_conn = 0;
     for (size_t k : indices) {
-      const size_t c = std::min_element(load.begin(), load.end()) - load.begin();
+      const WireOp& op = ops[k];
+      size_t c;
+      if (op.checksum != nullptr && op.request == sticky_request) {
+        c = sticky_conn;
+      } else {
+        c = std::min_element(load.begin(), load.end()) - load.begin();
+        if (op.checksum != nullptr) {
+          sticky_request = op.request;
+          sticky_conn = c;
+          const uint64_t total = TotalLength(*requests[op.request]);
+          const uint64_t frames = (total + frame_bytes - 1) / frame_bytes;
+          load[c] += total + frames * tcp::kFrameHeaderSize;
+        }
+      }
       assigned[c].push_back(&ops[k]);
-      load[c] += ops[k].header.length + tcp::kFrameHeaderSize;
+      if (op.checksum == nullptr) load[c] += op.header.length + tcp::kFrameHeaderSize;
     }
     for (size_t c = 0; c < acquired->size(); ++c) {
       conns.push_back(std::make_unique<PipelinedConnection>(std::move((*acquired)[c]),
                                                             std::move(assigned[c])));
     }
   }
-  RunPipelines(conns, deadline_ms);
+  // Poll loops: connection c belongs to group c % groups; the groups run in parallel.
+  const size_t groups = std::min<size_t>(conns.size(), static_cast<size_t>(workers_.size()) + 1);
+  std::vector<std::vector<PipelinedConnection*>> group(groups);
+  for (size_t c = 0; c < conns.size(); ++c) group[c % groups].push_back(conns[c].get());
+  workers_.Run(groups, [&group, deadline_ms](size_t g) { RunPipelines(group[g], deadline_ms); });
   for (auto& c : conns) {
     tcp::PeerConnection pc = c->TakeConnection();
     if (pc.fd.valid()) pool_.Release(std::move(pc));
@@ -157,6 +194,12 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
       if (r.status.ok()) r.status = op.done ? op.status : McError(Code::kInternal, "frame lost");
     } else {
       r.bytes += op.header.length;
+    }
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (sums[i] != nullptr && results[i].status.ok() &&
+        results[i].bytes == TotalLength(*requests[i])) {
+      results[i].checksum = sums[i]->Digest();
     }
   }
 }

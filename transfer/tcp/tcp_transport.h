@@ -1,8 +1,11 @@
 // The `tcp` transport: requests to other daemons over our framed protocol (frame.h), served by
 // their TcpDataServer. Each request is cut into frames of at most `frame_bytes`; the frames to
-// one peer are spread over up to `connections_per_peer` pooled connections and pipelined; one
-// poll() loop drives every connection of the batch until done or the deadline. A connection
-// that errs or still carries work at the deadline is closed, failing what it carried.
+// one peer are spread over up to `connections_per_peer` pooled connections and pipelined (all
+// frames of a request that wants a checksum ride one connection, so its frames are hashed in
+// order as each lands). The batch's connections are split into groups, each driven by its own
+// poll() loop on the caller or one of `receive_threads` helpers, so receiving (and hashing) runs
+// on several cores. A connection that errs or still carries work at the deadline is closed,
+// failing what it carried.
 // Thread-safe: concurrent Submit() calls take distinct connections from the pool.
 #pragma once
 
@@ -14,6 +17,7 @@
 #include "transfer/tcp/connection_pool.h"
 #include "transfer/tcp/frame.h"
 #include "transfer/transport.h"
+#include "transfer/worker_pool.h"
 
 namespace mc::transfer {
 
@@ -21,6 +25,7 @@ struct TcpTransportOptions {
   int connections_per_peer = 4;        // pooled connections per peer (and per batch)
   int socket_buffer_bytes = 8 << 20;   // SO_SNDBUF / SO_RCVBUF
   uint64_t frame_bytes = 4 << 20;      // frames carry at most this many payload bytes
+  int receive_threads = 2;             // helper threads running poll loops (0 = caller only)
 };
 
 class TcpTransport final : public Transport {
@@ -36,6 +41,7 @@ class TcpTransport final : public Transport {
  private:
   const TcpTransportOptions options_;
   tcp::ConnectionPool pool_;
+  WorkerPool workers_;
   std::atomic<uint64_t> next_request_id_{1};
 };
 

@@ -1,15 +1,19 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
+#include "common/checksum.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "tests/unit/transfer/transfer_test_util.h"
 #include "transfer/transfer_engine.h"
+#include "transfer/worker_pool.h"
 
 namespace mc::transfer {
 namespace {
@@ -116,6 +120,114 @@ TEST_F(LocalTransportTest, PastDeadlineFails) {
   auto res = engine_->Submit(reqs, RealClock::Get().NowMs() - 1);
   EXPECT_EQ(ToCode(res[0].status), Code::kTransferFailed);
   EXPECT_EQ(res[0].status.message(), "deadline");
+}
+
+
+TEST_F(LocalTransportTest, FusedChecksumIsOfTheDeliveredBytesAcrossABatch) {
+  // Sizes around the 256 KiB hashing chunk, scattered; > 1 MiB in all so the batch is spread
+  // over the helper threads, one request per thread at a time.
+  const std::vector<uint64_t> sizes = {1, 4095, 256 << 10, (256 << 10) + 1, 3 << 20, 64 << 10,
+                                       (1 << 20) + 17, 9 << 20};
+  std::vector<std::vector<char>> sources, sinks;
+  std::vector<TransferRequest> writes, reads;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    sources.push_back(Pattern(sizes[i], 40 + i));
+    sinks.emplace_back(sizes[i]);
+    writes.push_back(Request(OpKind::kWrite, Split(sources.back(), 2), kSelf, 1, offset));
+    writes.back().want_checksum = true;  // ignored for writes
+    reads.push_back(Request(OpKind::kRead, Split(sinks.back(), 1 + i % 3), kSelf, 1, offset));
+    reads.back().want_checksum = i != 2;  // one read does not ask
+    offset += sizes[i] + 3;
+  }
+  auto wr = engine_->Submit(writes);
+  for (auto& r : wr) {
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_FALSE(r.checksum.has_value());
+  }
+  auto rr = engine_->Submit(reads);
+  for (size_t i = 0; i < rr.size(); ++i) {
+    ASSERT_TRUE(rr[i].status.ok()) << i << ": " << rr[i].status;
+    EXPECT_EQ(rr[i].bytes, sizes[i]);
+    EXPECT_TRUE(sinks[i] == sources[i]) << i;
+    if (i == 2) {
+      EXPECT_FALSE(rr[i].checksum.has_value());
+    } else {
+      ASSERT_TRUE(rr[i].checksum.has_value()) << i;
+      EXPECT_EQ(*rr[i].checksum, Checksum(sinks[i].data(), sinks[i].size())) << i;
+    }
+  }
+}
+
+TEST_F(LocalTransportTest, FailedReadCarriesNoChecksum) {
+  std::vector<char> buf(4096), good(2 << 20);
+  std::vector<TransferRequest> reqs = {
+      Request(OpKind::kRead, Split(buf, 1), kSelf, 99, 0),               // unknown segment
+      Request(OpKind::kRead, Split(buf, 1), kSelf, 1, (64 << 20) - 10),  // past the end
+      Request(OpKind::kRead, Split(good, 2), kSelf, 1, 0),
+  };
+  for (auto& r : reqs) r.want_checksum = true;
+  auto res = engine_->Submit(reqs);
+  EXPECT_FALSE(res[0].status.ok());
+  EXPECT_FALSE(res[0].checksum.has_value());
+  EXPECT_FALSE(res[1].status.ok());
+  EXPECT_FALSE(res[1].checksum.has_value());
+  ASSERT_TRUE(res[2].status.ok()) << res[2].status;
+  EXPECT_EQ(res[2].checksum, Checksum(good.data(), good.size()));
+}
+
+TEST_F(LocalTransportTest, ChecksumOfOverlappingReadIsOfTheDestination) {
+  // Destination inside the segment, overlapping the source range: memmove, then hash.
+  std::vector<char> src = Pattern(1 << 20, 77);
+  std::memcpy(segment_.data(), src.data(), src.size());
+  std::vector<TransferRequest> r = {
+      Request(OpKind::kRead, {{segment_.data() + 4096, src.size()}}, kSelf, 1, 0)};
+  r[0].want_checksum = true;
+  auto res = engine_->Submit(r);
+  ASSERT_TRUE(res[0].status.ok()) << res[0].status;
+  EXPECT_EQ(std::memcmp(segment_.data() + 4096, src.data(), src.size()), 0);
+  EXPECT_EQ(res[0].checksum, Checksum(src.data(), src.size()));
+}
+
+TEST_F(LocalTransportTest, ManySmallReadsOfOneBatchAreExact) {
+  std::vector<char> src = Pattern(64 * (64 << 10), 5);
+  std::vector<TransferRequest> w = {Request(OpKind::kWrite, Split(src, 1), kSelf, 1, 0)};
+  ASSERT_TRUE(engine_->Submit(w)[0].status.ok());
+  std::vector<char> dst(src.size());
+  std::vector<TransferRequest> reads;
+  for (int i = 0; i < 64; ++i) {
+    reads.push_back(Request(OpKind::kRead, {{dst.data() + i * (64 << 10), 64 << 10}}, kSelf, 1,
+                            static_cast<uint64_t>(i) * (64 << 10)));
+    reads.back().want_checksum = true;
+  }
+  auto res = engine_->Submit(reads);
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_TRUE(res[i].status.ok()) << res[i].status;
+    EXPECT_EQ(res[i].checksum, Checksum(src.data() + i * (64 << 10), 64 << 10)) << i;
+  }
+  EXPECT_TRUE(dst == src);
+}
+
+TEST(WorkerPool, RunsEveryPartExactlyOnceUnderConcurrentCallers) {
+  WorkerPool pool(2);
+  constexpr int kCallers = 4, kParts = 100;
+  std::vector<std::atomic<int>> counts(kCallers * kParts);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int round = 0; round < 20; ++round) {
+        pool.Run(kParts, [&](size_t i) { counts[c * kParts + i].fetch_add(1); });
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) {
+    for (int i = 0; i < kParts; ++i) EXPECT_EQ(counts[c * kParts + i].load(), 20) << c << "/" << i;
+  }
+  std::atomic<int> alone{0};
+  WorkerPool none(0);
+  none.Run(5, [&](size_t) { alone.fetch_add(1); });
+  EXPECT_EQ(alone.load(), 5);
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "common/checksum.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -224,6 +226,67 @@ TEST(TcpTransportProtocol, MismatchedResponseFailsTheRequest) {
   fake.join();
   EXPECT_EQ(ToCode(res[0].status), Code::kTransferFailed);
   EXPECT_EQ(dst[0], 0);  // no byte of the foreign payload landed
+}
+
+
+TEST_F(TcpTransportTest, HashedReadsChecksumTheDeliveredBytesFrameByFrame) {
+  // Small frames: a hashed request spans many frames, which must all ride one connection in
+  // order; an unhashed one may spread over several. Several peers, scattered destinations.
+  TransferEngineOptions options;
+  options.local_endpoint = "127.0.0.1:1";
+  options.tcp_frame_bytes = 64 << 10;
+  options.connections_per_peer = 3;
+  TransferEngine engine(options, local_table_);
+  const std::vector<uint64_t> sizes = {1, 65535, 65536, 65537, (1 << 20) + 5, 3 << 20};
+  std::vector<std::vector<char>> sources, sinks;
+  std::vector<TransferRequest> writes, reads;
+  for (int peer = 0; peer < 2; ++peer) {
+    uint64_t offset = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      sources.push_back(Pattern(sizes[i], 500 + peer * 10 + i));
+      sinks.emplace_back(sizes[i]);
+      writes.push_back(Request(OpKind::kWrite, Split(sources.back(), 1), Endpoint(peer), 5, offset));
+      reads.push_back(Request(OpKind::kRead, Split(sinks.back(), 1 + i % 3), Endpoint(peer), 5, offset));
+      reads.back().want_checksum = i != 4;
+      offset += sizes[i] + 11;
+    }
+  }
+  auto wr = engine.Submit(writes);
+  for (auto& r : wr) ASSERT_TRUE(r.status.ok()) << r.status;
+  for (int round = 0; round < 3; ++round) {
+    for (auto& s : sinks) std::fill(s.begin(), s.end(), '\x5a');
+    auto rr = engine.Submit(reads);
+    for (size_t i = 0; i < rr.size(); ++i) {
+      ASSERT_TRUE(rr[i].status.ok()) << i << ": " << rr[i].status;
+      EXPECT_TRUE(sinks[i] == sources[i]) << i;
+      if (i % sizes.size() == 4) {
+        EXPECT_FALSE(rr[i].checksum.has_value()) << i;
+      } else {
+        ASSERT_TRUE(rr[i].checksum.has_value()) << i;
+        EXPECT_EQ(*rr[i].checksum, Checksum(sinks[i].data(), sinks[i].size())) << i;
+      }
+    }
+  }
+}
+
+TEST_F(TcpTransportTest, FailedHashedReadCarriesNoChecksum) {
+  std::vector<char> dst(1 << 20);
+  std::vector<TransferRequest> reads = {
+      Request(OpKind::kRead, Split(dst, 2), Endpoint(0), 5, kSegmentBytes - 10),  // past the end
+      Request(OpKind::kRead, Split(dst, 1), Endpoint(1), 6, 0),                   // no segment
+  };
+  for (auto& r : reads) r.want_checksum = true;
+  auto rr = engine_->Submit(reads);
+  for (auto& r : rr) {
+    EXPECT_FALSE(r.status.ok());
+    EXPECT_FALSE(r.checksum.has_value());
+  }
+  std::vector<char> big(16 << 20);
+  std::vector<TransferRequest> late = {Request(OpKind::kRead, Split(big, 1), Endpoint(0), 5, 0)};
+  late[0].want_checksum = true;
+  auto lr = engine_->Submit(late, RealClock::Get().NowMs() - 1);
+  EXPECT_FALSE(lr[0].status.ok());
+  EXPECT_FALSE(lr[0].checksum.has_value());
 }
 
 }  // namespace
