@@ -64,6 +64,28 @@ uint64_t ScatterCopy(const std::vector<LocalBuffer>& from, const std::vector<Loc
   return copied;
 }
 
+uint64_t ScatterCopyChecksum(const std::vector<LocalBuffer>& from,
+                             const std::vector<LocalBuffer>& to, uint64_t* copied) {
+  constexpr uint64_t kChunk = 256 << 10;  // hashed from the destination while cache-hot
+  StreamingChecksum sum;
+  size_t fi = 0, ti = 0;
+  uint64_t fo = 0, to_off = 0;
+  *copied = 0;
+  while (fi < from.size() && ti < to.size()) {
+    uint64_t n = std::min({from[fi].length - fo, to[ti].length - to_off, kChunk});
+    if (n > 0) {
+      std::memcpy(to[ti].data + to_off, from[fi].data + fo, n);
+      sum.Update(to[ti].data + to_off, n);
+    }
+    *copied += n;
+    fo += n;
+    to_off += n;
+    if (fo == from[fi].length) ++fi, fo = 0;
+    if (to_off == to[ti].length) ++ti, to_off = 0;
+  }
+  return sum.Digest();
+}
+
 uint64_t ScatterChecksum(const std::vector<LocalBuffer>& pieces) {
   if (pieces.size() == 1) return Checksum(pieces[0].data, pieces[0].length);
   StreamingChecksum sum;
@@ -109,6 +131,8 @@ std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, 
   Batch batch{items, std::vector<GetItemResult>(items.size()),
               std::vector<std::vector<LocalBuffer>>(items.size()), {}, 0};
   absl::flat_hash_map<std::string_view, size_t> plan_of;
+  plan_of.reserve(items.size());
+  batch.plans.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     GetItemResult& r = batch.results[i];
     r.status = items[i].input_error;
@@ -234,6 +258,8 @@ void BatchGetter::TransferRounds(Batch& batch) {
   for (int round = 0; round < options_.max_replica_rounds; ++round) {
     std::vector<transfer::TransferRequest> reqs;
     std::vector<size_t> owner;  // plan index per request
+    reqs.reserve(batch.plans.size());
+    owner.reserve(batch.plans.size());
     int64_t deadline = std::numeric_limits<int64_t>::max();
     for (size_t p = 0; p < batch.plans.size(); ++p) {
       KeyPlan& plan = batch.plans[p];
@@ -249,6 +275,7 @@ void BatchGetter::TransferRounds(Batch& batch) {
                         rep.data_endpoint(), plan.lookup.generation(), rep.offset(),
                         DiskKeyTag(plan.key)});
       }
+      reqs.back().want_checksum = true;  // the transport hashes the bytes as they land
       owner.push_back(p);
       deadline = std::min(deadline, plan.deadline_ms);
     }
@@ -275,7 +302,10 @@ void BatchGetter::TransferRounds(Batch& batch) {
         if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
         continue;
       }
-      if (ScatterChecksum(batch.dest[plan.primary]) != plan.lookup.checksum()) {
+      // The transport's hash is of the destination bytes as delivered; without one, hash here.
+      const uint64_t got = res.checksum.has_value() ? *res.checksum
+                                                    : ScatterChecksum(batch.dest[plan.primary]);
+      if (got != plan.lookup.checksum()) {
         metrics_.checksum_mismatches.Inc();
         Logger("client").error("checksum mismatch reading {} from {} (generation {})",
                                KeyForLog(plan.key), reqs[i].endpoint, plan.lookup.generation());
@@ -337,10 +367,10 @@ void BatchGetter::FanOut(Batch& batch) {
       if (i == plan.primary) {
         r.bytes_written = plan.moved;  // verified in TransferRounds
       } else {
-        r.bytes_written = ScatterCopy(batch.dest[plan.primary], batch.dest[i]);
+        const uint64_t sum = ScatterCopyChecksum(batch.dest[plan.primary], batch.dest[i],
+                                                 &r.bytes_written);
         metrics_.duplicate_keys.Inc();
-        if (r.bytes_written != plan.lookup.size() ||
-            ScatterChecksum(batch.dest[i]) != plan.lookup.checksum()) {
+        if (r.bytes_written != plan.lookup.size() || sum != plan.lookup.checksum()) {
           r.status = McError(Code::kInternal, "destination failed verification after copy");
           continue;
         }

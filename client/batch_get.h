@@ -72,6 +72,10 @@ class BatchGetter {
 
 // Copies `from` (scattered) into `to` (scattered); returns bytes copied (min of both totals).
 uint64_t ScatterCopy(const std::vector<LocalBuffer>& from, const std::vector<LocalBuffer>& to);
+// ScatterCopy fused with XXH3-64 of the destination bytes as written (chunk by chunk, in order);
+// sets *copied to the bytes copied.
+uint64_t ScatterCopyChecksum(const std::vector<LocalBuffer>& from,
+                             const std::vector<LocalBuffer>& to, uint64_t* copied);
 // XXH3-64 over scattered pieces.
 uint64_t ScatterChecksum(const std::vector<LocalBuffer>& pieces);
 // Marks every item whose slices overlap another's (or its own) with INVALID_ARGUMENT.

@@ -143,6 +143,8 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext*, const sv1::BatchGe
   }
   std::vector<GetRequestItem> items(req->items_size());
   std::vector<BufferRef> refs;
+  refs.reserve(req->items_size());
+  resp->mutable_results()->Reserve(req->items_size());
   for (int i = 0; i < req->items_size(); ++i) {
     const sv1::GetItem& in = req->items(i);
     items[i].key = in.key();
@@ -158,7 +160,7 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext*, const sv1::BatchGe
     sv1::GetResult* r = resp->mutable_results(static_cast<int>(i));
     const GetItemResult& g = results[i];
     r->set_code(ToProtoCode(ToCode(g.status)));
-    r->set_message(std::string(g.status.message()));
+    if (!g.status.ok()) r->set_message(std::string(g.status.message()));
     r->set_size(g.size);
     r->set_bytes_written(g.bytes_written);
     if (!g.status.ok()) r->clear_data();  // never hand out bytes that were not verified

@@ -399,5 +399,81 @@ TEST_F(BatchGet, ConcurrentGetsWithDuplicatesEachVerifyTheirOwnDestinations) {
   EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
 }
 
+
+// The transport hashes each key's destination as it copies it (keys spread over the copy
+// threads): a corrupted byte anywhere, even in the last chunk, is caught for that key alone.
+TEST_F(BatchGet, SpreadLocalCopiesVerifyEachKeyAndCatchCorruption) {
+  std::vector<std::string> keys, payloads;
+  for (int k = 0; k < 6; ++k) {
+    keys.push_back("spread-" + std::to_string(k));
+    payloads.push_back(Payload(200'000 + 7 * k, 400 + k));
+  }
+  for (const auto& s : Put(keys, payloads)) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(Scribble(keys[4], *local_, 200'000 + 7 * 4 - 1));
+  // Every key once, then key 0 again (fan-out copy, hashed as it is written).
+  std::vector<size_t> which = {0, 1, 2, 3, 4, 5, 0};
+  size_t total = 0;
+  for (size_t w : which) total += payloads[w].size();
+  DestArena arena(total);
+  std::vector<GetRequestItem> items;
+  std::vector<size_t> off;
+  size_t pos = 0;
+  for (size_t w : which) {
+    off.push_back(pos);
+    items.push_back(SliceItem(keys[w], arena.Slices(pos, payloads[w].size(), 1 + w % 3)));
+    pos += payloads[w].size();
+  }
+  auto res = getter_.Get(items, 0, nullptr);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (which[i] == 4) {
+      EXPECT_EQ(CodeOf(res[i].status), Code::kChecksumMismatch) << res[i].status;
+      continue;
+    }
+    ASSERT_TRUE(res[i].status.ok()) << i << ": " << res[i].status;
+    EXPECT_EQ(res[i].bytes_written, payloads[which[i]].size());
+    EXPECT_EQ(arena.Bytes(off[i], payloads[which[i]].size()), payloads[which[i]]) << i;
+  }
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 1u);
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+}
+
+// Over TCP the bytes are hashed frame by frame as they arrive: corrupted local copies fall back
+// to the remote ones, and a key whose remote copy is also bad is never OK.
+TEST_F(BatchGet, RemoteReadsHashedOnArrivalFallBackAndCatchCorruption) {
+  StartRemote(1, 2 << 20);
+  std::vector<std::string> keys, payloads;
+  for (int k = 0; k < 4; ++k) {
+    keys.push_back("remote-hashed-" + std::to_string(k));
+    payloads.push_back(Payload(300'000 + k, 500 + k));
+  }
+  for (const auto& s : Put(keys, payloads, /*replicas=*/2)) ASSERT_TRUE(s.ok()) << s;
+  for (int k = 0; k < 4; ++k) ASSERT_TRUE(Scribble(keys[k], *local_, 300'000 + k - 1));
+  ASSERT_TRUE(Scribble(keys[3], *remote_, 123'456));
+  std::vector<size_t> which = {0, 1, 2, 3, 0};
+  size_t total = 0;
+  for (size_t w : which) total += payloads[w].size();
+  DestArena arena(total);
+  std::vector<GetRequestItem> items;
+  std::vector<size_t> off;
+  size_t pos = 0;
+  for (size_t w : which) {
+    off.push_back(pos);
+    items.push_back(SliceItem(keys[w], arena.Slices(pos, payloads[w].size(), 2)));
+    pos += payloads[w].size();
+  }
+  auto res = getter_.Get(items, 0, nullptr);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (which[i] == 3) {
+      EXPECT_EQ(CodeOf(res[i].status), Code::kChecksumMismatch) << res[i].status;
+      continue;
+    }
+    ASSERT_TRUE(res[i].status.ok()) << i << ": " << res[i].status;
+    EXPECT_EQ(arena.Bytes(off[i], payloads[which[i]].size()), payloads[which[i]]) << i;
+  }
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 5u);  // 4 local copies, 1 remote
+  EXPECT_EQ(metrics_.replica_fallbacks.Value(), 4u);
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+}
+
 }  // namespace
 }  // namespace mc::client::testing
