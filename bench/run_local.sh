@@ -6,6 +6,7 @@
 #       cross path  put through client1, get through client2 (TCP data plane)
 #   - this machine's limits: memcpy of non-cache-resident blocks, loopback TCP stream
 #   - small values: 64 KiB, batch 64, through client1's Unix socket (shm slices and inline)
+#   - MatchPrefix over 1,000 chained keys through client1's Unix socket (p50/p99)
 # Stops everything it started on exit. Environment: see bench/lib.sh (MC_BUILD_DIR, RUNS, ...).
 #   ./bench/run_local.sh            RUNS=3 ./bench/run_local.sh
 set -euo pipefail
@@ -41,6 +42,15 @@ for dest in shm inline; do
     "$(field "$line" items/s)" "$(field "$line" p50_ms)" "$(field "$line" p99_ms)" "$(field "$line" max_ms)")")
 done
 
+# MatchPrefix over a chain of 1,000 keys (4 KiB values), without and with a lease.
+prefix=()
+for lease in 0 5000; do
+  line="$(mcbench --client "$CLIENT1_UNIX" --mode match_prefix --prefix_keys 1000 --iterations 200 \
+    --runs "$RUNS" --prefix_lease_ms "$lease" | grep 'op=match_prefix' || true)"
+  prefix+=("$(printf '%-9s %9s %9s %9s %9s' "$lease" "$(field "$line" p50_ms)" \
+    "$(field "$line" p90_ms)" "$(field "$line" p99_ms)" "$(field "$line" max_ms)")")
+done
+
 echo
 echo "mcstore local benchmark, $(date -u +%F), $(nproc) cores, medians of $RUNS runs"
 echo "machine limits: memcpy GB/s 1 MiB $MEMCPY_1M | 4 MiB $MEMCPY_4M | 16 MiB $MEMCPY_16M;  loopback TCP GB/s $TCP_GBPS"
@@ -51,3 +61,7 @@ echo
 echo "small values: 64 KiB x 64 per BatchGet, Unix socket, client1"
 printf '%-7s %9s %11s %9s %9s %9s\n' dest GB/s items/s p50_ms p99_ms max_ms
 printf '%s\n' "${small[@]}"
+echo
+echo "MatchPrefix over 1000 chained keys, Unix socket, client1"
+printf '%-9s %9s %9s %9s %9s\n' lease_ms p50_ms p90_ms p99_ms max_ms
+printf '%s\n' "${prefix[@]}"

@@ -1,6 +1,7 @@
 // mc-bench: benchmarks a running mcstore cluster through the Store gRPC service, and measures
 // this machine's limits (memcpy, loopback TCP) to read its figures against.
 //   mc-bench --client unix:PATH|H:P [--put_client ...] --value_size 16MiB --batch 16 --mode get
+//   mc-bench --client unix:PATH|H:P --mode match_prefix [--prefix_keys 1000] [--iterations 200]
 //   mc-bench --baseline
 // Prints one `mc-bench run=...` line per run and a `mc-bench summary ...` line of medians.
 // Exit code: 0 every item as expected and verified, 1 some item failed, 2 usage/setup errors.
@@ -14,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "tools/mc_bench_baseline.h"
+#include "tools/mc_bench_prefix.h"
 #include "tools/mc_bench_store.h"
 
 ABSL_FLAG(std::string, client, "", "mc-client Store address gets go through: HOST:PORT or unix:PATH");
@@ -26,7 +28,12 @@ ABSL_FLAG(double, hit_ratio, 1, "fraction of get items naming stored keys (other
 ABSL_FLAG(int32_t, threads, 1, "worker threads, each with its own connection and slices");
 ABSL_FLAG(int32_t, iterations, 20, "get RPCs per thread per run");
 ABSL_FLAG(double, seconds, 0, "> 0: run gets this long per thread per run instead of --iterations");
-ABSL_FLAG(std::string, mode, "both", "put | get | both: which phases to report (put always runs)");
+ABSL_FLAG(std::string, mode, "both",
+          "put | get | both: which phases to report (put always runs); match_prefix: time "
+          "MatchPrefix over a chain of --prefix_keys keys");
+ABSL_FLAG(int32_t, prefix_keys, 1000, "match_prefix: keys in the chain");
+ABSL_FLAG(std::string, prefix_value_size, "4KiB", "match_prefix: bytes per value of the chain");
+ABSL_FLAG(uint32_t, prefix_lease_ms, 0, "match_prefix: > 0 takes (and releases) a lease per call");
 ABSL_FLAG(std::string, dest, "shm", "shm (slices of a registered shm buffer) | inline");
 ABSL_FLAG(bool, verify, true, "check every byte got against the value put");
 ABSL_FLAG(int32_t, runs, 1, "repeat; the summary line gives medians");
@@ -106,8 +113,24 @@ int main(int argc, char** argv) {
   o.iterations = absl::GetFlag(FLAGS_iterations);
   o.seconds = absl::GetFlag(FLAGS_seconds);
   const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "match_prefix") {
+    mc::bench::PrefixBenchOptions p;
+    p.client = o.client;
+    p.chain = absl::GetFlag(FLAGS_prefix_keys);
+    if (!ParseBytes(absl::GetFlag(FLAGS_prefix_value_size), &p.value_size)) {
+      std::fprintf(stderr, "bad --prefix_value_size\n");
+      return 2;
+    }
+    p.iterations = o.iterations;
+    p.runs = absl::GetFlag(FLAGS_runs);
+    p.lease_ttl_ms = absl::GetFlag(FLAGS_prefix_lease_ms);
+    p.key_prefix = absl::GetFlag(FLAGS_key_prefix);
+    p.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
+    p.keep = absl::GetFlag(FLAGS_keep);
+    return mc::bench::RunPrefixBench(p, stdout);
+  }
   if (mode != "put" && mode != "get" && mode != "both") {
-    std::fprintf(stderr, "--mode must be put, get or both\n");
+    std::fprintf(stderr, "--mode must be put, get, both or match_prefix\n");
     return 2;
   }
   o.measure_put = mode != "get";

@@ -1,0 +1,30 @@
+// The MatchPrefix workload of mc-bench: puts `chain` small values under chained keys (each key a
+// hash over its predecessor, like KV-cache block keys), then times MatchPrefix over the whole
+// chain (every key stored: matched must equal the chain length), optionally taking a lease and
+// releasing it, and prints one line per run plus a summary of the medians; removes its keys.
+// Not thread-safe: one RunPrefixBench at a time per process.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace mc::bench {
+
+struct PrefixBenchOptions {
+  std::string client;             // Store address (HOST:PORT or unix:PATH)
+  int chain = 1000;               // keys in the chain (one MatchPrefix names them all)
+  uint64_t value_size = 4096;     // bytes per value put under each key
+  int iterations = 200;           // timed MatchPrefix RPCs per run
+  int warmup = 5;                 // untimed ones before each run's timing
+  int runs = 1;
+  uint32_t lease_ttl_ms = 0;      // > 0: each MatchPrefix takes a lease (released right after)
+  std::string key_prefix;         // empty = "mcp-<pid>"
+  int64_t timeout_ms = 60'000;
+  bool keep = false;              // leave the keys stored
+};
+
+// Returns 0 when every MatchPrefix matched the whole chain, 1 otherwise, 2 on setup errors.
+int RunPrefixBench(const PrefixBenchOptions& options, FILE* out);
+
+}  // namespace mc::bench
