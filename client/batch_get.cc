@@ -154,6 +154,7 @@ std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, 
     AssignDestinations(batch, sink);
     TransferRounds(batch);
     FanOut(batch);
+    PromoteDiskHits(batch);
     ReleaseLeases(batch);
   }
   return std::move(batch.results);
@@ -396,6 +397,17 @@ void BatchGetter::ReleaseLeases(Batch& batch) {
                             req.keys_size(), s.ToString(), suppressed);
     }
   }
+}
+
+void BatchGetter::PromoteDiskHits(Batch& batch) {
+  if (promoter_ == nullptr) return;
+  std::vector<Promoter::Item> hits;
+  for (const KeyPlan& plan : batch.plans) {
+    if (!plan.done || plan.next == 0) continue;
+    if (plan.lookup.replicas(plan.order[plan.next - 1]).tier() != v1::DISK) continue;
+    hits.push_back({plan.key, plan.lookup.generation(), batch.dest[plan.primary]});
+  }
+  promoter_->Promote(hits);
 }
 
 }  // namespace mc::client

@@ -22,6 +22,7 @@
 #include "client/disk_reader.h"
 #include "client/master_client.h"
 #include "client/prefix_leases.h"
+#include "client/promoter.h"
 #include "common/clock.h"
 #include "transfer/transfer_engine.h"
 
@@ -46,6 +47,8 @@ class BatchGetter {
                                  InlineSink* sink);
   // Lets the getter read DISK replicas of this daemon's own SSD tier (null: none). Set before use.
   void SetDiskReader(DiskReader* reader) { disk_reader_ = reader; }
+  // Writes SSD hits back to memory after they were verified (null: never). Set before use.
+  void SetPromoter(Promoter* promoter) { promoter_ = promoter; }
 
  private:
   struct KeyPlan;
@@ -60,6 +63,8 @@ class BatchGetter {
                                                     int64_t deadline_ms);
   void FanOut(Batch& batch);
   void ReleaseLeases(Batch& batch);
+  // Hands the keys served from an SSD tier to the promoter (while their leases still hold).
+  void PromoteDiskHits(Batch& batch);
 
   const BatchGetOptions options_;
   MasterClient& master_;
@@ -68,6 +73,7 @@ class BatchGetter {
   const Clock& clock_;
   ClientMetrics& metrics_;
   DiskReader* disk_reader_ = nullptr;
+  Promoter* promoter_ = nullptr;
 };
 
 // Copies `from` (scattered) into `to` (scattered); returns bytes copied (min of both totals).

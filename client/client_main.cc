@@ -34,6 +34,8 @@ ABSL_FLAG(bool, offload_direct_io, true, "O_DIRECT for SSD data files (falls bac
 ABSL_FLAG(bool, offload_force_posix, false, "pread/pwrite instead of io_uring");
 ABSL_FLAG(double, offload_high_watermark, 0.95, "the SSD tier reclaims records above this fraction");
 ABSL_FLAG(double, offload_low_watermark, 0.90, "and down to this one");
+ABSL_FLAG(bool, promote_on_hit, false,
+          "write objects read from an SSD tier back into memory (best effort)");
 ABSL_FLAG(int64_t, offload_poll_ms, 100, "how often to take offload tasks from the master");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
   o.offload.high_watermark = absl::GetFlag(FLAGS_offload_high_watermark);
   o.offload.low_watermark = absl::GetFlag(FLAGS_offload_low_watermark);
   o.offload_poll_ms = absl::GetFlag(FLAGS_offload_poll_ms);
+  o.promote_on_hit = absl::GetFlag(FLAGS_promote_on_hit);
   if (!o.offload.dir.empty() && o.offload.capacity == 0) {
     std::fprintf(stderr, "--offload_dir needs --offload_capacity\n");
     return 2;

@@ -102,6 +102,11 @@ absl::Status ClientServer::Start() {
     getter_->SetDiskReader(offload_.get());
     offload_->Start();
   }
+  if (options_.promote_on_hit) {
+    promoter_ = std::make_unique<Promoter>(options_.client_id, *master_, *engine_,
+                                           RealClock::Get(), registry_);
+    getter_->SetPromoter(promoter_.get());
+  }
   options_.store.client_id = options_.client_id;
   store_ = std::make_unique<StoreGrpcService>(options_.store, buffers_, *putter_, *getter_,
                                               *master_, *prefix_leases_, RealClock::Get(),

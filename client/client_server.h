@@ -48,6 +48,7 @@ struct ClientServerOptions {
   // The SSD tier: on when offload.dir is set (offload.capacity bytes).
   offload::DiskTierOptions offload;        // metrics and reclaim_guard are filled in
   int64_t offload_poll_ms = 100;
+  bool promote_on_hit = false;             // write SSD hits back to memory
 };
 
 class ClientServer {
@@ -84,6 +85,7 @@ class ClientServer {
   std::unique_ptr<PrefixLeases> prefix_leases_;
   std::unique_ptr<BatchPutter> putter_;
   std::unique_ptr<BatchGetter> getter_;
+  std::unique_ptr<Promoter> promoter_;
   std::unique_ptr<StoreGrpcService> store_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<AdminServer> admin_;
