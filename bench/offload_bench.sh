@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# SSD tier throughput beside fio, in one run, on one directory.
+#
+# DiskTier figures come from the (disabled by default) throughput test of offload_test:
+# 512 MiB of 1, 4 and 16 MiB records written (each fdatasync'ed) then read back and verified,
+# one record at a time from one thread, for the io_uring and the posix engine. fio runs the same
+# block sizes on the same directory: sequential write (direct=1, fdatasync per block, as the tier
+# does per record) then sequential read (direct=1), ioengine=io_uring, iodepth=1 (one request in
+# flight, like one record) and iodepth=4 (the four 4 MiB requests the tier keeps in flight per
+# 16 MiB staging chunk). Figures are medians of RUNS runs; ratios are tier / fio(iodepth=1).
+#
+# Env: MC_BUILD_DIR (default build), BENCH_DIR (default /var/tmp; must not be tmpfs, O_DIRECT),
+#      RUNS (default 3), FIO_SIZE (default 512M, as the tier test).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${MC_BUILD_DIR:-build}
+BIN="$BUILD/tests/unit/offload/offload_test"
+BENCH_DIR=${BENCH_DIR:-/var/tmp}
+RUNS=${RUNS:-3}
+FIO_SIZE=${FIO_SIZE:-512M}
+[[ -x "$BIN" ]] || { echo "missing $BIN (build offload_test)" >&2; exit 1; }
+command -v fio >/dev/null || { echo "fio not installed (deploy/install-deps.sh --bench)" >&2; exit 1; }
+WORK=$(mktemp -d "$BENCH_DIR/mc-offload-bench.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+LOG="$WORK/raw.log"
+echo "# dir $BENCH_DIR ($(df -T "$BENCH_DIR" | awk 'NR==2{print $2}')), runs=$RUNS, $(nproc) cores"
+
+median() { sort -g | awk '{a[NR]=$1} END{ if (NR==0) print "nan"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
+
+fio_gbps() {  # rw bs iodepth -> GB/s
+  local rw=$1 bs=$2 depth=$3 extra=()
+  [[ $rw == write ]] && extra=(--fdatasync=1)
+  fio --name=mc --directory="$WORK" --filename=fio.dat --rw="$rw" --bs="$bs" --size="$FIO_SIZE" \
+      --ioengine=io_uring --direct=1 --iodepth="$depth" --numjobs=1 --group_reporting \
+      --output-format=json "${extra[@]}" 2>/dev/null |
+    python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; k="write" if j["write"]["io_bytes"] else "read"; print("%.3f" % (j[k]["bw_bytes"]/1e9))'
+}
+
+for run in $(seq "$RUNS"); do
+  TEST_TMPDIR="$WORK/" "$BIN" --gtest_also_run_disabled_tests --gtest_filter='*Throughput*' |
+    grep '^\[throughput\]' | sed "s/^/run=$run /" >>"$LOG"
+  for bs in 1M 4M 16M; do
+    for depth in 1 4; do
+      w=$(fio_gbps write $bs $depth); r=$(fio_gbps read $bs $depth)
+      echo "run=$run fio bs=$bs depth=$depth write $w read $r" >>"$LOG"
+      rm -f "$WORK/fio.dat"
+    done
+  done
+done
+
+tier() {  # engine size(MiB) write|read
+  grep "engine=$1 record=$(printf '%3d' "$2") MiB" "$LOG" |
+    sed -E "s/.*$3 ([0-9.]+) GB\/s.*/\1/" | median
+}
+fio_m() {  # bs depth write|read
+  grep "fio bs=$1 depth=$2 " "$LOG" | sed -E "s/.*$3 ([0-9.]+).*/\1/" | median
+}
+printf '\n| record | tier io_uring W / R GB/s | tier posix W / R | fio qd1 W / R | fio qd4 W / R | io_uring / fio qd1 W, R |\n'
+printf '|---|---|---|---|---|---|\n'
+for mib in 1 4 16; do
+  uw=$(tier io_uring $mib write); ur=$(tier io_uring $mib read)
+  pw=$(tier posix $mib write); pr=$(tier posix $mib read)
+  f1w=$(fio_m ${mib}M 1 write); f1r=$(fio_m ${mib}M 1 read)
+  f4w=$(fio_m ${mib}M 4 write); f4r=$(fio_m ${mib}M 4 read)
+  printf '| %d MiB | %s / %s | %s / %s | %s / %s | %s / %s | %.2f×, %.2f× |\n' "$mib" \
+    "$uw" "$ur" "$pw" "$pr" "$f1w" "$f1r" "$f4w" "$f4r" \
+    "$(python3 -c "print($uw/$f1w)")" "$(python3 -c "print($ur/$f1r)")"
+done
+echo; echo "# raw lines: $LOG (removed at exit; copy it with KEEP_LOG=path)"
+[[ -n "${KEEP_LOG:-}" ]] && cp "$LOG" "$KEEP_LOG"
+exit 0
