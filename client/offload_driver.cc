@@ -113,7 +113,12 @@ void OffloadDriver::RunOnce() {
     }
     return;
   }
-  std::vector<v1::OffloadTask> tasks(resp.tasks().begin(), resp.tasks().end());
+  std::vector<v1::OffloadTask> tasks;
+  {
+    absl::MutexLock lock(&retry_mu_);
+    tasks.swap(retry_drops_);
+  }
+  tasks.insert(tasks.end(), resp.tasks().begin(), resp.tasks().end());
   if (!tasks.empty()) RunTasks(tasks);
 }
 
@@ -186,8 +191,11 @@ void OffloadDriver::RunTasks(const std::vector<v1::OffloadTask>& tasks) {
         Forget(task.generation());
         drops_.Inc();
       } else {
-        Log().warn("dropping record {} generation {}: {}", KeyForLog(task.key()),
+        // Being read (pinned) or written: try again on the next poll, so it cannot come back.
+        Log().info("dropping record {} generation {} later: {}", KeyForLog(task.key()),
                    task.generation(), s.ToString());
+        absl::MutexLock lock(&retry_mu_);
+        retry_drops_.push_back(task);
       }
       continue;
     }

@@ -92,6 +92,10 @@ class OffloadDriver final : public DiskReader {
   mutable absl::Mutex keys_mu_;
   absl::flat_hash_map<uint64_t, std::string> keys_ ABSL_GUARDED_BY(keys_mu_);
 
+  // DROP tasks that found their record busy, retried on the next poll.
+  absl::Mutex retry_mu_;
+  std::vector<v1::OffloadTask> retry_drops_ ABSL_GUARDED_BY(retry_mu_);
+
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -59,14 +59,14 @@ std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes) {
         skipped_leased_.Inc();
       } else {
         candidates.push_back(
-            {object.last_access_ms, object.key, object.generation, mem, object.HasDiskReplica()});
+            {object.access_seq, object.key, object.generation, mem, object.HasDiskReplica()});
         found += mem;
       }
     }
   });
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     if (a.persisted != b.persisted) return a.persisted;
-    return a.last_access_ms < b.last_access_ms;
+    return a.access_seq < b.access_seq;
   });
   return candidates;
 }

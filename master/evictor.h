@@ -52,7 +52,7 @@ class Evictor {
 
  private:
   struct Candidate {
-    int64_t last_access_ms;
+    uint64_t access_seq;
     std::string key;
     uint64_t generation;
     uint64_t bytes;

@@ -36,6 +36,10 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
                       MemoryLocation{client_id, client->endpoint, 0, item.locator, item.length}};
       auto it = shard.objects.find(AsKey(item.key));
       if (it == shard.objects.end()) {
+        if (recovered && offload_queue_.HasPendingDrop(client_id, item.key, item.generation)) {
+          out[i] = McError(Code::kNotFound, "removed: the record is to be deleted");
+          continue;
+        }
         if (!recovered) {
           out[i] = McError(Code::kNotFound, "object gone (removed or evicted) before offload");
           continue;

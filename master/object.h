@@ -41,6 +41,7 @@ struct Object {
   std::string writer_client;
   int64_t put_start_ms = 0;
   int64_t last_access_ms = 0;
+  uint64_t access_seq = 0;  // process-wide order of last access: exact LRU across shards
   bool pinned = false;  // soft pin: never chosen by eviction
   int64_t offload_queued_ms = 0;  // when an OFFLOAD task for it was queued (0 = none)
   // A memory replica being written back from the SSD tier (not readable until PromoteEnd).

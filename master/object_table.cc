@@ -1,12 +1,19 @@
 #include "master/object_table.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/hash/hash.h"
 
 namespace mc::master {
 
+namespace {
+// Orders accesses across shards (millisecond timestamps tie under load).
+std::atomic<uint64_t> g_access_seq{1};
+}  // namespace
+
 Object& ObjectTable::Shard::Insert(Object object) {
+  object.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
   std::string key = object.key;
   lru.push_front(key);
   object.lru_pos = lru.begin();
@@ -23,6 +30,7 @@ void ObjectTable::Shard::Erase(absl::flat_hash_map<std::string, Object>::iterato
 
 void ObjectTable::Shard::Touch(Object& object, int64_t now_ms) {
   object.last_access_ms = now_ms;
+  object.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
   lru.splice(lru.begin(), lru, object.lru_pos);
 }
 

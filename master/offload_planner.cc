@@ -30,9 +30,29 @@ std::vector<OffloadTask> OffloadQueue::DropClient(const std::string& client_id) 
   std::vector<OffloadTask> out;
   auto it = queues_.find(client_id);
   if (it == queues_.end()) return out;
-  out.assign(it->second.begin(), it->second.end());
-  queues_.erase(it);
+  std::deque<OffloadTask> kept;
+  for (OffloadTask& t : it->second) {
+    if (t.kind == OffloadTask::Kind::kDrop) {
+      kept.push_back(std::move(t));
+    } else {
+      out.push_back(std::move(t));
+    }
+  }
+  it->second = std::move(kept);
   return out;
+}
+
+bool OffloadQueue::HasPendingDrop(const std::string& client_id, std::string_view key,
+                                  uint64_t generation) const {
+  absl::MutexLock lock(&mu_);
+  auto it = queues_.find(client_id);
+  if (it == queues_.end()) return false;
+  for (const OffloadTask& t : it->second) {
+    if (t.kind == OffloadTask::Kind::kDrop && t.generation == generation && t.key == key) {
+      return true;
+    }
+  }
+  return false;
 }
 
 OffloadPlanner::OffloadPlanner(ObjectTable& table, SegmentManager& segments, OffloadQueue& queue,

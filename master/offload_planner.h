@@ -44,8 +44,12 @@ class OffloadQueue {
   void Push(const std::string& client_id, OffloadTask task);
   std::vector<OffloadTask> Take(const std::string& client_id, size_t max);
   size_t Pending(const std::string& client_id) const;
-  // Forgets a client's queue (it died or re-registered); returns the dropped tasks.
+  // Forgets a client's OFFLOAD tasks (it died or re-registered; their memory replicas are gone)
+  // and returns them. DROP tasks stay: the records they name outlive the daemon on its disk.
   std::vector<OffloadTask> DropClient(const std::string& client_id);
+  // Whether a DROP of (key, generation) waits for the client: its record must not come back.
+  bool HasPendingDrop(const std::string& client_id, std::string_view key,
+                      uint64_t generation) const;
 
  private:
   mutable absl::Mutex mu_;

@@ -191,8 +191,15 @@ absl::StatusOr<Extent> DiskTier::AllocateWithEviction(uint64_t record_size) {
       if (alloc_->free_bytes() + index_->evictable_bytes() >= record_size &&
           round < kMaxEvictionRounds) {
         const auto low = static_cast<uint64_t>(options_.low_watermark * capacity);
-        victims = index_->TakeVictims(over ? used + record_size - std::min(low, used + record_size)
-                                           : record_size);
+        const uint64_t want =
+            over ? used + record_size - std::min(low, used + record_size) : record_size;
+        if (options_.reclaim_guard) {
+          // Stay indexed (pinned, so readable and not picked twice) until the guard answers.
+          victims = index_->PeekVictims(want);
+          for (const auto& v : victims) index_->Pin(v.key, v.generation);
+        } else {
+          victims = index_->TakeVictims(want);
+        }
       }
       if (victims.empty()) {
         if (auto e = alloc_->Allocate(record_size)) {
@@ -237,13 +244,17 @@ std::vector<internal::IndexedRecord> DiskTier::ApplyReclaimGuard(
   std::vector<internal::IndexedRecord> go;
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < victims.size(); ++i) {
-    if (i < allowed.size() && allowed[i]) {
+    const std::string& key = victims[i].key;
+    const uint64_t generation = victims[i].generation;
+    index_->Unpin(key, generation);
+    const internal::Slot* s = index_->Find(key, generation);
+    if (i < allowed.size() && allowed[i] && s != nullptr && s->ready && s->pins == 0) {
+      index_->Erase(key, generation);
       go.push_back(std::move(victims[i]));
     } else {
-      // Refused (leased, or the master could not be asked): the record stays readable.
-      index_->InsertWriting(victims[i].key, victims[i].generation);
-      index_->MarkReady(victims[i].key, victims[i].generation, victims[i].extent,
-                        victims[i].payload_len, victims[i].checksum);
+      // Refused (leased, or the master could not be asked), or being read right now: the record
+      // stays readable, at the recent end so the next round tries colder ones.
+      index_->Touch(key, generation);
     }
   }
   return go;

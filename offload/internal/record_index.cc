@@ -86,6 +86,19 @@ std::vector<IndexedRecord> RecordIndex::TakeVictims(uint64_t bytes) {
   return victims;
 }
 
+std::vector<IndexedRecord> RecordIndex::PeekVictims(uint64_t bytes) const {
+  std::vector<IndexedRecord> victims;
+  uint64_t covered = 0;
+  for (auto it = lru_.begin(); it != lru_.end() && covered < bytes; ++it) {
+    const Slot& s = slots_.at(it->second);
+    if (!Evictable(s)) continue;
+    covered += s.extent.length;
+    victims.push_back(
+        IndexedRecord{it->second.first, it->second.second, s.extent, s.payload_len, s.checksum});
+  }
+  return victims;
+}
+
 std::vector<IndexedRecord> RecordIndex::ListReady() const {
   std::vector<IndexedRecord> out;
   out.reserve(lru_.size());

@@ -49,6 +49,8 @@ class RecordIndex {
   // Removes least recently used evictable records until `bytes` (extent bytes) are covered or none
   // is left, and returns them.
   std::vector<IndexedRecord> TakeVictims(uint64_t bytes);
+  // The records TakeVictims would take, left in place.
+  std::vector<IndexedRecord> PeekVictims(uint64_t bytes) const;
 
   uint64_t evictable_bytes() const { return evictable_bytes_; }
   size_t ready_count() const { return lru_.size(); }

@@ -33,6 +33,13 @@ class FullDiskTest(unittest.TestCase):
                     0, "mc_ssd_failures_total") > 0, 30, what="failed offloads counted")
             self.assertEqual(self.c.offloads(0, "ok"), 0)
             self.assertEqual(self.c.ssd_records(0), 0)
+            # Let the master's background pass bring memory under its high watermark first: an
+            # eviction racing with the reads below could otherwise pick a key they just touched.
+            def settled():
+                used = sc.cc.metric(self.c.master_http(), "mc_memory_used_bytes")
+                cap = sc.cc.metric(self.c.master_http(), "mc_memory_capacity_bytes")
+                return cap > 0 and used <= 0.95 * cap
+            harness.wait_until(settled, 30, what="memory under the high watermark")
             # Every acknowledged value is exact or a miss; the newest ones are in memory.
             # (Newest first: a batch get makes its keys equally recent, at ms resolution, so
             # reading everything first could let eviction pick any of them next.)

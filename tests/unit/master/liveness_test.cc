@@ -142,3 +142,29 @@ TEST_F(Liveness, DeadClientsDiskReplicasAreDropped) {
 
 }  // namespace
 }  // namespace mc::master
+
+namespace mc::master {
+namespace {
+
+TEST(LivenessDisk, RemovedRecordDoesNotComeBackWhenItsClientReRegisters) {
+  testing::MasterFixture m;
+  m.Register("c1", {1 << 20}, 1 << 30);
+  uint64_t gen = m.Put("c1", "k", 1000);
+  ASSERT_TRUE(m.svc().AddDiskReplicas("c1", {{"k", gen, 5, 1000, 42}}, false)[0].ok());
+  ASSERT_TRUE(m.svc().Remove({"k"})[0].ok());  // queues a DROP of the record for c1
+  // c1 restarts before it took the DROP, and reports what it found on disk.
+  uint64_t session = m.Register("c1", {1 << 20}, 1 << 30);
+  EXPECT_EQ(testing::CodeOf(
+                m.svc().AddDiskReplicas("c1", {{"k", gen, 5, 1000, 42}}, /*recovered=*/true)[0]),
+            Code::kNotFound);
+  EXPECT_FALSE(m.Exists("k"));
+  // The DROP is still there for it.
+  auto tasks = m.svc().TakeOffloadTasks("c1", session, 10);
+  ASSERT_TRUE(tasks.ok());
+  ASSERT_EQ(tasks->size(), 1u);
+  EXPECT_EQ((*tasks)[0].kind, OffloadTask::Kind::kDrop);
+  EXPECT_EQ((*tasks)[0].key, "k");
+}
+
+}  // namespace
+}  // namespace mc::master
