@@ -70,6 +70,20 @@ std::vector<std::string_view> Keys(const Repeated& keys) {
   return std::vector<std::string_view>(keys.begin(), keys.end());
 }
 
+// Placements of PutStart and PromoteStart, with the writers' deadline.
+template <typename Response>
+void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_deadline_ms,
+                   Response* resp) {
+  for (const PutStartOutcome& o : outcomes) {
+    v1::PutStartResult* r = resp->add_results();
+    r->set_code(ToProtoCode(ToCode(o.status)));
+    r->set_message(std::string(o.status.message()));
+    r->set_generation(o.generation);
+    for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
+  }
+  resp->set_write_deadline_ms(write_deadline_ms);
+}
+
 template <typename Response>
 void AddResults(const std::vector<absl::Status>& statuses, Response* response) {
   for (const auto& s : statuses) SetResult(s, response->add_results());
@@ -126,14 +140,8 @@ grpc::Status MasterGrpcService::PutStart(grpc::ServerContext*, const v1::PutStar
   }
   std::vector<PutStartItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.size()});
-  for (const PutStartOutcome& o : service_.PutStart(req->client_id(), items, req->replicas())) {
-    v1::PutStartResult* r = resp->add_results();
-    r->set_code(ToProtoCode(ToCode(o.status)));
-    r->set_message(std::string(o.status.message()));
-    r->set_generation(o.generation);
-    for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
-  }
-  resp->set_write_deadline_ms(service_.options().put_timeout_ms / 2);
+  AddPlacements(service_.PutStart(req->client_id(), items, req->replicas()),
+                service_.options().put_timeout_ms / 2, resp);
   return scope.Finish(grpc::Status::OK);
 }
 
@@ -249,14 +257,8 @@ grpc::Status MasterGrpcService::PromoteStart(grpc::ServerContext*,
   }
   std::vector<PutRevokeItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
-  for (const PutStartOutcome& o : service_.PromoteStart(req->client_id(), items)) {
-    v1::PutStartResult* r = resp->add_results();
-    r->set_code(ToProtoCode(ToCode(o.status)));
-    r->set_message(std::string(o.status.message()));
-    r->set_generation(o.generation);
-    for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
-  }
-  resp->set_write_deadline_ms(service_.options().put_timeout_ms / 2);
+  AddPlacements(service_.PromoteStart(req->client_id(), items),
+                service_.options().put_timeout_ms / 2, resp);
   return scope.Finish(grpc::Status::OK);
 }
 
