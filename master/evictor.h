@@ -1,8 +1,9 @@
 // Evictor: frees memory by dropping the memory replicas of least recently used objects.
 //
-// Approximate LRU, persisted objects first: each shard's LRU list is walked from its cold end (bounded per shard), the
-// eligible candidates of all shards are merged by last access, and the oldest are evicted until
-// the requested bytes are freed. Eligible means COMPLETE, no live lease, not pinned; every other
+// LRU, persisted objects first: each shard's LRU list is walked from its cold end (bounded per
+// shard, so approximate when a shard's cold end is all ineligible), the eligible candidates of
+// all shards are merged (objects with a DISK replica first, then by a process-wide access
+// sequence), and evicted in that order until the requested bytes are freed. Eligible means COMPLETE, no live lease, not pinned; every other
 // object walked is counted as a skip by reason. An object keeps its DISK replicas (it stays
 // readable from the SSD tier); one left with no replica is erased. Each Evict() call is one
 // attempt; it is a success when it freed at least what was asked.
