@@ -2,6 +2,9 @@
 // read.
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "common/checksum.h"
 #include "common/logging.h"
@@ -17,8 +20,55 @@
 namespace mc::offload {
 namespace {
 
-constexpr uint64_t kStagingBytes = 16 << 20;  // per-call bounce buffer
+constexpr uint64_t kStagingBytes = 32 << 20;  // bounce buffer: a 16 MiB record in one round
 constexpr uint64_t kRequestBytes = 4 << 20;   // one engine request
+constexpr size_t kPooledStaging = 4;          // bounce buffers kept for reuse
+
+// Bounce buffers are reused: a fresh 32 MiB buffer costs thousands of page faults per record.
+class StagingPool {
+ public:
+  static StagingPool& Get() {
+    static StagingPool pool;
+    return pool;
+  }
+  std::unique_ptr<internal::AlignedBuffer> Acquire() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        auto b = std::move(free_.back());
+        free_.pop_back();
+        return b;
+      }
+    }
+    return std::make_unique<internal::AlignedBuffer>(kStagingBytes);
+  }
+  void Release(std::unique_ptr<internal::AlignedBuffer> b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (b->ok() && free_.size() < kPooledStaging) free_.push_back(std::move(b));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<internal::AlignedBuffer>> free_;
+};
+
+// A pooled bounce buffer for the span of one record's I/O.
+class Staging {
+ public:
+  Staging() : buffer_(StagingPool::Get().Acquire()) {}
+  ~Staging() { StagingPool::Get().Release(std::move(buffer_)); }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  bool ok() const { return buffer_->ok(); }
+  char* data() const { return buffer_->data(); }
+  uint64_t size() const { return buffer_->size(); }
+  std::string_view view(uint64_t offset, uint64_t length) const {
+    return buffer_->view(offset, length);
+  }
+
+ private:
+  std::unique_ptr<internal::AlignedBuffer> buffer_;
+};
 
 // Copies from caller pieces into a contiguous buffer, piece by piece.
 class Gather {
@@ -91,7 +141,7 @@ absl::Status DiskTier::Transfer(IoOp op, uint32_t file, uint64_t offset, char* b
 absl::Status DiskTier::WriteRecord(const Extent& extent, std::string_view key, uint64_t generation,
                                    const std::vector<std::pair<const char*, uint64_t>>& pieces,
                                    uint64_t payload_len, uint64_t payload_checksum) {
-  internal::AlignedBuffer staging(std::min(extent.length, kStagingBytes));
+  Staging staging;
   if (!staging.ok()) return McError(Code::kInternal, "disk tier: out of memory for staging");
   Gather gather(pieces);
   for (uint64_t pos = 0; pos < extent.length;) {
@@ -113,7 +163,7 @@ absl::Status DiskTier::WriteRecord(const Extent& extent, std::string_view key, u
 absl::Status DiskTier::ReadRecord(const Extent& extent, std::string_view key, uint64_t generation,
                                   uint64_t payload_len,
                                   const std::vector<std::pair<char*, uint64_t>>& dst) {
-  internal::AlignedBuffer staging(std::min(extent.length, kStagingBytes));
+  Staging staging;
   if (!staging.ok()) return McError(Code::kInternal, "disk tier: out of memory for staging");
   StreamingChecksum sum;
   Scatter scatter(dst);
