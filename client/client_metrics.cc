@@ -15,21 +15,29 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
                                             "Reads retried on another replica")),
       registry_(registry) {}
 
-Counter& ClientMetrics::Requests(const char* rpc) {
-  return registry_.GetCounter("mc_client_rpc_requests_total", "Store RPCs received",
-                              {{"rpc", rpc}});
-}
-
-void ClientMetrics::CountItem(const char* rpc, Code code) {
-  registry_
-      .GetCounter("mc_client_items_total", "Store batch items answered, by RPC and code",
-                  {{"rpc", rpc}, {"code", std::string(CodeName(code))}})
-      .Inc();
-}
-
-Histogram& ClientMetrics::Latency(const char* rpc) {
-  return registry_.GetHistogram("mc_client_rpc_latency_seconds", "Store RPC latency",
-                                {{"rpc", rpc}});
+ClientMetrics::Rpc& ClientMetrics::For(const char* rpc) {
+  {
+    absl::ReaderMutexLock lock(&rpcs_mu_);
+    auto it = rpcs_.find(rpc);
+    if (it != rpcs_.end()) return *it->second;
+  }
+  absl::MutexLock lock(&rpcs_mu_);
+  auto& slot = rpcs_[rpc];
+  if (!slot) {
+    std::array<Counter*, kMaxCode + 1> items{};
+    for (int c = 0; c <= kMaxCode; ++c) {
+      items[c] = &registry_.GetCounter(
+          "mc_client_items_total", "Store batch items answered, by RPC and code",
+          {{"rpc", rpc}, {"code", std::string(CodeName(static_cast<Code>(c)))}});
+    }
+    slot = std::make_unique<Rpc>(Rpc{
+        registry_.GetCounter("mc_client_rpc_requests_total", "Store RPCs received",
+                             {{"rpc", rpc}}),
+        registry_.GetHistogram("mc_client_rpc_latency_seconds", "Store RPC latency",
+                               {{"rpc", rpc}}),
+        items});
+  }
+  return *slot;
 }
 
 }  // namespace mc::client

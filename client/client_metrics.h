@@ -1,8 +1,13 @@
 // The mc-client's own metrics, registered once and shared by its components.
 #pragma once
 
+#include <array>
+#include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -12,11 +17,16 @@ class ClientMetrics {
  public:
   explicit ClientMetrics(MetricsRegistry& registry);
 
+  // The metrics of one Store RPC, looked up in the registry once (not per item).
+  struct Rpc {
+    Counter& requests;
+    Histogram& latency;
+    std::array<Counter*, kMaxCode + 1> items;  // per Code
+    void CountItem(Code code) { items[static_cast<size_t>(code)]->Inc(); }
+  };
+
   MetricsRegistry& registry() { return registry_; }
-  // Per RPC: requests, latency; per RPC and code: items.
-  void CountRequest(const char* rpc) { Requests(rpc).Inc(); }
-  void CountItem(const char* rpc, Code code);
-  Histogram& Latency(const char* rpc);
+  Rpc& For(const char* rpc);
 
   Counter& bytes_in;            // payload bytes put by applications
   Counter& bytes_out;           // payload bytes handed to applications
@@ -26,8 +36,9 @@ class ClientMetrics {
   Counter& replica_fallbacks;   // a failed replica replaced by another
 
  private:
-  Counter& Requests(const char* rpc);
   MetricsRegistry& registry_;
+  absl::Mutex rpcs_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Rpc>> rpcs_ ABSL_GUARDED_BY(rpcs_mu_);
 };
 
 }  // namespace mc::client

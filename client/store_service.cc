@@ -15,18 +15,17 @@ namespace sv1 = mcstore::v1;
 class StoreGrpcService::Scope {
  public:
   Scope(ClientMetrics& metrics, const char* rpc)
-      : metrics_(metrics), rpc_(rpc), start_(std::chrono::steady_clock::now()) {
-    metrics_.CountRequest(rpc);
+      : metrics_(metrics.For(rpc)), start_(std::chrono::steady_clock::now()) {
+    metrics_.requests.Inc();
   }
   ~Scope() {
     std::chrono::duration<double> d = std::chrono::steady_clock::now() - start_;
-    metrics_.Latency(rpc_).Observe(d.count());
+    metrics_.latency.Observe(d.count());
   }
-  void Item(const absl::Status& s) { metrics_.CountItem(rpc_, ToCode(s)); }
+  void Item(const absl::Status& s) { metrics_.CountItem(ToCode(s)); }
 
  private:
-  ClientMetrics& metrics_;
-  const char* rpc_;
+  ClientMetrics::Rpc& metrics_;
   std::chrono::steady_clock::time_point start_;
 };
 
