@@ -128,6 +128,14 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
         out[i] = McError(Code::kUnavailable, absl::StrCat("PutEnd: ", es.message()));
       } else {
         out[i] = FromResult(resp.results(k));
+        if (ToCode(out[i]) == Code::kNotFound) {
+          // The master revoked the pending put meanwhile (a replica's holder died or the put
+          // timed out): the put failed for lack of a live replica, the key is not "missing".
+          out[i] = McError(Code::kUnavailable,
+                           absl::StrCat("the put was revoked before it ended (a replica's client "
+                                        "was lost or the put timed out): ",
+                                        out[i].message()));
+        }
         if (out[i].ok()) metrics_.bytes_in.Inc(TotalLength(items[i].pieces));
       }
     }
