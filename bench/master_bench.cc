@@ -147,7 +147,8 @@ void BM_InProcess_Exist(benchmark::State& state) {
 
 struct OverGrpc {
   std::unique_ptr<MasterServer> server;
-  std::unique_ptr<mcstore::v1::Master::Stub> stub;
+  // One stub per benchmark thread, each on its own connection (as separate mc-clients would be).
+  std::vector<std::unique_ptr<mcstore::v1::Master::Stub>> stubs;
   OverGrpc() {
     SetLogLevel("warn");
     MasterServerOptions opts;
@@ -157,8 +158,16 @@ struct OverGrpc {
     server = std::make_unique<MasterServer>(opts);
     if (!server->Start().ok()) std::abort();
     Preload(server->service());
-    stub = mcstore::v1::Master::NewStub(
-        grpc::CreateChannel(server->grpc_address(), grpc::InsecureChannelCredentials()));
+    for (int i = 0; i < kMaxThreads; ++i) {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // no connection sharing
+      stubs.push_back(mcstore::v1::Master::NewStub(grpc::CreateCustomChannel(
+          server->grpc_address(), grpc::InsecureChannelCredentials(), args)));
+    }
+  }
+  static constexpr int kMaxThreads = 8;
+  mcstore::v1::Master::Stub& stub(const benchmark::State& state) {
+    return *stubs[state.thread_index() % kMaxThreads];
   }
   static OverGrpc& Get() {
     static OverGrpc* instance = new OverGrpc();
@@ -177,13 +186,13 @@ void BM_Grpc_GetReplicasLeaseAndRelease(benchmark::State& state) {
     for (const auto& k : keys) req.add_keys(k);
     mcstore::v1::GetReplicasResponse resp;
     grpc::ClientContext ctx;
-    if (!g.stub->GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
+    if (!g.stub(state).GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
     mcstore::v1::ReleaseLeasesRequest rel;
     rel.set_lease_id(resp.lease_id());
     *rel.mutable_keys() = req.keys();
     mcstore::v1::ReleaseLeasesResponse rel_resp;
     grpc::ClientContext ctx2;
-    if (!g.stub->ReleaseLeases(&ctx2, rel, &rel_resp).ok()) state.SkipWithError("Release failed");
+    if (!g.stub(state).ReleaseLeases(&ctx2, rel, &rel_resp).ok()) state.SkipWithError("Release failed");
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
@@ -200,7 +209,7 @@ void BM_Grpc_GetReplicas_NoLease(benchmark::State& state) {
     for (const auto& k : keys) req.add_keys(k);
     mcstore::v1::GetReplicasResponse resp;
     grpc::ClientContext ctx;
-    if (!g.stub->GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
+    if (!g.stub(state).GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
@@ -215,7 +224,7 @@ void BM_Grpc_Exist(benchmark::State& state) {
     for (const auto& k : keys) req.add_keys(k);
     mcstore::v1::ExistResponse resp;
     grpc::ClientContext ctx;
-    if (!g.stub->Exist(&ctx, req, &resp).ok()) state.SkipWithError("Exist failed");
+    if (!g.stub(state).Exist(&ctx, req, &resp).ok()) state.SkipWithError("Exist failed");
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
@@ -226,9 +235,14 @@ BENCHMARK(BM_InProcess_GetReplicasLeaseAndRelease)->Arg(64)->Arg(1024);
 BENCHMARK(BM_InProcess_Exist)->Arg(64)->Arg(1)->Arg(1024);
 BENCHMARK(BM_InProcess_Exist)->Arg(64)->Threads(2)->UseRealTime();
 BENCHMARK(BM_InProcess_GetReplicasLeaseAndRelease)->Arg(64)->Threads(2)->UseRealTime();
-BENCHMARK(BM_Grpc_GetReplicasLeaseAndRelease)->Arg(64)->UseRealTime();
-BENCHMARK(BM_Grpc_GetReplicas_NoLease)->Arg(64)->UseRealTime();
+// One caller measures latency per batch; several callers on their own connections (as many
+// mc-clients would be) measure what the master serves. Rates are keys per wall-clock second.
+BENCHMARK(BM_Grpc_GetReplicasLeaseAndRelease)->Arg(64)->Arg(1024)->UseRealTime();
+BENCHMARK(BM_Grpc_GetReplicasLeaseAndRelease)->Arg(1024)->Threads(4)->UseRealTime();
+BENCHMARK(BM_Grpc_GetReplicas_NoLease)->Arg(64)->Arg(1024)->UseRealTime();
+BENCHMARK(BM_Grpc_GetReplicas_NoLease)->Arg(64)->Arg(1024)->Threads(4)->UseRealTime();
 BENCHMARK(BM_Grpc_Exist)->Arg(64)->Arg(1024)->UseRealTime();
+BENCHMARK(BM_Grpc_Exist)->Arg(64)->Arg(1024)->Threads(4)->UseRealTime();
 
 }  // namespace
 }  // namespace mc::master

@@ -197,6 +197,7 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   *mreq.mutable_keys() = req->keys();
   mreq.set_stop_at_first_miss(true);
   mreq.set_no_lease(ttl == 0);
+  mreq.set_count_only(ttl == 0);  // a plain match needs the count alone
   mreq.set_lease_ttl_ms(ttl);
   int64_t sent_ms = clock_.NowMs();
   auto wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -205,10 +206,10 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   v1::GetReplicasResponse mresp;
   absl::Status s = master_.GetReplicas(mreq, &mresp);
   if (!s.ok()) return ToGrpcStatus(s);
-  uint32_t matched = 0;
-  while (static_cast<int>(matched) < mresp.results_size() &&
-         mresp.results(matched).code() == v1::OK) {
-    ++matched;
+  const uint32_t matched = mresp.matched();
+  if (matched > static_cast<uint32_t>(req->keys_size()) ||
+      (ttl != 0 && matched > static_cast<uint32_t>(mresp.results_size()))) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "master answered an inconsistent prefix");
   }
   resp->set_matched(matched);
   if (ttl == 0 || matched == 0) return grpc::Status::OK;

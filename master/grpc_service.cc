@@ -93,20 +93,18 @@ std::vector<DiskReplicaItem> DiskItems(
     const google::protobuf::RepeatedPtrField<v1::DiskReplicaItem>& items) {
   std::vector<DiskReplicaItem> out;
   for (const auto& item : items) {
-    out.push_back(
-        {item.key(), item.generation(), item.locator(), item.length(), item.checksum()});
+    out.push_back({item.key(), item.generation(), item.locator(), item.length(), item.checksum()});
   }
   return out;
 }
 
 }  // namespace
 
-grpc::Status MasterGrpcService::RegisterClient(grpc::ServerContext*,
-                                               const v1::RegisterClientRequest* req,
-                                               v1::RegisterClientResponse* resp) {
+grpc::Status MasterGrpcService::DoRegisterClient(const v1::RegisterClientRequest* req,
+                                                 v1::RegisterClientResponse* resp) {
   RpcScope scope(*this, "RegisterClient");
-  ClientInfo info{req->client_id(), req->host(), req->data_endpoint(), 0, req->disk_capacity(),
-                  0, 0};
+  ClientInfo info{
+      req->client_id(), req->host(), req->data_endpoint(), 0, req->disk_capacity(), 0, 0};
   std::vector<uint64_t> sizes;
   for (const auto& seg : req->segments()) sizes.push_back(seg.size());
   auto reg = service_.RegisterClient(info, sizes);
@@ -118,22 +116,21 @@ grpc::Status MasterGrpcService::RegisterClient(grpc::ServerContext*,
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
-                                          v1::HeartbeatResponse* resp) {
+grpc::Status MasterGrpcService::DoHeartbeat(const v1::HeartbeatRequest* req,
+                                            v1::HeartbeatResponse* resp) {
   RpcScope scope(*this, "Heartbeat");
   resp->set_known(service_.Heartbeat(req->client_id(), req->session(), req->disk_used()));
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::UnregisterClient(grpc::ServerContext*,
-                                                 const v1::UnregisterClientRequest* req,
-                                                 v1::UnregisterClientResponse*) {
+grpc::Status MasterGrpcService::DoUnregisterClient(const v1::UnregisterClientRequest* req,
+                                                   v1::UnregisterClientResponse*) {
   RpcScope scope(*this, "UnregisterClient");
   return scope.Finish(ToGrpcStatus(service_.UnregisterClient(req->client_id(), req->session())));
 }
 
-grpc::Status MasterGrpcService::PutStart(grpc::ServerContext*, const v1::PutStartRequest* req,
-                                         v1::PutStartResponse* resp) {
+grpc::Status MasterGrpcService::DoPutStart(const v1::PutStartRequest* req,
+                                           v1::PutStartResponse* resp) {
   RpcScope scope(*this, "PutStart");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
@@ -145,8 +142,7 @@ grpc::Status MasterGrpcService::PutStart(grpc::ServerContext*, const v1::PutStar
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::PutEnd(grpc::ServerContext*, const v1::PutEndRequest* req,
-                                       v1::PutEndResponse* resp) {
+grpc::Status MasterGrpcService::DoPutEnd(const v1::PutEndRequest* req, v1::PutEndResponse* resp) {
   RpcScope scope(*this, "PutEnd");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
@@ -159,8 +155,8 @@ grpc::Status MasterGrpcService::PutEnd(grpc::ServerContext*, const v1::PutEndReq
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::PutRevoke(grpc::ServerContext*, const v1::PutRevokeRequest* req,
-                                          v1::PutRevokeResponse* resp) {
+grpc::Status MasterGrpcService::DoPutRevoke(const v1::PutRevokeRequest* req,
+                                            v1::PutRevokeResponse* resp) {
   RpcScope scope(*this, "PutRevoke");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
@@ -171,21 +167,31 @@ grpc::Status MasterGrpcService::PutRevoke(grpc::ServerContext*, const v1::PutRev
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::GetReplicas(grpc::ServerContext*,
-                                            const v1::GetReplicasRequest* req,
-                                            v1::GetReplicasResponse* resp) {
+grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
+                                              v1::GetReplicasResponse* resp) {
   RpcScope scope(*this, "GetReplicas");
   if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
   }
-  LookupOptions options{req->lease_ttl_ms(), req->stop_at_first_miss(), !req->no_lease()};
+  if (req->count_only() && !(req->stop_at_first_miss() && req->no_lease())) {
+    return scope.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                     "count_only needs stop_at_first_miss and no_lease"));
+  }
+  LookupOptions options{req->lease_ttl_ms(), req->stop_at_first_miss(), !req->no_lease(),
+                        !req->count_only()};
   LookupBatch batch = service_.GetReplicas(Keys(req->keys()), options);
   resp->set_lease_id(batch.lease_id);
   resp->set_lease_ttl_ms(batch.lease_ttl_ms);
+  if (req->stop_at_first_miss()) {
+    uint32_t matched = 0;
+    while (matched < batch.results.size() && batch.results[matched].status.ok()) ++matched;
+    resp->set_matched(matched);
+    if (req->count_only()) return scope.Finish(grpc::Status::OK);
+  }
   for (const LookupOutcome& o : batch.results) {
     v1::KeyReplicas* r = resp->add_results();
     r->set_code(ToProtoCode(ToCode(o.status)));
-    r->set_message(std::string(o.status.message()));
+    if (!o.status.ok()) r->set_message(std::string(o.status.message()));
     r->set_size(o.size);
     r->set_checksum(o.checksum);
     r->set_generation(o.generation);
@@ -194,9 +200,8 @@ grpc::Status MasterGrpcService::GetReplicas(grpc::ServerContext*,
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::ReleaseLeases(grpc::ServerContext*,
-                                              const v1::ReleaseLeasesRequest* req,
-                                              v1::ReleaseLeasesResponse* resp) {
+grpc::Status MasterGrpcService::DoReleaseLeases(const v1::ReleaseLeasesRequest* req,
+                                                v1::ReleaseLeasesResponse* resp) {
   RpcScope scope(*this, "ReleaseLeases");
   if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
@@ -205,8 +210,7 @@ grpc::Status MasterGrpcService::ReleaseLeases(grpc::ServerContext*,
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::Exist(grpc::ServerContext*, const v1::ExistRequest* req,
-                                      v1::ExistResponse* resp) {
+grpc::Status MasterGrpcService::DoExist(const v1::ExistRequest* req, v1::ExistResponse* resp) {
   RpcScope scope(*this, "Exist");
   if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
@@ -215,8 +219,7 @@ grpc::Status MasterGrpcService::Exist(grpc::ServerContext*, const v1::ExistReque
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::Remove(grpc::ServerContext*, const v1::RemoveRequest* req,
-                                       v1::RemoveResponse* resp) {
+grpc::Status MasterGrpcService::DoRemove(const v1::RemoveRequest* req, v1::RemoveResponse* resp) {
   RpcScope scope(*this, "Remove");
   if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
@@ -225,9 +228,8 @@ grpc::Status MasterGrpcService::Remove(grpc::ServerContext*, const v1::RemoveReq
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::AddDiskReplicas(grpc::ServerContext*,
-                                                const v1::AddDiskReplicasRequest* req,
-                                                v1::AddDiskReplicasResponse* resp) {
+grpc::Status MasterGrpcService::DoAddDiskReplicas(const v1::AddDiskReplicasRequest* req,
+                                                  v1::AddDiskReplicasResponse* resp) {
   RpcScope scope(*this, "AddDiskReplicas");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
@@ -237,9 +239,8 @@ grpc::Status MasterGrpcService::AddDiskReplicas(grpc::ServerContext*,
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::RemoveDiskReplicas(grpc::ServerContext*,
-                                                   const v1::RemoveDiskReplicasRequest* req,
-                                                   v1::RemoveDiskReplicasResponse* resp) {
+grpc::Status MasterGrpcService::DoRemoveDiskReplicas(const v1::RemoveDiskReplicasRequest* req,
+                                                     v1::RemoveDiskReplicasResponse* resp) {
   RpcScope scope(*this, "RemoveDiskReplicas");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
@@ -248,9 +249,8 @@ grpc::Status MasterGrpcService::RemoveDiskReplicas(grpc::ServerContext*,
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::PromoteStart(grpc::ServerContext*,
-                                             const v1::PromoteStartRequest* req,
-                                             v1::PromoteStartResponse* resp) {
+grpc::Status MasterGrpcService::DoPromoteStart(const v1::PromoteStartRequest* req,
+                                               v1::PromoteStartResponse* resp) {
   RpcScope scope(*this, "PromoteStart");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
@@ -262,8 +262,8 @@ grpc::Status MasterGrpcService::PromoteStart(grpc::ServerContext*,
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::PromoteEnd(grpc::ServerContext*, const v1::PromoteEndRequest* req,
-                                           v1::PromoteEndResponse* resp) {
+grpc::Status MasterGrpcService::DoPromoteEnd(const v1::PromoteEndRequest* req,
+                                             v1::PromoteEndResponse* resp) {
   RpcScope scope(*this, "PromoteEnd");
   if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
     return scope.Finish(TooMany(req->items_size(), max_batch_items_));
@@ -278,9 +278,8 @@ grpc::Status MasterGrpcService::PromoteEnd(grpc::ServerContext*, const v1::Promo
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::TakeOffloadTasks(grpc::ServerContext*,
-                                                 const v1::TakeOffloadTasksRequest* req,
-                                                 v1::TakeOffloadTasksResponse* resp) {
+grpc::Status MasterGrpcService::DoTakeOffloadTasks(const v1::TakeOffloadTasksRequest* req,
+                                                   v1::TakeOffloadTasksResponse* resp) {
   RpcScope scope(*this, "TakeOffloadTasks");
   size_t max = req->max_tasks() == 0 ? 64 : std::min<size_t>(req->max_tasks(), max_batch_items_);
   auto tasks = service_.TakeOffloadTasks(req->client_id(), req->session(), max);
@@ -299,8 +298,8 @@ grpc::Status MasterGrpcService::TakeOffloadTasks(grpc::ServerContext*,
   return scope.Finish(grpc::Status::OK);
 }
 
-grpc::Status MasterGrpcService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
-                                          v1::GetStatusResponse* resp) {
+grpc::Status MasterGrpcService::DoGetStatus(const v1::GetStatusRequest*,
+                                            v1::GetStatusResponse* resp) {
   RpcScope scope(*this, "GetStatus");
   MasterSnapshot snap = service_.Snapshot();
   resp->set_status_line(service_.StatusLine());

@@ -73,6 +73,7 @@ struct LookupOptions {
   int64_t lease_ttl_ms = 0;         // 0 = default
   bool stop_at_first_miss = false;  // prefix match
   bool grant_lease = true;
+  bool with_replicas = true;        // false: code, size, checksum, generation only
 };
 struct LookupOutcome {
   absl::Status status;
@@ -164,6 +165,8 @@ class MetadataService {
   size_t ActiveLeaseCount();
 
  private:
+  // Keys a prefix match looks up per step (it stops after the step that finds the first miss).
+  static constexpr size_t kPrefixChunk = 128;
   absl::Status ValidateKey(std::string_view key) const;
   // Drops every segment, replica, pending put and replica-less object of a client.
   void CleanupClient(const std::string& client_id);

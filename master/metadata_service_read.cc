@@ -28,45 +28,64 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
   int64_t now = clock_.NowMs();
   uint64_t granted = 0;
   uint64_t expired = 0;  // pruned here, so the sweep would never count them
-  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-    shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      LookupOutcome& r = batch.results[i];
-      if (!r.status.ok()) continue;
-      auto it = shard.objects.find(AsKey(keys[i]));
-      if (it == shard.objects.end()) {
-        r.status = McError(Code::kNotFound, "no such key");
-        continue;
+  // A prefix match walks the keys in order, a chunk at a time, and stops after the chunk that
+  // holds the first miss: keys further on are neither looked up nor leased.
+  const size_t chunk = options.stop_at_first_miss ? kPrefixChunk : keys.size();
+  size_t looked_up = 0;
+  while (looked_up < keys.size()) {
+    const size_t begin = looked_up;
+    const size_t end = std::min(keys.size(), begin + chunk);
+    std::vector<std::string_view> part(keys.begin() + begin, keys.begin() + end);
+    table_.ForKeys(part, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+      shard.mu.AssertHeld();
+      for (size_t j : indices) {
+        const size_t i = begin + j;
+        LookupOutcome& r = batch.results[i];
+        if (!r.status.ok()) continue;
+        auto it = shard.objects.find(AsKey(keys[i]));
+        if (it == shard.objects.end()) {
+          r.status = McError(Code::kNotFound, "no such key");
+          continue;
+        }
+        Object& object = it->second;
+        if (object.state != ObjectState::kComplete) {
+          r.status = McError(Code::kNotReady, "key is being written");
+          continue;
+        }
+        r.size = object.size;
+        r.checksum = object.checksum;
+        r.generation = object.generation;
+        if (options.with_replicas) {
+          r.replicas = object.replicas;
+          std::stable_partition(r.replicas.begin(), r.replicas.end(),
+                                [](const Replica& x) { return x.tier == ReplicaTier::kMemory; });
+        }
+        shard.Touch(object, now);
+        if (options.grant_lease) {
+          expired += object.PruneLeases(now);
+          object.leases.push_back({lease_id, now + ttl});
+          shard.leased.insert(object.key);
+          ++granted;
+        }
       }
-      Object& object = it->second;
-      if (object.state != ObjectState::kComplete) {
-        r.status = McError(Code::kNotReady, "key is being written");
-        continue;
-      }
-      r.size = object.size;
-      r.checksum = object.checksum;
-      r.generation = object.generation;
-      r.replicas = object.replicas;
-      std::stable_partition(r.replicas.begin(), r.replicas.end(),
-                            [](const Replica& x) { return x.tier == ReplicaTier::kMemory; });
-      shard.Touch(object, now);
-      if (options.grant_lease) {
-        expired += object.PruneLeases(now);
-        object.leases.push_back({lease_id, now + ttl});
-        shard.leased.insert(object.key);
-        ++granted;
-      }
+    });
+    looked_up = end;
+    if (options.stop_at_first_miss &&
+        std::any_of(batch.results.begin() + begin, batch.results.begin() + end,
+                    [](const LookupOutcome& r) { return !r.status.ok(); })) {
+      break;
     }
-  });
+  }
   leases_granted_.Inc(granted);
   leases_expired_.Inc(expired);
   if (options.stop_at_first_miss) {
     size_t matched = 0;
-    while (matched < keys.size() && batch.results[matched].status.ok()) ++matched;
+    while (matched < looked_up && batch.results[matched].status.ok()) ++matched;
     if (matched < keys.size()) {
-      // Keys past the first miss are not part of the prefix: release what they were granted.
+      // Keys of the last chunk past the first miss are not part of the prefix: release what they
+      // were granted.
       std::vector<std::string_view> beyond;
-      for (size_t i = matched + 1; i < keys.size(); ++i) {
+      for (size_t i = matched + 1; i < looked_up; ++i) {
         if (batch.results[i].status.ok()) beyond.push_back(keys[i]);
       }
       if (options.grant_lease && !beyond.empty()) ReleaseLeases(lease_id, beyond);

@@ -72,29 +72,29 @@ class FakeMasterClient final : public MasterClient {
 
   absl::Status RegisterClient(const v1::RegisterClientRequest& req,
                               v1::RegisterClientResponse* resp) override {
-    return Forward(Rpc::kRegisterClient, [&] { return grpc_->RegisterClient(nullptr, &req, resp); });
+    return Forward(Rpc::kRegisterClient, [&] { return grpc_->DoRegisterClient(&req, resp); });
   }
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
-    return Forward(Rpc::kHeartbeat, [&] { return grpc_->Heartbeat(nullptr, &req, resp); });
+    return Forward(Rpc::kHeartbeat, [&] { return grpc_->DoHeartbeat(&req, resp); });
   }
   absl::Status UnregisterClient(const v1::UnregisterClientRequest& req) override {
     v1::UnregisterClientResponse resp;
     return Forward(Rpc::kUnregisterClient,
-                   [&] { return grpc_->UnregisterClient(nullptr, &req, &resp); });
+                   [&] { return grpc_->DoUnregisterClient(&req, &resp); });
   }
   absl::Status PutStart(const v1::PutStartRequest& req, v1::PutStartResponse* resp) override {
-    return Forward(Rpc::kPutStart, [&] { return grpc_->PutStart(nullptr, &req, resp); });
+    return Forward(Rpc::kPutStart, [&] { return grpc_->DoPutStart(&req, resp); });
   }
   absl::Status PutEnd(const v1::PutEndRequest& req, v1::PutEndResponse* resp) override {
-    return Forward(Rpc::kPutEnd, [&] { return grpc_->PutEnd(nullptr, &req, resp); });
+    return Forward(Rpc::kPutEnd, [&] { return grpc_->DoPutEnd(&req, resp); });
   }
   absl::Status PutRevoke(const v1::PutRevokeRequest& req, v1::PutRevokeResponse* resp) override {
-    return Forward(Rpc::kPutRevoke, [&] { return grpc_->PutRevoke(nullptr, &req, resp); });
+    return Forward(Rpc::kPutRevoke, [&] { return grpc_->DoPutRevoke(&req, resp); });
   }
   absl::Status GetReplicas(const v1::GetReplicasRequest& req,
                            v1::GetReplicasResponse* resp) override {
     absl::Status s =
-        Forward(Rpc::kGetReplicas, [&] { return grpc_->GetReplicas(nullptr, &req, resp); });
+        Forward(Rpc::kGetReplicas, [&] { return grpc_->DoGetReplicas(&req, resp); });
     std::function<void(v1::GetReplicasResponse*)> hook;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -105,35 +105,35 @@ class FakeMasterClient final : public MasterClient {
   }
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
     v1::ReleaseLeasesResponse resp;
-    return Forward(Rpc::kReleaseLeases, [&] { return grpc_->ReleaseLeases(nullptr, &req, &resp); });
+    return Forward(Rpc::kReleaseLeases, [&] { return grpc_->DoReleaseLeases(&req, &resp); });
   }
   absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
-    return Forward(Rpc::kExist, [&] { return grpc_->Exist(nullptr, &req, resp); });
+    return Forward(Rpc::kExist, [&] { return grpc_->DoExist(&req, resp); });
   }
   absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) override {
-    return Forward(Rpc::kRemove, [&] { return grpc_->Remove(nullptr, &req, resp); });
+    return Forward(Rpc::kRemove, [&] { return grpc_->DoRemove(&req, resp); });
   }
   absl::Status AddDiskReplicas(const v1::AddDiskReplicasRequest& req,
                                v1::AddDiskReplicasResponse* resp) override {
     return Forward(Rpc::kAddDiskReplicas,
-                   [&] { return grpc_->AddDiskReplicas(nullptr, &req, resp); });
+                   [&] { return grpc_->DoAddDiskReplicas(&req, resp); });
   }
   absl::Status RemoveDiskReplicas(const v1::RemoveDiskReplicasRequest& req,
                                   v1::RemoveDiskReplicasResponse* resp) override {
     return Forward(Rpc::kRemoveDiskReplicas,
-                   [&] { return grpc_->RemoveDiskReplicas(nullptr, &req, resp); });
+                   [&] { return grpc_->DoRemoveDiskReplicas(&req, resp); });
   }
   absl::Status TakeOffloadTasks(const v1::TakeOffloadTasksRequest& req,
                                 v1::TakeOffloadTasksResponse* resp) override {
     return Forward(Rpc::kTakeOffloadTasks,
-                   [&] { return grpc_->TakeOffloadTasks(nullptr, &req, resp); });
+                   [&] { return grpc_->DoTakeOffloadTasks(&req, resp); });
   }
   absl::Status PromoteStart(const v1::PromoteStartRequest& req,
                             v1::PromoteStartResponse* resp) override {
-    return Forward(Rpc::kPromoteStart, [&] { return grpc_->PromoteStart(nullptr, &req, resp); });
+    return Forward(Rpc::kPromoteStart, [&] { return grpc_->DoPromoteStart(&req, resp); });
   }
   absl::Status PromoteEnd(const v1::PromoteEndRequest& req, v1::PromoteEndResponse* resp) override {
-    return Forward(Rpc::kPromoteEnd, [&] { return grpc_->PromoteEnd(nullptr, &req, resp); });
+    return Forward(Rpc::kPromoteEnd, [&] { return grpc_->DoPromoteEnd(&req, resp); });
   }
 
  private:

@@ -199,6 +199,25 @@ class MasterIntegrationTest(unittest.TestCase):
         self.assertEqual(self.stub.Remove(pb.RemoveRequest(keys=[b"c"]), timeout=5).results[0].code,
                          OK)
 
+    def test_prefix_count_only(self):
+        c1 = self.client("c1", [MiB])
+        keys = [b"cnt-%d" % i for i in range(300)]
+        c1.put([(k, 64) for k in keys[:150] + keys[151:]])
+        got = self.stub.GetReplicas(pb.GetReplicasRequest(
+            client_id="c1", keys=keys, stop_at_first_miss=True, no_lease=True, count_only=True),
+            timeout=5)
+        self.assertEqual(got.matched, 150)
+        self.assertEqual(len(got.results), 0, "count_only answers the count alone")
+        self.assertEqual(got.lease_id, 0)
+        full = self.stub.GetReplicas(pb.GetReplicasRequest(
+            client_id="c1", keys=keys, stop_at_first_miss=True, no_lease=True), timeout=5)
+        self.assertEqual(full.matched, 150)
+        self.assertEqual(len(full.results), 151)
+        with self.assertRaises(grpc.RpcError) as err:
+            self.stub.GetReplicas(pb.GetReplicasRequest(client_id="c1", keys=keys,
+                                                        count_only=True), timeout=5)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+
     def test_already_exists_and_bad_input_are_per_key(self):
         c1 = self.client("c1", [MiB])
         c1.put([(b"stored", 100)])

@@ -155,6 +155,36 @@ class StorePathsTest(unittest.TestCase):
                     self.assertEqual(buf.read(offs[i], n), bytes([SENTINEL]) * n)
             self.assertTrue(got[6].data == vd)
 
+    def test_match_prefix_with_and_without_lease(self):
+        keys = [b"mp-%d" % i for i in range(300)]
+        vals = [cc.payload(100 + i, 900 + i) for i in range(len(keys))]
+        present = [i for i in range(len(keys)) if i != 200]  # the chain breaks at 200
+        self.assertCodes(cc.put_inline(self.s0, [(keys[i], vals[i]) for i in present]),
+                         ["OK"] * len(present))
+        for reader in (self.s0, self.s1):
+            plain = reader.MatchPrefix(spb.MatchPrefixRequest(keys=keys), timeout=cc.RPC_TIMEOUT_S)
+            self.assertEqual(plain.matched, 200)
+            self.assertEqual(plain.lease_id, 0, "no lease asked, none granted")
+            self.assertEqual(reader.MatchPrefix(spb.MatchPrefixRequest(keys=[b"mp-none"] + keys),
+                                                timeout=cc.RPC_TIMEOUT_S).matched, 0)
+            leased = reader.MatchPrefix(spb.MatchPrefixRequest(keys=keys, lease_ttl_ms=60000),
+                                        timeout=cc.RPC_TIMEOUT_S)
+            self.assertEqual(leased.matched, 200)
+            self.assertNotEqual(leased.lease_id, 0)
+            # Pinned keys read under the lease; the key past the break still reads on its own.
+            got = cc.get_inline(reader, keys[:200] + [keys[250]], lease_id=leased.lease_id)
+            self.assertCodes(got, ["OK"] * 201)
+            for i, r in zip(list(range(200)) + [250], got):
+                self.assertTrue(r.data == vals[i], keys[i])
+            # Leased keys cannot be removed; keys past the break were not left leased.
+            self.assertEqual(cc.code_name(self.s0.BatchRemove(spb.BatchRemoveRequest(
+                keys=[keys[5]]), timeout=cc.RPC_TIMEOUT_S).results[0].code), "HAS_LEASE")
+            reader.ReleaseLease(spb.ReleaseLeaseRequest(lease_id=leased.lease_id),
+                                timeout=cc.RPC_TIMEOUT_S)
+        removed = self.s0.BatchRemove(spb.BatchRemoveRequest(keys=[keys[i] for i in present]),
+                                      timeout=cc.RPC_TIMEOUT_S)
+        self.assertCodes(removed.results, ["OK"] * len(present))
+
 
 if __name__ == "__main__":
     unittest.main()

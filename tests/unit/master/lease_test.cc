@@ -190,5 +190,46 @@ TEST_F(Leases, FirstKeyMissingMatchesNothingAndLeasesNothing) {
   EXPECT_EQ(m_.svc().ActiveLeaseCount(), 0u);
 }
 
+TEST_F(Leases, LongPrefixLooksUpNothingPastTheChunkOfTheFirstMiss) {
+  // 600 keys, the 10th missing: keys beyond the first lookup step are never looked up, so they
+  // are neither leased nor touched; only the prefix stays leased.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 600; ++i) keys.push_back("p" + std::to_string(i));
+  for (int i = 0; i < 600; ++i) {
+    if (i != 10) m_.Put("c1", keys[i], 64);
+  }
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  LookupBatch b = m_.svc().GetReplicas(views, {.stop_at_first_miss = true});
+  ASSERT_EQ(b.results.size(), 11u);
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(b.results[i].status.ok()) << i;
+  EXPECT_EQ(CodeOf(b.results[10].status), Code::kNotFound);
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 10u);
+  EXPECT_TRUE(m_.svc().Remove({"p11"})[0].ok()) << "a key past the miss must not stay leased";
+  EXPECT_TRUE(m_.svc().Remove({"p599"})[0].ok());
+}
+
+TEST_F(Leases, LongPrefixAllPresentMatchesEveryChunk) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 1000; ++i) keys.push_back("q" + std::to_string(i));
+  for (const auto& k : keys) m_.Put("c1", k, 64);
+  std::vector<std::string_view> views(keys.begin(), keys.end());
+  LookupBatch b = m_.svc().GetReplicas(views, {.stop_at_first_miss = true, .grant_lease = false});
+  ASSERT_EQ(b.results.size(), 1000u);
+  for (const auto& r : b.results) EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 0u);
+}
+
+TEST_F(Leases, LookupWithoutReplicasAnswersSizeChecksumAndGeneration) {
+  m_.Put("c1", "k", 100);
+  LookupBatch full = m_.svc().GetReplicas({"k"}, {.grant_lease = false});
+  LookupBatch bare = m_.svc().GetReplicas({"k"}, {.grant_lease = false, .with_replicas = false});
+  ASSERT_TRUE(bare.results[0].status.ok()) << bare.results[0].status;
+  EXPECT_TRUE(bare.results[0].replicas.empty());
+  EXPECT_FALSE(full.results[0].replicas.empty());
+  EXPECT_EQ(bare.results[0].size, 100u);
+  EXPECT_EQ(bare.results[0].checksum, full.results[0].checksum);
+  EXPECT_EQ(bare.results[0].generation, full.results[0].generation);
+}
+
 }  // namespace
 }  // namespace mc::master
