@@ -388,15 +388,17 @@ void BatchGetter::ReleaseLeases(Batch& batch) {
     if (plan.leased_here) req.add_keys(plan.key);
   }
   if (req.keys_size() == 0) return;
-  absl::Status s = master_.ReleaseLeases(req);
-  if (!s.ok()) {
+  // Our transfers are over and verified: the answer need not wait for the master's reply.
+  const int keys = req.keys_size();
+  master_.ReleaseLeasesAsync(req, [keys](absl::Status s) {
+    if (s.ok()) return;
     static RateLimiter limiter(std::chrono::seconds(10));
     uint64_t suppressed = 0;
     if (limiter.Allow(&suppressed)) {
       Logger("client").warn("releasing {} lease(s) failed: {}; they expire by TTL ({} suppressed)",
-                            req.keys_size(), s.ToString(), suppressed);
+                            keys, s.ToString(), suppressed);
     }
-  }
+  });
 }
 
 void BatchGetter::PromoteDiskHits(Batch& batch) {

@@ -10,7 +10,8 @@
 //  - an item is OK only when its own destination received exactly `size` bytes from this get and
 //    their XXH3 equals the checksum recorded at put; a transfer that finished after its lease
 //    expired is LEASE_EXPIRED; destinations that overlap each other are rejected up front;
-//  - the leases this call took are released before it returns.
+//  - the release of the leases this call took is sent before it returns, without waiting for the
+//    reply (MasterClient::ReleaseLeasesAsync: this client's later puts and removes wait for it).
 // Thread-safe: concurrent Get() calls share nothing but thread-safe collaborators.
 #pragma once
 

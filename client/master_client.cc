@@ -4,6 +4,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
@@ -21,6 +23,8 @@ class GrpcMasterClient final : public MasterClient {
     stub_ = v1::Master::NewStub(
         grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args));
   }
+  // Every release in flight has a deadline, so this wait is bounded by the RPC timeout.
+  ~GrpcMasterClient() override { WaitForReleases(); }
 
   absl::Status RegisterClient(const v1::RegisterClientRequest& req,
                               v1::RegisterClientResponse* resp) override {
@@ -34,6 +38,7 @@ class GrpcMasterClient final : public MasterClient {
     return Call(&v1::Master::Stub::UnregisterClient, req, &resp);
   }
   absl::Status PutStart(const v1::PutStartRequest& req, v1::PutStartResponse* resp) override {
+    WaitForReleases();
     return Call(&v1::Master::Stub::PutStart, req, resp);
   }
   absl::Status PutEnd(const v1::PutEndRequest& req, v1::PutEndResponse* resp) override {
@@ -50,10 +55,36 @@ class GrpcMasterClient final : public MasterClient {
     v1::ReleaseLeasesResponse resp;
     return Call(&v1::Master::Stub::ReleaseLeases, req, &resp);
   }
+  void ReleaseLeasesAsync(const v1::ReleaseLeasesRequest& req,
+                          std::function<void(absl::Status)> done) override {
+    struct Pending {
+      grpc::ClientContext ctx;
+      v1::ReleaseLeasesRequest req;
+      v1::ReleaseLeasesResponse resp;
+      std::function<void(absl::Status)> done;
+    };
+    auto* call = new Pending;
+    call->req = req;
+    call->done = std::move(done);
+    call->ctx.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::milliseconds(options_.rpc_timeout_ms));
+    {
+      absl::MutexLock lock(&release_mu_);
+      ++releases_in_flight_;
+    }
+    stub_->async()->ReleaseLeases(&call->ctx, &call->req, &call->resp,
+                                  [this, call](grpc::Status status) {
+                                    call->done(FromGrpcStatus(status));
+                                    delete call;
+                                    absl::MutexLock lock(&release_mu_);
+                                    if (--releases_in_flight_ == 0) release_cv_.SignalAll();
+                                  });
+  }
   absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
     return Call(&v1::Master::Stub::Exist, req, resp);
   }
   absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) override {
+    WaitForReleases();
     return Call(&v1::Master::Stub::Remove, req, resp);
   }
   absl::Status AddDiskReplicas(const v1::AddDiskReplicasRequest& req,
@@ -87,8 +118,16 @@ class GrpcMasterClient final : public MasterClient {
     return FromGrpcStatus(((*stub_).*method)(&ctx, req, resp));
   }
 
+  void WaitForReleases() {
+    absl::MutexLock lock(&release_mu_);
+    while (releases_in_flight_ > 0) release_cv_.Wait(&release_mu_);
+  }
+
   const GrpcMasterClientOptions options_;
   std::unique_ptr<v1::Master::Stub> stub_;
+  absl::Mutex release_mu_;
+  absl::CondVar release_cv_;
+  int releases_in_flight_ ABSL_GUARDED_BY(release_mu_) = 0;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 // kUnavailable. Thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -27,6 +28,14 @@ class MasterClient {
   virtual absl::Status GetReplicas(const v1::GetReplicasRequest& req,
                                    v1::GetReplicasResponse* resp) = 0;
   virtual absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) = 0;
+  // Sends ReleaseLeases without waiting for the answer; `done` gets the outcome later, maybe on
+  // another thread (a lost release only keeps the keys leased until their TTL). PutStart and
+  // Remove of this client wait for the releases sent before them, so this client's own writes
+  // and removals never find its finished reads still holding leases. Default: synchronous.
+  virtual void ReleaseLeasesAsync(const v1::ReleaseLeasesRequest& req,
+                                  std::function<void(absl::Status)> done) {
+    done(ReleaseLeases(req));
+  }
   virtual absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) = 0;
   virtual absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) = 0;
   virtual absl::Status AddDiskReplicas(const v1::AddDiskReplicasRequest& req,
