@@ -407,7 +407,8 @@ void BatchGetter::PromoteDiskHits(Batch& batch) {
   for (const KeyPlan& plan : batch.plans) {
     if (!plan.done || plan.next == 0) continue;
     if (plan.lookup.replicas(plan.order[plan.next - 1]).tier() != v1::DISK) continue;
-    hits.push_back({plan.key, plan.lookup.generation(), batch.dest[plan.primary]});
+    hits.push_back({plan.key, plan.lookup.generation(), plan.lookup.checksum(),
+                    batch.dest[plan.primary]});
   }
   promoter_->Promote(hits);
 }

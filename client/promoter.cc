@@ -1,5 +1,8 @@
 #include "client/promoter.h"
 
+#include <memory>
+
+#include "client/batch_get.h"
 #include "common/logging.h"
 
 namespace mc::client {
@@ -18,13 +21,52 @@ Promoter::Promoter(std::string client_id, MasterClient& master, transfer::Transf
                                  {{"result", "failed"}})) {}
 
 size_t Promoter::Promote(const std::vector<Item>& items) {
+  size_t ok = 0;
+  std::vector<const Item*> round;
+  uint64_t staged = 0;
+  for (const Item& item : items) {
+    const uint64_t size = TotalLength(item.bytes);
+    if (!round.empty() && staged + size > kStagingBytes) {
+      ok += PromoteRound(round);
+      round.clear();
+      staged = 0;
+    }
+    round.push_back(&item);
+    staged += size;
+  }
+  if (!round.empty()) ok += PromoteRound(round);
+  return ok;
+}
+
+size_t Promoter::PromoteRound(const std::vector<const Item*>& candidates) {
+  // Private, verified copies: the get's destinations belong to the application.
+  std::vector<const Item*> items;
+  std::vector<std::unique_ptr<char[]>> staging;
+  std::vector<std::vector<transfer::LocalBuffer>> staged;
+  for (const Item* item : candidates) {
+    const uint64_t size = TotalLength(item->bytes);
+    auto copy = std::make_unique_for_overwrite<char[]>(size);
+    std::vector<transfer::LocalBuffer> to{transfer::LocalBuffer{copy.get(), size}};
+    uint64_t copied = 0;
+    const uint64_t sum = ScatterCopyChecksum(item->bytes, to, &copied);
+    if (copied != size || sum != item->checksum) {
+      failed_.Inc();
+      Logger("client").warn(
+          "not promoting {}: the get's destination changed before it could be staged",
+          KeyForLog(item->key));
+      continue;
+    }
+    items.push_back(item);
+    staging.push_back(std::move(copy));
+    staged.push_back(std::move(to));
+  }
   if (items.empty()) return 0;
   v1::PromoteStartRequest start;
   start.set_client_id(client_id_);
-  for (const Item& item : items) {
+  for (const Item* item : items) {
     auto* p = start.add_items();
-    p->set_key(item.key.data(), item.key.size());
-    p->set_generation(item.generation);
+    p->set_key(item->key.data(), item->key.size());
+    p->set_generation(item->generation);
   }
   int64_t sent_ms = clock_.NowMs();
   v1::PromoteStartResponse placed;
@@ -39,7 +81,7 @@ size_t Promoter::Promote(const std::vector<Item>& items) {
     const auto& r = placed.results(static_cast<int>(i));
     if (r.code() != v1::OK || r.replicas_size() != 1) continue;
     const auto& rep = r.replicas(0);
-    writes.push_back({transfer::OpKind::kWrite, items[i].bytes, rep.data_endpoint(),
+    writes.push_back({transfer::OpKind::kWrite, staged[i], rep.data_endpoint(),
                       rep.segment_id(), rep.offset()});
     owner.push_back(i);
   }
@@ -52,8 +94,8 @@ size_t Promoter::Promote(const std::vector<Item>& items) {
     uint64_t expect = 0;
     for (const auto& b : writes[w].local) expect += b.length;
     auto* p = end.add_items();
-    p->set_key(items[owner[w]].key.data(), items[owner[w]].key.size());
-    p->set_generation(items[owner[w]].generation);
+    p->set_key(items[owner[w]]->key.data(), items[owner[w]]->key.size());
+    p->set_generation(items[owner[w]]->generation);
     p->set_written(done[w].status.ok() && done[w].bytes == expect);
   }
   v1::PromoteEndResponse ended;

@@ -1,10 +1,14 @@
 // Promoter: writes SSD hits back into memory (mc-client --promote_on_hit), so the next get of a
-// hot object is a memory read. Best effort and batched: one PromoteStart for the items, their
-// bytes (already verified by the get) written through the transfer engine before the master's
-// write deadline, one PromoteEnd that attaches the written replicas and gives back the rest.
-// A failure only means the object stays on SSD. Thread-safe.
+// hot object is a memory read. Best effort and batched: the bytes the get delivered are first
+// copied into private staging memory and hashed on the way; only a copy whose XXH3 equals the
+// recorded checksum is promoted (the application owns the get's destination and may already be
+// writing into it). Then one PromoteStart for the items, their staged bytes written through the
+// transfer engine before the master's write deadline, one PromoteEnd that attaches the written
+// replicas and gives back the rest. Staging is bounded per round (kStagingBytes; a larger
+// object goes alone). A failure only means the object stays on SSD. Thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,8 +25,10 @@ class Promoter {
   struct Item {
     std::string_view key;
     uint64_t generation = 0;
-    std::vector<transfer::LocalBuffer> bytes;  // the verified object, valid during Promote()
+    uint64_t checksum = 0;                     // recorded at put (XXH3-64)
+    std::vector<transfer::LocalBuffer> bytes;  // the object as the get delivered it
   };
+  static constexpr uint64_t kStagingBytes = 64ull << 20;
 
   Promoter(std::string client_id, MasterClient& master, transfer::TransferEngine& engine,
            const Clock& clock, MetricsRegistry& metrics);
@@ -31,6 +37,9 @@ class Promoter {
   size_t Promote(const std::vector<Item>& items);
 
  private:
+  // One round: stage, verify, place, write, attach.
+  size_t PromoteRound(const std::vector<const Item*>& items);
+
   const std::string client_id_;
   MasterClient& master_;
   transfer::TransferEngine& engine_;
