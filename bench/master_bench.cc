@@ -1,6 +1,7 @@
 // mc_master_bench: batched lookups (GetReplicas, Exist) over 100k preloaded keys, in-process
 // (MetadataService directly) and through gRPC on loopback (an in-process MasterServer on
 // 127.0.0.1:0 and a Master stub). Figures are keys/s (items_per_second); batch size is the arg.
+#include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -28,7 +29,8 @@ constexpr size_t kBatchesPrepared = 4096;
 // Keys look like KV-block hashes: 32 bytes.
 std::string KeyOf(size_t i) {
   char buf[33];
-  std::snprintf(buf, sizeof(buf), "%016zx%016zx", static_cast<size_t>(i * 0x9E3779B97F4A7C15ull), i);
+  std::snprintf(buf, sizeof(buf), "%016zx%016zx", static_cast<size_t>(i * 0x9E3779B97F4A7C15ull),
+                i);
   return std::string(buf, 32);
 }
 
@@ -184,15 +186,19 @@ void BM_Grpc_GetReplicasLeaseAndRelease(benchmark::State& state) {
     mcstore::v1::GetReplicasRequest req;
     req.set_client_id("bench-client");
     for (const auto& k : keys) req.add_keys(k);
-    mcstore::v1::GetReplicasResponse resp;
+    // Parsed onto an arena, as mc-client does.
+    google::protobuf::Arena arena;
+    auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
     grpc::ClientContext ctx;
-    if (!g.stub(state).GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
+    if (!g.stub(state).GetReplicas(&ctx, req, &resp).ok())
+      state.SkipWithError("GetReplicas failed");
     mcstore::v1::ReleaseLeasesRequest rel;
     rel.set_lease_id(resp.lease_id());
     *rel.mutable_keys() = req.keys();
     mcstore::v1::ReleaseLeasesResponse rel_resp;
     grpc::ClientContext ctx2;
-    if (!g.stub(state).ReleaseLeases(&ctx2, rel, &rel_resp).ok()) state.SkipWithError("Release failed");
+    if (!g.stub(state).ReleaseLeases(&ctx2, rel, &rel_resp).ok())
+      state.SkipWithError("Release failed");
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
@@ -207,9 +213,12 @@ void BM_Grpc_GetReplicas_NoLease(benchmark::State& state) {
     req.set_client_id("bench-client");
     req.set_no_lease(true);
     for (const auto& k : keys) req.add_keys(k);
-    mcstore::v1::GetReplicasResponse resp;
+    // Parsed onto an arena, as mc-client does.
+    google::protobuf::Arena arena;
+    auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
     grpc::ClientContext ctx;
-    if (!g.stub(state).GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
+    if (!g.stub(state).GetReplicas(&ctx, req, &resp).ok())
+      state.SkipWithError("GetReplicas failed");
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
+
+#include <google/protobuf/arena.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -21,7 +24,8 @@ struct BatchGetter::KeyPlan {
   std::string key;
   std::vector<size_t> items;  // request positions, ascending
   absl::Status status;        // key-level outcome (lookup, transfer, verification)
-  v1::KeyReplicas lookup;
+  const v1::KeyReplicas* lookup = nullptr;  // in Batch's arena, or `pinned`; set when status ok
+  std::optional<v1::KeyReplicas> pinned;    // a MatchPrefix lease's copy
   int64_t deadline_ms = 0;    // lease end on the local clock
   bool leased_here = false;   // this call took the lease (and releases it)
   std::vector<int> order;     // replica indices, preferred first
@@ -32,11 +36,16 @@ struct BatchGetter::KeyPlan {
 };
 
 struct BatchGetter::Batch {
+  explicit Batch(std::vector<GetRequestItem>& requested)
+      : items(requested), results(requested.size()), dest(requested.size()) {}
   std::vector<GetRequestItem>& items;
   std::vector<GetItemResult> results;
   std::vector<std::vector<LocalBuffer>> dest;
   std::vector<KeyPlan> plans;
   uint64_t master_lease_id = 0;
+  // The master's answer is parsed onto this arena (thousands of small messages and strings per
+  // batch, freed at once); plans point into it.
+  google::protobuf::Arena arena;
 };
 
 BatchGetter::BatchGetter(BatchGetOptions options, MasterClient& master,
@@ -128,8 +137,7 @@ void RejectOverlappingDestinations(std::vector<GetRequestItem>& items) {
 std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, uint64_t lease_id,
                                             InlineSink* sink) {
   RejectOverlappingDestinations(items);
-  Batch batch{items, std::vector<GetItemResult>(items.size()),
-              std::vector<std::vector<LocalBuffer>>(items.size()), {}, 0};
+  Batch batch(items);
   absl::flat_hash_map<std::string_view, size_t> plan_of;
   plan_of.reserve(items.size());
   batch.plans.reserve(items.size());
@@ -161,7 +169,7 @@ std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, 
 }
 
 void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
-  v1::GetReplicasRequest req;
+  auto& req = *google::protobuf::Arena::CreateMessage<v1::GetReplicasRequest>(&batch.arena);
   req.set_client_id(options_.client_id);
   req.set_lease_ttl_ms(options_.lease_ttl_ms);
   std::vector<size_t> asked;
@@ -169,7 +177,8 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
     KeyPlan& plan = batch.plans[p];
     if (lease_id != 0) {
       if (auto pinned = prefix_leases_.Find(lease_id, plan.key, &plan.deadline_ms)) {
-        plan.lookup = std::move(*pinned);
+        plan.pinned = std::move(*pinned);
+        plan.lookup = &*plan.pinned;
         continue;
       }
     }
@@ -178,7 +187,7 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
   }
   if (!asked.empty()) {
     int64_t sent_ms = clock_.NowMs();
-    v1::GetReplicasResponse resp;
+    auto& resp = *google::protobuf::Arena::CreateMessage<v1::GetReplicasResponse>(&batch.arena);
     absl::Status s = master_.GetReplicas(req, &resp);
     if (s.ok() && resp.results_size() != static_cast<int>(asked.size())) {
       s = McError(Code::kInternal, "master answered a different number of keys");
@@ -190,22 +199,22 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
         plan.status = McError(Code::kUnavailable, absl::StrCat("master lookup: ", s.message()));
         continue;
       }
-      plan.lookup = std::move(*resp.mutable_results(i));
-      plan.leased_here = plan.lookup.code() == v1::OK;
+      plan.lookup = &resp.results(static_cast<int>(i));
+      plan.leased_here = plan.lookup->code() == v1::OK;
       // The lease began after we sent the request, so this deadline is never late.
       plan.deadline_ms = sent_ms + static_cast<int64_t>(resp.lease_ttl_ms());
     }
   }
   for (KeyPlan& plan : batch.plans) {
     if (!plan.status.ok()) continue;
-    if (plan.lookup.code() != v1::OK) {
-      plan.status = McError(FromProtoCode(plan.lookup.code()), plan.lookup.message());
+    if (plan.lookup->code() != v1::OK) {
+      plan.status = McError(FromProtoCode(plan.lookup->code()), plan.lookup->message());
       continue;
     }
     // Replica preference: own memory, remote memory, own SSD tier, remote SSD tiers.
     auto add = [&](bool memory, bool local) {
-      for (int r = 0; r < plan.lookup.replicas_size(); ++r) {
-        const auto& rep = plan.lookup.replicas(r);
+      for (int r = 0; r < plan.lookup->replicas_size(); ++r) {
+        const auto& rep = plan.lookup->replicas(r);
         if ((rep.tier() == v1::MEMORY) != memory) continue;
         if ((rep.data_endpoint() == options_.local_endpoint) != local) continue;
         if (!memory && local && disk_reader_ == nullptr) continue;
@@ -230,7 +239,7 @@ void BatchGetter::AssignDestinations(Batch& batch, InlineSink* sink) {
         r.status = plan.status;
         continue;
       }
-      uint64_t size = plan.lookup.size();
+      uint64_t size = plan.lookup->size();
       r.size = size;
       GetRequestItem& item = batch.items[i];
       if (item.inline_data) {
@@ -266,14 +275,14 @@ void BatchGetter::TransferRounds(Batch& batch) {
       KeyPlan& plan = batch.plans[p];
       if (!plan.status.ok() || plan.done || plan.primary == kNone) continue;
       if (plan.next >= plan.order.size()) continue;  // status already says why
-      const auto& rep = plan.lookup.replicas(plan.order[plan.next]);
+      const auto& rep = plan.lookup->replicas(plan.order[plan.next]);
       if (rep.tier() == v1::MEMORY) {
         reqs.push_back({transfer::OpKind::kRead, batch.dest[plan.primary], rep.data_endpoint(),
                         rep.segment_id(), rep.offset()});
       } else {
         // DISK: the owner reads and verifies the record (generation, locator, key tag).
         reqs.push_back({transfer::OpKind::kReadDisk, batch.dest[plan.primary],
-                        rep.data_endpoint(), plan.lookup.generation(), rep.offset(),
+                        rep.data_endpoint(), plan.lookup->generation(), rep.offset(),
                         DiskKeyTag(plan.key)});
       }
       reqs.back().want_checksum = true;  // the transport hashes the bytes as they land
@@ -295,7 +304,7 @@ void BatchGetter::TransferRounds(Batch& batch) {
         metrics_.lease_expiries.Inc();
         continue;
       }
-      if (!res.status.ok() || res.bytes != plan.lookup.size()) {
+      if (!res.status.ok() || res.bytes != plan.lookup->size()) {
         plan.status = McError(Code::kTransferFailed,
                               absl::StrCat("replica on ", reqs[i].endpoint, ": ",
                                            res.status.ok() ? "short transfer"
@@ -306,10 +315,10 @@ void BatchGetter::TransferRounds(Batch& batch) {
       // The transport's hash is of the destination bytes as delivered; without one, hash here.
       const uint64_t got = res.checksum.has_value() ? *res.checksum
                                                     : ScatterChecksum(batch.dest[plan.primary]);
-      if (got != plan.lookup.checksum()) {
+      if (got != plan.lookup->checksum()) {
         metrics_.checksum_mismatches.Inc();
         Logger("client").error("checksum mismatch reading {} from {} (generation {})",
-                               KeyForLog(plan.key), reqs[i].endpoint, plan.lookup.generation());
+                               KeyForLog(plan.key), reqs[i].endpoint, plan.lookup->generation());
         plan.status = McError(Code::kChecksumMismatch,
                               absl::StrCat("replica on ", reqs[i].endpoint,
                                            " failed the checksum"));
@@ -371,7 +380,7 @@ void BatchGetter::FanOut(Batch& batch) {
         const uint64_t sum = ScatterCopyChecksum(batch.dest[plan.primary], batch.dest[i],
                                                  &r.bytes_written);
         metrics_.duplicate_keys.Inc();
-        if (r.bytes_written != plan.lookup.size() || sum != plan.lookup.checksum()) {
+        if (r.bytes_written != plan.lookup->size() || sum != plan.lookup->checksum()) {
           r.status = McError(Code::kInternal, "destination failed verification after copy");
           continue;
         }
@@ -406,8 +415,8 @@ void BatchGetter::PromoteDiskHits(Batch& batch) {
   std::vector<Promoter::Item> hits;
   for (const KeyPlan& plan : batch.plans) {
     if (!plan.done || plan.next == 0) continue;
-    if (plan.lookup.replicas(plan.order[plan.next - 1]).tier() != v1::DISK) continue;
-    hits.push_back({plan.key, plan.lookup.generation(), plan.lookup.checksum(),
+    if (plan.lookup->replicas(plan.order[plan.next - 1]).tier() != v1::DISK) continue;
+    hits.push_back({plan.key, plan.lookup->generation(), plan.lookup->checksum(),
                     batch.dest[plan.primary]});
   }
   promoter_->Promote(hits);

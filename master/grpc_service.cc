@@ -30,6 +30,17 @@ class MasterGrpcService::RpcScope {
   std::chrono::steady_clock::time_point start_;
 };
 
+MasterGrpcService::MasterGrpcService(MetadataService& service, MetricsRegistry& metrics,
+                                     size_t max_batch_items)
+    : service_(service), metrics_(metrics), max_batch_items_(max_batch_items) {
+  SetMessageAllocatorFor_GetReplicas(&get_replicas_alloc_);
+  SetMessageAllocatorFor_ReleaseLeases(&release_leases_alloc_);
+  SetMessageAllocatorFor_Exist(&exist_alloc_);
+  SetMessageAllocatorFor_Remove(&remove_alloc_);
+  SetMessageAllocatorFor_PutStart(&put_start_alloc_);
+  SetMessageAllocatorFor_PutEnd(&put_end_alloc_);
+}
+
 MasterGrpcService::RpcMetrics& MasterGrpcService::MetricsFor(const char* rpc) {
   {
     absl::ReaderMutexLock lock(&rpc_metrics_mu_);

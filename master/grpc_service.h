@@ -6,6 +6,9 @@
 #include <memory>
 #include <string>
 
+#include <google/protobuf/arena.h>
+#include <grpcpp/support/message_allocator.h>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
@@ -19,8 +22,7 @@ namespace mc::master {
 // saves a thread switch per RPC (measured in bench/README.md).
 class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
  public:
-  MasterGrpcService(MetadataService& service, MetricsRegistry& metrics, size_t max_batch_items)
-      : service_(service), metrics_(metrics), max_batch_items_(max_batch_items) {}
+  MasterGrpcService(MetadataService& service, MetricsRegistry& metrics, size_t max_batch_items);
 
 #define MC_MASTER_UNARY(Rpc)                                                 \
   grpc::ServerUnaryReactor* Rpc(grpc::CallbackServerContext* ctx,            \
@@ -80,6 +82,27 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
                            mcstore::v1::GetStatusResponse* resp);
 
  private:
+  // Request and response of one call on one protobuf arena: the batched RPCs parse and build
+  // thousands of small messages and strings, which then cost a pointer bump each and are freed
+  // at once when the call ends.
+  template <typename Req, typename Resp>
+  class ArenaAllocator final : public grpc::MessageAllocator<Req, Resp> {
+    class Holder final : public grpc::MessageHolder<Req, Resp> {
+     public:
+      Holder() {
+        this->set_request(google::protobuf::Arena::CreateMessage<Req>(&arena_));
+        this->set_response(google::protobuf::Arena::CreateMessage<Resp>(&arena_));
+      }
+      void Release() override { delete this; }
+
+     private:
+      google::protobuf::Arena arena_;
+    };
+
+   public:
+    grpc::MessageHolder<Req, Resp>* AllocateMessages() override { return new Holder; }
+  };
+
   class RpcScope;
   struct RpcMetrics {
     Counter& requests;
@@ -95,6 +118,14 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   absl::Mutex rpc_metrics_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<RpcMetrics>> rpc_metrics_
       ABSL_GUARDED_BY(rpc_metrics_mu_);
+  ArenaAllocator<mcstore::v1::GetReplicasRequest, mcstore::v1::GetReplicasResponse>
+      get_replicas_alloc_;
+  ArenaAllocator<mcstore::v1::ReleaseLeasesRequest, mcstore::v1::ReleaseLeasesResponse>
+      release_leases_alloc_;
+  ArenaAllocator<mcstore::v1::ExistRequest, mcstore::v1::ExistResponse> exist_alloc_;
+  ArenaAllocator<mcstore::v1::RemoveRequest, mcstore::v1::RemoveResponse> remove_alloc_;
+  ArenaAllocator<mcstore::v1::PutStartRequest, mcstore::v1::PutStartResponse> put_start_alloc_;
+  ArenaAllocator<mcstore::v1::PutEndRequest, mcstore::v1::PutEndResponse> put_end_alloc_;
 };
 
 }  // namespace mc::master
