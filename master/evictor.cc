@@ -38,7 +38,7 @@ Evictor::Evictor(ObjectTable& table, SegmentManager& segments, const Clock& cloc
                                           "Objects eviction walked past, by reason",
                                           {{"reason", "pending"}})) {}
 
-std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes) {
+std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes, bool persisted_only) {
   int64_t now = clock_.NowMs();
   std::vector<Candidate> candidates;
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
@@ -51,6 +51,7 @@ std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes) {
       const Object& object = shard.objects.at(*it);
       uint64_t mem = MemoryBytes(object);
       if (mem == 0) continue;  // already only on disk
+      if (persisted_only && !object.HasDiskReplica()) continue;
       if (object.state != ObjectState::kComplete) {
         skipped_pending_.Inc();
       } else if (object.pinned) {
@@ -102,10 +103,10 @@ uint64_t Evictor::EvictCandidates(std::vector<Candidate>& candidates, uint64_t b
   return freed;
 }
 
-uint64_t Evictor::Evict(uint64_t bytes) {
+uint64_t Evictor::Evict(uint64_t bytes, bool persisted_only) {
   absl::MutexLock pass(&pass_mu_);
   attempts_.Inc();
-  std::vector<Candidate> candidates = CollectCandidates(bytes);
+  std::vector<Candidate> candidates = CollectCandidates(bytes, persisted_only);
   uint64_t freed = EvictCandidates(candidates, bytes);
   if (freed >= bytes) {
     successes_.Inc();

@@ -44,7 +44,9 @@ class Evictor {
           MetricsRegistry& metrics, EvictorOptions options);
 
   // One attempt to free `bytes` of memory; returns the bytes freed.
-  uint64_t Evict(uint64_t bytes);
+  // With `persisted_only`, only objects that also have a DISK replica lose their memory replica
+  // (a promotion must never destroy the only copy of another object to make room for a copy).
+  uint64_t Evict(uint64_t bytes, bool persisted_only = false);
   // When memory use is above the high watermark, evicts down to the low one. Returns bytes freed.
   uint64_t EvictToWatermark();
 
@@ -59,7 +61,7 @@ class Evictor {
     uint64_t bytes;
     bool persisted;  // has a DISK replica: dropping its memory loses nothing
   };
-  std::vector<Candidate> CollectCandidates(uint64_t bytes);
+  std::vector<Candidate> CollectCandidates(uint64_t bytes, bool persisted_only);
   uint64_t EvictCandidates(std::vector<Candidate>& candidates, uint64_t bytes);
 
   ObjectTable& table_;

@@ -147,14 +147,14 @@ void MetadataService::CleanupClient(const std::string& client_id) {
 }
 
 absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
-    uint64_t size, uint32_t replicas, const std::string& writer) {
+    uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only) {
   auto placed = segments_.Place(size, replicas, writer);
   // Each round asks for twice the bytes of the previous one: LRU victims are scattered, so under
   // fragmentation freeing just `size` bytes per round may never open one range that fits.
   uint64_t ask = size * replicas;
   for (int round = 0; !placed.ok() && round < options_.sync_eviction_rounds; ++round) {
     if (segments_.ClientCount() < replicas) break;
-    if (evictor_.Evict(ask) == 0) break;
+    if (evictor_.Evict(ask, persisted_only) == 0) break;
     placed = segments_.Place(size, replicas, writer);
     if (ask <= (UINT64_MAX >> 1)) ask <<= 1;
   }

@@ -171,8 +171,10 @@ class MetadataService {
   // Drops every segment, replica, pending put and replica-less object of a client.
   void CleanupClient(const std::string& client_id);
   // Places one object's replicas, evicting synchronously between tries.
+  // `persisted_only`: evict only objects that also live on an SSD tier (promotions).
   absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(uint64_t size, uint32_t replicas,
-                                                                const std::string& writer);
+                                                                const std::string& writer,
+                                                                bool persisted_only = false);
   void RevokeTimedOutPuts();
   // Ends an object's promotion, if any, queueing its space in `to_free`.
   void DropPromotion(Object& object, std::vector<MemoryLocation>* to_free);

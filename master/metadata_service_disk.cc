@@ -148,7 +148,9 @@ std::vector<PutStartOutcome> MetadataService::PromoteStart(
   std::vector<MemoryLocation> placed(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     if (!out[i].status.ok()) continue;
-    auto p = PlaceWithEviction(sizes[i], 1, client_id);
+    // Promotion is best effort: it may push out memory copies of objects that are also on SSD,
+    // never the only copy of another object.
+    auto p = PlaceWithEviction(sizes[i], 1, client_id, /*persisted_only=*/true);
     if (p.ok()) {
       placed[i] = (*p)[0];
     } else {

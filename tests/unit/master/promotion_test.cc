@@ -85,5 +85,16 @@ TEST_F(Promotion, TimedOutPromotionIsRevoked) {
   EXPECT_EQ(Tiers(), std::vector<ReplicaTier>{ReplicaTier::kDisk});
 }
 
+TEST_F(Promotion, NeverEvictsTheOnlyCopyOfAnotherObject) {
+  // Memory full of objects that exist nowhere else: a promotion must not push one out.
+  for (int i = 0; i < 3000; ++i) m_.Put(i % 2 ? "c1" : "c2", "mem" + std::to_string(i), 1000);
+  const size_t keys = m_.svc().KeyCount();
+  const uint64_t evicted = m_.svc().Snapshot().eviction.evicted_keys;
+  auto started = m_.svc().PromoteStart("c2", {{"k", gen_}});
+  EXPECT_EQ(CodeOf(started[0].status), Code::kNoSpace) << started[0].status;
+  EXPECT_EQ(m_.svc().KeyCount(), keys);
+  EXPECT_EQ(m_.svc().Snapshot().eviction.evicted_keys, evicted);
+}
+
 }  // namespace
 }  // namespace mc::master
