@@ -399,7 +399,7 @@ void BatchGetter::ReleaseLeases(Batch& batch) {
   if (req.keys_size() == 0) return;
   // Our transfers are over and verified: the answer need not wait for the master's reply.
   const int keys = req.keys_size();
-  master_.ReleaseLeasesAsync(req, [keys](absl::Status s) {
+  master_.ReleaseLeasesAsync(std::move(req), [keys](absl::Status s) {
     if (s.ok()) return;
     static RateLimiter limiter(std::chrono::seconds(10));
     uint64_t suppressed = 0;

@@ -32,7 +32,7 @@ class MasterClient {
   // another thread (a lost release only keeps the keys leased until their TTL). PutStart and
   // Remove of this client wait for the releases sent before them, so this client's own writes
   // and removals never find its finished reads still holding leases. Default: synchronous.
-  virtual void ReleaseLeasesAsync(const v1::ReleaseLeasesRequest& req,
+  virtual void ReleaseLeasesAsync(v1::ReleaseLeasesRequest req,
                                   std::function<void(absl::Status)> done) {
     done(ReleaseLeases(req));
   }
