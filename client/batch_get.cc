@@ -401,12 +401,8 @@ void BatchGetter::ReleaseLeases(Batch& batch) {
   const int keys = req.keys_size();
   master_.ReleaseLeasesAsync(std::move(req), [keys](absl::Status s) {
     if (s.ok()) return;
-    static RateLimiter limiter(std::chrono::seconds(10));
-    uint64_t suppressed = 0;
-    if (limiter.Allow(&suppressed)) {
-      Logger("client").warn("releasing {} lease(s) failed: {}; they expire by TTL ({} suppressed)",
-                            keys, s.ToString(), suppressed);
-    }
+    MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
+                 "releasing {} lease(s) failed: {}; they expire by TTL", keys, s.ToString());
   });
 }
 

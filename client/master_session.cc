@@ -61,22 +61,15 @@ void MasterSession::Loop() {
                               session_.load());
         registered_ = false;
       } else if (!s.ok()) {
-        static RateLimiter limiter(std::chrono::seconds(10));
-        uint64_t suppressed = 0;
-        if (limiter.Allow(&suppressed)) {
-          Logger("client").warn("heartbeat failed: {} ({} suppressed)", s.ToString(), suppressed);
-        }
+        MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn, "heartbeat failed: {}",
+                     s.ToString());
       }
     }
     if (!registered_) {
       absl::Status s = Register();
       if (!s.ok()) {
-        static RateLimiter limiter(std::chrono::seconds(10));
-        uint64_t suppressed = 0;
-        if (limiter.Allow(&suppressed)) {
-          Logger("client").warn("registration failed: {} ({} suppressed)", s.ToString(),
-                                suppressed);
-        }
+        MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
+                     "registration failed: {}", s.ToString());
       }
     }
     lock.lock();

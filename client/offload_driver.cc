@@ -106,11 +106,8 @@ void OffloadDriver::RunOnce() {
   v1::TakeOffloadTasksResponse resp;
   absl::Status s = master_.TakeOffloadTasks(req, &resp);
   if (!s.ok()) {
-    static RateLimiter limiter(std::chrono::seconds(10));
-    uint64_t suppressed = 0;
-    if (limiter.Allow(&suppressed)) {
-      Log().warn("TakeOffloadTasks failed: {} ({} suppressed)", s.ToString(), suppressed);
-    }
+    MC_LOG_EVERY(std::chrono::seconds(10), Log(), warn, "TakeOffloadTasks failed: {}",
+                 s.ToString());
     return;
   }
   std::vector<v1::OffloadTask> tasks;
@@ -208,12 +205,8 @@ void OffloadDriver::RunTasks(const std::vector<v1::OffloadTask>& tasks) {
       offloads_changed_.Inc();  // evicted or re-registered meanwhile: nothing to persist
     } else {
       offloads_failed_.Inc();
-      static RateLimiter limiter(std::chrono::seconds(5));
-      uint64_t suppressed = 0;
-      if (limiter.Allow(&suppressed)) {
-        Log().warn("offload of {} failed: {} ({} suppressed)", KeyForLog(task.key()),
-                   s.ToString(), suppressed);
-      }
+      MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn, "offload of {} failed: {}",
+                   KeyForLog(task.key()), s.ToString());
     }
   }
   if (report.items_size() == 0) return;

@@ -55,6 +55,17 @@ bool RateLimiter::Allow(uint64_t* suppressed) {
   return false;
 }
 
+namespace internal {
+void LogWithSuppressed(spdlog::logger& log, spdlog::level::level_enum level, uint64_t suppressed,
+                       const std::string& message) {
+  if (suppressed == 0) {
+    log.log(level, "{}", message);
+  } else {
+    log.log(level, "{} ({} similar messages suppressed)", message, suppressed);
+  }
+}
+}  // namespace internal
+
 std::string KeyForLog(std::string_view key) {
   constexpr size_t kMaxShown = 64;
   bool printable = true;

@@ -33,6 +33,25 @@ class RateLimiter {
   std::atomic<uint64_t> suppressed_{0};
 };
 
+namespace internal {
+// Logs `message` at `level`, noting how many similar messages were dropped before it.
+void LogWithSuppressed(spdlog::logger& log, spdlog::level::level_enum level, uint64_t suppressed,
+                       const std::string& message);
+}  // namespace internal
+
+// Logs at most once per `interval` from this call site, for messages on hot or retrying paths;
+// " (N similar messages suppressed)" is appended when some were dropped. `severity` is an spdlog
+// level name: MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn, "x failed: {}", s);
+#define MC_LOG_EVERY(interval, logger, severity, ...)                                    \
+  do {                                                                                    \
+    static ::mc::RateLimiter mc_log_every_limiter(interval);                              \
+    uint64_t mc_log_every_suppressed = 0;                                                 \
+    if (mc_log_every_limiter.Allow(&mc_log_every_suppressed)) {                           \
+      ::mc::internal::LogWithSuppressed((logger), ::spdlog::level::severity,              \
+                                        mc_log_every_suppressed, fmt::format(__VA_ARGS__)); \
+    }                                                                                     \
+  } while (0)
+
 // Printable form of an opaque binary key: printable ASCII as is, otherwise hex; long keys cut.
 std::string KeyForLog(std::string_view key);
 

@@ -111,14 +111,9 @@ uint64_t Evictor::Evict(uint64_t bytes, bool persisted_only) {
   if (freed >= bytes) {
     successes_.Inc();
   } else {
-    static RateLimiter limiter(std::chrono::seconds(5));
-    uint64_t suppressed = 0;
-    if (limiter.Allow(&suppressed)) {
-      Logger("master").warn(
-          "eviction freed {} of {} bytes asked: the rest is leased, pinned or being written "
-          "({} similar messages suppressed)",
-          freed, bytes, suppressed);
-    }
+    MC_LOG_EVERY(std::chrono::seconds(5), Logger("master"), warn,
+                 "eviction freed {} of {} bytes asked: the rest is leased, pinned or being written",
+                 freed, bytes);
   }
   return freed;
 }

@@ -145,12 +145,8 @@ void TcpDataServer::ServeConnection(Conn* conn) {
   bool closed = false;
   while (!closed) {
     if (absl::Status s = ServeOne(stream, &closed); !s.ok()) {
-      static RateLimiter limiter(std::chrono::seconds(1));
-      uint64_t suppressed = 0;
-      if (limiter.Allow(&suppressed)) {
-        Log().warn("data-plane connection closed: {} ({} similar suppressed)",
-                   std::string(s.message()), suppressed);
-      }
+      MC_LOG_EVERY(std::chrono::seconds(1), Log(), warn, "data-plane connection closed: {}",
+                   std::string(s.message()));
       break;
     }
   }
