@@ -30,6 +30,62 @@ class MasterGrpcService::RpcScope {
   std::chrono::steady_clock::time_point start_;
 };
 
+namespace {
+
+grpc::Status TooMany(size_t n, size_t max) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                      absl::StrCat("batch of ", n, " items exceeds the limit of ", max));
+}
+
+// How many items a request carries, for the batch limit (0 for requests that are not batches).
+template <typename Req>
+size_t BatchItems(const Req& req) {
+  if constexpr (requires { req.items_size(); }) {
+    return static_cast<size_t>(req.items_size());
+  } else if constexpr (requires { req.keys_size(); }) {
+    return static_cast<size_t>(req.keys_size());
+  } else {
+    return 0;
+  }
+}
+
+}  // namespace
+
+template <typename Req, typename Resp>
+grpc::ServerUnaryReactor* MasterGrpcService::Serve(grpc::CallbackServerContext* ctx,
+                                                   const char* rpc, const Req* req, Resp* resp,
+                                                   Handler<Req, Resp> handler) {
+  RpcScope scope(*this, rpc);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const size_t items = BatchItems(*req);
+  reactor->Finish(scope.Finish(items > max_batch_items_ ? TooMany(items, max_batch_items_)
+                                                        : (this->*handler)(req, resp)));
+  return reactor;
+}
+
+#define MC_MASTER_SERVE(Rpc)                                                                    \
+  grpc::ServerUnaryReactor* MasterGrpcService::Rpc(                                             \
+      grpc::CallbackServerContext* ctx, const v1::Rpc##Request* req, v1::Rpc##Response* resp) { \
+    return Serve(ctx, #Rpc, req, resp, &MasterGrpcService::Do##Rpc);                            \
+  }
+MC_MASTER_SERVE(RegisterClient)
+MC_MASTER_SERVE(Heartbeat)
+MC_MASTER_SERVE(UnregisterClient)
+MC_MASTER_SERVE(PutStart)
+MC_MASTER_SERVE(PutEnd)
+MC_MASTER_SERVE(PutRevoke)
+MC_MASTER_SERVE(GetReplicas)
+MC_MASTER_SERVE(ReleaseLeases)
+MC_MASTER_SERVE(Exist)
+MC_MASTER_SERVE(Remove)
+MC_MASTER_SERVE(AddDiskReplicas)
+MC_MASTER_SERVE(RemoveDiskReplicas)
+MC_MASTER_SERVE(PromoteStart)
+MC_MASTER_SERVE(PromoteEnd)
+MC_MASTER_SERVE(TakeOffloadTasks)
+MC_MASTER_SERVE(GetStatus)
+#undef MC_MASTER_SERVE
+
 MasterGrpcService::MasterGrpcService(MetadataService& service, MetricsRegistry& metrics,
                                      size_t max_batch_items)
     : service_(service), metrics_(metrics), max_batch_items_(max_batch_items) {
@@ -61,11 +117,6 @@ MasterGrpcService::RpcMetrics& MasterGrpcService::MetricsFor(const char* rpc) {
 }
 
 namespace {
-
-grpc::Status TooMany(size_t n, size_t max) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrCat("batch of ", n, " items exceeds the limit of ", max));
-}
 
 void ToProto(const Replica& r, v1::Replica* out) {
   out->set_tier(r.tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK);
@@ -113,80 +164,61 @@ std::vector<DiskReplicaItem> DiskItems(
 
 grpc::Status MasterGrpcService::DoRegisterClient(const v1::RegisterClientRequest* req,
                                                  v1::RegisterClientResponse* resp) {
-  RpcScope scope(*this, "RegisterClient");
   ClientInfo info{
       req->client_id(), req->host(), req->data_endpoint(), 0, req->disk_capacity(), 0, 0};
   std::vector<uint64_t> sizes;
   for (const auto& seg : req->segments()) sizes.push_back(seg.size());
   auto reg = service_.RegisterClient(info, sizes);
-  if (!reg.ok()) return scope.Finish(ToGrpcStatus(reg.status()));
+  if (!reg.ok()) return ToGrpcStatus(reg.status());
   resp->set_session(reg->session);
   for (uint64_t id : reg->segment_ids) resp->add_segment_ids(id);
   resp->set_heartbeat_interval_ms(service_.options().heartbeat_interval_ms);
   resp->set_client_ttl_ms(service_.options().client_ttl_ms);
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoHeartbeat(const v1::HeartbeatRequest* req,
                                             v1::HeartbeatResponse* resp) {
-  RpcScope scope(*this, "Heartbeat");
   resp->set_known(service_.Heartbeat(req->client_id(), req->session(), req->disk_used()));
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoUnregisterClient(const v1::UnregisterClientRequest* req,
                                                    v1::UnregisterClientResponse*) {
-  RpcScope scope(*this, "UnregisterClient");
-  return scope.Finish(ToGrpcStatus(service_.UnregisterClient(req->client_id(), req->session())));
+  return ToGrpcStatus(service_.UnregisterClient(req->client_id(), req->session()));
 }
 
 grpc::Status MasterGrpcService::DoPutStart(const v1::PutStartRequest* req,
                                            v1::PutStartResponse* resp) {
-  RpcScope scope(*this, "PutStart");
-  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
-  }
   std::vector<PutStartItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.size()});
   AddPlacements(service_.PutStart(req->client_id(), items, req->replicas()),
                 service_.options().put_timeout_ms / 2, resp);
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoPutEnd(const v1::PutEndRequest* req, v1::PutEndResponse* resp) {
-  RpcScope scope(*this, "PutEnd");
-  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
-  }
   std::vector<PutEndItem> items;
   for (const auto& item : req->items()) {
     items.push_back({item.key(), item.generation(), item.checksum()});
   }
   AddResults(service_.PutEnd(req->client_id(), items), resp);
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoPutRevoke(const v1::PutRevokeRequest* req,
                                             v1::PutRevokeResponse* resp) {
-  RpcScope scope(*this, "PutRevoke");
-  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
-  }
   std::vector<PutRevokeItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
   AddResults(service_.PutRevoke(req->client_id(), items), resp);
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
                                               v1::GetReplicasResponse* resp) {
-  RpcScope scope(*this, "GetReplicas");
-  if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
-  }
   if (req->count_only() && !(req->stop_at_first_miss() && req->no_lease())) {
-    return scope.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                     "count_only needs stop_at_first_miss and no_lease"));
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "count_only needs stop_at_first_miss and no_lease");
   }
   LookupOptions options{req->lease_ttl_ms(), req->stop_at_first_miss(), !req->no_lease(),
                         !req->count_only()};
@@ -197,7 +229,7 @@ grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
     uint32_t matched = 0;
     while (matched < batch.results.size() && batch.results[matched].status.ok()) ++matched;
     resp->set_matched(matched);
-    if (req->count_only()) return scope.Finish(grpc::Status::OK);
+    if (req->count_only()) return grpc::Status::OK;
   }
   for (const LookupOutcome& o : batch.results) {
     v1::KeyReplicas* r = resp->add_results();
@@ -208,77 +240,49 @@ grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
     r->set_generation(o.generation);
     for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
   }
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoReleaseLeases(const v1::ReleaseLeasesRequest* req,
                                                 v1::ReleaseLeasesResponse* resp) {
-  RpcScope scope(*this, "ReleaseLeases");
-  if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
-  }
   resp->set_released(service_.ReleaseLeases(req->lease_id(), Keys(req->keys())));
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoExist(const v1::ExistRequest* req, v1::ExistResponse* resp) {
-  RpcScope scope(*this, "Exist");
-  if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
-  }
   for (bool e : service_.Exist(Keys(req->keys()))) resp->add_exists(e);
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoRemove(const v1::RemoveRequest* req, v1::RemoveResponse* resp) {
-  RpcScope scope(*this, "Remove");
-  if (static_cast<size_t>(req->keys_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->keys_size(), max_batch_items_));
-  }
   AddResults(service_.Remove(Keys(req->keys())), resp);
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoAddDiskReplicas(const v1::AddDiskReplicasRequest* req,
                                                   v1::AddDiskReplicasResponse* resp) {
-  RpcScope scope(*this, "AddDiskReplicas");
-  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
-  }
   AddResults(service_.AddDiskReplicas(req->client_id(), DiskItems(req->items()), req->recovered()),
              resp);
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoRemoveDiskReplicas(const v1::RemoveDiskReplicasRequest* req,
                                                      v1::RemoveDiskReplicasResponse* resp) {
-  RpcScope scope(*this, "RemoveDiskReplicas");
-  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
-  }
   AddResults(service_.RemoveDiskReplicas(req->client_id(), DiskItems(req->items())), resp);
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoPromoteStart(const v1::PromoteStartRequest* req,
                                                v1::PromoteStartResponse* resp) {
-  RpcScope scope(*this, "PromoteStart");
-  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
-  }
   std::vector<PutRevokeItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
   AddPlacements(service_.PromoteStart(req->client_id(), items),
                 service_.options().put_timeout_ms / 2, resp);
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoPromoteEnd(const v1::PromoteEndRequest* req,
                                              v1::PromoteEndResponse* resp) {
-  RpcScope scope(*this, "PromoteEnd");
-  if (static_cast<size_t>(req->items_size()) > max_batch_items_) {
-    return scope.Finish(TooMany(req->items_size(), max_batch_items_));
-  }
   std::vector<PutRevokeItem> items;
   std::vector<bool> written;
   for (const auto& item : req->items()) {
@@ -286,15 +290,14 @@ grpc::Status MasterGrpcService::DoPromoteEnd(const v1::PromoteEndRequest* req,
     written.push_back(item.written());
   }
   AddResults(service_.PromoteEnd(req->client_id(), items, written), resp);
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoTakeOffloadTasks(const v1::TakeOffloadTasksRequest* req,
                                                    v1::TakeOffloadTasksResponse* resp) {
-  RpcScope scope(*this, "TakeOffloadTasks");
   size_t max = req->max_tasks() == 0 ? 64 : std::min<size_t>(req->max_tasks(), max_batch_items_);
   auto tasks = service_.TakeOffloadTasks(req->client_id(), req->session(), max);
-  if (!tasks.ok()) return scope.Finish(ToGrpcStatus(tasks.status()));
+  if (!tasks.ok()) return ToGrpcStatus(tasks.status());
   for (const OffloadTask& t : *tasks) {
     v1::OffloadTask* out = resp->add_tasks();
     out->set_kind(t.kind == OffloadTask::Kind::kOffload ? v1::OFFLOAD : v1::DROP);
@@ -306,12 +309,11 @@ grpc::Status MasterGrpcService::DoTakeOffloadTasks(const v1::TakeOffloadTasksReq
     out->set_offset(t.offset);
     out->set_locator(t.locator);
   }
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoGetStatus(const v1::GetStatusRequest*,
                                             v1::GetStatusResponse* resp) {
-  RpcScope scope(*this, "GetStatus");
   MasterSnapshot snap = service_.Snapshot();
   resp->set_status_line(service_.StatusLine());
   resp->set_mem_used(snap.mem_used);
@@ -328,7 +330,7 @@ grpc::Status MasterGrpcService::DoGetStatus(const v1::GetStatusRequest*,
     cs->set_disk_capacity(c.disk_capacity);
     cs->set_disk_used(c.disk_used);
   }
-  return scope.Finish(grpc::Status::OK);
+  return grpc::Status::OK;
 }
 
 }  // namespace mc::master

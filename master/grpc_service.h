@@ -3,11 +3,11 @@
 // Thread-safe (gRPC calls handlers concurrently; MetadataService is thread-safe).
 #pragma once
 
-#include <memory>
-#include <string>
-
 #include <google/protobuf/arena.h>
 #include <grpcpp/support/message_allocator.h>
+
+#include <memory>
+#include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
@@ -24,14 +24,11 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
  public:
   MasterGrpcService(MetadataService& service, MetricsRegistry& metrics, size_t max_batch_items);
 
-#define MC_MASTER_UNARY(Rpc)                                                 \
-  grpc::ServerUnaryReactor* Rpc(grpc::CallbackServerContext* ctx,            \
-                                const mcstore::v1::Rpc##Request* req,        \
-                                mcstore::v1::Rpc##Response* resp) override { \
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();               \
-    reactor->Finish(Do##Rpc(req, resp));                                     \
-    return reactor;                                                          \
-  }
+  // Each RPC: counted and timed, checked against the batch limit, then handled by Do<Rpc>.
+#define MC_MASTER_UNARY(Rpc)                                          \
+  grpc::ServerUnaryReactor* Rpc(grpc::CallbackServerContext* ctx,     \
+                                const mcstore::v1::Rpc##Request* req, \
+                                mcstore::v1::Rpc##Response* resp) override;
   MC_MASTER_UNARY(RegisterClient)
   MC_MASTER_UNARY(Heartbeat)
   MC_MASTER_UNARY(UnregisterClient)
@@ -50,7 +47,8 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   MC_MASTER_UNARY(GetStatus)
 #undef MC_MASTER_UNARY
 
-  // The handlers proper (also called directly by tests/fakes/fake_master_client.h).
+  // The handlers proper, without metrics or the batch limit (tests/fakes/fake_master_client.h
+  // calls them directly).
   grpc::Status DoRegisterClient(const mcstore::v1::RegisterClientRequest* req,
                                 mcstore::v1::RegisterClientResponse* resp);
   grpc::Status DoHeartbeat(const mcstore::v1::HeartbeatRequest* req,
@@ -82,6 +80,12 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
                            mcstore::v1::GetStatusResponse* resp);
 
  private:
+  template <typename Req, typename Resp>
+  using Handler = grpc::Status (MasterGrpcService::*)(const Req*, Resp*);
+  template <typename Req, typename Resp>
+  grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const char* rpc, const Req* req,
+                                  Resp* resp, Handler<Req, Resp> handler);
+
   // Request and response of one call on one protobuf arena: the batched RPCs parse and build
   // thousands of small messages and strings, which then cost a pointer bump each and are freed
   // at once when the call ends.

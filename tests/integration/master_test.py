@@ -80,6 +80,9 @@ class FakeClient:
         return started.results
 
 
+MAX_BATCH = 5000
+
+
 class MasterIntegrationTest(unittest.TestCase):
 
     def setUp(self):
@@ -89,7 +92,8 @@ class MasterIntegrationTest(unittest.TestCase):
             "mc-master", harness.binary("master/mc-master"),
             ["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
              "--client_ttl_ms", str(CLIENT_TTL_MS), "--lease_ttl_ms", str(LEASE_TTL_MS),
-             "--maintenance_interval_ms", str(MAINTENANCE_MS), "--log_level", "warn"],
+             "--maintenance_interval_ms", str(MAINTENANCE_MS), "--log_level", "warn",
+             "--max_batch_items", str(MAX_BATCH)],
             self.tmp, ready_timeout_s=30)
         self.master.start()
         self.http = self.master.ready["http"]
@@ -331,6 +335,30 @@ class MasterIntegrationTest(unittest.TestCase):
         self.assertEqual(grpc_status.status_line.strip(), line.strip())
         status, _ = harness.http_get(self.http, "/no-such-page")
         self.assertEqual(status, 404)
+
+    def test_batches_over_the_limit_fail_whole_and_are_counted(self):
+        c1 = self.client("c1", [MiB])
+        c1.put([(b"lim", 100)])
+        keys = [b"lim-%d" % i for i in range(MAX_BATCH + 1)]
+        calls = [
+            ("Exist", lambda: self.stub.Exist(pb.ExistRequest(keys=keys), timeout=10)),
+            ("GetReplicas", lambda: self.stub.GetReplicas(
+                pb.GetReplicasRequest(client_id="c1", keys=keys), timeout=10)),
+            ("PutStart", lambda: self.stub.PutStart(pb.PutStartRequest(
+                client_id="c1", items=[pb.PutStartItem(key=k, size=1) for k in keys]),
+                timeout=10)),
+        ]
+        for rpc, call in calls:
+            with self.assertRaises(grpc.RpcError) as err:
+                call()
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, rpc)
+            self.assertIn("exceeds the limit of %d" % MAX_BATCH, err.exception.details())
+        _, m = self.metrics()
+        for rpc, _ in calls:
+            self.assertEqual(m[("mc_master_rpc_failures_total", frozenset({("rpc", rpc)}))], 1, rpc)
+        self.assertEqual(m["mc_leases_active"], 0)
+        self.assertEqual(self.exist(keys[:MAX_BATCH]), [False] * MAX_BATCH)
+        self.assertEqual(self.exist([b"lim"]), [True])
 
     def test_malformed_message_is_an_rpc_error_and_master_survives(self):
         self.client("c1", [MiB])
