@@ -24,6 +24,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/util.h"
 #include "tools/mc_bench_pattern.h"
 #include "tools/mc_bench_stats.h"
 
@@ -40,21 +41,6 @@ namespace {
 
 using mc::bench::CheckPattern;
 using mc::bench::FillPattern;
-
-bool ParseBytes(std::string text, uint64_t* out) {
-  uint64_t mult = 1;
-  while (!text.empty() && std::isalpha(static_cast<unsigned char>(text.back()))) {
-    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
-    text.pop_back();
-    if (c == 'K') mult = 1ull << 10;
-    if (c == 'M') mult = 1ull << 20;
-    if (c == 'G') mult = 1ull << 30;
-  }
-  uint64_t n = 0;
-  if (!absl::SimpleAtoi(text, &n)) return false;
-  *out = n * mult;
-  return true;
-}
 
 // A blocking text-protocol connection with a small read-ahead buffer.
 class Conn {
@@ -134,7 +120,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("mc-bench-memcached --server H:P --value_size N --batch N --keys N");
   absl::ParseCommandLine(argc, argv);
   uint64_t size = 0;
-  if (!ParseBytes(absl::GetFlag(FLAGS_value_size), &size) || size == 0) {
+  if (!mc::ParseBytes(absl::GetFlag(FLAGS_value_size), &size) || size == 0) {
     std::fprintf(stderr, "bad --value_size\n");
     return 2;
   }

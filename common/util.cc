@@ -1,8 +1,10 @@
 #include "common/util.h"
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,6 +29,42 @@ absl::StatusOr<HostPort> ParseHostPort(std::string_view text) {
   }
   out.port = port;
   return out;
+}
+
+absl::StatusOr<uint64_t> ParseBytes(std::string_view text) {
+  auto bad = [&] {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("expected a byte count like 65536, 64K or 16MiB, got '",
+                                std::string(text), "'"));
+  };
+  size_t end = 0;
+  while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+  const std::string_view digits = text.substr(0, end);
+  const std::string_view suffix = text.substr(end);
+  uint64_t n = 0;
+  if (digits.empty() || !absl::SimpleAtoi(absl::string_view(digits.data(), digits.size()), &n)) {
+    return bad();
+  }
+  int shift = 0;
+  if (!suffix.empty()) {
+    constexpr std::string_view kUnits = "KMGT";
+    const size_t unit = kUnits.find(static_cast<char>(std::toupper(
+        static_cast<unsigned char>(suffix.front()))));
+    if (unit == std::string_view::npos) return bad();
+    shift = 10 * static_cast<int>(unit + 1);
+    std::string rest =
+        absl::AsciiStrToUpper(absl::string_view(suffix.data() + 1, suffix.size() - 1));
+    if (!rest.empty() && rest != "B" && rest != "IB") return bad();
+  }
+  if (shift > 0 && n > (UINT64_MAX >> shift)) return bad();
+  return n << shift;
+}
+
+bool ParseBytes(std::string_view text, uint64_t* out) {
+  absl::StatusOr<uint64_t> n = ParseBytes(text);
+  if (!n.ok()) return false;
+  *out = *n;
+  return true;
 }
 
 absl::Status WriteReadyFile(const std::string& path,

@@ -24,6 +24,13 @@ absl::StatusOr<HostPort> ParseHostPort(std::string_view text);
 absl::Status WriteReadyFile(const std::string& path,
                             const std::vector<std::pair<std::string, std::string>>& fields);
 
+// A byte count: digits with an optional 1024-based suffix K, M, G or T (case-insensitive, with
+// an optional "iB"/"B": "65536", "64K", "16MiB", "1g"). INVALID_ARGUMENT on anything else or on
+// overflow.
+absl::StatusOr<uint64_t> ParseBytes(std::string_view text);
+// The same for flag parsing: false (and *out untouched) on a bad count.
+bool ParseBytes(std::string_view text, uint64_t* out);
+
 // 1024-based units with two decimals: "0 B", "512 B", "1.50 KB", "940.90 GB", "1.00 TB".
 std::string FormatBytes(uint64_t bytes);
 

@@ -17,6 +17,7 @@
 #include "tools/mc_bench_baseline.h"
 #include "tools/mc_bench_prefix.h"
 #include "tools/mc_bench_store.h"
+#include "common/util.h"
 
 ABSL_FLAG(std::string, client, "", "mc-client Store address gets go through: HOST:PORT or unix:PATH");
 ABSL_FLAG(std::string, put_client, "", "mc-client Store address puts go through (default --client)");
@@ -47,26 +48,6 @@ ABSL_FLAG(std::string, baseline_bytes, "1GiB", "memcpy source size (keep it well
 ABSL_FLAG(std::string, baseline_blocks, "1MiB,4MiB,16MiB", "memcpy block sizes");
 ABSL_FLAG(double, baseline_seconds, 1.0, "seconds per baseline measurement");
 
-namespace {
-
-// "1048576", "64K", "16MiB", "1G": 1024-based suffixes.
-bool ParseBytes(std::string text, uint64_t* out) {
-  uint64_t mult = 1;
-  while (!text.empty() && std::isalpha(static_cast<unsigned char>(text.back()))) {
-    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
-    text.pop_back();
-    if (c == 'K') mult = 1ull << 10;
-    if (c == 'M') mult = 1ull << 20;
-    if (c == 'G') mult = 1ull << 30;
-  }
-  uint64_t n = 0;
-  if (!absl::SimpleAtoi(text, &n)) return false;
-  *out = n * mult;
-  return true;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "mc-bench --client H:P|unix:PATH [--put_client ...] [--value_size N] [--batch N] "
@@ -77,14 +58,14 @@ int main(int argc, char** argv) {
     mc::bench::BaselineOptions b;
     b.runs = absl::GetFlag(FLAGS_runs);
     b.seconds = absl::GetFlag(FLAGS_baseline_seconds);
-    if (!ParseBytes(absl::GetFlag(FLAGS_baseline_bytes), &b.source_bytes)) {
+    if (!mc::ParseBytes(absl::GetFlag(FLAGS_baseline_bytes), &b.source_bytes)) {
       std::fprintf(stderr, "bad --baseline_bytes\n");
       return 2;
     }
     b.blocks.clear();
     for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_baseline_blocks), ',')) {
       uint64_t n = 0;
-      if (!ParseBytes(std::string(part), &n) || n == 0 || n > b.source_bytes / 2) {
+      if (!mc::ParseBytes(std::string(part), &n) || n == 0 || n > b.source_bytes / 2) {
         std::fprintf(stderr, "bad --baseline_blocks\n");
         return 2;
       }
@@ -101,7 +82,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--client is required (or --baseline)\n");
     return 2;
   }
-  if (!ParseBytes(absl::GetFlag(FLAGS_value_size), &o.value_size)) {
+  if (!mc::ParseBytes(absl::GetFlag(FLAGS_value_size), &o.value_size)) {
     std::fprintf(stderr, "bad --value_size\n");
     return 2;
   }
@@ -117,7 +98,7 @@ int main(int argc, char** argv) {
     mc::bench::PrefixBenchOptions p;
     p.client = o.client;
     p.chain = absl::GetFlag(FLAGS_prefix_keys);
-    if (!ParseBytes(absl::GetFlag(FLAGS_prefix_value_size), &p.value_size)) {
+    if (!mc::ParseBytes(absl::GetFlag(FLAGS_prefix_value_size), &p.value_size)) {
       std::fprintf(stderr, "bad --prefix_value_size\n");
       return 2;
     }

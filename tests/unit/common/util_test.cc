@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/status.h"
 
 namespace mc {
 namespace {
@@ -48,6 +49,29 @@ TEST(Util, LogLevelRejectsUnknownNames) {
   EXPECT_TRUE(SetLogLevel("warn"));
   EXPECT_FALSE(SetLogLevel("loud"));
   EXPECT_TRUE(SetLogLevel("info"));
+}
+
+TEST(ParseBytes, PlainAndSuffixedCounts) {
+  EXPECT_EQ(*ParseBytes("65536"), 65536u);
+  EXPECT_EQ(*ParseBytes("64K"), 64u << 10);
+  EXPECT_EQ(*ParseBytes("64k"), 64u << 10);
+  EXPECT_EQ(*ParseBytes("16MiB"), 16u << 20);
+  EXPECT_EQ(*ParseBytes("1GB"), 1ull << 30);
+  EXPECT_EQ(*ParseBytes("2t"), 2ull << 40);
+  EXPECT_EQ(*ParseBytes("0"), 0u);
+  uint64_t out = 7;
+  EXPECT_TRUE(ParseBytes("4M", &out));
+  EXPECT_EQ(out, 4u << 20);
+}
+
+TEST(ParseBytes, RejectsGarbageAndOverflow) {
+  for (const char* bad : {"", "K", "-1", "1.5M", "12Q", "16MiBs", "1 M", "M1",
+                          "99999999999999999999", "17179869184G"}) {
+    EXPECT_EQ(ToCode(ParseBytes(bad).status()), Code::kInvalidArgument) << bad;
+    uint64_t out = 7;
+    EXPECT_FALSE(ParseBytes(bad, &out)) << bad;
+    EXPECT_EQ(out, 7u) << bad;
+  }
 }
 
 }  // namespace
