@@ -48,24 +48,34 @@ ObjectTable::Shard& ObjectTable::ShardOf(std::string_view key) { return *shards_
 
 void ObjectTable::ForKeys(const std::vector<std::string_view>& keys,
                           const std::function<void(Shard&, const std::vector<size_t>&)>& fn) {
-  // (shard, position) pairs sorted by shard: one allocation, each shard locked once.
-  std::vector<std::pair<uint32_t, uint32_t>> order(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    order[i] = {static_cast<uint32_t>(ShardIndex(keys[i])), static_cast<uint32_t>(i)};
+  if (keys.size() == 1) {  // the common single-key call: no grouping at all
+    static const std::vector<size_t> kOnlyKey{0};
+    Shard& shard = *shards_[ShardIndex(keys[0])];
+    absl::MutexLock lock(&shard.mu);
+    fn(shard, kOnlyKey);
+    return;
   }
-  std::sort(order.begin(), order.end());
+  // Positions grouped by shard with a counting sort (ascending within a shard): each shard is
+  // locked once, and the grouping costs O(keys + shards).
+  std::vector<uint32_t> shard_of(keys.size());
+  std::vector<size_t> start(shards_.size() + 1, 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    shard_of[i] = static_cast<uint32_t>(ShardIndex(keys[i]));
+    ++start[shard_of[i] + 1];
+  }
+  for (size_t s = 0; s < shards_.size(); ++s) start[s + 1] += start[s];
+  std::vector<size_t> order(keys.size());
+  std::vector<size_t> next(start.begin(), start.end() - 1);
+  for (size_t i = 0; i < keys.size(); ++i) order[next[shard_of[i]]++] = i;
   std::vector<size_t> indices;
   indices.reserve(keys.size());
-  for (size_t begin = 0; begin < order.size();) {
-    size_t end = begin;
-    indices.clear();
-    while (end < order.size() && order[end].first == order[begin].first) {
-      indices.push_back(order[end++].second);
-    }
-    Shard& shard = *shards_[order[begin].first];
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (start[s] == start[s + 1]) continue;
+    indices.assign(order.begin() + static_cast<std::ptrdiff_t>(start[s]),
+                   order.begin() + static_cast<std::ptrdiff_t>(start[s + 1]));
+    Shard& shard = *shards_[s];
     absl::MutexLock lock(&shard.mu);
     fn(shard, indices);
-    begin = end;
   }
 }
 
