@@ -64,7 +64,10 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
         if (options.grant_lease) {
           expired += object.PruneLeases(now);
           object.leases.push_back({lease_id, now + ttl});
-          shard.leased.insert(object.key);
+          if (!object.lease_indexed) {
+            shard.leased.insert(object.key);
+            object.lease_indexed = true;
+          }
           ++granted;
         }
       }
@@ -107,7 +110,6 @@ size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::
       // Expired leases go first (counted as expired), so releasing one is not lost silently.
       expired += it->second.PruneLeases(now);
       if (it->second.ReleaseLease(lease_id, now)) ++released;
-      if (it->second.leases.empty()) shard.leased.erase(it->first);
     }
   });
   leases_released_.Inc(released);
@@ -124,6 +126,7 @@ void MetadataService::SweepLeases() {
       auto obj = shard.objects.find(*it);
       if (obj != shard.objects.end()) expired += obj->second.PruneLeases(now);
       if (obj == shard.objects.end() || obj->second.leases.empty()) {
+        if (obj != shard.objects.end()) obj->second.lease_indexed = false;
         shard.leased.erase(it++);
       } else {
         ++it;

@@ -43,6 +43,9 @@ struct Object {
   int64_t last_access_ms = 0;
   uint64_t access_seq = 0;  // process-wide order of last access: exact LRU across shards
   bool pinned = false;  // soft pin: never chosen by eviction
+  // In its shard's `leased` index. Set at the first lease; cleared only by the lease sweep,
+  // so a key leased and released again and again costs no index update.
+  bool lease_indexed = false;
   int64_t offload_queued_ms = 0;  // when an OFFLOAD task for it was queued (0 = none)
   // A memory replica being written back from the SSD tier (not readable until PromoteEnd).
   struct Promotion {

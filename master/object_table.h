@@ -33,7 +33,9 @@ class ObjectTable {
     absl::Mutex mu;
     absl::flat_hash_map<std::string, Object> objects ABSL_GUARDED_BY(mu);
     std::list<std::string> lru ABSL_GUARDED_BY(mu);  // front = most recent
-    absl::flat_hash_set<std::string> leased ABSL_GUARDED_BY(mu);  // keys that hold leases
+    // Keys that hold or recently held leases (a superset of the leased keys: releases leave them
+    // here and the lease sweep drops those without live leases).
+    absl::flat_hash_set<std::string> leased ABSL_GUARDED_BY(mu);
 
     // Inserts a new object at the LRU front; the key must be absent.
     Object& Insert(Object object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

@@ -67,6 +67,29 @@ TEST_F(Leases, LeaseExpiresAfterTtlAndIsCountedByMaintenance) {
   EXPECT_TRUE(m_.svc().Remove({"k"})[0].ok());
 }
 
+TEST_F(Leases, KeysLeasedAgainAfterAReleaseOrASweepStillExpire) {
+  // The lease index keeps released keys until the sweep; a key leased again in either state
+  // must still be found by the sweep when that lease expires.
+  m_.Put("c1", "k", 100);
+  const int64_t ttl = m_.svc().options().lease_ttl_ms;
+  for (int round = 0; round < 2; ++round) {
+    LookupBatch first = m_.svc().GetReplicas({"k"}, {});
+    EXPECT_EQ(m_.svc().ReleaseLeases(first.lease_id, {"k"}), 1u);
+    if (round == 1) {  // the sweep drops the released key from the index
+      m_.HeartbeatAll();
+      m_.svc().RunMaintenance();
+    }
+    m_.svc().GetReplicas({"k"}, {});  // leased again, never released
+    EXPECT_EQ(m_.svc().ActiveLeaseCount(), 1u);
+    m_.clock().AdvanceMs(ttl);
+    m_.HeartbeatAll();
+    m_.svc().RunMaintenance();
+    EXPECT_EQ(m_.CounterValue("mc_leases_expired_total"), static_cast<uint64_t>(round + 1));
+    EXPECT_EQ(m_.svc().ActiveLeaseCount(), 0u);
+  }
+  EXPECT_TRUE(m_.svc().Remove({"k"})[0].ok());
+}
+
 TEST_F(Leases, ExpiredLeaseIsRemovableEvenBeforeMaintenance) {
   m_.Put("c1", "k", 100);
   m_.svc().GetReplicas({"k"}, {});
