@@ -9,7 +9,14 @@ uint64_t PrefixLeases::Add(PrefixLease lease) {
   return id;
 }
 
-std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, const std::string& key,
+void PrefixLease::Pin(std::string_view key, const mcstore::v1::KeyReplicas& lookup) {
+  auto* stored_key = google::protobuf::Arena::Create<std::string>(arena.get(), key);
+  auto* stored = google::protobuf::Arena::CreateMessage<mcstore::v1::KeyReplicas>(arena.get());
+  stored->CopyFrom(lookup);
+  keys[*stored_key] = stored;
+}
+
+std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, std::string_view key,
                                                            int64_t* deadline_ms) const {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(id);
@@ -17,7 +24,7 @@ std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, const st
   auto k = it->second.keys.find(key);
   if (k == it->second.keys.end()) return std::nullopt;
   *deadline_ms = it->second.deadline_ms;
-  return k->second;
+  return *k->second;
 }
 
 std::optional<PrefixLease> PrefixLeases::Take(uint64_t id) {

@@ -7,9 +7,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <google/protobuf/arena.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -22,7 +26,13 @@ namespace mc::client {
 struct PrefixLease {
   uint64_t master_lease_id = 0;
   int64_t deadline_ms = 0;  // local steady clock
-  absl::flat_hash_map<std::string, mcstore::v1::KeyReplicas> keys;
+  // The pinned lookups and their keys live on this arena (MatchPrefix parses the master's answer
+  // straight onto it); `keys` points into it.
+  std::unique_ptr<google::protobuf::Arena> arena = std::make_unique<google::protobuf::Arena>();
+  absl::flat_hash_map<std::string_view, const mcstore::v1::KeyReplicas*> keys;
+
+  // Pins `key` with a copy of `lookup` made on the arena.
+  void Pin(std::string_view key, const mcstore::v1::KeyReplicas& lookup);
 };
 
 class PrefixLeases {
@@ -31,7 +41,7 @@ class PrefixLeases {
 
   uint64_t Add(PrefixLease lease);
   // The pinned lookup of `key` under lease `id` if the lease is live and covers it.
-  std::optional<mcstore::v1::KeyReplicas> Find(uint64_t id, const std::string& key,
+  std::optional<mcstore::v1::KeyReplicas> Find(uint64_t id, std::string_view key,
                                                int64_t* deadline_ms) const;
   // Removes the lease; returns it (to release at the master) if it existed.
   std::optional<PrefixLease> Take(uint64_t id);

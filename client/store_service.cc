@@ -192,7 +192,11 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
     return TooMany(req->keys_size(), options_.max_batch_items);
   }
   uint32_t ttl = std::min(req->lease_ttl_ms(), options_.max_prefix_lease_ttl_ms);
-  v1::GetReplicasRequest mreq;
+  // The request and the answer live on the lease's arena: a leased match keeps them as its
+  // pinned lookups, without copying a key or a replica record.
+  PrefixLease lease;
+  auto& mreq =
+      *google::protobuf::Arena::CreateMessage<v1::GetReplicasRequest>(lease.arena.get());
   mreq.set_client_id(options_.client_id);
   *mreq.mutable_keys() = req->keys();
   mreq.set_stop_at_first_miss(true);
@@ -203,7 +207,8 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   auto wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
-  v1::GetReplicasResponse mresp;
+  auto& mresp =
+      *google::protobuf::Arena::CreateMessage<v1::GetReplicasResponse>(lease.arena.get());
   absl::Status s = master_.GetReplicas(mreq, &mresp);
   if (!s.ok()) return ToGrpcStatus(s);
   const uint32_t matched = mresp.matched();
@@ -213,15 +218,16 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   }
   resp->set_matched(matched);
   if (ttl == 0 || matched == 0) return grpc::Status::OK;
-  PrefixLease lease;
   lease.master_lease_id = mresp.lease_id();
   lease.deadline_ms = sent_ms + static_cast<int64_t>(mresp.lease_ttl_ms());
+  lease.keys.reserve(matched);
   for (uint32_t i = 0; i < matched; ++i) {
-    lease.keys.emplace(req->keys(i), std::move(*mresp.mutable_results(i)));
+    lease.keys.emplace(mreq.keys(static_cast<int>(i)), &mresp.results(static_cast<int>(i)));
   }
+  // Read before Add: from then on a ReleaseLease may free the lease (and mresp with it).
+  resp->set_lease_expiry_ms(static_cast<uint64_t>(wall_ms) + mresp.lease_ttl_ms());
   prefix_leases_.PruneExpired();
   resp->set_lease_id(prefix_leases_.Add(std::move(lease)));
-  resp->set_lease_expiry_ms(static_cast<uint64_t>(wall_ms) + mresp.lease_ttl_ms());
   return grpc::Status::OK;
 }
 
@@ -236,7 +242,7 @@ grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext*,
   }
   v1::ReleaseLeasesRequest mreq;
   mreq.set_lease_id(lease->master_lease_id);
-  for (const auto& [key, lookup] : lease->keys) mreq.add_keys(key);
+  for (const auto& [key, lookup] : lease->keys) mreq.add_keys(key.data(), key.size());
   return ToGrpcStatus(master_.ReleaseLeases(mreq));
 }
 

@@ -332,8 +332,8 @@ TEST_F(BatchGet, PrefixLeaseServesPinnedKeysWithoutAskingTheMaster) {
   PrefixLease lease;
   lease.master_lease_id = resp.lease_id();
   lease.deadline_ms = clock_.NowMs() + 60'000;
-  lease.keys.emplace(k1, resp.results(0));
-  lease.keys.emplace(k2, resp.results(1));
+  lease.Pin(k1, resp.results(0));
+  lease.Pin(k2, resp.results(1));
   uint64_t id = prefix_leases_.Add(std::move(lease));
   const int lookups = master_.Calls(Rpc::kGetReplicas);
 

@@ -14,7 +14,7 @@ PrefixLease MakeLease(int64_t deadline_ms, std::initializer_list<const char*> ke
   for (const char* k : keys) {
     mcstore::v1::KeyReplicas kr;
     kr.set_size(std::string(k).size());
-    lease.keys.emplace(k, kr);
+    lease.Pin(k, kr);
   }
   return lease;
 }
