@@ -36,6 +36,9 @@ ABSL_FLAG(double, offload_high_watermark, 0.95, "the SSD tier reclaims records a
 ABSL_FLAG(double, offload_low_watermark, 0.90, "and down to this one");
 ABSL_FLAG(bool, promote_on_hit, false,
           "write objects read from an SSD tier back into memory (best effort)");
+ABSL_FLAG(uint64_t, promote_staging_bytes, 64ull << 20,
+          "memory for the verified private copies one promotion round writes back (a larger "
+          "object goes alone)");
 ABSL_FLAG(int64_t, offload_poll_ms, 100, "how often to take offload tasks from the master");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
@@ -75,6 +78,11 @@ int main(int argc, char** argv) {
   o.offload.low_watermark = absl::GetFlag(FLAGS_offload_low_watermark);
   o.offload_poll_ms = absl::GetFlag(FLAGS_offload_poll_ms);
   o.promote_on_hit = absl::GetFlag(FLAGS_promote_on_hit);
+  o.promote_staging_bytes = absl::GetFlag(FLAGS_promote_staging_bytes);
+  if (o.promote_staging_bytes == 0) {
+    std::fprintf(stderr, "--promote_staging_bytes must be > 0\n");
+    return 2;
+  }
   if (!o.offload.dir.empty() && o.offload.capacity == 0) {
     std::fprintf(stderr, "--offload_dir needs --offload_capacity\n");
     return 2;

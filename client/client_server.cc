@@ -104,7 +104,8 @@ absl::Status ClientServer::Start() {
   }
   if (options_.promote_on_hit) {
     promoter_ = std::make_unique<Promoter>(options_.client_id, *master_, *engine_,
-                                           RealClock::Get(), registry_);
+                                           RealClock::Get(), registry_,
+                                           options_.promote_staging_bytes);
     getter_->SetPromoter(promoter_.get());
   }
   options_.store.client_id = options_.client_id;

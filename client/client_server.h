@@ -49,6 +49,7 @@ struct ClientServerOptions {
   offload::DiskTierOptions offload;        // metrics and reclaim_guard are filled in
   int64_t offload_poll_ms = 100;
   bool promote_on_hit = false;             // write SSD hits back to memory
+  uint64_t promote_staging_bytes = Promoter::kDefaultStagingBytes;  // private copies per round
 };
 
 class ClientServer {

@@ -8,8 +8,9 @@
 namespace mc::client {
 
 Promoter::Promoter(std::string client_id, MasterClient& master, transfer::TransferEngine& engine,
-                   const Clock& clock, MetricsRegistry& metrics)
+                   const Clock& clock, MetricsRegistry& metrics, uint64_t staging_bytes)
     : client_id_(std::move(client_id)),
+      staging_bytes_(staging_bytes),
       master_(master),
       engine_(engine),
       clock_(clock),
@@ -26,7 +27,7 @@ size_t Promoter::Promote(const std::vector<Item>& items) {
   uint64_t staged = 0;
   for (const Item& item : items) {
     const uint64_t size = TotalLength(item.bytes);
-    if (!round.empty() && staged + size > kStagingBytes) {
+    if (!round.empty() && staged + size > staging_bytes_) {
       ok += PromoteRound(round);
       round.clear();
       staged = 0;

@@ -4,7 +4,7 @@
 // recorded checksum is promoted (the application owns the get's destination and may already be
 // writing into it). Then one PromoteStart for the items, their staged bytes written through the
 // transfer engine before the master's write deadline, one PromoteEnd that attaches the written
-// replicas and gives back the rest. Staging is bounded per round (kStagingBytes; a larger
+// replicas and gives back the rest. Staging is bounded per round (staging_bytes; a larger
 // object goes alone). A failure only means the object stays on SSD. Thread-safe.
 #pragma once
 
@@ -28,10 +28,12 @@ class Promoter {
     uint64_t checksum = 0;                     // recorded at put (XXH3-64)
     std::vector<transfer::LocalBuffer> bytes;  // the object as the get delivered it
   };
-  static constexpr uint64_t kStagingBytes = 64ull << 20;
+  static constexpr uint64_t kDefaultStagingBytes = 64ull << 20;
 
+  // `staging_bytes`: private copies made per round (mc-client --promote_staging_bytes).
   Promoter(std::string client_id, MasterClient& master, transfer::TransferEngine& engine,
-           const Clock& clock, MetricsRegistry& metrics);
+           const Clock& clock, MetricsRegistry& metrics,
+           uint64_t staging_bytes = kDefaultStagingBytes);
 
   // Returns how many items now have a memory replica.
   size_t Promote(const std::vector<Item>& items);
@@ -41,6 +43,7 @@ class Promoter {
   size_t PromoteRound(const std::vector<const Item*>& items);
 
   const std::string client_id_;
+  const uint64_t staging_bytes_;
   MasterClient& master_;
   transfer::TransferEngine& engine_;
   const Clock& clock_;

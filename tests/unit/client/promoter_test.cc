@@ -49,16 +49,19 @@ TEST_F(PromoterTest, UnchangedBytesAreOfferedToTheMaster) {
 }
 
 TEST_F(PromoterTest, StagingIsBoundedPerRound) {
-  // Items whose total exceeds the staging bound go to the master in more than one round.
-  const uint64_t big = Promoter::kStagingBytes / 2 + 1;
-  std::string payload(big, 'x');
+  // 3 items of 600 bytes with 1000 bytes of staging: one item per round, three rounds.
+  Promoter small(testing::kLocalId, master_, engine_, clock_, registry_, /*staging_bytes=*/1000);
+  std::string payload(600, 'x');
   const uint64_t sum = Checksum(payload.data(), payload.size());
   std::vector<Promoter::Item> items;
   for (const char* k : {"a", "b", "c"}) {
     items.push_back({k, 1, sum, {LocalBuffer{payload.data(), payload.size()}}});
   }
-  EXPECT_EQ(promoter_.Promote(items), 0u);  // unknown keys: declined
+  EXPECT_EQ(small.Promote(items), 0u);  // unknown keys: declined
   EXPECT_EQ(master_.Calls(FakeMasterClient::Rpc::kPromoteStart), 3);
+  // The default bound takes all three in one round.
+  EXPECT_EQ(promoter_.Promote(items), 0u);
+  EXPECT_EQ(master_.Calls(FakeMasterClient::Rpc::kPromoteStart), 4);
 }
 
 }  // namespace
