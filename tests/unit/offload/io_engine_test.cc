@@ -113,6 +113,49 @@ TEST_P(IoEngineTest, ConcurrentCallersShareOneEngine) {
   ::close(fd);
 }
 
+TEST_P(IoEngineTest, SubmittedBatchesCompleteWhicheverIsWaitedForFirst) {
+  TempDir dir;
+  int fd = ::open((dir.path() + "/f").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  auto engine = MakeEngine();
+  constexpr int kBatches = 12;  // with 2 requests each: more than the queue depth in flight
+  constexpr uint64_t kLen = 2 * kPageSize;
+  const std::string data = RandomBytes(kBatches * 2 * kLen, 11);
+  Buf out = Aligned(data.size());
+  std::memcpy(out.get(), data.data(), data.size());
+  std::vector<std::unique_ptr<IoBatch>> batches;
+  for (int b = 0; b < kBatches; ++b) {
+    std::vector<IoRequest> reqs;  // goes out of scope at once: Submit copies the requests
+    for (int i = 0; i < 2; ++i) {
+      const uint64_t at = (2 * b + i) * kLen;
+      reqs.push_back({IoOp::kWrite, fd, at, out.get() + at, kLen});
+    }
+    batches.push_back(engine->Submit(reqs));
+  }
+  // Wait for them newest first; the last three are never waited for: destroying them waits.
+  for (int b = kBatches - 1; b >= 3; --b) {
+    auto results = batches[b]->Wait();
+    ASSERT_EQ(results.size(), 2u);
+    for (const IoResult& r : results) {
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(*r, kLen);
+    }
+  }
+  batches.clear();
+  EXPECT_TRUE(engine->Submit({})->Wait().empty());
+  Buf in = Aligned(data.size());
+  IoRequest r{IoOp::kRead, fd, 0, in.get(), data.size()};
+  auto read = engine->Submit({&r, 1})->Wait();
+  ASSERT_EQ(read.size(), 1u);
+  ASSERT_TRUE(read[0].ok()) << read[0].status();
+  EXPECT_EQ(std::memcmp(in.get(), data.data(), data.size()), 0);
+  // An error stays with its batch.
+  IoRequest bad{IoOp::kWrite, -1, 0, out.get(), kPageSize};
+  auto failed = engine->Submit({&bad, 1});
+  EXPECT_EQ(ToCode(failed->Wait()[0].status()), Code::kTransferFailed);
+  ::close(fd);
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, IoEngineTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Posix" : "Uring"; });
 
