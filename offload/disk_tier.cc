@@ -30,6 +30,10 @@ absl::Status ValidateOptions(const DiskTierOptions& o) {
     return McError(Code::kInvalidArgument,
                    "disk tier: need 0 < low_watermark <= high_watermark <= 1");
   }
+  if (o.io_chunk_bytes % kPageSize != 0 || o.io_chunk_bytes > kMaxIoChunkBytes) {
+    return McError(Code::kInvalidArgument,
+                   "disk tier: io_chunk_bytes must be a 4 KiB multiple of at most 4 MiB");
+  }
   return absl::OkStatus();
 }
 
@@ -139,15 +143,14 @@ absl::StatusOr<RecordRef> DiskTier::Write(
       mu_.Await(absl::Condition(&settled));
     }
   }
-  StreamingChecksum sum;
-  for (const auto& [ptr, len] : payload_pieces) {
-    if (len > 0) sum.Update(ptr, len);
-  }
-  const uint64_t checksum = sum.Digest();
   absl::StatusOr<Extent> extent = AllocateWithEviction(RecordSize(key.size(), payload_len));
   absl::Status status = extent.status();
+  uint64_t checksum = 0;  // of the payload, computed while it is staged
   if (status.ok()) {
-    status = WriteRecord(*extent, key, generation, payload_pieces, payload_len, checksum);
+    absl::StatusOr<uint64_t> written =
+        WriteRecord(*extent, key, generation, payload_pieces, payload_len);
+    status = written.status();
+    if (written.ok()) checksum = *written;
   }
   absl::MutexLock lock(&mu_);
   if (!status.ok()) {

@@ -6,7 +6,10 @@
 // memory and verifies everything it can (header, key, generation, length, payload checksum) before
 // reporting OK; rebuilds its index at Open by scanning the files (records that fail verification
 // are skipped and counted); keeps itself under a high watermark by evicting complete, unpinned
-// records in LRU order (reported through TakeEvicted).
+// records in LRU order (reported through TakeEvicted). Records move in chunks through a pooled
+// staging buffer, the copy and XXH3 of one chunk overlapping the device I/O of others; a write
+// sends its first chunk (header block and first payload bytes, one request) last, once the
+// payload checksum is known.
 // What it does not: decide what to offload (the master does), hold leases (callers Pin/Unpin for
 // the span of a read lease), or talk to the network.
 // Thread-safe: all methods may be called concurrently. I/O runs outside the tier's mutex.
@@ -44,6 +47,8 @@ struct DiskTierVictim {
   uint64_t length = 0;
 };
 
+inline constexpr uint64_t kMaxIoChunkBytes = 4 << 20;  // see DiskTierOptions::io_chunk_bytes
+
 struct DiskTierOptions {
   std::string dir;        // data files live here (created if missing)
   uint64_t capacity = 0;  // bytes; split evenly over the data files (4 KiB multiples)
@@ -51,6 +56,11 @@ struct DiskTierOptions {
   int queue_depth = 64;         // io_uring ring entries
   bool force_posix_io = false;  // test hook / operators whose kernel refuses io_uring
   bool direct_io = true;        // O_DIRECT when the filesystem supports it (else buffered)
+  // Records move between caller memory and the device in chunks through a staging buffer, the
+  // copy and hash of one chunk overlapping the I/O of others. 0 = automatic (up to 8 equal chunks
+  // of at least 256 KiB and at most 4 MiB); else a 4 KiB multiple up to kMaxIoChunkBytes (tests
+  // use small ones to cut small records into many chunks).
+  uint64_t io_chunk_bytes = 0;
   double high_watermark = 0.95, low_watermark = 0.90;  // the tier's own eviction
   MetricsRegistry* metrics = nullptr;
   const Clock* clock = nullptr;   // nullptr = RealClock
@@ -129,9 +139,11 @@ class DiskTier {
   explicit DiskTier(DiskTierOptions options);
   absl::Status Recover();
   absl::StatusOr<Extent> AllocateWithEviction(uint64_t record_size);
-  absl::Status WriteRecord(const Extent& extent, std::string_view key, uint64_t generation,
-                           const std::vector<std::pair<const char*, uint64_t>>& pieces,
-                           uint64_t payload_len, uint64_t payload_checksum);
+  // Writes and fdatasyncs the record; returns the payload checksum it put in the header.
+  absl::StatusOr<uint64_t> WriteRecord(const Extent& extent, std::string_view key,
+                                       uint64_t generation,
+                                       const std::vector<std::pair<const char*, uint64_t>>& pieces,
+                                       uint64_t payload_len);
   absl::Status ReadRecord(const Extent& extent, std::string_view key, uint64_t generation,
                           uint64_t payload_len, const std::vector<std::pair<char*, uint64_t>>& dst);
   // Zeroes the first page of each extent (so a dropped record is not resurrected at recovery) and
@@ -141,9 +153,10 @@ class DiskTier {
   std::vector<internal::IndexedRecord> ApplyReclaimGuard(
       std::vector<internal::IndexedRecord> victims);
   void ZeroHeaders(const std::vector<internal::IndexedRecord>& records);
-  // Runs one transfer of `length` bytes at `offset` of `file`, split into requests the engine can
-  // run in parallel.
-  absl::Status Transfer(IoOp op, uint32_t file, uint64_t offset, char* buffer, uint64_t length);
+  // Starts one transfer of `length` bytes at `offset` of `file` (at most kRequestBytes per
+  // request); `buffer` must stay valid until the returned batch is waited for or destroyed.
+  std::unique_ptr<IoBatch> SubmitRange(IoOp op, uint32_t file, uint64_t offset, char* buffer,
+                                       uint64_t length);
   void Fail(const char* reason);
   void UpdateUsedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

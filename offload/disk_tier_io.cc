@@ -1,7 +1,8 @@
 // DiskTier record I/O: staging through aligned buffers, gather on write, scatter and verify on
-// read.
+// read, pipelined in chunks so the copy and hash of one chunk overlap the device I/O of others.
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -20,9 +21,53 @@
 namespace mc::offload {
 namespace {
 
-constexpr uint64_t kStagingBytes = 32 << 20;  // bounce buffer: a 16 MiB record in one round
+constexpr uint64_t kStagingBytes = 32 << 20;  // bounce buffer, cut into chunk slots
 constexpr uint64_t kRequestBytes = 4 << 20;   // one engine request
 constexpr size_t kPooledStaging = 4;          // bounce buffers kept for reuse
+// Automatic chunk size: a record in up to kChunksPerRecord chunks of equal size, none under
+// kMinChunkBytes (unless the record is) nor over kMaxIoChunkBytes. Small enough that the part of a
+// record's copy and hash that cannot overlap its I/O (the first chunks of a write, the last of a
+// read) is short; large enough that requests stay efficient.
+constexpr uint64_t kChunksPerRecord = 8;
+constexpr uint64_t kMinChunkBytes = 256 << 10;
+// A write starts with chunks this small, doubling up to the chunk size, so the device starts
+// early: it waits only for the copy and hash of the first two chunks.
+constexpr uint64_t kRampStartBytes = 64 << 10;
+constexpr uint64_t kHashStepBytes = 256 << 10;  // copy and hash in cache-sized steps
+static_assert(kMaxIoChunkBytes <= kRequestBytes, "a chunk is one request");
+static_assert(3 * std::max(kMaxIoChunkBytes, HeaderBlockSize(kMaxRecordKeyLength)) <= kStagingBytes,
+              "the staging buffer holds at least three chunk slots (chunk 0 and two in turn)");
+
+// How a record's extent is cut into chunks: chunk 0 starts with the header block and holds all of
+// it; the next ones double in size up to `chunk` bytes (at once for reads, which start at that
+// size), the last one is shorter. Every chunk fits a staging slot of `slot` bytes; the staging
+// buffer has `slots` of them.
+struct ChunkPlan {
+  uint64_t record_len = 0;
+  uint64_t chunk = 0;
+  uint64_t first = 0;
+  uint64_t slot = 0;
+  size_t slots = 0;
+  // Bytes of the chunk that starts at `pos`, after one of `prev` bytes (0 for chunk 0).
+  uint64_t Length(uint64_t pos, uint64_t prev) const {
+    return std::min(prev == 0 ? first : std::min(chunk, 2 * prev), record_len - pos);
+  }
+};
+
+ChunkPlan PlanChunks(uint64_t record_len, uint64_t header_len, uint64_t chunk_bytes, bool ramp) {
+  uint64_t chunk = chunk_bytes;
+  if (chunk == 0) {
+    const uint64_t n = std::clamp<uint64_t>(record_len / kMinChunkBytes, 1, kChunksPerRecord);
+    chunk = std::min(RoundUpToPage((record_len + n - 1) / n), kMaxIoChunkBytes);
+  }
+  ChunkPlan plan;
+  plan.record_len = record_len;
+  plan.chunk = chunk;
+  plan.first = std::max(header_len, ramp ? std::min(chunk, kRampStartBytes) : chunk);
+  plan.slot = std::max(header_len, chunk);
+  plan.slots = static_cast<size_t>(kStagingBytes / plan.slot);
+  return plan;
+}
 
 // Bounce buffers are reused: a fresh 32 MiB buffer costs thousands of page faults per record.
 class StagingPool {
@@ -125,67 +170,162 @@ absl::Status Mismatch(std::string_view what) {
   return McError(Code::kChecksumMismatch, std::string("disk tier read: ") + std::string(what));
 }
 
+// Copies the next `n` payload bytes into `dst` (zero padding once the payload is exhausted),
+// hashing each step right after copying it, while it is still in cache.
+void FillChunk(Gather& gather, StreamingChecksum& sum, char* dst, uint64_t n) {
+  for (uint64_t off = 0; off < n;) {
+    const uint64_t step = std::min(kHashStepBytes, n - off);
+    const uint64_t got = gather.Take(dst + off, step);
+    if (got > 0) sum.Update(dst + off, got);
+    if (got < step) {
+      std::memset(dst + off + got, 0, n - off - got);
+      return;
+    }
+    off += step;
+  }
+}
+
+// Hashes `n` payload bytes of `src` and copies them out, step by step (the copy reads what the
+// hash just brought into cache).
+void DrainChunk(Scatter& scatter, StreamingChecksum& sum, const char* src, uint64_t n) {
+  for (uint64_t off = 0; off < n;) {
+    const uint64_t step = std::min(kHashStepBytes, n - off);
+    sum.Update(src + off, step);
+    scatter.Put(src + off, step);
+    off += step;
+  }
+}
+
+// The first error among a batch's results, or OK.
+absl::Status FirstError(const std::vector<IoResult>& results) {
+  for (const IoResult& r : results) MC_RETURN_IF_ERROR(r.status());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status DiskTier::Transfer(IoOp op, uint32_t file, uint64_t offset, char* buffer,
-                                uint64_t length) {
+std::unique_ptr<IoBatch> DiskTier::SubmitRange(IoOp op, uint32_t file, uint64_t offset,
+                                               char* buffer, uint64_t length) {
   std::vector<IoRequest> requests;
   for (uint64_t done = 0; done < length; done += kRequestBytes) {
     requests.push_back(IoRequest{op, files_->fd(file), offset + done, buffer + done,
                                  std::min(kRequestBytes, length - done)});
   }
-  for (const IoResult& r : engine_->SubmitAndWait(requests)) MC_RETURN_IF_ERROR(r.status());
-  return absl::OkStatus();
+  return engine_->Submit(requests);
 }
 
-absl::Status DiskTier::WriteRecord(const Extent& extent, std::string_view key, uint64_t generation,
-                                   const std::vector<std::pair<const char*, uint64_t>>& pieces,
-                                   uint64_t payload_len, uint64_t payload_checksum) {
+// Chunk 0 (the header block and the first payload bytes) stays in its own staging slot until every
+// payload byte is hashed, then goes to the device last, as one request with the header in it; the
+// other chunks cycle through the remaining slots, each written while the next one is copied and
+// hashed. Whatever the outcome, every submitted write has completed before this returns: `inflight`
+// is declared after `staging`, so its batches are destroyed (which waits for them) first.
+absl::StatusOr<uint64_t> DiskTier::WriteRecord(
+    const Extent& extent, std::string_view key, uint64_t generation,
+    const std::vector<std::pair<const char*, uint64_t>>& pieces, uint64_t payload_len) {
   Staging staging;
   if (!staging.ok()) return McError(Code::kInternal, "disk tier: out of memory for staging");
+  const uint64_t header_len = HeaderBlockSize(key.size());
+  const ChunkPlan plan =
+      PlanChunks(extent.length, header_len, options_.io_chunk_bytes, /*ramp=*/true);
+  const size_t ring = plan.slots - 1;  // slot 0 is chunk 0's until the end
+  std::deque<std::unique_ptr<IoBatch>> inflight;
+  StreamingChecksum sum;
   Gather gather(pieces);
-  for (uint64_t pos = 0; pos < extent.length;) {
-    const uint64_t n = std::min(staging.size(), extent.length - pos);
-    uint64_t start = 0;
-    if (pos == 0) {
-      MC_RETURN_IF_ERROR(
-          EncodeHeaderInto(key, generation, payload_len, payload_checksum, staging.data()));
-      start = HeaderBlockSize(key.size());
+  char* const first = staging.data();
+  const uint64_t first_len = plan.Length(0, 0);
+  FillChunk(gather, sum, first + header_len, first_len - header_len);
+  absl::Status status;
+  size_t next_slot = 0;
+  uint64_t prev = first_len;
+  for (uint64_t pos = first_len; pos < extent.length;) {
+    if (inflight.size() == ring) {  // the next slot is the oldest chunk's: wait for its write
+      status = FirstError(inflight.front()->Wait());
+      inflight.pop_front();
+      if (!status.ok()) break;
     }
-    const uint64_t got = gather.Take(staging.data() + start, n - start);
-    if (start + got < n) std::memset(staging.data() + start + got, 0, n - start - got);
-    MC_RETURN_IF_ERROR(Transfer(IoOp::kWrite, extent.file, extent.offset + pos, staging.data(), n));
+    char* slot = staging.data() + plan.slot * (1 + next_slot);
+    next_slot = (next_slot + 1) % ring;
+    const uint64_t n = plan.Length(pos, prev);
+    prev = n;
+    FillChunk(gather, sum, slot, n);
+    inflight.push_back(SubmitRange(IoOp::kWrite, extent.file, extent.offset + pos, slot, n));
     pos += n;
   }
-  return files_->Sync(extent.file);
+  const uint64_t checksum = sum.Digest();
+  if (status.ok()) status = EncodeHeaderInto(key, generation, payload_len, checksum, first);
+  const bool header_sent = status.ok();
+  if (header_sent) {
+    inflight.push_back(SubmitRange(IoOp::kWrite, extent.file, extent.offset, first, first_len));
+  }
+  for (auto& batch : inflight) {
+    absl::Status s = FirstError(batch->Wait());
+    if (status.ok()) status = s;
+  }
+  inflight.clear();
+  if (status.ok()) status = files_->Sync(extent.file);
+  if (!status.ok() && header_sent) {
+    // An earlier chunk failed while the header went out: clear it, so that recovery does not
+    // find (and count as corrupt, or even index) a record this write reports as failed.
+    ZeroHeaders({internal::IndexedRecord{std::string(key), generation, extent, payload_len, 0}});
+  }
+  MC_RETURN_IF_ERROR(status);
+  return checksum;
 }
 
+// Chunks are read into staging slots as soon as a slot is free (all at once for a record that fits
+// the staging buffer), then verified and copied out in order, each while the later ones are still
+// being read. Bytes reach `dst` before the payload checksum is known (as the contract allows: on a
+// mismatch dst holds garbage and the read fails). Every submitted read has completed before this
+// returns, whatever the outcome (`inflight` is destroyed before `staging`).
 absl::Status DiskTier::ReadRecord(const Extent& extent, std::string_view key, uint64_t generation,
                                   uint64_t payload_len,
                                   const std::vector<std::pair<char*, uint64_t>>& dst) {
   Staging staging;
   if (!staging.ok()) return McError(Code::kInternal, "disk tier: out of memory for staging");
+  const ChunkPlan plan = PlanChunks(extent.length, HeaderBlockSize(key.size()),
+                                    options_.io_chunk_bytes, /*ramp=*/false);
+  struct Pending {
+    std::unique_ptr<IoBatch> batch;
+    char* data;
+    uint64_t length;
+  };
+  std::deque<Pending> inflight;
+  uint64_t submitted = 0;  // bytes of the extent whose read was submitted
+  size_t next_slot = 0;
+  uint64_t prev = 0;
+  auto submit_more = [&] {
+    while (submitted < extent.length && inflight.size() < plan.slots) {
+      char* slot = staging.data() + plan.slot * next_slot;
+      next_slot = (next_slot + 1) % plan.slots;
+      const uint64_t n = plan.Length(submitted, prev);
+      prev = n;
+      inflight.push_back(
+          {SubmitRange(IoOp::kRead, extent.file, extent.offset + submitted, slot, n), slot, n});
+      submitted += n;
+    }
+  };
+  submit_more();
   StreamingChecksum sum;
   Scatter scatter(dst);
   uint64_t expected_sum = 0;
   uint64_t payload_done = 0;
-  for (uint64_t pos = 0; pos < extent.length;) {
-    const uint64_t n = std::min(staging.size(), extent.length - pos);
-    MC_RETURN_IF_ERROR(Transfer(IoOp::kRead, extent.file, extent.offset + pos, staging.data(), n));
+  for (bool first = true; !inflight.empty(); first = false) {
+    Pending chunk = std::move(inflight.front());
+    inflight.pop_front();
+    MC_RETURN_IF_ERROR(FirstError(chunk.batch->Wait()));
     uint64_t start = 0;
-    if (pos == 0) {
-      MC_ASSIGN_OR_RETURN(RecordHeader h, DecodeHeader(staging.view(0, n)));
+    if (first) {
+      MC_ASSIGN_OR_RETURN(RecordHeader h, DecodeHeader(std::string_view(chunk.data, chunk.length)));
       if (h.key != key) return Mismatch("key differs");
       if (h.generation != generation) return Mismatch("generation differs");
       if (h.payload_len != payload_len) return Mismatch("payload length differs");
       expected_sum = h.payload_checksum;
       start = h.header_len;
     }
-    const uint64_t useful = std::min(n - start, payload_len - payload_done);
-    sum.Update(staging.data() + start, useful);
-    scatter.Put(staging.data() + start, useful);
+    const uint64_t useful = std::min(chunk.length - start, payload_len - payload_done);
+    DrainChunk(scatter, sum, chunk.data + start, useful);
     payload_done += useful;
-    pos += n;
+    submit_more();  // this chunk's slot is free again
   }
   if (payload_done != payload_len) return Mismatch("record shorter than its payload");
   if (sum.Digest() != expected_sum) return Mismatch("payload checksum differs");
