@@ -1,5 +1,6 @@
 #include "client/offload_driver.h"
 
+#include <chrono>
 #include <sys/uio.h>
 
 #include <cstring>
@@ -232,6 +233,12 @@ void OffloadDriver::RunTasks(const std::vector<v1::OffloadTask>& tasks) {
 std::vector<bool> OffloadDriver::MayReclaim(const std::vector<offload::DiskTierVictim>& victims) {
   std::vector<bool> allowed(victims.size(), false);
   if (session_() == 0) return allowed;
+  const auto now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  if (now_ms() < reclaim_blocked_until_ms_.load()) return allowed;
   v1::RemoveDiskReplicasRequest req;
   req.set_client_id(options_.client_id);
   for (const auto& v : victims) {
@@ -243,7 +250,14 @@ std::vector<bool> OffloadDriver::MayReclaim(const std::vector<offload::DiskTierV
   }
   v1::RemoveDiskReplicasResponse resp;
   absl::Status s = master_.RemoveDiskReplicas(req, &resp);
-  if (!s.ok() || resp.results_size() != req.items_size()) return allowed;
+  if (!s.ok()) {
+    reclaim_blocked_until_ms_ = now_ms() + options_.reclaim_backoff_ms;
+    MC_LOG_EVERY(std::chrono::seconds(10), Log(), warn,
+                 "cannot ask the master before reclaiming SSD records: {}; no reclaim for {} ms",
+                 s.ToString(), options_.reclaim_backoff_ms);
+    return allowed;
+  }
+  if (resp.results_size() != req.items_size()) return allowed;
   for (size_t i = 0; i < victims.size(); ++i) {
     allowed[i] = resp.results(static_cast<int>(i)).code() == v1::OK;
     if (allowed[i]) Forget(victims[i].generation);

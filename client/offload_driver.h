@@ -37,6 +37,10 @@ struct OffloadDriverOptions {
   int64_t poll_interval_ms = 100;  // TakeOffloadTasks period
   uint32_t max_tasks_per_poll = 64;
   size_t report_batch = 1000;      // records per AddDiskReplicas call when re-reporting
+  // After a failed RemoveDiskReplicas (master unreachable or hung), the reclaim guard refuses
+  // without asking for this long: an offload write then waits for at most one RPC timeout,
+  // not one per reclaim round.
+  int64_t reclaim_backoff_ms = 5000;
 };
 
 class OffloadDriver final : public DiskReader {
@@ -87,6 +91,7 @@ class OffloadDriver final : public DiskReader {
   Counter& disk_reads_served_;
   Counter& disk_read_failures_;
   std::atomic<bool> report_pending_{true};
+  std::atomic<int64_t> reclaim_blocked_until_ms_{0};  // steady clock
 
   // generation -> key of every record we hold: a kReadDisk frame names only the generation.
   mutable absl::Mutex keys_mu_;

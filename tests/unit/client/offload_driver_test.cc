@@ -82,7 +82,7 @@ class OffloadDriverTest : public ClientFixture {
     return segs;
   }
 
-  void OpenTier(MasterClient* master = nullptr) {
+  void OpenTier(MasterClient* master = nullptr, int64_t reclaim_backoff_ms = 5000) {
     driver_.reset();
     tier_.reset();
     offload::DiskTierOptions o;
@@ -97,7 +97,7 @@ class OffloadDriverTest : public ClientFixture {
     ASSERT_TRUE(tier.ok()) << tier.status();
     tier_ = std::move(*tier);
     driver_ = std::make_unique<OffloadDriver>(
-        OffloadDriverOptions{kLocalId, 100, 64, 1000}, *tier_,
+        OffloadDriverOptions{kLocalId, 100, 64, 1000, reclaim_backoff_ms}, *tier_,
         master != nullptr ? *master : static_cast<MasterClient&>(master_), local_table_,
         [this] { return session_.load(); }, registry_);
   }
@@ -255,6 +255,26 @@ TEST_F(OffloadDriverTest, TierEvictionSkipsLeasedRecordsAndReclaimsTheNextColdes
   EXPECT_GT(tier_metrics_.GetCounter("mc_ssd_evictions_total", "").Value(), 0u);
   EXPECT_TRUE(HasDiskReplica("k0"));
   EXPECT_TRUE(HasDiskReplica("k1"));
+}
+
+TEST_F(OffloadDriverTest, MayReclaimBacksOffAfterTheMasterFailsToAnswer) {
+  OpenTier(nullptr, /*reclaim_backoff_ms=*/200);
+  PutAndOffload("k1", Payload(8192, 8));
+  offload::DiskTier::Entry e = tier_->List().at(0);
+  std::vector<offload::DiskTierVictim> victims{{e.key, e.generation, e.ref.locator, e.ref.length}};
+  using Rpc = FakeMasterClient::Rpc;
+  master_.FailNext(Rpc::kRemoveDiskReplicas, 1);
+  const int before = master_.Calls(Rpc::kRemoveDiskReplicas);
+  EXPECT_EQ(driver_->MayReclaim(victims), std::vector<bool>{false});
+  // Within the backoff: refused at once, without another RPC (a hung master would cost one
+  // timeout per reclaim round otherwise).
+  EXPECT_EQ(driver_->MayReclaim(victims), std::vector<bool>{false});
+  EXPECT_EQ(master_.Calls(Rpc::kRemoveDiskReplicas), before + 1);
+  EXPECT_TRUE(HasDiskReplica("k1"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  EXPECT_EQ(driver_->MayReclaim(victims), std::vector<bool>{true});
+  EXPECT_EQ(master_.Calls(Rpc::kRemoveDiskReplicas), before + 2);
+  EXPECT_FALSE(HasDiskReplica("k1"));
 }
 
 TEST_F(OffloadDriverTest, MayReclaimRefusesEverythingWhileUnregistered) {
