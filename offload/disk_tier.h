@@ -58,8 +58,9 @@ struct DiskTierOptions {
   bool direct_io = true;        // O_DIRECT when the filesystem supports it (else buffered)
   // Records move between caller memory and the device in chunks through a staging buffer, the
   // copy and hash of one chunk overlapping the I/O of others. 0 = automatic (up to 8 equal chunks
-  // of at least 256 KiB and at most 4 MiB); else a 4 KiB multiple up to kMaxIoChunkBytes (tests
-  // use small ones to cut small records into many chunks).
+  // of at least 256 KiB and at most 4 MiB, writes ramping up from 64 KiB; a record of up to 2 MiB
+  // is written in one request); else a 4 KiB multiple up to kMaxIoChunkBytes (tests use small
+  // ones to cut small records into many chunks).
   uint64_t io_chunk_bytes = 0;
   double high_watermark = 0.95, low_watermark = 0.90;  // the tier's own eviction
   MetricsRegistry* metrics = nullptr;

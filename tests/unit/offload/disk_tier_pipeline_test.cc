@@ -216,6 +216,34 @@ TEST_F(DiskTierPipelineTest, RecordLargerThanTheStagingBufferReusesItsSlots) {
   EXPECT_TRUE(out == data);
 }
 
+TEST_F(DiskTierPipelineTest, AutomaticChunksWriteSmallRecordsInOneRequestAndSplitLargerOnes) {
+  auto tier = OpenTier(Options(0));
+  const std::string small = RandomBytes(kMiB, 12), large = RandomBytes(3 * kMiB, 13);
+  lazy_.ResetCounts();
+  auto a = tier->Write("small", 1, {{small.data(), small.size()}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto seen = lazy_.seen();
+  ASSERT_EQ(seen.size(), 1u);  // header and payload in one request
+  EXPECT_EQ(seen[0].length, RecordSize(5, small.size()));
+  lazy_.ResetCounts();
+  auto b = tier->Write("large", 1, {{large.data(), large.size()}});
+  ASSERT_TRUE(b.ok()) << b.status();
+  seen = lazy_.seen();
+  ASSERT_GE(seen.size(), 3u);
+  EXPECT_EQ(seen.back().offset, OffsetOf(*b));  // the header's chunk goes last
+  EXPECT_GE(lazy_.max_outstanding(), 2);
+  uint64_t total = 0;
+  for (const auto& r : seen) total += r.length;
+  EXPECT_EQ(total, RecordSize(5, large.size()));
+  lazy_.ResetCounts();
+  std::string out;
+  ASSERT_TRUE(Get(*tier, *a, "small", 1, &out).ok());
+  EXPECT_EQ(out, small);
+  EXPECT_GE(lazy_.seen().size(), 2u);  // reads are split even for small records
+  ASSERT_TRUE(Get(*tier, *b, "large", 1, &out).ok());
+  EXPECT_EQ(out, large);
+}
+
 TEST_F(DiskTierPipelineTest, HeaderOfALongKeySpansWhatWouldBeTwoChunks) {
   auto tier = OpenTier(Options(4 * kKiB));
   const std::string key(kMaxRecordKeyLength, 'K');  // 8 KiB header block
