@@ -5,9 +5,10 @@
 # 512 MiB of 1, 4 and 16 MiB records written (each fdatasync'ed) then read back and verified,
 # one record at a time from one thread, for the io_uring and the posix engine. fio runs the same
 # block sizes on the same directory: sequential write (direct=1, fdatasync per block, as the tier
-# does per record) then sequential read (direct=1), ioengine=io_uring, iodepth=1 (one request in
-# flight, like one record) and iodepth=4 (the four 4 MiB requests the tier keeps in flight per
-# 16 MiB staging chunk). Figures are medians of RUNS runs; ratios are tier / fio(iodepth=1).
+# does per record) then sequential read (direct=1), ioengine=io_uring, iodepth=1 (one block at a
+# time, as the tier moves one record at a time) and iodepth=4 (for reference: within a record the
+# tier keeps several chunk requests in flight, up to 8). Figures are medians of RUNS runs; ratios
+# are tier / fio(iodepth=1).
 #
 # Env: MC_BUILD_DIR (default build), BENCH_DIR (default /var/tmp; must not be tmpfs, O_DIRECT),
 #      RUNS (default 3), FIO_SIZE (default 512M, as the tier test).
