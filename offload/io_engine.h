@@ -56,8 +56,9 @@ class IoEngine {
   // Runs every request (in any order, possibly concurrently) and returns one result per request,
   // in request order.
   virtual std::vector<IoResult> SubmitAndWait(std::span<const IoRequest> requests) = 0;
-  // Starts every request and returns without waiting for them where the engine can (io_uring);
-  // the default runs SubmitAndWait before returning an already completed batch.
+  // Starts every request and returns without waiting for them (io_uring: on the ring thread;
+  // posix: on worker threads); the default, for engines that only wrap SubmitAndWait, runs it
+  // before returning an already completed batch.
   virtual std::unique_ptr<IoBatch> Submit(std::span<const IoRequest> requests);
   // "io_uring" or "posix".
   virtual std::string_view Name() const = 0;
