@@ -16,6 +16,7 @@ absl::Status MasterSession::Register() {
   req.set_host(options_.host);
   req.set_data_endpoint(options_.data_endpoint);
   req.set_disk_capacity(options_.disk_capacity);
+  if (disk_used_) req.set_disk_used(disk_used_());  // known at once, not a heartbeat later
   for (size_t i = 0; i < pool_.segments().size(); ++i) {
     auto* seg = req.add_segments();
     seg->set_local_index(i);

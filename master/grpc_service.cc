@@ -165,7 +165,8 @@ std::vector<DiskReplicaItem> DiskItems(
 grpc::Status MasterGrpcService::DoRegisterClient(const v1::RegisterClientRequest* req,
                                                  v1::RegisterClientResponse* resp) {
   ClientInfo info{
-      req->client_id(), req->host(), req->data_endpoint(), 0, req->disk_capacity(), 0, 0};
+      req->client_id(), req->host(), req->data_endpoint(), 0, req->disk_capacity(),
+      req->disk_used(), 0};
   std::vector<uint64_t> sizes;
   for (const auto& seg : req->segments()) sizes.push_back(seg.size());
   auto reg = service_.RegisterClient(info, sizes);

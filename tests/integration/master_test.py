@@ -336,6 +336,16 @@ class MasterIntegrationTest(unittest.TestCase):
         status, _ = harness.http_get(self.http, "/no-such-page")
         self.assertEqual(status, 404)
 
+    def test_registration_reports_ssd_usage_at_once(self):
+        resp = self.stub.RegisterClient(pb.RegisterClientRequest(
+            client_id="ssd1", host="h", data_endpoint="127.0.0.1:1",
+            segments=[pb.SegmentSpec(local_index=0, size=MiB)],
+            disk_capacity=64 * MiB, disk_used=3 * MiB), timeout=5)
+        self.assertNotEqual(resp.session, 0)
+        _, m = self.metrics()
+        self.assertEqual(m["mc_ssd_used_bytes"], 3 * MiB, "known before any heartbeat")
+        self.assertEqual(m["mc_ssd_capacity_bytes"], 64 * MiB)
+
     def test_batches_over_the_limit_fail_whole_and_are_counted(self):
         c1 = self.client("c1", [MiB])
         c1.put([(b"lim", 100)])
