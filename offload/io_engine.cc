@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "offload/internal/pending_batch.h"
 
 namespace mc::offload {
 namespace {
@@ -71,35 +72,18 @@ class PosixIoEngine final : public IoEngine {
       }
       for (size_t i = 0; i < requests.size(); ++i) queue_.push_back({batch.get(), i});
     }
-    return std::make_unique<Handle>(std::move(batch), std::move(done));
+    return std::make_unique<internal::PendingBatch<Batch>>(std::move(batch), std::move(done));
   }
   std::string_view Name() const override { return "posix"; }
 
  private:
   static constexpr int kWorkers = 4;
-  // Owned by its Handle, which waits for the workers to be done with it before freeing it.
+  // Owned by its PendingBatch, which waits for the workers to be done with it before freeing it.
   struct Batch {
     std::vector<IoRequest> requests;
     std::vector<IoResult> results;  // element i written only by the worker that ran request i
     std::atomic<size_t> remaining{0};
     std::promise<void> done;  // set by the worker that finishes the last request
-  };
-  class Handle final : public IoBatch {
-   public:
-    Handle(std::unique_ptr<Batch> batch, std::future<void> done)
-        : batch_(std::move(batch)), done_(std::move(done)) {}
-    ~Handle() override {
-      if (done_.valid()) done_.wait();
-    }
-    std::vector<IoResult> Wait() override {
-      if (!done_.valid()) return {};
-      done_.get();
-      return std::move(batch_->results);
-    }
-
-   private:
-    std::unique_ptr<Batch> batch_;
-    std::future<void> done_;
   };
   struct Job {
     Batch* batch;

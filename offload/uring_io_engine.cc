@@ -23,6 +23,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "offload/io_engine.h"
+#include "offload/internal/pending_batch.h"
 
 namespace mc::offload {
 namespace {
@@ -73,30 +74,13 @@ class UringIoEngine final : public IoEngine {
     uint64_t done;  // bytes transferred so far
     iovec iov;
   };
-  // Lives on the heap, owned by its Handle, so it outlives the caller's stack frame; the handle
+  // Lives on the heap, owned by its PendingBatch, so it outlives the caller's stack frame, which
   // waits for the ring thread to be done with it before freeing it.
   struct Batch {
     std::vector<Op> ops;
     std::vector<IoResult> results;
     size_t remaining = 0;  // touched only by the ring thread once enqueued
     std::promise<void> done;
-  };
-  class Handle final : public IoBatch {
-   public:
-    Handle(std::unique_ptr<Batch> batch, std::future<void> done)
-        : batch_(std::move(batch)), done_(std::move(done)) {}
-    ~Handle() override {
-      if (done_.valid()) done_.wait();
-    }
-    std::vector<IoResult> Wait() override {
-      if (!done_.valid()) return {};
-      done_.get();
-      return std::move(batch_->results);
-    }
-
-   private:
-    std::unique_ptr<Batch> batch_;
-    std::future<void> done_;
   };
 
   void Loop();
@@ -136,7 +120,7 @@ std::unique_ptr<IoBatch> UringIoEngine::Submit(std::span<const IoRequest> reques
   std::future<void> done = b->done.get_future();
   if (requests.empty()) {
     b->done.set_value();
-    return std::make_unique<Handle>(std::move(batch), std::move(done));
+    return std::make_unique<internal::PendingBatch<Batch>>(std::move(batch), std::move(done));
   }
   bool kick = false;
   {
@@ -145,7 +129,7 @@ std::unique_ptr<IoBatch> UringIoEngine::Submit(std::span<const IoRequest> reques
     kick = std::exchange(in_kernel_wait_, false);
   }
   if (kick) Kick();
-  return std::make_unique<Handle>(std::move(batch), std::move(done));
+  return std::make_unique<internal::PendingBatch<Batch>>(std::move(batch), std::move(done));
 }
 
 void UringIoEngine::Kick() {
