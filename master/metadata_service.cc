@@ -251,70 +251,56 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
 
 std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
                                                   const std::vector<PutEndItem>& items) {
-  std::vector<absl::Status> out(items.size());
-  std::vector<std::string_view> keys;
-  for (const auto& item : items) keys.push_back(item.key);
   int64_t now = clock_.NowMs();
-  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+  return ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
     shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      out[i] = ValidateKey(items[i].key);
-      if (!out[i].ok()) continue;
-      auto it = shard.objects.find(AsKey(items[i].key));
-      if (it == shard.objects.end()) {
-        out[i] = McError(Code::kNotFound, "no pending put (revoked or timed out?)");
-        continue;
-      }
-      Object& object = it->second;
-      if (object.generation != items[i].generation) {
-        out[i] = McError(Code::kInvalidArgument,
-                         absl::StrCat("generation ", items[i].generation, " does not match ",
-                                      object.generation));
-      } else if (object.state == ObjectState::kComplete) {
-        if (object.checksum != items[i].checksum) {
-          out[i] = McError(Code::kInvalidArgument, "put already ended with another checksum");
-        }
-      } else if (object.writer_client != client_id) {
-        out[i] = McError(Code::kInvalidArgument, "put was started by another client");
-      } else {
-        object.state = ObjectState::kComplete;
-        object.checksum = items[i].checksum;
-        shard.Touch(object, now);
-        pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
-      }
+    auto it = shard.objects.find(AsKey(items[i].key));
+    if (it == shard.objects.end()) {
+      return McError(Code::kNotFound, "no pending put (revoked or timed out?)");
     }
+    Object& object = it->second;
+    if (object.generation != items[i].generation) {
+      return McError(Code::kInvalidArgument, absl::StrCat("generation ", items[i].generation,
+                                                          " does not match ", object.generation));
+    }
+    if (object.state == ObjectState::kComplete) {
+      if (object.checksum != items[i].checksum) {
+        return McError(Code::kInvalidArgument, "put already ended with another checksum");
+      }
+      return absl::OkStatus();
+    }
+    if (object.writer_client != client_id) {
+      return McError(Code::kInvalidArgument, "put was started by another client");
+    }
+    object.state = ObjectState::kComplete;
+    object.checksum = items[i].checksum;
+    shard.Touch(object, now);
+    pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+    return absl::OkStatus();
   });
-  return out;
 }
 
 std::vector<absl::Status> MetadataService::PutRevoke(const std::string& client_id,
                                                      const std::vector<PutRevokeItem>& items) {
-  std::vector<absl::Status> out(items.size());
-  std::vector<std::string_view> keys;
-  for (const auto& item : items) keys.push_back(item.key);
   std::vector<MemoryLocation> to_free;
-  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-    shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      out[i] = ValidateKey(items[i].key);
-      if (!out[i].ok()) continue;
-      auto it = shard.objects.find(AsKey(items[i].key));
-      if (it == shard.objects.end() || it->second.generation != items[i].generation) {
-        out[i] = McError(Code::kNotFound, "no pending put of this generation");
-        continue;
-      }
-      Object& object = it->second;
-      if (object.state != ObjectState::kPending || object.writer_client != client_id) {
-        out[i] = McError(Code::kInvalidArgument, "only the writer may revoke a pending put");
-        continue;
-      }
-      for (const Replica& r : object.replicas) {
-        if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
-      }
-      pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
-      shard.Erase(it);
-    }
-  });
+  std::vector<absl::Status> out =
+      ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
+        shard.mu.AssertHeld();
+        auto it = shard.objects.find(AsKey(items[i].key));
+        if (it == shard.objects.end() || it->second.generation != items[i].generation) {
+          return McError(Code::kNotFound, "no pending put of this generation");
+        }
+        Object& object = it->second;
+        if (object.state != ObjectState::kPending || object.writer_client != client_id) {
+          return McError(Code::kInvalidArgument, "only the writer may revoke a pending put");
+        }
+        for (const Replica& r : object.replicas) {
+          if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
+        }
+        pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+        shard.Erase(it);
+        return absl::OkStatus();
+      });
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);
   return out;
 }

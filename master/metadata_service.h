@@ -168,6 +168,23 @@ class MetadataService {
   // Keys a prefix match looks up per step (it stops after the step that finds the first miss).
   static constexpr size_t kPrefixChunk = 128;
   absl::Status ValidateKey(std::string_view key) const;
+  // The loop of the per-item batch calls: for each item (anything with a `key`), the key check,
+  // then fn(shard, i) -> Status with the key's shard locked. One status per item, in order.
+  template <typename Item, typename Fn>
+  std::vector<absl::Status> ForEachItem(const std::vector<Item>& items, Fn&& fn) {
+    std::vector<absl::Status> out(items.size());
+    std::vector<std::string_view> keys;
+    keys.reserve(items.size());
+    for (const auto& item : items) keys.push_back(item.key);
+    table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+      shard.mu.AssertHeld();
+      for (size_t i : indices) {
+        out[i] = ValidateKey(items[i].key);
+        if (out[i].ok()) out[i] = fn(shard, i);
+      }
+    });
+    return out;
+  }
   // Drops every segment, replica, pending put and replica-less object of a client.
   void CleanupClient(const std::string& client_id);
   // Places one object's replicas, evicting synchronously between tries.

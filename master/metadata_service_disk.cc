@@ -82,33 +82,27 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
 
 std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
     const std::string& client_id, const std::vector<DiskReplicaItem>& items) {
-  std::vector<absl::Status> out(items.size());
   std::vector<MemoryLocation> to_free;
-  std::vector<std::string_view> keys;
-  for (const auto& item : items) keys.push_back(item.key);
   int64_t now = clock_.NowMs();
-  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-    shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      out[i] = ValidateKey(items[i].key);
-      if (!out[i].ok()) continue;
-      auto it = shard.objects.find(AsKey(items[i].key));
-      if (it == shard.objects.end() || it->second.generation != items[i].generation) {
-        continue;  // nothing refers to that record any more: the client may drop it
-      }
-      if (it->second.HasLiveLease(now)) {
-        out[i] = McError(Code::kHasLease, "a reader holds a lease on this object");
-        continue;
-      }
-      std::erase_if(it->second.replicas, [&](const Replica& r) {
-        return r.tier == ReplicaTier::kDisk && r.location.client_id == client_id;
+  std::vector<absl::Status> out =
+      ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
+        shard.mu.AssertHeld();
+        auto it = shard.objects.find(AsKey(items[i].key));
+        if (it == shard.objects.end() || it->second.generation != items[i].generation) {
+          return absl::OkStatus();  // nothing refers to that record any more: it may go
+        }
+        if (it->second.HasLiveLease(now)) {
+          return McError(Code::kHasLease, "a reader holds a lease on this object");
+        }
+        std::erase_if(it->second.replicas, [&](const Replica& r) {
+          return r.tier == ReplicaTier::kDisk && r.location.client_id == client_id;
+        });
+        if (it->second.replicas.empty()) {
+          DropPromotion(it->second, &to_free);
+          shard.Erase(it);
+        }
+        return absl::OkStatus();
       });
-      if (it->second.replicas.empty()) {
-        DropPromotion(it->second, &to_free);
-        shard.Erase(it);
-      }
-    }
-  });
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);
   return out;
 }
@@ -187,33 +181,28 @@ std::vector<PutStartOutcome> MetadataService::PromoteStart(
 std::vector<absl::Status> MetadataService::PromoteEnd(const std::string& client_id,
                                                       const std::vector<PutRevokeItem>& items,
                                                       const std::vector<bool>& written) {
-  std::vector<absl::Status> out(items.size());
-  std::vector<std::string_view> keys;
-  for (const auto& item : items) keys.push_back(item.key);
   std::vector<MemoryLocation> to_free;
-  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-    shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      out[i] = ValidateKey(items[i].key);
-      if (!out[i].ok()) continue;
-      auto it = shard.objects.find(AsKey(items[i].key));
-      if (it == shard.objects.end() || it->second.generation != items[i].generation ||
-          !it->second.promotion || it->second.promotion->writer != client_id ||
-          it->second.promotion->location.length == 0) {
-        out[i] = McError(Code::kNotFound, "no promotion of this generation by this client");
-        continue;
-      }
-      Object& object = it->second;
-      if (i < written.size() && written[i]) {
-        pending_.Remove(object.promotion->start_ms + options_.put_timeout_ms, object.generation);
-        object.replicas.insert(object.replicas.begin(),
-                               Replica{ReplicaTier::kMemory, object.promotion->location});
-        object.promotion.reset();
-      } else {
-        DropPromotion(object, &to_free);
-      }
-    }
-  });
+  std::vector<absl::Status> out =
+      ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
+        shard.mu.AssertHeld();
+        auto it = shard.objects.find(AsKey(items[i].key));
+        if (it == shard.objects.end() || it->second.generation != items[i].generation ||
+            !it->second.promotion || it->second.promotion->writer != client_id ||
+            it->second.promotion->location.length == 0) {
+          return McError(Code::kNotFound, "no promotion of this generation by this client");
+        }
+        Object& object = it->second;
+        if (i < written.size() && written[i]) {
+          pending_.Remove(object.promotion->start_ms + options_.put_timeout_ms,
+                          object.generation);
+          object.replicas.insert(object.replicas.begin(),
+                                 Replica{ReplicaTier::kMemory, object.promotion->location});
+          object.promotion.reset();
+        } else {
+          DropPromotion(object, &to_free);
+        }
+        return absl::OkStatus();
+      });
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);
   return out;
 }
