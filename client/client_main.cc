@@ -7,6 +7,7 @@
 #include "absl/flags/usage.h"
 #include "client/client_server.h"
 #include "common/logging.h"
+#include "common/util.h"
 
 ABSL_FLAG(std::string, master, "127.0.0.1:50051", "mc-master gRPC HOST:PORT");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Store gRPC HOST:PORT (port 0 = free port); empty = off");
@@ -44,6 +45,7 @@ ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("mc-client: the mcstore per-host daemon. --flagfile=F works.");
+  mc::DisableMutexDeadlockDetection();
   absl::ParseCommandLine(argc, argv);
   if (!mc::SetLogLevel(absl::GetFlag(FLAGS_log_level))) {
     std::fprintf(stderr, "unknown --log_level\n");

@@ -31,6 +31,13 @@ absl::StatusOr<uint64_t> ParseBytes(std::string_view text);
 // The same for flag parsing: false (and *out untouched) on a bad count.
 bool ParseBytes(std::string_view text, uint64_t* out);
 
+// Turns off absl::Mutex's lock-order (deadlock) detection for the whole process. Debian builds
+// Abseil without NDEBUG, which leaves the detection on: every Lock() then updates a global graph
+// under a global spinlock (3x the cost of a nested lock pair here), in our code and in gRPC's,
+// whose mutexes are absl::Mutex. The daemons and tools call this first thing in main(); unit
+// tests keep the detection on, so a lock-order cycle still aborts there.
+void DisableMutexDeadlockDetection();
+
 // 1024-based units with two decimals: "0 B", "512 B", "1.50 KB", "940.90 GB", "1.00 TB".
 std::string FormatBytes(uint64_t bytes);
 

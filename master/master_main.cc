@@ -7,6 +7,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/logging.h"
+#include "common/util.h"
 #include "master/master_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC HOST:PORT (port 0 = pick a free port)");
@@ -32,6 +33,7 @@ ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("mc-master: the mcstore metadata service. --flagfile=F works.");
+  mc::DisableMutexDeadlockDetection();
   absl::ParseCommandLine(argc, argv);
   if (!mc::SetLogLevel(absl::GetFlag(FLAGS_log_level))) {
     std::fprintf(stderr, "unknown --log_level\n");

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "mc-bench --client H:P|unix:PATH [--put_client ...] [--value_size N] [--batch N] "
       "[--mode put|get|both] [--dest shm|inline] [--runs N] | mc-bench --baseline");
+  mc::DisableMutexDeadlockDetection();
   absl::ParseCommandLine(argc, argv);
 
   if (absl::GetFlag(FLAGS_baseline)) {
