@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/util.h"
 #include "master/master_server.h"
 #include "master/metadata_service.h"
 #include "mcstore/v1/master.grpc.pb.h"
@@ -115,6 +116,7 @@ void BM_InProcess_PrefixCountOnly(benchmark::State& state) {
   opts.grant_lease = false;
   opts.stop_at_first_miss = true;
   opts.with_replicas = false;
+  opts.touch = false;  // as the master serves count_only
   size_t i = 0;
   for (auto _ : state) {
     LookupBatch b = svc.GetReplicas(views[i++ % views.size()], opts);
@@ -273,4 +275,11 @@ BENCHMARK(BM_Grpc_Exist)->Arg(64)->Arg(1024)->Threads(4)->UseRealTime();
 }  // namespace
 }  // namespace mc::master
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  mc::DisableMutexDeadlockDetection();  // as the daemons run
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -221,8 +221,11 @@ grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "count_only needs stop_at_first_miss and no_lease");
   }
-  LookupOptions options{req->lease_ttl_ms(), req->stop_at_first_miss(), !req->no_lease(),
-                        !req->count_only()};
+  LookupOptions options{.lease_ttl_ms = req->lease_ttl_ms(),
+                        .stop_at_first_miss = req->stop_at_first_miss(),
+                        .grant_lease = !req->no_lease(),
+                        .with_replicas = !req->count_only(),
+                        .touch = !req->count_only()};
   LookupBatch batch = service_.GetReplicas(Keys(req->keys()), options);
   resp->set_lease_id(batch.lease_id);
   resp->set_lease_ttl_ms(batch.lease_ttl_ms);

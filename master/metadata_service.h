@@ -74,6 +74,9 @@ struct LookupOptions {
   bool stop_at_first_miss = false;  // prefix match
   bool grant_lease = true;
   bool with_replicas = true;        // false: code, size, checksum, generation only
+  // A read: moves the found keys to the LRU front. A count-only probe (unleased MatchPrefix)
+  // is not a read, as Exist is not: it leaves recency alone.
+  bool touch = true;
 };
 struct LookupOutcome {
   absl::Status status;

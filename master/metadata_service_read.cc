@@ -18,10 +18,11 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
   uint64_t lease_id = options.grant_lease ? next_lease_id_.fetch_add(1) : 0;
   batch.lease_id = lease_id;
   // Input checks in request order: a repeated key is the caller's bug (it must dedupe).
-  absl::flat_hash_set<std::string_view> seen;
+  absl::flat_hash_set<absl::string_view> seen;
+  seen.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     batch.results[i].status = ValidateKey(keys[i]);
-    if (batch.results[i].status.ok() && !seen.insert(keys[i]).second) {
+    if (batch.results[i].status.ok() && !seen.insert(AsKey(keys[i])).second) {
       batch.results[i].status = McError(Code::kInvalidArgument, "key repeated in one lookup");
     }
   }
@@ -38,29 +39,31 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
     std::vector<std::string_view> part(keys.begin() + begin, keys.begin() + end);
     table_.ForKeys(part, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
       shard.mu.AssertHeld();
-      for (size_t j : indices) {
-        const size_t i = begin + j;
-        LookupOutcome& r = batch.results[i];
-        if (!r.status.ok()) continue;
-        auto it = shard.objects.find(AsKey(keys[i]));
+      shard.FindEach(part, indices, [&](size_t j, auto it) {
+        shard.mu.AssertHeld();
+        LookupOutcome& r = batch.results[begin + j];
+        if (!r.status.ok()) return;
         if (it == shard.objects.end()) {
           r.status = McError(Code::kNotFound, "no such key");
-          continue;
+          return;
         }
         Object& object = it->second;
         if (object.state != ObjectState::kComplete) {
           r.status = McError(Code::kNotReady, "key is being written");
-          continue;
+          return;
         }
         r.size = object.size;
         r.checksum = object.checksum;
         r.generation = object.generation;
         if (options.with_replicas) {
           r.replicas = object.replicas;
-          std::stable_partition(r.replicas.begin(), r.replicas.end(),
-                                [](const Replica& x) { return x.tier == ReplicaTier::kMemory; });
+          auto in_memory = [](const Replica& x) { return x.tier == ReplicaTier::kMemory; };
+          // Usually already in order; stable_partition would allocate a buffer per key.
+          if (!std::is_partitioned(r.replicas.begin(), r.replicas.end(), in_memory)) {
+            std::stable_partition(r.replicas.begin(), r.replicas.end(), in_memory);
+          }
         }
-        shard.Touch(object, now);
+        if (options.touch) shard.Touch(object, now);
         if (options.grant_lease) {
           expired += object.PruneLeases(now);
           object.leases.push_back({lease_id, now + ttl});
@@ -70,7 +73,7 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
           }
           ++granted;
         }
-      }
+      });
     });
     looked_up = end;
     if (options.stop_at_first_miss &&
@@ -104,13 +107,13 @@ size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::
   int64_t now = clock_.NowMs();
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
     shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      auto it = shard.objects.find(AsKey(keys[i]));
-      if (it == shard.objects.end()) continue;
+    shard.FindEach(keys, indices, [&](size_t, auto it) {
+      shard.mu.AssertHeld();
+      if (it == shard.objects.end()) return;
       // Expired leases go first (counted as expired), so releasing one is not lost silently.
       expired += it->second.PruneLeases(now);
       if (it->second.ReleaseLease(lease_id, now)) ++released;
-    }
+    });
   });
   leases_released_.Inc(released);
   leases_expired_.Inc(expired);
@@ -154,10 +157,10 @@ std::vector<bool> MetadataService::Exist(const std::vector<std::string_view>& ke
   std::vector<bool> out(keys.size(), false);
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
     shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      auto it = shard.objects.find(AsKey(keys[i]));
+    shard.FindEach(keys, indices, [&](size_t i, auto it) {
+      shard.mu.AssertHeld();
       out[i] = it != shard.objects.end() && it->second.state == ObjectState::kComplete;
-    }
+    });
   });
   return out;
 }

@@ -31,21 +31,24 @@ struct Lease {
 };
 
 struct Object {
-  std::string key;
+  // Fields a lookup reads or writes come first: with the table's key before them they share the
+  // entry's first two cache lines (an entry is ~360 bytes; a batch's lookups are cache misses).
   uint64_t size = 0;
   uint64_t checksum = 0;
   uint64_t generation = 0;
   ObjectState state = ObjectState::kPending;
-  std::vector<Replica> replicas;
-  std::vector<Lease> leases;
-  std::string writer_client;
-  int64_t put_start_ms = 0;
-  int64_t last_access_ms = 0;
-  uint64_t access_seq = 0;  // process-wide order of last access: exact LRU across shards
   bool pinned = false;  // soft pin: never chosen by eviction
   // In its shard's `leased` index. Set at the first lease; cleared only by the lease sweep,
   // so a key leased and released again and again costs no index update.
   bool lease_indexed = false;
+  int64_t last_access_ms = 0;
+  uint64_t access_seq = 0;  // process-wide order of last access: exact LRU across shards
+  std::list<std::string>::iterator lru_pos;  // position in the shard's LRU list
+  std::vector<Replica> replicas;
+  std::vector<Lease> leases;
+  std::string key;
+  std::string writer_client;
+  int64_t put_start_ms = 0;
   int64_t offload_queued_ms = 0;  // when an OFFLOAD task for it was queued (0 = none)
   // A memory replica being written back from the SSD tier (not readable until PromoteEnd).
   struct Promotion {
@@ -54,7 +57,6 @@ struct Object {
     int64_t start_ms = 0;
   };
   std::optional<Promotion> promotion;
-  std::list<std::string>::iterator lru_pos;  // position in the shard's LRU list
 
   // Drops expired leases; returns how many.
   size_t PruneLeases(int64_t now_ms);

@@ -42,6 +42,23 @@ class ObjectTable {
     void Erase(absl::flat_hash_map<std::string, Object>::iterator it)
         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void Touch(Object& object, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+    // Calls fn(i, it) for each i in `indices`, in order, with it = objects.find(keys[i]) (end()
+    // when absent), while prefetching the table entries of the keys a few positions ahead. A
+    // batch's keys land all over a table far larger than the caches; overlapping their cache
+    // misses instead of taking them one after another is most of what a lookup costs.
+    template <typename Fn>
+    void FindEach(const std::vector<std::string_view>& keys, const std::vector<size_t>& indices,
+                  Fn&& fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      constexpr size_t kAhead = 4;
+      const size_t n = indices.size();
+      for (size_t j = 0; j < n && j < kAhead; ++j) objects.prefetch(AsKey(keys[indices[j]]));
+      for (size_t j = 0; j < n; ++j) {
+        if (j + kAhead < n) objects.prefetch(AsKey(keys[indices[j + kAhead]]));
+        const size_t i = indices[j];
+        fn(i, objects.find(AsKey(keys[i])));
+      }
+    }
   };
 
   explicit ObjectTable(size_t shard_count = 32);

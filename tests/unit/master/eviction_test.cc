@@ -78,6 +78,28 @@ TEST_F(Eviction, LeastRecentlyUsedIsEvictedFirst) {
   EXPECT_TRUE(m_.Exists(Key(2)));
 }
 
+// A count-only prefix probe (the unleased MatchPrefix) is not a read: like Exist, it leaves the
+// LRU order alone, so probing cold keys does not keep them in memory.
+TEST_F(Eviction, CountOnlyProbeDoesNotRefreshRecency) {
+  for (int i = 0; i < 100; ++i) {
+    m_.Put("c1", Key(i), kObject);
+    m_.clock().AdvanceMs(1);
+  }
+  m_.clock().AdvanceMs(10);
+  LookupOptions probe{.stop_at_first_miss = true,
+                      .grant_lease = false,
+                      .with_replicas = false,
+                      .touch = false};
+  LookupBatch b = m_.svc().GetReplicas({Key(0), Key(1)}, probe);
+  ASSERT_EQ(b.results.size(), 2u);
+  EXPECT_TRUE(b.results[0].status.ok());
+  EXPECT_TRUE(b.results[1].status.ok());
+  m_.clock().AdvanceMs(10);
+  m_.Put("c1", "new", kObject);
+  EXPECT_FALSE(m_.Exists(Key(0))) << "the probe must not have made key-0 recent";
+  EXPECT_TRUE(m_.Exists(Key(1)));
+}
+
 TEST_F(Eviction, BackgroundPassBringsUsageFromAboveHighToLowWatermark) {
   for (int i = 0; i < 97; ++i) m_.Put("c1", Key(i), kObject);
   MasterSnapshot before = m_.svc().Snapshot();
