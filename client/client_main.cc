@@ -25,6 +25,9 @@ ABSL_FLAG(uint64_t, max_inline_bytes, 64ull << 20, "largest inline payload in a 
 ABSL_FLAG(uint32_t, replicas, 1, "memory replicas of a put that asks for 0");
 ABSL_FLAG(uint32_t, get_lease_ttl_ms, 0, "read lease BatchGet asks for; 0 = master default");
 ABSL_FLAG(int64_t, master_rpc_timeout_ms, 10000, "deadline of each call to the master");
+ABSL_FLAG(int64_t, lease_release_delay_us, 1000,
+          "a finished read's lease release waits this long for the next master lookup to carry "
+          "it, then goes in an RPC of its own; 0 = always at once");
 ABSL_FLAG(int32_t, connections_per_peer, 4, "tcp data-plane connections per peer");
 ABSL_FLAG(int32_t, copy_threads, 2, "threads for large local copies");
 ABSL_FLAG(std::string, offload_dir, "", "SSD tier directory (data files live here); empty = no SSD tier");
@@ -68,6 +71,11 @@ int main(int argc, char** argv) {
   o.store.default_replicas = absl::GetFlag(FLAGS_replicas);
   o.get_lease_ttl_ms = absl::GetFlag(FLAGS_get_lease_ttl_ms);
   o.master_rpc_timeout_ms = absl::GetFlag(FLAGS_master_rpc_timeout_ms);
+  o.lease_release_delay_us = absl::GetFlag(FLAGS_lease_release_delay_us);
+  if (o.lease_release_delay_us < 0) {
+    std::fprintf(stderr, "--lease_release_delay_us must be >= 0\n");
+    return 2;
+  }
   o.transfer.connections_per_peer = absl::GetFlag(FLAGS_connections_per_peer);
   o.transfer.copy_threads = absl::GetFlag(FLAGS_copy_threads);
   o.offload.dir = absl::GetFlag(FLAGS_offload_dir);

@@ -43,7 +43,9 @@ absl::Status ClientServer::Start() {
   pool_ = std::move(*pool);
 
   MC_RETURN_IF_ERROR(OpenDiskTier());
-  master_ = CreateGrpcMasterClient({options_.master, options_.master_rpc_timeout_ms});
+  master_ = CreateGrpcMasterClient({.address = options_.master,
+                                    .rpc_timeout_ms = options_.master_rpc_timeout_ms,
+                                    .release_delay_us = options_.lease_release_delay_us});
 
   // Data plane next: its bound port is our endpoint.
   auto data = ParseHostPort(options_.data);

@@ -44,6 +44,7 @@ struct ClientServerOptions {
   StoreServiceOptions store;               // client_id is filled in
   uint32_t get_lease_ttl_ms = 0;           // read lease asked by BatchGet; 0 = master default
   int64_t master_rpc_timeout_ms = 10'000;
+  int64_t lease_release_delay_us = 1000;  // GrpcMasterClientOptions::release_delay_us
   transfer::TransferEngineOptions transfer;  // local_endpoint and metrics are filled in
   // The SSD tier: on when offload.dir is set (offload.capacity bytes).
   offload::DiskTierOptions offload;        // metrics and reclaim_guard are filled in

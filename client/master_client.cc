@@ -10,6 +10,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
@@ -59,9 +61,37 @@ class GrpcMasterClient final : public MasterClient {
   absl::Status PutRevoke(const v1::PutRevokeRequest& req, v1::PutRevokeResponse* resp) override {
     return Call(&v1::Master::Stub::PutRevoke, req, resp);
   }
+  // Carries the releases still queued; they end before the lookup (master.proto). When the call
+  // fails they go back to the queue to be sent alone (a release is idempotent), so a lookup the
+  // master rejects never takes releases down with it.
   absl::Status GetReplicas(const v1::GetReplicasRequest& req,
                            v1::GetReplicasResponse* resp) override {
-    return Call(&v1::Master::Stub::GetReplicas, req, resp);
+    std::deque<std::unique_ptr<PendingRelease>> carried;
+    {
+      absl::MutexLock lock(&release_mu_);
+      carried.swap(release_queue_);
+    }
+    if (carried.empty()) return Call(&v1::Master::Stub::GetReplicas, req, resp);
+    v1::GetReplicasRequest with_releases = req;
+    for (auto& call : carried) *with_releases.add_releases() = std::move(call->req);
+    absl::Status s = Call(&v1::Master::Stub::GetReplicas, with_releases, resp);
+    if (!s.ok()) {
+      for (size_t i = 0; i < carried.size(); ++i) {
+        carried[i]->req = std::move(*with_releases.mutable_releases(static_cast<int>(i)));
+      }
+      absl::MutexLock lock(&release_mu_);
+      for (auto it = carried.rbegin(); it != carried.rend(); ++it) {
+        release_queue_.push_front(std::move(*it));
+      }
+      send_now_ = true;
+      release_cv_.SignalAll();
+      return s;
+    }
+    for (auto& call : carried) call->done(absl::OkStatus());
+    absl::MutexLock lock(&release_mu_);
+    for (auto& call : carried) outstanding_.erase(call->ticket);
+    release_cv_.SignalAll();
+    return s;
   }
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
     v1::ReleaseLeasesResponse resp;
@@ -72,12 +102,15 @@ class GrpcMasterClient final : public MasterClient {
     auto call = std::make_unique<PendingRelease>();
     call->req = std::move(req);
     call->done = std::move(done);
+    call->queued = absl::Now();
     absl::MutexLock lock(&release_mu_);
     if (!release_sender_.joinable()) release_sender_ = std::thread([this] { SendReleases(); });
     call->ticket = next_ticket_++;
     outstanding_.insert(call->ticket);
+    // The sender needs waking only to start the clock on a queue that was empty.
+    const bool was_empty = release_queue_.empty();
     release_queue_.push_back(std::move(call));
-    release_cv_.SignalAll();  // the sender (and any waiter, which re-checks)
+    if (was_empty || options_.release_delay_us <= 0) release_cv_.SignalAll();
   }
   absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
     return Call(&v1::Master::Stub::Exist, req, resp);
@@ -123,18 +156,32 @@ class GrpcMasterClient final : public MasterClient {
     v1::ReleaseLeasesResponse resp;
     std::function<void(absl::Status)> done;
     uint64_t ticket = 0;  // order of queueing
+    absl::Time queued;
   };
 
   // The release sender: starting an RPC costs ~0.1 ms of the caller's time on a small machine,
-  // so gets only queue their releases; this thread starts them (pipelined, callback API) and
+  // so gets only queue their releases. A release waits up to release_delay_us for the next
+  // GetReplicas to carry it; then (or at once when a PutStart/Remove waits for it, or on
+  // shutdown) this thread starts one ReleaseLeases per release (pipelined, callback API), and
   // the completion callback reports and counts them done.
   void SendReleases() {
+    const absl::Duration delay = absl::Microseconds(options_.release_delay_us);
     for (;;) {
       std::deque<std::unique_ptr<PendingRelease>> batch;
       {
         absl::MutexLock lock(&release_mu_);
-        while (release_queue_.empty() && !stopping_) release_cv_.Wait(&release_mu_);
-        if (release_queue_.empty()) return;  // stopping, nothing left to send
+        for (;;) {
+          if (release_queue_.empty()) {
+            if (stopping_) return;  // nothing left to send
+            release_cv_.Wait(&release_mu_);
+            continue;
+          }
+          if (stopping_ || send_now_) break;
+          const absl::Time due = release_queue_.front()->queued + delay;
+          if (absl::Now() >= due) break;
+          release_cv_.WaitWithDeadline(&release_mu_, due);
+        }
+        send_now_ = false;  // whoever asked waits for tickets now in `batch` or in flight
         batch.swap(release_queue_);
       }
       for (auto& owned : batch) {
@@ -159,6 +206,10 @@ class GrpcMasterClient final : public MasterClient {
   void WaitForReleases() {
     absl::MutexLock lock(&release_mu_);
     const uint64_t mine = next_ticket_;
+    if (!release_queue_.empty()) {
+      send_now_ = true;  // no holding back what this call waits for
+      release_cv_.SignalAll();
+    }
     while (!outstanding_.empty() && *outstanding_.begin() < mine) release_cv_.Wait(&release_mu_);
   }
 
@@ -170,6 +221,7 @@ class GrpcMasterClient final : public MasterClient {
   std::set<uint64_t> outstanding_ ABSL_GUARDED_BY(release_mu_);  // queued or sent, not answered
   std::deque<std::unique_ptr<PendingRelease>> release_queue_ ABSL_GUARDED_BY(release_mu_);
   bool stopping_ ABSL_GUARDED_BY(release_mu_) = false;
+  bool send_now_ ABSL_GUARDED_BY(release_mu_) = false;  // the sender skips the delay once
   std::thread release_sender_;
 };
 

@@ -28,10 +28,12 @@ class MasterClient {
   virtual absl::Status GetReplicas(const v1::GetReplicasRequest& req,
                                    v1::GetReplicasResponse* resp) = 0;
   virtual absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) = 0;
-  // Sends ReleaseLeases without waiting for the answer; `done` gets the outcome later, maybe on
-  // another thread (a lost release only keeps the keys leased until their TTL). PutStart and
-  // Remove of this client wait for the releases sent before them, so this client's own writes
-  // and removals never find its finished reads still holding leases. Default: synchronous.
+  // Releases leases without waiting for the answer; `done` gets the outcome later, maybe on
+  // another thread (a lost release only keeps the keys leased until their TTL). The gRPC client
+  // may hold a release back for a moment and pass it on with its next GetReplicas instead of
+  // one RPC each. PutStart and Remove of this client wait for the releases queued before them,
+  // so this client's own writes and removals never find its finished reads still holding
+  // leases. Default: synchronous.
   virtual void ReleaseLeasesAsync(v1::ReleaseLeasesRequest req,
                                   std::function<void(absl::Status)> done) {
     done(ReleaseLeases(req));
@@ -54,6 +56,9 @@ struct GrpcMasterClientOptions {
   std::string address;            // HOST:PORT of mc-master
   int64_t rpc_timeout_ms = 10'000;
   int max_message_bytes = 256 << 20;
+  // How long a queued lease release waits for this client's next GetReplicas to carry it (the
+  // `releases` field) before it is sent in a ReleaseLeases of its own; 0 = always at once.
+  int64_t release_delay_us = 1000;
 };
 
 std::unique_ptr<MasterClient> CreateGrpcMasterClient(const GrpcMasterClientOptions& options);

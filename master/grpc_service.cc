@@ -217,6 +217,10 @@ grpc::Status MasterGrpcService::DoPutRevoke(const v1::PutRevokeRequest* req,
 
 grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
                                               v1::GetReplicasResponse* resp) {
+  // Releases first, whatever becomes of the lookup: they stand for earlier, finished reads.
+  for (const v1::ReleaseLeasesRequest& release : req->releases()) {
+    service_.ReleaseLeases(release.lease_id(), Keys(release.keys()));
+  }
   if (req->count_only() && !(req->stop_at_first_miss() && req->no_lease())) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "count_only needs stop_at_first_miss and no_lease");

@@ -47,6 +47,7 @@ class MasterServer {
   const std::string& grpc_address() const { return grpc_address_; }
   const std::string& http_address() const { return http_address_; }
   MetadataService& service() { return *service_; }
+  MetricsRegistry& metrics() { return metrics_; }
 
  private:
   void MaintenanceLoop();

@@ -188,6 +188,24 @@ class MasterIntegrationTest(unittest.TestCase):
         self.assertEqual(self.stub.Remove(pb.RemoveRequest(keys=[b"k"]), timeout=5).results[0].code,
                          OK)
 
+    def test_lookup_carries_releases(self):
+        c1 = self.client("c1", [MiB])
+        c1.put([(b"r1", 100), (b"r2", 100), (b"r3", 100)])
+        first = self.stub.GetReplicas(pb.GetReplicasRequest(client_id="c1", keys=[b"r1", b"r2"]),
+                                      timeout=5)
+        self.assertEqual(self.metrics()[1]["mc_leases_active"], 2)
+        # The next lookup hands back the first one's leases: released before it looks up.
+        second = self.stub.GetReplicas(pb.GetReplicasRequest(
+            client_id="c1", keys=[b"r3"],
+            releases=[pb.ReleaseLeasesRequest(lease_id=first.lease_id, keys=[b"r1", b"r2"])]),
+            timeout=5)
+        self.assertEqual(second.results[0].code, OK)
+        _, m = self.metrics()
+        self.assertEqual(m["mc_leases_active"], 1, "r3 leased, r1 and r2 released")
+        self.assertEqual(m["mc_leases_released_total"], 2)
+        removed = self.stub.Remove(pb.RemoveRequest(keys=[b"r1", b"r2", b"r3"]), timeout=5)
+        self.assertEqual([r.code for r in removed.results], [OK, OK, store_pb2.HAS_LEASE])
+
     def test_prefix_lookup_stops_at_first_miss(self):
         c1 = self.client("c1", [MiB])
         c1.put([(b"a", 100), (b"c", 100)])

@@ -1,10 +1,13 @@
 // The gRPC MasterClient against a real mc-master served in-process on loopback: releases sent
-// without waiting (ReleaseLeasesAsync) complete, and this client's own Remove and PutStart wait
-// for the releases sent before them.
+// without waiting (ReleaseLeasesAsync) complete, ride along with the next GetReplicas or go alone
+// after the delay, and this client's own Remove and PutStart wait for the releases sent before
+// them without waiting out the delay.
 #include "client/master_client.h"
 
 #include <atomic>
+#include <chrono>
 #include <memory>
+#include <thread>
 
 #include "common/logging.h"
 #include "gtest/gtest.h"
@@ -22,7 +25,14 @@ class GrpcMasterClientTest : public ::testing::Test {
     opts.http = "";
     server_ = std::make_unique<master::MasterServer>(opts);
     ASSERT_TRUE(server_->Start().ok());
-    client_ = CreateGrpcMasterClient({server_->grpc_address(), 10'000, 64 << 20});
+  }
+
+  // Each test connects once: a second registration of "c1" would replace the first session.
+  void Connect(int64_t release_delay_us) {
+    client_ = CreateGrpcMasterClient({.address = server_->grpc_address(),
+                                      .rpc_timeout_ms = 10'000,
+                                      .max_message_bytes = 64 << 20,
+                                      .release_delay_us = release_delay_us});
     v1::RegisterClientRequest reg;
     reg.set_client_id("c1");
     reg.set_data_endpoint("127.0.0.1:1");
@@ -65,11 +75,91 @@ class GrpcMasterClientTest : public ::testing::Test {
     return rel;
   }
 
+  size_t ActiveLeases() { return server_->service().ActiveLeaseCount(); }
+  uint64_t ReleaseRpcs() {
+    return server_->metrics()
+        .GetCounter("mc_master_rpc_requests_total", "Master RPCs received",
+                    {{"rpc", "ReleaseLeases"}})
+        .Value();
+  }
+
   std::unique_ptr<master::MasterServer> server_;
   std::unique_ptr<MasterClient> client_;
 };
 
+constexpr int64_t kLongDelayUs = 60'000'000;  // a minute: only something else can send them
+
+TEST_F(GrpcMasterClientTest, TheNextLookupCarriesQueuedReleases) {
+  Connect(kLongDelayUs);
+  Put("a");
+  Put("b");
+  auto done = std::make_shared<std::atomic<int>>(0);
+  client_->ReleaseLeasesAsync(Lease("a"), [done](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    done->fetch_add(1);
+  });
+  EXPECT_EQ(ActiveLeases(), 1u);
+  const uint64_t rpcs_before = ReleaseRpcs();
+  v1::ReleaseLeasesRequest b = Lease("b");  // carries a's release
+  EXPECT_EQ(done->load(), 1);
+  EXPECT_EQ(ActiveLeases(), 1u) << "a's lease should be gone, b's held";
+  EXPECT_EQ(ReleaseRpcs(), rpcs_before) << "the release needed no RPC of its own";
+  ASSERT_TRUE(client_->ReleaseLeases(b).ok());
+  EXPECT_EQ(ActiveLeases(), 0u);
+}
+
+TEST_F(GrpcMasterClientTest, WithoutALookupReleasesGoAloneAfterTheDelay) {
+  Connect(20'000);  // 20 ms
+  Put("a");
+  auto done = std::make_shared<std::atomic<int>>(0);
+  client_->ReleaseLeasesAsync(Lease("a"), [done](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    done->fetch_add(1);
+  });
+  for (int i = 0; i < 500 && done->load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(done->load(), 1);
+  EXPECT_EQ(ActiveLeases(), 0u);
+}
+
+TEST_F(GrpcMasterClientTest, RemoveDoesNotWaitOutTheDelay) {
+  Connect(kLongDelayUs);
+  Put("a");
+  client_->ReleaseLeasesAsync(Lease("a"), [](absl::Status) {});
+  auto start = std::chrono::steady_clock::now();
+  v1::RemoveRequest rm;
+  rm.add_keys("a");
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(client_->Remove(rm, &removed).ok());
+  EXPECT_EQ(removed.results(0).code(), v1::OK) << removed.results(0).message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST_F(GrpcMasterClientTest, ALookupTheMasterRejectsDoesNotLoseTheReleasesItCarried) {
+  Connect(kLongDelayUs);
+  Put("a");
+  auto done = std::make_shared<std::atomic<int>>(0);
+  client_->ReleaseLeasesAsync(Lease("a"), [done](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    done->fetch_add(1);
+  });
+  v1::GetReplicasRequest bad;  // count_only without stop_at_first_miss: INVALID_ARGUMENT
+  bad.set_client_id("c1");
+  bad.add_keys("a");
+  bad.set_count_only(true);
+  v1::GetReplicasResponse resp;
+  EXPECT_FALSE(client_->GetReplicas(bad, &resp).ok());
+  // Sent again, alone and at once.
+  for (int i = 0; i < 500 && done->load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(done->load(), 1);
+  EXPECT_EQ(ActiveLeases(), 0u);
+}
+
 TEST_F(GrpcMasterClientTest, RemoveWaitsForTheReleasesSentBeforeIt) {
+  Connect(1000);
   for (int round = 0; round < 20; ++round) {
     const std::string key = "k" + std::to_string(round);
     Put(key);
@@ -88,6 +178,7 @@ TEST_F(GrpcMasterClientTest, RemoveWaitsForTheReleasesSentBeforeIt) {
 }
 
 TEST_F(GrpcMasterClientTest, DestroyingTheClientWaitsForReleasesInFlight) {
+  Connect(1000);
   Put("k");
   auto done = std::make_shared<std::atomic<int>>(0);
   client_->ReleaseLeasesAsync(Lease("k"), [done](absl::Status) { done->fetch_add(1); });
@@ -96,6 +187,7 @@ TEST_F(GrpcMasterClientTest, DestroyingTheClientWaitsForReleasesInFlight) {
 }
 
 TEST_F(GrpcMasterClientTest, ReleaseToAStoppedMasterReportsAnErrorNotAHang) {
+  Connect(1000);
   Put("k");
   v1::ReleaseLeasesRequest rel = Lease("k");
   server_->Shutdown();
