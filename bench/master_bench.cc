@@ -221,6 +221,34 @@ void BM_Grpc_GetReplicasLeaseAndRelease(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 
+// The same reads as mc-client sends them under a stream of gets: each lookup carries the
+// previous lookup's release (GetReplicasRequest.releases), one RPC per batch instead of two.
+void BM_Grpc_GetReplicasCarryingRelease(benchmark::State& state) {
+  auto& g = OverGrpc::Get();
+  const auto& batches = Batches(state.range(0));
+  size_t i = 0;
+  mcstore::v1::ReleaseLeasesRequest previous;
+  for (auto _ : state) {
+    const auto& keys = batches[i++ % batches.size()];
+    mcstore::v1::GetReplicasRequest req;
+    req.set_client_id("bench-client");
+    for (const auto& k : keys) req.add_keys(k);
+    if (previous.lease_id() != 0) *req.add_releases() = std::move(previous);
+    google::protobuf::Arena arena;
+    auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
+    grpc::ClientContext ctx;
+    if (!g.stub(state).GetReplicas(&ctx, req, &resp).ok())
+      state.SkipWithError("GetReplicas failed");
+    previous.Clear();
+    previous.set_lease_id(resp.lease_id());
+    *previous.mutable_keys() = req.keys();
+  }
+  mcstore::v1::ReleaseLeasesResponse rel_resp;
+  grpc::ClientContext ctx;
+  (void)g.stub(state).ReleaseLeases(&ctx, previous, &rel_resp);
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
 void BM_Grpc_GetReplicas_NoLease(benchmark::State& state) {
   auto& g = OverGrpc::Get();
   const auto& batches = Batches(state.range(0));
@@ -267,6 +295,8 @@ BENCHMARK(BM_InProcess_GetReplicasLeaseAndRelease)->Arg(64)->Threads(2)->UseReal
 // mc-clients would be) measure what the master serves. Rates are keys per wall-clock second.
 BENCHMARK(BM_Grpc_GetReplicasLeaseAndRelease)->Arg(64)->Arg(1024)->UseRealTime();
 BENCHMARK(BM_Grpc_GetReplicasLeaseAndRelease)->Arg(1024)->Threads(4)->UseRealTime();
+BENCHMARK(BM_Grpc_GetReplicasCarryingRelease)->Arg(64)->Arg(1024)->UseRealTime();
+BENCHMARK(BM_Grpc_GetReplicasCarryingRelease)->Arg(1024)->Threads(4)->UseRealTime();
 BENCHMARK(BM_Grpc_GetReplicas_NoLease)->Arg(64)->Arg(1024)->UseRealTime();
 BENCHMARK(BM_Grpc_GetReplicas_NoLease)->Arg(64)->Arg(1024)->Threads(4)->UseRealTime();
 BENCHMARK(BM_Grpc_Exist)->Arg(1)->Arg(64)->Arg(1024)->UseRealTime();
