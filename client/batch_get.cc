@@ -356,9 +356,12 @@ std::vector<transfer::TransferResult> BatchGetter::SubmitReads(
       continue;
     }
     uint64_t length = TotalLength(reqs[i].local);
+    uint64_t checksum = 0;
     results[i].status = disk_reader_->ReadLocal(batch.plans[owner[i]].key, reqs[i].segment_id,
-                                                reqs[i].offset, length, reqs[i].local);
+                                                reqs[i].offset, length, reqs[i].local, &checksum);
     results[i].bytes = results[i].status.ok() ? length : 0;
+    // The tier hashed the destination as it wrote it: the same proof a transport gives.
+    if (results[i].status.ok()) results[i].checksum = checksum;
   }
   return results;
 }

@@ -14,10 +14,12 @@ class DiskReader {
  public:
   virtual ~DiskReader() = default;
   // Reads the record (key, generation) at `locator` of `length` payload bytes into `dst`,
-  // verified (key, generation, checksums) by the tier: never OK for bytes that differ.
+  // verified (key, generation, checksums) by the tier: never OK for bytes that differ. On OK,
+  // `*checksum` is the XXH3-64 of the bytes now in `dst`, computed over `dst` itself (the get
+  // path need not hash them again); `checksum` may be null.
   virtual absl::Status ReadLocal(std::string_view key, uint64_t generation, uint64_t locator,
-                                 uint64_t length,
-                                 const std::vector<transfer::LocalBuffer>& dst) = 0;
+                                 uint64_t length, const std::vector<transfer::LocalBuffer>& dst,
+                                 uint64_t* checksum) = 0;
 };
 
 // The `tag` a kReadDisk request carries: the low 32 bits of the key's XXH3-64, which the owner

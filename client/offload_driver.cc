@@ -267,10 +267,12 @@ std::vector<bool> OffloadDriver::MayReclaim(const std::vector<offload::DiskTierV
 
 absl::Status OffloadDriver::ReadLocal(std::string_view key, uint64_t generation, uint64_t locator,
                                       uint64_t length,
-                                      const std::vector<transfer::LocalBuffer>& dst) {
+                                      const std::vector<transfer::LocalBuffer>& dst,
+                                      uint64_t* checksum) {
   std::vector<std::pair<char*, uint64_t>> pieces;
   for (const auto& b : dst) pieces.emplace_back(b.data, b.length);
-  absl::Status s = tier_.Read(offload::RecordRef{locator, length}, key, generation, pieces);
+  absl::Status s =
+      tier_.Read(offload::RecordRef{locator, length}, key, generation, pieces, checksum);
   (s.ok() ? disk_reads_served_ : disk_read_failures_).Inc();
   return s;
 }
@@ -290,7 +292,7 @@ absl::Status OffloadDriver::ServeReadDisk(const transfer::tcp::FrameHeader& requ
   std::unique_ptr<char[]> buffer(new (std::nothrow) char[request.length]);
   if (!buffer) return stream.Respond(request, Code::kNoSpace);
   absl::Status s = ReadLocal(key, request.segment_id, request.offset, request.length,
-                             {{buffer.get(), request.length}});
+                             {{buffer.get(), request.length}}, /*checksum=*/nullptr);
   if (!s.ok()) return stream.Respond(request, ToCode(s));
   iovec payload{buffer.get(), request.length};
   return stream.Respond(request, Code::kOk, {&payload, 1});

@@ -62,8 +62,8 @@ class OffloadDriver final : public DiskReader {
   absl::Status ServeReadDisk(const transfer::tcp::FrameHeader& request,
                              transfer::tcp::ServerStream& stream);
   absl::Status ReadLocal(std::string_view key, uint64_t generation, uint64_t locator,
-                         uint64_t length,
-                         const std::vector<transfer::LocalBuffer>& dst) override;
+                         uint64_t length, const std::vector<transfer::LocalBuffer>& dst,
+                         uint64_t* checksum) override;
 
   // One iteration of the loop (tests call it directly).
   void RunOnce();

@@ -102,11 +102,15 @@ class DiskTier {
       const std::vector<std::pair<const char*, uint64_t>>& payload_pieces);
 
   // Reads the record at `ref` into `dst` (any alignment; sizes must add up to ref.length, else
-  // kSizeMismatch). kNotFound when (key, generation) is not indexed at `ref`; kChecksumMismatch for
-  // any difference in header, key, generation, length or payload checksum (dst may then hold
-  // garbage); kTransferFailed on an I/O error. The record is pinned for the duration of the read.
+  // kSizeMismatch). The payload checksum is computed over `dst` itself as it is written, so OK
+  // proves the destination's bytes, not only what came off the disk; `checksum` (optional) then
+  // gets that XXH3-64. kNotFound when (key, generation) is not indexed at `ref`;
+  // kChecksumMismatch for any difference in header, key, generation, length or payload checksum
+  // (dst may then hold garbage); kTransferFailed on an I/O error. The record is pinned for the
+  // duration of the read.
   absl::Status Read(RecordRef ref, std::string_view key, uint64_t generation,
-                    const std::vector<std::pair<char*, uint64_t>>& dst);
+                    const std::vector<std::pair<char*, uint64_t>>& dst,
+                    uint64_t* checksum = nullptr);
 
   // Pins a record against the tier's own reclamation while a read lease covers it; Unpin ends it.
   // Pins nest; both ignore a record that is not indexed.
@@ -146,7 +150,8 @@ class DiskTier {
                                        const std::vector<std::pair<const char*, uint64_t>>& pieces,
                                        uint64_t payload_len);
   absl::Status ReadRecord(const Extent& extent, std::string_view key, uint64_t generation,
-                          uint64_t payload_len, const std::vector<std::pair<char*, uint64_t>>& dst);
+                          uint64_t payload_len, const std::vector<std::pair<char*, uint64_t>>& dst,
+                          uint64_t* checksum);
   // Zeroes the first page of each extent (so a dropped record is not resurrected at recovery) and
   // returns the extents to the allocator.
   void Reclaim(const std::vector<internal::IndexedRecord>& records);

@@ -152,12 +152,16 @@ class Gather {
 class Scatter {
  public:
   explicit Scatter(const std::vector<std::pair<char*, uint64_t>>& pieces) : pieces_(pieces) {}
-  void Put(const char* src, uint64_t n) {
+  // Copies the next `n` bytes out, hashing each destination piece right after writing it.
+  void Put(const char* src, uint64_t n, StreamingChecksum& sum) {
     uint64_t copied = 0;
     while (copied < n && index_ < pieces_.size()) {
       const auto& [ptr, len] = pieces_[index_];
       const uint64_t k = std::min(n - copied, len - offset_);
-      if (k > 0) std::memcpy(ptr + offset_, src + copied, k);
+      if (k > 0) {
+        std::memcpy(ptr + offset_, src + copied, k);
+        sum.Update(ptr + offset_, k);
+      }
       copied += k;
       offset_ += k;
       if (offset_ == len) {
@@ -192,13 +196,12 @@ void FillChunk(Gather& gather, StreamingChecksum& sum, char* dst, uint64_t n) {
   }
 }
 
-// Hashes `n` payload bytes of `src` and copies them out, step by step (the copy reads what the
-// hash just brought into cache).
+// Copies `n` payload bytes of `src` out step by step, hashing what landed in the destination
+// while it is still in cache: the digest proves the destination itself, not only the staging copy.
 void DrainChunk(Scatter& scatter, StreamingChecksum& sum, const char* src, uint64_t n) {
   for (uint64_t off = 0; off < n;) {
     const uint64_t step = std::min(kHashStepBytes, n - off);
-    sum.Update(src + off, step);
-    scatter.Put(src + off, step);
+    scatter.Put(src + off, step, sum);
     off += step;
   }
 }
@@ -280,13 +283,14 @@ absl::StatusOr<uint64_t> DiskTier::WriteRecord(
 }
 
 // Chunks are read into staging slots as soon as a slot is free (all at once for a record that fits
-// the staging buffer), then verified and copied out in order, each while the later ones are still
-// being read. Bytes reach `dst` before the payload checksum is known (as the contract allows: on a
+// the staging buffer), then copied out in order and hashed in `dst`, each while the later ones are
+// still being read. Bytes reach `dst` before the payload checksum is known (as the contract allows: on a
 // mismatch dst holds garbage and the read fails). Every submitted read has completed before this
 // returns, whatever the outcome (`inflight` is destroyed before `staging`).
 absl::Status DiskTier::ReadRecord(const Extent& extent, std::string_view key, uint64_t generation,
                                   uint64_t payload_len,
-                                  const std::vector<std::pair<char*, uint64_t>>& dst) {
+                                  const std::vector<std::pair<char*, uint64_t>>& dst,
+                                  uint64_t* checksum) {
   Staging staging;
   if (!staging.ok()) return McError(Code::kInternal, "disk tier: out of memory for staging");
   const ChunkPlan plan = PlanChunks(extent.length, HeaderBlockSize(key.size()),
@@ -336,11 +340,13 @@ absl::Status DiskTier::ReadRecord(const Extent& extent, std::string_view key, ui
   }
   if (payload_done != payload_len) return Mismatch("record shorter than its payload");
   if (sum.Digest() != expected_sum) return Mismatch("payload checksum differs");
+  if (checksum != nullptr) *checksum = expected_sum;
   return absl::OkStatus();
 }
 
 absl::Status DiskTier::Read(RecordRef ref, std::string_view key, uint64_t generation,
-                            const std::vector<std::pair<char*, uint64_t>>& dst) {
+                            const std::vector<std::pair<char*, uint64_t>>& dst,
+                            uint64_t* checksum) {
   static auto& log = Logger("offload");
   uint64_t total = 0;
   for (const auto& piece : dst) total += piece.second;
@@ -359,7 +365,7 @@ absl::Status DiskTier::Read(RecordRef ref, std::string_view key, uint64_t genera
     index_->Pin(key, generation);  // against eviction and removal while we read
     index_->Touch(key, generation);
   }
-  absl::Status status = ReadRecord(extent, key, generation, ref.length, dst);
+  absl::Status status = ReadRecord(extent, key, generation, ref.length, dst, checksum);
   absl::MutexLock lock(&mu_);
   index_->Unpin(key, generation);
   if (status.ok()) {

@@ -364,6 +364,45 @@ TEST_F(OffloadDriverTest, GetFallsBackToTheDiskReplicaWhenMemoryIsCorrupt) {
   EXPECT_EQ(tier_metrics_.GetCounter("mc_ssd_reads_total", "").Value(), 1u);
 }
 
+// The get path takes the tier's hash of the destination as its proof instead of hashing the
+// bytes again: a reader whose hash disagrees with the master's checksum fails the get.
+TEST_F(OffloadDriverTest, GetFromTheOwnTierIsProvedByTheTiersHashOfTheDestination) {
+  class SkewedHash final : public DiskReader {
+   public:
+    explicit SkewedHash(DiskReader& real) : real_(real) {}
+    absl::Status ReadLocal(std::string_view key, uint64_t generation, uint64_t locator,
+                           uint64_t length, const std::vector<transfer::LocalBuffer>& dst,
+                           uint64_t* checksum) override {
+      absl::Status s = real_.ReadLocal(key, generation, locator, length, dst, checksum);
+      if (s.ok()) ++*checksum;
+      return s;
+    }
+
+   private:
+    DiskReader& real_;
+  };
+  const std::string p = Payload(30'000, 11);
+  PutAndOffload("k1", p);
+  ASSERT_TRUE(HasDiskReplica("k1"));
+  ASSERT_TRUE(Scribble("k1", *local_, 5));  // the memory replica fails: the SSD one is read
+  DestArena arena(p.size());
+  std::vector<GetRequestItem> items(1);
+  items[0].key = "k1";
+  items[0].slices = arena.Slices(0, p.size(), 2);
+
+  SkewedHash skewed(*driver_);
+  getter_.SetDiskReader(&skewed);
+  auto bad = getter_.Get(items, 0, nullptr);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(CodeOf(bad[0].status), Code::kChecksumMismatch) << bad[0].status;
+
+  getter_.SetDiskReader(driver_.get());
+  auto good = getter_.Get(items, 0, nullptr);
+  ASSERT_EQ(good.size(), 1u);
+  ASSERT_TRUE(good[0].status.ok()) << good[0].status;
+  EXPECT_EQ(arena.Bytes(0, p.size()), p);
+}
+
 TEST_F(OffloadDriverTest, RecordsAreReportedAgainToARestartedMaster) {
   const std::string p = Payload(40'000, 10);
   PutAndOffload("k1", p);

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "common/checksum.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
 #include "offload/record_format.h"
@@ -84,11 +85,14 @@ TEST_F(DiskTierTest, RoundTripOfPayloadsFromOneByteTo8MiBInPieces) {
     ASSERT_TRUE(ref.ok()) << ref.status();
     EXPECT_EQ(ref->length, size);
     std::string out(size + 3, '\0');
+    uint64_t checksum = 0;
     ASSERT_TRUE(
         tier->Read(*ref, key, gen,
-                   {{out.data() + 1, size / 2}, {out.data() + 1 + size / 2, size - size / 2}})
+                   {{out.data() + 1, size / 2}, {out.data() + 1 + size / 2, size - size / 2}},
+                   &checksum)
             .ok());
     EXPECT_EQ(out.substr(1, size), data) << size;
+    EXPECT_EQ(checksum, Checksum(data)) << "the XXH3 of what landed in the destination";
     ++gen;
   }
   const auto stats = tier->GetStats();
