@@ -1,10 +1,13 @@
 #include "client/prefix_leases.h"
 
+#include <algorithm>
+
 namespace mc::client {
 
 uint64_t PrefixLeases::Add(PrefixLease lease) {
   absl::MutexLock lock(&mu_);
   uint64_t id = next_id_++;
+  earliest_deadline_ms_ = std::min(earliest_deadline_ms_, lease.deadline_ms);
   leases_.emplace(id, std::move(lease));
   return id;
 }
@@ -39,12 +42,15 @@ std::optional<PrefixLease> PrefixLeases::Take(uint64_t id) {
 size_t PrefixLeases::PruneExpired() {
   absl::MutexLock lock(&mu_);
   int64_t now = clock_.NowMs();
+  if (now < earliest_deadline_ms_) return 0;
   size_t n = 0;
+  earliest_deadline_ms_ = std::numeric_limits<int64_t>::max();
   for (auto it = leases_.begin(); it != leases_.end();) {
     if (it->second.deadline_ms <= now) {
       leases_.erase(it++);
       ++n;
     } else {
+      earliest_deadline_ms_ = std::min(earliest_deadline_ms_, it->second.deadline_ms);
       ++it;
     }
   }

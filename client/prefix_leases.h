@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,7 +46,8 @@ class PrefixLeases {
                                                int64_t* deadline_ms) const;
   // Removes the lease; returns it (to release at the master) if it existed.
   std::optional<PrefixLease> Take(uint64_t id);
-  // Drops leases past their deadline; returns how many.
+  // Drops leases past their deadline; returns how many. O(1) until the earliest deadline passes
+  // (MatchPrefix calls it every time), then one walk over the leases.
   size_t PruneExpired();
   size_t Count() const;
 
@@ -54,6 +56,8 @@ class PrefixLeases {
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, PrefixLease> leases_ ABSL_GUARDED_BY(mu_);
+  // No lease ends before this (a lower bound: a taken lease may have set it).
+  int64_t earliest_deadline_ms_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<int64_t>::max();
 };
 
 }  // namespace mc::client

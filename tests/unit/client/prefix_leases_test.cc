@@ -54,5 +54,30 @@ TEST(PrefixLeases, PruneDropsOnlyExpiredLeases) {
   EXPECT_FALSE(leases.Take(b).has_value()) << "taken once";
 }
 
+// PruneExpired skips its walk until the earliest deadline: a lease added later with an earlier
+// deadline, and the survivors of a walk, must still set when the next walk happens.
+TEST(PrefixLeases, PruneFollowsTheEarliestDeadlineAsLeasesComeAndGo) {
+  FakeClock clock(0);
+  PrefixLeases leases(clock);
+  leases.Add(MakeLease(300, {"a"}));
+  EXPECT_EQ(leases.PruneExpired(), 0u);
+  leases.Add(MakeLease(100, {"b"}));  // ends before the first one
+  leases.Add(MakeLease(200, {"c"}));
+  clock.SetMs(100);
+  EXPECT_EQ(leases.PruneExpired(), 1u) << "b";
+  clock.SetMs(199);
+  EXPECT_EQ(leases.PruneExpired(), 0u);
+  clock.SetMs(200);
+  EXPECT_EQ(leases.PruneExpired(), 1u) << "c, found after the walk that dropped b";
+  uint64_t d = leases.Add(MakeLease(250, {"d"}));
+  ASSERT_TRUE(leases.Take(d).has_value());  // a taken lease leaves a stale bound: harmless
+  clock.SetMs(260);
+  EXPECT_EQ(leases.PruneExpired(), 0u);
+  EXPECT_EQ(leases.Count(), 1u);
+  clock.SetMs(300);
+  EXPECT_EQ(leases.PruneExpired(), 1u) << "a";
+  EXPECT_EQ(leases.Count(), 0u);
+}
+
 }  // namespace
 }  // namespace mc::client
