@@ -63,11 +63,12 @@ class GrpcMasterClient final : public MasterClient {
   }
   // Carries the releases still queued; they end before the lookup (master.proto). When the call
   // fails they go back to the queue to be sent alone (a release is idempotent), so a lookup the
-  // master rejects never takes releases down with it.
+  // master rejects never takes releases down with it. With release_delay_us 0 nothing is
+  // carried (the setting for a master too old to know `releases`).
   absl::Status GetReplicas(const v1::GetReplicasRequest& req,
                            v1::GetReplicasResponse* resp) override {
     std::deque<std::unique_ptr<PendingRelease>> carried;
-    {
+    if (options_.release_delay_us > 0) {
       absl::MutexLock lock(&release_mu_);
       carried.swap(release_queue_);
     }

@@ -108,6 +108,23 @@ TEST_F(GrpcMasterClientTest, TheNextLookupCarriesQueuedReleases) {
   EXPECT_EQ(ActiveLeases(), 0u);
 }
 
+// A delay of 0 is also what a master too old to know `releases` needs: nothing rides along.
+TEST_F(GrpcMasterClientTest, WithoutADelayNothingIsCarried) {
+  Connect(0);
+  Put("a");
+  Put("b");
+  const uint64_t rpcs_before = ReleaseRpcs();
+  for (int round = 0; round < 20; ++round) {
+    client_->ReleaseLeasesAsync(Lease(round % 2 ? "a" : "b"), [](absl::Status) {});
+  }
+  v1::RemoveRequest rm;  // waits for all of them
+  rm.add_keys("a");
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(client_->Remove(rm, &removed).ok());
+  EXPECT_EQ(removed.results(0).code(), v1::OK) << removed.results(0).message();
+  EXPECT_EQ(ReleaseRpcs() - rpcs_before, 20u) << "every release in an RPC of its own";
+}
+
 TEST_F(GrpcMasterClientTest, WithoutALookupReleasesGoAloneAfterTheDelay) {
   Connect(20'000);  // 20 ms
   Put("a");
