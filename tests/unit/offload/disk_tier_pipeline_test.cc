@@ -24,6 +24,8 @@
 namespace mc::offload {
 namespace {
 
+using testing_util::Get;
+using testing_util::OpenTier;
 using testing_util::RandomBytes;
 using testing_util::TempDir;
 
@@ -131,16 +133,6 @@ class DiskTierPipelineTest : public ::testing::Test {
     o.io_chunk_bytes = chunk;
     o.io_engine = &lazy_;
     return o;
-  }
-  std::unique_ptr<DiskTier> OpenTier(const DiskTierOptions& o) {
-    auto tier = DiskTier::Open(o);
-    EXPECT_TRUE(tier.ok()) << tier.status();
-    return tier.ok() ? std::move(*tier) : nullptr;
-  }
-  static absl::Status Get(DiskTier& t, RecordRef ref, std::string_view key, uint64_t gen,
-                          std::string* out) {
-    out->assign(ref.length, '\0');
-    return t.Read(ref, key, gen, {{out->data(), out->size()}});
   }
   std::string DataFile() const { return dir_.path() + "/tier/data-000.mcs"; }
   static uint64_t OffsetOf(RecordRef ref) { return ref.locator & ((uint64_t{1} << 48) - 1); }

@@ -19,6 +19,8 @@
 namespace mc::offload {
 namespace {
 
+using testing_util::Get;
+using testing_util::OpenTier;
 using testing_util::RandomBytes;
 using testing_util::TempDir;
 
@@ -35,19 +37,9 @@ class DiskTierTest : public ::testing::Test {
     o.clock = &clock_;
     return o;
   }
-  std::unique_ptr<DiskTier> OpenTier(const DiskTierOptions& o) {
-    auto tier = DiskTier::Open(o);
-    EXPECT_TRUE(tier.ok()) << tier.status();
-    return tier.ok() ? std::move(*tier) : nullptr;
-  }
   static absl::StatusOr<RecordRef> Put(DiskTier& t, std::string_view key, uint64_t gen,
                                        const std::string& data) {
     return t.Write(key, gen, {{data.data(), data.size()}});
-  }
-  static absl::Status Get(DiskTier& t, RecordRef ref, std::string_view key, uint64_t gen,
-                          std::string* out) {
-    out->assign(ref.length, '\0');
-    return t.Read(ref, key, gen, {{out->data(), out->size()}});
   }
   // Path of the data file holding `ref`, and the byte offset of its record in it.
   std::string FileOf(RecordRef ref) const {
