@@ -42,6 +42,9 @@ ABSL_FLAG(int32_t, warmup, 1, "untimed get RPCs per thread before each run's tim
 ABSL_FLAG(std::string, key_prefix, "", "key prefix (default mcb-<pid>)");
 ABSL_FLAG(int64_t, timeout_ms, 60000, "deadline of each RPC");
 ABSL_FLAG(bool, keep, false, "leave the last run's keys stored");
+ABSL_FLAG(bool, stored, false,
+          "get only: read the keys an earlier --keep --runs 1 run left (same --key_prefix, --keys, "
+          "--value_size); nothing is put or removed");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the key choice");
 ABSL_FLAG(bool, baseline, false, "measure memcpy and loopback TCP throughput instead");
 ABSL_FLAG(std::string, baseline_bytes, "1GiB", "memcpy source size (keep it well above the LLC)");
@@ -129,6 +132,11 @@ int main(int argc, char** argv) {
   o.key_prefix = absl::GetFlag(FLAGS_key_prefix);
   o.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   o.keep = absl::GetFlag(FLAGS_keep);
+  o.stored = absl::GetFlag(FLAGS_stored);
+  if (o.stored && (mode != "get" || o.key_prefix.empty())) {
+    std::fprintf(stderr, "--stored needs --mode get and the --key_prefix of the --keep run\n");
+    return 2;
+  }
   o.seed = absl::GetFlag(FLAGS_seed);
   return mc::bench::RunStoreBench(o, stdout);
 }

@@ -135,17 +135,19 @@ class Runner {
     std::vector<PhaseResult> puts, gets;
     bool failed = false;
     for (int run = 1; run <= o_.runs; ++run) {
-      PhaseResult put = Phase(run, /*is_put=*/true);
-      if (o_.measure_put) Print(run, "put", put);
-      failed |= put.total.err + put.total.verify_fail > 0;
-      puts.push_back(std::move(put));
+      if (!o_.stored) {
+        PhaseResult put = Phase(run, /*is_put=*/true);
+        if (o_.measure_put) Print(run, "put", put);
+        failed |= put.total.err + put.total.verify_fail > 0;
+        puts.push_back(std::move(put));
+      }
       if (o_.measure_get) {
         PhaseResult get = Phase(run, /*is_put=*/false);
         Print(run, "get", get);
         failed |= get.total.err + get.total.verify_fail > 0;
         gets.push_back(std::move(get));
       }
-      if (!(o_.keep && run == o_.runs)) Remove(run);
+      if (!o_.stored && !(o_.keep && run == o_.runs)) Remove(run);
     }
     if (o_.measure_put) Summary("put", puts);
     if (o_.measure_get) Summary("get", gets);
@@ -171,7 +173,10 @@ class Runner {
     return true;
   }
 
-  std::string Key(int run, uint64_t id) const { return absl::StrCat(prefix_, "-r", run, "-k", id); }
+  // --stored reads, in every run, the keys a --keep --runs 1 run left.
+  std::string Key(int run, uint64_t id) const {
+    return absl::StrCat(prefix_, "-r", o_.stored ? 1 : run, "-k", id);
+  }
   char* Slot(int thread, int j) const {
     return shm_.data() + (static_cast<uint64_t>(thread) * o_.batch + j) * o_.value_size;
   }

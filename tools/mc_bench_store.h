@@ -31,6 +31,7 @@ struct StoreBenchOptions {
   std::string key_prefix;              // empty = "mcb-<pid>"
   int64_t timeout_ms = 60'000;         // deadline of each RPC
   bool keep = false;                   // leave the keys of the last run stored
+  bool stored = false;                 // get the keys a --keep run left: no put, no removal
   uint64_t seed = 1;
 };
 
