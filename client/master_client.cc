@@ -94,7 +94,10 @@ class GrpcMasterClient final : public MasterClient {
     release_cv_.SignalAll();
     return s;
   }
+  // An application's explicit release (a MatchPrefix lease) also ends the leases of this client's
+  // earlier gets first: once it returns, nothing this client read before is still leased.
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
+    WaitForReleases();
     v1::ReleaseLeasesResponse resp;
     return Call(&v1::Master::Stub::ReleaseLeases, req, &resp);
   }

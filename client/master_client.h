@@ -31,9 +31,9 @@ class MasterClient {
   // Releases leases without waiting for the answer; `done` gets the outcome later, maybe on
   // another thread (a lost release only keeps the keys leased until their TTL). The gRPC client
   // may hold a release back for a moment and pass it on with its next GetReplicas instead of
-  // one RPC each. PutStart and Remove of this client wait for the releases queued before them,
-  // so this client's own writes and removals never find its finished reads still holding
-  // leases. Default: synchronous.
+  // one RPC each. PutStart, Remove and ReleaseLeases of this client wait for the releases
+  // queued before them, so this client's own writes, removals and explicit releases never leave
+  // its finished reads holding leases. Default: synchronous.
   virtual void ReleaseLeasesAsync(v1::ReleaseLeasesRequest req,
                                   std::function<void(absl::Status)> done) {
     done(ReleaseLeases(req));

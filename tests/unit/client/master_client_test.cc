@@ -9,6 +9,8 @@
 #include <memory>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
 #include "common/logging.h"
 #include "gtest/gtest.h"
 #include "master/master_server.h"
@@ -151,6 +153,37 @@ TEST_F(GrpcMasterClientTest, RemoveDoesNotWaitOutTheDelay) {
   ASSERT_TRUE(client_->Remove(rm, &removed).ok());
   EXPECT_EQ(removed.results(0).code(), v1::OK) << removed.results(0).message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+// An application releasing its MatchPrefix lease and then removing the keys through another
+// mc-client must not find this client's earlier gets still holding leases.
+TEST_F(GrpcMasterClientTest, AnExplicitReleaseFirstEndsTheQueuedOnes) {
+  Connect(kLongDelayUs);
+  Put("a");
+  Put("b");
+  auto done = std::make_shared<std::atomic<int>>(0);
+  client_->ReleaseLeasesAsync(Lease("a"), [done](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    done->fetch_add(1);
+  });
+  v1::GetReplicasRequest get;  // a lease taken without carrying a's release
+  get.set_client_id("c1");
+  get.add_keys("b");
+  v1::GetReplicasResponse got;
+  {
+    // Leases b directly at the master, so the queue stays as it is.
+    auto stub = v1::Master::NewStub(
+        grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->GetReplicas(&ctx, get, &got).ok());
+  }
+  EXPECT_EQ(ActiveLeases(), 2u);
+  v1::ReleaseLeasesRequest rel;
+  rel.set_lease_id(got.lease_id());
+  rel.add_keys("b");
+  ASSERT_TRUE(client_->ReleaseLeases(rel).ok());
+  EXPECT_EQ(done->load(), 1) << "a's queued release went first";
+  EXPECT_EQ(ActiveLeases(), 0u);
 }
 
 TEST_F(GrpcMasterClientTest, ALookupTheMasterRejectsDoesNotLoseTheReleasesItCarried) {
