@@ -143,8 +143,13 @@ std::vector<PutStartOutcome> MetadataService::PromoteStart(
   for (size_t i = 0; i < items.size(); ++i) {
     if (!out[i].status.ok()) continue;
     // Promotion is best effort: it may push out memory copies of objects that are also on SSD,
-    // never the only copy of another object.
-    auto p = PlaceWithEviction(sizes[i], 1, client_id, /*persisted_only=*/true);
+    // never the only copy of another object, neither by evicting (persisted objects only) nor
+    // by filling memory past the high watermark, where the background pass would evict the
+    // coldest objects whatever they are.
+    absl::StatusOr<std::vector<MemoryLocation>> p =
+        RoomUnderHighWatermark(sizes[i])
+            ? PlaceWithEviction(sizes[i], 1, client_id, /*persisted_only=*/true)
+            : McError(Code::kNoSpace, "promotion would fill memory past the high watermark");
     if (p.ok()) {
       placed[i] = (*p)[0];
     } else {

@@ -96,5 +96,26 @@ TEST_F(Promotion, NeverEvictsTheOnlyCopyOfAnotherObject) {
   EXPECT_EQ(m_.svc().Snapshot().eviction.evicted_keys, evicted);
 }
 
+// Nor indirectly: a promotion that would fill memory past the high watermark is refused, because
+// the background pass would then evict the coldest objects, only copies included.
+TEST_F(Promotion, NeverFillsMemoryPastTheHighWatermark) {
+  const MasterSnapshot before = m_.svc().Snapshot();
+  const auto limit = static_cast<uint64_t>(m_.svc().options().eviction.high_watermark *
+                                           static_cast<double>(before.mem_capacity));
+  // Memory-only objects up to just under the high watermark: room for k, but not below it.
+  for (int i = 0; m_.svc().Snapshot().mem_used + 1024 <= limit; ++i) {
+    m_.Put("c2", "only" + std::to_string(i), 1000);
+  }
+  ASSERT_LE(m_.svc().Snapshot().mem_used, limit);
+  // The fill objects left by SetUp are memory-only too: nothing persisted to evict but k itself.
+  const size_t keys = m_.svc().KeyCount();
+  auto started = m_.svc().PromoteStart("c2", {{"k", gen_}});
+  EXPECT_EQ(CodeOf(started[0].status), Code::kNoSpace) << started[0].status;
+  m_.HeartbeatAll();
+  m_.svc().RunMaintenance();
+  EXPECT_EQ(m_.svc().KeyCount(), keys) << "the background pass evicted something";
+  EXPECT_EQ(m_.svc().Snapshot().eviction.evicted_keys, before.eviction.evicted_keys);
+}
+
 }  // namespace
 }  // namespace mc::master
