@@ -284,9 +284,9 @@ absl::StatusOr<uint64_t> DiskTier::WriteRecord(
 
 // Chunks are read into staging slots as soon as a slot is free (all at once for a record that fits
 // the staging buffer), then copied out in order and hashed in `dst`, each while the later ones are
-// still being read. Bytes reach `dst` before the payload checksum is known (as the contract allows: on a
-// mismatch dst holds garbage and the read fails). Every submitted read has completed before this
-// returns, whatever the outcome (`inflight` is destroyed before `staging`).
+// still being read. Bytes reach `dst` before the payload checksum is known (as the contract
+// allows: on a mismatch dst holds garbage and the read fails). Every submitted read has completed
+// before this returns, whatever the outcome (`inflight` is destroyed before `staging`).
 absl::Status DiskTier::ReadRecord(const Extent& extent, std::string_view key, uint64_t generation,
                                   uint64_t payload_len,
                                   const std::vector<std::pair<char*, uint64_t>>& dst,
