@@ -77,6 +77,31 @@ class GrpcMasterClientTest : public ::testing::Test {
     return rel;
   }
 
+  // Leases `key` and queues its release; the counter goes up once the release is answered (it
+  // must be answered OK).
+  std::shared_ptr<std::atomic<int>> QueueRelease(const std::string& key) {
+    auto done = std::make_shared<std::atomic<int>>(0);
+    client_->ReleaseLeasesAsync(Lease(key), [done](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      done->fetch_add(1);
+    });
+    return done;
+  }
+  // Waits up to 5 s for `done` to count one answer.
+  static void WaitAnswered(const std::atomic<int>& done) {
+    for (int i = 0; i < 500 && done.load() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  // Removes `key` through the client; the master's answer for it.
+  v1::Result Remove(const std::string& key) {
+    v1::RemoveRequest rm;
+    rm.add_keys(key);
+    v1::RemoveResponse removed;
+    EXPECT_TRUE(client_->Remove(rm, &removed).ok());
+    return removed.results_size() == 1 ? removed.results(0) : v1::Result();
+  }
+
   size_t ActiveLeases() { return server_->service().ActiveLeaseCount(); }
   uint64_t ReleaseRpcs() {
     return server_->metrics()
@@ -95,11 +120,7 @@ TEST_F(GrpcMasterClientTest, TheNextLookupCarriesQueuedReleases) {
   Connect(kLongDelayUs);
   Put("a");
   Put("b");
-  auto done = std::make_shared<std::atomic<int>>(0);
-  client_->ReleaseLeasesAsync(Lease("a"), [done](absl::Status s) {
-    EXPECT_TRUE(s.ok()) << s;
-    done->fetch_add(1);
-  });
+  auto done = QueueRelease("a");
   EXPECT_EQ(ActiveLeases(), 1u);
   const uint64_t rpcs_before = ReleaseRpcs();
   v1::ReleaseLeasesRequest b = Lease("b");  // carries a's release
@@ -119,25 +140,16 @@ TEST_F(GrpcMasterClientTest, WithoutADelayNothingIsCarried) {
   for (int round = 0; round < 20; ++round) {
     client_->ReleaseLeasesAsync(Lease(round % 2 ? "a" : "b"), [](absl::Status) {});
   }
-  v1::RemoveRequest rm;  // waits for all of them
-  rm.add_keys("a");
-  v1::RemoveResponse removed;
-  ASSERT_TRUE(client_->Remove(rm, &removed).ok());
-  EXPECT_EQ(removed.results(0).code(), v1::OK) << removed.results(0).message();
+  const v1::Result removed = Remove("a");  // waits for all of them
+  EXPECT_EQ(removed.code(), v1::OK) << removed.message();
   EXPECT_EQ(ReleaseRpcs() - rpcs_before, 20u) << "every release in an RPC of its own";
 }
 
 TEST_F(GrpcMasterClientTest, WithoutALookupReleasesGoAloneAfterTheDelay) {
   Connect(20'000);  // 20 ms
   Put("a");
-  auto done = std::make_shared<std::atomic<int>>(0);
-  client_->ReleaseLeasesAsync(Lease("a"), [done](absl::Status s) {
-    EXPECT_TRUE(s.ok()) << s;
-    done->fetch_add(1);
-  });
-  for (int i = 0; i < 500 && done->load() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  auto done = QueueRelease("a");
+  WaitAnswered(*done);
   EXPECT_EQ(done->load(), 1);
   EXPECT_EQ(ActiveLeases(), 0u);
 }
@@ -147,11 +159,8 @@ TEST_F(GrpcMasterClientTest, RemoveDoesNotWaitOutTheDelay) {
   Put("a");
   client_->ReleaseLeasesAsync(Lease("a"), [](absl::Status) {});
   auto start = std::chrono::steady_clock::now();
-  v1::RemoveRequest rm;
-  rm.add_keys("a");
-  v1::RemoveResponse removed;
-  ASSERT_TRUE(client_->Remove(rm, &removed).ok());
-  EXPECT_EQ(removed.results(0).code(), v1::OK) << removed.results(0).message();
+  const v1::Result removed = Remove("a");
+  EXPECT_EQ(removed.code(), v1::OK) << removed.message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
@@ -161,11 +170,7 @@ TEST_F(GrpcMasterClientTest, AnExplicitReleaseFirstEndsTheQueuedOnes) {
   Connect(kLongDelayUs);
   Put("a");
   Put("b");
-  auto done = std::make_shared<std::atomic<int>>(0);
-  client_->ReleaseLeasesAsync(Lease("a"), [done](absl::Status s) {
-    EXPECT_TRUE(s.ok()) << s;
-    done->fetch_add(1);
-  });
+  auto done = QueueRelease("a");
   v1::GetReplicasRequest get;  // a lease taken without carrying a's release
   get.set_client_id("c1");
   get.add_keys("b");
@@ -189,11 +194,7 @@ TEST_F(GrpcMasterClientTest, AnExplicitReleaseFirstEndsTheQueuedOnes) {
 TEST_F(GrpcMasterClientTest, ALookupTheMasterRejectsDoesNotLoseTheReleasesItCarried) {
   Connect(kLongDelayUs);
   Put("a");
-  auto done = std::make_shared<std::atomic<int>>(0);
-  client_->ReleaseLeasesAsync(Lease("a"), [done](absl::Status s) {
-    EXPECT_TRUE(s.ok()) << s;
-    done->fetch_add(1);
-  });
+  auto done = QueueRelease("a");
   v1::GetReplicasRequest bad;  // count_only without stop_at_first_miss: INVALID_ARGUMENT
   bad.set_client_id("c1");
   bad.add_keys("a");
@@ -201,9 +202,7 @@ TEST_F(GrpcMasterClientTest, ALookupTheMasterRejectsDoesNotLoseTheReleasesItCarr
   v1::GetReplicasResponse resp;
   EXPECT_FALSE(client_->GetReplicas(bad, &resp).ok());
   // Sent again, alone and at once.
-  for (int i = 0; i < 500 && done->load() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitAnswered(*done);
   EXPECT_EQ(done->load(), 1);
   EXPECT_EQ(ActiveLeases(), 0u);
 }
@@ -213,17 +212,10 @@ TEST_F(GrpcMasterClientTest, RemoveWaitsForTheReleasesSentBeforeIt) {
   for (int round = 0; round < 20; ++round) {
     const std::string key = "k" + std::to_string(round);
     Put(key);
-    auto done = std::make_shared<std::atomic<int>>(0);
-    client_->ReleaseLeasesAsync(Lease(key), [done](absl::Status s) {
-      EXPECT_TRUE(s.ok()) << s;
-      done->fetch_add(1);
-    });
-    v1::RemoveRequest rm;
-    rm.add_keys(key);
-    v1::RemoveResponse removed;
-    ASSERT_TRUE(client_->Remove(rm, &removed).ok());
+    auto done = QueueRelease(key);
+    const v1::Result removed = Remove(key);
     EXPECT_EQ(done->load(), 1) << "Remove returned before the release it follows completed";
-    EXPECT_EQ(removed.results(0).code(), v1::OK) << removed.results(0).message();
+    EXPECT_EQ(removed.code(), v1::OK) << removed.message();
   }
 }
 
