@@ -193,6 +193,24 @@ struct OverGrpc {
     static OverGrpc* instance = new OverGrpc();
     return *instance;
   }
+
+  // A lookup of `keys` as mc-client asks it (leased unless the caller says otherwise).
+  static mcstore::v1::GetReplicasRequest LookupRequest(const std::vector<std::string>& keys) {
+    mcstore::v1::GetReplicasRequest req;
+    req.set_client_id("bench-client");
+    for (const auto& k : keys) req.add_keys(k);
+    return req;
+  }
+  // Sends `req` on this thread's connection; the answer is parsed onto `arena`, as mc-client
+  // does. A failure marks the benchmark failed.
+  const mcstore::v1::GetReplicasResponse& Lookup(benchmark::State& state,
+                                                 const mcstore::v1::GetReplicasRequest& req,
+                                                 google::protobuf::Arena* arena) {
+    auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(arena);
+    grpc::ClientContext ctx;
+    if (!stub(state).GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
+    return resp;
+  }
 };
 
 void BM_Grpc_GetReplicasLeaseAndRelease(benchmark::State& state) {
@@ -200,16 +218,9 @@ void BM_Grpc_GetReplicasLeaseAndRelease(benchmark::State& state) {
   const auto& batches = Batches(state.range(0));
   size_t i = 0;
   for (auto _ : state) {
-    const auto& keys = batches[i++ % batches.size()];
-    mcstore::v1::GetReplicasRequest req;
-    req.set_client_id("bench-client");
-    for (const auto& k : keys) req.add_keys(k);
-    // Parsed onto an arena, as mc-client does.
+    mcstore::v1::GetReplicasRequest req = OverGrpc::LookupRequest(batches[i++ % batches.size()]);
     google::protobuf::Arena arena;
-    auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
-    grpc::ClientContext ctx;
-    if (!g.stub(state).GetReplicas(&ctx, req, &resp).ok())
-      state.SkipWithError("GetReplicas failed");
+    const auto& resp = g.Lookup(state, req, &arena);
     mcstore::v1::ReleaseLeasesRequest rel;
     rel.set_lease_id(resp.lease_id());
     *rel.mutable_keys() = req.keys();
@@ -229,16 +240,10 @@ void BM_Grpc_GetReplicasCarryingRelease(benchmark::State& state) {
   size_t i = 0;
   mcstore::v1::ReleaseLeasesRequest previous;
   for (auto _ : state) {
-    const auto& keys = batches[i++ % batches.size()];
-    mcstore::v1::GetReplicasRequest req;
-    req.set_client_id("bench-client");
-    for (const auto& k : keys) req.add_keys(k);
+    mcstore::v1::GetReplicasRequest req = OverGrpc::LookupRequest(batches[i++ % batches.size()]);
     if (previous.lease_id() != 0) *req.add_releases() = std::move(previous);
     google::protobuf::Arena arena;
-    auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
-    grpc::ClientContext ctx;
-    if (!g.stub(state).GetReplicas(&ctx, req, &resp).ok())
-      state.SkipWithError("GetReplicas failed");
+    const auto& resp = g.Lookup(state, req, &arena);
     previous.Clear();
     previous.set_lease_id(resp.lease_id());
     *previous.mutable_keys() = req.keys();
@@ -254,17 +259,10 @@ void BM_Grpc_GetReplicas_NoLease(benchmark::State& state) {
   const auto& batches = Batches(state.range(0));
   size_t i = 0;
   for (auto _ : state) {
-    const auto& keys = batches[i++ % batches.size()];
-    mcstore::v1::GetReplicasRequest req;
-    req.set_client_id("bench-client");
+    mcstore::v1::GetReplicasRequest req = OverGrpc::LookupRequest(batches[i++ % batches.size()]);
     req.set_no_lease(true);
-    for (const auto& k : keys) req.add_keys(k);
-    // Parsed onto an arena, as mc-client does.
     google::protobuf::Arena arena;
-    auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
-    grpc::ClientContext ctx;
-    if (!g.stub(state).GetReplicas(&ctx, req, &resp).ok())
-      state.SkipWithError("GetReplicas failed");
+    benchmark::DoNotOptimize(g.Lookup(state, req, &arena));
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
