@@ -173,8 +173,10 @@ class ClientFixture : public ::testing::Test {
   BatchPutter putter_;
   BatchGetter getter_;
   std::unique_ptr<FakeSegments> local_;
-  std::unique_ptr<transfer::tcp::TcpDataServer> remote_server_;
+  // Declared before the server so it is destroyed after it: the server's threads may still be
+  // answering a read out of this memory when a test ends (ASan caught one doing so).
   std::unique_ptr<FakeSegments> remote_;
+  std::unique_ptr<transfer::tcp::TcpDataServer> remote_server_;
 };
 
 // Destination memory for gets: one arena, pre-filled with a sentinel, carved into slices.
