@@ -33,22 +33,29 @@ class DuplicateStormTest(unittest.TestCase):
         self.c.start()
         self.errors = []
         self.stop = threading.Event()
+        self.ok_puts = 0
+        self.count_lock = threading.Lock()
+        self.no_space = 0
 
     def worker(self, seed, client):
         rnd = random.Random(seed)
         stub = self.c.stub(client)
-        ok_puts = 0
+        ok_puts = no_space = 0
         try:
             while not self.stop.is_set():
                 keys = rnd.sample(KEYS, rnd.randint(1, 4))
                 op = rnd.random()
                 try:
                     if op < 0.45:
-                        # The same keys again and again: ALREADY_EXISTS, never a failure.
+                        # The same keys again and again: ALREADY_EXISTS, never a failure. NO_SPACE
+                        # is an honest answer too: while one SSD client restarts, memory is the
+                        # other's 2 MiB (8 values), and four workers can hold more than that in
+                        # flight (puts being written, keys leased by gets), none of it evictable.
                         res = sc.cc.put_inline(stub, [(k, VALUES[k]) for k in keys])
                         for k, r in zip(keys, res):
+                            no_space += r.code == spb.NO_SPACE
                             if r.code not in (spb.OK, spb.ALREADY_EXISTS, spb.TRANSFER_FAILED,
-                                              spb.UNAVAILABLE):
+                                              spb.UNAVAILABLE, spb.NO_SPACE):
                                 self.errors.append("put %r: %s %s" % (k, sc.cc.code_name(r.code),
                                                                       r.message))
                             ok_puts += r.code == spb.OK
@@ -71,6 +78,10 @@ class DuplicateStormTest(unittest.TestCase):
                         pass
         except Exception as e:  # report, do not hang the test
             self.errors.append("worker %d: %r" % (seed, e))
+        finally:
+            with self.count_lock:
+                self.ok_puts += ok_puts
+                self.no_space += no_space
 
     def master_disk_replicas(self):
         ch = grpc.insecure_channel(self.c.master.ready["grpc"])
@@ -108,6 +119,11 @@ class DuplicateStormTest(unittest.TestCase):
                 t.join(timeout=60)
                 self.assertFalse(t.is_alive(), "worker hung")
             self.assertEqual(self.errors, [])
+            # NO_SPACE is the exception under this pressure, not the rule: most puts land.
+            self.assertGreater(self.ok_puts, 0)
+            self.assertLess(self.no_space, max(5, self.ok_puts // 2),
+                            "%d NO_SPACE for %d stored puts" % (self.no_space, self.ok_puts))
+            print("stored puts %d, NO_SPACE %d" % (self.ok_puts, self.no_space))
             for i in (0, 1):
                 self.assertEqual(self.c.offloads(i, "failed"), 0)
 
