@@ -1,12 +1,20 @@
 #include "client/batch_put.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/batch_get.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
+namespace {
+
+constexpr int64_t kMaxNoSpacePauseMs = 16;
+
+}  // namespace
 
 BatchPutter::BatchPutter(BatchPutOptions options, MasterClient& master,
                          transfer::TransferEngine& engine, const Clock& clock,
@@ -21,10 +29,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
                                            uint32_t replicas) {
   std::vector<absl::Status> out(items.size());
   if (replicas == 0) replicas = 1;
-  v1::PutStartRequest start;
-  start.set_client_id(options_.client_id);
-  start.set_replicas(replicas);
-  std::vector<size_t> started;  // item index per PutStart entry
+  std::vector<size_t> todo;
   std::vector<uint64_t> checksums(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     out[i] = items[i].input_error;
@@ -40,12 +45,51 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
     }
     if (!out[i].ok()) continue;
     checksums[i] = ScatterChecksum(items[i].pieces);
+    todo.push_back(i);
+  }
+  // NO_SPACE is often transient: the master may not evict what reads hold leased or what puts
+  // (this batch's own included) are still writing, and both end within moments. Retry such
+  // items alone, after the batch's other items have ended, for a bounded time.
+  const int64_t started_ms = clock_.NowMs();
+  int64_t pause_ms = 1;
+  int64_t rounds = 0;
+  while (!todo.empty()) {
+    PutOnce(items, todo, replicas, checksums, out);
+    std::erase_if(todo, [&](size_t i) { return ToCode(out[i]) != Code::kNoSpace; });
+    if (todo.empty()) break;
+    const int64_t left = started_ms + options_.no_space_wait_ms - clock_.NowMs();
+    // Every pause is at least 1 ms, so with a real clock the time runs out before this many
+    // rounds; the cap bounds the loop where the clock stands still (a test's fake clock).
+    if (left <= 0 || rounds >= options_.no_space_wait_ms) {
+      if (rounds > 0) {
+        for (size_t i : todo) {
+          out[i] = McError(Code::kNoSpace,
+                           absl::StrCat(out[i].message(), " (still after ", rounds,
+                                        " retries over ", clock_.NowMs() - started_ms, " ms)"));
+        }
+      }
+      break;
+    }
+    metrics_.put_no_space_retries.Inc(todo.size());
+    absl::SleepFor(absl::Milliseconds(std::min(pause_ms, left)));
+    pause_ms = std::min<int64_t>(pause_ms * 2, kMaxNoSpacePauseMs);
+    ++rounds;
+  }
+  return out;
+}
+
+void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
+                          const std::vector<size_t>& which, uint32_t replicas,
+                          const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out) {
+  v1::PutStartRequest start;
+  start.set_client_id(options_.client_id);
+  start.set_replicas(replicas);
+  const std::vector<size_t>& started = which;  // item index per PutStart entry
+  for (size_t i : started) {
     auto* entry = start.add_items();
     entry->set_key(items[i].key.data(), items[i].key.size());
-    entry->set_size(size);
-    started.push_back(i);
+    entry->set_size(TotalLength(items[i].pieces));
   }
-  if (started.empty()) return out;
 
   int64_t sent_ms = clock_.NowMs();
   v1::PutStartResponse placed;
@@ -54,8 +98,10 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
     s = McError(Code::kInternal, "master answered a different number of items");
   }
   if (!s.ok()) {
-    for (size_t i : started) out[i] = McError(Code::kUnavailable, absl::StrCat("PutStart: ", s.message()));
-    return out;
+    for (size_t i : started) {
+      out[i] = McError(Code::kUnavailable, absl::StrCat("PutStart: ", s.message()));
+    }
+    return;
   }
   // Write every replica of every placed item in one submission.
   std::vector<transfer::TransferRequest> writes;
@@ -140,7 +186,6 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
       }
     }
   }
-  return out;
 }
 
 }  // namespace mc::client

@@ -4,6 +4,9 @@
 // status per item, in order; ALREADY_EXISTS and every other failure stay with their own item.
 // Writes stop at the master's write deadline (half its put timeout, measured from before
 // PutStart was sent), so a put the master revokes by timeout is never still being written.
+// Items the master answers NO_SPACE (memory full of objects it may not evict yet: leased by reads
+// in progress, or still being written) are tried again, alone, after the rest of the batch has
+// ended, with a growing pause, for up to `no_space_wait_ms`; only then is NO_SPACE answered.
 // Thread-safe.
 #pragma once
 
@@ -22,6 +25,8 @@ struct BatchPutOptions {
   std::string client_id;
   size_t max_key_size = 4096;
   uint32_t max_replicas = 8;
+  // How long a NO_SPACE item is retried before NO_SPACE is answered; 0 = answer at once.
+  int64_t no_space_wait_ms = 100;
 };
 
 class BatchPutter {
@@ -32,6 +37,12 @@ class BatchPutter {
   std::vector<absl::Status> Put(const std::vector<PutRequestItem>& items, uint32_t replicas);
 
  private:
+  // One PutStart / write / PutEnd (or PutRevoke) round for items[i], i in `which` (validated,
+  // checksums[i] computed); sets out[i].
+  void PutOnce(const std::vector<PutRequestItem>& items, const std::vector<size_t>& which,
+               uint32_t replicas, const std::vector<uint64_t>& checksums,
+               std::vector<absl::Status>& out);
+
   const BatchPutOptions options_;
   MasterClient& master_;
   transfer::TransferEngine& engine_;

@@ -28,6 +28,9 @@ ABSL_FLAG(int64_t, master_rpc_timeout_ms, 10000, "deadline of each call to the m
 ABSL_FLAG(int64_t, lease_release_delay_us, 1000,
           "a finished read's lease release waits this long for the next master lookup to carry "
           "it, then goes in an RPC of its own; 0 = always at once");
+ABSL_FLAG(int64_t, put_no_space_wait_ms, 100,
+          "retry put items answered NO_SPACE (memory leased or being written) this long; "
+          "0 = no retry");
 ABSL_FLAG(int32_t, connections_per_peer, 4, "tcp data-plane connections per peer");
 ABSL_FLAG(int32_t, copy_threads, 2, "threads for large local copies");
 ABSL_FLAG(std::string, offload_dir, "", "SSD tier directory (data files live here); empty = no SSD tier");
@@ -74,6 +77,11 @@ int main(int argc, char** argv) {
   o.lease_release_delay_us = absl::GetFlag(FLAGS_lease_release_delay_us);
   if (o.lease_release_delay_us < 0) {
     std::fprintf(stderr, "--lease_release_delay_us must be >= 0\n");
+    return 2;
+  }
+  o.put_no_space_wait_ms = absl::GetFlag(FLAGS_put_no_space_wait_ms);
+  if (o.put_no_space_wait_ms < 0) {
+    std::fprintf(stderr, "--put_no_space_wait_ms must be >= 0\n");
     return 2;
   }
   o.transfer.connections_per_peer = absl::GetFlag(FLAGS_connections_per_peer);

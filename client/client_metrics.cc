@@ -13,6 +13,9 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
                                          "Transfers that ended after their read lease")),
       replica_fallbacks(registry.GetCounter("mc_client_replica_fallbacks_total",
                                             "Reads retried on another replica")),
+      put_no_space_retries(registry.GetCounter(
+          "mc_client_put_no_space_retries_total",
+          "Put items tried again after the master answered NO_SPACE")),
       registry_(registry) {}
 
 ClientMetrics::Rpc& ClientMetrics::For(const char* rpc) {

@@ -34,6 +34,7 @@ class ClientMetrics {
   Counter& checksum_mismatches;
   Counter& lease_expiries;      // transfers that outlived their lease
   Counter& replica_fallbacks;   // a failed replica replaced by another
+  Counter& put_no_space_retries;  // put items tried again after a NO_SPACE answer
 
  private:
   MetricsRegistry& registry_;

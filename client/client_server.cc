@@ -95,8 +95,11 @@ absl::Status ClientServer::Start() {
 
   prefix_leases_ = std::make_unique<PrefixLeases>(RealClock::Get());
   putter_ = std::make_unique<BatchPutter>(
-      BatchPutOptions{options_.client_id, 4096, 8}, *master_, *engine_, RealClock::Get(),
-      metrics_);
+      BatchPutOptions{.client_id = options_.client_id,
+                      .max_key_size = 4096,
+                      .max_replicas = 8,
+                      .no_space_wait_ms = options_.put_no_space_wait_ms},
+      *master_, *engine_, RealClock::Get(), metrics_);
   getter_ = std::make_unique<BatchGetter>(
       BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 4096, 8},
       *master_, *engine_, *prefix_leases_, RealClock::Get(), metrics_);

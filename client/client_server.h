@@ -45,6 +45,7 @@ struct ClientServerOptions {
   uint32_t get_lease_ttl_ms = 0;           // read lease asked by BatchGet; 0 = master default
   int64_t master_rpc_timeout_ms = 10'000;
   int64_t lease_release_delay_us = 1000;  // GrpcMasterClientOptions::release_delay_us
+  int64_t put_no_space_wait_ms = 100;     // BatchPutOptions::no_space_wait_ms
   transfer::TransferEngineOptions transfer;  // local_endpoint and metrics are filled in
   // The SSD tier: on when offload.dir is set (offload.capacity bytes).
   offload::DiskTierOptions offload;        // metrics and reclaim_guard are filled in

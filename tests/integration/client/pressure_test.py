@@ -1,7 +1,10 @@
 """Memory pressure through real daemons: a 2 x 32 MiB pool takes 3x its capacity in 1 MiB puts
 (every put succeeds, eviction passes succeed), keys pinned by a MatchPrefix lease survive intact,
-and once the lease is released they become evictable."""
+and once the lease is released they become evictable. A put into a pool that is full of leased
+keys waits for the reads to end instead of failing (--put_no_space_wait_ms)."""
 
+import threading
+import time
 import unittest
 
 from integration.client import client_cluster as cc
@@ -83,6 +86,51 @@ class PressureTest(unittest.TestCase):
                              [r.message for r in rm])
         self.assertEqual(cc.exist(self.s0, pinned_keys), [False] * PINNED)
         self.assertTrue(self.c.healthy(0) and self.c.healthy(1))
+
+
+class FullOfLeasesTest(unittest.TestCase):
+    """One client with 4 MiB, all of it pinned by a reader's MatchPrefix lease."""
+
+    def setUp(self):
+        self.c = cc.Cluster(clients=1, segment_size=4 * MiB,
+                            client_args=["--put_no_space_wait_ms", "20000"])
+        self.addCleanup(self.c.stop)
+        self.c.start()
+        self.s = self.c.stub(0)
+
+    def retries(self):
+        return cc.metric(self.c.http(0), "mc_client_put_no_space_retries_total")
+
+    def test_put_waits_for_the_reads_to_end(self):
+        keys = [b"held-%d" % i for i in range(4)]
+        res = cc.put_inline(self.s, [(k, value(i)) for i, k in enumerate(keys)])
+        self.assertEqual([r.code for r in res], [spb.OK] * 4, [r.message for r in res])
+        m = self.s.MatchPrefix(spb.MatchPrefixRequest(keys=keys, lease_ttl_ms=600000), timeout=30)
+        self.assertEqual(m.matched, 4)
+
+        answer = []
+        writer = threading.Thread(
+            target=lambda: answer.extend(cc.put_inline(self.s, [(b"late", value(99))])))
+        writer.start()
+        try:
+            # The put is waiting (it was answered NO_SPACE and is being retried) ...
+            deadline = time.monotonic() + 15
+            while self.retries() == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertGreater(self.retries(), 0, "the put never met a full pool")
+            self.assertTrue(writer.is_alive(), "the put must still be waiting")
+        finally:
+            # ... until the reader lets go; then eviction makes room and it lands.
+            self.s.ReleaseLease(spb.ReleaseLeaseRequest(lease_id=m.lease_id), timeout=30)
+            writer.join(timeout=30)
+        self.assertFalse(writer.is_alive())
+        self.assertEqual(len(answer), 1)
+        self.assertEqual(answer[0].code, spb.OK, "%s %s" % (cc.code_name(answer[0].code),
+                                                             answer[0].message))
+        got = cc.get_inline(self.s, [b"late"])
+        self.assertEqual(got[0].code, spb.OK)
+        self.assertTrue(got[0].data == value(99))
+        self.assertGreater(cc.metric(self.c.master_http(), "mc_put_no_space_total"), 0)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ class DuplicateStormTest(unittest.TestCase):
                         # The same keys again and again: ALREADY_EXISTS, never a failure. NO_SPACE
                         # is an honest answer too: while one SSD client restarts, memory is the
                         # other's 2 MiB (8 values), and four workers can hold more than that in
-                        # flight (puts being written, keys leased by gets), none of it evictable.
+                        # flight (puts being written, keys leased by gets), none of it evictable
+                        # for longer than mc-client retries (--put_no_space_wait_ms).
                         res = sc.cc.put_inline(stub, [(k, VALUES[k]) for k in keys])
                         for k, r in zip(keys, res):
                             no_space += r.code == spb.NO_SPACE

@@ -1,7 +1,11 @@
 // BatchPutter against the real master (in-process) and a real transfer engine: per-key
-// ALREADY_EXISTS, bad input per item, PutRevoke after a failed replica write, master failures.
+// ALREADY_EXISTS, bad input per item, PutRevoke after a failed replica write, master failures,
+// NO_SPACE retried while memory is leased.
 #include "client/batch_put.h"
 
+#include <thread>
+
+#include "absl/time/clock.h"
 #include "client_test_util.h"
 #include "common/checksum.h"
 #include "gtest/gtest.h"
@@ -19,6 +23,24 @@ class BatchPut : public ClientFixture {
     auto res = getter_.Get(items, 0, &sink);
     *status = res[0].status;
     return res[0].status.ok() ? sink.data(0) : std::string();
+  }
+
+  // Fills the local client's memory (2 segments of 1 MiB) with two objects and leases both, as
+  // reads in progress would; returns the lease to release.
+  v1::ReleaseLeasesRequest FillAndLease() {
+    PutOk("full-0", Payload(1 << 20, 20));
+    PutOk("full-1", Payload(1 << 20, 21));
+    v1::GetReplicasRequest req;
+    req.set_client_id(kLocalId);
+    req.add_keys("full-0");
+    req.add_keys("full-1");
+    v1::GetReplicasResponse resp;
+    EXPECT_TRUE(master_.GetReplicas(req, &resp).ok());
+    v1::ReleaseLeasesRequest release;
+    release.set_lease_id(resp.lease_id());
+    release.add_keys("full-0");
+    release.add_keys("full-1");
+    return release;
   }
 };
 
@@ -115,6 +137,57 @@ TEST_F(BatchPut, MasterUnavailableAtPutEndIsUnavailableNotOk) {
   absl::Status gs;
   GetInline("a", &gs);
   EXPECT_FALSE(gs.ok()) << "a put whose PutEnd failed is not readable";
+}
+
+TEST_F(BatchPut, NoSpaceWhileMemoryIsLeasedIsRetriedUntilTheReadsEnd) {
+  v1::ReleaseLeasesRequest release = FillAndLease();
+  BatchPutter patient(PutOptions(60'000), master_, engine_, clock_, metrics_);
+  // The reads end while the put waits (once it has met NO_SPACE): it then evicts one of them and
+  // lands.
+  std::thread reader([&] {
+    for (int i = 0; i < 10'000 && metrics_.put_no_space_retries.Value() == 0; ++i) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_TRUE(master_.ReleaseLeases(release).ok());
+  });
+  const std::string p = Payload(1 << 20, 22);
+  std::vector<PutRequestItem> items(1);
+  items[0].key = "late";
+  items[0].pieces = {{const_cast<char*>(p.data()), p.size()}};
+  auto s = patient.Put(items, 1);
+  reader.join();
+  ASSERT_TRUE(s[0].ok()) << s[0];
+  EXPECT_GT(metrics_.put_no_space_retries.Value(), 0u);
+  EXPECT_GT(master_.Calls(Rpc::kPutStart), 3) << "the NO_SPACE item went to the master again";
+  absl::Status gs;
+  EXPECT_EQ(GetInline("late", &gs), p);
+}
+
+TEST_F(BatchPut, NoSpaceThatOutlastsTheWaitIsAnsweredWithWhatWasTried) {
+  v1::ReleaseLeasesRequest release = FillAndLease();
+  // The fake clock stands still: the round cap (one round per ms of wait) ends the wait.
+  BatchPutter patient(PutOptions(20), master_, engine_, clock_, metrics_);
+  const std::string p = Payload(1 << 20, 23), small = Payload(100, 24);
+  std::vector<PutRequestItem> items(2);
+  items[0].key = "never";
+  items[0].pieces = {{const_cast<char*>(p.data()), p.size()}};
+  items[1].key = "full-0";  // stored: answered at once, not retried
+  items[1].pieces = {{const_cast<char*>(small.data()), small.size()}};
+  auto s = patient.Put(items, 1);
+  EXPECT_EQ(CodeOf(s[0]), Code::kNoSpace) << s[0];
+  EXPECT_NE(s[0].message().find("retries"), std::string::npos) << s[0];
+  EXPECT_EQ(CodeOf(s[1]), Code::kAlreadyExists) << s[1];
+  EXPECT_EQ(master_.service().KeyCount(), 2u) << "the failed put left no pending object";
+  EXPECT_TRUE(master_.ReleaseLeases(release).ok());
+}
+
+TEST_F(BatchPut, NoSpaceIsAnsweredAtOnceWithoutAWait) {
+  FillAndLease();
+  const int starts = master_.Calls(Rpc::kPutStart);
+  auto s = Put({"now"}, {Payload(1 << 20, 25)});  // the fixture's putter: no wait
+  EXPECT_EQ(CodeOf(s[0]), Code::kNoSpace) << s[0];
+  EXPECT_EQ(master_.Calls(Rpc::kPutStart), starts + 1);
+  EXPECT_EQ(metrics_.put_no_space_retries.Value(), 0u);
 }
 
 }  // namespace
