@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
     mc::Logger("client").error("cannot start: {}", started.ToString());
     return 1;
   }
+  mc::Logger("client").info("allocator: {}", MC_MALLOC_NAME);
   int sig = 0;
   sigwait(&stop_signals, &sig);
   mc::Logger("client").info("signal {}: shutting down", sig);

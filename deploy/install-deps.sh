@@ -10,7 +10,7 @@ packages=(
   clang-14 libclang-rt-14-dev clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev liburing-dev libibverbs-dev libspdlog-dev libfmt-dev libxxhash-dev
-  libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-perftools-dev
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
 )
 if [[ "${1:-}" == "--bench" ]]; then

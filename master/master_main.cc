@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
     mc::Logger("master").error("cannot start: {}", started.ToString());
     return 1;
   }
+  mc::Logger("master").info("allocator: {}", MC_MALLOC_NAME);
   int sig = 0;
   sigwait(&stop_signals, &sig);
   mc::Logger("master").info("signal {}: shutting down", sig);
