@@ -53,9 +53,10 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
   const int64_t started_ms = clock_.NowMs();
   int64_t pause_ms = 1;
   int64_t rounds = 0;
+  std::vector<bool> final(items.size(), false);
   while (!todo.empty()) {
-    PutOnce(items, todo, replicas, checksums, out);
-    std::erase_if(todo, [&](size_t i) { return ToCode(out[i]) != Code::kNoSpace; });
+    PutOnce(items, todo, replicas, checksums, out, final);
+    std::erase_if(todo, [&](size_t i) { return ToCode(out[i]) != Code::kNoSpace || final[i]; });
     if (todo.empty()) break;
     const int64_t left = started_ms + options_.no_space_wait_ms - clock_.NowMs();
     // Every pause is at least 1 ms, so with a real clock the time runs out before this many
@@ -80,7 +81,8 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
 
 void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
                           const std::vector<size_t>& which, uint32_t replicas,
-                          const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out) {
+                          const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
+                          std::vector<bool>& final) {
   v1::PutStartRequest start;
   start.set_client_id(options_.client_id);
   start.set_replicas(replicas);
@@ -111,6 +113,7 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
     size_t i = started[k];
     if (r.code() != v1::OK) {
       out[i] = McError(FromProtoCode(r.code()), r.message());
+      final[i] = r.no_space_final();
       continue;
     }
     for (const auto& rep : r.replicas()) {

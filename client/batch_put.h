@@ -6,7 +6,8 @@
 // PutStart was sent), so a put the master revokes by timeout is never still being written.
 // Items the master answers NO_SPACE (memory full of objects it may not evict yet: leased by reads
 // in progress, or still being written) are tried again, alone, after the rest of the batch has
-// ended, with a growing pause, for up to `no_space_wait_ms`; only then is NO_SPACE answered.
+// ended, with a growing pause, for up to `no_space_wait_ms`; only then is NO_SPACE answered. A
+// NO_SPACE the master marks final (no segment can ever hold the object) is answered at once.
 // Thread-safe.
 #pragma once
 
@@ -38,10 +39,10 @@ class BatchPutter {
 
  private:
   // One PutStart / write / PutEnd (or PutRevoke) round for items[i], i in `which` (validated,
-  // checksums[i] computed); sets out[i].
+  // checksums[i] computed); sets out[i], and final[i] for a NO_SPACE no wait can cure.
   void PutOnce(const std::vector<PutRequestItem>& items, const std::vector<size_t>& which,
                uint32_t replicas, const std::vector<uint64_t>& checksums,
-               std::vector<absl::Status>& out);
+               std::vector<absl::Status>& out, std::vector<bool>& final);
 
   const BatchPutOptions options_;
   MasterClient& master_;

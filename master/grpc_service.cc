@@ -141,6 +141,7 @@ void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_d
     r->set_code(ToProtoCode(ToCode(o.status)));
     r->set_message(std::string(o.status.message()));
     r->set_generation(o.generation);
+    r->set_no_space_final(o.no_space_final);
     for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
   }
   resp->set_write_deadline_ms(write_deadline_ms);

@@ -157,13 +157,22 @@ bool MetadataService::RoomUnderHighWatermark(uint64_t size) {
 }
 
 absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
-    uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only) {
+    uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only,
+    bool* final) {
   auto placed = segments_.Place(size, replicas, writer);
+  if (!placed.ok()) {
+    // An object no segment (or too few clients' segments) can ever hold: evicting would empty
+    // memory for nothing.
+    absl::Status possible = segments_.CouldEverPlace(size, replicas);
+    if (!possible.ok()) {
+      if (final != nullptr) *final = true;
+      return possible;
+    }
+  }
   // Each round asks for twice the bytes of the previous one: LRU victims are scattered, so under
   // fragmentation freeing just `size` bytes per round may never open one range that fits.
   uint64_t ask = size * replicas;
   for (int round = 0; !placed.ok() && round < options_.sync_eviction_rounds; ++round) {
-    if (segments_.ClientCount() < replicas) break;
     if (evictor_.Evict(ask, persisted_only) == 0) break;
     placed = segments_.Place(size, replicas, writer);
     if (ask <= (UINT64_MAX >> 1)) ask <<= 1;
@@ -220,7 +229,8 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
   std::vector<std::vector<MemoryLocation>> placed(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     if (!out[i].status.ok()) continue;
-    auto p = PlaceWithEviction(items[i].size, replicas, client_id);
+    auto p = PlaceWithEviction(items[i].size, replicas, client_id, /*persisted_only=*/false,
+                               &out[i].no_space_final);
     if (p.ok()) {
       placed[i] = std::move(*p);
     } else {

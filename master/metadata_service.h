@@ -58,6 +58,7 @@ struct PutStartOutcome {
   absl::Status status;
   uint64_t generation = 0;
   std::vector<Replica> replicas;
+  bool no_space_final = false;  // NO_SPACE no eviction can cure (SegmentManager::CouldEverPlace)
 };
 struct PutEndItem {
   std::string_view key;
@@ -195,9 +196,11 @@ class MetadataService {
   bool RoomUnderHighWatermark(uint64_t size);
   // Places one object's replicas, evicting synchronously between tries.
   // `persisted_only`: evict only objects that also live on an SSD tier (promotions).
+  // `final` (optional) is set when the NO_SPACE answer is one no eviction can cure.
   absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(uint64_t size, uint32_t replicas,
                                                                 const std::string& writer,
-                                                                bool persisted_only = false);
+                                                                bool persisted_only = false,
+                                                                bool* final = nullptr);
   void RevokeTimedOutPuts();
   // Ends an object's promotion, if any, queueing its space in `to_free`.
   void DropPromotion(Object& object, std::vector<MemoryLocation>* to_free);

@@ -107,6 +107,28 @@ void SegmentManager::Free(const MemoryLocation& location) {
   used_ -= before - it->second.allocator.used();
 }
 
+absl::Status SegmentManager::CouldEverPlace(uint64_t size, uint32_t replicas) const {
+  if (replicas == 0) replicas = 1;
+  absl::MutexLock lock(&mu_);
+  const uint64_t rounded = size > UINT64_MAX - alignment_
+                               ? UINT64_MAX
+                               : (size + alignment_ - 1) / alignment_ * alignment_;
+  uint32_t able = 0;
+  uint64_t largest = 0;
+  for (const auto& [client, ids] : by_client_) {
+    uint64_t biggest = 0;
+    for (uint64_t id : ids) biggest = std::max(biggest, segments_.at(id).allocator.capacity());
+    largest = std::max(largest, biggest);
+    if (biggest >= rounded) ++able;
+  }
+  if (able >= replicas) return absl::OkStatus();
+  return McError(Code::kNoSpace,
+                 absl::StrCat(replicas, " replica(s) of ", size,
+                              " bytes need as many clients with a segment that large; ", able,
+                              " of ", by_client_.size(), " client(s) have one (largest segment ",
+                              largest, " bytes)"));
+}
+
 size_t SegmentManager::ClientCount() const {
   absl::MutexLock lock(&mu_);
   return by_client_.size();

@@ -50,6 +50,9 @@ class SegmentManager {
   // Frees a placed range. No-op when its segment is gone.
   void Free(const MemoryLocation& location);
 
+  // OK when `replicas` distinct clients each own a segment large enough for `size` bytes, so
+  // that eviction could make room; otherwise kNoSpace saying why (no eviction can help).
+  absl::Status CouldEverPlace(uint64_t size, uint32_t replicas) const;
   // How many distinct clients own at least one segment.
   size_t ClientCount() const;
   SegmentStats Stats() const;

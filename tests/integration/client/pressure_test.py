@@ -88,8 +88,8 @@ class PressureTest(unittest.TestCase):
         self.assertTrue(self.c.healthy(0) and self.c.healthy(1))
 
 
-class FullOfLeasesTest(unittest.TestCase):
-    """One client with 4 MiB, all of it pinned by a reader's MatchPrefix lease."""
+class SmallPoolTest(unittest.TestCase):
+    """One client with 4 MiB (puts wait up to 20 s for room)."""
 
     def setUp(self):
         self.c = cc.Cluster(clients=1, segment_size=4 * MiB,
@@ -131,6 +131,17 @@ class FullOfLeasesTest(unittest.TestCase):
         self.assertEqual(got[0].code, spb.OK)
         self.assertTrue(got[0].data == value(99))
         self.assertGreater(cc.metric(self.c.master_http(), "mc_put_no_space_total"), 0)
+
+    def test_an_object_no_segment_holds_fails_at_once_and_evicts_nothing(self):
+        keys = [b"kept-%d" % i for i in range(4)]
+        res = cc.put_inline(self.s, [(k, value(i)) for i, k in enumerate(keys)])
+        self.assertEqual([r.code for r in res], [spb.OK] * 4, [r.message for r in res])
+        big = cc.put_inline(self.s, [(b"too-big", b"x" * (5 * MiB))])
+        self.assertEqual(big[0].code, spb.NO_SPACE, big[0].message)
+        self.assertIn("largest segment", big[0].message)
+        self.assertEqual(self.retries(), 0, "no wait can cure it: not retried")
+        self.assertEqual(cc.metric(self.c.master_http(), "mc_evicted_keys_total"), 0)
+        self.assertEqual(cc.exist(self.s, keys), [True] * 4)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,23 @@ TEST_F(BatchPut, NoSpaceThatOutlastsTheWaitIsAnsweredWithWhatWasTried) {
   EXPECT_TRUE(master_.ReleaseLeases(release).ok());
 }
 
+TEST_F(BatchPut, AnObjectNoSegmentCanHoldIsAnsweredAtOnceAndEvictsNothing) {
+  PutOk("kept", Payload(1000, 26));
+  BatchPutter patient(PutOptions(60'000), master_, engine_, clock_, metrics_);
+  const std::string p = Payload((1 << 20) + 1, 27);  // the segments hold 1 MiB each
+  std::vector<PutRequestItem> items(1);
+  items[0].key = "too-big";
+  items[0].pieces = {{const_cast<char*>(p.data()), p.size()}};
+  const int starts = master_.Calls(Rpc::kPutStart);
+  auto s = patient.Put(items, 1);
+  EXPECT_EQ(CodeOf(s[0]), Code::kNoSpace) << s[0];
+  EXPECT_NE(s[0].message().find("largest segment"), std::string::npos) << s[0];
+  EXPECT_EQ(master_.Calls(Rpc::kPutStart), starts + 1) << "a final NO_SPACE is not retried";
+  EXPECT_EQ(metrics_.put_no_space_retries.Value(), 0u);
+  absl::Status gs;
+  EXPECT_EQ(GetInline("kept", &gs), Payload(1000, 26)) << "nothing was evicted for it";
+}
+
 TEST_F(BatchPut, NoSpaceIsAnsweredAtOnceWithoutAWait) {
   FillAndLease();
   const int starts = master_.Calls(Rpc::kPutStart);

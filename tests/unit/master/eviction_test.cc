@@ -127,6 +127,21 @@ TEST_F(Eviction, AtOrBelowHighWatermarkMaintenanceDoesNotEvict) {
   EXPECT_EQ(m_.svc().KeyCount(), 95u);
 }
 
+TEST_F(Eviction, AnObjectNoSegmentCanHoldEvictsNothing) {
+  for (int i = 0; i < 100; ++i) m_.Put("c1", Key(i), kObject);
+  // Larger than the only segment: no eviction can make room, so none may be tried.
+  PutStartOutcome o = m_.Start("c1", "huge", kObject * kSlots + 1);
+  EXPECT_EQ(CodeOf(o.status), Code::kNoSpace) << o.status;
+  EXPECT_NE(o.status.message().find("largest segment"), std::string::npos) << o.status;
+  EXPECT_EQ(m_.svc().Snapshot().eviction.evicted_keys, 0u);
+  EXPECT_EQ(m_.svc().KeyCount(), 100u);
+  // Two replicas with one client: no room can be made either.
+  o = m_.Start("c1", "two", kObject, /*replicas=*/2);
+  EXPECT_EQ(CodeOf(o.status), Code::kNoSpace) << o.status;
+  EXPECT_EQ(m_.svc().Snapshot().eviction.evicted_keys, 0u);
+  EXPECT_EQ(m_.svc().KeyCount(), 100u);
+}
+
 TEST_F(Eviction, PendingObjectsAreNeverEvicted) {
   std::vector<uint64_t> gens;
   for (int i = 0; i < 100; ++i) {
