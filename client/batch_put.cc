@@ -80,14 +80,13 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
 }
 
 void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
-                          const std::vector<size_t>& which, uint32_t replicas,
+                          const std::vector<size_t>& started, uint32_t replicas,
                           const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
                           std::vector<bool>& final) {
   v1::PutStartRequest start;
   start.set_client_id(options_.client_id);
   start.set_replicas(replicas);
-  const std::vector<size_t>& started = which;  // item index per PutStart entry
-  for (size_t i : started) {
+  for (size_t i : started) {  // item index per PutStart entry
     auto* entry = start.add_items();
     entry->set_key(items[i].key.data(), items[i].key.size());
     entry->set_size(TotalLength(items[i].pieces));

@@ -38,9 +38,9 @@ class BatchPutter {
   std::vector<absl::Status> Put(const std::vector<PutRequestItem>& items, uint32_t replicas);
 
  private:
-  // One PutStart / write / PutEnd (or PutRevoke) round for items[i], i in `which` (validated,
+  // One PutStart / write / PutEnd (or PutRevoke) round for items[i], i in `started` (validated,
   // checksums[i] computed); sets out[i], and final[i] for a NO_SPACE no wait can cure.
-  void PutOnce(const std::vector<PutRequestItem>& items, const std::vector<size_t>& which,
+  void PutOnce(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
                uint32_t replicas, const std::vector<uint64_t>& checksums,
                std::vector<absl::Status>& out, std::vector<bool>& final);
 

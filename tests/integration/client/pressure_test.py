@@ -89,10 +89,12 @@ class PressureTest(unittest.TestCase):
 
 
 class SmallPoolTest(unittest.TestCase):
-    """One client with 4 MiB (puts wait up to 20 s for room)."""
+    """One client with 4 MiB (puts wait up to 20 s for room). The background eviction pass is off
+    (high watermark 1.0): filling memory to the brim must not make it evict on its own."""
 
     def setUp(self):
         self.c = cc.Cluster(clients=1, segment_size=4 * MiB,
+                            master_args=["--high_watermark", "1.0"],
                             client_args=["--put_no_space_wait_ms", "20000"])
         self.addCleanup(self.c.stop)
         self.c.start()
