@@ -70,6 +70,25 @@ TEST(SegmentManager, FewerClientsThanReplicasIsNoSpace) {
   EXPECT_EQ(sm.ClientCount(), 2u);
 }
 
+TEST(SegmentManager, CouldEverPlaceCountsClientsWithASegmentLargeEnough) {
+  SegmentManager sm(64);
+  sm.AddSegment("a", "a:1", 1 << 20);
+  sm.AddSegment("a", "a:2", 1 << 20);  // two 1 MiB segments do not hold 2 MiB
+  sm.AddSegment("b", "b:1", 4 << 20);
+  // Full or empty does not matter: the question is whether eviction could ever make room.
+  ASSERT_TRUE(sm.Place(4 << 20, 1, "b").ok());
+  EXPECT_TRUE(sm.CouldEverPlace(1 << 20, 2).ok());
+  EXPECT_TRUE(sm.CouldEverPlace(2 << 20, 1).ok());
+  EXPECT_TRUE(sm.CouldEverPlace(4 << 20, 1).ok());
+  EXPECT_EQ(ToCode(sm.CouldEverPlace(2 << 20, 2)), Code::kNoSpace);
+  EXPECT_EQ(ToCode(sm.CouldEverPlace((4 << 20) + 1, 1)), Code::kNoSpace);  // rounds past 4 MiB
+  EXPECT_EQ(ToCode(sm.CouldEverPlace(64, 3)), Code::kNoSpace);              // two clients
+  EXPECT_EQ(ToCode(sm.CouldEverPlace(UINT64_MAX, 1)), Code::kNoSpace);      // no overflow
+  absl::Status s = sm.CouldEverPlace(5 << 20, 1);
+  EXPECT_NE(s.message().find("0 of 2 client(s)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("largest segment 4194304 bytes"), std::string::npos) << s;
+}
+
 TEST(SegmentManager, FailedPlacementRollsBackPartialAllocations) {
   SegmentManager sm(64);
   sm.AddSegment("a", "a:1", 1 << 20);
