@@ -1,6 +1,7 @@
 // Promotion of SSD hits back to memory: PromoteStart / PromoteEnd.
 #include <gtest/gtest.h>
 
+#include "master/grpc_service.h"
 #include "tests/unit/master/master_test_util.h"
 
 namespace mc::master {
@@ -48,6 +49,46 @@ TEST_F(Promotion, WrittenPromotionAddsAMemoryReplicaFirst) {
   EXPECT_EQ(Tiers(), std::vector<ReplicaTier>{ReplicaTier::kDisk});
   ASSERT_TRUE(m_.svc().PromoteEnd("c2", {{"k", gen_}}, {true})[0].ok());
   EXPECT_EQ(Tiers(), (std::vector<ReplicaTier>{ReplicaTier::kMemory, ReplicaTier::kDisk}));
+}
+
+TEST_F(Promotion, TheGrpcAnswerListsMemoryReplicasFirstWhateverTheStoredOrder) {
+  ASSERT_TRUE(m_.svc().PromoteStart("c2", {{"k", gen_}})[0].status.ok());
+  ASSERT_TRUE(m_.svc().PromoteEnd("c2", {{"k", gen_}}, {true})[0].ok());
+  // The promotion appended the memory replica after the DISK one; readers try replicas in the
+  // order the master answers, and memory must come first.
+  MasterGrpcService grpc(m_.svc(), m_.metrics(), 1000);
+  for (bool lease : {false, true}) {
+    mcstore::v1::GetReplicasRequest req;
+    req.set_client_id("c2");
+    req.add_keys("k");
+    req.add_keys("missing");
+    req.set_no_lease(!lease);
+    mcstore::v1::GetReplicasResponse resp;
+    ASSERT_TRUE(grpc.DoGetReplicas(&req, &resp).ok());
+    ASSERT_EQ(resp.results_size(), 2);
+    const auto& k = resp.results(0);
+    ASSERT_EQ(k.code(), mcstore::v1::OK) << k.message();
+    EXPECT_EQ(k.generation(), gen_);
+    ASSERT_EQ(k.replicas_size(), 2);
+    EXPECT_EQ(k.replicas(0).tier(), mcstore::v1::MEMORY);
+    EXPECT_EQ(k.replicas(0).client_id(), "c2");
+    EXPECT_EQ(k.replicas(1).tier(), mcstore::v1::DISK);
+    EXPECT_EQ(k.replicas(1).client_id(), "c1");
+    EXPECT_EQ(resp.results(1).code(), mcstore::v1::NOT_FOUND);
+    EXPECT_EQ(resp.results(1).replicas_size(), 0);
+  }
+  // A prefix lookup answers up to and including the first miss, nothing after it.
+  m_.Put("c2", "after", 100);
+  mcstore::v1::GetReplicasRequest prefix;
+  prefix.set_client_id("c2");
+  for (const char* key : {"k", "missing", "after"}) prefix.add_keys(key);
+  prefix.set_stop_at_first_miss(true);
+  mcstore::v1::GetReplicasResponse resp;
+  ASSERT_TRUE(grpc.DoGetReplicas(&prefix, &resp).ok());
+  EXPECT_EQ(resp.matched(), 1u);
+  ASSERT_EQ(resp.results_size(), 2);
+  EXPECT_EQ(resp.results(0).replicas(0).tier(), mcstore::v1::MEMORY);
+  EXPECT_EQ(resp.results(1).code(), mcstore::v1::NOT_FOUND);
 }
 
 TEST_F(Promotion, UnwrittenPromotionGivesTheSpaceBack) {
