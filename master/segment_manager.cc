@@ -129,11 +129,6 @@ absl::Status SegmentManager::CouldEverPlace(uint64_t size, uint32_t replicas) co
                               largest, " bytes)"));
 }
 
-size_t SegmentManager::ClientCount() const {
-  absl::MutexLock lock(&mu_);
-  return by_client_.size();
-}
-
 SegmentStats SegmentManager::Stats() const {
   absl::MutexLock lock(&mu_);
   return SegmentStats{capacity_, used_, segments_.size()};

@@ -53,8 +53,6 @@ class SegmentManager {
   // OK when `replicas` distinct clients each own a segment large enough for `size` bytes, so
   // that eviction could make room; otherwise kNoSpace saying why (no eviction can help).
   absl::Status CouldEverPlace(uint64_t size, uint32_t replicas) const;
-  // How many distinct clients own at least one segment.
-  size_t ClientCount() const;
   SegmentStats Stats() const;
   SegmentStats ClientStats(const std::string& client_id) const;
   // The largest single free range over all segments.
