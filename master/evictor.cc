@@ -127,6 +127,16 @@ uint64_t Evictor::EvictToWatermark() {
   return Evict(stats.used - target);
 }
 
+bool Evictor::MakeRoomUnderHighWatermark(uint64_t bytes) {
+  SegmentStats stats = segments_.Stats();
+  const auto limit =
+      static_cast<uint64_t>(options_.high_watermark * static_cast<double>(stats.capacity));
+  if (stats.used + bytes <= limit) return true;
+  Evict(stats.used + bytes - limit, /*persisted_only=*/true);
+  stats = segments_.Stats();
+  return stats.used + bytes <= limit;
+}
+
 EvictionStats Evictor::Stats() const {
   return EvictionStats{attempts_.Value(),       successes_.Value(),     evicted_keys_.Value(),
                        evicted_bytes_.Value(),  skipped_leased_.Value(), skipped_pinned_.Value(),

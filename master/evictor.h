@@ -49,6 +49,10 @@ class Evictor {
   uint64_t Evict(uint64_t bytes, bool persisted_only = false);
   // When memory use is above the high watermark, evicts down to the low one. Returns bytes freed.
   uint64_t EvictToWatermark();
+  // Whether `bytes` more keep memory at or below the high watermark, after evicting persisted
+  // objects (only) to make it so. Promotions ask first: memory filled past the mark would make
+  // the next background pass evict the coldest objects, whatever they are.
+  bool MakeRoomUnderHighWatermark(uint64_t bytes);
 
   EvictionStats Stats() const;
   const EvictorOptions& options() const { return options_; }

@@ -146,16 +146,6 @@ void MetadataService::CleanupClient(const std::string& client_id) {
              client_id, objects_lost, puts_revoked);
 }
 
-bool MetadataService::RoomUnderHighWatermark(uint64_t size) {
-  SegmentStats stats = segments_.Stats();
-  const auto limit =
-      static_cast<uint64_t>(options_.eviction.high_watermark * static_cast<double>(stats.capacity));
-  if (stats.used + size <= limit) return true;
-  evictor_.Evict(stats.used + size - limit, /*persisted_only=*/true);
-  stats = segments_.Stats();
-  return stats.used + size <= limit;
-}
-
 absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
     uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only,
     bool* final) {

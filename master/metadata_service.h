@@ -191,9 +191,6 @@ class MetadataService {
   }
   // Drops every segment, replica, pending put and replica-less object of a client.
   void CleanupClient(const std::string& client_id);
-  // Whether `size` more bytes keep memory at or below the high watermark, after evicting
-  // persisted objects (only) to make it so.
-  bool RoomUnderHighWatermark(uint64_t size);
   // Places one object's replicas, evicting synchronously between tries.
   // `persisted_only`: evict only objects that also live on an SSD tier (promotions).
   // `final` (optional) is set when the NO_SPACE answer is one no eviction can cure.

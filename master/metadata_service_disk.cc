@@ -147,7 +147,7 @@ std::vector<PutStartOutcome> MetadataService::PromoteStart(
     // by filling memory past the high watermark, where the background pass would evict the
     // coldest objects whatever they are.
     absl::StatusOr<std::vector<MemoryLocation>> p =
-        RoomUnderHighWatermark(sizes[i])
+        evictor_.MakeRoomUnderHighWatermark(sizes[i])
             ? PlaceWithEviction(sizes[i], 1, client_id, /*persisted_only=*/true)
             : McError(Code::kNoSpace, "promotion would fill memory past the high watermark");
     if (p.ok()) {
