@@ -1,6 +1,10 @@
 #include "client/prefix_leases.h"
 
 #include <algorithm>
+#include <string>
+#include <utility>
+
+#include "common/status_macros.h"
 
 namespace mc::client {
 
@@ -13,10 +17,15 @@ uint64_t PrefixLeases::Add(PrefixLease lease) {
 }
 
 void PrefixLease::Pin(std::string_view key, const mcstore::v1::KeyReplicas& lookup) {
+  if (pinned_ == nullptr) {
+    pinned_ = google::protobuf::Arena::CreateMessage<mcstore::v1::PackedLookups>(arena.get());
+  }
+  PackedLookupsWriter(pinned_).AddRow(lookup);
   auto* stored_key = google::protobuf::Arena::Create<std::string>(arena.get(), key);
-  auto* stored = google::protobuf::Arena::CreateMessage<mcstore::v1::KeyReplicas>(arena.get());
-  stored->CopyFrom(lookup);
-  keys[*stored_key] = stored;
+  keys[*stored_key] = static_cast<uint32_t>(pinned_->codes_size() - 1);
+  auto reader = PackedLookupsReader::Open(*pinned_);
+  MC_CHECK(reader.ok());  // the writer keeps the columns whole
+  lookups = *std::move(reader);
 }
 
 std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, std::string_view key,
@@ -27,7 +36,9 @@ std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, std::str
   auto k = it->second.keys.find(key);
   if (k == it->second.keys.end()) return std::nullopt;
   *deadline_ms = it->second.deadline_ms;
-  return *k->second;
+  mcstore::v1::KeyReplicas lookup;
+  it->second.lookups.Unpack(k->second, &lookup);
+  return lookup;
 }
 
 std::optional<PrefixLease> PrefixLeases::Take(uint64_t id) {

@@ -21,19 +21,24 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "mcstore/v1/master.pb.h"
+#include "proto/packed_lookups.h"
 
 namespace mc::client {
 
 struct PrefixLease {
   uint64_t master_lease_id = 0;
   int64_t deadline_ms = 0;  // local steady clock
-  // The pinned lookups and their keys live on this arena (MatchPrefix parses the master's answer
-  // straight onto it); `keys` points into it.
+  // The master's answer (PackedLookups, one row per matched key) and the keys live on this arena:
+  // MatchPrefix parses the answer straight onto it. `keys` points into it and names each key's row.
   std::unique_ptr<google::protobuf::Arena> arena = std::make_unique<google::protobuf::Arena>();
-  absl::flat_hash_map<std::string_view, const mcstore::v1::KeyReplicas*> keys;
+  PackedLookupsReader lookups;
+  absl::flat_hash_map<std::string_view, uint32_t> keys;
 
-  // Pins `key` with a copy of `lookup` made on the arena.
+  // Pins `key` with a copy of `lookup` (a new row; O(rows) per call: for tests and small leases).
   void Pin(std::string_view key, const mcstore::v1::KeyReplicas& lookup);
+
+ private:
+  mcstore::v1::PackedLookups* pinned_ = nullptr;  // on the arena; rows added by Pin
 };
 
 class PrefixLeases {

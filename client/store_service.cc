@@ -202,6 +202,7 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   mreq.set_stop_at_first_miss(true);
   mreq.set_no_lease(ttl == 0);
   mreq.set_count_only(ttl == 0);  // a plain match needs the count alone
+  mreq.set_packed(ttl != 0);      // a leased one keeps the replicas, as columns
   mreq.set_lease_ttl_ms(ttl);
   int64_t sent_ms = clock_.NowMs();
   auto wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -212,18 +213,30 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   absl::Status s = master_.GetReplicas(mreq, &mresp);
   if (!s.ok()) return ToGrpcStatus(s);
   const uint32_t matched = mresp.matched();
-  if (matched > static_cast<uint32_t>(req->keys_size()) ||
-      (ttl != 0 && matched > static_cast<uint32_t>(mresp.results_size()))) {
+  if (matched > static_cast<uint32_t>(req->keys_size())) {
     return grpc::Status(grpc::StatusCode::INTERNAL, "master answered an inconsistent prefix");
   }
   resp->set_matched(matched);
   if (ttl == 0 || matched == 0) return grpc::Status::OK;
+  const v1::PackedLookups* rows = &mresp.packed();
+  if (!mresp.has_packed()) {  // a master older than `packed` answers one record per key
+    auto* converted = google::protobuf::Arena::CreateMessage<v1::PackedLookups>(lease.arena.get());
+    PackedLookupsWriter writer(converted, static_cast<size_t>(mresp.results_size()));
+    for (const v1::KeyReplicas& record : mresp.results()) writer.AddRow(record);
+    rows = converted;
+  }
+  absl::StatusOr<PackedLookupsReader> reader = PackedLookupsReader::Open(*rows);
+  if (!reader.ok()) return ToGrpcStatus(reader.status());
+  bool consistent = matched <= reader->rows();
+  for (uint32_t i = 0; consistent && i < matched; ++i) consistent = reader->code(i) == v1::OK;
+  if (!consistent) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, "master answered an inconsistent prefix");
+  }
+  lease.lookups = *std::move(reader);
   lease.master_lease_id = mresp.lease_id();
   lease.deadline_ms = sent_ms + static_cast<int64_t>(mresp.lease_ttl_ms());
   lease.keys.reserve(matched);
-  for (uint32_t i = 0; i < matched; ++i) {
-    lease.keys.emplace(mreq.keys(static_cast<int>(i)), &mresp.results(static_cast<int>(i)));
-  }
+  for (uint32_t i = 0; i < matched; ++i) lease.keys.emplace(mreq.keys(static_cast<int>(i)), i);
   // Read before Add: from then on a ReleaseLease may free the lease (and mresp with it).
   resp->set_lease_expiry_ms(static_cast<uint64_t>(wall_ms) + mresp.lease_ttl_ms());
   prefix_leases_.PruneExpired();

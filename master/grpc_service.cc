@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "proto/packed_lookups.h"
 #include "proto/status_convert.h"
 
 namespace mc::master {
@@ -239,6 +240,20 @@ grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
     while (matched < batch.results.size() && batch.results[matched].status.ok()) ++matched;
     resp->set_matched(matched);
     if (req->count_only()) return grpc::Status::OK;
+  }
+  if (req->packed()) {
+    PackedLookupsWriter packed(resp->mutable_packed(), batch.results.size());
+    for (const LookupOutcome& o : batch.results) {
+      const absl::string_view message = o.status.message();
+      packed.AddRow(ToProtoCode(ToCode(o.status)), {message.data(), message.size()}, o.size,
+                    o.checksum, o.generation);
+      for (const Replica& r : o.replicas) {
+        packed.AddReplica(r.tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK,
+                          r.location.client_id, r.location.endpoint, r.location.segment_id,
+                          r.location.offset, r.location.length);
+      }
+    }
+    return grpc::Status::OK;
   }
   for (const LookupOutcome& o : batch.results) {
     v1::KeyReplicas* r = resp->add_results();

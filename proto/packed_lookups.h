@@ -1,0 +1,65 @@
+// The columnar form of a lookup answer (master.proto PackedLookups): one row per answered key,
+// the rows' replicas flattened in row order, each distinct owner (client id, data endpoint) once.
+// A leased prefix match answers 1,000 keys; as columns that is a dozen packed fields to build and
+// parse instead of 2,000 nested messages and 2,000 strings.
+//
+// PackedLookupsWriter appends rows (mc-master answering; mc-client converting an older master's
+// per-key records). PackedLookupsReader checks that an answer's columns agree once, then unpacks
+// any row into the KeyReplicas every reader of lookups takes. The answer comes from the network:
+// columns that disagree are an error, never an out-of-bounds read. Neither class is thread-safe;
+// a reader only reads its message, which must outlive it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "mcstore/v1/master.pb.h"
+
+namespace mc {
+
+class PackedLookupsWriter {
+ public:
+  // Appends to `out` (borrowed, must outlive the writer); `rows` only reserves.
+  explicit PackedLookupsWriter(mcstore::v1::PackedLookups* out, size_t rows = 0);
+
+  // A new row; `message` is kept only when `code` is not OK.
+  void AddRow(mcstore::v1::Code code, std::string_view message, uint64_t size, uint64_t checksum,
+              uint64_t generation);
+  // A replica of the row added last.
+  void AddReplica(mcstore::v1::Tier tier, std::string_view client_id, std::string_view endpoint,
+                  uint64_t segment_id, uint64_t offset, uint64_t length);
+  // A whole per-key record: AddRow and its AddReplicas.
+  void AddRow(const mcstore::v1::KeyReplicas& record);
+
+ private:
+  uint32_t Owner(std::string_view client_id, std::string_view endpoint);
+
+  mcstore::v1::PackedLookups* out_;
+  // Owners already in `out_` (the views point into its strings, which do not move).
+  absl::flat_hash_map<std::pair<std::string_view, std::string_view>, uint32_t> owners_;
+};
+
+class PackedLookupsReader {
+ public:
+  PackedLookupsReader() = default;
+  // Checks the columns of `packed` (borrowed; must outlive the reader): INTERNAL, naming the
+  // first disagreement, when they do not describe whole rows and replicas.
+  static absl::StatusOr<PackedLookupsReader> Open(const mcstore::v1::PackedLookups& packed);
+
+  size_t rows() const { return first_replica_.empty() ? 0 : first_replica_.size() - 1; }
+  // The code of row `row` (< rows()).
+  mcstore::v1::Code code(size_t row) const { return packed_->codes(static_cast<int>(row)); }
+  // Row `row` (< rows()) as a per-key record.
+  void Unpack(size_t row, mcstore::v1::KeyReplicas* out) const;
+
+ private:
+  const mcstore::v1::PackedLookups* packed_ = nullptr;
+  std::vector<size_t> first_replica_;  // rows() + 1 entries: where each row's replicas begin
+};
+
+}  // namespace mc

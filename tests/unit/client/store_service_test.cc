@@ -1,0 +1,137 @@
+// StoreGrpcService::MatchPrefix against the in-process master: a leased match keeps the master's
+// answer as its pinned lookups (columns, or per-key records from an older master) and refuses a
+// malformed one; later gets under the lease read exactly the pinned keys.
+#include "client/store_service.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "proto/packed_lookups.h"
+#include "tests/unit/client/client_test_util.h"
+
+namespace mc::client::testing {
+namespace {
+
+class StoreService : public ClientFixture {
+ protected:
+  StoreService()
+      : service_(StoreServiceOptions{.client_id = kLocalId}, buffers_, putter_, getter_, master_,
+                 prefix_leases_, clock_, metrics_) {}
+
+  void SetUp() override {
+    ClientFixture::SetUp();
+    for (int i = 0; i < 4; ++i) {
+      keys_.push_back("chain-" + std::to_string(i));
+      payloads_.push_back(Payload(300 + 50 * i, 900 + i));
+    }
+    for (const auto& s : Put(keys_, payloads_)) ASSERT_TRUE(s.ok()) << s;
+    master_.SetAfterGetReplicas([this](v1::GetReplicasResponse* resp) {
+      answered_packed_ = resp->has_packed();
+      if (spoil_) spoil_(resp);
+    });
+  }
+
+  // MatchPrefix over the four stored keys followed by one that is not stored.
+  grpc::Status Match(uint32_t ttl_ms, v1::MatchPrefixResponse* resp) {
+    v1::MatchPrefixRequest req;
+    for (const auto& k : keys_) req.add_keys(k);
+    req.add_keys("chain-missing");
+    req.set_lease_ttl_ms(ttl_ms);
+    return service_.MatchPrefix(nullptr, &req, resp);
+  }
+
+  // Gets the matched keys under `lease_id`; they must come from the pinned lookups.
+  void ExpectPinnedGets(uint64_t lease_id) {
+    const int lookups = master_.Calls(FakeMasterClient::Rpc::kGetReplicas);
+    std::vector<GetRequestItem> items;
+    for (const auto& k : keys_) items.push_back(InlineItem(k));
+    StringSink sink(items.size());
+    auto res = getter_.Get(items, lease_id, &sink);
+    ASSERT_EQ(res.size(), keys_.size());
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      EXPECT_TRUE(res[i].status.ok()) << keys_[i] << ": " << res[i].status;
+      EXPECT_EQ(sink.data(i), payloads_[i]) << keys_[i];
+    }
+    EXPECT_EQ(master_.Calls(FakeMasterClient::Rpc::kGetReplicas), lookups)
+        << "pinned keys need no lookup";
+  }
+
+  BufferRegistry buffers_;
+  StoreGrpcService service_;
+  std::vector<std::string> keys_;
+  std::vector<std::string> payloads_;
+  bool answered_packed_ = false;
+  std::function<void(v1::GetReplicasResponse*)> spoil_;
+};
+
+TEST_F(StoreService, LeasedMatchPinsTheMastersPackedAnswer) {
+  v1::MatchPrefixResponse resp;
+  grpc::Status s = Match(60'000, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.matched(), 4u);
+  ASSERT_NE(resp.lease_id(), 0u);
+  EXPECT_TRUE(answered_packed_) << "a leased match asks for the columnar answer";
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 4u) << "exactly the matched keys are leased";
+  ExpectPinnedGets(resp.lease_id());
+
+  v1::ReleaseLeaseRequest release;
+  release.set_lease_id(resp.lease_id());
+  v1::ReleaseLeaseResponse released;
+  ASSERT_TRUE(service_.ReleaseLease(nullptr, &release, &released).ok());
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+}
+
+TEST_F(StoreService, PlainMatchAsksForTheCountAlone) {
+  v1::MatchPrefixResponse resp;
+  ASSERT_TRUE(Match(0, &resp).ok());
+  EXPECT_EQ(resp.matched(), 4u);
+  EXPECT_EQ(resp.lease_id(), 0u);
+  EXPECT_FALSE(answered_packed_);
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+  EXPECT_EQ(prefix_leases_.Count(), 0u);
+}
+
+// A master older than `packed` ignores the field and answers one record per key.
+TEST_F(StoreService, LeasedMatchAcceptsAnOlderMastersRecords) {
+  spoil_ = [](v1::GetReplicasResponse* resp) {
+    auto reader = PackedLookupsReader::Open(resp->packed());
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    for (size_t i = 0; i < reader->rows(); ++i) reader->Unpack(i, resp->add_results());
+    resp->clear_packed();
+  };
+  v1::MatchPrefixResponse resp;
+  grpc::Status s = Match(60'000, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.matched(), 4u);
+  ExpectPinnedGets(resp.lease_id());
+}
+
+TEST_F(StoreService, MalformedPackedAnswerFailsTheMatch) {
+  spoil_ = [](v1::GetReplicasResponse* resp) {
+    resp->mutable_packed()->set_owners(0, 99);  // names a client the answer does not list
+  };
+  v1::MatchPrefixResponse resp;
+  grpc::Status s = Match(60'000, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(s.error_message().find("malformed packed lookups"), std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(prefix_leases_.Count(), 0u) << "no lease is handed out on a bad answer";
+}
+
+// A match that counts the miss, or more rows than were answered, would pin keys that are not
+// there.
+TEST_F(StoreService, MatchBeyondTheAnswersFoundRowsFailsTheMatch) {
+  for (uint32_t extra : {1u, 2u}) {
+    spoil_ = [extra](v1::GetReplicasResponse* resp) {
+      resp->set_matched(resp->matched() + extra);
+    };
+    v1::MatchPrefixResponse resp;
+    grpc::Status s = Match(60'000, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL) << extra << ": " << s.error_message();
+    EXPECT_EQ(prefix_leases_.Count(), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace mc::client::testing

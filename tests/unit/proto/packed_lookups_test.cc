@@ -1,0 +1,135 @@
+// PackedLookups: rows written by PackedLookupsWriter unpack to the records they came from, and a
+// reader refuses columns that disagree instead of reading past them.
+#include "proto/packed_lookups.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "gtest/gtest.h"
+
+namespace mc {
+namespace {
+
+namespace v1 = mcstore::v1;
+
+v1::KeyReplicas Record(v1::Code code, uint64_t size, int replicas, const std::string& owner = "") {
+  v1::KeyReplicas r;
+  r.set_code(code);
+  if (code != v1::OK) r.set_message("no such key");
+  r.set_size(size);
+  r.set_checksum(0xfedcba9876543210ull ^ size);
+  r.set_generation(1000 + size);
+  for (int i = 0; i < replicas; ++i) {
+    v1::Replica* rep = r.add_replicas();
+    rep->set_tier(i == 0 ? v1::MEMORY : v1::DISK);
+    const std::string id = owner.empty() ? "client-" + std::to_string(i) : owner;
+    rep->set_client_id(id);
+    rep->set_data_endpoint("10.0.0." + id.substr(id.size() - 1) + ":7000");
+    rep->set_segment_id(3 + i);
+    rep->set_offset(size * 4096 + i);
+    rep->set_length(size);
+  }
+  return r;
+}
+
+// Rows of every shape (no replica, one, several, an error row) round-trip.
+std::vector<v1::KeyReplicas> Records() {
+  return {Record(v1::OK, 10, 1), Record(v1::OK, 20, 3), Record(v1::OK, 30, 0),
+          Record(v1::OK, 40, 1, "client-7"), Record(v1::NOT_FOUND, 0, 0)};
+}
+
+v1::PackedLookups Pack(const std::vector<v1::KeyReplicas>& records) {
+  v1::PackedLookups packed;
+  PackedLookupsWriter writer(&packed, records.size());
+  for (const auto& r : records) writer.AddRow(r);
+  return packed;
+}
+
+TEST(PackedLookups, RowsUnpackToTheRecordsTheyWereWrittenFrom) {
+  const auto records = Records();
+  const v1::PackedLookups packed = Pack(records);
+  auto reader = PackedLookupsReader::Open(packed);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ(reader->rows(), records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    v1::KeyReplicas out;
+    reader->Unpack(i, &out);
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(out, records[i]))
+        << "row " << i << ": " << out.ShortDebugString() << " vs "
+        << records[i].ShortDebugString();
+  }
+}
+
+TEST(PackedLookups, EachOwnerIsWrittenOnce) {
+  const v1::PackedLookups packed = Pack(Records());
+  // client-0, client-1, client-2 and client-7, whatever the number of replicas naming them.
+  EXPECT_EQ(packed.client_ids_size(), 4);
+  EXPECT_EQ(packed.data_endpoints_size(), 4);
+  EXPECT_EQ(packed.owners_size(), 5);
+  // Only the error row carries a message.
+  EXPECT_EQ(packed.messages_size(), 1);
+  EXPECT_EQ(packed.messages().at(4), "no such key");
+}
+
+TEST(PackedLookups, AWriterAppendsToRowsAlreadyThere) {
+  const auto records = Records();
+  v1::PackedLookups packed = Pack({records[0], records[1]});
+  PackedLookupsWriter more(&packed);
+  more.AddRow(records[3]);
+  more.AddRow(records[0]);
+  EXPECT_EQ(packed.client_ids_size(), 4) << "client-0 is reused, client-7 is new";
+  auto reader = PackedLookupsReader::Open(packed);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ(reader->rows(), 4u);
+  v1::KeyReplicas out;
+  reader->Unpack(3, &out);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(out, records[0]));
+}
+
+TEST(PackedLookups, AnEmptyAnswerHasNoRows) {
+  v1::PackedLookups empty;
+  auto reader = PackedLookupsReader::Open(empty);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(reader->rows(), 0u);
+}
+
+// Each way the columns can disagree is refused (INTERNAL), never read.
+TEST(PackedLookups, ColumnsThatDisagreeAreRefused) {
+  const v1::PackedLookups good = Pack(Records());
+  struct Case {
+    const char* name;
+    void (*spoil)(v1::PackedLookups*);
+  };
+  const std::vector<Case> cases = {
+      {"a row column is short", [](v1::PackedLookups* p) { p->mutable_sizes()->RemoveLast(); }},
+      {"a checksum too many", [](v1::PackedLookups* p) { p->add_checksums(1); }},
+      {"replica counts exceed the replicas",
+       [](v1::PackedLookups* p) { p->set_replica_counts(0, p->replica_counts(0) + 1); }},
+      {"a replica column is short", [](v1::PackedLookups* p) { p->mutable_offsets()->RemoveLast(); }},
+      {"a replica without a count", [](v1::PackedLookups* p) {
+         p->add_tiers(v1::MEMORY);
+         p->add_owners(0);
+         p->add_segment_ids(1);
+         p->add_offsets(0);
+         p->add_lengths(1);
+       }},
+      {"an owner past the clients", [](v1::PackedLookups* p) { p->set_owners(0, 4); }},
+      {"an endpoint missing", [](v1::PackedLookups* p) { p->mutable_data_endpoints()->RemoveLast(); }},
+      {"a message for no row", [](v1::PackedLookups* p) { (*p->mutable_messages())[5] = "x"; }},
+  };
+  for (const Case& c : cases) {
+    v1::PackedLookups bad = good;
+    c.spoil(&bad);
+    auto reader = PackedLookupsReader::Open(bad);
+    ASSERT_FALSE(reader.ok()) << c.name;
+    EXPECT_EQ(ToCode(reader.status()), Code::kInternal) << c.name;
+    EXPECT_NE(reader.status().message().find("malformed packed lookups"), absl::string_view::npos)
+        << reader.status();
+  }
+}
+
+}  // namespace
+}  // namespace mc
