@@ -60,9 +60,15 @@ void PackedLookupsWriter::AddRow(const v1::KeyReplicas& record) {
 }
 
 uint32_t PackedLookupsWriter::Owner(std::string_view client_id, std::string_view endpoint) {
+  // Most replicas of a batch belong to the owner of the one before.
+  if (last_owner_ < static_cast<uint32_t>(out_->client_ids_size()) &&
+      out_->client_ids(static_cast<int>(last_owner_)) == client_id &&
+      out_->data_endpoints(static_cast<int>(last_owner_)) == endpoint) {
+    return last_owner_;
+  }
   auto it = owners_.find(std::pair(client_id, endpoint));
-  if (it != owners_.end()) return it->second;
-  const auto index = static_cast<uint32_t>(out_->client_ids_size());
+  if (it != owners_.end()) return last_owner_ = it->second;
+  const auto index = last_owner_ = static_cast<uint32_t>(out_->client_ids_size());
   std::string* id = out_->add_client_ids();
   id->assign(client_id);
   std::string* ep = out_->add_data_endpoints();

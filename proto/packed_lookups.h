@@ -42,6 +42,7 @@ class PackedLookupsWriter {
   mcstore::v1::PackedLookups* out_;
   // Owners already in `out_` (the views point into its strings, which do not move).
   absl::flat_hash_map<std::pair<std::string_view, std::string_view>, uint32_t> owners_;
+  uint32_t last_owner_ = UINT32_MAX;  // the owner Owner() answered last
 };
 
 class PackedLookupsReader {
