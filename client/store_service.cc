@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/status_macros.h"
+#include "proto/packed_lookups.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
@@ -184,6 +186,32 @@ grpc::Status StoreGrpcService::BatchExist(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+namespace {
+
+// The rows of a leased prefix answer (columns, or the records of a master older than `packed`,
+// converted onto `arena`), checked: whole columns, and `matched` leading rows all OK.
+absl::StatusOr<PackedLookupsReader> MatchedRows(const v1::GetReplicasResponse& resp,
+                                                google::protobuf::Arena* arena) {
+  const v1::PackedLookups* rows = &resp.packed();
+  if (!resp.has_packed()) {
+    auto* converted = google::protobuf::Arena::CreateMessage<v1::PackedLookups>(arena);
+    PackedLookupsWriter writer(converted, static_cast<size_t>(resp.results_size()));
+    for (const v1::KeyReplicas& record : resp.results()) writer.AddRow(record);
+    rows = converted;
+  }
+  MC_ASSIGN_OR_RETURN(PackedLookupsReader reader, PackedLookupsReader::Open(*rows));
+  bool found = resp.matched() <= reader.rows();
+  for (uint32_t i = 0; found && i < resp.matched(); ++i) found = reader.code(i) == v1::OK;
+  if (!found) {
+    return McError(Code::kInternal,
+                   absl::StrCat("master answered an inconsistent prefix: ", resp.matched(),
+                                " matched, but ", reader.rows(), " rows of which not all found"));
+  }
+  return reader;
+}
+
+}  // namespace
+
 grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
                                            const sv1::MatchPrefixRequest* req,
                                            sv1::MatchPrefixResponse* resp) {
@@ -213,25 +241,33 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   absl::Status s = master_.GetReplicas(mreq, &mresp);
   if (!s.ok()) return ToGrpcStatus(s);
   const uint32_t matched = mresp.matched();
+  // An answer that contradicts itself is refused. The master leased what it found: give those
+  // leases back rather than let them pin the keys for the whole TTL (it ignores keys it did not
+  // lease under this id).
+  auto refuse = [&](grpc::Status refused) {
+    MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), err,
+                 "MatchPrefix refused the master's answer ({} keys, {} matched): {}",
+                 req->keys_size(), matched, refused.error_message());
+    if (ttl == 0) return refused;
+    v1::ReleaseLeasesRequest release;
+    release.set_lease_id(mresp.lease_id());
+    *release.mutable_keys() = mreq.keys();
+    master_.ReleaseLeasesAsync(std::move(release), [](const absl::Status& released) {
+      if (released.ok()) return;
+      MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
+                   "releasing the leases of a refused prefix answer failed: {}",
+                   released.ToString());
+    });
+    return refused;
+  };
   if (matched > static_cast<uint32_t>(req->keys_size())) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, "master answered an inconsistent prefix");
+    return refuse(grpc::Status(grpc::StatusCode::INTERNAL,
+                               "master answered an inconsistent prefix: more matched than asked"));
   }
   resp->set_matched(matched);
   if (ttl == 0 || matched == 0) return grpc::Status::OK;
-  const v1::PackedLookups* rows = &mresp.packed();
-  if (!mresp.has_packed()) {  // a master older than `packed` answers one record per key
-    auto* converted = google::protobuf::Arena::CreateMessage<v1::PackedLookups>(lease.arena.get());
-    PackedLookupsWriter writer(converted, static_cast<size_t>(mresp.results_size()));
-    for (const v1::KeyReplicas& record : mresp.results()) writer.AddRow(record);
-    rows = converted;
-  }
-  absl::StatusOr<PackedLookupsReader> reader = PackedLookupsReader::Open(*rows);
-  if (!reader.ok()) return ToGrpcStatus(reader.status());
-  bool consistent = matched <= reader->rows();
-  for (uint32_t i = 0; consistent && i < matched; ++i) consistent = reader->code(i) == v1::OK;
-  if (!consistent) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, "master answered an inconsistent prefix");
-  }
+  absl::StatusOr<PackedLookupsReader> reader = MatchedRows(mresp, lease.arena.get());
+  if (!reader.ok()) return refuse(ToGrpcStatus(reader.status()));
   lease.lookups = *std::move(reader);
   lease.master_lease_id = mresp.lease_id();
   lease.deadline_ms = sent_ms + static_cast<int64_t>(mresp.lease_ttl_ms());

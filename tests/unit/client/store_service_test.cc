@@ -117,6 +117,7 @@ TEST_F(StoreService, MalformedPackedAnswerFailsTheMatch) {
   EXPECT_NE(s.error_message().find("malformed packed lookups"), std::string::npos)
       << s.error_message();
   EXPECT_EQ(prefix_leases_.Count(), 0u) << "no lease is handed out on a bad answer";
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u) << "the master's leases are given back";
 }
 
 // A match that counts the miss, or more rows than were answered, would pin keys that are not
@@ -130,6 +131,7 @@ TEST_F(StoreService, MatchBeyondTheAnswersFoundRowsFailsTheMatch) {
     grpc::Status s = Match(60'000, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL) << extra << ": " << s.error_message();
     EXPECT_EQ(prefix_leases_.Count(), 0u);
+    EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
   }
 }
 

@@ -108,7 +108,8 @@ TEST(PackedLookups, ColumnsThatDisagreeAreRefused) {
       {"a checksum too many", [](v1::PackedLookups* p) { p->add_checksums(1); }},
       {"replica counts exceed the replicas",
        [](v1::PackedLookups* p) { p->set_replica_counts(0, p->replica_counts(0) + 1); }},
-      {"a replica column is short", [](v1::PackedLookups* p) { p->mutable_offsets()->RemoveLast(); }},
+      {"a replica column is short",
+       [](v1::PackedLookups* p) { p->mutable_offsets()->RemoveLast(); }},
       {"a replica without a count", [](v1::PackedLookups* p) {
          p->add_tiers(v1::MEMORY);
          p->add_owners(0);
@@ -117,7 +118,8 @@ TEST(PackedLookups, ColumnsThatDisagreeAreRefused) {
          p->add_lengths(1);
        }},
       {"an owner past the clients", [](v1::PackedLookups* p) { p->set_owners(0, 4); }},
-      {"an endpoint missing", [](v1::PackedLookups* p) { p->mutable_data_endpoints()->RemoveLast(); }},
+      {"an endpoint missing",
+       [](v1::PackedLookups* p) { p->mutable_data_endpoints()->RemoveLast(); }},
       {"a message for no row", [](v1::PackedLookups* p) { (*p->mutable_messages())[5] = "x"; }},
   };
   for (const Case& c : cases) {
