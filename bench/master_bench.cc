@@ -16,6 +16,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/util.h"
+#include "master/grpc_service.h"
 #include "master/master_server.h"
 #include "master/metadata_service.h"
 #include "mcstore/v1/master.grpc.pb.h"
@@ -159,6 +160,34 @@ void BM_InProcess_Exist(benchmark::State& state) {
   for (auto _ : state) {
     std::vector<bool> e = svc.Exist(views[i++ % views.size()]);
     benchmark::DoNotOptimize(e);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+
+// A leased prefix lookup as mc-master serves one (MasterGrpcService::DoGetReplicas, no network):
+// the lookup, the leases, and the answer as columns (range(1) = 1) or records (0); then the
+// release. What the master's CPU spends on a leased MatchPrefix of range(0) keys.
+void BM_InProcess_PrefixLeaseAnswer(benchmark::State& state) {
+  auto& in = InProcess::Get();
+  static MasterGrpcService* service = new MasterGrpcService(*in.svc, in.metrics, 100'000);
+  std::vector<mcstore::v1::GetReplicasRequest> requests;
+  for (const auto& keys : Batches(state.range(0))) {
+    mcstore::v1::GetReplicasRequest req;
+    req.set_client_id("bench-client");
+    for (const auto& k : keys) req.add_keys(k);
+    req.set_stop_at_first_miss(true);
+    req.set_packed(state.range(1) != 0);
+    requests.push_back(std::move(req));
+  }
+  size_t i = 0;
+  for (auto _ : state) {
+    const auto& req = requests[i++ % requests.size()];
+    google::protobuf::Arena arena;
+    auto* resp = google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
+    if (!service->DoGetReplicas(&req, resp).ok()) state.SkipWithError("GetReplicas failed");
+    benchmark::DoNotOptimize(resp->ByteSizeLong());
+    std::vector<std::string_view> keys(req.keys().begin(), req.keys().end());
+    benchmark::DoNotOptimize(in.svc->ReleaseLeases(resp->lease_id(), keys));
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
@@ -313,6 +342,7 @@ void BM_Grpc_Exist(benchmark::State& state) {
 BENCHMARK(BM_InProcess_GetReplicas_NoLease)->Arg(64)->Arg(1)->Arg(1024);
 BENCHMARK(BM_InProcess_GetReplicasLease)->Arg(64);
 BENCHMARK(BM_InProcess_PrefixCountOnly)->Arg(1000);
+BENCHMARK(BM_InProcess_PrefixLeaseAnswer)->Args({1000, 0})->Args({1000, 1});
 BENCHMARK(BM_InProcess_GetReplicasLeaseAndRelease)->Arg(64)->Arg(1024);
 BENCHMARK(BM_InProcess_Exist)->Arg(64)->Arg(1)->Arg(1024);
 BENCHMARK(BM_InProcess_Exist)->Arg(64)->Threads(2)->UseRealTime();
