@@ -4,6 +4,7 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,64 @@ TEST(PackedLookups, ColumnsThatDisagreeAreRefused) {
     EXPECT_NE(reader.status().message().find("malformed packed lookups"), absl::string_view::npos)
         << reader.status();
   }
+}
+
+// Seeded random damage to a valid answer, on the wire (bytes replaced, cut short) and in its
+// columns (entries dropped or added, counts and owners changed): whatever the reader accepts, it
+// must be able to unpack every row of without reading out of bounds (ASan builds check that).
+TEST(PackedLookups, DamagedAnswersAreRefusedOrReadSafely) {
+  const v1::PackedLookups good = Pack(Records());
+  std::string wire;
+  ASSERT_TRUE(good.SerializeToString(&wire));
+  std::mt19937_64 rng(20261130);
+  int accepted = 0;
+  int refused = 0;
+  for (int round = 0; round < 20'000; ++round) {
+    v1::PackedLookups damaged;
+    if (round % 2 == 0) {
+      std::string bytes = wire;
+      for (int i = 0, n = 1 + static_cast<int>(rng() % 4); i < n; ++i) {
+        bytes[rng() % bytes.size()] = static_cast<char>(rng());
+      }
+      if (rng() % 4 == 0) bytes.resize(rng() % bytes.size());
+      if (!damaged.ParseFromString(bytes)) continue;
+    } else {
+      damaged = good;
+      switch (rng() % 6) {
+        case 0:
+          damaged.set_replica_counts(static_cast<int>(rng() % 5), static_cast<uint32_t>(rng() % 8));
+          break;
+        case 1:
+          damaged.set_owners(static_cast<int>(rng() % 5), static_cast<uint32_t>(rng() % 8));
+          break;
+        case 2:
+          damaged.mutable_tiers()->RemoveLast();
+          break;
+        case 3:
+          damaged.add_codes(v1::OK);
+          break;
+        case 4:
+          damaged.mutable_client_ids()->RemoveLast();
+          break;
+        default:
+          (*damaged.mutable_messages())[static_cast<uint32_t>(rng() % 8)] = "x";
+          break;
+      }
+    }
+    auto reader = PackedLookupsReader::Open(damaged);
+    if (!reader.ok()) {
+      ++refused;
+      continue;
+    }
+    ++accepted;
+    for (size_t row = 0; row < reader->rows(); ++row) {
+      v1::KeyReplicas out;
+      reader->Unpack(row, &out);
+      EXPECT_LE(out.replicas_size(), damaged.tiers_size());
+    }
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(refused, 0);
 }
 
 }  // namespace
