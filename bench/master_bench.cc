@@ -240,6 +240,18 @@ struct OverGrpc {
     if (!stub(state).GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
     return resp;
   }
+  // Releases the lease `lease_id` on `keys` on this thread's connection.
+  void Release(benchmark::State& state, uint64_t lease_id,
+               const google::protobuf::RepeatedPtrField<std::string>& keys) {
+    mcstore::v1::ReleaseLeasesRequest rel;
+    rel.set_lease_id(lease_id);
+    *rel.mutable_keys() = keys;
+    mcstore::v1::ReleaseLeasesResponse rel_resp;
+    grpc::ClientContext ctx;
+    if (!stub(state).ReleaseLeases(&ctx, rel, &rel_resp).ok()) {
+      state.SkipWithError("ReleaseLeases failed");
+    }
+  }
 };
 
 void BM_Grpc_GetReplicasLeaseAndRelease(benchmark::State& state) {
@@ -250,13 +262,7 @@ void BM_Grpc_GetReplicasLeaseAndRelease(benchmark::State& state) {
     mcstore::v1::GetReplicasRequest req = OverGrpc::LookupRequest(batches[i++ % batches.size()]);
     google::protobuf::Arena arena;
     const auto& resp = g.Lookup(state, req, &arena);
-    mcstore::v1::ReleaseLeasesRequest rel;
-    rel.set_lease_id(resp.lease_id());
-    *rel.mutable_keys() = req.keys();
-    mcstore::v1::ReleaseLeasesResponse rel_resp;
-    grpc::ClientContext ctx2;
-    if (!g.stub(state).ReleaseLeases(&ctx2, rel, &rel_resp).ok())
-      state.SkipWithError("Release failed");
+    g.Release(state, resp.lease_id(), req.keys());
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
@@ -299,14 +305,7 @@ void BM_Grpc_PrefixLeaseAndRelease(benchmark::State& state) {
     if (static_cast<int>(resp.matched()) != req.keys_size()) {
       state.SkipWithError("prefix not matched");
     }
-    mcstore::v1::ReleaseLeasesRequest rel;
-    rel.set_lease_id(resp.lease_id());
-    *rel.mutable_keys() = req.keys();
-    mcstore::v1::ReleaseLeasesResponse rel_resp;
-    grpc::ClientContext ctx;
-    if (!g.stub(state).ReleaseLeases(&ctx, rel, &rel_resp).ok()) {
-      state.SkipWithError("Release failed");
-    }
+    g.Release(state, resp.lease_id(), req.keys());
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
