@@ -25,6 +25,10 @@ ABSL_FLAG(uint64_t, max_inline_bytes, 64ull << 20, "largest inline payload in a 
 ABSL_FLAG(uint32_t, replicas, 1, "memory replicas of a put that asks for 0");
 ABSL_FLAG(uint32_t, get_lease_ttl_ms, 0, "read lease BatchGet asks for; 0 = master default");
 ABSL_FLAG(int64_t, master_rpc_timeout_ms, 10000, "deadline of each call to the master");
+ABSL_FLAG(bool, pack_master_keys, true,
+          "MatchPrefix sends its keys to the master packed in one field (false: one by one, for "
+          "a master older than GetReplicasRequest.packed_keys; it is also detected and worked "
+          "around on its own)");
 ABSL_FLAG(int64_t, lease_release_delay_us, 1000,
           "a finished read's lease release waits this long for the next master lookup to carry "
           "it, then goes in an RPC of its own; 0 = always at once");
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
   o.segments.prefault = absl::GetFlag(FLAGS_prefault);
   o.store.max_inline_bytes = absl::GetFlag(FLAGS_max_inline_bytes);
   o.store.default_replicas = absl::GetFlag(FLAGS_replicas);
+  o.store.pack_master_keys = absl::GetFlag(FLAGS_pack_master_keys);
   o.get_lease_ttl_ms = absl::GetFlag(FLAGS_get_lease_ttl_ms);
   o.master_rpc_timeout_ms = absl::GetFlag(FLAGS_master_rpc_timeout_ms);
   o.lease_release_delay_us = absl::GetFlag(FLAGS_lease_release_delay_us);

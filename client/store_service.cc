@@ -188,7 +188,30 @@ grpc::Status StoreGrpcService::BatchExist(grpc::ServerContext*,
 
 namespace {
 
-// The rows of a leased prefix answer (columns, or the records of a master older than `packed`,
+// Names `keys` (those of `req`) in `mreq`: packed, or one by one. Keys the application sent
+// packed are passed on as they came.
+void SetLookupKeys(const sv1::MatchPrefixRequest& req, const std::vector<std::string_view>& keys,
+                   bool packed, v1::GetReplicasRequest* mreq) {
+  mreq->clear_keys();
+  mreq->clear_packed_keys();
+  mreq->clear_packed_key_sizes();
+  if (!packed) {
+    mreq->mutable_keys()->Reserve(static_cast<int>(keys.size()));
+    for (std::string_view k : keys) mreq->add_keys(k.data(), k.size());
+  } else if (req.keys_size() == 0) {
+    *mreq->mutable_packed_keys() = req.packed_keys();
+    *mreq->mutable_packed_key_sizes() = req.packed_key_sizes();
+  } else {
+    size_t total = 0;
+    for (std::string_view k : keys) total += k.size();
+    std::string* bytes = mreq->mutable_packed_keys();
+    bytes->reserve(total);
+    mreq->mutable_packed_key_sizes()->Reserve(static_cast<int>(keys.size()));
+    for (std::string_view k : keys) AppendPackedKey(k, bytes, mreq->mutable_packed_key_sizes());
+  }
+}
+
+// The rows of a leased prefix answer// The rows of a leased prefix answer (columns, or the records of a master older than `packed`,
 // converted onto `arena`), checked: whole columns, and `matched` leading rows all OK.
 absl::StatusOr<PackedLookupsReader> MatchedRows(const v1::GetReplicasResponse& resp,
                                                 google::protobuf::Arena* arena) {
@@ -212,13 +235,41 @@ absl::StatusOr<PackedLookupsReader> MatchedRows(const v1::GetReplicasResponse& r
 
 }  // namespace
 
+absl::Status StoreGrpcService::LookUpPrefix(const sv1::MatchPrefixRequest& req,
+                                            const std::vector<std::string_view>& keys,
+                                            v1::GetReplicasRequest* mreq,
+                                            v1::GetReplicasResponse* mresp, int64_t* sent_ms,
+                                            int64_t* wall_ms) {
+  bool packed = options_.pack_master_keys && clock_.NowMs() >= packed_keys_off_until_ms_.load();
+  for (int attempt = 0;; ++attempt) {
+    SetLookupKeys(req, keys, packed, mreq);
+    *sent_ms = clock_.NowMs();
+    *wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+    MC_RETURN_IF_ERROR(master_.GetReplicas(*mreq, mresp));
+    if (!packed || mresp->keys_seen() == keys.size() || attempt > 0) return absl::OkStatus();
+    // A master older than packed_keys saw no keys (and so leased nothing): ask again key by key.
+    packed_keys_off_until_ms_ = clock_.NowMs() + options_.packed_keys_retry_ms;
+    MC_LOG_EVERY(std::chrono::minutes(10), Logger("client"), warn,
+                 "the master does not read packed keys (it saw {} of {}); MatchPrefix sends "
+                 "them one by one for the next {} ms",
+                 mresp->keys_seen(), keys.size(), options_.packed_keys_retry_ms);
+    packed = false;
+    mresp->Clear();
+  }
+}
+
 grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
                                            const sv1::MatchPrefixRequest* req,
                                            sv1::MatchPrefixResponse* resp) {
   Scope scope(metrics_, "MatchPrefix");
-  if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
-    return TooMany(req->keys_size(), options_.max_batch_items);
+  absl::StatusOr<std::vector<std::string_view>> asked = RequestKeys(*req);
+  if (!asked.ok()) return ToGrpcStatus(asked.status());
+  if (asked->size() > options_.max_batch_items) {
+    return TooMany(static_cast<int>(asked->size()), options_.max_batch_items);
   }
+  resp->set_keys_seen(static_cast<uint32_t>(asked->size()));
   uint32_t ttl = std::min(req->lease_ttl_ms(), options_.max_prefix_lease_ttl_ms);
   // The request and the answer live on the lease's arena: a leased match keeps them as its
   // pinned lookups, without copying a key or a replica record.
@@ -226,19 +277,16 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   auto& mreq =
       *google::protobuf::Arena::CreateMessage<v1::GetReplicasRequest>(lease.arena.get());
   mreq.set_client_id(options_.client_id);
-  *mreq.mutable_keys() = req->keys();
   mreq.set_stop_at_first_miss(true);
   mreq.set_no_lease(ttl == 0);
   mreq.set_count_only(ttl == 0);  // a plain match needs the count alone
   mreq.set_packed(ttl != 0);      // a leased one keeps the replicas, as columns
   mreq.set_lease_ttl_ms(ttl);
-  int64_t sent_ms = clock_.NowMs();
-  auto wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count();
   auto& mresp =
       *google::protobuf::Arena::CreateMessage<v1::GetReplicasResponse>(lease.arena.get());
-  absl::Status s = master_.GetReplicas(mreq, &mresp);
+  int64_t sent_ms = 0;
+  int64_t wall_ms = 0;
+  absl::Status s = LookUpPrefix(*req, *asked, &mreq, &mresp, &sent_ms, &wall_ms);
   if (!s.ok()) return ToGrpcStatus(s);
   const uint32_t matched = mresp.matched();
   // An answer that contradicts itself is refused. The master leased what it found: give those
@@ -247,11 +295,11 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   auto refuse = [&](grpc::Status refused) {
     MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), err,
                  "MatchPrefix refused the master's answer ({} keys, {} matched): {}",
-                 req->keys_size(), matched, refused.error_message());
+                 asked->size(), matched, refused.error_message());
     if (ttl == 0) return refused;
     v1::ReleaseLeasesRequest release;
     release.set_lease_id(mresp.lease_id());
-    *release.mutable_keys() = mreq.keys();
+    for (std::string_view k : *asked) release.add_keys(k.data(), k.size());
     master_.ReleaseLeasesAsync(std::move(release), [](const absl::Status& released) {
       if (released.ok()) return;
       MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
@@ -260,7 +308,7 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
     });
     return refused;
   };
-  if (matched > static_cast<uint32_t>(req->keys_size())) {
+  if (matched > asked->size()) {
     return refuse(grpc::Status(grpc::StatusCode::INTERNAL,
                                "master answered an inconsistent prefix: more matched than asked"));
   }
@@ -272,7 +320,10 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   lease.master_lease_id = mresp.lease_id();
   lease.deadline_ms = sent_ms + static_cast<int64_t>(mresp.lease_ttl_ms());
   lease.keys.reserve(matched);
-  for (uint32_t i = 0; i < matched; ++i) lease.keys.emplace(mreq.keys(static_cast<int>(i)), i);
+  // The keys as sent (views into mreq, on the lease's arena): the match is their first `matched`.
+  absl::StatusOr<std::vector<std::string_view>> sent = RequestKeys(mreq);
+  MC_CHECK(sent.ok() && sent->size() >= matched);  // built above, checked against `asked`
+  for (uint32_t i = 0; i < matched; ++i) lease.keys.emplace((*sent)[i], i);
   // Read before Add: from then on a ReleaseLease may free the lease (and mresp with it).
   resp->set_lease_expiry_ms(static_cast<uint64_t>(wall_ms) + mresp.lease_ttl_ms());
   prefix_leases_.PruneExpired();

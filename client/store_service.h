@@ -4,7 +4,10 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "client/batch_get.h"
 #include "client/batch_put.h"
@@ -22,6 +25,11 @@ struct StoreServiceOptions {
   uint32_t default_replicas = 1;
   size_t max_batch_items = 65536;
   uint32_t max_prefix_lease_ttl_ms = 600'000;
+  // MatchPrefix sends its keys to the master packed (GetReplicasRequest.packed_keys). A master
+  // older than that answers keys_seen 0; the lookup is then sent again key by key, and packing
+  // rests for packed_keys_retry_ms.
+  bool pack_master_keys = true;
+  int64_t packed_keys_retry_ms = 60'000;
 };
 
 class StoreGrpcService final : public mcstore::v1::Store::Service {
@@ -49,6 +57,15 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
 
  private:
   class Scope;
+  // MatchPrefix's lookup at the master (`mreq` prepared but for its keys, which are `keys`, those
+  // of `req`): keys packed unless an older master was met within packed_keys_retry_ms; a master
+  // that saw none of the packed keys gets them again one by one. `sent_ms` (steady) and
+  // `wall_ms` (Unix): when the lookup that answered was sent.
+  absl::Status LookUpPrefix(const mcstore::v1::MatchPrefixRequest& req,
+                            const std::vector<std::string_view>& keys,
+                            mcstore::v1::GetReplicasRequest* mreq,
+                            mcstore::v1::GetReplicasResponse* mresp, int64_t* sent_ms,
+                            int64_t* wall_ms);
   // Resolves slices into memory (holding the buffers in `refs`); an error names the bad slice.
   absl::Status ResolveSlices(const google::protobuf::RepeatedPtrField<mcstore::v1::Slice>& slices,
                              std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs) const;
@@ -61,6 +78,8 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
   PrefixLeases& prefix_leases_;
   const Clock& clock_;
   ClientMetrics& metrics_;
+  // Until then MatchPrefix names its keys to the master one by one (it found an older master).
+  std::atomic<int64_t> packed_keys_off_until_ms_{0};
 };
 
 }  // namespace mc::client

@@ -43,6 +43,8 @@ template <typename Req>
 size_t BatchItems(const Req& req) {
   if constexpr (requires { req.items_size(); }) {
     return static_cast<size_t>(req.items_size());
+  } else if constexpr (requires { req.packed_key_sizes_size(); }) {
+    return static_cast<size_t>(req.keys_size()) + static_cast<size_t>(req.packed_key_sizes_size());
   } else if constexpr (requires { req.keys_size(); }) {
     return static_cast<size_t>(req.keys_size());
   } else {
@@ -232,7 +234,10 @@ grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
                         .grant_lease = !req->no_lease(),
                         .with_replicas = !req->count_only(),
                         .touch = !req->count_only()};
-  LookupBatch batch = service_.GetReplicas(Keys(req->keys()), options);
+  absl::StatusOr<std::vector<std::string_view>> keys = RequestKeys(*req);
+  if (!keys.ok()) return ToGrpcStatus(keys.status());
+  LookupBatch batch = service_.GetReplicas(*keys, options);
+  resp->set_keys_seen(static_cast<uint32_t>(keys->size()));
   resp->set_lease_id(batch.lease_id);
   resp->set_lease_ttl_ms(batch.lease_ttl_ms);
   if (req->stop_at_first_miss()) {

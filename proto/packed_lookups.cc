@@ -9,6 +9,34 @@ namespace mc {
 
 namespace v1 = mcstore::v1;
 
+absl::StatusOr<std::vector<std::string_view>> PackedKeyViews(
+    const std::string& packed, const google::protobuf::RepeatedField<uint32_t>& sizes) {
+  std::vector<std::string_view> keys;
+  keys.reserve(static_cast<size_t>(sizes.size()));
+  size_t at = 0;
+  for (uint32_t size : sizes) {
+    if (size > packed.size() - at) {
+      return McError(Code::kInvalidArgument,
+                     absl::StrCat("packed_key_sizes name more than the ", packed.size(),
+                                  " bytes of packed_keys (key ", keys.size(), ")"));
+    }
+    keys.emplace_back(packed.data() + at, size);
+    at += size;
+  }
+  if (at != packed.size()) {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("packed_key_sizes add up to ", at, " of the ", packed.size(),
+                                " bytes of packed_keys"));
+  }
+  return keys;
+}
+
+void AppendPackedKey(std::string_view key, std::string* packed,
+                     google::protobuf::RepeatedField<uint32_t>* sizes) {
+  packed->append(key);
+  sizes->Add(static_cast<uint32_t>(key.size()));
+}
+
 PackedLookupsWriter::PackedLookupsWriter(v1::PackedLookups* out, size_t rows) : out_(out) {
   const int n = static_cast<int>(rows);
   out_->mutable_codes()->Reserve(n);

@@ -1,4 +1,10 @@
-// The columnar form of a lookup answer (master.proto PackedLookups): one row per answered key,
+// Packed forms of lookups: the keys of a request back to back, and the answer by columns.
+//
+// Keys (`packed_keys` + `packed_key_sizes` in MatchPrefixRequest and GetReplicasRequest): one
+// string holding every key and one packed field of lengths, instead of one string per key.
+// RequestKeys() reads a request's keys whichever way it names them; AppendPackedKey() writes.
+//
+// The answer (master.proto PackedLookups): one row per answered key,
 // the rows' replicas flattened in row order, each distinct owner (client id, data endpoint) once.
 // A leased prefix match answers 1,000 keys; as columns that is a dozen packed fields to build and
 // parse instead of 2,000 nested messages and 2,000 strings.
@@ -12,15 +18,40 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/status.h"
 #include "mcstore/v1/master.pb.h"
 
 namespace mc {
+
+// Views of the keys in `packed` cut at `sizes` (they point into `packed`); INVALID_ARGUMENT when
+// the sizes do not add up to its length.
+absl::StatusOr<std::vector<std::string_view>> PackedKeyViews(
+    const std::string& packed, const google::protobuf::RepeatedField<uint32_t>& sizes);
+
+// Appends `key` to a packed key list.
+void AppendPackedKey(std::string_view key, std::string* packed,
+                     google::protobuf::RepeatedField<uint32_t>* sizes);
+
+// The keys a request names (views into it): `keys`, or `packed_keys` cut at `packed_key_sizes`.
+// INVALID_ARGUMENT when it uses both, or when the sizes do not fit the packed keys.
+template <typename Request>
+absl::StatusOr<std::vector<std::string_view>> RequestKeys(const Request& req) {
+  if (req.packed_key_sizes_size() == 0 && req.packed_keys().empty()) {
+    return std::vector<std::string_view>(req.keys().begin(), req.keys().end());
+  }
+  if (req.keys_size() != 0) {
+    return McError(Code::kInvalidArgument,
+                   "keys and packed_keys both set: a request names its keys one way");
+  }
+  return PackedKeyViews(req.packed_keys(), req.packed_key_sizes());
+}
 
 class PackedLookupsWriter {
  public:

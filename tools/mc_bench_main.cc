@@ -35,6 +35,8 @@ ABSL_FLAG(std::string, mode, "both",
 ABSL_FLAG(int32_t, prefix_keys, 1000, "match_prefix: keys in the chain");
 ABSL_FLAG(std::string, prefix_value_size, "4KiB", "match_prefix: bytes per value of the chain");
 ABSL_FLAG(uint32_t, prefix_lease_ms, 0, "match_prefix: > 0 takes (and releases) a lease per call");
+ABSL_FLAG(bool, prefix_packed_keys, true,
+          "match_prefix: send the keys packed in one field (false: one by one)");
 ABSL_FLAG(std::string, dest, "shm", "shm (slices of a registered shm buffer) | inline");
 ABSL_FLAG(bool, verify, true, "check every byte got against the value put");
 ABSL_FLAG(int32_t, runs, 1, "repeat; the summary line gives medians");
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
     p.iterations = o.iterations;
     p.runs = absl::GetFlag(FLAGS_runs);
     p.lease_ttl_ms = absl::GetFlag(FLAGS_prefix_lease_ms);
+    p.packed_keys = absl::GetFlag(FLAGS_prefix_packed_keys);
     p.key_prefix = absl::GetFlag(FLAGS_key_prefix);
     p.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
     p.keep = absl::GetFlag(FLAGS_keep);

@@ -19,6 +19,7 @@ struct PrefixBenchOptions {
   int warmup = 5;                 // untimed ones before each run's timing
   int runs = 1;
   uint32_t lease_ttl_ms = 0;      // > 0: each MatchPrefix takes a lease (released right after)
+  bool packed_keys = true;        // send the keys packed (falls back to one by one if unread)
   std::string key_prefix;         // empty = "mcp-<pid>"
   int64_t timeout_ms = 60'000;
   bool keep = false;              // leave the keys stored

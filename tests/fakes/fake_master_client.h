@@ -67,6 +67,9 @@ class FakeMasterClient final : public MasterClient {
     std::lock_guard<std::mutex> lock(mu_);
     after_get_replicas_ = std::move(fn);
   }
+  // Plays a master older than packed keys and packed answers: GetReplicas drops the request's
+  // packed_keys, packed_key_sizes and packed fields before the master sees it.
+  void SetIgnorePackedFields(bool ignore) { ignore_packed_ = ignore; }
   // How many times `rpc` was called (failed injections included).
   int Calls(Rpc rpc) const { return calls_[Index(rpc)].load(); }
 
@@ -93,8 +96,17 @@ class FakeMasterClient final : public MasterClient {
   }
   absl::Status GetReplicas(const v1::GetReplicasRequest& req,
                            v1::GetReplicasResponse* resp) override {
+    const v1::GetReplicasRequest* sent = &req;
+    v1::GetReplicasRequest stripped;
+    if (ignore_packed_) {
+      stripped = req;
+      stripped.clear_packed_keys();
+      stripped.clear_packed_key_sizes();
+      stripped.clear_packed();
+      sent = &stripped;
+    }
     absl::Status s =
-        Forward(Rpc::kGetReplicas, [&] { return grpc_->DoGetReplicas(&req, resp); });
+        Forward(Rpc::kGetReplicas, [&] { return grpc_->DoGetReplicas(sent, resp); });
     std::function<void(v1::GetReplicasResponse*)> hook;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -160,6 +172,7 @@ class FakeMasterClient final : public MasterClient {
   std::mutex mu_;
   std::array<int, static_cast<size_t>(Rpc::kCount)> fail_count_{};
   std::array<absl::Status, static_cast<size_t>(Rpc::kCount)> fail_status_{};
+  std::atomic<bool> ignore_packed_{false};
   std::function<void(v1::GetReplicasResponse*)> after_get_replicas_;
 };
 

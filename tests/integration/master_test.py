@@ -240,6 +240,52 @@ class MasterIntegrationTest(unittest.TestCase):
                                                         count_only=True), timeout=5)
         self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
 
+    def test_prefix_lookup_with_packed_keys_and_answer(self):
+        c1 = self.client("c1", [MiB])
+        keys = [b"pk-%d" % i for i in range(300)]
+        c1.put([(k, 64 + i) for i, k in enumerate(keys) if i != 150])
+
+        def packed(ks, **kw):
+            return pb.GetReplicasRequest(client_id="c1", packed_keys=b"".join(ks),
+                                         packed_key_sizes=[len(k) for k in ks],
+                                         stop_at_first_miss=True, **kw)
+        count = self.stub.GetReplicas(packed(keys, no_lease=True, count_only=True), timeout=5)
+        self.assertEqual((count.matched, count.keys_seen), (150, 300))
+        one_by_one = self.stub.GetReplicas(pb.GetReplicasRequest(
+            client_id="c1", keys=keys, stop_at_first_miss=True, no_lease=True), timeout=5)
+        cols = self.stub.GetReplicas(packed(keys, no_lease=True, packed=True), timeout=5)
+        self.assertEqual(cols.matched, 150)
+        self.assertEqual(len(cols.results), 0, "the rows come as columns")
+        p = cols.packed
+        self.assertEqual(len(p.codes), 151)
+        self.assertEqual(list(p.codes), [r.code for r in one_by_one.results])
+        self.assertEqual(list(p.sizes), [r.size for r in one_by_one.results])
+        self.assertEqual(list(p.checksums), [r.checksum for r in one_by_one.results])
+        self.assertEqual(list(p.generations), [r.generation for r in one_by_one.results])
+        self.assertEqual(list(p.replica_counts), [len(r.replicas) for r in one_by_one.results])
+        self.assertEqual(list(p.offsets), [r.replicas[0].offset for r in one_by_one.results[:150]])
+        self.assertEqual(list(p.client_ids), ["c1"])
+        self.assertEqual(set(p.owners), {0})
+        self.assertEqual(p.messages[150], one_by_one.results[150].message)
+        leased = self.stub.GetReplicas(packed(keys, packed=True), timeout=5)
+        self.assertEqual(leased.matched, 150)
+        _, m = self.metrics()
+        self.assertEqual(m["mc_leases_active"], 150, "exactly the matched prefix is leased")
+        self.stub.ReleaseLeases(pb.ReleaseLeasesRequest(lease_id=leased.lease_id, keys=keys[:150]),
+                                timeout=5)
+        bad = [pb.GetReplicasRequest(client_id="c1", keys=[b"x"], packed_keys=b"ab",
+                                     packed_key_sizes=[2]),
+               pb.GetReplicasRequest(client_id="c1", packed_keys=b"abc", packed_key_sizes=[2]),
+               pb.GetReplicasRequest(client_id="c1", packed_keys=b"ab", packed_key_sizes=[2, 1])]
+        for req in bad:
+            with self.assertRaises(grpc.RpcError) as err:
+                self.stub.GetReplicas(req, timeout=5)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        over = [b"pk-over-%d" % i for i in range(MAX_BATCH + 1)]
+        with self.assertRaises(grpc.RpcError) as err:
+            self.stub.GetReplicas(packed(over), timeout=10)
+        self.assertIn("exceeds the limit of %d" % MAX_BATCH, err.exception.details())
+
     def test_already_exists_and_bad_input_are_per_key(self):
         c1 = self.client("c1", [MiB])
         c1.put([(b"stored", 100)])

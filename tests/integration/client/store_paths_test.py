@@ -3,6 +3,8 @@ client (remote writes), inline and shared-memory slices, and duplicate keys in o
 
 import unittest
 
+import grpc
+
 from integration.client import client_cluster as cc
 from mcstore.v1 import store_pb2 as spb
 
@@ -181,6 +183,23 @@ class StorePathsTest(unittest.TestCase):
                 keys=[keys[5]]), timeout=cc.RPC_TIMEOUT_S).results[0].code), "HAS_LEASE")
             reader.ReleaseLease(spb.ReleaseLeaseRequest(lease_id=leased.lease_id),
                                 timeout=cc.RPC_TIMEOUT_S)
+            # The same chain with its keys packed into one field.
+            packed = dict(packed_keys=b"".join(keys), packed_key_sizes=[len(k) for k in keys])
+            plain = reader.MatchPrefix(spb.MatchPrefixRequest(**packed), timeout=cc.RPC_TIMEOUT_S)
+            self.assertEqual((plain.matched, plain.keys_seen, plain.lease_id), (200, 300, 0))
+            leased = reader.MatchPrefix(spb.MatchPrefixRequest(lease_ttl_ms=60000, **packed),
+                                        timeout=cc.RPC_TIMEOUT_S)
+            self.assertEqual(leased.matched, 200)
+            got = cc.get_inline(reader, keys[:200], lease_id=leased.lease_id)
+            self.assertCodes(got, ["OK"] * 200)
+            self.assertTrue(all(r.data == vals[i] for i, r in enumerate(got)))
+            reader.ReleaseLease(spb.ReleaseLeaseRequest(lease_id=leased.lease_id),
+                                timeout=cc.RPC_TIMEOUT_S)
+            for bad in (spb.MatchPrefixRequest(keys=keys[:1], **packed),
+                        spb.MatchPrefixRequest(packed_keys=b"abc", packed_key_sizes=[2])):
+                with self.assertRaises(grpc.RpcError) as err:
+                    reader.MatchPrefix(bad, timeout=cc.RPC_TIMEOUT_S)
+                self.assertEqual(err.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         removed = self.s0.BatchRemove(spb.BatchRemoveRequest(keys=[keys[i] for i in present]),
                                       timeout=cc.RPC_TIMEOUT_S)
         self.assertCodes(removed.results, ["OK"] * len(present))

@@ -32,14 +32,27 @@ class StoreService : public ClientFixture {
     });
   }
 
-  // MatchPrefix over the four stored keys followed by one that is not stored.
-  grpc::Status Match(uint32_t ttl_ms, v1::MatchPrefixResponse* resp) {
+  // MatchPrefix over the four stored keys followed by one that is not stored, the keys named one
+  // by one or packed.
+  v1::MatchPrefixRequest MatchRequest(uint32_t ttl_ms, bool packed = false) const {
     v1::MatchPrefixRequest req;
-    for (const auto& k : keys_) req.add_keys(k);
-    req.add_keys("chain-missing");
+    std::vector<std::string> keys = keys_;
+    keys.push_back("chain-missing");
+    for (const auto& k : keys) {
+      if (packed) {
+        AppendPackedKey(k, req.mutable_packed_keys(), req.mutable_packed_key_sizes());
+      } else {
+        req.add_keys(k);
+      }
+    }
     req.set_lease_ttl_ms(ttl_ms);
+    return req;
+  }
+  grpc::Status Match(uint32_t ttl_ms, v1::MatchPrefixResponse* resp, bool packed = false) {
+    v1::MatchPrefixRequest req = MatchRequest(ttl_ms, packed);
     return service_.MatchPrefix(nullptr, &req, resp);
   }
+  int Lookups() const { return master_.Calls(FakeMasterClient::Rpc::kGetReplicas); }
 
   // Gets the matched keys under `lease_id`; they must come from the pinned lookups.
   void ExpectPinnedGets(uint64_t lease_id) {
@@ -92,18 +105,66 @@ TEST_F(StoreService, PlainMatchAsksForTheCountAlone) {
   EXPECT_EQ(prefix_leases_.Count(), 0u);
 }
 
-// A master older than `packed` ignores the field and answers one record per key.
-TEST_F(StoreService, LeasedMatchAcceptsAnOlderMastersRecords) {
-  spoil_ = [](v1::GetReplicasResponse* resp) {
-    auto reader = PackedLookupsReader::Open(resp->packed());
-    ASSERT_TRUE(reader.ok()) << reader.status();
-    for (size_t i = 0; i < reader->rows(); ++i) reader->Unpack(i, resp->add_results());
-    resp->clear_packed();
-  };
+// A master older than packed keys and answers sees no keys in a packed lookup: the client asks
+// again key by key (reading the per-key records it answers), and keeps doing so for a while.
+TEST_F(StoreService, OlderMasterGetsTheKeysAgainOneByOne) {
+  master_.SetIgnorePackedFields(true);
+  for (bool leased : {true, false}) {
+    v1::MatchPrefixResponse resp;
+    const int before = Lookups();
+    grpc::Status s = Match(leased ? 60'000 : 0, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.matched(), 4u);
+    EXPECT_EQ(Lookups() - before, leased ? 2 : 1)
+        << "packed once, then one by one; later calls one by one at once";
+    if (leased) ExpectPinnedGets(resp.lease_id());
+  }
+  // Past packed_keys_retry_ms the client tries packed keys again.
+  clock_.AdvanceMs(StoreServiceOptions{}.packed_keys_retry_ms);
   v1::MatchPrefixResponse resp;
-  grpc::Status s = Match(60'000, &resp);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  const int before = Lookups();
+  ASSERT_TRUE(Match(0, &resp).ok());
   EXPECT_EQ(resp.matched(), 4u);
+  EXPECT_EQ(Lookups() - before, 2);
+}
+
+TEST_F(StoreService, KeysFromTheApplicationMayComePacked) {
+  for (uint32_t ttl : {0u, 60'000u}) {
+    v1::MatchPrefixResponse resp;
+    const int before = Lookups();
+    grpc::Status s = Match(ttl, &resp, /*packed=*/true);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.matched(), 4u);
+    EXPECT_EQ(resp.keys_seen(), 5u);
+    EXPECT_EQ(Lookups() - before, 1);
+    if (ttl != 0) ExpectPinnedGets(resp.lease_id());
+  }
+}
+
+TEST_F(StoreService, KeysNamedBothWaysOrCutWrongAreRefused) {
+  v1::MatchPrefixRequest both = MatchRequest(0, true);
+  both.add_keys("chain-0");
+  v1::MatchPrefixRequest short_sizes = MatchRequest(0, true);
+  short_sizes.mutable_packed_key_sizes()->RemoveLast();
+  v1::MatchPrefixRequest long_sizes = MatchRequest(0, true);
+  long_sizes.add_packed_key_sizes(1);
+  for (const auto* req : {&both, &short_sizes, &long_sizes}) {
+    v1::MatchPrefixResponse resp;
+    grpc::Status s = service_.MatchPrefix(nullptr, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  EXPECT_EQ(Lookups(), 0) << "refused before the master is asked";
+}
+
+TEST_F(StoreService, PackingTheMastersKeysCanBeTurnedOff) {
+  master_.SetIgnorePackedFields(true);  // would cost a second lookup if the keys went packed
+  StoreGrpcService unpacked(StoreServiceOptions{.client_id = kLocalId, .pack_master_keys = false},
+                            buffers_, putter_, getter_, master_, prefix_leases_, clock_, metrics_);
+  v1::MatchPrefixRequest req = MatchRequest(60'000, /*packed=*/true);
+  v1::MatchPrefixResponse resp;
+  ASSERT_TRUE(unpacked.MatchPrefix(nullptr, &req, &resp).ok());
+  EXPECT_EQ(resp.matched(), 4u);
+  EXPECT_EQ(Lookups(), 1);
   ExpectPinnedGets(resp.lease_id());
 }
 

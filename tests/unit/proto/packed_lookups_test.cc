@@ -49,6 +49,43 @@ v1::PackedLookups Pack(const std::vector<v1::KeyReplicas>& records) {
   return packed;
 }
 
+TEST(PackedKeys, ARequestsKeysReadTheSameEitherWay) {
+  const std::vector<std::string> keys = {"alpha", "", "a-much-longer-key-of-forty-bytes-or-so!!", "z"};
+  v1::GetReplicasRequest one_by_one;
+  v1::GetReplicasRequest packed;
+  for (const auto& k : keys) {
+    one_by_one.add_keys(k);
+    AppendPackedKey(k, packed.mutable_packed_keys(), packed.mutable_packed_key_sizes());
+  }
+  for (const auto* req : {&one_by_one, &packed}) {
+    auto got = RequestKeys(*req);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(std::vector<std::string>(got->begin(), got->end()), keys);
+  }
+  EXPECT_TRUE(RequestKeys(v1::GetReplicasRequest())->empty());
+}
+
+TEST(PackedKeys, SizesThatDoNotFitOrBothFormsAreRefused) {
+  v1::GetReplicasRequest base;
+  AppendPackedKey("abc", base.mutable_packed_keys(), base.mutable_packed_key_sizes());
+  AppendPackedKey("de", base.mutable_packed_keys(), base.mutable_packed_key_sizes());
+  v1::GetReplicasRequest both = base;
+  both.add_keys("f");
+  v1::GetReplicasRequest too_short = base;
+  too_short.set_packed_key_sizes(1, 1);  // a byte left over
+  v1::GetReplicasRequest too_long = base;
+  too_long.set_packed_key_sizes(1, 3);  // past the end
+  v1::GetReplicasRequest huge = base;
+  huge.set_packed_key_sizes(0, UINT32_MAX);  // must not wrap around
+  v1::GetReplicasRequest bytes_only;
+  bytes_only.set_packed_keys("abc");  // no sizes: the bytes are not accounted for
+  for (const auto* req : {&both, &too_short, &too_long, &huge, &bytes_only}) {
+    auto got = RequestKeys(*req);
+    ASSERT_FALSE(got.ok());
+    EXPECT_EQ(ToCode(got.status()), Code::kInvalidArgument) << got.status();
+  }
+}
+
 TEST(PackedLookups, RowsUnpackToTheRecordsTheyWereWrittenFrom) {
   const auto records = Records();
   const v1::PackedLookups packed = Pack(records);
