@@ -19,6 +19,7 @@
 #include "master/grpc_service.h"
 #include "master/master_server.h"
 #include "master/metadata_service.h"
+#include "proto/packed_lookups.h"
 #include "mcstore/v1/master.grpc.pb.h"
 
 namespace mc::master {
@@ -240,12 +241,12 @@ struct OverGrpc {
     if (!stub(state).GetReplicas(&ctx, req, &resp).ok()) state.SkipWithError("GetReplicas failed");
     return resp;
   }
-  // Releases the lease `lease_id` on `keys` on this thread's connection.
-  void Release(benchmark::State& state, uint64_t lease_id,
-               const google::protobuf::RepeatedPtrField<std::string>& keys) {
+  // Releases the lease `lease_id` on `keys` (strings) on this thread's connection.
+  template <typename Keys>
+  void Release(benchmark::State& state, uint64_t lease_id, const Keys& keys) {
     mcstore::v1::ReleaseLeasesRequest rel;
     rel.set_lease_id(lease_id);
-    *rel.mutable_keys() = keys;
+    for (const std::string& k : keys) rel.add_keys(k);
     mcstore::v1::ReleaseLeasesResponse rel_resp;
     grpc::ClientContext ctx;
     if (!stub(state).ReleaseLeases(&ctx, rel, &rel_resp).ok()) {
@@ -289,23 +290,31 @@ void BM_Grpc_GetReplicasCarryingRelease(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 
-// A leased MatchPrefix as mc-client sends it: a prefix lookup of range(0) keys with a lease, the
-// answer as columns (range(1) = 1) or one record per key (0, what a master older than `packed`
-// answers), parsed onto an arena; then the release.
+// A leased MatchPrefix as mc-client sends it: a prefix lookup of range(0) keys with a lease, keys
+// packed and the answer as columns (range(1) = 1), or keys one by one and one record per key (0,
+// what it exchanges with a master older than both), parsed onto an arena; then the release.
 void BM_Grpc_PrefixLeaseAndRelease(benchmark::State& state) {
   auto& g = OverGrpc::Get();
   const auto& batches = Batches(state.range(0));
+  const bool packed = state.range(1) != 0;
   size_t i = 0;
   for (auto _ : state) {
-    mcstore::v1::GetReplicasRequest req = OverGrpc::LookupRequest(batches[i++ % batches.size()]);
+    const auto& keys = batches[i++ % batches.size()];
+    mcstore::v1::GetReplicasRequest req;
+    req.set_client_id("bench-client");
+    for (const std::string& k : keys) {
+      if (packed) {
+        AppendPackedKey(k, req.mutable_packed_keys(), req.mutable_packed_key_sizes());
+      } else {
+        req.add_keys(k);
+      }
+    }
     req.set_stop_at_first_miss(true);
-    req.set_packed(state.range(1) != 0);
+    req.set_packed(packed);
     google::protobuf::Arena arena;
     const auto& resp = g.Lookup(state, req, &arena);
-    if (static_cast<int>(resp.matched()) != req.keys_size()) {
-      state.SkipWithError("prefix not matched");
-    }
-    g.Release(state, resp.lease_id(), req.keys());
+    if (resp.matched() != keys.size()) state.SkipWithError("prefix not matched");
+    g.Release(state, resp.lease_id(), keys);
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
