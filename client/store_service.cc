@@ -211,7 +211,7 @@ void SetLookupKeys(const sv1::MatchPrefixRequest& req, const std::vector<std::st
   }
 }
 
-// The rows of a leased prefix answer// The rows of a leased prefix answer (columns, or the records of a master older than `packed`,
+// The rows of a leased prefix answer (columns, or the records of a master older than `packed`,
 // converted onto `arena`), checked: whole columns, and `matched` leading rows all OK.
 absl::StatusOr<PackedLookupsReader> MatchedRows(const v1::GetReplicasResponse& resp,
                                                 google::protobuf::Arena* arena) {
