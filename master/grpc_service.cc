@@ -121,13 +121,44 @@ MasterGrpcService::RpcMetrics& MasterGrpcService::MetricsFor(const char* rpc) {
 
 namespace {
 
+v1::Tier ToProtoTier(ReplicaTier tier) {
+  return tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK;
+}
+
 void ToProto(const Replica& r, v1::Replica* out) {
-  out->set_tier(r.tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK);
+  out->set_tier(ToProtoTier(r.tier));
   out->set_client_id(r.location.client_id);
   out->set_data_endpoint(r.location.endpoint);
   out->set_segment_id(r.location.segment_id);
   out->set_offset(r.location.offset);
   out->set_length(r.location.length);
+}
+
+// A lookup's outcomes as one record per key.
+void AddRecords(const std::vector<LookupOutcome>& outcomes, v1::GetReplicasResponse* resp) {
+  for (const LookupOutcome& o : outcomes) {
+    v1::KeyReplicas* r = resp->add_results();
+    r->set_code(ToProtoCode(ToCode(o.status)));
+    if (!o.status.ok()) r->set_message(std::string(o.status.message()));
+    r->set_size(o.size);
+    r->set_checksum(o.checksum);
+    r->set_generation(o.generation);
+    for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
+  }
+}
+
+// The same outcomes as columns (PackedLookups).
+void AddColumns(const std::vector<LookupOutcome>& outcomes, v1::PackedLookups* out) {
+  PackedLookupsWriter packed(out, outcomes.size());
+  for (const LookupOutcome& o : outcomes) {
+    const absl::string_view message = o.status.message();
+    packed.AddRow(ToProtoCode(ToCode(o.status)), {message.data(), message.size()}, o.size,
+                  o.checksum, o.generation);
+    for (const Replica& r : o.replicas) {
+      packed.AddReplica(ToProtoTier(r.tier), r.location.client_id, r.location.endpoint,
+                        r.location.segment_id, r.location.offset, r.location.length);
+    }
+  }
 }
 
 template <typename Repeated>
@@ -247,27 +278,9 @@ grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
     if (req->count_only()) return grpc::Status::OK;
   }
   if (req->packed()) {
-    PackedLookupsWriter packed(resp->mutable_packed(), batch.results.size());
-    for (const LookupOutcome& o : batch.results) {
-      const absl::string_view message = o.status.message();
-      packed.AddRow(ToProtoCode(ToCode(o.status)), {message.data(), message.size()}, o.size,
-                    o.checksum, o.generation);
-      for (const Replica& r : o.replicas) {
-        packed.AddReplica(r.tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK,
-                          r.location.client_id, r.location.endpoint, r.location.segment_id,
-                          r.location.offset, r.location.length);
-      }
-    }
-    return grpc::Status::OK;
-  }
-  for (const LookupOutcome& o : batch.results) {
-    v1::KeyReplicas* r = resp->add_results();
-    r->set_code(ToProtoCode(ToCode(o.status)));
-    if (!o.status.ok()) r->set_message(std::string(o.status.message()));
-    r->set_size(o.size);
-    r->set_checksum(o.checksum);
-    r->set_generation(o.generation);
-    for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
+    AddColumns(batch.results, resp->mutable_packed());
+  } else {
+    AddRecords(batch.results, resp);
   }
   return grpc::Status::OK;
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mcstore/v1/store.grpc.pb.h"
+#include "proto/packed_lookups.h"
 #include "tools/mc_bench_pattern.h"
 #include "tools/mc_bench_stats.h"
 
@@ -83,8 +84,7 @@ v1::MatchPrefixRequest MatchRequest(const std::vector<std::string>& keys, bool p
   v1::MatchPrefixRequest req;
   for (const std::string& k : keys) {
     if (packed) {
-      req.mutable_packed_keys()->append(k);
-      req.add_packed_key_sizes(static_cast<uint32_t>(k.size()));
+      AppendPackedKey(k, req.mutable_packed_keys(), req.mutable_packed_key_sizes());
     } else {
       req.add_keys(k);
     }
