@@ -6,6 +6,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "client/client_server.h"
+#include "common/checksum.h"
 #include "common/logging.h"
 #include "common/util.h"
 
@@ -124,7 +125,8 @@ int main(int argc, char** argv) {
     mc::Logger("client").error("cannot start: {}", started.ToString());
     return 1;
   }
-  mc::Logger("client").info("allocator: {}", MC_MALLOC_NAME);
+  mc::Logger("client").info("allocator: {}, checksums: {}", MC_MALLOC_NAME,
+                            mc::ChecksumImplementation());
   int sig = 0;
   sigwait(&stop_signals, &sig);
   mc::Logger("client").info("signal {}: shutting down", sig);

@@ -11,6 +11,10 @@ namespace mc {
 
 uint64_t Checksum(const void* data, size_t size);
 inline uint64_t Checksum(std::string_view bytes) { return Checksum(bytes.data(), bytes.size()); }
+// Which XXH3 code computes them, for the daemons' start-up log: "xxh3-dispatch" (the widest
+// vector unit of this CPU, chosen at run time) or "xxh3-baseline" (SSE2 on x86-64). The values
+// are the same either way.
+const char* ChecksumImplementation();
 
 class StreamingChecksum {
  public:
