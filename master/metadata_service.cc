@@ -133,8 +133,15 @@ void MetadataService::CleanupClient(const std::string& client_id) {
                                object.promotion->location.client_id == client_id)) {
         DropPromotion(object, &to_free);
       }
+      if (!dead_writer && object.replicas.empty() && object.state == ObjectState::kPending) {
+        // A live writer's put whose only replica was on the dead client is revoked too: its
+        // PutEnd will answer NOT_FOUND (even once the key is put again, with a new generation).
+        pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+        ++puts_revoked;
+      } else if (!dead_writer && object.replicas.empty()) {
+        ++objects_lost;
+      }
       if (object.replicas.empty() || dead_writer) {
-        if (!dead_writer) ++objects_lost;
         shard.Erase(it++);
       } else {
         ++it;
@@ -270,8 +277,13 @@ std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
     }
     Object& object = it->second;
     if (object.generation != items[i].generation) {
-      return McError(Code::kInvalidArgument, absl::StrCat("generation ", items[i].generation,
-                                                          " does not match ", object.generation));
+      // Generations are never reused, so the put of items[i].generation is gone: revoked (its
+      // replica's client died, or it timed out) and the key put again since, by this writer or
+      // another. That is the missing case above, not a bad request (PutRevoke answers the same).
+      return McError(Code::kNotFound,
+                     absl::StrCat("no pending put of generation ", items[i].generation,
+                                  " (revoked or timed out); the key now holds generation ",
+                                  object.generation));
     }
     if (object.state == ObjectState::kComplete) {
       if (object.checksum != items[i].checksum) {

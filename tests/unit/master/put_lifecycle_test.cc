@@ -130,12 +130,47 @@ TEST_F(PutLifecycle, PutEndOfUnknownKeyIsNotFound) {
   EXPECT_EQ(m_.svc().KeyCount(), 0u);
 }
 
-TEST_F(PutLifecycle, PutEndWithWrongGenerationFailsAndLeavesPutPending) {
+// A generation other than the pending one names a put that no longer exists (generations are
+// never reused): NOT_FOUND, as for a key with no pending put at all, and as PutRevoke answers.
+TEST_F(PutLifecycle, PutEndWithAnotherGenerationIsNotFoundAndLeavesPutPending) {
   PutStartOutcome o = m_.Start("c1", "k", 100);
-  EXPECT_EQ(CodeOf(m_.End("c1", "k", o.generation + 1)), Code::kInvalidArgument);
-  EXPECT_EQ(CodeOf(m_.End("c1", "k", o.generation - 1)), Code::kInvalidArgument);
+  EXPECT_EQ(CodeOf(m_.End("c1", "k", o.generation + 1)), Code::kNotFound);
+  EXPECT_EQ(CodeOf(m_.End("c1", "k", o.generation - 1)), Code::kNotFound);
   EXPECT_FALSE(m_.Exists("k"));
   EXPECT_TRUE(m_.End("c1", "k", o.generation).ok());
+}
+
+// The storm the SSD duplicate test ran into: a put's only replica is on a client that dies
+// before the writer ends the put; the key is put again (new generation) by another writer; the
+// first writer's PutEnd must say its put is gone (NOT_FOUND, which mc-client reports as
+// UNAVAILABLE "revoked"), not INVALID_ARGUMENT, and must not touch the new put.
+TEST_F(PutLifecycle, PutEndAfterItsReplicaHolderDiedAndTheKeyWasPutAgainIsNotFound) {
+  // Only "holder" has a segment large enough for the object (c1 and c2 have 1 MiB).
+  constexpr uint64_t kSize = 3 << 19;  // 1.5 MiB
+  const uint64_t holder = m_.Register("holder", {2 << 20});
+  m_.Register("w1", {});
+  m_.Register("w2", {});
+  PutStartOutcome first = m_.Start("w1", "k", kSize);
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  ASSERT_EQ(first.replicas[0].location.client_id, "holder");
+  ASSERT_TRUE(m_.svc().UnregisterClient("holder", holder).ok());
+  EXPECT_EQ(m_.CounterValue("mc_puts_timed_out_total"), 0u);
+  m_.Register("holder", {2 << 20});  // back, empty
+  PutStartOutcome second = m_.Start("w2", "k", kSize);
+  ASSERT_TRUE(second.status.ok()) << second.status;
+  ASSERT_GT(second.generation, first.generation);
+
+  absl::Status late = m_.End("w1", "k", first.generation);
+  EXPECT_EQ(CodeOf(late), Code::kNotFound) << late;
+  EXPECT_FALSE(m_.Exists("k")) << "the second put is still pending";
+  EXPECT_TRUE(m_.End("w2", "k", second.generation).ok());
+  EXPECT_TRUE(m_.Exists("k"));
+  // The first put's pending entry went with its object: its timeout revokes nothing later.
+  m_.clock().AdvanceMs(m_.svc().options().put_timeout_ms + 1);
+  m_.HeartbeatAll();
+  m_.svc().RunMaintenance();
+  EXPECT_EQ(m_.CounterValue("mc_puts_timed_out_total"), 0u);
+  EXPECT_TRUE(m_.Exists("k"));
 }
 
 TEST_F(PutLifecycle, PutEndByAnotherClientFailsAndLeavesPutPending) {
@@ -154,7 +189,7 @@ TEST_F(PutLifecycle, PutEndErrorsArePerKey) {
                                     {"", 1, 1}});
   EXPECT_TRUE(out[0].ok());
   EXPECT_EQ(CodeOf(out[1]), Code::kNotFound);
-  EXPECT_EQ(CodeOf(out[2]), Code::kInvalidArgument);
+  EXPECT_EQ(CodeOf(out[2]), Code::kNotFound);
   EXPECT_EQ(CodeOf(out[3]), Code::kInvalidArgument);
   EXPECT_TRUE(m_.Exists("a"));
   EXPECT_FALSE(m_.Exists("b"));
