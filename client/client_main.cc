@@ -9,6 +9,7 @@
 #include "common/checksum.h"
 #include "common/logging.h"
 #include "common/util.h"
+#include "transfer/tcp/frame.h"
 
 ABSL_FLAG(std::string, master, "127.0.0.1:50051", "mc-master gRPC HOST:PORT");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Store gRPC HOST:PORT (port 0 = free port); empty = off");
@@ -38,6 +39,12 @@ ABSL_FLAG(int64_t, put_no_space_wait_ms, 100,
           "0 = no retry");
 ABSL_FLAG(int32_t, connections_per_peer, 4, "tcp data-plane connections per peer");
 ABSL_FLAG(int32_t, copy_threads, 2, "threads for large local copies");
+ABSL_FLAG(uint64_t, tcp_frame_bytes, 4ull << 20,
+          "a tcp data-plane request is cut into frames of at most this many bytes (1 B..1 GiB)");
+ABSL_FLAG(int32_t, tcp_receive_threads, 2,
+          "helper threads that drive a batch's tcp connections besides the caller (0 = caller only)");
+ABSL_FLAG(int32_t, tcp_socket_buffer_bytes, 8 << 20,
+          "SO_SNDBUF/SO_RCVBUF of data-plane connections, both directions");
 ABSL_FLAG(std::string, offload_dir, "", "SSD tier directory (data files live here); empty = no SSD tier");
 ABSL_FLAG(uint64_t, offload_capacity, 0, "SSD tier bytes (needed with --offload_dir)");
 ABSL_FLAG(int32_t, offload_files, 4, "SSD tier data files");
@@ -92,6 +99,23 @@ int main(int argc, char** argv) {
   }
   o.transfer.connections_per_peer = absl::GetFlag(FLAGS_connections_per_peer);
   o.transfer.copy_threads = absl::GetFlag(FLAGS_copy_threads);
+  o.transfer.tcp_frame_bytes = absl::GetFlag(FLAGS_tcp_frame_bytes);
+  o.transfer.tcp_receive_threads = absl::GetFlag(FLAGS_tcp_receive_threads);
+  o.transfer.socket_buffer_bytes = absl::GetFlag(FLAGS_tcp_socket_buffer_bytes);
+  if (o.transfer.tcp_frame_bytes == 0 ||
+      o.transfer.tcp_frame_bytes > mc::transfer::tcp::kDefaultMaxFrameLength) {
+    std::fprintf(stderr, "--tcp_frame_bytes must be in 1..%llu\n",
+                 static_cast<unsigned long long>(mc::transfer::tcp::kDefaultMaxFrameLength));
+    return 2;
+  }
+  if (o.transfer.tcp_receive_threads < 0 || o.transfer.copy_threads < 0) {
+    std::fprintf(stderr, "--tcp_receive_threads and --copy_threads must be >= 0\n");
+    return 2;
+  }
+  if (o.transfer.socket_buffer_bytes <= 0) {
+    std::fprintf(stderr, "--tcp_socket_buffer_bytes must be > 0\n");
+    return 2;
+  }
   o.offload.dir = absl::GetFlag(FLAGS_offload_dir);
   o.offload.capacity = absl::GetFlag(FLAGS_offload_capacity);
   o.offload.num_files = absl::GetFlag(FLAGS_offload_files);

@@ -53,6 +53,7 @@ absl::Status ClientServer::Start() {
   transfer::tcp::TcpDataServerOptions data_opts;
   data_opts.listen_address = options_.data;
   data_opts.metrics = &registry_;
+  data_opts.socket_buffer_bytes = options_.transfer.socket_buffer_bytes;
   data_server_ = std::make_unique<transfer::tcp::TcpDataServer>(data_opts, segment_table_);
   if (tier_) {
     MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(

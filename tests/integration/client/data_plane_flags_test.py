@@ -1,0 +1,105 @@
+"""mc-client's data-plane flags with real daemons: small tcp frames, no receive helpers and small
+socket buffers still move every byte of a cross-daemon get (each value in many frames, hashed in
+order as they land) and of a remote put; out-of-range values stop the daemon at start with exit
+code 2 and a message naming the flag."""
+
+import os
+import subprocess
+import tempfile
+import unittest
+
+from integration import harness
+from integration.client import client_cluster as cc
+from mcstore.v1 import store_pb2 as spb
+
+MiB = cc.MiB
+KiB = cc.KiB
+SENTINEL = 0x5A
+
+
+class SmallFramesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = cc.Cluster(
+            clients=2, pure_clients=1, segment_size=64 * MiB,
+            client_args=["--tcp_frame_bytes", str(64 * KiB), "--tcp_receive_threads", "0",
+                         "--tcp_socket_buffer_bytes", str(256 * KiB),
+                         "--connections_per_peer", "2"]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def run(self, result=None):
+        result = super().run(result)
+        if result is not None and (result.failures or result.errors):
+            self.cluster.dump_logs()
+        return result
+
+    def assertCodes(self, results, want):
+        self.assertEqual([cc.code_name(r.code) for r in results], want,
+                         [r.message for r in results])
+
+    def test_cross_daemon_get_in_many_frames(self):
+        c = self.cluster
+        s0, s1 = c.stub(0), c.stub(1)
+        # Sizes around the frame size and a few MiB (dozens of frames each), one key twice.
+        sizes = [1, 64 * KiB - 1, 64 * KiB, 64 * KiB + 1, 3 * MiB + 5, 5 * MiB]
+        vals = [cc.payload(n, 700 + i) for i, n in enumerate(sizes)]
+        keys = [b"frames-%d" % i for i in range(len(sizes))]
+        self.assertCodes(cc.put_inline(s0, list(zip(keys, vals))), ["OK"] * len(keys))
+
+        order = list(range(len(keys))) + [4]
+        total = sum(sizes[i] for i in order)
+        dst = c.buffer(total, s1, fill=SENTINEL)
+        items, offs, off = [], [], 0
+        for i in order:
+            items.append(spb.GetItem(key=keys[i], slices=[dst.slice(off, sizes[i])]))
+            offs.append(off)
+            off += sizes[i]
+        before = cc.metric(c.http(1), "mc_transfer_bytes_total", transport="tcp", op="read")
+        got = s1.BatchGet(spb.BatchGetRequest(items=items), timeout=cc.RPC_TIMEOUT_S).results
+        self.assertCodes(got, ["OK"] * len(order))
+        for n, i in enumerate(order):
+            self.assertEqual(got[n].bytes_written, sizes[i])
+            self.assertTrue(dst.read(offs[n], sizes[i]) == vals[i], "item %d (key %d)" % (n, i))
+        moved = cc.metric(c.http(1), "mc_transfer_bytes_total", transport="tcp", op="read") - before
+        self.assertGreaterEqual(moved, sum(sizes), "the values came over the tcp data plane")
+        self.assertEqual(cc.metric(c.http(1), "mc_client_checksum_mismatches_total"), 0)
+
+    def test_remote_put_in_many_frames(self):
+        c = self.cluster
+        pure = c.stub(2)  # no segment of its own: the put writes a peer's memory over tcp
+        v = cc.payload(2 * MiB + 3, 800)
+        self.assertCodes(cc.put_inline(pure, [(b"frames-put", v)], replicas=2), ["OK"])
+        for i in (0, 1, 2):
+            got = cc.get_inline(c.stub(i), [b"frames-put"])
+            self.assertCodes(got, ["OK"])
+            self.assertTrue(got[0].data == v, "through client %d" % i)
+
+
+class BadFlagsTest(unittest.TestCase):
+    def start_client(self, flag, value):
+        """Runs mc-client with one bad flag (no master needed: it must refuse before connecting)."""
+        with tempfile.TemporaryDirectory(prefix="mc-flags-") as tmp:
+            ready = os.path.join(tmp, "ready.json")
+            proc = subprocess.run(
+                [harness.binary("client/mc-client"), "--master", "127.0.0.1:1",
+                 "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--data", "127.0.0.1:0",
+                 "--segment_size", "0", "--ready_file", ready, "--%s=%s" % (flag, value)],
+                capture_output=True, text=True, timeout=30)
+            self.assertFalse(os.path.exists(ready), "it must not start serving")
+        return proc
+
+    def test_out_of_range_values_exit_2_naming_the_flag(self):
+        for flag, value in [("tcp_frame_bytes", "0"), ("tcp_frame_bytes", str((1 << 30) + 1)),
+                            ("tcp_receive_threads", "-1"), ("copy_threads", "-2"),
+                            ("tcp_socket_buffer_bytes", "0")]:
+            with self.subTest(flag=flag, value=value):
+                proc = self.start_client(flag, value)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertIn("--" + flag, proc.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
