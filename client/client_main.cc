@@ -44,7 +44,7 @@ ABSL_FLAG(uint64_t, tcp_frame_bytes, 4ull << 20,
 ABSL_FLAG(int32_t, tcp_receive_threads, 2,
           "helper threads that drive a batch's tcp connections besides the caller (0 = caller only)");
 ABSL_FLAG(int32_t, tcp_socket_buffer_bytes, 8 << 20,
-          "SO_SNDBUF/SO_RCVBUF of data-plane connections, both directions");
+          "SO_SNDBUF/SO_RCVBUF of data-plane connections, both directions (0 = kernel autotuning)");
 ABSL_FLAG(std::string, offload_dir, "", "SSD tier directory (data files live here); empty = no SSD tier");
 ABSL_FLAG(uint64_t, offload_capacity, 0, "SSD tier bytes (needed with --offload_dir)");
 ABSL_FLAG(int32_t, offload_files, 4, "SSD tier data files");
@@ -112,8 +112,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--tcp_receive_threads and --copy_threads must be >= 0\n");
     return 2;
   }
-  if (o.transfer.socket_buffer_bytes <= 0) {
-    std::fprintf(stderr, "--tcp_socket_buffer_bytes must be > 0\n");
+  if (o.transfer.socket_buffer_bytes < 0) {
+    std::fprintf(stderr, "--tcp_socket_buffer_bytes must be >= 0\n");
     return 2;
   }
   o.offload.dir = absl::GetFlag(FLAGS_offload_dir);

@@ -86,7 +86,7 @@ class SegmentTable {
 struct TransferEngineOptions {
   std::string local_endpoint;  // this daemon's data-plane endpoint; requests to it use `local`
   int connections_per_peer = 4;                // tcp pool size per peer
-  int socket_buffer_bytes = 8 << 20;           // SO_SNDBUF / SO_RCVBUF of tcp connections
+  int socket_buffer_bytes = 8 << 20;  // SO_SNDBUF / SO_RCVBUF of tcp connections; 0 = kernel autotuning
   uint64_t parallel_copy_threshold = 8 << 20;  // local memcpy split across threads above this
   int copy_threads = 2;                        // helper threads of the local transport
   uint64_t tcp_frame_bytes = 4 << 20;          // a tcp request is cut into frames of this size
