@@ -14,7 +14,7 @@ KiB = cc.KiB
 SENTINEL = 0x5C
 
 
-class BadInputTest(unittest.TestCase):
+class BadInputTest(cc.ClusterTestMixin, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cluster = cc.Cluster(clients=2, segment_size=32 * MiB,
@@ -41,10 +41,6 @@ class BadInputTest(unittest.TestCase):
             if want is None or got == want or time.monotonic() > deadline:
                 return got
             time.sleep(0.01)
-
-    def assertCodes(self, results, want):
-        self.assertEqual([cc.code_name(r.code) for r in results], want,
-                         [r.message for r in results])
 
     def assertStillUp(self):
         self.assertTrue(self.c.healthy(0), "client 0 /healthz")

@@ -215,6 +215,21 @@ class Cluster:
             return False
 
 
+class ClusterTestMixin:
+    """For unittest.TestCase classes that keep their Cluster in `cluster`: the daemons' logs are
+    printed when a test fails, and assertCodes compares per-item codes by name."""
+
+    def run(self, result=None):
+        result = super().run(result)
+        if result is not None and (result.failures or result.errors):
+            self.cluster.dump_logs()
+        return result
+
+    def assertCodes(self, results, want):
+        self.assertEqual([code_name(r.code) for r in results], want,
+                         [r.message for r in results])
+
+
 # -- Store call helpers ----------------------------------------------------------------------
 def put_inline(stub, kvs, replicas=0):
     resp = stub.BatchPut(spb.BatchPutRequest(

@@ -17,7 +17,7 @@ KiB = cc.KiB
 SENTINEL = 0x5A
 
 
-class SmallFramesTest(unittest.TestCase):
+class SmallFramesTest(cc.ClusterTestMixin, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cluster = cc.Cluster(
@@ -29,16 +29,6 @@ class SmallFramesTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.cluster.stop()
-
-    def run(self, result=None):
-        result = super().run(result)
-        if result is not None and (result.failures or result.errors):
-            self.cluster.dump_logs()
-        return result
-
-    def assertCodes(self, results, want):
-        self.assertEqual([cc.code_name(r.code) for r in results], want,
-                         [r.message for r in results])
 
     def test_cross_daemon_get_in_many_frames(self):
         c = self.cluster

@@ -17,7 +17,7 @@ def tcp_bytes(cluster, i, op):
     return cc.metric(cluster.http(i), "mc_transfer_bytes_total", transport="tcp", op=op)
 
 
-class StorePathsTest(unittest.TestCase):
+class StorePathsTest(cc.ClusterTestMixin, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.cluster = cc.Cluster(clients=2, pure_clients=1, segment_size=64 * MiB).start()
@@ -30,16 +30,6 @@ class StorePathsTest(unittest.TestCase):
         self.c = self.cluster
         self.s0 = self.c.stub(0)
         self.s1 = self.c.stub(1)
-
-    def run(self, result=None):
-        result = super().run(result)
-        if result is not None and (result.failures or result.errors):
-            self.cluster.dump_logs()
-        return result
-
-    def assertCodes(self, results, want):
-        self.assertEqual([cc.code_name(r.code) for r in results], want,
-                         [r.message for r in results])
 
     def test_cross_host_inline(self):
         kvs = [(b"xh-inline-%d" % i, cc.payload(n, i)) for i, n in
