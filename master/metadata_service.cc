@@ -125,23 +125,20 @@ void MetadataService::CleanupClient(const std::string& client_id) {
         if (dead_writer && r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
         return dead_writer;
       });
-      if (dead_writer) {
-        pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
-        ++puts_revoked;
-      }
       if (object.promotion && (object.promotion->writer == client_id || object.replicas.empty() ||
                                object.promotion->location.client_id == client_id)) {
         DropPromotion(object, &to_free);
       }
-      if (!dead_writer && object.replicas.empty() && object.state == ObjectState::kPending) {
-        // A live writer's put whose only replica was on the dead client is revoked too: its
-        // PutEnd will answer NOT_FOUND (even once the key is put again, with a new generation).
-        pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
-        ++puts_revoked;
-      } else if (!dead_writer && object.replicas.empty()) {
-        ++objects_lost;
-      }
-      if (object.replicas.empty() || dead_writer) {
+      // No replica left: a dead writer's put (all dropped above), or the last replica was on the
+      // dead client. A pending put so lost is revoked: its writer's PutEnd answers NOT_FOUND, even
+      // once the key is put again.
+      if (object.replicas.empty()) {
+        if (object.state == ObjectState::kPending) {
+          pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+          ++puts_revoked;
+        } else {
+          ++objects_lost;
+        }
         shard.Erase(it++);
       } else {
         ++it;
