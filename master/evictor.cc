@@ -26,6 +26,8 @@ Evictor::Evictor(ObjectTable& table, SegmentManager& segments, const Clock& cloc
       attempts_(metrics.GetCounter("mc_eviction_attempts_total", "Eviction passes started")),
       successes_(metrics.GetCounter("mc_eviction_successes_total",
                                     "Eviction passes that freed what they were asked")),
+      failures_(metrics.GetCounter("mc_eviction_failures_total",
+                                   "Eviction passes that ended freeing less than they were asked")),
       evicted_keys_(metrics.GetCounter("mc_evicted_keys_total", "Objects evicted from memory")),
       evicted_bytes_(metrics.GetCounter("mc_evicted_bytes_total", "Memory bytes evicted")),
       skipped_leased_(metrics.GetCounter("mc_eviction_skipped_total",
@@ -111,6 +113,7 @@ uint64_t Evictor::Evict(uint64_t bytes, bool persisted_only) {
   if (freed >= bytes) {
     successes_.Inc();
   } else {
+    failures_.Inc();
     MC_LOG_EVERY(std::chrono::seconds(5), Logger("master"), warn,
                  "eviction freed {} of {} bytes asked: the rest is leased, pinned or being written",
                  freed, bytes);
@@ -138,9 +141,9 @@ bool Evictor::MakeRoomUnderHighWatermark(uint64_t bytes) {
 }
 
 EvictionStats Evictor::Stats() const {
-  return EvictionStats{attempts_.Value(),       successes_.Value(),     evicted_keys_.Value(),
-                       evicted_bytes_.Value(),  skipped_leased_.Value(), skipped_pinned_.Value(),
-                       skipped_pending_.Value()};
+  return EvictionStats{attempts_.Value(),       successes_.Value(),      failures_.Value(),
+                       evicted_keys_.Value(),   evicted_bytes_.Value(),  skipped_leased_.Value(),
+                       skipped_pinned_.Value(), skipped_pending_.Value()};
 }
 
 }  // namespace mc::master

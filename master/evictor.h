@@ -6,7 +6,9 @@
 // sequence), and evicted in that order until the requested bytes are freed. Eligible means COMPLETE, no live lease, not pinned; every other
 // object walked is counted as a skip by reason. An object keeps its DISK replicas (it stays
 // readable from the SSD tier); one left with no replica is erased. Each Evict() call is one
-// attempt; it is a success when it freed at least what was asked.
+// attempt, counted when it starts; when it ends it is a success (it freed at least what was
+// asked) or a failure. A reader of the counters may see a pass that has started and not ended, so
+// attempts can exceed successes + failures: judge eviction by failures, not by the difference.
 // Thread-safe; passes are serialized by an internal mutex. Takes shard locks one at a time, then
 // SegmentManager's lock (the table's lock order).
 #pragma once
@@ -31,6 +33,7 @@ struct EvictorOptions {
 struct EvictionStats {
   uint64_t attempts = 0;
   uint64_t successes = 0;
+  uint64_t failures = 0;
   uint64_t evicted_keys = 0;
   uint64_t evicted_bytes = 0;
   uint64_t skipped_leased = 0;
@@ -74,6 +77,7 @@ class Evictor {
   const EvictorOptions options_;
   Counter& attempts_;
   Counter& successes_;
+  Counter& failures_;
   Counter& evicted_keys_;
   Counter& evicted_bytes_;
   Counter& skipped_leased_;

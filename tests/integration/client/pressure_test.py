@@ -21,13 +21,13 @@ def value(i):
     return (b"%08d" % i) * (VALUE // 8)
 
 
-class PressureTest(unittest.TestCase):
+class PressureTest(cc.ClusterTestMixin, unittest.TestCase):
     def setUp(self):
-        self.c = cc.Cluster(clients=2, segment_size=SEGMENT)
-        self.addCleanup(self.c.stop)
-        self.c.start()
-        self.s0 = self.c.stub(0)
-        self.s1 = self.c.stub(1)
+        self.cluster = cc.Cluster(clients=2, segment_size=SEGMENT)
+        self.addCleanup(self.cluster.stop)
+        self.cluster.start()
+        self.s0 = self.cluster.stub(0)
+        self.s1 = self.cluster.stub(1)
 
     def put_range(self, stub, start, count, batch=4):
         for b in range(start, start + count, batch):
@@ -53,11 +53,12 @@ class PressureTest(unittest.TestCase):
             self.put_range(self.s0 if (start // 8) % 2 else self.s1, start,
                            min(8, total - start))
 
-        master = cc.metrics(self.c.master_http())
+        master = cc.metrics(self.cluster.master_http())
         attempts = master.get("mc_eviction_attempts_total", 0)
-        successes = master.get("mc_eviction_successes_total", 0)
+        failures = master.get("mc_eviction_failures_total", 0)
         self.assertGreater(attempts, 0, "the pool overflowed, eviction must have run")
-        self.assertGreaterEqual(successes / attempts, 0.99, (successes, attempts))
+        # Failures, not attempts - successes: the background pass may be running as we read.
+        self.assertLessEqual(failures, 0.01 * attempts, (failures, attempts))
         self.assertEqual(master.get("mc_put_no_space_total", 0), 0)
         self.assertLessEqual(master.get("mc_memory_used_bytes"), capacity)
 
@@ -85,23 +86,23 @@ class PressureTest(unittest.TestCase):
             self.assertEqual([cc.code_name(r.code) for r in rm], ["OK"] * sum(alive),
                              [r.message for r in rm])
         self.assertEqual(cc.exist(self.s0, pinned_keys), [False] * PINNED)
-        self.assertTrue(self.c.healthy(0) and self.c.healthy(1))
+        self.assertTrue(self.cluster.healthy(0) and self.cluster.healthy(1))
 
 
-class SmallPoolTest(unittest.TestCase):
+class SmallPoolTest(cc.ClusterTestMixin, unittest.TestCase):
     """One client with 4 MiB (puts wait up to 20 s for room). The background eviction pass is off
     (high watermark 1.0): filling memory to the brim must not make it evict on its own."""
 
     def setUp(self):
-        self.c = cc.Cluster(clients=1, segment_size=4 * MiB,
+        self.cluster = cc.Cluster(clients=1, segment_size=4 * MiB,
                             master_args=["--high_watermark", "1.0"],
                             client_args=["--put_no_space_wait_ms", "20000"])
-        self.addCleanup(self.c.stop)
-        self.c.start()
-        self.s = self.c.stub(0)
+        self.addCleanup(self.cluster.stop)
+        self.cluster.start()
+        self.s = self.cluster.stub(0)
 
     def retries(self):
-        return cc.metric(self.c.http(0), "mc_client_put_no_space_retries_total")
+        return cc.metric(self.cluster.http(0), "mc_client_put_no_space_retries_total")
 
     def test_put_waits_for_the_reads_to_end(self):
         keys = [b"held-%d" % i for i in range(4)]
@@ -132,7 +133,7 @@ class SmallPoolTest(unittest.TestCase):
         got = cc.get_inline(self.s, [b"late"])
         self.assertEqual(got[0].code, spb.OK)
         self.assertTrue(got[0].data == value(99))
-        self.assertGreater(cc.metric(self.c.master_http(), "mc_put_no_space_total"), 0)
+        self.assertGreater(cc.metric(self.cluster.master_http(), "mc_put_no_space_total"), 0)
 
     def test_an_object_no_segment_holds_fails_at_once_and_evicts_nothing(self):
         keys = [b"kept-%d" % i for i in range(4)]
@@ -142,7 +143,7 @@ class SmallPoolTest(unittest.TestCase):
         self.assertEqual(big[0].code, spb.NO_SPACE, big[0].message)
         self.assertIn("largest segment", big[0].message)
         self.assertEqual(self.retries(), 0, "no wait can cure it: not retried")
-        self.assertEqual(cc.metric(self.c.master_http(), "mc_evicted_keys_total"), 0)
+        self.assertEqual(cc.metric(self.cluster.master_http(), "mc_evicted_keys_total"), 0)
         self.assertEqual(cc.exist(self.s, keys), [True] * 4)
 
 

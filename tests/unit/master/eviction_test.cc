@@ -36,6 +36,7 @@ TEST_F(Eviction, PutsIntoFullMemorySucceedBySynchronousEviction) {
   EXPECT_GE(s.eviction.attempts, 1000u);
   EXPECT_GE(static_cast<double>(s.eviction.successes), 0.99 * s.eviction.attempts)
       << s.eviction.successes << "/" << s.eviction.attempts;
+  EXPECT_EQ(s.eviction.successes + s.eviction.failures, s.eviction.attempts);
   EXPECT_EQ(s.eviction.evicted_keys, 1000u);
   EXPECT_EQ(s.eviction.evicted_bytes, 1000u * kObject);
   EXPECT_EQ(m_.CounterValue("mc_put_no_space_total"), 0u);
@@ -60,6 +61,7 @@ TEST_F(Eviction, SustainedPressureWithMixedSizesKeepsSuccessRatioHigh) {
   EvictionStats e = m_.svc().Snapshot().eviction;
   EXPECT_GT(e.attempts, 0u);
   EXPECT_GE(static_cast<double>(e.successes), 0.99 * e.attempts) << e.successes << "/" << e.attempts;
+  EXPECT_EQ(e.successes + e.failures, e.attempts);
 }
 
 TEST_F(Eviction, LeastRecentlyUsedIsEvictedFirst) {
@@ -113,6 +115,7 @@ TEST_F(Eviction, BackgroundPassBringsUsageFromAboveHighToLowWatermark) {
             m_.svc().options().eviction.low_watermark);
   EXPECT_EQ(after.eviction.attempts, 1u);
   EXPECT_EQ(after.eviction.successes, 1u);
+  EXPECT_EQ(after.eviction.failures, 0u);
   EXPECT_EQ(after.eviction.evicted_keys, 7u);
   // Below the high watermark, maintenance does nothing.
   m_.svc().RunMaintenance();
@@ -173,6 +176,9 @@ TEST_F(Eviction, NoSpaceOnlyWhenEverythingIsLeasedOrPending) {
   EXPECT_GT(e.skipped_pending, 0u);
   EXPECT_EQ(e.evicted_keys, 0u);
   EXPECT_EQ(e.successes, 0u);
+  EXPECT_GE(e.failures, 1u);
+  EXPECT_EQ(e.failures, e.attempts);
+  EXPECT_EQ(m_.CounterValue("mc_eviction_failures_total"), e.failures);
   // One evictable object is enough.
   m_.svc().ReleaseLeases(b.lease_id, {views[3]});
   EXPECT_TRUE(m_.Start("c1", "new", kObject).status.ok());
