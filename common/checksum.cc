@@ -63,6 +63,8 @@ void StreamingChecksum::Update(const void* data, size_t size) {
 
 uint64_t StreamingChecksum::Digest() const { return XXH3_64bits_digest(&state_->xxh); }
 
-const char* ChecksumImplementation() { return MC_XXH3_DISPATCH ? "xxh3-dispatch" : "xxh3-baseline"; }
+const char* ChecksumImplementation() {
+  return MC_XXH3_DISPATCH ? "xxh3-dispatch" : "xxh3-baseline";
+}
 
 }  // namespace mc

@@ -3,12 +3,13 @@
 // LRU, persisted objects first: each shard's LRU list is walked from its cold end (bounded per
 // shard, so approximate when a shard's cold end is all ineligible), the eligible candidates of
 // all shards are merged (objects with a DISK replica first, then by a process-wide access
-// sequence), and evicted in that order until the requested bytes are freed. Eligible means COMPLETE, no live lease, not pinned; every other
-// object walked is counted as a skip by reason. An object keeps its DISK replicas (it stays
-// readable from the SSD tier); one left with no replica is erased. Each Evict() call is one
-// attempt, counted when it starts; when it ends it is a success (it freed at least what was
-// asked) or a failure. A reader of the counters may see a pass that has started and not ended, so
-// attempts can exceed successes + failures: judge eviction by failures, not by the difference.
+// sequence), and evicted in that order until the requested bytes are freed. Eligible means
+// COMPLETE, no live lease, not pinned; every other object walked is counted as a skip by reason.
+// An object keeps its DISK replicas (it stays readable from the SSD tier); one left with no
+// replica is erased. Each Evict() call is one attempt, counted when it starts; when it ends it is
+// a success (it freed at least what was asked) or a failure. A reader of the counters may see the
+// pass that has started and not ended, so attempts can exceed successes + failures by one: judge
+// eviction by failures, not by the difference.
 // Thread-safe; passes are serialized by an internal mutex. Takes shard locks one at a time, then
 // SegmentManager's lock (the table's lock order).
 #pragma once
