@@ -1,0 +1,174 @@
+"""AsyncClient: the Client's API as coroutines over grpc.aio, for asyncio code that overlaps
+loads and saves with compute."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Dict, List, Optional, Sequence
+
+import grpc
+import grpc.aio
+
+from mcstore import _core
+from mcstore._buffers import SharedBuffer
+from mcstore._client import Client
+from mcstore._core import IntoLike, KeyLike, ValueLike
+from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
+from mcstore._proto import SERVICE, store_pb2
+
+
+class AsyncLease:
+    """The Lease of AsyncClient.match_prefix: `matched`, `lease_id`, `expiry_ms`, `keys`;
+    `await release()`; `async with` releases on exit."""
+
+    def __init__(self, client: "AsyncClient", matched: int, lease_id: int, expiry_ms: int,
+                 keys: List[bytes]) -> None:
+        self._client = client
+        self.matched = matched
+        self.lease_id = lease_id
+        self.expiry_ms = expiry_ms
+        self.keys = keys
+        self.released = lease_id == 0
+
+    async def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        await self._client.release_lease(self.lease_id)
+
+    async def __aenter__(self) -> "AsyncLease":
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            await self.release()
+        except StoreError:
+            if exc_type is None:
+                raise
+
+    def __repr__(self) -> str:
+        return "AsyncLease(matched=%d, lease_id=%d, expiry_ms=%d)" % (
+            self.matched, self.lease_id, self.expiry_ms)
+
+
+class AsyncClient:
+    """Client's API as coroutines (grpc.aio). Create it inside the running event loop that
+    uses it. Many calls may be in flight at once (asyncio.gather).
+
+    Buffers: `await create_buffer(n)` returns a SharedBuffer registered through a small
+    synchronous control channel, so SharedBuffer.close() works from any thread."""
+
+    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.timeout_s = float(timeout_s)
+        if self.timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
+        spb = store_pb2()
+        self._channel = grpc.aio.insecure_channel(_core.channel_target(address),
+                                                  options=_core.CHANNEL_OPTIONS)
+        self._rpc: Dict[str, Any] = {}
+        for name, req, resp in (
+                ("BatchPut", spb.BatchPutRequest, spb.BatchPutResponse),
+                ("BatchGet", spb.BatchGetRequest, spb.BatchGetResponse),
+                ("BatchExist", spb.BatchExistRequest, spb.BatchExistResponse),
+                ("MatchPrefix", spb.MatchPrefixRequest, spb.MatchPrefixResponse),
+                ("ReleaseLease", spb.ReleaseLeaseRequest, spb.ReleaseLeaseResponse),
+                ("BatchRemove", spb.BatchRemoveRequest, spb.BatchRemoveResponse)):
+            self._rpc[name] = self._channel.unary_unary(
+                SERVICE + name, request_serializer=req.SerializeToString,
+                response_deserializer=resp.FromString)
+        self._control = Client(address, timeout_s)  # buffers; no connection until used
+        self._checker = self._control._checker
+        self._packed_match = True
+        self.closed = False
+
+    async def _call(self, rpc: str, req: Any, timeout_s: Optional[float]) -> Any:
+        if self.closed:
+            raise ValueError("the mcstore AsyncClient for %s is closed" % self.address)
+        timeout = self.timeout_s if timeout_s is None else float(timeout_s)
+        try:
+            return await self._rpc[rpc](req, timeout=timeout)
+        except grpc.RpcError as e:
+            raise error_from_rpc(e, rpc, self.address) from None
+
+    async def put(self, keys: Sequence[KeyLike], values: Sequence[ValueLike],
+                  replicas: Optional[int] = None, *,
+                  timeout_s: Optional[float] = None) -> List[Result]:
+        """See Client.put."""
+        req, bkeys = _core.build_put(keys, values, replicas, self._checker)
+        return _core.parse_results(await self._call("BatchPut", req, timeout_s), bkeys,
+                                   "BatchPut", self.address)
+
+    async def get(self, keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]] = None,
+                  lease: Any = None, *, timeout_s: Optional[float] = None) -> List[GetResult]:
+        """See Client.get."""
+        req, bkeys, lengths = _core.build_get(keys, into, lease, self._checker)
+        return _core.parse_get(await self._call("BatchGet", req, timeout_s), bkeys, lengths,
+                               self.address)
+
+    async def exist(self, keys: Sequence[KeyLike], *,
+                    timeout_s: Optional[float] = None) -> List[bool]:
+        """See Client.exist."""
+        bkeys = _core.encode_keys(keys)
+        resp = await self._call("BatchExist", store_pb2().BatchExistRequest(keys=bkeys),
+                                timeout_s)
+        return _core.parse_exist(resp, bkeys, self.address)
+
+    async def remove(self, keys: Sequence[KeyLike], *,
+                     timeout_s: Optional[float] = None) -> List[Result]:
+        """See Client.remove."""
+        bkeys = _core.encode_keys(keys)
+        resp = await self._call("BatchRemove", store_pb2().BatchRemoveRequest(keys=bkeys),
+                                timeout_s)
+        return _core.parse_results(resp, bkeys, "BatchRemove", self.address)
+
+    async def match_prefix(self, keys: Sequence[KeyLike], lease_ttl_ms: int = 0, *,
+                           timeout_s: Optional[float] = None) -> AsyncLease:
+        """See Client.match_prefix."""
+        packed = self._packed_match
+        req, bkeys = _core.build_match(keys, lease_ttl_ms, packed)
+        resp = await self._call("MatchPrefix", req, timeout_s)
+        if packed and _core.needs_unpacked_retry(resp, bkeys):
+            self._packed_match = False
+            req, bkeys = _core.build_match(keys, lease_ttl_ms, False)
+            resp = await self._call("MatchPrefix", req, timeout_s)
+        matched, lease_id, expiry = _core.parse_match(resp, bkeys, lease_ttl_ms, self.address)
+        return AsyncLease(self, matched, lease_id, expiry, bkeys[:matched])
+
+    async def release_lease(self, lease_id: int, *, timeout_s: Optional[float] = None) -> bool:
+        """See Client.release_lease."""
+        req = store_pb2().ReleaseLeaseRequest(lease_id=_core.lease_id_of(lease_id))
+        try:
+            await self._call("ReleaseLease", req, timeout_s)
+        except StoreError as e:
+            if e.code == Code.NOT_FOUND:
+                return False
+            raise
+        return True
+
+    async def create_buffer(self, nbytes: int) -> SharedBuffer:
+        """See Client.create_buffer (registration runs in a worker thread)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._control.create_buffer, nbytes)
+
+    async def register_buffer(self, shm_name: str, size: int) -> int:
+        """See Client.register_buffer."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self._control.register_buffer, shm_name, size)
+
+    async def close(self) -> None:
+        """Closes the buffers and both channels. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self._control.close()
+        await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return "AsyncClient(%r%s)" % (self.address, ", closed" if self.closed else "")

@@ -1,0 +1,300 @@
+"""The synchronous mcstore Client (grpcio), its Lease, and futures for overlapping calls."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+
+import grpc
+
+from mcstore import _core
+from mcstore._buffers import SharedBuffer, check_shm_name
+from mcstore._core import IntoLike, KeyLike, ValueLike
+from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
+from mcstore._proto import SERVICE, store_pb2
+
+T = TypeVar("T")
+
+
+class Lease:
+    """The answer of match_prefix: `matched` leading keys are stored and readable now. With a
+    lease (lease_ttl_ms > 0 and matched > 0) they stay pinned until release() or `expiry_ms`
+    (wall-clock milliseconds since the epoch). Pass it as get(..., lease=lease). A context
+    manager: the lease is released on exit. `keys` are the matched keys."""
+
+    def __init__(self, matched: int, lease_id: int, expiry_ms: int, keys: List[bytes],
+                 release: Optional[Callable[[int], None]]) -> None:
+        self.matched = matched
+        self.lease_id = lease_id
+        self.expiry_ms = expiry_ms
+        self.keys = keys
+        self._release = release
+        self.released = lease_id == 0
+
+    def release(self) -> None:
+        """Releases the lease now (idempotent; an already expired lease is not an error).
+        Raises UnavailableError if the daemon cannot be reached (the lease then expires)."""
+        if self.released:
+            return
+        self.released = True
+        if self._release is not None:
+            self._release(self.lease_id)
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self.release()
+        except StoreError:
+            if exc_type is None:
+                raise  # do not hide the error that is already propagating
+
+    def __repr__(self) -> str:
+        return "Lease(matched=%d, lease_id=%d, expiry_ms=%d)" % (self.matched, self.lease_id,
+                                                                 self.expiry_ms)
+
+
+class Client:
+    """A connection to one mc-client daemon's Store service.
+
+        with Client("unix:/run/mcstore/client.sock") as c:
+            c.put([b"k"], [b"v"])[0].raise_for_status()
+            [r] = c.get([b"k"])            # r.data == b"v"
+
+    `address` is "unix:/path", "/path" (a Unix socket) or "host:port". `timeout_s` is the
+    deadline of each call (methods take timeout_s= to override it). Nothing is sent until the
+    first call; a daemon that cannot be reached raises UnavailableError naming the address.
+    Thread-safe: share one Client between threads.
+    """
+
+    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.timeout_s = float(timeout_s)
+        if self.timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
+        spb = store_pb2()
+        self._channel = grpc.insecure_channel(_core.channel_target(address),
+                                              options=_core.CHANNEL_OPTIONS)
+        self._rpc: Dict[str, Any] = {}
+        for name, req, resp in (
+                ("RegisterBuffer", spb.RegisterBufferRequest, spb.RegisterBufferResponse),
+                ("UnregisterBuffer", spb.UnregisterBufferRequest, spb.UnregisterBufferResponse),
+                ("BatchPut", spb.BatchPutRequest, spb.BatchPutResponse),
+                ("BatchGet", spb.BatchGetRequest, spb.BatchGetResponse),
+                ("BatchExist", spb.BatchExistRequest, spb.BatchExistResponse),
+                ("MatchPrefix", spb.MatchPrefixRequest, spb.MatchPrefixResponse),
+                ("ReleaseLease", spb.ReleaseLeaseRequest, spb.ReleaseLeaseResponse),
+                ("BatchRemove", spb.BatchRemoveRequest, spb.BatchRemoveResponse)):
+            self._rpc[name] = self._channel.unary_unary(
+                SERVICE + name, request_serializer=req.SerializeToString,
+                response_deserializer=resp.FromString)
+        self._checker = _core.SliceChecker(self)
+        self._buffers: List[SharedBuffer] = []
+        self._lock = threading.Lock()
+        self._packed_match = True
+        self.closed = False
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _timeout(self, timeout_s: Optional[float]) -> float:
+        return self.timeout_s if timeout_s is None else float(timeout_s)
+
+    def _call(self, rpc: str, req: Any, timeout_s: Optional[float]) -> Any:
+        if self.closed:
+            raise ValueError("the mcstore Client for %s is closed" % self.address)
+        try:
+            return self._rpc[rpc](req, timeout=self._timeout(timeout_s))
+        except grpc.RpcError as e:
+            raise error_from_rpc(e, rpc, self.address) from None
+
+    def _future(self, rpc: str, req: Any, timeout_s: Optional[float],
+                parse: Callable[[Any], T]) -> "concurrent.futures.Future[T]":
+        if self.closed:
+            raise ValueError("the mcstore Client for %s is closed" % self.address)
+        out: concurrent.futures.Future = concurrent.futures.Future()
+        out.set_running_or_notify_cancel()
+        call = self._rpc[rpc].future(req, timeout=self._timeout(timeout_s))
+
+        def done(f: Any) -> None:
+            try:
+                resp = f.result()
+            except grpc.RpcError as e:
+                out.set_exception(error_from_rpc(e, rpc, self.address))
+                return
+            except Exception as e:  # cancelled or unexpected: never lose the error
+                out.set_exception(StoreError(Code.UNAVAILABLE, "%s: %r" % (rpc, e),
+                                             address=self.address))
+                return
+            try:
+                out.set_result(parse(resp))
+            except Exception as e:
+                out.set_exception(e)
+
+        call.add_done_callback(done)
+        return out
+
+    # -- data ------------------------------------------------------------------------------
+    def put(self, keys: Sequence[KeyLike], values: Sequence[ValueLike],
+            replicas: Optional[int] = None, *, timeout_s: Optional[float] = None) -> List[Result]:
+        """Stores values[i] under keys[i]; one Result per item, in order.
+
+        A value is bytes / bytearray / memoryview / a C-contiguous numpy array / a contiguous
+        CPU torch tensor (sent inline), or a Slice or list of Slices of registered buffers
+        (zero-copy: the daemon reads the bytes from shared memory, their concatenation is the
+        object). `replicas`: memory replicas (None = the daemon's --replicas). An existing key
+        answers ALREADY_EXISTS (objects are immutable)."""
+        req, bkeys = _core.build_put(keys, values, replicas, self._checker)
+        return _core.parse_results(self._call("BatchPut", req, timeout_s), bkeys, "BatchPut",
+                                   self.address)
+
+    def get(self, keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]] = None,
+            lease: Any = None, *, timeout_s: Optional[float] = None) -> List[GetResult]:
+        """Reads keys; one GetResult per key, in order (duplicates included).
+
+        Without `into` each object comes back in GetResult.data. With `into`, into[i] is a
+        Slice or a list of Slices of registered buffers (or None for inline) and the object is
+        scattered over them in order, zero-copy; their total length must equal the object's
+        size, else the item answers SIZE_MISMATCH with GetResult.size set. `lease`: the Lease
+        (or lease id) of a match_prefix whose keys these are."""
+        req, bkeys, lengths = _core.build_get(keys, into, lease, self._checker)
+        return _core.parse_get(self._call("BatchGet", req, timeout_s), bkeys, lengths,
+                               self.address)
+
+    def exist(self, keys: Sequence[KeyLike], *, timeout_s: Optional[float] = None) -> List[bool]:
+        """Whether each key is stored (a snapshot: it may be evicted right after)."""
+        bkeys = _core.encode_keys(keys)
+        req = store_pb2().BatchExistRequest(keys=bkeys)
+        return _core.parse_exist(self._call("BatchExist", req, timeout_s), bkeys, self.address)
+
+    def remove(self, keys: Sequence[KeyLike], *,
+               timeout_s: Optional[float] = None) -> List[Result]:
+        """Removes keys; one Result per key (NOT_FOUND for a missing key, HAS_LEASE for a key
+        being read)."""
+        bkeys = _core.encode_keys(keys)
+        req = store_pb2().BatchRemoveRequest(keys=bkeys)
+        return _core.parse_results(self._call("BatchRemove", req, timeout_s), bkeys,
+                                   "BatchRemove", self.address)
+
+    def match_prefix(self, keys: Sequence[KeyLike], lease_ttl_ms: int = 0, *,
+                     timeout_s: Optional[float] = None) -> Lease:
+        """How many leading keys are all stored and readable now (Lease.matched). With
+        lease_ttl_ms > 0 those keys are also pinned (not evicted or removed) until the Lease is
+        released or expires; the daemon caps the TTL (--max_prefix_lease_ttl_ms)."""
+        packed = self._packed_match
+        req, bkeys = _core.build_match(keys, lease_ttl_ms, packed)
+        resp = self._call("MatchPrefix", req, timeout_s)
+        if packed and _core.needs_unpacked_retry(resp, bkeys):
+            self._packed_match = False  # a daemon older than packed keys: it saw none
+            req, bkeys = _core.build_match(keys, lease_ttl_ms, False)
+            resp = self._call("MatchPrefix", req, timeout_s)
+        matched, lease_id, expiry = _core.parse_match(resp, bkeys, lease_ttl_ms, self.address)
+        return Lease(matched, lease_id, expiry, bkeys[:matched], self.release_lease)
+
+    def release_lease(self, lease_id: int, *, timeout_s: Optional[float] = None) -> bool:
+        """Releases a lease by id; False if it was unknown or already expired."""
+        req = store_pb2().ReleaseLeaseRequest(lease_id=_core.lease_id_of(lease_id))
+        try:
+            self._call("ReleaseLease", req, timeout_s)
+        except StoreError as e:
+            if e.code == Code.NOT_FOUND:
+                return False
+            raise
+        return True
+
+    # -- futures (overlap calls from threads without asyncio) ------------------------------
+    def put_async(self, keys: Sequence[KeyLike], values: Sequence[ValueLike],
+                  replicas: Optional[int] = None, *,
+                  timeout_s: Optional[float] = None) -> "concurrent.futures.Future[List[Result]]":
+        """put() as a concurrent.futures.Future. Bad input raises at once; RPC errors come out
+        of Future.result(). Buffers behind slices must stay open until it is done."""
+        req, bkeys = _core.build_put(keys, values, replicas, self._checker)
+        return self._future("BatchPut", req, timeout_s,
+                            lambda r: _core.parse_results(r, bkeys, "BatchPut", self.address))
+
+    def get_async(self, keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]] = None,
+                  lease: Any = None, *, timeout_s: Optional[float] = None
+                  ) -> "concurrent.futures.Future[List[GetResult]]":
+        """get() as a concurrent.futures.Future (see put_async)."""
+        req, bkeys, lengths = _core.build_get(keys, into, lease, self._checker)
+        return self._future("BatchGet", req, timeout_s,
+                            lambda r: _core.parse_get(r, bkeys, lengths, self.address))
+
+    def exist_async(self, keys: Sequence[KeyLike], *, timeout_s: Optional[float] = None
+                    ) -> "concurrent.futures.Future[List[bool]]":
+        bkeys = _core.encode_keys(keys)
+        req = store_pb2().BatchExistRequest(keys=bkeys)
+        return self._future("BatchExist", req, timeout_s,
+                            lambda r: _core.parse_exist(r, bkeys, self.address))
+
+    def remove_async(self, keys: Sequence[KeyLike], *, timeout_s: Optional[float] = None
+                     ) -> "concurrent.futures.Future[List[Result]]":
+        bkeys = _core.encode_keys(keys)
+        req = store_pb2().BatchRemoveRequest(keys=bkeys)
+        return self._future("BatchRemove", req, timeout_s,
+                            lambda r: _core.parse_results(r, bkeys, "BatchRemove",
+                                                          self.address))
+
+    # -- buffers ---------------------------------------------------------------------------
+    def create_buffer(self, nbytes: int) -> SharedBuffer:
+        """Creates a shared-memory buffer of nbytes (mode 0600), registers it with the daemon
+        and returns it. It is closed (unregistered, unlinked) by close() or with this Client."""
+        buf = SharedBuffer(nbytes, self._register_raw, self._unregister_quiet, self)
+        with self._lock:
+            self._buffers = [b for b in self._buffers if not b.closed]
+            self._buffers.append(buf)
+        return buf
+
+    def register_buffer(self, shm_name: str, size: int) -> int:
+        """Registers an existing POSIX shm object ("/name", created by the caller and readable
+        and writable by the daemon's user) of `size` bytes; returns the buffer id for Slices
+        made by hand: Slice(buffer_id, offset, length)."""
+        buffer_id = self._register_raw(shm_name, size)
+        self._checker.sizes[buffer_id] = size
+        return buffer_id
+
+    def unregister_buffer(self, buffer_id: int) -> None:
+        """Unregisters a buffer registered with register_buffer()."""
+        self._checker.sizes.pop(buffer_id, None)
+        req = store_pb2().UnregisterBufferRequest(buffer_id=buffer_id)
+        self._call("UnregisterBuffer", req, None)
+
+    def _register_raw(self, shm_name: str, size: int) -> int:
+        check_shm_name(shm_name)
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError("size must be an int")
+        if size <= 0:
+            raise ValueError("size must be > 0, got %d" % size)
+        req = store_pb2().RegisterBufferRequest(shm_name=shm_name, size=size)
+        return self._call("RegisterBuffer", req, None).buffer_id
+
+    def _unregister_quiet(self, buffer_id: int) -> None:
+        if self.closed:
+            return
+        try:
+            self._call("UnregisterBuffer",
+                       store_pb2().UnregisterBufferRequest(buffer_id=buffer_id),
+                       min(self.timeout_s, 2.0))
+        except StoreError:
+            pass  # the daemon is gone or restarted: nothing to unregister there
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Closes this client's buffers, then the channel. Idempotent."""
+        if self.closed:
+            return
+        with self._lock:
+            buffers, self._buffers = self._buffers, []
+        for b in buffers:
+            b.close()
+        self.closed = True
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "Client(%r%s)" % (self.address, ", closed" if self.closed else "")

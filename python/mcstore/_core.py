@@ -1,0 +1,305 @@
+"""Request building, input validation and answer checking shared by Client and AsyncClient.
+
+Everything here is pure: it turns Python arguments into Store requests (raising TypeError or
+ValueError on bad input before anything is sent) and answers into Result lists (raising
+StoreError when an answer does not match its request, never returning a partial result).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from mcstore._buffers import Slice, SharedBuffer
+from mcstore._errors import Code, GetResult, Result, StoreError
+from mcstore._proto import store_pb2
+
+KeyLike = Union[bytes, bytearray, str]
+ValueLike = Any  # bytes | bytearray | memoryview | numpy.ndarray | torch.Tensor | Slice | list[Slice]
+IntoLike = Optional[Union[Slice, Sequence[Slice]]]
+
+_UINT32_MAX = (1 << 32) - 1
+
+
+def encode_key(key: Any) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, (bytearray, memoryview)):
+        return bytes(key)
+    raise TypeError("a key must be bytes or str, got %s" % type(key).__name__)
+
+
+def encode_keys(keys: Any) -> List[bytes]:
+    if isinstance(keys, (bytes, str, bytearray)):
+        raise TypeError("keys must be a sequence of keys, not a single %s (wrap it in a list)"
+                        % type(keys).__name__)
+    try:
+        return [encode_key(k) for k in keys]
+    except TypeError as e:
+        if "key must be" in str(e):
+            raise
+        raise TypeError("keys must be a sequence of bytes or str, got %s"
+                        % type(keys).__name__) from None
+
+
+class SliceChecker:
+    """Checks Slices against the buffers one client knows: its SharedBuffers (open, owned by
+    this client) and the (id -> size) of buffers registered with register_buffer()."""
+
+    def __init__(self, owner: object) -> None:
+        self.owner = owner
+        self.sizes: Dict[int, int] = {}
+
+    def check(self, s: Any, what: str) -> None:
+        if not isinstance(s, Slice):
+            raise TypeError("%s: expected a mcstore.Slice, got %s" % (what, type(s).__name__))
+        if s.buffer is not None:
+            if s.buffer._owner is not self.owner:
+                raise ValueError("%s: the slice's buffer %s is registered with another client "
+                                 "(buffer ids are per daemon)" % (what, s.buffer.name))
+            if s.buffer.id != s.buffer_id:
+                raise ValueError("%s: the slice names buffer id %d but its buffer is now id %d "
+                                 "(re-registered): make the slice again"
+                                 % (what, s.buffer_id, s.buffer.id))
+            s.buffer._check_range(s.offset, s.length)  # also raises when the buffer is closed
+            return
+        size = self.sizes.get(s.buffer_id)
+        if size is None:
+            raise ValueError("%s: buffer id %d is not registered through this client"
+                             % (what, s.buffer_id))
+        if s.offset > size or s.length > size - s.offset:
+            raise ValueError("%s: slice [%d, %d) is outside buffer %d of %d bytes"
+                             % (what, s.offset, s.end, s.buffer_id, size))
+
+    def slices(self, value: Any, what: str) -> List[Slice]:
+        items = [value] if isinstance(value, Slice) else list(value)
+        if not items:
+            raise ValueError("%s: an empty list of slices" % what)
+        for j, s in enumerate(items):
+            self.check(s, "%s, slice %d" % (what, j))
+        return items
+
+
+def _is_torch_tensor(v: Any) -> bool:
+    return type(v).__module__.startswith("torch") and hasattr(v, "data_ptr")
+
+
+def inline_bytes(value: Any, what: str) -> bytes:
+    """The bytes of an inline put value (a copy is unavoidable: gRPC sends them)."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, memoryview):
+        if not value.c_contiguous:
+            raise ValueError("%s: memoryview is not C-contiguous" % what)
+        return value.tobytes()
+    if isinstance(value, str):
+        raise TypeError("%s: a value must be bytes-like, not str (encode it)" % what)
+    if _is_torch_tensor(value):
+        if value.device.type != "cpu":
+            raise ValueError("%s: tensor is on %s; copy it to the CPU or into a SharedBuffer"
+                             % (what, value.device))
+        if not value.is_contiguous():
+            raise ValueError("%s: tensor is not contiguous (strides %s)"
+                             % (what, tuple(value.stride())))
+        import ctypes
+        return ctypes.string_at(value.data_ptr(), value.numel() * value.element_size())
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
+    if np is not None and isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise TypeError("%s: numpy array of dtype %s holds Python objects, not bytes"
+                            % (what, value.dtype))
+        if not value.flags["C_CONTIGUOUS"]:
+            raise ValueError("%s: numpy array is not C-contiguous (strides %s)"
+                             % (what, value.strides))
+        return value.tobytes()
+    raise TypeError("%s: unsupported value type %s (bytes, memoryview, numpy array, torch "
+                    "tensor, Slice or list of Slices)" % (what, type(value).__name__))
+
+
+def _is_slices(value: Any) -> bool:
+    if isinstance(value, Slice):
+        return True
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(s, Slice) for s in value):
+            return True
+        if any(isinstance(s, Slice) for s in value):
+            raise TypeError("a value mixes Slices and other objects")
+        if not value:
+            raise ValueError("an empty list of slices")
+    return False
+
+
+def _pb_slices(spb: Any, slices: List[Slice]) -> List[Any]:
+    return [spb.Slice(buffer_id=s.buffer_id, offset=s.offset, length=s.length) for s in slices]
+
+
+def check_replicas(replicas: Optional[int]) -> int:
+    if replicas is None:
+        return 0
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise TypeError("replicas must be an int, got %s" % type(replicas).__name__)
+    if replicas < 1 or replicas > _UINT32_MAX:
+        raise ValueError("replicas must be >= 1 (or None for the daemon's default), got %d"
+                         % replicas)
+    return replicas
+
+
+def build_put(keys: Sequence[KeyLike], values: Sequence[ValueLike], replicas: Optional[int],
+              checker: SliceChecker) -> Tuple[Any, List[bytes]]:
+    spb = store_pb2()
+    bkeys = encode_keys(keys)
+    if isinstance(values, (bytes, bytearray, str, memoryview)):
+        raise TypeError("values must be a sequence with one value per key")
+    values = list(values)
+    if len(values) != len(bkeys):
+        raise ValueError("put: %d keys but %d values" % (len(bkeys), len(values)))
+    items = []
+    for i, (k, v) in enumerate(zip(bkeys, values)):
+        what = "put item %d" % i
+        try:
+            slices = _is_slices(v)
+        except (TypeError, ValueError) as e:
+            raise type(e)("%s: %s" % (what, e)) from None
+        if slices:
+            items.append(spb.PutItem(key=k, slices=_pb_slices(spb, checker.slices(v, what))))
+        else:
+            items.append(spb.PutItem(key=k, data=inline_bytes(v, what)))
+    return spb.BatchPutRequest(items=items, replicas=check_replicas(replicas)), bkeys
+
+
+def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease: Any,
+              checker: SliceChecker) -> Tuple[Any, List[bytes], List[Optional[int]]]:
+    """The request, the keys, and per item the total length of its slices (None = inline)."""
+    spb = store_pb2()
+    bkeys = encode_keys(keys)
+    lengths: List[Optional[int]] = [None] * len(bkeys)
+    items = []
+    if into is not None:
+        into = list(into)
+        if len(into) != len(bkeys):
+            raise ValueError("get: %d keys but %d destinations in `into`"
+                             % (len(bkeys), len(into)))
+    for i, k in enumerate(bkeys):
+        dest = None if into is None else into[i]
+        if dest is None:
+            items.append(spb.GetItem(key=k))
+            continue
+        what = "get item %d" % i
+        if not isinstance(dest, (Slice, list, tuple)):
+            raise TypeError("%s: `into` entries must be a Slice, a list of Slices or None, got %s"
+                            % (what, type(dest).__name__))
+        slices = checker.slices(dest, what)
+        lengths[i] = sum(s.length for s in slices)
+        items.append(spb.GetItem(key=k, slices=_pb_slices(spb, slices)))
+    return spb.BatchGetRequest(items=items, lease_id=lease_id_of(lease)), bkeys, lengths
+
+
+def lease_id_of(lease: Any) -> int:
+    if lease is None:
+        return 0
+    lease_id = getattr(lease, "lease_id", lease)
+    if isinstance(lease_id, bool) or not isinstance(lease_id, int) or lease_id < 0:
+        raise TypeError("lease must be a Lease, a lease id (int >= 0) or None, got %r"
+                        % (lease,))
+    return lease_id
+
+
+def build_match(keys: Sequence[KeyLike], lease_ttl_ms: int, packed: bool) -> Tuple[Any, List[bytes]]:
+    spb = store_pb2()
+    bkeys = encode_keys(keys)
+    if isinstance(lease_ttl_ms, bool) or not isinstance(lease_ttl_ms, int):
+        raise TypeError("lease_ttl_ms must be an int")
+    if lease_ttl_ms < 0 or lease_ttl_ms > _UINT32_MAX:
+        raise ValueError("lease_ttl_ms must be in [0, 2^32), got %d" % lease_ttl_ms)
+    if packed and bkeys:
+        for k in bkeys:
+            if len(k) > _UINT32_MAX:
+                raise ValueError("key too long")
+        req = spb.MatchPrefixRequest(packed_keys=b"".join(bkeys),
+                                     packed_key_sizes=[len(k) for k in bkeys],
+                                     lease_ttl_ms=lease_ttl_ms)
+    else:
+        req = spb.MatchPrefixRequest(keys=bkeys, lease_ttl_ms=lease_ttl_ms)
+    return req, bkeys
+
+
+def _count_check(n_answers: int, n_asked: int, rpc: str, address: str) -> None:
+    if n_answers != n_asked:
+        raise StoreError(Code.INTERNAL, "%s: the daemon answered %d results for %d items"
+                         % (rpc, n_answers, n_asked), address=address)
+
+
+def parse_results(resp: Any, keys: List[bytes], rpc: str, address: str) -> List[Result]:
+    _count_check(len(resp.results), len(keys), rpc, address)
+    return [Result(Code.from_wire(r.code), r.message, k) for r, k in zip(resp.results, keys)]
+
+
+def parse_get(resp: Any, keys: List[bytes], lengths: List[Optional[int]],
+              address: str) -> List[GetResult]:
+    _count_check(len(resp.results), len(keys), "BatchGet", address)
+    out: List[GetResult] = []
+    for r, k, want in zip(resp.results, keys, lengths):
+        code = Code.from_wire(r.code)
+        message = r.message
+        data: Optional[bytes] = None
+        if code == Code.OK:
+            # Never hand out an OK the answer does not back up byte for byte.
+            problem = None
+            if want is None:
+                data = r.data
+                if len(data) != r.size:
+                    problem = "%d inline bytes for an object of %d" % (len(data), r.size)
+            elif r.size != want:
+                problem = "object of %d bytes into slices of %d" % (r.size, want)
+            elif r.bytes_written != r.size:
+                problem = "%d bytes written of %d" % (r.bytes_written, r.size)
+            if problem is not None:
+                code, message, data = Code.INTERNAL, "daemon answered OK but " + problem, None
+        out.append(GetResult(code, message, k, size=r.size, bytes_written=r.bytes_written,
+                             data=data))
+    return out
+
+
+def parse_exist(resp: Any, keys: List[bytes], address: str) -> List[bool]:
+    _count_check(len(resp.exists), len(keys), "BatchExist", address)
+    return list(resp.exists)
+
+
+def parse_match(resp: Any, keys: List[bytes], lease_ttl_ms: int, address: str) -> Tuple[int, int, int]:
+    if resp.matched > len(keys):
+        raise StoreError(Code.INTERNAL, "MatchPrefix: %d matched of %d keys"
+                         % (resp.matched, len(keys)), address=address)
+    if lease_ttl_ms > 0 and resp.matched > 0 and resp.lease_id == 0:
+        raise StoreError(Code.INTERNAL, "MatchPrefix: %d keys matched but no lease was granted"
+                         % resp.matched, address=address)
+    return resp.matched, resp.lease_id, resp.lease_expiry_ms
+
+
+def needs_unpacked_retry(resp: Any, keys: List[bytes]) -> bool:
+    """An mc-client older than packed keys answers keys_seen 0 to a packed request."""
+    return len(keys) > 0 and resp.keys_seen != len(keys)
+
+
+def channel_target(address: str) -> str:
+    if not isinstance(address, str) or not address:
+        raise ValueError("address must be \"unix:/path/to.sock\" or \"host:port\", got %r"
+                         % (address,))
+    if address.startswith("unix:") or address.startswith("unix-abstract:"):
+        return address
+    if address.startswith("/"):
+        return "unix:" + address
+    if ":" not in address:
+        raise ValueError("address %r has no port (\"host:port\" or \"unix:/path\")" % address)
+    return address
+
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+]

@@ -1,0 +1,19 @@
+"""Loads the generated message classes (mcstore.v1.store_pb2) with a clear error if missing."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+
+def store_pb2() -> ModuleType:
+    try:
+        from mcstore.v1 import store_pb2 as spb
+    except ImportError as e:
+        raise ImportError(
+            "mcstore: the generated gRPC stubs (mcstore.v1.store_pb2) are missing: install the "
+            "package (pip install --no-build-isolation ./python), or generate them with "
+            "`python -m mcstore._protogen proto OUT` and put OUT on PYTHONPATH (%s)" % e) from e
+    return spb
+
+
+SERVICE = "/mcstore.v1.Store/"
