@@ -180,7 +180,8 @@ class Client:
                      timeout_s: Optional[float] = None) -> Lease:
         """How many leading keys are all stored and readable now (Lease.matched). With
         lease_ttl_ms > 0 those keys are also pinned (not evicted or removed) until the Lease is
-        released or expires; the daemon caps the TTL (--max_prefix_lease_ttl_ms)."""
+        released or expires; the TTL is capped at 600 s by the daemon and at the
+        master's --max_lease_ttl_ms."""
         packed = self._packed_match
         req, bkeys = _core.build_match(keys, lease_ttl_ms, packed)
         resp = self._call("MatchPrefix", req, timeout_s)
