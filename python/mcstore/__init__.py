@@ -7,8 +7,8 @@
         c.put([b"k"], [[buf.slice(0, arr.nbytes)]])     # zero-copy put
         c.get([b"k"], into=[[buf.slice(0, arr.nbytes)]])  # zero-copy get into `arr`
 
-Exports: Client, AsyncClient, Lease, AsyncLease, SharedBuffer, Slice, Code, Result, GetResult,
-StoreError, UnavailableError, raise_for_results. See docs/python.md.
+Exports: Client, AsyncClient, Lease, AsyncLease, SharedBuffer, Slice, BufferPool, Block, Code,
+Result, GetResult, StoreError, UnavailableError, raise_for_results. See docs/python.md.
 """
 
 # The generated stubs (mcstore.v1) may live in another directory named mcstore on sys.path:
@@ -28,6 +28,8 @@ _EXPORTS = {
     "AsyncClient": "mcstore._aio",
     "AsyncLease": "mcstore._aio",
     "SharedBuffer": "mcstore._buffers",
+    "BufferPool": "mcstore._pool",
+    "Block": "mcstore._pool",
     "Slice": "mcstore._buffers",
     "Code": "mcstore._errors",
     "Result": "mcstore._errors",
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from mcstore._aio import AsyncClient, AsyncLease
     from mcstore._buffers import SharedBuffer, Slice
     from mcstore._client import Client, Lease
+    from mcstore._pool import Block, BufferPool
     from mcstore._errors import (Code, GetResult, Result, StoreError, UnavailableError,
                                  raise_for_results)
 

@@ -343,3 +343,29 @@ def test_torch_views():
         with pytest.raises(ValueError, match="outside"):
             b.torch(torch.float32, 1025)
     assert float(t.float().sum()) == 256.0  # still mapped while the tensor lives
+
+
+def test_buffer_pool_blocks():
+    owner = FakeOwner()
+    owner.create_buffer = owner.buffer
+    pool = mcstore.BufferPool(owner, block_size=1024, blocks=3)
+    a, b, c = pool.acquire(), pool.acquire(), pool.acquire()
+    assert sorted(x.index for x in (a, b, c)) == [0, 1, 2] and pool.free_blocks() == 0
+    with pytest.raises(TimeoutError):
+        pool.acquire(timeout=0.05)
+    s = b.slice(16, 100)
+    assert (s.buffer_id, s.offset, s.length) == (pool.buffer.id, b.offset + 16, 100)
+    v = b.numpy(np.uint32, 256)
+    assert pool.buffer.slice_of(v).offset == b.offset
+    with pytest.raises(ValueError, match="outside a pool block"):
+        b.slice(1000, 100)
+    with pytest.raises(ValueError, match="outside"):
+        b.numpy(np.uint32, 257)
+    b.release()
+    with pytest.raises(ValueError, match="released"):
+        b.slice(0, 1)
+    with pool.acquire(timeout=1) as again:
+        assert again.index == b.index
+    pool.close()
+    with pytest.raises(ValueError, match="closed"):
+        pool.acquire(timeout=1)
