@@ -3,6 +3,8 @@
 # non-interactively. Returns at once when everything is present.
 #   ./deploy/install-deps.sh          build + test + run dependencies
 #   ./deploy/install-deps.sh --bench  also the peers the benchmarks compare against
+# Then the Python venv of the client, the vLLM connector and their tests (deploy/python-venv.sh:
+# outside the clone, keyed by deploy/requirements-lock.txt, a no-op once complete).
 set -euo pipefail
 
 packages=(
@@ -12,6 +14,7 @@ packages=(
   libabsl-dev liburing-dev libibverbs-dev libspdlog-dev libfmt-dev libxxhash-dev
   libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-perftools-dev
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
+  python3-venv libtcmalloc-minimal4
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(fio memcached redis-server redis-tools valgrind)
@@ -21,13 +24,13 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [[ ${#missing[@]} -eq 0 ]]; then
-  exit 0
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "install-deps: done"
 fi
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "install-deps: done"
+"$(dirname "$0")/python-venv.sh" install
