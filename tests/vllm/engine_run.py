@@ -1,0 +1,225 @@
+"""Runs one real vLLM engine (CPU) with MCStoreConnector in this process and writes what happened.
+
+Used by the end-to-end tests (each engine is a fresh process, as a second server would be) and by
+bench/vllm_ttft.py. Phases run in order in the same engine:
+  cold     generate every prompt in one call (saves through mcstore)
+  warm     generate them again: vLLM's own local prefix cache hits (the reference for B)
+  each     one generate call per prompt, vLLM's local prefix cache reset before each one, so
+           every loadable block must come from mcstore
+Per phase: greedy output token ids, the connector's counters (worker and scheduler side), the
+blocks it loaded / saved (request, block hash), and optionally the KV bytes of those blocks as
+they sit in vLLM's paged KV tensors right after the phase (--dump DIR).
+
+    python engine_run.py --model DIR --address unix:/x.sock --prompts p.json --out o.json \
+        --phases cold,warm [--dump DIR] [--corrupt-nth-load N] [--kill-pid PID --kill-at-load N]
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+def make_llm(args):
+    from vllm import LLM
+    from vllm.config import KVTransferConfig
+    extra = {"address": args.address, "namespace": args.namespace,
+             "load_async": not args.load_sync}
+    ktc = KVTransferConfig(kv_connector="MCStoreConnector",
+                           kv_connector_module_path="mcstore.vllm", kv_role="kv_both",
+                           kv_load_failure_policy="recompute",
+                           kv_connector_extra_config=extra)
+    kwargs = dict(model=args.model, tokenizer=args.model, skip_tokenizer_init=True,
+                  dtype="float32", max_model_len=args.max_model_len, block_size=args.block_size,
+                  enable_prefix_caching=not args.no_prefix_cache, max_num_seqs=args.max_num_seqs,
+                  max_num_batched_tokens=args.max_num_batched_tokens, seed=0,
+                  num_gpu_blocks_override=args.num_blocks, enforce_eager=True)
+    if not args.no_connector:
+        kwargs["kv_transfer_config"] = ktc
+    return LLM(**kwargs)
+
+
+def worker_connector():
+    from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
+    return get_kv_transfer_group() if has_kv_transfer_group() else None
+
+
+def scheduler_connector(llm):
+    core = llm.llm_engine.engine_core
+    for path in ("engine_core.scheduler.connector", "scheduler.connector"):
+        obj = core
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            return obj
+        except AttributeError:
+            continue
+    return None
+
+
+def block_bytes(conn, block_id):
+    """The bytes of one block as the connector stores them (all layers, in its slice order)."""
+    import ctypes
+    w = conn._worker
+    out = []
+    for idx, off, n in w.mem._runs_unregistered(block_id):
+        base = w.mem.storages[idx][0]
+        out.append(ctypes.string_at(base + off, n))
+    return b"".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--address", default="")
+    ap.add_argument("--namespace", default="test")
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--phases", default="cold")
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--block-size", type=int, default=32)
+    ap.add_argument("--max-model-len", type=int, default=1024)
+    ap.add_argument("--max-num-seqs", type=int, default=8)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=4096)
+    ap.add_argument("--num-blocks", type=int, default=512)
+    ap.add_argument("--no-prefix-cache", action="store_true")
+    ap.add_argument("--no-connector", action="store_true")
+    ap.add_argument("--load-sync", action="store_true")
+    ap.add_argument("--dump", default="")
+    ap.add_argument("--corrupt-nth-load", type=int, default=0,
+                    help="fault injection: flip bytes of the Nth block loaded (1-based) after "
+                         "its get, before the connector's checks")
+    ap.add_argument("--kill-pid", type=int, default=0)
+    ap.add_argument("--kill-at-load", type=int, default=0,
+                    help="SIGKILL --kill-pid just before the Nth load job's get")
+    ap.add_argument("--timing", action="store_true", help="print per-prompt TTFT")
+    args = ap.parse_args()
+
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    with open(args.prompts) as f:
+        prompts = json.load(f)
+    t0 = time.perf_counter()
+    llm = make_llm(args)
+    startup_s = time.perf_counter() - t0
+    conn = None if args.no_connector else worker_connector()
+    sconn = None if args.no_connector else scheduler_connector(llm)
+    if conn is not None:
+        install_faults(conn, args)
+    sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True,
+                        logprobs=2)
+    result = {"block_size": llm.llm_engine.vllm_config.cache_config.block_size,
+              "startup_s": startup_s, "phases": {}}
+    if args.dump:
+        os.makedirs(args.dump, exist_ok=True)
+    for phase in args.phases.split(","):
+        w0 = len(conn._worker.loaded_log) if conn else 0
+        s0 = len(conn._worker.saved_log) if conn else 0
+        before = conn.totals if conn else {}
+        sbefore = sconn.totals if sconn else {}
+        t0 = time.perf_counter()
+        outs = []
+        if phase in ("cold", "warm"):
+            res = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp,
+                               use_tqdm=False)
+            outs = res
+            times = []
+        elif phase == "each":
+            times = []
+            for p in prompts:
+                llm.reset_prefix_cache()
+                t1 = time.perf_counter()
+                outs += llm.generate([TokensPrompt(prompt_token_ids=p)], sp, use_tqdm=False)
+                times.append(time.perf_counter() - t1)
+        else:
+            raise SystemExit("unknown phase %s" % phase)
+        wall = time.perf_counter() - t0
+        if conn is not None:
+            drain(conn)
+        ph = {"wall_s": wall, "times_s": times,
+              "outputs": [list(o.outputs[0].token_ids) for o in outs],
+              "margins": [min_margin(o) for o in outs],
+              "req_ids": [o.request_id for o in outs]}
+        if conn is not None:
+            after = conn.totals
+            ph["worker"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+            ph["sched"] = {k: v - sbefore.get(k, 0) for k, v in (sconn.totals if sconn else {}).items()}
+            ph["loaded"] = [[r, b, h.hex()] for r, b, h in conn._worker.loaded_log[w0:]]
+            ph["saved"] = [[r, b, h.hex()] for r, b, h in conn._worker.saved_log[s0:]]
+            if args.dump:
+                blobs = {}
+                for r, b, h in conn._worker.loaded_log[w0:] + conn._worker.saved_log[s0:]:
+                    blobs[h.hex()] = block_bytes(conn, b)
+                for hx, data in blobs.items():
+                    with open(os.path.join(args.dump, "%s.%s.bin" % (phase, hx)), "wb") as f:
+                        f.write(data)
+        result["phases"][phase] = ph
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+    if conn is not None:
+        conn.shutdown()
+    os._exit(0)  # vLLM's teardown on CPU is slow and not what is tested
+
+
+def min_margin(out):
+    """Smallest gap between the chosen token's logprob and the runner-up's over the output."""
+    best = None
+    for lp in out.outputs[0].logprobs or []:
+        vals = sorted((v.logprob for v in lp.values()), reverse=True)
+        if len(vals) >= 2:
+            gap = vals[0] - vals[1]
+            best = gap if best is None else min(best, gap)
+    return best
+
+
+def drain(conn):
+    """Waits until the connector has no load or save in flight and counts their results."""
+    w = conn._worker
+    w.drain_saves()
+    w.finished(set())
+
+
+def install_faults(conn, args):
+    w = conn._worker
+    if args.corrupt_nth_load:
+        count = {"n": 0}
+
+        def corrupt(worker, block_id):
+            count["n"] += 1
+            if count["n"] == args.corrupt_nth_load:
+                import ctypes
+                idx, off, n = worker.mem._runs_unregistered(block_id)[0]
+                addr = worker.mem.storages[idx][0] + off + n // 2
+                buf = (ctypes.c_ubyte * 64).from_address(addr)
+                for i in range(64):
+                    buf[i] ^= 0x5A
+                print("fault: corrupted loaded block %d" % block_id, file=sys.stderr)
+        w.fault_hook = corrupt
+    if args.kill_pid and args.kill_at_load:
+        jobs = {"n": 0}
+        orig = w._load
+
+        def load_then_maybe_kill(job):
+            jobs["n"] += 1
+            if jobs["n"] == args.kill_at_load:
+                os.kill(args.kill_pid, signal.SIGKILL)
+                print("fault: killed mc-client %d before load job %d" % (args.kill_pid,
+                                                                         jobs["n"]),
+                      file=sys.stderr)
+            return orig(job)
+        w._load = load_then_maybe_kill
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""End to end: real vLLM engines (CPU build) saving and loading KV through real mcstore daemons.
+
+One loopback cluster (mc-master + one mc-client with a Unix socket) for the module; every engine
+is a fresh process (engine_run.py), as a second server would be:
+
+  A       cold generate of every prompt (saves through mcstore), then the same prompts again
+          (vLLM's local prefix cache: the reference outputs for B)
+  B       a fresh engine, empty local cache: each prompt alone; it must load every loadable
+          block (all full prompt blocks that leave the last prompt token to compute) from
+          mcstore, the loaded paged KV bytes must equal A's, and its outputs A's warm outputs
+  model2  other weights, same prompts: never hits A's blocks
+  kill    mc-client SIGKILLed before B's second load: every request completes with A's tokens
+  fault   one loaded block flipped after the get (fault injection): the comparisons must fail
+
+Prompts cover lengths bs*k-1, bs*k, bs*k+1, a shared prefix, and a divergence inside a block.
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration", "client"))
+
+from integration import harness  # noqa: E402
+
+BS = 32
+ENGINE_TIMEOUT_S = 600
+
+
+def _prompts():
+    rng = random.Random(12)
+    tok = lambda n: [rng.randrange(3, 2000) for _ in range(n)]  # noqa: E731
+    shared = tok(2 * BS)
+    tail = tok(40)
+    prompts = {
+        "bs-1": tok(BS - 1),
+        "bs": tok(BS),
+        "bs+1": tok(BS + 1),
+        "3bs-1": tok(3 * BS - 1),
+        "3bs": tok(3 * BS),
+        "3bs+1": tok(3 * BS + 1),
+        "shared-a": shared + tail,
+        "shared-b": shared + tok(40),
+        # Same first 2 blocks and 10 tokens of the third, then different: diverges in block 2.
+        "diverge": shared + tail[:10] + tok(30),
+        "long": tok(10 * BS + 7),
+    }
+    return prompts
+
+
+PROMPTS = _prompts()
+NAMES = list(PROMPTS)
+
+
+def loadable_blocks(n):
+    """Blocks the connector may load: full prompt blocks that leave >= 1 token to compute."""
+    return min(n // BS, (n - 1) // BS)
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = dict(os.environ)
+    extra = subprocess.run([os.path.join(ROOT, "deploy", "python-venv.sh"), "env"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    k, _, v = extra.partition("=")
+    if v:
+        e[k] = v
+    build = os.environ.get("MC_BUILD_DIR", os.path.join(ROOT, "build"))
+    e["MC_BUILD_DIR"] = build
+    e["PYTHONPATH"] = os.pathsep.join([os.path.join(build, "python_gen"),
+                                       os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")])
+    e["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    e["OMP_NUM_THREADS"] = e.get("OMP_NUM_THREADS", "2")
+    os.environ["MC_BUILD_DIR"] = build
+    return e
+
+
+@pytest.fixture(scope="module")
+def workdir():
+    d = tempfile.mkdtemp(prefix="mc-vllm-e2e-")
+    yield d
+    subprocess.run(["rm", "-rf", d])
+
+
+@pytest.fixture(scope="module")
+def models(env, workdir):
+    out = {}
+    for name, seed in (("a", 0), ("b", 1)):
+        path = os.path.join(workdir, "model-" + name)
+        subprocess.run([sys.executable, os.path.join(HERE, "tiny_model.py"), path,
+                        "--seed", str(seed)], env=env, check=True, timeout=300)
+        out[name] = path
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(env, workdir):
+    from client_cluster import Cluster
+    c = Cluster(clients=1, segment_size=256 << 20)
+    c.start()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def prompts_file(workdir):
+    path = os.path.join(workdir, "prompts.json")
+    with open(path, "w") as f:
+        json.dump([PROMPTS[n] for n in NAMES], f)
+    return path
+
+
+def run_engine(env, workdir, name, model, address, prompts_file, phases, *extra):
+    out = os.path.join(workdir, name + ".json")
+    dump = os.path.join(workdir, name + "-kv")
+    log = os.path.join(workdir, name + ".log")
+    cmd = [sys.executable, os.path.join(HERE, "engine_run.py"), "--model", model,
+           "--address", address, "--prompts", prompts_file, "--out", out, "--phases", phases,
+           "--block-size", str(BS), "--dump", dump] + list(extra)
+    with open(log, "w") as f:
+        p = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                           timeout=ENGINE_TIMEOUT_S)
+    if p.returncode != 0:
+        with open(log) as f:
+            raise AssertionError("engine %s failed (%d):\n%s" % (name, p.returncode, f.read()[-6000:]))
+    with open(out) as f:
+        res = json.load(f)
+    res["dump"] = dump
+    res["log"] = log
+    return res
+
+
+def address(cluster, i=0):
+    return "unix:" + cluster.clients[i].ready["unix_socket"]
+
+
+@pytest.fixture(scope="module")
+def engine_a(env, workdir, models, cluster, prompts_file):
+    return run_engine(env, workdir, "A", models["a"], address(cluster), prompts_file, "cold,warm")
+
+
+@pytest.fixture(scope="module")
+def engine_b(env, workdir, models, cluster, prompts_file, engine_a):
+    return run_engine(env, workdir, "B", models["a"], address(cluster), prompts_file, "each")
+
+
+def kv_of(res, phase, block_hash):
+    with open(os.path.join(res["dump"], "%s.%s.bin" % (phase, block_hash)), "rb") as f:
+        return f.read()
+
+
+def by_request(res, phase, what):
+    """{prompt index: [block hashes]} of the loads/saves of a phase, in order."""
+    ids = res["phases"][phase]["req_ids"]
+    out = {i: [] for i in range(len(ids))}
+    for req, _block, h in res["phases"][phase][what]:
+        out[ids.index(req)].append(h)
+    return out
+
+
+def test_a_saves_every_full_prompt_block_once(engine_a):
+    cold = engine_a["phases"]["cold"]
+    assert engine_a["block_size"] == BS
+    saved = [h for _r, _b, h in cold["saved"]]
+    assert len(saved) == len(set(saved)), "a block was stored twice"
+    w = cold["worker"]
+    assert w.get("save_error_blocks", 0) == 0
+    # Every full prompt block of every prompt is in the store (saved here or already there).
+    full = sum(len(PROMPTS[n]) // BS for n in NAMES)
+    shared_dups = 2 + 2  # shared-b and diverge reuse shared-a's first two blocks
+    assert w["save_blocks"] + w.get("save_existing_blocks", 0) >= full - shared_dups
+    assert w["save_blocks"] == len(set(saved))
+
+
+def test_b_loads_every_loadable_block_from_mcstore(engine_a, engine_b):
+    each = engine_b["phases"]["each"]
+    loads = by_request(engine_b, "each", "loaded")
+    for i, n in enumerate(NAMES):
+        assert len(loads[i]) == loadable_blocks(len(PROMPTS[n])), (n, loads[i])
+    assert each["worker"].get("load_error_blocks", 0) == 0
+    assert each["worker"]["load_blocks"] == sum(loadable_blocks(len(PROMPTS[n])) for n in NAMES)
+
+
+def test_b_loaded_kv_is_byte_equal_to_a(engine_a, engine_b):
+    compared = 0
+    for _req, _block, h in engine_b["phases"]["each"]["loaded"]:
+        assert kv_of(engine_b, "each", h) == kv_of(engine_a, "cold", h), h
+        compared += 1
+    assert compared > 0
+
+
+def test_b_outputs_equal_a_with_local_prefix_cache(engine_a, engine_b):
+    warm = engine_a["phases"]["warm"]["outputs"]
+    assert engine_b["phases"]["each"]["outputs"] == warm
+    # Cold vs warm may differ only where the top-2 logprobs nearly tie.
+    cold = engine_a["phases"]["cold"]
+    for i, (c, w) in enumerate(zip(cold["outputs"], warm)):
+        if c != w:
+            assert cold["margins"][i] is not None and cold["margins"][i] < 1e-3, NAMES[i]
+
+
+def test_shared_prefix_shares_blocks(engine_b):
+    loads = by_request(engine_b, "each", "loaded")
+    a, b, d = NAMES.index("shared-a"), NAMES.index("shared-b"), NAMES.index("diverge")
+    assert loads[a][:2] == loads[b][:2] == loads[d][:2]
+    # "diverge" shares tokens 64..73 with shared-a's third block, but not the block.
+    assert len(loads[d]) == 2 and loads[a][2] not in loads[d]
+
+
+def test_other_model_never_hits(env, workdir, models, cluster, prompts_file, engine_a):
+    res = run_engine(env, workdir, "model2", models["b"], address(cluster), prompts_file, "each")
+    each = res["phases"]["each"]
+    assert each["worker"].get("load_blocks", 0) == 0
+    assert each["sched"].get("lookup_hit_blocks", 0) == 0
+    assert each["loaded"] == []
+
+
+def test_client_killed_during_loads_still_right_tokens(env, workdir, models, prompts_file,
+                                                       engine_a):
+    from client_cluster import Cluster
+    # A store of its own: the daemon dies, the module's cluster lives on.
+    c = Cluster(clients=1, segment_size=256 << 20)
+    c.start()
+    try:
+        addr = address(c)
+        run_engine(env, workdir, "kill-A", models["a"], addr, prompts_file, "cold")
+        pid = c.clients[0].proc.pid
+        res = run_engine(env, workdir, "kill-B", models["a"], addr, prompts_file, "each",
+                         "--kill-pid", str(pid), "--kill-at-load", "2")
+    finally:
+        c.stop()
+    each = res["phases"]["each"]
+    assert each["outputs"] == engine_a["phases"]["warm"]["outputs"]
+    assert each["worker"].get("load_error_blocks", 0) > 0    # the second load failed
+    assert each["worker"].get("load_blocks", 0) > 0          # the first one worked
+
+
+def test_one_wrong_block_is_caught(env, workdir, models, cluster, prompts_file, engine_a,
+                                   engine_b):
+    """The test's own power: corrupt one loaded block (after the get, past the connector's
+    checks) and the byte comparison against A must notice."""
+    res = run_engine(env, workdir, "fault", models["a"], address(cluster), prompts_file, "each",
+                     "--corrupt-nth-load", "3")
+    mismatched = [h for _r, _b, h in res["phases"]["each"]["loaded"]
+                  if kv_of(res, "each", h) != kv_of(engine_a, "cold", h)]
+    assert len(mismatched) == 1

@@ -1,0 +1,57 @@
+"""Writes a tiny Llama checkpoint with real random weights into a local directory (no hub).
+
+float32, 2 KV heads of head_dim 64 (the CPU attention backend supports 64), seeded: the same
+seed gives byte-identical weights, another seed another model of the same architecture.
+
+    python tiny_model.py OUT_DIR [--seed N] [--layers N] [--hidden N]
+"""
+
+import argparse
+import json
+import os
+
+
+def write_tiny_llama(out_dir, seed=0, layers=2, hidden=256, heads=4, kv_heads=2, vocab=2048,
+                     max_positions=4096):
+    """Writes config.json + model.safetensors into out_dir (skipped when already there with the
+    same parameters). Returns out_dir."""
+    params = dict(seed=seed, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
+                  vocab=vocab, max_positions=max_positions)
+    stamp = os.path.join(out_dir, "mcstore-tiny.json")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if json.load(f) == params:
+                return out_dir
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    head_dim = hidden // heads
+    assert head_dim == 64, "the CPU attention backend wants head_dim 64 here"
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=kv_heads, head_dim=head_dim,
+                      max_position_embeddings=max_positions, rms_norm_eps=1e-5,
+                      tie_word_embeddings=False, torch_dtype="float32",
+                      bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).to(torch.float32)
+    # Larger-than-default init so attention is not uniform and outputs depend on the KV.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.08)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    with open(stamp, "w") as f:
+        json.dump(params, f)
+    return out_dir
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out_dir")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=256)
+    a = ap.parse_args()
+    print(write_tiny_llama(a.out_dir, seed=a.seed, layers=a.layers, hidden=a.hidden))
