@@ -3,6 +3,8 @@
 #   1. release build (g++): all unit, integration and fault tests;
 #   2. sanitizer build (ASan+UBSan): the same tests;
 #   3. clang-14 build with -Wthread-safety -Werror: the same tests.
+# The tests labelled `vllm` (real vLLM engines on the CPU, minutes) run once, after the release
+# build's other tests, not in every flavour.
 # ./deploy/test.sh --quick runs only the first. Exit status is non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +20,17 @@ run_flavour() {
   echo "=== [$flavour] build"
   ./deploy/build.sh "$flavour"
   echo "=== [$flavour] tests"
-  (cd "$dir" && ctest --output-on-failure -j "$test_jobs" --timeout 900)
+  (cd "$dir" && ctest --output-on-failure -j "$test_jobs" --timeout 900 -LE vllm)
 }
 
+# The venv is built by install-deps above: a test that cannot find it fails instead of skipping.
+export MC_REQUIRE_VENV=1
 start=$(date +%s)
 run_flavour release build
+vstart=$(date +%s)
+echo "=== [release] vLLM tests (label vllm)"
+(cd build && ctest --output-on-failure -L vllm --timeout 1800)
+echo "=== [release] vLLM tests passed in $(( $(date +%s) - vstart )) s"
 if [[ $quick -eq 0 ]]; then
   # Leak checks stay on for our own code; gRPC keeps process-lifetime singletons.
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:${ASAN_OPTIONS:-}" \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs pytest with the given arguments in the Python virtual environment of the Python client
-# and vLLM tests: $MC_VENV, else the default location deploy/install-deps.sh uses.
+# and vLLM tests: the one deploy/install-deps.sh builds (deploy/python-venv.sh path: $MC_VENV, else
+# ~/.cache/mcstore/venv-<hash of deploy/requirements-lock.txt>).
 # No venv: exit 77 (ctest SKIP) with a message, unless MC_REQUIRE_VENV is set (then fail).
 set -euo pipefail
-venv="${MC_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/mcstore/venv}"
+venv="$("$(dirname "$0")/../../deploy/python-venv.sh" path)"
 py="$venv/bin/python"
 if [[ ! -x "$py" ]]; then
   msg="no Python venv at $venv (run ./deploy/install-deps.sh, or set MC_VENV)"

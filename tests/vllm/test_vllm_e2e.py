@@ -26,11 +26,6 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "integration", "client"))
-
-from integration import harness  # noqa: E402
-
 BS = 32
 ENGINE_TIMEOUT_S = 600
 
@@ -75,7 +70,7 @@ def env():
         e[k] = v
     build = os.environ.get("MC_BUILD_DIR", os.path.join(ROOT, "build"))
     e["MC_BUILD_DIR"] = build
-    e["PYTHONPATH"] = os.pathsep.join([os.path.join(build, "python_gen"),
+    e["PYTHONPATH"] = os.pathsep.join([os.environ["MCSTORE_STUBS_DIR"],
                                        os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")])
     e["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     e["OMP_NUM_THREADS"] = e.get("OMP_NUM_THREADS", "2")

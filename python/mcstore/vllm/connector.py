@@ -533,7 +533,8 @@ class _KVMemory:
             raise ValueError("KV tensors for layers outside the KV cache group: %s" % extra)
         self.tensors = [kv_caches[n] for n in self.layer_names]
         self.num_blocks = num_blocks
-        self.storages: list[tuple[int, int, str]] = []   # (data_ptr, nbytes, shm name)
+        # (data_ptr, shm object size, shm name, offset of data_ptr inside the object)
+        self.storages: list[tuple[int, int, str, int]] = []
         seen: dict[int, int] = {}
         for t in self.tensors:
             if t.device.type != "cpu":
@@ -542,9 +543,9 @@ class _KVMemory:
             st = t.untyped_storage()
             if st.data_ptr() in seen:
                 continue
-            name, nbytes = self._to_shared(t)
+            name, size, offset = self._to_shared(t)
             seen[t.untyped_storage().data_ptr()] = len(self.storages)
-            self.storages.append((t.untyped_storage().data_ptr(), nbytes, name))
+            self.storages.append((t.untyped_storage().data_ptr(), size, name, offset))
         # Per layer: (storage index, element size, shape, strides, storage offset), dim 0 = block.
         self.layers = []
         for t in self.tensors:
@@ -566,17 +567,32 @@ class _KVMemory:
         self.runs_per_block = len(runs)
 
     @staticmethod
-    def _to_shared(t: torch.Tensor) -> tuple[str, int]:
+    def _to_shared(t: torch.Tensor) -> tuple[str, int, int]:
         """Moves the tensor's storage into a named shared-memory object, in place: torch swaps
         the storage's data pointer, so every tensor and view on that storage (vLLM's per-layer
-        views, kernel-block views, the runner's list) follows. Returns (shm name, bytes)."""
+        views, kernel-block views, the runner's list) follows. Returns (shm name, size of the
+        shm object, offset of the storage's first byte inside it) -- torch keeps a small
+        refcount header in front of the data, so the offset is read from /proc/self/maps."""
         st = t.untyped_storage()
-        before = st.data_ptr()
-        _, handle, size = st._share_filename_cpu_()
+        _, handle, _size = st._share_filename_cpu_()
         name = handle.decode() if isinstance(handle, bytes) else str(handle)
-        if st.data_ptr() == before:
-            log.info("KV storage was already shared (%s)", name)
-        return name, int(size)
+        path = "/dev/shm" + name
+        ptr = st.data_ptr()
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and parts[5] == path:
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    if lo <= ptr < hi:
+                        offset = ptr - lo + int(parts[2], 16)
+                        break
+            else:
+                raise RuntimeError("shared KV storage %s is not mapped from %s" % (name, path))
+        size = os.stat(path).st_size
+        if offset + st.nbytes() > size:
+            raise RuntimeError("shared KV storage %s: %d bytes at offset %d exceed the object's %d"
+                               % (name, st.nbytes(), offset, size))
+        return name, size, offset
 
     def _runs_unregistered(self, block: int) -> list[tuple[int, int, int]]:
         runs = []
@@ -589,7 +605,8 @@ class _KVMemory:
         from mcstore import Slice
         if block < 0 or block >= self.num_blocks:
             raise ValueError("block id %d outside [0, %d)" % (block, self.num_blocks))
-        return [Slice(buffer_ids[i], o, n) for i, o, n in self._runs_unregistered(block)]
+        return [Slice(buffer_ids[i], self.storages[i][3] + o, n)
+                for i, o, n in self._runs_unregistered(block)]
 
     def views(self) -> dict[str, torch.Tensor]:
         return dict(zip(self.layer_names, self.tensors))
@@ -635,17 +652,50 @@ class _WorkerSide:
         group, spec = _attention_spec(kcc)
         self.mem = _KVMemory(kv_caches, list(group.layer_names), kcc.num_blocks,
                              spec.page_size_bytes)
-        self.buffer_ids = [self.client.register_buffer(name, n)
-                           for _, n, name in self.mem.storages]
+        self.buffer_ids = [self.client.register_buffer(name, size)
+                           for _, size, name, _ in self.mem.storages]
         self.headers = self.client.create_buffer(2 * self.mem.num_blocks * B.HEADER_SIZE)
         self._check_bound_views()
         log.info("mcstore: %d KV layers, %d blocks of %d bytes in %d slice(s) each, shared "
                  "memory %s", len(self.mem.layers), self.mem.num_blocks, self.mem.block_bytes,
                  self.mem.runs_per_block, [s[2] for s in self.mem.storages])
+        self._probe_layout()
+
+    def _probe_layout(self) -> None:
+        """Measures, not assumes, that the slices name the tensors' bytes: block 0 (vLLM's
+        null block, never a real request's) gets a random pattern through the tensors, is put
+        through its slices, read back inline from the daemon and compared with the tensors'
+        bytes in logical order; then the block is restored and the probe object removed."""
+        tensors = self.mem.tensors
+        saved = [t[0].clone() for t in tensors]
+        key = self.prefix + b"layout-probe-" + os.urandom(8).hex().encode()
+        try:
+            gen = torch.Generator().manual_seed(1234)
+            for t in tensors:
+                t[0].copy_(torch.randint(0, 255, t[0].shape, generator=gen,
+                                         dtype=torch.uint8).to(t.dtype))
+            expected = b"".join(t[0].contiguous().view(torch.uint8).numpy().tobytes()
+                                for t in tensors)
+            res = self.client.put([key], [self.mem.block_slices(self.buffer_ids, 0)])
+            if not res[0].ok:
+                raise RuntimeError("layout probe put failed: %s %s" % (res[0].code.name,
+                                                                      res[0].message))
+            got = self.client.get([key])[0]
+            if not got.ok or got.data != expected:
+                raise RuntimeError("layout probe: the bytes mcstore read through the slices "
+                                   "differ from the KV tensors' (%s); refusing to run"
+                                   % (got.code.name if not got.ok else "content"))
+        finally:
+            for t, v in zip(tensors, saved):
+                t[0].copy_(v)
+            try:
+                self.client.remove([key])
+            except Exception:
+                pass
 
     def _check_bound_views(self) -> None:
         """Every KV tensor the attention layers use must now live in the shared storage."""
-        ranges = [(p, p + n) for p, n, _ in self.mem.storages]
+        ranges = [(p, p + size - off) for p, size, _, off in self.mem.storages]
         ctx = getattr(self.conn._vllm_config.compilation_config, "static_forward_context", {})
         for name in self.mem.layer_names:
             layer = ctx.get(name)

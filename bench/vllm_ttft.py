@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Time to first token of a long prompt on a real vLLM (CPU) engine: mcstore hit vs recompute,
+and the connector's load/save throughput beside mc-bench's for the same object size.
+
+Starts its own loopback mc-master + mc-client (from $MC_BUILD_DIR, default build/), writes a
+tiny Llama (float32, 2 KV heads, head_dim 64) into a temp dir, then runs engines as fresh
+processes (tests/vllm/engine_run.py):
+  1. save:      one cold generate of the prompt (max_tokens=1) through MCStoreConnector
+  2. hit:       a fresh engine; warm-up, then N generates of the prompt with vLLM's local prefix
+                cache reset before each: every loadable block comes from mcstore
+  3. recompute: a fresh engine without the connector; same N generates (local cache reset)
+  4. mc-bench:  gets/puts of the same object size and batch (one request's blocks) from shm slices
+Prints figures only; no assertion on time.
+
+Run it with the venv's python (deploy/python-venv.sh path) and LD_PRELOAD from
+`deploy/python-venv.sh env`:
+    $(deploy/python-venv.sh path)/bin/python bench/vllm_ttft.py [--tokens 2048] [--reps 5]
+"""
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration", "client"))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--block-size", type=int, default=32)
+    a = ap.parse_args()
+
+    build = os.environ.setdefault("MC_BUILD_DIR", os.path.join(ROOT, "build"))
+    env = dict(os.environ)
+    pre = subprocess.run([os.path.join(ROOT, "deploy", "python-venv.sh"), "env"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    k, _, v = pre.partition("=")
+    if v:
+        env[k] = v
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(build, "python_gen"),
+                                         os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")])
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    tmp = tempfile.mkdtemp(prefix="mc-vllm-bench-")
+    model = os.path.join(tmp, "model")
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "vllm", "tiny_model.py"), model,
+                    "--layers", str(a.layers), "--hidden", str(a.hidden)], env=env, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rng = random.Random(7)
+    prompt = [rng.randrange(3, 2000) for _ in range(a.tokens)]
+    warm = [rng.randrange(3, 2000) for _ in range(40)]
+    files = {}
+    for name, prompts in (("one", [prompt]), ("reps", [warm] + [prompt] * a.reps)):
+        files[name] = os.path.join(tmp, name + ".json")
+        with open(files[name], "w") as f:
+            json.dump(prompts, f)
+
+    from client_cluster import Cluster
+    cluster = Cluster(clients=1, segment_size=1 << 30)
+    cluster.start()
+    try:
+        addr = "unix:" + cluster.clients[0].ready["unix_socket"]
+        common = ["--model", model, "--block-size", str(a.block_size), "--max-tokens", "1",
+                  "--max-model-len", str(a.tokens + 64), "--max-num-batched-tokens",
+                  str(a.tokens + 64), "--num-blocks", str(a.tokens // a.block_size * 3 + 16)]
+
+        def engine(name, prompts, phases, *extra):
+            out = os.path.join(tmp, name + ".out.json")
+            with open(os.path.join(tmp, name + ".log"), "w") as log:
+                subprocess.run([sys.executable, os.path.join(ROOT, "tests", "vllm",
+                                                             "engine_run.py"),
+                                "--address", addr, "--prompts", prompts, "--out", out,
+                                "--phases", phases] + common + list(extra),
+                               env=env, check=True, stdout=log, stderr=subprocess.STDOUT)
+            with open(out) as f:
+                return json.load(f)
+
+        save = engine("save", files["one"], "cold")
+        hit = engine("hit", files["reps"], "each")
+        rec = engine("recompute", files["reps"], "each", "--no-connector")
+        hit_t = hit["phases"]["each"]["times_s"][1:]
+        rec_t = rec["phases"]["each"]["times_s"][1:]
+        hw, sw = hit["phases"]["each"]["worker"], save["phases"]["cold"]["worker"]
+        loads_per_req = hw["load_blocks"] / a.reps if a.reps else 0
+        block_bytes = (hw["load_bytes"] / hw["load_blocks"]) if hw.get("load_blocks") else 0
+        print("prompt %d tokens, block %d tokens, %d layers, hidden %d: %d blocks loaded per "
+              "hit of %d bytes (+128 B header)" % (a.tokens, a.block_size, a.layers, a.hidden,
+                                                  loads_per_req, block_bytes))
+        print("TTFT recompute: median %.1f ms (%s)" % (1e3 * statistics.median(rec_t),
+                                                       ", ".join("%.1f" % (1e3 * t) for t in rec_t)))
+        print("TTFT mcstore hit: median %.1f ms (%s)" % (1e3 * statistics.median(hit_t),
+                                                         ", ".join("%.1f" % (1e3 * t) for t in hit_t)))
+        print("hit / recompute = %.2f" % (statistics.median(hit_t) / statistics.median(rec_t)))
+        if hw.get("load_s"):
+            print("connector load: %.2f GB/s (%d bytes in %.1f ms over %d requests)"
+                  % (hw["load_bytes"] / hw["load_s"] / 1e9, hw["load_bytes"],
+                     1e3 * hw["load_s"], a.reps))
+        if sw.get("save_s"):
+            print("connector save: %.2f GB/s (%d bytes in %.1f ms)"
+                  % (sw["save_bytes"] / sw["save_s"] / 1e9, sw["save_bytes"], 1e3 * sw["save_s"]))
+        if block_bytes:
+            bench = os.path.join(build, "tools", "mc-bench")
+            cmd = [bench, "--client", addr, "--value_size", str(int(block_bytes) + 128),
+                   "--batch", str(int(loads_per_req)), "--keys", str(int(loads_per_req)),
+                   "--iterations", "20", "--runs", "3", "--dest", "shm"]
+            print("$ " + " ".join(cmd[1:]))
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            print(p.stdout.strip() or p.stderr.strip()[-2000:])
+    finally:
+        cluster.stop()
+        subprocess.run(["rm", "-rf", tmp])
+
+
+if __name__ == "__main__":
+    main()
