@@ -369,3 +369,27 @@ def test_buffer_pool_blocks():
     pool.close()
     with pytest.raises(ValueError, match="closed"):
         pool.acquire(timeout=1)
+
+
+def test_wheel_build_generates_stubs(tmp_path):
+    """pip builds a wheel whose mcstore/v1 stubs come from proto/ (the setup.py hook), from a copy
+    of python/ and proto/ so the source tree stays clean."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+    pytest.importorskip("grpc_tools")
+    pytest.importorskip("setuptools")
+    src = os.environ.get("MC_SOURCE_DIR") or os.path.join(os.path.dirname(__file__), "..", "..")
+    shutil.copytree(os.path.join(src, "python"), tmp_path / "python",
+                    ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info", "v1"))
+    shutil.copytree(os.path.join(src, "proto"), tmp_path / "proto")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
+                        "--no-deps", "--no-index", "-w", str(tmp_path / "dist"),
+                        str(tmp_path / "python")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [wheel] = list((tmp_path / "dist").glob("mcstore-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    for f in ("mcstore/v1/store_pb2.py", "mcstore/v1/store_pb2_grpc.py", "mcstore/v1/__init__.py",
+              "mcstore/_client.py", "mcstore/py.typed"):
+        assert f in names
