@@ -20,7 +20,6 @@ import os
 import secrets
 import threading
 import weakref
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Tuple, Union
 
 try:
@@ -62,27 +61,55 @@ def check_shm_name(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
 class Slice:
-    """`length` bytes at `offset` of the registered buffer `buffer_id`.
+    """`length` bytes at `offset` of the registered buffer `buffer_id`. Immutable; equal when
+    (buffer_id, offset, length) are.
 
     Make them with SharedBuffer.slice() / slice_of() (then `buffer` is set and the client checks
     the buffer is open and the bounds), or directly for a buffer registered with
     Client.register_buffer() (the client checks the bounds against the registered size)."""
 
+    __slots__ = ("buffer_id", "offset", "length", "buffer")
     buffer_id: int
     offset: int
     length: int
-    buffer: Optional["SharedBuffer"] = field(default=None, compare=False, repr=False)
+    buffer: Optional["SharedBuffer"]
 
-    def __post_init__(self) -> None:
-        for name in ("buffer_id", "offset", "length"):
-            v = _check_int(getattr(self, name), "Slice.%s" % name)
-            if v < 0:
-                raise ValueError("Slice.%s must be >= 0, got %d" % (name, v))
-            object.__setattr__(self, name, v)
-        if self.buffer is not None:
-            self.buffer._check_range(self.offset, self.length)
+    def __init__(self, buffer_id: int, offset: int, length: int,
+                 buffer: Optional["SharedBuffer"] = None) -> None:
+        if not (type(buffer_id) is int and type(offset) is int and type(length) is int):
+            buffer_id = _check_int(buffer_id, "Slice.buffer_id")
+            offset = _check_int(offset, "Slice.offset")
+            length = _check_int(length, "Slice.length")
+        if buffer_id < 0 or offset < 0 or length < 0:
+            raise ValueError("Slice fields must be >= 0, got buffer_id=%d offset=%d length=%d"
+                             % (buffer_id, offset, length))
+        if buffer is not None:
+            buffer._check_range(offset, length)
+        setter = object.__setattr__
+        setter(self, "buffer_id", buffer_id)
+        setter(self, "offset", offset)
+        setter(self, "length", length)
+        setter(self, "buffer", buffer)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Slice is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Slice):
+            return NotImplemented
+        return (self.buffer_id, self.offset, self.length) == (
+            other.buffer_id, other.offset, other.length)
+
+    def __hash__(self) -> int:
+        return hash((self.buffer_id, self.offset, self.length))
+
+    def __repr__(self) -> str:
+        return "Slice(buffer_id=%d, offset=%d, length=%d)" % (self.buffer_id, self.offset,
+                                                              self.length)
+
+    def __reduce__(self) -> Any:
+        return (Slice, (self.buffer_id, self.offset, self.length))
 
     @property
     def end(self) -> int:
@@ -196,9 +223,11 @@ class SharedBuffer:
         return m
 
     def _check_range(self, offset: int, length: int) -> None:
-        self._check_open()
-        offset = _check_int(offset, "offset")
-        length = _check_int(length, "length")
+        if self.closed or self._mapping.mmap is None:
+            self._check_open()
+        if not (type(offset) is int and type(length) is int):
+            offset = _check_int(offset, "offset")
+            length = _check_int(length, "length")
         if offset < 0 or length < 0:
             raise ValueError("negative offset/length (%d, %d)" % (offset, length))
         if offset > self.size or length > self.size - offset:

@@ -135,8 +135,14 @@ def _is_slices(value: Any) -> bool:
     return False
 
 
-def _pb_slices(spb: Any, slices: List[Slice]) -> List[Any]:
-    return [spb.Slice(buffer_id=s.buffer_id, offset=s.offset, length=s.length) for s in slices]
+def _add_slices(repeated: Any, slices: List[Slice]) -> int:
+    """Appends `slices` to a repeated Slice field; returns their total length."""
+    total = 0
+    add = repeated.add
+    for s in slices:
+        add(buffer_id=s.buffer_id, offset=s.offset, length=s.length)
+        total += s.length
+    return total
 
 
 def check_replicas(replicas: Optional[int]) -> int:
@@ -159,18 +165,22 @@ def build_put(keys: Sequence[KeyLike], values: Sequence[ValueLike], replicas: Op
     values = list(values)
     if len(values) != len(bkeys):
         raise ValueError("put: %d keys but %d values" % (len(bkeys), len(values)))
-    items = []
+    req = spb.BatchPutRequest(replicas=check_replicas(replicas))
+    items = req.items
     for i, (k, v) in enumerate(zip(bkeys, values)):
+        if isinstance(v, bytes):  # the common inline case first
+            items.add(key=k, data=v)
+            continue
         what = "put item %d" % i
         try:
             slices = _is_slices(v)
         except (TypeError, ValueError) as e:
             raise type(e)("%s: %s" % (what, e)) from None
         if slices:
-            items.append(spb.PutItem(key=k, slices=_pb_slices(spb, checker.slices(v, what))))
+            _add_slices(items.add(key=k).slices, checker.slices(v, what))
         else:
-            items.append(spb.PutItem(key=k, data=inline_bytes(v, what)))
-    return spb.BatchPutRequest(items=items, replicas=check_replicas(replicas)), bkeys
+            items.add(key=k, data=inline_bytes(v, what))
+    return req, bkeys
 
 
 def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease: Any,
@@ -179,25 +189,24 @@ def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease
     spb = store_pb2()
     bkeys = encode_keys(keys)
     lengths: List[Optional[int]] = [None] * len(bkeys)
-    items = []
+    req = spb.BatchGetRequest(lease_id=lease_id_of(lease))
+    items = req.items
     if into is not None:
         into = list(into)
         if len(into) != len(bkeys):
             raise ValueError("get: %d keys but %d destinations in `into`"
                              % (len(bkeys), len(into)))
     for i, k in enumerate(bkeys):
+        item = items.add(key=k)
         dest = None if into is None else into[i]
         if dest is None:
-            items.append(spb.GetItem(key=k))
             continue
         what = "get item %d" % i
         if not isinstance(dest, (Slice, list, tuple)):
             raise TypeError("%s: `into` entries must be a Slice, a list of Slices or None, got %s"
                             % (what, type(dest).__name__))
-        slices = checker.slices(dest, what)
-        lengths[i] = sum(s.length for s in slices)
-        items.append(spb.GetItem(key=k, slices=_pb_slices(spb, slices)))
-    return spb.BatchGetRequest(items=items, lease_id=lease_id_of(lease)), bkeys, lengths
+        lengths[i] = _add_slices(item.slices, checker.slices(dest, what))
+    return req, bkeys, lengths
 
 
 def lease_id_of(lease: Any) -> int:

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""The Python client's throughput beside mc-bench's for the same bytes (prints, never asserts).
+
+Starts an mc-master and two mc-clients (tests/integration/client/client_cluster.py), then per
+case: `keys` values of `size` bytes put through client 0, and gets in batches of `batch` into
+slices of a registered buffer (zero-copy) or inline, through client 0 (local path) and client 1
+(cross-daemon TCP path). Each figure is the median of RUNS runs. mc-bench (build/tools/mc-bench)
+runs the same case on the same daemons when built. Also the Python-side cost of a get of many
+small keys into slices (what a connector loading 1000 KV blocks pays per call).
+
+    MC_BUILD_DIR=build PYTHONPATH=<stubs>:python:tests $MC_VENV/bin/python bench/py_client_bench.py
+"""
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")]
+os.environ.setdefault("MC_BUILD_DIR", os.path.join(ROOT, "build"))
+
+RUNS = int(os.environ.get("RUNS", "5"))
+MiB = 1 << 20
+
+
+def stubs():
+    import tempfile
+    from mcstore import _protogen
+    out = tempfile.mkdtemp(prefix="mcstore-bench-gen-")
+    _protogen.generate(os.path.join(ROOT, "proto"), out)
+    sys.path.insert(0, out)
+    import mcstore
+    mcstore.__path__.insert(1, os.path.join(out, "mcstore"))
+
+
+def py_case(put_c, get_c, size, keys, batch, iters, dest):
+    import numpy as np
+    from mcstore import raise_for_results
+    src = put_c.create_buffer(size * batch)
+    dst = get_c.create_buffer(size * batch)
+    src.numpy(np.uint8, size * batch)[:] = np.random.default_rng(7).integers(
+        0, 255, size * batch, dtype=np.uint8)
+    rates = []
+    for run in range(RUNS):
+        names = [b"pyb-%d-%d-%d" % (os.getpid(), run, i) for i in range(keys)]
+        for i in range(0, keys, batch):
+            raise_for_results(put_c.put(names[i:i + batch],
+                                        [src.slice(j * size, size) for j in range(batch)]))
+        into = [dst.slice(j * size, size) for j in range(batch)]
+        t0 = time.perf_counter()
+        moved = 0
+        for it in range(iters):
+            i = (it * batch) % keys
+            res = get_c.get(names[i:i + batch], into=into if dest == "shm" else None)
+            raise_for_results(res)
+            moved += sum(r.size for r in res)
+        rates.append(moved / (time.perf_counter() - t0) / 1e9)
+        raise_for_results(put_c.remove(names))
+    src.close()
+    dst.close()
+    return statistics.median(rates)
+
+
+def mc_bench(put_addr, get_addr, size, keys, batch, iters, dest):
+    path = os.path.join(os.environ["MC_BUILD_DIR"], "tools", "mc-bench")
+    if not os.access(path, os.X_OK):
+        return None
+    r = subprocess.run([path, "--client", get_addr, "--put_client", put_addr,
+                        "--value_size", str(size), "--keys", str(keys), "--batch", str(batch),
+                        "--iterations", str(iters), "--runs", str(RUNS), "--dest", dest,
+                        "--mode", "get"], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        return "mc-bench failed: " + r.stderr.strip()[-200:]
+    m = re.search(r"mc-bench summary op=get .*? GB/s=([0-9.]+)", r.stdout)
+    return float(m.group(1)) if m else "unparsed: " + r.stdout.strip()[-200:]
+
+
+def many_small(c, n=1024, size=4096):
+    import numpy as np
+    from mcstore import raise_for_results
+    buf = c.create_buffer(n * size)
+    buf.numpy(np.uint8, n * size)[:] = 1
+    names = [b"pys-%d-%d" % (os.getpid(), i) for i in range(n)]
+    raise_for_results(c.put(names, [buf.slice(i * size, size) for i in range(n)]))
+    from mcstore import _core
+    build, total = [], []
+    for _ in range(RUNS):
+        t0 = time.perf_counter()
+        _core.build_get(names, [buf.slice(i * size, size) for i in range(n)], None, c._checker)
+        build.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        raise_for_results(c.get(names, into=[buf.slice(i * size, size) for i in range(n)]))
+        total.append(time.perf_counter() - t0)
+    c.remove(names)
+    buf.close()
+    return statistics.median(build), statistics.median(total)
+
+
+def main():
+    stubs()
+    from integration.client.client_cluster import Cluster
+    from mcstore import Client
+    cl = Cluster(clients=2, segment_size=512 * MiB).start()
+    try:
+        a0 = "unix:" + cl.clients[0].ready["unix_socket"]
+        a1 = "unix:" + cl.clients[1].ready["unix_socket"]
+        with Client(a0, timeout_s=60) as c0, Client(a1, timeout_s=60) as c1:
+            print("case                          python GB/s   mc-bench GB/s   (median of %d)"
+                  % RUNS)
+            for size, keys, batch, iters in ((1 * MiB, 64, 16, 40), (4 * MiB, 64, 16, 12)):
+                for path, gc, ga in (("local", c0, a0), ("cross", c1, a1)):
+                    for dest in ("shm", "inline"):
+                        py = py_case(c0, gc, size, keys, batch, iters, dest)
+                        mb = mc_bench(a0, ga, size, keys, batch, iters, dest)
+                        print("%-5s %-6s %2d MiB x %-2d      %8.2f       %s"
+                              % (path, dest, size // MiB, batch, py,
+                                 "%.2f" % mb if isinstance(mb, float) else mb))
+            b, t = many_small(c0)
+            print("get of 1024 x 4 KiB into slices, local: %.1f ms per call, of which %.1f ms "
+                  "building the request in Python" % (t * 1e3, b * 1e3))
+    finally:
+        cl.stop()
+
+
+if __name__ == "__main__":
+    main()
