@@ -358,11 +358,8 @@ def _address_of(view: Any) -> Tuple[int, int]:
             raise ValueError("tensor is not contiguous (strides %s); use a contiguous view"
                              % (tuple(view.stride()),))
         return view.data_ptr(), view.numel() * view.element_size()
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover
-        np = None
-    if np is not None and isinstance(view, np.ndarray):
+    import numpy as np  # a dependency; imported late to keep `import mcstore` light
+    if isinstance(view, np.ndarray):
         if not view.flags["C_CONTIGUOUS"]:
             raise ValueError("numpy array is not C-contiguous (strides %s)" % (view.strides,))
         return view.__array_interface__["data"][0], view.nbytes

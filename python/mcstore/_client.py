@@ -24,7 +24,7 @@ class Lease:
     manager: the lease is released on exit. `keys` are the matched keys."""
 
     def __init__(self, matched: int, lease_id: int, expiry_ms: int, keys: List[bytes],
-                 release: Optional[Callable[[int], None]]) -> None:
+                 release: Optional[Callable[[int], Any]]) -> None:
         self.matched = matched
         self.lease_id = lease_id
         self.expiry_ms = expiry_ms

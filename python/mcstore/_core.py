@@ -106,11 +106,8 @@ def inline_bytes(value: Any, what: str) -> bytes:
                              % (what, tuple(value.stride())))
         import ctypes
         return ctypes.string_at(value.data_ptr(), value.numel() * value.element_size())
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover
-        np = None
-    if np is not None and isinstance(value, np.ndarray):
+    import numpy as np  # a dependency; imported late to keep `import mcstore` light
+    if isinstance(value, np.ndarray):
         if value.dtype.hasobject:
             raise TypeError("%s: numpy array of dtype %s holds Python objects, not bytes"
                             % (what, value.dtype))

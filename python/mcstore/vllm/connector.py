@@ -26,7 +26,6 @@ How it works (docs/vllm.md has the full story):
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -44,6 +43,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorWorkerMetadata,
 )
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+from vllm.logger import init_logger
 
 from mcstore.vllm import blocks as B
 
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-log = logging.getLogger("mcstore.vllm")
+log = init_logger("mcstore.vllm")
 
 _DEFAULTS = {
     "address": "",            # "unix:/path.sock" or "host:port" of the local mc-client
