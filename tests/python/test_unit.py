@@ -393,3 +393,25 @@ def test_wheel_build_generates_stubs(tmp_path):
     for f in ("mcstore/v1/store_pb2.py", "mcstore/v1/store_pb2_grpc.py", "mcstore/v1/__init__.py",
               "mcstore/_client.py", "mcstore/py.typed"):
         assert f in names
+
+
+def test_async_client_bad_input_and_daemon_down():
+    import asyncio
+
+    async def main():
+        async with mcstore.AsyncClient("127.0.0.1:1", timeout_s=5) as a:
+            with pytest.raises(ValueError, match="2 keys but 1 values"):
+                await a.put([b"a", b"b"], [b"x"])
+            with pytest.raises(ValueError, match="not registered"):
+                await a.get([b"a"], into=[Slice(3, 0, 1)])
+            with pytest.raises(UnavailableError, match="127.0.0.1:1") as info:
+                await a.get([b"a"])
+            assert info.value.code is Code.UNAVAILABLE
+            with pytest.raises(UnavailableError):
+                await a.match_prefix([b"a"], lease_ttl_ms=100)
+            with pytest.raises(UnavailableError):
+                await a.create_buffer(4096)
+        with pytest.raises(ValueError, match="closed"):
+            await a.exist([b"a"])
+
+    asyncio.run(main())
