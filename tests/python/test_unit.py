@@ -415,3 +415,18 @@ def test_async_client_bad_input_and_daemon_down():
             await a.exist([b"a"])
 
     asyncio.run(main())
+
+
+def test_slice_requests_carry_no_payload():
+    owner = FakeOwner()
+    with owner.buffer(4 << 20) as b:
+        checker = _core.SliceChecker(owner)
+        put, _ = _core.build_put([b"k1", b"k2"], [b.slice(0, 2 << 20), [b.slice(2 << 20, 1 << 20),
+                                                                      b.slice(3 << 20)]],
+                                 None, checker)
+        assert put.ByteSize() < 100 and all(not it.data for it in put.items)
+        assert [len(it.slices) for it in put.items] == [1, 2]
+        get, _, lengths = _core.build_get([b"k1", b"k2", b"k3"],
+                                          [b.slice(0, 2 << 20), [b.slice(2 << 20)], None],
+                                          7, checker)
+        assert get.ByteSize() < 100 and get.lease_id == 7 and lengths == [2 << 20, 2 << 20, None]
