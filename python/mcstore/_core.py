@@ -308,4 +308,9 @@ def channel_target(address: str) -> str:
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", -1),
     ("grpc.max_receive_message_length", -1),
+    # A restarted local daemon is reachable again within a second, not after gRPC's default
+    # reconnect backoff (up to 120 s of calls failing fast with UNAVAILABLE).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]

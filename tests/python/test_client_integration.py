@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import numpy as np
@@ -304,7 +305,47 @@ def test_daemon_killed_mid_session():
                      lambda: c.get_async([k]).result(timeout=30)):
             with pytest.raises(UnavailableError, match=cl.clients[0].ready["unix_socket"]):
                 call()
+        # The daemon comes back on the same socket: the client reconnects within seconds (not
+        # gRPC's default backoff); the buffer is registered again under a new id.
+        time.sleep(2)  # let the channel back off a few times
+        cl.clients[0].start()
+        harness_wait(lambda: _answers(c), 10, "the client to reconnect")
+        stale = Slice(buf.id + 1000, 0, 10, buf)  # a slice naming an id the buffer no longer has
+        buf.reregister()
+        with pytest.raises(ValueError, match="re-registered"):
+            c.put([uniq()], [stale])
+        buf.numpy(np.uint8, 100)[:] = 9
+        k2 = uniq()
+        raise_for_results(c.put([k2], [buf.slice(0, 100)]))
+        assert c.get([k2])[0].data == b"\x09" * 100
+        buf.close()
+        c.close()
+    finally:
+        cl.stop()
+
+
+def _answers(c):
+    try:
+        c.exist([b"x"])
+        return True
+    except UnavailableError:
+        return False
+
+
+def harness_wait(pred, timeout_s, what):
+    from integration import harness
+    return harness.wait_until(pred, timeout_s, interval_s=0.05, what=what)
+
+
+def test_dead_daemon_buffer_close_is_quiet():
+    from integration.client.client_cluster import Cluster
+    cl = Cluster(clients=1, segment_size=8 << 20).start()
+    try:
+        c = Client("unix:" + cl.clients[0].ready["unix_socket"], timeout_s=5)
+        buf = c.create_buffer(4096)
+        cl.clients[0].kill()
         buf.close()  # unregistering from a dead daemon is not an error
+        assert buf.closed
         c.close()
     finally:
         cl.stop()
