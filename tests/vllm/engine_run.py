@@ -6,6 +6,9 @@ bench/vllm_ttft.py. Phases run in order in the same engine:
   warm     generate them again: vLLM's own local prefix cache hits (the reference for B)
   each     one generate call per prompt, vLLM's local prefix cache reset before each one, so
            every loadable block must come from mcstore
+  each-corrupt  the same, with --corrupt-nth-load armed (fault injection) during this phase only
+  partial  one generate call per prompt, the local prefix cache reset once at the start: a prompt
+           sharing a prefix with an earlier one has part of it locally and loads the rest
 Per phase: greedy output token ids, the connector's counters (worker and scheduler side), the
 blocks it loaded / saved (request, block hash), and optionally the KV bytes of those blocks as
 they sit in vLLM's paged KV tensors right after the phase (--dump DIR).
@@ -99,10 +102,14 @@ def main():
     ap.add_argument("--corrupt-nth-load", type=int, default=0,
                     help="fault injection: flip bytes of the Nth block loaded (1-based) after "
                          "its get, before the connector's checks")
+    ap.add_argument("--corrupt-phase", default="each-corrupt",
+                    help="the phase during which --corrupt-nth-load is armed")
     ap.add_argument("--kill-pid", type=int, default=0)
     ap.add_argument("--kill-at-load", type=int, default=0,
                     help="SIGKILL --kill-pid just before the Nth load job's get")
-    ap.add_argument("--timing", action="store_true", help="print per-prompt TTFT")
+    ap.add_argument("--remove-at-load", type=int, default=0,
+                    help="try to remove the Nth load job's keys (another client) between its "
+                         "lookup and its get; the codes go to the output's fault_log")
     args = ap.parse_args()
 
     from vllm import SamplingParams
@@ -135,15 +142,21 @@ def main():
                                use_tqdm=False)
             outs = res
             times = []
-        elif phase == "each":
+        elif phase in ("each", "each-corrupt", "partial"):
+            ARMED["corrupt"] = phase == args.corrupt_phase
             times = []
+            llm.reset_prefix_cache()
             for p in prompts:
-                llm.reset_prefix_cache()
+                if phase != "partial":
+                    llm.reset_prefix_cache()
                 t1 = time.perf_counter()
                 outs += llm.generate([TokensPrompt(prompt_token_ids=p)], sp, use_tqdm=False)
                 times.append(time.perf_counter() - t1)
+                if conn is not None:
+                    drain(conn)
         else:
             raise SystemExit("unknown phase %s" % phase)
+        ARMED["corrupt"] = False
         wall = time.perf_counter() - t0
         if conn is not None:
             drain(conn)
@@ -157,6 +170,18 @@ def main():
             ph["sched"] = {k: v - sbefore.get(k, 0) for k, v in (sconn.totals if sconn else {}).items()}
             ph["loaded"] = [[r, b, h.hex()] for r, b, h in conn._worker.loaded_log[w0:]]
             ph["saved"] = [[r, b, h.hex()] for r, b, h in conn._worker.saved_log[s0:]]
+            # Per prompt, in order (the engine core's request ids extend the output's).
+            ids = [o.request_id for o in outs]
+            for what in ("loaded", "saved"):
+                per = [[] for _ in ids]
+                for r, _b, h in ph[what]:
+                    for i, rid in enumerate(ids):
+                        if r == rid or r.startswith(rid + "-"):
+                            per[i].append(h)
+                            break
+                    else:
+                        raise SystemExit("%s block of unknown request %s" % (what, r))
+                ph[what + "_by_prompt"] = per
             if args.dump:
                 blobs = {}
                 for r, b, h in conn._worker.loaded_log[w0:] + conn._worker.saved_log[s0:]:
@@ -165,6 +190,7 @@ def main():
                     with open(os.path.join(args.dump, "%s.%s.bin" % (phase, hx)), "wb") as f:
                         f.write(data)
         result["phases"][phase] = ph
+    result["fault_log"] = FAULT_LOG
     with open(args.out, "w") as f:
         json.dump(result, f)
     if conn is not None:
@@ -190,12 +216,18 @@ def drain(conn):
     w.finished(set())
 
 
+ARMED = {"corrupt": False}
+FAULT_LOG = []
+
+
 def install_faults(conn, args):
     w = conn._worker
     if args.corrupt_nth_load:
         count = {"n": 0}
 
         def corrupt(worker, block_id):
+            if not ARMED["corrupt"]:
+                return
             count["n"] += 1
             if count["n"] == args.corrupt_nth_load:
                 import ctypes
@@ -206,18 +238,32 @@ def install_faults(conn, args):
                     buf[i] ^= 0x5A
                 print("fault: corrupted loaded block %d" % block_id, file=sys.stderr)
         w.fault_hook = corrupt
-    if args.kill_pid and args.kill_at_load:
+    if (args.kill_pid and args.kill_at_load) or args.remove_at_load:
+        import threading
         jobs = {"n": 0}
+        lock = threading.Lock()
+        earlier_done = threading.Event()
         orig = w._load
 
         def load_then_maybe_kill(job):
-            jobs["n"] += 1
-            if jobs["n"] == args.kill_at_load:
+            with lock:
+                jobs["n"] += 1
+                n = jobs["n"]
+            if n == args.remove_at_load:
+                from mcstore import Client
+                with Client(args.address) as c:
+                    res = c.remove([w._key(r.block_hash) for r in job.blocks])
+                FAULT_LOG.append(["remove", n, [r.code.name for r in res]])
+            if n == args.kill_at_load:
+                earlier_done.wait(60)   # the earlier jobs' gets complete first
                 os.kill(args.kill_pid, signal.SIGKILL)
-                print("fault: killed mc-client %d before load job %d" % (args.kill_pid,
-                                                                         jobs["n"]),
+                print("fault: killed mc-client %d before load job %d" % (args.kill_pid, n),
                       file=sys.stderr)
-            return orig(job)
+            try:
+                return orig(job)
+            finally:
+                if n == args.kill_at_load - 1:
+                    earlier_done.set()
         w._load = load_then_maybe_kill
 
 

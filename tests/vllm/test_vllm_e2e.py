@@ -82,7 +82,10 @@ def env():
 def workdir():
     d = tempfile.mkdtemp(prefix="mc-vllm-e2e-")
     yield d
-    subprocess.run(["rm", "-rf", d])
+    if os.environ.get("MC_KEEP_TEST_DIR"):
+        print("kept %s" % d)
+    else:
+        subprocess.run(["rm", "-rf", d])
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +147,11 @@ def engine_a(env, workdir, models, cluster, prompts_file):
 
 @pytest.fixture(scope="module")
 def engine_b(env, workdir, models, cluster, prompts_file, engine_a):
-    return run_engine(env, workdir, "B", models["a"], address(cluster), prompts_file, "each")
+    # Phase each-corrupt (after the clean phase) flips one loaded block: the fault test's input.
+    return run_engine(env, workdir, "B", models["a"], address(cluster), prompts_file,
+                      "each,partial,each-corrupt", "--corrupt-nth-load", "3",
+                      # MC_TEST_CORRUPT_PHASE=each proves the suite fails on one wrong block.
+                      "--corrupt-phase", os.environ.get("MC_TEST_CORRUPT_PHASE", "each-corrupt"))
 
 
 def kv_of(res, phase, block_hash):
@@ -153,12 +160,8 @@ def kv_of(res, phase, block_hash):
 
 
 def by_request(res, phase, what):
-    """{prompt index: [block hashes]} of the loads/saves of a phase, in order."""
-    ids = res["phases"][phase]["req_ids"]
-    out = {i: [] for i in range(len(ids))}
-    for req, _block, h in res["phases"][phase][what]:
-        out[ids.index(req)].append(h)
-    return out
+    """[per prompt: [block hashes]] of the loads/saves of a phase, in order."""
+    return res["phases"][phase][what + "_by_prompt"]
 
 
 def test_a_saves_every_full_prompt_block_once(engine_a):
@@ -207,7 +210,22 @@ def test_shared_prefix_shares_blocks(engine_b):
     a, b, d = NAMES.index("shared-a"), NAMES.index("shared-b"), NAMES.index("diverge")
     assert loads[a][:2] == loads[b][:2] == loads[d][:2]
     # "diverge" shares tokens 64..73 with shared-a's third block, but not the block.
-    assert len(loads[d]) == 2 and loads[a][2] not in loads[d]
+    assert len(loads[d]) == 3 and loads[d][2] != loads[a][2] and loads[d][2] != loads[b][2]
+
+
+def test_partial_local_hit_loads_the_rest(engine_a, engine_b):
+    """Phase partial: shared-b and diverge find their first two blocks in vLLM's local cache
+    (from shared-a) and load only their third block from mcstore, at a non-zero offset."""
+    part = engine_b["phases"]["partial"]
+    loads = by_request(engine_b, "partial", "loaded")
+    full = by_request(engine_b, "each", "loaded")
+    a, b, d = NAMES.index("shared-a"), NAMES.index("shared-b"), NAMES.index("diverge")
+    assert loads[a] == full[a]
+    assert loads[b] == full[b][2:] and loads[d] == full[d][2:]
+    for _req, _block, h in part["loaded"]:
+        assert kv_of(engine_b, "partial", h) == kv_of(engine_a, "cold", h), h
+    assert part["outputs"] == engine_a["phases"]["warm"]["outputs"]
+    assert part["worker"].get("load_error_blocks", 0) == 0
 
 
 def test_other_model_never_hits(env, workdir, models, cluster, prompts_file, engine_a):
@@ -218,32 +236,33 @@ def test_other_model_never_hits(env, workdir, models, cluster, prompts_file, eng
     assert each["loaded"] == []
 
 
-def test_client_killed_during_loads_still_right_tokens(env, workdir, models, prompts_file,
-                                                       engine_a):
-    from client_cluster import Cluster
-    # A store of its own: the daemon dies, the module's cluster lives on.
-    c = Cluster(clients=1, segment_size=256 << 20)
-    c.start()
-    try:
-        addr = address(c)
-        run_engine(env, workdir, "kill-A", models["a"], addr, prompts_file, "cold")
-        pid = c.clients[0].proc.pid
-        res = run_engine(env, workdir, "kill-B", models["a"], addr, prompts_file, "each",
-                         "--kill-pid", str(pid), "--kill-at-load", "2")
-    finally:
-        c.stop()
-    each = res["phases"]["each"]
+def test_one_wrong_block_is_caught(engine_a, engine_b):
+    """The test's own power: in B's each-corrupt phase one loaded block is flipped after its get,
+    past the connector's checks, and the byte comparison against A must notice it."""
+    loaded = engine_b["phases"]["each-corrupt"]["loaded"]
+    assert len(loaded) == engine_b["phases"]["each"]["worker"]["load_blocks"]
+    mismatched = [h for _r, _b, h in loaded
+                  if kv_of(engine_b, "each-corrupt", h) != kv_of(engine_a, "cold", h)]
+    assert len(mismatched) == 1
+
+
+def test_client_killed_during_loads_still_right_tokens(env, workdir, models, cluster,
+                                                       prompts_file, engine_a, engine_b):
+    """Last in the module: it kills the module's mc-client before B2's second load job. B2 runs
+    with vLLM's local prefix cache off and every prompt in one batch (loads of several requests
+    in flight together); the blocks it did load must still equal A's."""
+    pid = cluster.clients[0].proc.pid
+    res = run_engine(env, workdir, "B2-kill", models["a"], address(cluster), prompts_file,
+                     "cold", "--no-prefix-cache", "--kill-pid", str(pid), "--kill-at-load", "2",
+                     "--remove-at-load", "1")
+    each = res["phases"]["cold"]
+    # Between the first job's lookup and its get, another client tried to remove its keys: the
+    # MatchPrefix lease protects them (HAS_LEASE), and the load then succeeded.
+    (what, job, codes), = res["fault_log"]
+    assert what == "remove" and codes and set(codes) == {"HAS_LEASE"}, codes
+    for _req, _block, h in each["loaded"]:
+        assert kv_of(res, "cold", h) == kv_of(engine_a, "cold", h), h
     assert each["outputs"] == engine_a["phases"]["warm"]["outputs"]
     assert each["worker"].get("load_error_blocks", 0) > 0    # the second load failed
     assert each["worker"].get("load_blocks", 0) > 0          # the first one worked
-
-
-def test_one_wrong_block_is_caught(env, workdir, models, cluster, prompts_file, engine_a,
-                                   engine_b):
-    """The test's own power: corrupt one loaded block (after the get, past the connector's
-    checks) and the byte comparison against A must notice."""
-    res = run_engine(env, workdir, "fault", models["a"], address(cluster), prompts_file, "each",
-                     "--corrupt-nth-load", "3")
-    mismatched = [h for _r, _b, h in res["phases"]["each"]["loaded"]
-                  if kv_of(res, "each", h) != kv_of(engine_a, "cold", h)]
-    assert len(mismatched) == 1
+    assert each["sched"].get("lookup_errors", 0) > 0         # later lookups found no daemon
