@@ -163,6 +163,7 @@ class SaveJob:
 class MCStoreConnectorMetadata(KVConnectorMetadata):
     loads: list[LoadJob] = field(default_factory=list)
     saves: list[SaveJob] = field(default_factory=list)
+    preempted: set[str] = field(default_factory=set)   # their blocks may be reused this step
 
 
 @dataclass
@@ -260,8 +261,11 @@ class MCStoreConnector(KVConnectorBase_V1):
         return self._worker.take_load_errors()
 
     def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
-        # Preempted requests' blocks are about to be reused: no save may still read them.
-        self._worker.drain_saves()
+        # Called every step, before the forward pass: the blocks of requests preempted in this
+        # step may be reused by it, so no save may still read them.
+        preempted = getattr(kv_connector_metadata, "preempted", None)
+        if preempted:
+            self._worker.drain_saves(preempted)
 
     def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:
         return self._worker.take_stats() if self._worker else None
@@ -436,7 +440,8 @@ class _SchedulerSide:
         self.totals["load_jobs"] += 1
 
     def build_meta(self, out: "SchedulerOutput") -> KVConnectorMetadata:
-        meta = MCStoreConnectorMetadata(loads=self.pending_loads)
+        meta = MCStoreConnectorMetadata(loads=self.pending_loads,
+                                        preempted=set(out.preempted_req_ids or ()))
         self.pending_loads = []
         if not self.cfg["save"]:
             return meta
@@ -833,9 +838,11 @@ class _WorkerSide:
         st["save_s"] += time.perf_counter() - t0
         return st, stored
 
-    def drain_saves(self) -> None:
+    def drain_saves(self, req_ids: Optional[set[str]] = None) -> None:
+        """Waits for the in-flight saves of `req_ids` (default: all)."""
         with self.lock:
-            futs = [f for fs in self.saves.values() for f in fs]
+            futs = [f for rid, fs in self.saves.items() if req_ids is None or rid in req_ids
+                    for f in fs]
         for f in futs:
             f.exception()   # waits; errors are counted by the job itself
 
