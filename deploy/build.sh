@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 flavour="${1:-release}"
 shift || true
 jobs="${MC_JOBS:-$(nproc)}"
+# ccache keys on paths relative to the checkout, so a fresh clone elsewhere (CI) reuses the cache
+# that earlier builds of any clone filled; debug info keeps relative paths too.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-20G}"
 case "$flavour" in
   release) dir=build;       args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
   asan)    dir=build-asan;  args=(-DCMAKE_BUILD_TYPE=Debug -DMC_SANITIZE=address,undefined -DMC_BUILD_BENCH=OFF) ;;
