@@ -47,10 +47,18 @@ def main():
     k, _, v = pre.partition("=")
     if v:
         env[k] = v
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(build, "python_gen"),
-                                         os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")])
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     tmp = tempfile.mkdtemp(prefix="mc-vllm-bench-")
+    # Stubs matching this interpreter's protobuf (build/python_gen holds Debian protoc's).
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    from mcstore import _protogen
+    stubs = os.path.join(tmp, "stubs")
+    _protogen.generate(os.path.join(ROOT, "proto"), stubs)
+    sys.path.insert(0, stubs)
+    import mcstore
+    mcstore.__path__[:] = [mcstore.__path__[0], os.path.join(stubs, "mcstore")]
+    env["PYTHONPATH"] = os.pathsep.join([stubs, os.path.join(ROOT, "python"),
+                                         os.path.join(ROOT, "tests")])
     model = os.path.join(tmp, "model")
     subprocess.run([sys.executable, os.path.join(ROOT, "tests", "vllm", "tiny_model.py"), model,
                     "--layers", str(a.layers), "--hidden", str(a.hidden)], env=env, check=True,

@@ -11,10 +11,11 @@ import json
 import os
 
 
-def write_tiny_llama(out_dir, seed=0, layers=2, hidden=256, heads=4, kv_heads=2, vocab=2048,
+def write_tiny_llama(out_dir, seed=0, layers=2, hidden=256, heads=None, kv_heads=2, vocab=2048,
                      max_positions=4096):
     """Writes config.json + model.safetensors into out_dir (skipped when already there with the
     same parameters). Returns out_dir."""
+    heads = heads or hidden // 64
     params = dict(seed=seed, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                   vocab=vocab, max_positions=max_positions)
     stamp = os.path.join(out_dir, "mcstore-tiny.json")

@@ -570,6 +570,7 @@ class _KVMemory:
                              "%d x %d" % (total, len(self.layers), page_bytes))
         self.block_bytes = total
         self.runs_per_block = len(runs)
+        self._slice_cache: dict[tuple, list] = {}
 
     @staticmethod
     def _to_shared(t: torch.Tensor) -> tuple[str, int, int]:
@@ -607,11 +608,17 @@ class _KVMemory:
         return B.merge_runs(runs)
 
     def block_slices(self, buffer_ids: list[int], block: int):
+        """The Slices of one block (memoized per block id and buffer ids: the geometry is fixed)."""
         from mcstore import Slice
         if block < 0 or block >= self.num_blocks:
             raise ValueError("block id %d outside [0, %d)" % (block, self.num_blocks))
-        return [Slice(buffer_ids[i], self.storages[i][3] + o, n)
-                for i, o, n in self._runs_unregistered(block)]
+        cache_key = (block, tuple(buffer_ids))
+        hit = self._slice_cache.get(cache_key)
+        if hit is None:
+            hit = [Slice(buffer_ids[i], self.storages[i][3] + o, n)
+                   for i, o, n in self._runs_unregistered(block)]
+            self._slice_cache[cache_key] = hit
+        return list(hit)
 
     def views(self) -> dict[str, torch.Tensor]:
         return dict(zip(self.layer_names, self.tensors))
@@ -770,14 +777,13 @@ class _WorkerSide:
             failed.update(r.block_id for r in job.blocks)
             log.warning("mcstore: load of %d blocks for request %s failed (%s); vLLM recomputes "
                         "them", len(job.blocks), job.req_id, e)
-        finally:
-            if lease:
-                try:
-                    self.client.release_lease(lease)
-                except Exception:
-                    pass  # ends at its TTL
-        st["load_error_blocks"] += len(failed)
         st["load_s"] += time.perf_counter() - t0
+        if lease:
+            try:
+                self.client.release_lease(lease)
+            except Exception:
+                pass  # ends at its TTL
+        st["load_error_blocks"] += len(failed)
         return failed, st, removed
 
     def _finish_load(self, req_id: str, fut: Future) -> None:
