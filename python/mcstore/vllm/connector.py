@@ -346,6 +346,9 @@ class _SchedulerSide:
         self.events_info: dict[bytes, tuple[bytes, int]] = {}   # hash -> (parent, req block)
         self.stored_counts: dict[bytes, int] = defaultdict(int)
         self.events: list[Any] = []
+        # Events pile up only when vLLM publishes them (it then drains them through take_events).
+        kec = getattr(conn._vllm_config, "kv_events_config", None)
+        self.events_enabled = bool(kec and getattr(kec, "enable_kv_cache_events", False))
         self.totals: dict[str, float] = defaultdict(float)
         self._warned = 0.0
         if conn._hash_algo.startswith("xxhash") and os.environ.get("PYTHONHASHSEED") is None:
@@ -478,8 +481,9 @@ class _SchedulerSide:
             return
         refs = [BlockRef(st.block_ids[i], st.hashes[i], st.parents[i], st.tokens[i], self.bs)
                 for i in range(st.saved_upto, full)]
-        for r in refs:
-            self.events_info[r.block_hash] = r.parent_hash
+        if self.events_enabled:
+            for r in refs:
+                self.events_info[r.block_hash] = r.parent_hash
         st.saved_upto = full
         st.has_saves = True
         meta.saves.append(SaveJob(rid, refs))
@@ -487,6 +491,11 @@ class _SchedulerSide:
     def on_output(self, output: Any) -> None:
         wm = getattr(output, "kv_connector_worker_meta", None)
         if not isinstance(wm, MCStoreWorkerMetadata):
+            return
+        self.totals["stored_blocks_reported"] += len(wm.stored)
+        self.totals["removed_blocks_reported"] += len(wm.removed)
+        if not self.events_enabled:
+            self.events_info.clear()
             return
         from vllm.distributed.kv_events import BlockRemoved, BlockStored
         from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
