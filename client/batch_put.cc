@@ -45,7 +45,8 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
     }
     if (!out[i].ok()) continue;
     checksums[i] = ScatterChecksum(items[i].pieces);
-    todo.push_back(i);
+    out[i] = CheckBuffersIntact(items[i].buffers);  // the checksum may have read void bytes
+    if (out[i].ok()) todo.push_back(i);
   }
   // NO_SPACE is often transient: the master may not evict what reads hold leased or what puts
   // (this batch's own included) are still writing, and both end within moments. Retry such
@@ -142,6 +143,8 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
     const v1::PutStartResult& r = placed.results(k);
     size_t i = started[k];
     if (r.code() != v1::OK) continue;
+    // A source buffer truncated during the writes makes the replicas void: never end them.
+    if (write_status[k].ok()) write_status[k] = CheckBuffersIntact(items[i].buffers);
     if (write_status[k].ok()) {
       auto* e = end.add_items();
       e->set_key(items[i].key.data(), items[i].key.size());

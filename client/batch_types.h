@@ -18,6 +18,9 @@ struct PutRequestItem {
   std::string_view key;
   std::vector<LocalBuffer> pieces;
   absl::Status input_error;  // set by the caller when the item is already known bad
+  // The registered buffers `pieces` lie in (none for inline data): checked once the copies
+  // ended, since a buffer whose shm object shrank mid-copy yields void bytes (see BufferRegistry).
+  std::vector<BufferRef> buffers;
 };
 
 // One get: destination slices, or (inline) memory the sink provides once the size is known.
@@ -26,6 +29,7 @@ struct GetRequestItem {
   bool inline_data = false;
   std::vector<LocalBuffer> slices;
   absl::Status input_error;
+  std::vector<BufferRef> buffers;  // as PutRequestItem::buffers
 };
 
 struct GetItemResult {

@@ -211,6 +211,10 @@ absl::Status ClientServer::StartAdmin() {
                              [this] { return static_cast<double>(session_->registrations()); });
   registry_.AddCallbackGauge("mc_client_buffers", "Registered application buffers",
                              [this] { return static_cast<double>(buffers_.Count()); });
+  registry_.AddCallbackGauge(
+      "mc_client_buffer_faults_total",
+      "SIGBUS faults absorbed in registered buffers whose shm object was truncated while mapped",
+      [] { return static_cast<double>(BufferFaultsAbsorbed()); });
   admin_->Handle("/metrics", "text/plain; version=0.0.4",
                  [this] { return registry_.RenderPrometheus(); });
   admin_->Handle("/status", "text/plain", [this] { return StatusLine() + "\n"; });
