@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "client/buffer_registry.h"
+#include "common/checked_math.h"
 #include "transfer/transfer_engine.h"
 
 namespace mc::client {
@@ -46,9 +47,11 @@ class InlineSink {
   virtual char* Allocate(size_t item, uint64_t size) = 0;
 };
 
+// Saturates rather than wraps: ResolveSlices refuses slices whose lengths overflow, and a
+// saturated size fails every later size check.
 inline uint64_t TotalLength(const std::vector<LocalBuffer>& pieces) {
   uint64_t n = 0;
-  for (const LocalBuffer& p : pieces) n += p.length;
+  for (const LocalBuffer& p : pieces) n = SaturatingAdd(n, p.length);
   return n;
 }
 

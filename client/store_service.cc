@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
@@ -75,7 +76,11 @@ StoreGrpcService::StoreGrpcService(StoreServiceOptions options, BufferRegistry& 
 absl::Status StoreGrpcService::ResolveSlices(
     const google::protobuf::RepeatedPtrField<sv1::Slice>& slices, std::vector<LocalBuffer>* out,
     std::vector<BufferRef>* refs) const {
+  CheckedSum total;
   for (const sv1::Slice& slice : slices) {
+    if (!total.Add(slice.length()).ok()) {
+      return McError(Code::kInvalidArgument, "the slices' lengths overflow 64 bits");
+    }
     BufferRef ref;
     auto mem = buffers_.Resolve(slice.buffer_id(), slice.offset(), slice.length(), &ref);
     if (!mem.ok()) return mem.status();

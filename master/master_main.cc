@@ -25,6 +25,9 @@ ABSL_FLAG(double, low_watermark, 0.90, "background eviction evicts down to this 
 ABSL_FLAG(double, offload_watermark, 0.5,
           "above this fraction of memory used, cold objects are persisted to clients' SSD tiers");
 ABSL_FLAG(uint64_t, max_object_size, 1ull << 30, "largest object, bytes");
+ABSL_FLAG(uint64_t, min_segment_size, 64 << 10, "smallest segment a client may register, bytes");
+ABSL_FLAG(uint64_t, max_segment_size, 1ull << 46, "largest segment a client may register, bytes");
+ABSL_FLAG(uint64_t, max_segments_per_client, 256, "most segments one client may register");
 ABSL_FLAG(uint32_t, max_replicas, 8, "most memory replicas one put may ask for");
 ABSL_FLAG(uint32_t, shards, 32, "object table shards");
 ABSL_FLAG(int64_t, maintenance_interval_ms, 200, "period of liveness/timeout/lease/eviction sweeps");
@@ -58,6 +61,9 @@ int main(int argc, char** argv) {
   m.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
   m.put_timeout_ms = absl::GetFlag(FLAGS_put_timeout_ms);
   m.max_object_size = absl::GetFlag(FLAGS_max_object_size);
+  m.min_segment_size = absl::GetFlag(FLAGS_min_segment_size);
+  m.max_segment_size = absl::GetFlag(FLAGS_max_segment_size);
+  m.max_segments_per_client = absl::GetFlag(FLAGS_max_segments_per_client);
   m.max_replicas = absl::GetFlag(FLAGS_max_replicas);
   m.shards = absl::GetFlag(FLAGS_shards);
   m.eviction.high_watermark = high;
