@@ -50,7 +50,7 @@ absl::Status ClientServer::Start() {
   // Data plane next: its bound port is our endpoint.
   auto data = ParseHostPort(options_.data);
   if (!data.ok()) return data.status();
-  transfer::tcp::TcpDataServerOptions data_opts;
+  transfer::tcp::TcpDataServerOptions data_opts = options_.data_server;
   data_opts.listen_address = options_.data;
   data_opts.metrics = &registry_;
   data_opts.socket_buffer_bytes = options_.transfer.socket_buffer_bytes;
@@ -204,7 +204,11 @@ absl::Status ClientServer::StartAdmin() {
   if (options_.http.empty()) return absl::OkStatus();
   auto hp = ParseHostPort(options_.http);
   if (!hp.ok()) return hp.status();
-  admin_ = std::make_unique<AdminServer>(AdminServerOptions{hp->host, hp->port});
+  AdminServerOptions admin_opts = options_.admin;
+  admin_opts.host = hp->host;
+  admin_opts.port = hp->port;
+  admin_opts.metrics = &registry_;
+  admin_ = std::make_unique<AdminServer>(admin_opts);
   registry_.AddCallbackGauge("mc_client_registered", "1 while registered with the master",
                              [this] { return session_->registered() ? 1.0 : 0.0; });
   registry_.AddCallbackGauge("mc_client_registrations", "Registrations with the master so far",
@@ -218,7 +222,14 @@ absl::Status ClientServer::StartAdmin() {
   admin_->Handle("/metrics", "text/plain; version=0.0.4",
                  [this] { return registry_.RenderPrometheus(); });
   admin_->Handle("/status", "text/plain", [this] { return StatusLine() + "\n"; });
-  admin_->Handle("/healthz", "text/plain", [] { return std::string("ok\n"); });
+  // Unhealthy while the data plane cannot accept connections (e.g. at the fd limit): peers'
+  // reads from us fail then, and an orchestrator should know.
+  admin_->HandleReply("/healthz", "text/plain", [this] {
+    absl::Status data = data_server_ ? data_server_->Health() : absl::OkStatus();
+    if (!data.ok())
+      return AdminServer::Reply{503, absl::StrCat("unhealthy: ", data.message(), "\n")};
+    return AdminServer::Reply{200, "ok\n"};
+  });
   auto bound = admin_->Start();
   if (!bound.ok()) return bound.status();
   http_address_ = *bound;

@@ -32,6 +32,11 @@ ABSL_FLAG(uint32_t, max_replicas, 8, "most memory replicas one put may ask for")
 ABSL_FLAG(uint32_t, shards, 32, "object table shards");
 ABSL_FLAG(int64_t, maintenance_interval_ms, 200, "period of liveness/timeout/lease/eviction sweeps");
 ABSL_FLAG(uint64_t, max_batch_items, 100000, "most keys in one batched RPC");
+ABSL_FLAG(int32_t, http_max_connections, 64, "admin HTTP: most open connections");
+ABSL_FLAG(int32_t, http_max_connections_per_peer, 16,
+          "admin HTTP: most open connections from one IP address");
+ABSL_FLAG(int64_t, http_request_timeout_ms, 2000,
+          "admin HTTP: a request must arrive and its answer leave within this");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -51,9 +56,17 @@ int main(int argc, char** argv) {
   mc::master::MasterServerOptions opts;
   opts.listen = absl::GetFlag(FLAGS_listen);
   opts.http = absl::GetFlag(FLAGS_http);
-  opts.ready_file = absl::GetFlag(FLAGS_ready_file);
+  opts.ready_file = mc::AbsolutePath(absl::GetFlag(FLAGS_ready_file));
   opts.maintenance_interval_ms = absl::GetFlag(FLAGS_maintenance_interval_ms);
   opts.max_batch_items = absl::GetFlag(FLAGS_max_batch_items);
+  opts.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  opts.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
+  opts.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
+  if (opts.admin.max_connections < 1 || opts.admin.max_connections_per_peer < 1 ||
+      opts.admin.request_timeout_ms < 1) {
+    std::fprintf(stderr, "--http_* limits must be >= 1\n");
+    return 2;
+  }
   mc::master::MasterOptions& m = opts.master;
   m.lease_ttl_ms = absl::GetFlag(FLAGS_lease_ttl_ms);
   m.max_lease_ttl_ms = absl::GetFlag(FLAGS_max_lease_ttl_ms);
