@@ -122,7 +122,10 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
       write_owner.push_back(k);
     }
   }
-  int64_t deadline = sent_ms + static_cast<int64_t>(placed.write_deadline_ms());
+  const int64_t allowed = std::min<int64_t>(
+      static_cast<int64_t>(std::min<uint64_t>(placed.write_deadline_ms(), INT64_MAX / 4)),
+      options_.write_timeout_ms > 0 ? options_.write_timeout_ms : INT64_MAX / 4);
+  int64_t deadline = sent_ms + allowed;
   std::vector<transfer::TransferResult> written = engine_.Submit(writes, deadline);
   std::vector<absl::Status> write_status(started.size());
   for (size_t w = 0; w < writes.size(); ++w) {

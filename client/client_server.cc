@@ -99,7 +99,8 @@ absl::Status ClientServer::Start() {
       BatchPutOptions{.client_id = options_.client_id,
                       .max_key_size = 4096,
                       .max_replicas = 8,
-                      .no_space_wait_ms = options_.put_no_space_wait_ms},
+                      .no_space_wait_ms = options_.put_no_space_wait_ms,
+                      .write_timeout_ms = options_.put_write_timeout_ms},
       *master_, *engine_, RealClock::Get(), metrics_);
   getter_ = std::make_unique<BatchGetter>(
       BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 4096, 8},
