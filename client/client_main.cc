@@ -86,11 +86,13 @@ int main(int argc, char** argv) {
   mc::client::ClientServerOptions o;
   o.master = absl::GetFlag(FLAGS_master);
   o.listen = absl::GetFlag(FLAGS_listen);
-  o.unix_socket = absl::GetFlag(FLAGS_unix_socket);
+  // Relative paths are resolved against the working directory once, so the ready file and the
+  // logs name absolute ones that hold from anywhere.
+  o.unix_socket = mc::AbsolutePath(absl::GetFlag(FLAGS_unix_socket));
   o.http = absl::GetFlag(FLAGS_http);
   o.data = absl::GetFlag(FLAGS_data);
   o.advertise_host = absl::GetFlag(FLAGS_advertise_host);
-  o.ready_file = absl::GetFlag(FLAGS_ready_file);
+  o.ready_file = mc::AbsolutePath(absl::GetFlag(FLAGS_ready_file));
   o.client_id = absl::GetFlag(FLAGS_client_id);
   o.segments.segment_size = absl::GetFlag(FLAGS_segment_size);
   o.segments.segment_count = absl::GetFlag(FLAGS_segments);

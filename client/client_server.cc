@@ -162,6 +162,13 @@ absl::Status ClientServer::StartGrpc() {
     builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
   }
   if (!options_.unix_socket.empty()) {
+    // sockaddr_un::sun_path holds 107 bytes and a NUL; gRPC would fail without saying why.
+    if (options_.unix_socket.size() > 107) {
+      return McError(Code::kInvalidArgument,
+                     absl::StrCat("--unix_socket path of ", options_.unix_socket.size(),
+                                  " bytes exceeds the 107 a Unix socket path may have: ",
+                                  options_.unix_socket));
+    }
     unlink(options_.unix_socket.c_str());  // a stale socket from a previous run
     builder.AddListeningPort("unix:" + options_.unix_socket, grpc::InsecureServerCredentials());
   }
