@@ -22,7 +22,7 @@ start_mcstore
 mkdir -p "$MC_RUN_DIR"
 redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --maxmemory 6gb \
-  --protected-mode no --daemonize no --dir "$repo/$MC_RUN_DIR" >"$MC_RUN_DIR/redis.log" 2>&1 &
+  --protected-mode no --daemonize no --dir "$MC_RUN_DIR" >"$MC_RUN_DIR/redis.log" 2>&1 &
 started_pids+=($!)
 memcached_port="$(free_port)"
 memcached_user=()

@@ -5,15 +5,19 @@
 #   MC_SEGMENT_SIZE bytes of memory per mc-client (default 1 GiB)
 #   RUNS           runs per measurement; tables show medians (default 5)
 
+caller_dir="$PWD"
+abs_path() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$caller_dir/$1" ;; esac; }
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-export MC_BUILD_DIR="${MC_BUILD_DIR:-build}"
-tools="${MC_BENCH_TOOLS:-$MC_BUILD_DIR/tools}"
+# Paths from the environment are relative to the caller's directory; defaults to the repo root.
+if [[ -n "${MC_BUILD_DIR:-}" ]]; then MC_BUILD_DIR="$(abs_path "$MC_BUILD_DIR")"; else MC_BUILD_DIR="$repo/build"; fi
+export MC_BUILD_DIR
+if [[ -n "${MC_BENCH_TOOLS:-}" ]]; then tools="$(abs_path "$MC_BENCH_TOOLS")"; else tools="$MC_BUILD_DIR/tools"; fi
 export MC_SEGMENT_SIZE="${MC_SEGMENT_SIZE:-1073741824}"
 RUNS="${RUNS:-5}"
-# local-cluster.sh wants a run directory relative to the repo root (it builds socket paths from
-# $PWD); one per invocation so that concurrent benchmarks do not stop each other's daemons.
-export MC_RUN_DIR="bench/run/$$"
+# One run directory per invocation, so that concurrent benchmarks do not stop each other's
+# daemons (absolute: every script and flag takes it as it is).
+export MC_RUN_DIR="$repo/bench/run/$$"
 started_pids=()
 
 for bin in "$tools/mc-bench" "$MC_BUILD_DIR/master/mc-master" "$MC_BUILD_DIR/client/mc-client"; do
@@ -52,7 +56,7 @@ start_mcstore() {
   MC_CLIENT_ARGS="--prefault ${MC_CLIENT_ARGS:-}" ./deploy/local-cluster.sh start 2 >&2
   CLIENT1="$(ready_field "$MC_RUN_DIR/client1.json" grpc)"
   CLIENT2="$(ready_field "$MC_RUN_DIR/client2.json" grpc)"
-  CLIENT1_UNIX="unix:$repo/$MC_RUN_DIR/client1.sock"
+  CLIENT1_UNIX="unix:$MC_RUN_DIR/client1.sock"
 }
 
 # field LINE NAME: the value of NAME=... in a key=value line.
@@ -70,7 +74,7 @@ ratio() {
 mcbench() {
   local out rc=0
   out="$("$tools/mc-bench" "$@" 2>&1)" || rc=$?
-  printf '%s\n' "$out" >>"$repo/$MC_RUN_DIR/bench.log"
+  printf '%s\n' "$out" >>"$MC_RUN_DIR/bench.log"
   if [[ $rc -ne 0 ]]; then
     printf '%s\n' "$out" | grep -E 'error|failed' | head -5 >&2
     echo "bench: mc-bench $* exited $rc" >&2
@@ -81,7 +85,7 @@ mcbench() {
 baseline() {  # sets MEMCPY_1M MEMCPY_4M MEMCPY_16M TCP_GBPS
   local out
   out="$("$tools/mc-bench" --baseline --runs "$RUNS")"
-  printf '%s\n' "$out" >>"$repo/$MC_RUN_DIR/bench.log"
+  printf '%s\n' "$out" >>"$MC_RUN_DIR/bench.log"
   MEMCPY_1M="$(field "$(grep 'baseline memcpy block=1048576 ' <<<"$out")" GB/s)"
   MEMCPY_4M="$(field "$(grep 'baseline memcpy block=4194304 ' <<<"$out")" GB/s)"
   MEMCPY_16M="$(field "$(grep 'baseline memcpy block=16777216 ' <<<"$out")" GB/s)"

@@ -13,10 +13,14 @@
 # Env: MC_BUILD_DIR (default build), BENCH_DIR (default /var/tmp; must not be tmpfs, O_DIRECT),
 #      RUNS (default 3), FIO_SIZE (default 512M, as the tier test).
 set -euo pipefail
+# Paths from the environment are taken relative to the caller's directory (absolute ones as
+# they are); the defaults are relative to the repository root.
+caller_dir="$PWD"
+abs_path() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$caller_dir/$1" ;; esac; }
 cd "$(dirname "$0")/.."
-BUILD=${MC_BUILD_DIR:-build}
+if [[ -n "${MC_BUILD_DIR:-}" ]]; then BUILD="$(abs_path "$MC_BUILD_DIR")"; else BUILD="$PWD/build"; fi
 BIN="$BUILD/tests/unit/offload/offload_test"
-BENCH_DIR=${BENCH_DIR:-/var/tmp}
+BENCH_DIR="$(abs_path "${BENCH_DIR:-/var/tmp}")"
 RUNS=${RUNS:-3}
 FIO_SIZE=${FIO_SIZE:-512M}
 [[ -x "$BIN" ]] || { echo "missing $BIN (build offload_test)" >&2; exit 1; }

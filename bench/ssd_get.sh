@@ -11,13 +11,13 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || { echo "ssd_get: curl missing" >&2; exit 1; }
 segment=$((256 << 20))
-ssd="$(mktemp -d "${BENCH_DIR:-/var/tmp}/mc-ssd-bench.XXXXXX")"
+ssd="$(mktemp -d "$(abs_path "${BENCH_DIR:-/var/tmp}")/mc-ssd-bench.XXXXXX")"
 trap 'cleanup; rm -rf "$ssd"' EXIT
 
 MC_SEGMENT_SIZE=$segment MC_MASTER_ARGS="--offload_watermark=0" \
   MC_CLIENT_ARGS="--prefault --offload_dir=$ssd --offload_capacity=$((2 << 30))" \
   ./deploy/local-cluster.sh start 1 >&2
-client="unix:$repo/$MC_RUN_DIR/client1.sock"
+client="unix:$MC_RUN_DIR/client1.sock"
 http="$(ready_field "$MC_RUN_DIR/client1.json" http)"
 metric() {  # metric NAME_WITH_LABELS: its value at mc-client's /metrics (0 when absent)
   curl -fsS "http://$http/metrics" | awk -v n="$1" '$1 == n { v = $2 } END { print v + 0 }'

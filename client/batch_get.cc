@@ -299,6 +299,16 @@ void BatchGetter::TransferRounds(Batch& batch) {
       ++plan.next;
       bool more = plan.next < plan.order.size();
       if (now > plan.deadline_ms) {
+        if (!res.status.ok()) {
+          // The owner did not answer before the lease ended (stalled or unreachable): that is
+          // a failed transfer, not an expired lease; no fallback, the lease is over.
+          plan.status =
+              McError(Code::kTransferFailed,
+                      absl::StrCat("replica on ", reqs[i].endpoint,
+                                   " did not answer before the read lease ended (owner stalled?): ",
+                                   res.status.message()));
+          continue;
+        }
         plan.status = McError(Code::kLeaseExpired,
                               "the transfer ended after the read lease expired");
         metrics_.lease_expiries.Inc();

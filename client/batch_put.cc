@@ -45,7 +45,8 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
     }
     if (!out[i].ok()) continue;
     checksums[i] = ScatterChecksum(items[i].pieces);
-    todo.push_back(i);
+    out[i] = CheckBuffersIntact(items[i].buffers);  // the checksum may have read void bytes
+    if (out[i].ok()) todo.push_back(i);
   }
   // NO_SPACE is often transient: the master may not evict what reads hold leased or what puts
   // (this batch's own included) are still writing, and both end within moments. Retry such
@@ -121,7 +122,10 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
       write_owner.push_back(k);
     }
   }
-  int64_t deadline = sent_ms + static_cast<int64_t>(placed.write_deadline_ms());
+  const int64_t allowed = std::min<int64_t>(
+      static_cast<int64_t>(std::min<uint64_t>(placed.write_deadline_ms(), INT64_MAX / 4)),
+      options_.write_timeout_ms > 0 ? options_.write_timeout_ms : INT64_MAX / 4);
+  int64_t deadline = sent_ms + allowed;
   std::vector<transfer::TransferResult> written = engine_.Submit(writes, deadline);
   std::vector<absl::Status> write_status(started.size());
   for (size_t w = 0; w < writes.size(); ++w) {
@@ -142,6 +146,8 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
     const v1::PutStartResult& r = placed.results(k);
     size_t i = started[k];
     if (r.code() != v1::OK) continue;
+    // A source buffer truncated during the writes makes the replicas void: never end them.
+    if (write_status[k].ok()) write_status[k] = CheckBuffersIntact(items[i].buffers);
     if (write_status[k].ok()) {
       auto* e = end.add_items();
       e->set_key(items[i].key.data(), items[i].key.size());

@@ -28,6 +28,9 @@ struct BatchPutOptions {
   uint32_t max_replicas = 8;
   // How long a NO_SPACE item is retried before NO_SPACE is answered; 0 = answer at once.
   int64_t no_space_wait_ms = 100;
+  // Longest wait for the replicas' writes (the master's write deadline caps it too); an item
+  // whose replicas are not all written by then fails TRANSFER_FAILED and is revoked.
+  int64_t write_timeout_ms = 10'000;
 };
 
 class BatchPutter {

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "client/buffer_registry.h"
+#include "common/checked_math.h"
 #include "transfer/transfer_engine.h"
 
 namespace mc::client {
@@ -18,6 +19,9 @@ struct PutRequestItem {
   std::string_view key;
   std::vector<LocalBuffer> pieces;
   absl::Status input_error;  // set by the caller when the item is already known bad
+  // The registered buffers `pieces` lie in (none for inline data): checked once the copies
+  // ended, since a buffer whose shm object shrank mid-copy yields void bytes (see BufferRegistry).
+  std::vector<BufferRef> buffers;
 };
 
 // One get: destination slices, or (inline) memory the sink provides once the size is known.
@@ -26,6 +30,7 @@ struct GetRequestItem {
   bool inline_data = false;
   std::vector<LocalBuffer> slices;
   absl::Status input_error;
+  std::vector<BufferRef> buffers;  // as PutRequestItem::buffers
 };
 
 struct GetItemResult {
@@ -42,9 +47,11 @@ class InlineSink {
   virtual char* Allocate(size_t item, uint64_t size) = 0;
 };
 
+// Saturates rather than wraps: ResolveSlices refuses slices whose lengths overflow, and a
+// saturated size fails every later size check.
 inline uint64_t TotalLength(const std::vector<LocalBuffer>& pieces) {
   uint64_t n = 0;
-  for (const LocalBuffer& p : pieces) n += p.length;
+  for (const LocalBuffer& p : pieces) n = SaturatingAdd(n, p.length);
   return n;
 }
 

@@ -59,6 +59,20 @@ ABSL_FLAG(uint64_t, promote_staging_bytes, 64ull << 20,
           "memory for the verified private copies one promotion round writes back (a larger "
           "object goes alone)");
 ABSL_FLAG(int64_t, offload_poll_ms, 100, "how often to take offload tasks from the master");
+ABSL_FLAG(int64_t, put_write_timeout_ms, 10000,
+          "longest wait for a put's replica writes; an item not fully written by then fails");
+ABSL_FLAG(int32_t, data_max_connections, 1024, "data-plane server: most open connections");
+ABSL_FLAG(int32_t, data_max_connections_per_peer, 256,
+          "data-plane server: most open connections from one IP address");
+ABSL_FLAG(int64_t, data_idle_timeout_ms, 300000,
+          "data-plane server: close a connection idle this long between requests");
+ABSL_FLAG(int64_t, data_io_timeout_ms, 30000,
+          "data-plane server: close a connection whose frame stalls this long");
+ABSL_FLAG(int32_t, http_max_connections, 64, "admin HTTP: most open connections");
+ABSL_FLAG(int32_t, http_max_connections_per_peer, 16,
+          "admin HTTP: most open connections from one IP address");
+ABSL_FLAG(int64_t, http_request_timeout_ms, 2000,
+          "admin HTTP: a request must arrive and its answer leave within this");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -72,11 +86,13 @@ int main(int argc, char** argv) {
   mc::client::ClientServerOptions o;
   o.master = absl::GetFlag(FLAGS_master);
   o.listen = absl::GetFlag(FLAGS_listen);
-  o.unix_socket = absl::GetFlag(FLAGS_unix_socket);
+  // Relative paths are resolved against the working directory once, so the ready file and the
+  // logs name absolute ones that hold from anywhere.
+  o.unix_socket = mc::AbsolutePath(absl::GetFlag(FLAGS_unix_socket));
   o.http = absl::GetFlag(FLAGS_http);
   o.data = absl::GetFlag(FLAGS_data);
   o.advertise_host = absl::GetFlag(FLAGS_advertise_host);
-  o.ready_file = absl::GetFlag(FLAGS_ready_file);
+  o.ready_file = mc::AbsolutePath(absl::GetFlag(FLAGS_ready_file));
   o.client_id = absl::GetFlag(FLAGS_client_id);
   o.segments.segment_size = absl::GetFlag(FLAGS_segment_size);
   o.segments.segment_count = absl::GetFlag(FLAGS_segments);
@@ -116,7 +132,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--tcp_socket_buffer_bytes must be >= 0\n");
     return 2;
   }
-  o.offload.dir = absl::GetFlag(FLAGS_offload_dir);
+  o.put_write_timeout_ms = absl::GetFlag(FLAGS_put_write_timeout_ms);
+  if (o.put_write_timeout_ms < 1) {
+    std::fprintf(stderr, "--put_write_timeout_ms must be >= 1\n");
+    return 2;
+  }
+  o.data_server.max_connections = absl::GetFlag(FLAGS_data_max_connections);
+  o.data_server.max_connections_per_peer = absl::GetFlag(FLAGS_data_max_connections_per_peer);
+  o.data_server.idle_timeout_ms = absl::GetFlag(FLAGS_data_idle_timeout_ms);
+  o.data_server.io_timeout_ms = absl::GetFlag(FLAGS_data_io_timeout_ms);
+  o.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  o.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
+  o.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
+  if (o.data_server.max_connections < 1 || o.data_server.max_connections_per_peer < 1 ||
+      o.data_server.idle_timeout_ms < 1 || o.data_server.io_timeout_ms < 1 ||
+      o.admin.max_connections < 1 || o.admin.max_connections_per_peer < 1 ||
+      o.admin.request_timeout_ms < 1) {
+    std::fprintf(stderr, "--data_* and --http_* limits and timeouts must be >= 1\n");
+    return 2;
+  }
+  o.offload.dir = mc::AbsolutePath(absl::GetFlag(FLAGS_offload_dir));
   o.offload.capacity = absl::GetFlag(FLAGS_offload_capacity);
   o.offload.num_files = absl::GetFlag(FLAGS_offload_files);
   o.offload.queue_depth = absl::GetFlag(FLAGS_offload_queue_depth);

@@ -50,7 +50,7 @@ absl::Status ClientServer::Start() {
   // Data plane next: its bound port is our endpoint.
   auto data = ParseHostPort(options_.data);
   if (!data.ok()) return data.status();
-  transfer::tcp::TcpDataServerOptions data_opts;
+  transfer::tcp::TcpDataServerOptions data_opts = options_.data_server;
   data_opts.listen_address = options_.data;
   data_opts.metrics = &registry_;
   data_opts.socket_buffer_bytes = options_.transfer.socket_buffer_bytes;
@@ -99,7 +99,8 @@ absl::Status ClientServer::Start() {
       BatchPutOptions{.client_id = options_.client_id,
                       .max_key_size = 4096,
                       .max_replicas = 8,
-                      .no_space_wait_ms = options_.put_no_space_wait_ms},
+                      .no_space_wait_ms = options_.put_no_space_wait_ms,
+                      .write_timeout_ms = options_.put_write_timeout_ms},
       *master_, *engine_, RealClock::Get(), metrics_);
   getter_ = std::make_unique<BatchGetter>(
       BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 4096, 8},
@@ -161,6 +162,13 @@ absl::Status ClientServer::StartGrpc() {
     builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
   }
   if (!options_.unix_socket.empty()) {
+    // sockaddr_un::sun_path holds 107 bytes and a NUL; gRPC would fail without saying why.
+    if (options_.unix_socket.size() > 107) {
+      return McError(Code::kInvalidArgument,
+                     absl::StrCat("--unix_socket path of ", options_.unix_socket.size(),
+                                  " bytes exceeds the 107 a Unix socket path may have: ",
+                                  options_.unix_socket));
+    }
     unlink(options_.unix_socket.c_str());  // a stale socket from a previous run
     builder.AddListeningPort("unix:" + options_.unix_socket, grpc::InsecureServerCredentials());
   }
@@ -204,17 +212,32 @@ absl::Status ClientServer::StartAdmin() {
   if (options_.http.empty()) return absl::OkStatus();
   auto hp = ParseHostPort(options_.http);
   if (!hp.ok()) return hp.status();
-  admin_ = std::make_unique<AdminServer>(AdminServerOptions{hp->host, hp->port});
+  AdminServerOptions admin_opts = options_.admin;
+  admin_opts.host = hp->host;
+  admin_opts.port = hp->port;
+  admin_opts.metrics = &registry_;
+  admin_ = std::make_unique<AdminServer>(admin_opts);
   registry_.AddCallbackGauge("mc_client_registered", "1 while registered with the master",
                              [this] { return session_->registered() ? 1.0 : 0.0; });
   registry_.AddCallbackGauge("mc_client_registrations", "Registrations with the master so far",
                              [this] { return static_cast<double>(session_->registrations()); });
   registry_.AddCallbackGauge("mc_client_buffers", "Registered application buffers",
                              [this] { return static_cast<double>(buffers_.Count()); });
+  registry_.AddCallbackGauge(
+      "mc_client_buffer_faults_total",
+      "SIGBUS faults absorbed in registered buffers whose shm object was truncated while mapped",
+      [] { return static_cast<double>(BufferFaultsAbsorbed()); });
   admin_->Handle("/metrics", "text/plain; version=0.0.4",
                  [this] { return registry_.RenderPrometheus(); });
   admin_->Handle("/status", "text/plain", [this] { return StatusLine() + "\n"; });
-  admin_->Handle("/healthz", "text/plain", [] { return std::string("ok\n"); });
+  // Unhealthy while the data plane cannot accept connections (e.g. at the fd limit): peers'
+  // reads from us fail then, and an orchestrator should know.
+  admin_->HandleReply("/healthz", "text/plain", [this] {
+    absl::Status data = data_server_ ? data_server_->Health() : absl::OkStatus();
+    if (!data.ok())
+      return AdminServer::Reply{503, absl::StrCat("unhealthy: ", data.message(), "\n")};
+    return AdminServer::Reply{200, "ok\n"};
+  });
   auto bound = admin_->Start();
   if (!bound.ok()) return bound.status();
   http_address_ = *bound;

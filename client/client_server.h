@@ -46,7 +46,12 @@ struct ClientServerOptions {
   int64_t master_rpc_timeout_ms = 10'000;
   int64_t lease_release_delay_us = 1000;  // GrpcMasterClientOptions::release_delay_us
   int64_t put_no_space_wait_ms = 100;     // BatchPutOptions::no_space_wait_ms
+  int64_t put_write_timeout_ms = 10'000;  // BatchPutOptions::write_timeout_ms
   transfer::TransferEngineOptions transfer;  // local_endpoint and metrics are filled in
+  // Data-plane server limits; listen_address, metrics and socket_buffer_bytes are filled in.
+  transfer::tcp::TcpDataServerOptions data_server;
+  // Admin HTTP limits; host, port and metrics are filled in from `http`.
+  AdminServerOptions admin;
   // The SSD tier: on when offload.dir is set (offload.capacity bytes).
   offload::DiskTierOptions offload;        // metrics and reclaim_guard are filled in
   int64_t offload_poll_ms = 100;

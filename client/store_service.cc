@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
@@ -75,7 +76,11 @@ StoreGrpcService::StoreGrpcService(StoreServiceOptions options, BufferRegistry& 
 absl::Status StoreGrpcService::ResolveSlices(
     const google::protobuf::RepeatedPtrField<sv1::Slice>& slices, std::vector<LocalBuffer>* out,
     std::vector<BufferRef>* refs) const {
+  CheckedSum total;
   for (const sv1::Slice& slice : slices) {
+    if (!total.Add(slice.length()).ok()) {
+      return McError(Code::kInvalidArgument, "the slices' lengths overflow 64 bits");
+    }
     BufferRef ref;
     auto mem = buffers_.Resolve(slice.buffer_id(), slice.offset(), slice.length(), &ref);
     if (!mem.ok()) return mem.status();
@@ -109,7 +114,6 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext*, const sv1::BatchPu
     return TooMany(req->items_size(), options_.max_batch_items);
   }
   std::vector<PutRequestItem> items(req->items_size());
-  std::vector<BufferRef> refs;
   for (int i = 0; i < req->items_size(); ++i) {
     const sv1::PutItem& in = req->items(i);
     PutRequestItem& item = items[i];
@@ -122,7 +126,7 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext*, const sv1::BatchPu
                                               " bytes exceeds --max_inline_bytes=",
                                               options_.max_inline_bytes, "; use slices"));
     } else if (in.slices_size() > 0) {
-      item.input_error = ResolveSlices(in.slices(), &item.pieces, &refs);
+      item.input_error = ResolveSlices(in.slices(), &item.pieces, &item.buffers);
     } else if (!in.data().empty()) {
       // The putter only reads from the pieces.
       item.pieces.push_back({const_cast<char*>(in.data().data()), in.data().size()});
@@ -143,15 +147,13 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext*, const sv1::BatchGe
     return TooMany(req->items_size(), options_.max_batch_items);
   }
   std::vector<GetRequestItem> items(req->items_size());
-  std::vector<BufferRef> refs;
-  refs.reserve(req->items_size());
   resp->mutable_results()->Reserve(req->items_size());
   for (int i = 0; i < req->items_size(); ++i) {
     const sv1::GetItem& in = req->items(i);
     items[i].key = in.key();
     items[i].inline_data = in.slices_size() == 0;
     if (!items[i].inline_data) {
-      items[i].input_error = ResolveSlices(in.slices(), &items[i].slices, &refs);
+      items[i].input_error = ResolveSlices(in.slices(), &items[i].slices, &items[i].buffers);
     }
     resp->add_results();
   }
@@ -159,7 +161,12 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext*, const sv1::BatchGe
   std::vector<GetItemResult> results = getter_.Get(items, req->lease_id(), &sink);
   for (size_t i = 0; i < results.size(); ++i) {
     sv1::GetResult* r = resp->mutable_results(static_cast<int>(i));
-    const GetItemResult& g = results[i];
+    GetItemResult& g = results[i];
+    if (g.status.ok()) {
+      // A destination buffer truncated while the bytes landed holds nothing the caller sees.
+      g.status = CheckBuffersIntact(items[i].buffers);
+      if (!g.status.ok()) g.bytes_written = 0;
+    }
     r->set_code(ToProtoCode(ToCode(g.status)));
     if (!g.status.ok()) r->set_message(std::string(g.status.message()));
     r->set_size(g.size);

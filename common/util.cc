@@ -1,5 +1,7 @@
 #include "common/util.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -103,6 +105,13 @@ std::string FormatBytes(uint64_t bytes) {
     ++unit;
   }
   return absl::StrFormat("%.2f %s", v, kUnits[unit]);
+}
+
+std::string AbsolutePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
+  return absl::StrCat(cwd, "/", path);
 }
 
 }  // namespace mc

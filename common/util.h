@@ -38,6 +38,9 @@ bool ParseBytes(std::string_view text, uint64_t* out);
 // tests keep the detection on, so a lock-order cycle still aborts there.
 void DisableMutexDeadlockDetection();
 
+// `path` made absolute against the working directory ("" stays ""; absolute paths unchanged).
+std::string AbsolutePath(const std::string& path);
+
 // 1024-based units with two decimals: "0 B", "512 B", "1.50 KB", "940.90 GB", "1.00 TB".
 std::string FormatBytes(uint64_t bytes);
 

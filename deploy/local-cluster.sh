@@ -7,9 +7,14 @@
 # Environment: MC_BUILD_DIR (default build), MC_RUN_DIR (default run/cluster),
 #   MC_SEGMENT_SIZE bytes per client (default 268435456), MC_CLIENT_ARGS / MC_MASTER_ARGS extra flags.
 set -euo pipefail
+# Paths from the environment are taken relative to the caller's directory (absolute ones as
+# they are); the defaults are relative to the repository root.
+caller_dir="$PWD"
+abs_path() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$caller_dir/$1" ;; esac; }
 cd "$(dirname "$0")/.."
-build="${MC_BUILD_DIR:-build}"
-run="${MC_RUN_DIR:-run/cluster}"
+repo="$PWD"
+if [[ -n "${MC_BUILD_DIR:-}" ]]; then build="$(abs_path "$MC_BUILD_DIR")"; else build="$repo/build"; fi
+if [[ -n "${MC_RUN_DIR:-}" ]]; then run="$(abs_path "$MC_RUN_DIR")"; else run="$repo/run/cluster"; fi
 segment="${MC_SEGMENT_SIZE:-268435456}"
 
 field() {  # field FILE KEY: a value of a ready file
@@ -59,7 +64,7 @@ start() {
   master=$(field "$run/master.json" grpc)
   for i in $(seq 1 "$n"); do
     "$build/client/mc-client" --master "$master" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
-      --data 127.0.0.1:0 --unix_socket "$PWD/$run/client$i.sock" --client_id "client$i" \
+      --data 127.0.0.1:0 --unix_socket "$run/client$i.sock" --client_id "client$i" \
       --segment_size "$segment" --ready_file "$run/client$i.json" ${MC_CLIENT_ARGS:-} \
       >"$run/client$i.log" 2>&1 &
     echo $! >"$run/client$i.pid"
@@ -69,7 +74,7 @@ start() {
   done
   echo "local-cluster: master gRPC $master, HTTP $(field "$run/master.json" http)"
   for i in $(seq 1 "$n"); do
-    echo "local-cluster: client$i Store $(field "$run/client$i.json" grpc) (unix:$PWD/$run/client$i.sock), HTTP $(field "$run/client$i.json" http)"
+    echo "local-cluster: client$i Store $(field "$run/client$i.json" grpc) (unix:$run/client$i.sock), HTTP $(field "$run/client$i.json" http)"
   done
 }
 

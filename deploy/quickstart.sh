@@ -3,10 +3,16 @@
 # two clients), puts data through one client and reads it back through the other over the TCP
 # data plane, prints the master's /status, and stops the cluster.
 set -euo pipefail
+# Paths from the environment are taken relative to the caller's directory (absolute ones as
+# they are); the defaults are relative to the repository root.
+caller_dir="$PWD"
+abs_path() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$caller_dir/$1" ;; esac; }
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh
 ./deploy/build.sh release mc-master mc-client mc-admin mc_proto_python
-export MC_RUN_DIR="${MC_RUN_DIR:-run/quickstart}"
+# Absolute from here on: local-cluster.sh and the commands below then agree on it.
+if [[ -n "${MC_RUN_DIR:-}" ]]; then MC_RUN_DIR="$(abs_path "$MC_RUN_DIR")"; else MC_RUN_DIR="$PWD/run/quickstart"; fi
+export MC_RUN_DIR
 export MC_SEGMENT_SIZE="${MC_SEGMENT_SIZE:-134217728}"
 trap './deploy/local-cluster.sh stop >/dev/null' EXIT
 ./deploy/local-cluster.sh start 2
@@ -30,7 +36,7 @@ for i in $(seq 0 7); do
 done
 echo "--- a 24 MiB block through shared memory"
 head -c $((24 << 20)) /dev/urandom >"$demo/big"
-"$admin" --client "unix:$PWD/$MC_RUN_DIR/client1.sock" put "$demo/big" demo/big
+"$admin" --client "unix:$MC_RUN_DIR/client1.sock" put "$demo/big" demo/big
 "$admin" --client "$c2" get demo/big "$demo/big.back"
 cmp "$demo/big" "$demo/big.back"
 echo "--- all bytes read back equal"

@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "common/checked_math.h"
+
 namespace mc::master {
 
 uint64_t ClientRegistry::InitialSession() {
@@ -67,14 +69,14 @@ size_t ClientRegistry::Count() const {
 uint64_t ClientRegistry::DiskCapacity() const {
   absl::MutexLock lock(&mu_);
   uint64_t total = 0;
-  for (const auto& [id, info] : clients_) total += info.disk_capacity;
+  for (const auto& [id, info] : clients_) total = SaturatingAdd(total, info.disk_capacity);
   return total;
 }
 
 uint64_t ClientRegistry::DiskUsed() const {
   absl::MutexLock lock(&mu_);
   uint64_t total = 0;
-  for (const auto& [id, info] : clients_) total += info.disk_used;
+  for (const auto& [id, info] : clients_) total = SaturatingAdd(total, info.disk_used);
   return total;
 }
 

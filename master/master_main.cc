@@ -25,10 +25,18 @@ ABSL_FLAG(double, low_watermark, 0.90, "background eviction evicts down to this 
 ABSL_FLAG(double, offload_watermark, 0.5,
           "above this fraction of memory used, cold objects are persisted to clients' SSD tiers");
 ABSL_FLAG(uint64_t, max_object_size, 1ull << 30, "largest object, bytes");
+ABSL_FLAG(uint64_t, min_segment_size, 64 << 10, "smallest segment a client may register, bytes");
+ABSL_FLAG(uint64_t, max_segment_size, 1ull << 46, "largest segment a client may register, bytes");
+ABSL_FLAG(uint64_t, max_segments_per_client, 256, "most segments one client may register");
 ABSL_FLAG(uint32_t, max_replicas, 8, "most memory replicas one put may ask for");
 ABSL_FLAG(uint32_t, shards, 32, "object table shards");
 ABSL_FLAG(int64_t, maintenance_interval_ms, 200, "period of liveness/timeout/lease/eviction sweeps");
 ABSL_FLAG(uint64_t, max_batch_items, 100000, "most keys in one batched RPC");
+ABSL_FLAG(int32_t, http_max_connections, 64, "admin HTTP: most open connections");
+ABSL_FLAG(int32_t, http_max_connections_per_peer, 16,
+          "admin HTTP: most open connections from one IP address");
+ABSL_FLAG(int64_t, http_request_timeout_ms, 2000,
+          "admin HTTP: a request must arrive and its answer leave within this");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -48,9 +56,17 @@ int main(int argc, char** argv) {
   mc::master::MasterServerOptions opts;
   opts.listen = absl::GetFlag(FLAGS_listen);
   opts.http = absl::GetFlag(FLAGS_http);
-  opts.ready_file = absl::GetFlag(FLAGS_ready_file);
+  opts.ready_file = mc::AbsolutePath(absl::GetFlag(FLAGS_ready_file));
   opts.maintenance_interval_ms = absl::GetFlag(FLAGS_maintenance_interval_ms);
   opts.max_batch_items = absl::GetFlag(FLAGS_max_batch_items);
+  opts.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  opts.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
+  opts.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
+  if (opts.admin.max_connections < 1 || opts.admin.max_connections_per_peer < 1 ||
+      opts.admin.request_timeout_ms < 1) {
+    std::fprintf(stderr, "--http_* limits must be >= 1\n");
+    return 2;
+  }
   mc::master::MasterOptions& m = opts.master;
   m.lease_ttl_ms = absl::GetFlag(FLAGS_lease_ttl_ms);
   m.max_lease_ttl_ms = absl::GetFlag(FLAGS_max_lease_ttl_ms);
@@ -58,6 +74,9 @@ int main(int argc, char** argv) {
   m.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms);
   m.put_timeout_ms = absl::GetFlag(FLAGS_put_timeout_ms);
   m.max_object_size = absl::GetFlag(FLAGS_max_object_size);
+  m.min_segment_size = absl::GetFlag(FLAGS_min_segment_size);
+  m.max_segment_size = absl::GetFlag(FLAGS_max_segment_size);
+  m.max_segments_per_client = absl::GetFlag(FLAGS_max_segments_per_client);
   m.max_replicas = absl::GetFlag(FLAGS_max_replicas);
   m.shards = absl::GetFlag(FLAGS_shards);
   m.eviction.high_watermark = high;

@@ -51,7 +51,11 @@ absl::Status MasterServer::Start() {
   if (!options_.http.empty()) {
     auto http = ParseHostPort(options_.http);
     if (!http.ok()) return http.status();
-    admin_ = std::make_unique<AdminServer>(AdminServerOptions{http->host, http->port});
+    AdminServerOptions admin_opts = options_.admin;
+    admin_opts.host = http->host;
+    admin_opts.port = http->port;
+    admin_opts.metrics = &metrics_;
+    admin_ = std::make_unique<AdminServer>(admin_opts);
     admin_->Handle("/metrics", "text/plain; version=0.0.4",
                    [this] { return metrics_.RenderPrometheus(); });
     admin_->Handle("/status", "text/plain", [svc] { return svc->StatusLine() + "\n"; });

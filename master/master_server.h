@@ -32,6 +32,7 @@ struct MasterServerOptions {
   size_t max_batch_items = 100'000;        // per batched RPC
   int max_message_bytes = 256 << 20;
   MasterOptions master;
+  AdminServerOptions admin;  // limits; host, port and metrics come from `http`
 };
 
 class MasterServer {

@@ -2,11 +2,13 @@
 // replicas are in metadata_service_read.cc.
 #include "master/metadata_service.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/util.h"
@@ -25,6 +27,22 @@ uint64_t InitialGeneration() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now).count())
          << 20;
 }
+
+}  // namespace
+
+// A client the master does not know is most often transient: the master restarted and the
+// client has not re-registered yet (it does within a heartbeat). UNAVAILABLE, with a hint.
+absl::Status UnknownClient(const std::string& client_id) {
+  return McError(Code::kUnavailable,
+                 absl::StrCat("unknown client '", client_id,
+                              "' (the master restarted or dropped it; retry after the client "
+                              "re-registers, within a heartbeat interval)"));
+}
+
+namespace {
+
+// No SSD tier is this large (4 PiB); keeps the cluster's disk totals far from 2^64.
+constexpr uint64_t kMaxDiskCapacity = 1ull << 52;
 
 }  // namespace
 
@@ -56,7 +74,14 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
           metrics.GetCounter("mc_clients_expired_total", "Clients dropped for missed heartbeats")),
       no_space_(metrics.GetCounter("mc_put_no_space_total", "Puts answered NO_SPACE")) {}
 
-uint64_t MetadataService::NextGeneration() { return next_generation_.fetch_add(1); }
+uint64_t MetadataService::NextGeneration() {
+  uint64_t g = next_generation_.load();
+  // Never hands out 0 ("never reserved") nor anything at or past kGenerationLimit, and never
+  // wraps: once exhausted, every call answers 0 and the put fails.
+  while (g < kGenerationLimit && !next_generation_.compare_exchange_weak(g, g + 1)) {
+  }
+  return g < kGenerationLimit ? g : 0;
+}
 
 absl::Status MetadataService::ValidateKey(std::string_view key) const {
   if (key.empty()) return McError(Code::kInvalidArgument, "empty key");
@@ -71,11 +96,26 @@ absl::Status MetadataService::ValidateKey(std::string_view key) const {
 absl::StatusOr<Registration> MetadataService::RegisterClient(
     const ClientInfo& info, const std::vector<uint64_t>& segment_sizes) {
   if (info.client_id.empty()) return McError(Code::kInvalidArgument, "empty client id");
+  if (segment_sizes.size() > options_.max_segments_per_client) {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat(segment_sizes.size(), " segments exceed the limit of ",
+                                options_.max_segments_per_client, " per client"));
+  }
+  const uint64_t min_size = std::max(options_.min_segment_size, options_.alignment);
+  CheckedSum client_capacity;
   for (uint64_t size : segment_sizes) {
-    if (size < options_.alignment) {
-      return McError(Code::kInvalidArgument,
-                     absl::StrCat("segment of ", size, " bytes is smaller than the alignment"));
+    if (size < min_size || size > options_.max_segment_size) {
+      return McError(Code::kInvalidArgument, absl::StrCat("segment of ", size, " bytes outside ",
+                                                          min_size, "..", options_.max_segment_size,
+                                                          " (--min_segment_size, "
+                                                          "--max_segment_size)"));
     }
+    client_capacity.Add(size);
+  }
+  if (info.disk_capacity > kMaxDiskCapacity || info.disk_used > kMaxDiskCapacity) {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("disk capacity ", info.disk_capacity, " / used ", info.disk_used,
+                                " bytes above the limit of ", kMaxDiskCapacity));
   }
   if (!segment_sizes.empty() && info.endpoint.empty()) {
     return McError(Code::kInvalidArgument, "a client with segments needs a data endpoint");
@@ -83,6 +123,14 @@ absl::StatusOr<Registration> MetadataService::RegisterClient(
   bool replaced = false;
   absl::MutexLock membership(&membership_mu_);
   if (clients_.IsAlive(info.client_id)) CleanupClient(info.client_id);
+  // Registrations are serialized by membership_mu_, so the total cannot change under us.
+  CheckedSum total(segments_.Stats().capacity);
+  total.Add(client_capacity.value());
+  if (!client_capacity.ok() || !total.ok()) {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("client ", info.client_id,
+                                "'s segments would overflow the cluster's capacity total"));
+  }
   Registration reg;
   reg.session = clients_.Register(info, &replaced);
   for (uint64_t size : segment_sizes) {
@@ -165,7 +213,7 @@ absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
   }
   // Each round asks for twice the bytes of the previous one: LRU victims are scattered, so under
   // fragmentation freeing just `size` bytes per round may never open one range that fits.
-  uint64_t ask = size * replicas;
+  uint64_t ask = CheckedSum().AddProduct(size, replicas).ok() ? size * replicas : UINT64_MAX;
   for (int round = 0; !placed.ok() && round < options_.sync_eviction_rounds; ++round) {
     if (evictor_.Evict(ask, persisted_only) == 0) break;
     placed = segments_.Place(size, replicas, writer);
@@ -187,7 +235,7 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
     s = ValidateKey(items[i].key);
     if (!s.ok()) continue;
     if (!known_client) {
-      s = McError(Code::kInvalidArgument, absl::StrCat("unknown client '", client_id, "'"));
+      s = UnknownClient(client_id);
     } else if (items[i].size == 0 || items[i].size > options_.max_object_size) {
       s = McError(Code::kInvalidArgument,
                   absl::StrCat("size ", items[i].size, " outside 1..", options_.max_object_size));
@@ -207,13 +255,21 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
         out[i].status = McError(Code::kAlreadyExists, "key is stored or being stored");
         continue;
       }
+      const uint64_t generation = NextGeneration();
+      if (generation == 0) {
+        out[i].status = McError(Code::kInternal,
+                                "generation numbers exhausted (a recovered record carried one "
+                                "near the limit); restart the master after removing it");
+        continue;
+      }
       Object object;
       object.key = key;
       object.size = items[i].size;
-      object.generation = NextGeneration();
+      object.generation = generation;
       object.writer_client = client_id;
       object.put_start_ms = now;
       object.last_access_ms = now;
+      object.replicas_asked = replicas;
       out[i].generation = object.generation;
       shard.Insert(std::move(object));
       pending_.Add(now + options_.put_timeout_ms, out[i].generation, std::move(key));
@@ -266,37 +322,60 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
 std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
                                                   const std::vector<PutEndItem>& items) {
   int64_t now = clock_.NowMs();
-  return ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
-    shard.mu.AssertHeld();
-    auto it = shard.objects.find(AsKey(items[i].key));
-    if (it == shard.objects.end()) {
-      return McError(Code::kNotFound, "no pending put (revoked or timed out?)");
-    }
-    Object& object = it->second;
-    if (object.generation != items[i].generation) {
-      // Generations are never reused, so the put of items[i].generation is gone: revoked (its
-      // replica's client died, or it timed out) and the key put again since, by this writer or
-      // another. That is the missing case above, not a bad request (PutRevoke answers the same).
-      return McError(Code::kNotFound,
-                     absl::StrCat("no pending put of generation ", items[i].generation,
-                                  " (revoked or timed out); the key now holds generation ",
-                                  object.generation));
-    }
-    if (object.state == ObjectState::kComplete) {
-      if (object.checksum != items[i].checksum) {
-        return McError(Code::kInvalidArgument, "put already ended with another checksum");
-      }
-      return absl::OkStatus();
-    }
-    if (object.writer_client != client_id) {
-      return McError(Code::kInvalidArgument, "put was started by another client");
-    }
-    object.state = ObjectState::kComplete;
-    object.checksum = items[i].checksum;
-    shard.Touch(object, now);
-    pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
-    return absl::OkStatus();
-  });
+  std::vector<MemoryLocation> to_free;
+  std::vector<absl::Status> out =
+      ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
+        shard.mu.AssertHeld();
+        auto it = shard.objects.find(AsKey(items[i].key));
+        if (it == shard.objects.end()) {
+          return McError(Code::kNotFound, "no pending put (revoked or timed out?)");
+        }
+        Object& object = it->second;
+        if (object.generation != items[i].generation) {
+          // Generations are never reused, so the put of items[i].generation is gone: revoked (its
+          // replica's client died, or it timed out) and the key put again since, by this writer or
+          // another. That is the missing case above, not a bad request (PutRevoke answers the
+          // same).
+          return McError(Code::kNotFound,
+                         absl::StrCat("no pending put of generation ", items[i].generation,
+                                      " (revoked or timed out); the key now holds generation ",
+                                      object.generation));
+        }
+        if (object.state == ObjectState::kComplete) {
+          if (object.checksum != items[i].checksum) {
+            return McError(Code::kInvalidArgument, "put already ended with another checksum");
+          }
+          return absl::OkStatus();
+        }
+        if (object.writer_client != client_id) {
+          return McError(Code::kInvalidArgument, "put was started by another client");
+        }
+        // A replica's holder was dropped while the put was pending (its replica went with it):
+        // never answer OK for fewer replicas than asked. The put fails; the caller may retry.
+        const size_t held = static_cast<size_t>(
+            std::count_if(object.replicas.begin(), object.replicas.end(),
+                          [](const Replica& r) { return r.tier == ReplicaTier::kMemory; }));
+        if (held < object.replicas_asked) {
+          pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+          for (const Replica& r : object.replicas) {
+            if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
+          }
+          const uint32_t asked = object.replicas_asked;
+          shard.Erase(it);
+          return McError(
+              Code::kUnavailable,
+              absl::StrCat("only ", held, " of ", asked,
+                           " replicas remain: a replica's client was lost during the put; "
+                           "the put is revoked, retry it"));
+        }
+        object.state = ObjectState::kComplete;
+        object.checksum = items[i].checksum;
+        shard.Touch(object, now);
+        pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+        return absl::OkStatus();
+      });
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+  return out;
 }
 
 std::vector<absl::Status> MetadataService::PutRevoke(const std::string& client_id,

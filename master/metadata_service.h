@@ -29,6 +29,13 @@
 
 namespace mc::master {
 
+// Generations are in [1, kGenerationLimit): 0 means "never reserved", and the headroom above
+// the wall-clock start (ms << 20, about 2^60.6 in 2026) lasts past the year 2240.
+inline constexpr uint64_t kGenerationLimit = 1ull << 63;
+
+// UNAVAILABLE "unknown client" with a retry hint (a transient state after a master restart).
+absl::Status UnknownClient(const std::string& client_id);
+
 struct MasterOptions {
   int64_t lease_ttl_ms = 5000;          // default read-lease TTL
   int64_t max_lease_ttl_ms = 600'000;   // longest TTL a caller may ask for
@@ -40,6 +47,12 @@ struct MasterOptions {
   uint32_t max_replicas = 8;
   size_t shards = 32;
   uint64_t alignment = 64;              // allocation granularity inside segments
+  // Segments a client may register: each at least min_segment_size and at most
+  // max_segment_size bytes, at most max_segments_per_client of them. Keeps placement cost
+  // independent of junk (tiny or countless) segments and every capacity sum far from 2^64.
+  uint64_t min_segment_size = 64 << 10;
+  uint64_t max_segment_size = 1ull << 46;  // 64 TiB
+  size_t max_segments_per_client = 256;
   int sync_eviction_rounds = 8;         // PutStart evicts and retries this often before NO_SPACE
   EvictorOptions eviction;
   OffloadPlannerOptions offload;

@@ -32,6 +32,18 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
         out[i] = McError(Code::kInvalidArgument, absl::StrCat("bad length ", item.length));
         continue;
       }
+      if (item.generation == 0 || item.generation >= kGenerationLimit) {
+        // Adopting it would push the next generation past the limit (or wrap it to 0, which
+        // means "never reserved"): refuse the record instead.
+        out[i] = McError(Code::kInvalidArgument,
+                         absl::StrCat("generation ", item.generation, " outside 1..",
+                                      kGenerationLimit - 1, "; record refused"));
+        Logger("master").error(
+            "client {}: disk record of key of {} bytes has generation {} "
+            "outside 1..{}; refused",
+            client_id, item.key.size(), item.generation, kGenerationLimit - 1);
+        continue;
+      }
       Replica replica{ReplicaTier::kDisk,
                       MemoryLocation{client_id, client->endpoint, 0, item.locator, item.length}};
       auto it = shard.objects.find(AsKey(item.key));
@@ -123,7 +135,7 @@ std::vector<PutStartOutcome> MetadataService::PromoteStart(
       s = ValidateKey(items[i].key);
       if (!s.ok()) continue;
       if (!known_client) {
-        s = McError(Code::kInvalidArgument, absl::StrCat("unknown client '", client_id, "'"));
+        s = UnknownClient(client_id);
         continue;
       }
       auto it = shard.objects.find(AsKey(items[i].key));

@@ -49,6 +49,7 @@ struct Object {
   std::string key;
   std::string writer_client;
   int64_t put_start_ms = 0;
+  uint32_t replicas_asked = 0;    // memory replicas the put placed (checked again at PutEnd)
   int64_t offload_queued_ms = 0;  // when an OFFLOAD task for it was queued (0 = none)
   // A memory replica being written back from the SSD tier (not readable until PromoteEnd).
   struct Promotion {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "transfer/transport.h"
@@ -13,7 +14,7 @@ namespace mc::transfer {
 
 uint64_t TotalLength(const TransferRequest& request) {
   uint64_t total = 0;
-  for (const LocalBuffer& b : request.local) total += b.length;
+  for (const LocalBuffer& b : request.local) total = SaturatingAdd(total, b.length);
   return total;
 }
 

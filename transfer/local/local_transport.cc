@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/checked_math.h"
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "common/status.h"
@@ -23,7 +24,7 @@ LocalTransport::LocalTransport(LocalTransportOptions options, SegmentTable& segm
 void LocalTransport::Submit(std::span<const TransferRequest* const> requests,
                             std::span<TransferResult> results, int64_t deadline_ms) {
   uint64_t total = 0;
-  for (const TransferRequest* r : requests) total += TotalLength(*r);
+  for (const TransferRequest* r : requests) total = SaturatingAdd(total, TotalLength(*r));
   const bool spread = requests.size() > 1 && pool_.size() > 0 &&
                       total >= options_.parallel_batch_threshold;
   auto one = [&](size_t i) {

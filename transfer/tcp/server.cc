@@ -1,15 +1,21 @@
 #include "transfer/tcp/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
 
@@ -19,6 +25,28 @@ namespace {
 spdlog::logger& Log() {
   static spdlog::logger& log = Logger("transfer");
   return log;
+}
+
+// The peer's IP address (no port), for the per-peer connection cap.
+std::string PeerHost(const sockaddr_storage& addr, socklen_t len) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (len >= sizeof(sockaddr_in) && addr.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, host, sizeof(host));
+  } else if (len >= sizeof(sockaddr_in6) && addr.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, host,
+              sizeof(host));
+  }
+  return host;
+}
+
+// Bounds every blocking recv/send on `fd` mid-frame (EAGAIN then closes the connection).
+void SetIoTimeout(int fd, int64_t ms) {
+  if (ms <= 0) return;
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
 }  // namespace
@@ -46,14 +74,23 @@ absl::Status ServerStream::Respond(const FrameHeader& request, Code code,
 
 TcpDataServer::TcpDataServer(TcpDataServerOptions options, SegmentTable& segments)
     : options_(std::move(options)), segments_(segments) {
-  if (options_.metrics != nullptr) {
-    malformed_ = &options_.metrics->GetCounter(
-        "mc_dataplane_malformed_frames_total",
-        "Data-plane frames rejected as malformed (their connection was closed).");
-  } else {
-    own_malformed_ = std::make_unique<Counter>();
-    malformed_ = own_malformed_.get();
+  MetricsRegistry* m = options_.metrics;
+  if (m == nullptr) {
+    own_metrics_ = std::make_unique<MetricsRegistry>();
+    m = own_metrics_.get();
   }
+  malformed_ =
+      &m->GetCounter("mc_dataplane_malformed_frames_total",
+                     "Data-plane frames rejected as malformed (their connection was closed).");
+  accept_errors_ =
+      &m->GetCounter("mc_dataplane_accept_errors_total",
+                     "Data-plane accept() failures (e.g. EMFILE at the fd limit); each backs off.");
+  rejected_ = &m->GetCounter("mc_dataplane_connections_rejected_total",
+                             "Data-plane connections closed at once: over the total or "
+                             "per-peer connection cap.");
+  idle_closed_ = &m->GetCounter("mc_dataplane_connections_timed_out_total",
+                                "Data-plane connections closed for idleness or a stalled frame.");
+  open_gauge_ = &m->GetGauge("mc_dataplane_connections", "Open data-plane server connections");
   handlers_[static_cast<uint16_t>(FrameOp::kRead)] = [this](const FrameHeader& h,
                                                            ServerStream& s) {
     return HandleRead(h, s);
@@ -91,6 +128,8 @@ void TcpDataServer::Stop() {
     absl::MutexLock lock(&mu_);
     if (stopping_ || !started_) return;
     stopping_ = true;
+    per_peer_.clear();
+    open_gauge_->Add(-static_cast<int64_t>(conns_.size()));
     for (auto& c : conns_) ::shutdown(c->fd.get(), SHUT_RDWR);  // unblocks recv/send
     conns.swap(conns_);
   }
@@ -110,6 +149,9 @@ void TcpDataServer::ReapFinished() {
     absl::MutexLock lock(&mu_);
     for (auto it = conns_.begin(); it != conns_.end();) {
       if ((*it)->done.load()) {
+        auto peer = per_peer_.find((*it)->peer);
+        if (peer != per_peer_.end() && --peer->second <= 0) per_peer_.erase(peer);
+        open_gauge_->Add(-1);
         finished.push_back(std::move(*it));
         it = conns_.erase(it);
       } else {
@@ -120,21 +162,79 @@ void TcpDataServer::ReapFinished() {
   for (auto& c : finished) c->thread.join();
 }
 
+bool TcpDataServer::WaitForStop(int64_t ms) {
+  pollfd wake{wake_fd_.get(), POLLIN, 0};
+  return ::poll(&wake, 1, static_cast<int>(ms)) > 0;
+}
+
+size_t TcpDataServer::connection_count() const {
+  absl::MutexLock lock(&mu_);
+  return conns_.size();
+}
+
+absl::Status TcpDataServer::Health() const {
+  const int64_t failed_ms = last_accept_error_ms_.load();
+  if (failed_ms == 0) return absl::OkStatus();
+  const int64_t ago = RealClock::Get().NowMs() - failed_ms;
+  if (ago > options_.unhealthy_after_accept_error_ms) return absl::OkStatus();
+  return McError(Code::kUnavailable,
+                 absl::StrCat("data plane: accept() failing (", std::strerror(last_accept_errno_),
+                              ", last ", ago, " ms ago)"));
+}
+
 void TcpDataServer::AcceptLoop() {
+  int64_t backoff_ms = 0;
   while (true) {
     pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_fd_.get(), POLLIN, 0}};
     const int rc = ::poll(fds, 2, 1000);
     if (fds[1].revents != 0) return;  // Stop()
     ReapFinished();
     if (rc <= 0 || (fds[0].revents & POLLIN) == 0) continue;
-    UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-    if (!fd.valid()) continue;
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof(addr);
+    UniqueFd fd(
+        ::accept4(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), &addr_len, SOCK_CLOEXEC));
+    if (!fd.valid()) {
+      const int err = errno;
+      if (err == EINTR || err == EAGAIN || err == ECONNABORTED) continue;
+      // EMFILE/ENFILE/ENOBUFS/ENOMEM: the pending connection stays queued and poll() keeps
+      // reporting it; retrying at once would spin. Back off (Stop() still wakes us).
+      accept_errors_->Inc();
+      last_accept_errno_ = err;
+      last_accept_error_ms_ = std::max<int64_t>(RealClock::Get().NowMs(), 1);
+      backoff_ms =
+          std::min<int64_t>(backoff_ms == 0 ? 10 : backoff_ms * 2, options_.max_accept_backoff_ms);
+      MC_LOG_EVERY(std::chrono::seconds(5), Log(), err,
+                   "data-plane accept on {} failed: {} (backing off {} ms)", endpoint_,
+                   std::strerror(err), backoff_ms);
+      if (WaitForStop(backoff_ms)) return;
+      continue;
+    }
+    backoff_ms = 0;
+    last_accept_error_ms_ = 0;
+    const std::string peer = PeerHost(addr, addr_len);
     TuneSocket(fd.get(), options_.socket_buffer_bytes);
+    SetIoTimeout(fd.get(), options_.io_timeout_ms);
     auto conn = std::make_unique<Conn>();
     conn->fd = std::move(fd);
+    conn->peer = peer;
     Conn* raw = conn.get();
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
+    int& from_peer = per_peer_[peer];
+    if (static_cast<int>(conns_.size()) >= options_.max_connections ||
+        from_peer >= options_.max_connections_per_peer) {
+      if (from_peer == 0) per_peer_.erase(peer);
+      rejected_->Inc();
+      MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                   "data-plane connection from {} refused: {} open ({} from it), caps {} / {} "
+                   "per peer",
+                   peer, conns_.size(), from_peer, options_.max_connections,
+                   options_.max_connections_per_peer);
+      continue;  // `conn` closes the socket
+    }
+    ++from_peer;
+    open_gauge_->Add(1);
     conns_.push_back(std::move(conn));
     raw->thread = std::thread([this, raw] { ServeConnection(raw); });
   }
@@ -144,6 +244,19 @@ void TcpDataServer::ServeConnection(Conn* conn) {
   ServerStream stream(conn->fd.get());
   bool closed = false;
   while (!closed) {
+    // Idle between requests: wait for the next header at most idle_timeout_ms.
+    pollfd pfd{conn->fd.get(), POLLIN, 0};
+    int rc;
+    do {
+      rc = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(options_.idle_timeout_ms, 1 << 30)));
+    } while (rc < 0 && errno == EINTR);
+    if (rc == 0) {
+      idle_closed_->Inc();
+      MC_LOG_EVERY(std::chrono::seconds(5), Log(), info,
+                   "data-plane connection from {} idle for {} ms: closed", conn->peer,
+                   options_.idle_timeout_ms);
+      break;
+    }
     if (absl::Status s = ServeOne(stream, &closed); !s.ok()) {
       MC_LOG_EVERY(std::chrono::seconds(1), Log(), warn, "data-plane connection closed: {}",
                    std::string(s.message()));

@@ -7,8 +7,12 @@
 // straight from it (header + payload in one sendmsg). A malformed frame, or an op no handler
 // serves, closes its connection and counts `mc_dataplane_malformed_frames_total`. Requests on a
 // connection are processed in order; each connection has its own thread (fine for a handful of
-// peers). Other components add ops with RegisterOpHandler() (e.g. the SSD tier's READ_DISK).
-// Thread-safe: Start/Stop from one owner thread; RegisterOpHandler before Start.
+// peers). Connections are capped (total and per peer IP), closed after an idle timeout between
+// requests and after an I/O timeout mid-frame. accept() failures (fd exhaustion) back off
+// exponentially instead of spinning, are counted (mc_dataplane_accept_errors_total) and make
+// Health() report the data plane unhealthy until an accept succeeds again. Other components add ops
+// with RegisterOpHandler() (e.g. the SSD tier's READ_DISK). Thread-safe: Start/Stop from one owner
+// thread; RegisterOpHandler before Start.
 #pragma once
 
 #include <sys/uio.h>
@@ -37,7 +41,19 @@ struct TcpDataServerOptions {
   std::string listen_address = "0.0.0.0:0";  // HOST:PORT; port 0 picks a free port
   int socket_buffer_bytes = 8 << 20;         // SO_SNDBUF / SO_RCVBUF
   uint64_t max_frame_length = kDefaultMaxFrameLength;
-  MetricsRegistry* metrics = nullptr;  // optional; the malformed-frame counter lives here
+  MetricsRegistry* metrics = nullptr;  // optional; the counters and gauges live here
+  // Connection limits: beyond them a new connection is closed at once (and counted).
+  int max_connections = 1024;
+  int max_connections_per_peer = 256;  // per peer IP address
+  // A connection with no request for this long is closed (peers' pools reconnect).
+  int64_t idle_timeout_ms = 300'000;
+  // A request (or response) stalled mid-frame for this long closes its connection.
+  int64_t io_timeout_ms = 30'000;
+  // Accept failures (EMFILE, ENFILE, ENOBUFS...) back off from 10 ms doubling up to this.
+  int64_t max_accept_backoff_ms = 1000;
+  // The data plane counts as unhealthy while accept() failed within this window with no
+  // success since.
+  int64_t unhealthy_after_accept_error_ms = 5000;
 };
 
 // The blocking I/O of one server connection, handed to op handlers for the current request.
@@ -77,13 +93,21 @@ class TcpDataServer {
   void Stop();
 
   uint64_t malformed_frames() const { return malformed_->Value(); }
+  uint64_t accept_errors() const { return accept_errors_->Value(); }
+  uint64_t rejected_connections() const { return rejected_->Value(); }
+  size_t connection_count() const;
+  // OK, or why the data plane cannot take connections now (accept failing recently).
+  absl::Status Health() const;
 
  private:
   struct Conn {
     UniqueFd fd;
+    std::string peer;  // IP address, for the per-peer cap
     std::thread thread;
     std::atomic<bool> done{false};
   };
+  // Waits up to `ms` for Stop(); true when stopping.
+  bool WaitForStop(int64_t ms);
   void AcceptLoop();
   void ServeConnection(Conn* conn);
   absl::Status ServeOne(ServerStream& stream, bool* closed);
@@ -93,8 +117,14 @@ class TcpDataServer {
 
   const TcpDataServerOptions options_;
   SegmentTable& segments_;
-  std::unique_ptr<Counter> own_malformed_;  // used when options_.metrics is null
+  std::unique_ptr<MetricsRegistry> own_metrics_;  // used when options_.metrics is null
   Counter* malformed_;
+  Counter* accept_errors_;
+  Counter* rejected_;
+  Counter* idle_closed_;
+  Gauge* open_gauge_;
+  std::atomic<int64_t> last_accept_error_ms_{0};  // 0: none since the last success
+  std::atomic<int> last_accept_errno_{0};
   absl::flat_hash_map<uint16_t, OpHandler> handlers_;  // fixed once started
   std::string endpoint_;
   UniqueFd listen_fd_;
@@ -102,9 +132,10 @@ class TcpDataServer {
   std::thread accept_thread_;
   bool started_ = false;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::list<std::unique_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> per_peer_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mc::transfer::tcp

@@ -3,7 +3,13 @@
 // corrupted replicas, replica fallback, lease expiry during the transfer, master failures.
 #include "client/batch_get.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <atomic>
+#include <chrono>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -473,6 +479,88 @@ TEST_F(BatchGet, RemoteReadsHashedOnArrivalFallBackAndCatchCorruption) {
   EXPECT_EQ(metrics_.checksum_mismatches.Value(), 5u);  // 4 local copies, 1 remote
   EXPECT_EQ(metrics_.replica_fallbacks.Value(), 4u);
   EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+}
+
+// A short lease, so that a stalled owner is noticed quickly.
+class StalledOwner : public ClientFixture {
+ protected:
+  StalledOwner() : ClientFixture(ShortLease()) {}
+  static master::MasterOptions ShortLease() {
+    master::MasterOptions o = FakeMasterClient::DefaultOptions();
+    o.lease_ttl_ms = 400;
+    return o;
+  }
+  // Replaces the remote data server by a socket listening on its port that accepts (in the
+  // kernel's backlog) and never answers; returns it.
+  int StallRemote() {
+    const std::string endpoint = remote_server_->endpoint();
+    remote_server_->Stop();
+    const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 16) != 0) {
+      ADD_FAILURE() << "black hole on port " << port << ": " << std::strerror(errno);
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+};
+
+// The issue: a put with replicas=2 whose second holder is stopped blocked for the master's
+// write deadline (30 s). The client's own write timeout bounds it, and the item fails.
+TEST_F(StalledOwner, APutToAStalledHolderFailsWithinTheWriteTimeout) {
+  StartRemote();
+  const int black_hole = StallRemote();
+  ASSERT_GE(black_hole, 0);
+  BatchPutOptions o = PutOptions(0);
+  o.write_timeout_ms = 300;
+  BatchPutter putter(o, master_, engine_, clock_, metrics_);
+  const std::string pk = Payload(40'000, 92);
+  std::vector<PutRequestItem> items(1);
+  items[0].key = "two-replicas";
+  items[0].pieces.push_back({const_cast<char*>(pk.data()), pk.size()});
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<absl::Status> out = putter.Put(items, 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(CodeOf(out[0]), Code::kTransferFailed) << out[0];
+  EXPECT_FALSE(Lookup("two-replicas").code() == v1::OK) << "never OK with fewer replicas";
+  ::close(black_hole);
+}
+
+// The issue: a stalled owner turned gets into LEASE_EXPIRED, hiding the real cause (the owner
+// did not answer). The peer here accepts connections (the kernel's backlog) and never answers.
+TEST_F(StalledOwner, AnOwnerThatNeverAnswersIsATransferFailureNotAnExpiredLease) {
+  StartRemote();
+  const std::string k = "on-a-stalled-owner";
+  const std::string pk = Payload(30'000, 91);
+  PutOk(k, pk, 2);
+  for (uint64_t id : local_->ids) local_table_.Remove(id);  // only the remote copy is readable
+  const int black_hole = StallRemote();
+  ASSERT_GE(black_hole, 0);
+  DestArena arena(pk.size());
+  std::vector<GetRequestItem> items;
+  items.push_back(SliceItem(k, arena.Slices(0, pk.size())));
+  const auto start = std::chrono::steady_clock::now();
+  // The transfer waits for the lease's end on the real clock; the getter judges the lease on
+  // the fake one, moved past the lease meanwhile.
+  std::thread advance([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    clock_.AdvanceMs(1000);
+  });
+  auto res = getter_.Get(items, 0, nullptr);
+  advance.join();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(CodeOf(res[0].status), Code::kTransferFailed) << res[0].status;
+  EXPECT_NE(res[0].status.message().find("did not answer"), std::string_view::npos)
+      << res[0].status;
+  EXPECT_LT(took, std::chrono::seconds(5)) << "bounded by the lease";
+  ::close(black_hole);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "gtest/gtest.h"
@@ -27,6 +28,12 @@ class ShmObject {
     close(fd);
   }
   ~ShmObject() { shm_unlink(name_.c_str()); }
+  void Truncate(uint64_t size) {
+    int fd = shm_open(name_.c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(ftruncate(fd, static_cast<off_t>(size)), 0);
+    close(fd);
+  }
   const std::string& name() const { return name_; }
 
  private:
@@ -127,6 +134,55 @@ TEST(BufferRegistry, TooManyBuffersIsNoSpace) {
   EXPECT_TRUE(reg.Register(shm.name(), 0).ok());
   EXPECT_EQ(ToCode(reg.Register(shm.name(), 0).status()), Code::kNoSpace);
   EXPECT_EQ(reg.Count(), 2u);
+}
+
+TEST(BufferRegistry, SliceBeyondATruncatedObjectIsRefused) {
+  ShmObject shm(4 << 20);
+  BufferRegistry reg;
+  auto id = reg.Register(shm.name(), 0);
+  ASSERT_TRUE(id.ok());
+  shm.Truncate(1 << 20);
+  BufferRef ref;
+  EXPECT_TRUE(reg.Resolve(*id, 0, 1 << 20, &ref).ok()) << "the part still backed is usable";
+  ref.reset();
+  auto p = reg.Resolve(*id, (1 << 20) - 1, 2, &ref);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(ToCode(p.status()), Code::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("truncated"), std::string_view::npos) << p.status();
+  EXPECT_EQ(ref, nullptr);
+}
+
+// The race: the object shrinks after Resolve, while a copy runs. Without the guard the copy
+// raises SIGBUS and the test process dies.
+TEST(BufferRegistry, TruncationDuringACopyIsAbsorbedAndFailsTheBuffer) {
+  ShmObject shm(4 << 20);
+  BufferRegistry reg;
+  auto id = reg.Register(shm.name(), 0);
+  ASSERT_TRUE(id.ok());
+  BufferRef ref;
+  auto p = reg.Resolve(*id, 0, 4 << 20, &ref);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(ref->CheckIntact().ok());
+  const uint64_t faults_before = BufferFaultsAbsorbed();
+  shm.Truncate(0);
+  std::vector<char> copy(4 << 20, 'x');
+  std::memcpy(copy.data(), *p, copy.size());  // reads past the object's end
+  std::memset(*p, 0x5a, 4 << 20);             // and writes
+  EXPECT_TRUE(ref->Broken());
+  EXPECT_GE(BufferFaultsAbsorbed(), faults_before + 1);
+  absl::Status s = CheckBuffersIntact({ref});
+  EXPECT_EQ(ToCode(s), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("truncated"), std::string_view::npos) << s;
+  BufferRef again;
+  EXPECT_EQ(ToCode(reg.Resolve(*id, 0, 1, &again).status()), Code::kInvalidArgument);
+  // Another buffer of the process is unaffected.
+  ShmObject other(8192);
+  auto id2 = reg.Register(other.name(), 0);
+  ASSERT_TRUE(id2.ok());
+  BufferRef ref2;
+  ASSERT_TRUE(reg.Resolve(*id2, 0, 8192, &ref2).ok());
+  EXPECT_FALSE(ref2->Broken());
+  EXPECT_TRUE(reg.Unregister(*id).ok());
 }
 
 }  // namespace

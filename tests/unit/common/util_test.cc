@@ -1,5 +1,7 @@
 #include "common/util.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -72,6 +74,14 @@ TEST(ParseBytes, RejectsGarbageAndOverflow) {
     EXPECT_FALSE(ParseBytes(bad, &out)) << bad;
     EXPECT_EQ(out, 7u) << bad;
   }
+}
+
+TEST(Util, AbsolutePath) {
+  EXPECT_EQ(AbsolutePath(""), "");
+  EXPECT_EQ(AbsolutePath("/abs/x.sock"), "/abs/x.sock");
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  EXPECT_EQ(AbsolutePath("run/c1.sock"), std::string(cwd) + "/run/c1.sock");
 }
 
 }  // namespace

@@ -258,7 +258,7 @@ TEST_F(PutLifecycle, BadInputGivesPerKeyErrorsAndChangesNothing) {
     EXPECT_TRUE(o.replicas.empty());
   }
   auto unknown = m_.svc().PutStart("ghost", {{"k", 10}}, 1);
-  EXPECT_EQ(CodeOf(unknown[0].status), Code::kInvalidArgument);
+  EXPECT_EQ(CodeOf(unknown[0].status), Code::kUnavailable) << "transient (master restart)";
   auto too_many = m_.svc().PutStart("c1", {{"k", 10}}, m_.svc().options().max_replicas + 1);
   EXPECT_EQ(CodeOf(too_many[0].status), Code::kInvalidArgument);
   EXPECT_EQ(m_.Fingerprint(), before);
@@ -298,6 +298,91 @@ TEST_F(PutLifecycle, RegisterRejectsBadInput) {
   info.endpoint = "h:1";
   EXPECT_EQ(CodeOf(m_.svc().RegisterClient(info, {8}).status()), Code::kInvalidArgument);
   EXPECT_EQ(m_.svc().Snapshot().clients, 2u);
+}
+
+// The issue's wrap-around: one segment of 2^64 - 128 MiB + 4096 bytes next to 128 MiB made the
+// capacity total wrap to 4 KiB, and the watermark sweep then evicted everything.
+TEST_F(PutLifecycle, RegisterRefusesSegmentsThatWouldWrapTheCapacity) {
+  m_.Register("big", {128ull << 20});
+  auto before = m_.Fingerprint();
+  ClientInfo info;
+  info.client_id = "attacker";
+  info.endpoint = "h:1";
+  const uint64_t huge = UINT64_MAX - (128ull << 20) + 1 + 4096;
+  EXPECT_EQ(CodeOf(m_.svc().RegisterClient(info, {huge}).status()), Code::kInvalidArgument);
+  // Sizes each under the per-segment limit whose sum still cannot wrap the total.
+  EXPECT_EQ(CodeOf(m_.svc().RegisterClient(info, {UINT64_MAX / 2, UINT64_MAX / 2 + 2}).status()),
+            Code::kInvalidArgument);
+  info.disk_capacity = UINT64_MAX;
+  EXPECT_EQ(CodeOf(m_.svc().RegisterClient(info, {1 << 20}).status()), Code::kInvalidArgument);
+  EXPECT_EQ(m_.Fingerprint(), before);
+  EXPECT_TRUE(m_.svc().RegisterClient({"a", "h", "h:2", 0, 0, 0, 0}, {1 << 20}).ok());
+}
+
+TEST_F(PutLifecycle, RegisterCapsSegmentCountAndSize) {
+  MasterOptions o = MasterFixture::DefaultOptions();
+  o.min_segment_size = 1 << 20;
+  o.max_segments_per_client = 4;
+  MasterFixture m(o);
+  ClientInfo info;
+  info.client_id = "junk";
+  info.endpoint = "h:1";
+  EXPECT_EQ(CodeOf(m.svc().RegisterClient(info, {4096}).status()), Code::kInvalidArgument)
+      << "below --min_segment_size";
+  EXPECT_EQ(CodeOf(m.svc().RegisterClient(info, std::vector<uint64_t>(5, 1 << 20)).status()),
+            Code::kInvalidArgument)
+      << "above --max_segments_per_client";
+  EXPECT_TRUE(m.svc().RegisterClient(info, std::vector<uint64_t>(4, 1 << 20)).ok());
+  EXPECT_EQ(m.svc().Snapshot().mem_capacity, 4u << 20);
+}
+
+// A recovered record with generation 2^64 - 1 made the next generation 0 ("never reserved"):
+// the next put was answered OK with no replica written.
+TEST_F(PutLifecycle, RecoveredGenerationsNeverWrapTheCounter) {
+  m_.Register("ssd", {1 << 20}, /*disk_capacity=*/1 << 30);
+  auto out = m_.svc().AddDiskReplicas(
+      "ssd", {{"rec", UINT64_MAX, 5, 1000, 42}, {"rec0", 0, 6, 1000, 42}, {"ok", 77, 7, 1000, 42}},
+      /*recovered=*/true);
+  EXPECT_EQ(CodeOf(out[0]), Code::kInvalidArgument);
+  EXPECT_NE(out[0].message().find("generation"), std::string_view::npos) << out[0];
+  EXPECT_EQ(CodeOf(out[1]), Code::kInvalidArgument);
+  EXPECT_TRUE(out[2].ok()) << out[2];
+  EXPECT_FALSE(m_.Exists("rec"));
+  PutStartOutcome o = m_.Start("c1", "next", 100);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_NE(o.generation, 0u);
+  EXPECT_LT(o.generation, kGenerationLimit);
+  // The largest generation a record may carry is adopted; the counter then stops, never wraps.
+  out = m_.svc().AddDiskReplicas("ssd", {{"last", kGenerationLimit - 1, 8, 1000, 42}}, true);
+  ASSERT_TRUE(out[0].ok()) << out[0];
+  PutStartOutcome after = m_.Start("c1", "after", 100);
+  EXPECT_EQ(CodeOf(after.status), Code::kInternal) << after.status;
+  EXPECT_EQ(after.generation, 0u);
+  EXPECT_FALSE(m_.Exists("after"));
+}
+
+// The issue: a put with replicas=2 whose second holder was lost meanwhile was answered OK with
+// one replica. PutEnd now fails it (and frees what is left).
+TEST_F(PutLifecycle, PutEndWithAReplicaHolderLostMeanwhileFails) {
+  PutStartOutcome o = m_.Start("c1", "two", 5000, 2);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  ASSERT_EQ(o.replicas.size(), 2u);
+  m_.Register("c2", {1 << 20});  // c2 restarts: its old segments, and the replica, are gone
+  absl::Status s = m_.End("c1", "two", o.generation);
+  EXPECT_EQ(CodeOf(s), Code::kUnavailable) << s;
+  EXPECT_NE(s.message().find("1 of 2"), std::string_view::npos) << s;
+  EXPECT_FALSE(m_.Exists("two"));
+  EXPECT_EQ(m_.svc().ClientSegmentStats("c1").used, 0u) << "the surviving replica is freed";
+  // A put whose replicas are all still there is unaffected.
+  EXPECT_NE(m_.Put("c1", "two-again", 5000, 2), 0u);
+}
+
+// Right after a master restart clients are unknown until they re-register: transient, so
+// UNAVAILABLE with a hint, not INVALID_ARGUMENT.
+TEST_F(PutLifecycle, UnknownClientIsUnavailable) {
+  PutStartOutcome o = m_.Start("not-registered-yet", "k", 100);
+  EXPECT_EQ(CodeOf(o.status), Code::kUnavailable) << o.status;
+  EXPECT_NE(o.status.message().find("retry"), std::string_view::npos) << o.status;
 }
 
 TEST_F(PutLifecycle, RemoveFreesSpaceOfCompleteObject) {
