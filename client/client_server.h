@@ -46,10 +46,12 @@ struct ClientServerOptions {
   int64_t master_rpc_timeout_ms = 10'000;
   int64_t lease_release_delay_us = 1000;  // GrpcMasterClientOptions::release_delay_us
   int64_t put_no_space_wait_ms = 100;     // BatchPutOptions::no_space_wait_ms
+  int64_t put_write_back_wait_ms = 10'000;  // BatchPutOptions::write_back_wait_ms
   transfer::TransferEngineOptions transfer;  // local_endpoint and metrics are filled in
   // The SSD tier: on when offload.dir is set (offload.capacity bytes).
   offload::DiskTierOptions offload;        // metrics and reclaim_guard are filled in
   int64_t offload_poll_ms = 100;
+  int offload_parallelism = 4;             // OffloadDriverOptions::parallelism
   bool promote_on_hit = false;             // write SSD hits back to memory
   uint64_t promote_staging_bytes = Promoter::kDefaultStagingBytes;  // private copies per round
 };
