@@ -53,11 +53,11 @@ TEST_F(WriteBack, FullMemoryOfUnpersistedObjectsWaitsForWriteBack) {
   EXPECT_EQ(m_.CounterValue("mc_put_write_back_waits_total"), 1u);
   EXPECT_EQ(m_.CounterValue("mc_put_no_space_total"), 0u);
   for (int i = 0; i < static_cast<int>(kSlots); ++i) EXPECT_TRUE(m_.Exists(Key(i))) << i;
-  // The refusal planned the write-back at once (coldest first), not at the next maintenance.
+  // The refusal planned the write-back of every waiting object at once, not at the next
+  // maintenance pass.
   auto tasks = m_.svc().TakeOffloadTasks("c1", session_, 100);
   ASSERT_TRUE(tasks.ok()) << tasks.status();
-  ASSERT_EQ(tasks->size(), kSlots);
-  EXPECT_EQ((*tasks)[0].key, Key(0));
+  EXPECT_EQ(tasks->size(), kSlots);
   // The background pass does not drop them either.
   m_.svc().RunMaintenance();
   for (int i = 0; i < static_cast<int>(kSlots); ++i) EXPECT_TRUE(m_.Exists(Key(i))) << i;
@@ -123,7 +123,8 @@ TEST_F(WriteBack, CorruptRecordIsDroppedDespiteLeases) {
   ASSERT_TRUE(m_.Start("c1", "new", kObject).status.ok());  // key-0 now only on SSD
   LookupBatch b = m_.svc().GetReplicas({Key(0)}, {.grant_lease = true});
   ASSERT_TRUE(b.results[0].status.ok());
-  DiskReplicaItem item{Key(0), generations_[0], 4096, kObject, 0};
+  const std::string key0 = Key(0);
+  DiskReplicaItem item{key0, generations_[0], 4096, kObject, 0};
   EXPECT_EQ(CodeOf(m_.svc().RemoveDiskReplicas("c1", {item})[0]), Code::kHasLease);
   EXPECT_TRUE(m_.svc().RemoveDiskReplicas("c1", {item}, /*corrupt=*/true)[0].ok());
   EXPECT_FALSE(m_.Exists(Key(0)));
