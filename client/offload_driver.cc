@@ -210,21 +210,31 @@ void OffloadDriver::RunTasks(const std::vector<v1::OffloadTask>& tasks) {
       retry_drops_.push_back(task);
     }
   }
-  const size_t step = std::max<size_t>(1, options_.task_report_batch);
-  for (size_t begin = 0; begin < offloads.size(); begin += step) {
-    std::vector<const v1::OffloadTask*> chunk(
-        offloads.begin() + static_cast<ptrdiff_t>(begin),
-        offloads.begin() + static_cast<ptrdiff_t>(std::min(offloads.size(), begin + step)));
-    RunOffloads(chunk);
-  }
+  if (!offloads.empty()) RunOffloads(offloads);
 }
 
 void OffloadDriver::RunOffloads(const std::vector<const v1::OffloadTask*>& tasks) {
-  std::vector<v1::DiskReplicaItem> items(tasks.size());
-  std::vector<absl::Status> results(tasks.size());
+  // `parallelism` workers take tasks in order; whichever worker completes the
+  // `task_report_batch`-th record since the last report (or the last record) reports them while
+  // the others keep the disk busy: memory is released while the burst is still being written.
+  const size_t step = std::max<size_t>(1, options_.task_report_batch);
   std::atomic<size_t> next{0};
+  absl::Mutex done_mu;
+  std::vector<OffloadResult> done;
+  size_t finished = 0;
   auto work = [&] {
-    for (size_t k = next++; k < tasks.size(); k = next++) results[k] = Offload(*tasks[k], &items[k]);
+    for (size_t k = next++; k < tasks.size(); k = next++) {
+      OffloadResult r{tasks[k], {}, {}};
+      r.status = Offload(*tasks[k], &r.item);
+      std::vector<OffloadResult> batch;
+      {
+        absl::MutexLock lock(&done_mu);
+        done.push_back(std::move(r));
+        ++finished;
+        if (done.size() >= step || finished == tasks.size()) batch.swap(done);
+      }
+      if (!batch.empty()) Report(batch);
+    }
   };
   const size_t threads =
       std::min(tasks.size(), static_cast<size_t>(std::max(1, options_.parallelism)));
@@ -232,14 +242,15 @@ void OffloadDriver::RunOffloads(const std::vector<const v1::OffloadTask*>& tasks
   for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
   work();
   for (std::thread& t : helpers) t.join();
+}
 
+void OffloadDriver::Report(std::vector<OffloadResult>& results) {
   v1::AddDiskReplicasRequest report;
   report.set_client_id(options_.client_id);
-  for (size_t k = 0; k < tasks.size(); ++k) {
-    const absl::Status& s = results[k];
-    const Code code = ToCode(s);
-    if (s.ok()) {
-      *report.add_items() = std::move(items[k]);
+  for (OffloadResult& r : results) {
+    const Code code = ToCode(r.status);
+    if (r.status.ok()) {
+      *report.add_items() = std::move(r.item);
     } else if (code == Code::kChecksumMismatch || code == Code::kNotFound ||
                code == Code::kInvalidArgument) {
       offloads_changed_.Inc();  // evicted or re-registered meanwhile: nothing to persist
@@ -248,10 +259,10 @@ void OffloadDriver::RunOffloads(const std::vector<const v1::OffloadTask*>& tasks
       // so the object's memory is not held for a write-back that is not coming.
       (code == Code::kNoSpace ? offloads_no_space_ : offloads_failed_).Inc();
       MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn, "offload of {} failed: {}",
-                   KeyForLog(tasks[k]->key()), s.ToString());
+                   KeyForLog(r.task->key()), r.status.ToString());
       auto* failed = report.add_failed();
-      failed->set_key(tasks[k]->key());
-      failed->set_generation(tasks[k]->generation());
+      failed->set_key(r.task->key());
+      failed->set_generation(r.task->generation());
     }
   }
   if (report.items_size() == 0 && report.failed_size() == 0) return;

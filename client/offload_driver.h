@@ -4,7 +4,8 @@
 //   memory replica out of our segment, checks it against the checksum in the task (the bytes
 //   could have been evicted and overwritten meanwhile), writes the record and reports the DISK
 //   replica (AddDiskReplicas); DROP deletes a record whose object was removed. Up to
-//   `parallelism` OFFLOADs run at once and are reported in steps of `task_report_batch`; one the
+//   `parallelism` OFFLOADs run at once and are reported in steps of `task_report_batch`, by the
+//   worker that completes the step while the others keep writing; one the
 //   tier cannot take (full, failing) is reported as failed, so the master stops waiting for it
 //   (write-back, DESIGN.md invariant 7). While polls bring tasks, the next poll follows at once.
 // - After every registration with the master, reports every record on disk (recovered=true), so
@@ -50,8 +51,8 @@ struct OffloadDriverOptions {
   // OFFLOAD tasks written at once (each on its own thread, the tier pipelining its chunks).
   int parallelism = 4;
   // Records per AddDiskReplicas report while running tasks: their memory may be reused only once
-  // reported, so a burst reports in steps rather than after the whole poll's tasks.
-  size_t task_report_batch = 16;
+  // reported, so a burst reports in small steps rather than after the whole poll's tasks.
+  size_t task_report_batch = 4;
 };
 
 class OffloadDriver final : public DiskReader {
@@ -83,8 +84,15 @@ class OffloadDriver final : public DiskReader {
   void Loop();
   void ReportAll();
   void RunTasks(const std::vector<v1::OffloadTask>& tasks);
+  struct OffloadResult {
+    const v1::OffloadTask* task;
+    absl::Status status;
+    v1::DiskReplicaItem item;  // when status is OK
+  };
   // Persists OFFLOAD tasks (in parallel) and reports them, and the failed ones, to the master.
   void RunOffloads(const std::vector<const v1::OffloadTask*>& tasks);
+  // One AddDiskReplicas for finished tasks: the persisted ones, and the failed ones.
+  void Report(std::vector<OffloadResult>& results);
   // Persists one OFFLOAD task; fills `item` on success.
   absl::Status Offload(const v1::OffloadTask& task, v1::DiskReplicaItem* item);
   // Tells the master about records that failed verification, then deletes them.
