@@ -172,15 +172,11 @@ void OffloadDriver::ReportAll() {
 absl::Status OffloadDriver::Offload(const v1::OffloadTask& task, v1::DiskReplicaItem* item) {
   absl::StatusOr<char*> mem = segments_.Resolve(task.segment_id(), task.offset(), task.size());
   if (!mem.ok()) return mem.status();
-  // Copy out first, then verify: what we persist is exactly what we checked.
-  std::unique_ptr<char[]> copy(new (std::nothrow) char[task.size()]);
-  if (!copy) return McError(Code::kNoSpace, "no memory for the offload copy");
-  std::memcpy(copy.get(), *mem, task.size());
-  if (Checksum(copy.get(), task.size()) != task.checksum()) {
-    return McError(Code::kChecksumMismatch, "memory replica changed before it was offloaded");
-  }
-  absl::StatusOr<offload::RecordRef> ref =
-      tier_.Write(task.key(), task.generation(), {{copy.get(), task.size()}});
+  // Straight from the segment: the tier hashes the bytes as it stages them and writes the record
+  // only if that hash (of exactly what goes to disk) is the object's checksum, so a replica
+  // evicted and overwritten meanwhile is never persisted (kChecksumMismatch: "changed").
+  absl::StatusOr<offload::RecordRef> ref = tier_.Write(
+      task.key(), task.generation(), {{*mem, task.size()}}, task.checksum());
   if (!ref.ok()) return ref.status();
   Remember(task.key(), task.generation());
   item->set_key(task.key());
