@@ -56,7 +56,6 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
   std::vector<NoSpaceKind> kind(items.size(), NoSpaceKind::kTransient);
   // Items whose NO_SPACE waits for write-back to SSD may wait longer (invariant 7: memory holds
   // them until offloads end); the others only for no_space_wait_ms.
-  const int64_t max_wait_ms = std::max(options_.no_space_wait_ms, options_.write_back_wait_ms);
   while (!todo.empty()) {
     PutOnce(items, todo, replicas, checksums, out, kind);
     const int64_t elapsed = clock_.NowMs() - started_ms;
@@ -66,7 +65,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
                                                                 : options_.no_space_wait_ms;
       // Every pause is at least 1 ms, so with a real clock the time runs out before this many
       // rounds; the cap bounds the loop where the clock stands still (a test's fake clock).
-      if (elapsed < limit && rounds < max_wait_ms) return false;
+      if (elapsed < limit && rounds < limit) return false;
       if (rounds > 0) {
         out[i] = McError(Code::kNoSpace, absl::StrCat(out[i].message(), " (still after ", rounds,
                                                       " retries over ", elapsed, " ms)"));
