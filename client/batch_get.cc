@@ -314,6 +314,16 @@ void BatchGetter::TransferRounds(Batch& batch) {
         metrics_.lease_expiries.Inc();
         continue;
       }
+      if (ToCode(res.status) == Code::kChecksumMismatch) {
+        // The replica's owner read its SSD record and it failed verification: its verdict, not a
+        // transport failure (the owner drops the record and tells the master).
+        metrics_.checksum_mismatches.Inc();
+        plan.status = McError(Code::kChecksumMismatch,
+                              absl::StrCat("replica on ", reqs[i].endpoint, ": ",
+                                           std::string(res.status.message())));
+        if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
+        continue;
+      }
       if (!res.status.ok() || res.bytes != plan.lookup->size()) {
         plan.status = McError(Code::kTransferFailed,
                               absl::StrCat("replica on ", reqs[i].endpoint, ": ",

@@ -54,26 +54,32 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
   const int64_t started_ms = clock_.NowMs();
   int64_t pause_ms = 1;
   int64_t rounds = 0;
-  std::vector<bool> final(items.size(), false);
+  std::vector<NoSpaceKind> kind(items.size(), NoSpaceKind::kTransient);
+  // Items whose NO_SPACE waits for write-back to SSD may wait longer (invariant 7: memory holds
+  // them until offloads end); the others only for no_space_wait_ms.
   while (!todo.empty()) {
-    PutOnce(items, todo, replicas, checksums, out, final);
-    std::erase_if(todo, [&](size_t i) { return ToCode(out[i]) != Code::kNoSpace || final[i]; });
-    if (todo.empty()) break;
-    const int64_t left = started_ms + options_.no_space_wait_ms - clock_.NowMs();
-    // Every pause is at least 1 ms, so with a real clock the time runs out before this many
-    // rounds; the cap bounds the loop where the clock stands still (a test's fake clock).
-    if (left <= 0 || rounds >= options_.no_space_wait_ms) {
+    PutOnce(items, todo, replicas, checksums, out, kind);
+    const int64_t elapsed = clock_.NowMs() - started_ms;
+    std::erase_if(todo, [&](size_t i) {
+      if (ToCode(out[i]) != Code::kNoSpace || kind[i] == NoSpaceKind::kFinal) return true;
+      const int64_t limit = kind[i] == NoSpaceKind::kWriteBack ? options_.write_back_wait_ms
+                                                                : options_.no_space_wait_ms;
+      // Every pause is at least 1 ms, so with a real clock the time runs out before this many
+      // rounds; the cap bounds the loop where the clock stands still (a test's fake clock).
+      if (elapsed < limit && rounds < limit) return false;
       if (rounds > 0) {
-        for (size_t i : todo) {
-          out[i] = McError(Code::kNoSpace,
-                           absl::StrCat(out[i].message(), " (still after ", rounds,
-                                        " retries over ", clock_.NowMs() - started_ms, " ms)"));
-        }
+        out[i] = McError(Code::kNoSpace, absl::StrCat(out[i].message(), " (still after ", rounds,
+                                                      " retries over ", elapsed, " ms)"));
       }
-      break;
+      return true;
+    });
+    if (todo.empty()) break;
+    for (size_t i : todo) {
+      (kind[i] == NoSpaceKind::kWriteBack ? metrics_.put_write_back_waits
+                                          : metrics_.put_no_space_retries)
+          .Inc();
     }
-    metrics_.put_no_space_retries.Inc(todo.size());
-    absl::SleepFor(absl::Milliseconds(std::min(pause_ms, left)));
+    absl::SleepFor(absl::Milliseconds(pause_ms));
     pause_ms = std::min<int64_t>(pause_ms * 2, kMaxNoSpacePauseMs);
     ++rounds;
   }
@@ -83,7 +89,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
 void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
                           const std::vector<size_t>& started, uint32_t replicas,
                           const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
-                          std::vector<bool>& final) {
+                          std::vector<NoSpaceKind>& kind) {
   v1::PutStartRequest start;
   start.set_client_id(options_.client_id);
   start.set_replicas(replicas);
@@ -113,7 +119,9 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
     size_t i = started[k];
     if (r.code() != v1::OK) {
       out[i] = McError(FromProtoCode(r.code()), r.message());
-      final[i] = r.no_space_final();
+      kind[i] = r.no_space_final()       ? NoSpaceKind::kFinal
+                : r.write_back_pending() ? NoSpaceKind::kWriteBack
+                                         : NoSpaceKind::kTransient;
       continue;
     }
     for (const auto& rep : r.replicas()) {

@@ -7,7 +7,10 @@
 // Items the master answers NO_SPACE (memory full of objects it may not evict yet: leased by reads
 // in progress, or still being written) are tried again, alone, after the rest of the batch has
 // ended, with a growing pause, for up to `no_space_wait_ms`; only then is NO_SPACE answered. A
-// NO_SPACE the master marks final (no segment can ever hold the object) is answered at once.
+// NO_SPACE the master marks final (no segment can ever hold the object) is answered at once. One
+// it marks write_back_pending (memory full of objects whose write-back to an SSD tier has not
+// ended: invariant 7 keeps them in memory until then) is retried for up to `write_back_wait_ms`:
+// when puts outrun the disk they wait for it, then answer NO_SPACE, never OK and lose data.
 // Thread-safe.
 #pragma once
 
@@ -31,6 +34,8 @@ struct BatchPutOptions {
   // Longest wait for the replicas' writes (the master's write deadline caps it too); an item
   // whose replicas are not all written by then fails TRANSFER_FAILED and is revoked.
   int64_t write_timeout_ms = 10'000;
+  // How long an item that waits for write-back to SSD is retried (see above).
+  int64_t write_back_wait_ms = 10'000;
 };
 
 class BatchPutter {
@@ -41,11 +46,13 @@ class BatchPutter {
   std::vector<absl::Status> Put(const std::vector<PutRequestItem>& items, uint32_t replicas);
 
  private:
+  // What a NO_SPACE answer lets the item do: retry briefly, not at all, or wait for write-back.
+  enum class NoSpaceKind { kTransient, kFinal, kWriteBack };
   // One PutStart / write / PutEnd (or PutRevoke) round for items[i], i in `started` (validated,
-  // checksums[i] computed); sets out[i], and final[i] for a NO_SPACE no wait can cure.
+  // checksums[i] computed); sets out[i], and kind[i] for a NO_SPACE answer.
   void PutOnce(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
                uint32_t replicas, const std::vector<uint64_t>& checksums,
-               std::vector<absl::Status>& out, std::vector<bool>& final);
+               std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind);
 
   const BatchPutOptions options_;
   MasterClient& master_;

@@ -37,6 +37,9 @@ ABSL_FLAG(int64_t, lease_release_delay_us, 1000,
 ABSL_FLAG(int64_t, put_no_space_wait_ms, 100,
           "retry put items answered NO_SPACE (memory leased or being written) this long; "
           "0 = no retry");
+ABSL_FLAG(int64_t, put_write_back_wait_ms, 10000,
+          "retry put items answered NO_SPACE because memory waits for write-back to an SSD tier "
+          "this long (puts that outrun the disk wait for it); 0 = no retry");
 ABSL_FLAG(int32_t, connections_per_peer, 4, "tcp data-plane connections per peer");
 ABSL_FLAG(int32_t, copy_threads, 2, "threads for large local copies");
 ABSL_FLAG(uint64_t, tcp_frame_bytes, 4ull << 20,
@@ -58,7 +61,6 @@ ABSL_FLAG(bool, promote_on_hit, false,
 ABSL_FLAG(uint64_t, promote_staging_bytes, 64ull << 20,
           "memory for the verified private copies one promotion round writes back (a larger "
           "object goes alone)");
-ABSL_FLAG(int64_t, offload_poll_ms, 100, "how often to take offload tasks from the master");
 ABSL_FLAG(int64_t, put_write_timeout_ms, 10000,
           "longest wait for a put's replica writes; an item not fully written by then fails");
 ABSL_FLAG(int32_t, data_max_connections, 1024, "data-plane server: most open connections");
@@ -73,6 +75,9 @@ ABSL_FLAG(int32_t, http_max_connections_per_peer, 16,
           "admin HTTP: most open connections from one IP address");
 ABSL_FLAG(int64_t, http_request_timeout_ms, 2000,
           "admin HTTP: a request must arrive and its answer leave within this");
+ABSL_FLAG(int64_t, offload_poll_ms, 100,
+          "how often to take offload tasks from the master (at once again while tasks come)");
+ABSL_FLAG(int32_t, offload_parallelism, 4, "OFFLOAD tasks written to the SSD tier at once (1..64)");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -111,6 +116,11 @@ int main(int argc, char** argv) {
   o.put_no_space_wait_ms = absl::GetFlag(FLAGS_put_no_space_wait_ms);
   if (o.put_no_space_wait_ms < 0) {
     std::fprintf(stderr, "--put_no_space_wait_ms must be >= 0\n");
+    return 2;
+  }
+  o.put_write_back_wait_ms = absl::GetFlag(FLAGS_put_write_back_wait_ms);
+  if (o.put_write_back_wait_ms < 0) {
+    std::fprintf(stderr, "--put_write_back_wait_ms must be >= 0\n");
     return 2;
   }
   o.transfer.connections_per_peer = absl::GetFlag(FLAGS_connections_per_peer);
@@ -160,6 +170,11 @@ int main(int argc, char** argv) {
   o.offload.high_watermark = absl::GetFlag(FLAGS_offload_high_watermark);
   o.offload.low_watermark = absl::GetFlag(FLAGS_offload_low_watermark);
   o.offload_poll_ms = absl::GetFlag(FLAGS_offload_poll_ms);
+  o.offload_parallelism = absl::GetFlag(FLAGS_offload_parallelism);
+  if (o.offload_parallelism < 1 || o.offload_parallelism > 64) {
+    std::fprintf(stderr, "--offload_parallelism must be in 1..64\n");
+    return 2;
+  }
   o.promote_on_hit = absl::GetFlag(FLAGS_promote_on_hit);
   o.promote_staging_bytes = absl::GetFlag(FLAGS_promote_staging_bytes);
   if (o.promote_staging_bytes == 0) {

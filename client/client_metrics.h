@@ -35,6 +35,7 @@ class ClientMetrics {
   Counter& lease_expiries;      // transfers that outlived their lease
   Counter& replica_fallbacks;   // a failed replica replaced by another
   Counter& put_no_space_retries;  // put items tried again after a NO_SPACE answer
+  Counter& put_write_back_waits;  // put items tried again while memory waits for write-back
 
  private:
   MetricsRegistry& registry_;

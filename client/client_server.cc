@@ -84,7 +84,10 @@ absl::Status ClientServer::Start() {
     offload::DiskTier* tier = tier_.get();
     session_->SetDiskUsedFn([tier] { return tier->GetStats().used; });
     offload_ = std::make_unique<OffloadDriver>(
-        OffloadDriverOptions{options_.client_id, options_.offload_poll_ms, 64, 1000}, *tier_,
+        OffloadDriverOptions{.client_id = options_.client_id,
+                             .poll_interval_ms = options_.offload_poll_ms,
+                             .parallelism = options_.offload_parallelism},
+        *tier_,
         *master_, segment_table_, [this] { return session_->session(); }, registry_);
     session_->SetOnRegistered([this] { offload_->RequestReport(); });
   }
@@ -100,7 +103,8 @@ absl::Status ClientServer::Start() {
                       .max_key_size = 4096,
                       .max_replicas = 8,
                       .no_space_wait_ms = options_.put_no_space_wait_ms,
-                      .write_timeout_ms = options_.put_write_timeout_ms},
+                      .write_timeout_ms = options_.put_write_timeout_ms,
+                      .write_back_wait_ms = options_.put_write_back_wait_ms},
       *master_, *engine_, RealClock::Get(), metrics_);
   getter_ = std::make_unique<BatchGetter>(
       BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 4096, 8},

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <sys/uio.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 
@@ -44,6 +46,7 @@ OffloadDriver::OffloadDriver(OffloadDriverOptions options, offload::DiskTier& ti
       offloads_changed_(OffloadCounter(metrics, "changed")),
       offloads_failed_(OffloadCounter(metrics, "failed")),
       offloads_gone_(OffloadCounter(metrics, "gone")),
+      offloads_no_space_(OffloadCounter(metrics, "no_space")),
       drops_(metrics.GetCounter("mc_client_disk_drops_total", "Records deleted on DROP tasks")),
       reports_(metrics.GetCounter("mc_client_disk_records_reported_total",
                                   "Records re-reported to the master after registration")),
@@ -52,7 +55,10 @@ OffloadDriver::OffloadDriver(OffloadDriverOptions options, offload::DiskTier& ti
                                             {{"result", "ok"}})),
       disk_read_failures_(metrics.GetCounter("mc_client_disk_reads_total",
                                              "SSD records read for readers, by result",
-                                             {{"result", "error"}})) {
+                                             {{"result", "error"}})),
+      corrupt_dropped_(metrics.GetCounter(
+          "mc_client_disk_corrupt_dropped_total",
+          "SSD records that failed verification when read, reported to the master and deleted")) {
   for (const auto& e : tier_.List()) Remember(e.key, e.generation);
 }
 
@@ -80,7 +86,11 @@ void OffloadDriver::Loop() {
     cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_interval_ms));
     if (stopping_) break;
     lock.unlock();
-    RunOnce();
+    // While the master has work for us, take the next tasks at once (bursts), else wait a poll.
+    while (RunOnce()) {
+      std::lock_guard<std::mutex> check(mu_);
+      if (stopping_) break;
+    }
     lock.lock();
   }
 }
@@ -95,11 +105,12 @@ void OffloadDriver::Forget(uint64_t generation) {
   keys_.erase(generation);
 }
 
-void OffloadDriver::RunOnce() {
+bool OffloadDriver::RunOnce() {
   uint64_t session = session_();
-  if (session == 0) return;
+  if (session == 0) return false;
   for (const auto& e : tier_.TakeEvicted()) Forget(e.generation);
   if (report_pending_.exchange(false)) ReportAll();
+  DropCorrupt();
   v1::TakeOffloadTasksRequest req;
   req.set_client_id(options_.client_id);
   req.set_session(session);
@@ -109,7 +120,7 @@ void OffloadDriver::RunOnce() {
   if (!s.ok()) {
     MC_LOG_EVERY(std::chrono::seconds(10), Log(), warn, "TakeOffloadTasks failed: {}",
                  s.ToString());
-    return;
+    return false;
   }
   std::vector<v1::OffloadTask> tasks;
   {
@@ -118,6 +129,7 @@ void OffloadDriver::RunOnce() {
   }
   tasks.insert(tasks.end(), resp.tasks().begin(), resp.tasks().end());
   if (!tasks.empty()) RunTasks(tasks);
+  return resp.tasks_size() > 0;
 }
 
 void OffloadDriver::ReportAll() {
@@ -160,15 +172,11 @@ void OffloadDriver::ReportAll() {
 absl::Status OffloadDriver::Offload(const v1::OffloadTask& task, v1::DiskReplicaItem* item) {
   absl::StatusOr<char*> mem = segments_.Resolve(task.segment_id(), task.offset(), task.size());
   if (!mem.ok()) return mem.status();
-  // Copy out first, then verify: what we persist is exactly what we checked.
-  std::unique_ptr<char[]> copy(new (std::nothrow) char[task.size()]);
-  if (!copy) return McError(Code::kNoSpace, "no memory for the offload copy");
-  std::memcpy(copy.get(), *mem, task.size());
-  if (Checksum(copy.get(), task.size()) != task.checksum()) {
-    return McError(Code::kChecksumMismatch, "memory replica changed before it was offloaded");
-  }
-  absl::StatusOr<offload::RecordRef> ref =
-      tier_.Write(task.key(), task.generation(), {{copy.get(), task.size()}});
+  // Straight from the segment: the tier hashes the bytes as it stages them and writes the record
+  // only if that hash (of exactly what goes to disk) is the object's checksum, so a replica
+  // evicted and overwritten meanwhile is never persisted (kChecksumMismatch: "changed").
+  absl::StatusOr<offload::RecordRef> ref = tier_.Write(
+      task.key(), task.generation(), {{*mem, task.size()}}, task.checksum());
   if (!ref.ok()) return ref.status();
   Remember(task.key(), task.generation());
   item->set_key(task.key());
@@ -180,37 +188,80 @@ absl::Status OffloadDriver::Offload(const v1::OffloadTask& task, v1::DiskReplica
 }
 
 void OffloadDriver::RunTasks(const std::vector<v1::OffloadTask>& tasks) {
-  v1::AddDiskReplicasRequest report;
-  report.set_client_id(options_.client_id);
+  std::vector<const v1::OffloadTask*> offloads;
   for (const v1::OffloadTask& task : tasks) {
-    if (task.kind() == v1::DROP) {
-      absl::Status s = tier_.Remove(task.key(), task.generation());
-      if (s.ok() || ToCode(s) == Code::kNotFound) {
-        Forget(task.generation());
-        drops_.Inc();
-      } else {
-        // Being read (pinned) or written: try again on the next poll, so it cannot come back.
-        Log().info("dropping record {} generation {} later: {}", KeyForLog(task.key()),
-                   task.generation(), s.ToString());
-        absl::MutexLock lock(&retry_mu_);
-        retry_drops_.push_back(task);
-      }
+    if (task.kind() != v1::DROP) {
+      offloads.push_back(&task);
       continue;
     }
-    v1::DiskReplicaItem item;
-    absl::Status s = Offload(task, &item);
-    if (s.ok()) {
-      *report.add_items() = std::move(item);
-    } else if (ToCode(s) == Code::kChecksumMismatch || ToCode(s) == Code::kNotFound ||
-               ToCode(s) == Code::kInvalidArgument) {
-      offloads_changed_.Inc();  // evicted or re-registered meanwhile: nothing to persist
+    absl::Status s = tier_.Remove(task.key(), task.generation());
+    if (s.ok() || ToCode(s) == Code::kNotFound) {
+      Forget(task.generation());
+      drops_.Inc();
     } else {
-      offloads_failed_.Inc();
-      MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn, "offload of {} failed: {}",
-                   KeyForLog(task.key()), s.ToString());
+      // Being read (pinned) or written: try again on the next poll, so it cannot come back.
+      Log().info("dropping record {} generation {} later: {}", KeyForLog(task.key()),
+                 task.generation(), s.ToString());
+      absl::MutexLock lock(&retry_mu_);
+      retry_drops_.push_back(task);
     }
   }
-  if (report.items_size() == 0) return;
+  if (!offloads.empty()) RunOffloads(offloads);
+}
+
+void OffloadDriver::RunOffloads(const std::vector<const v1::OffloadTask*>& tasks) {
+  // `parallelism` workers take tasks in order; whichever worker completes the
+  // `task_report_batch`-th record since the last report (or the last record) reports them while
+  // the others keep the disk busy: memory is released while the burst is still being written.
+  const size_t step = std::max<size_t>(1, options_.task_report_batch);
+  std::atomic<size_t> next{0};
+  absl::Mutex done_mu;
+  std::vector<OffloadResult> done;
+  size_t finished = 0;
+  auto work = [&] {
+    for (size_t k = next++; k < tasks.size(); k = next++) {
+      OffloadResult r{tasks[k], {}, {}};
+      r.status = Offload(*tasks[k], &r.item);
+      std::vector<OffloadResult> batch;
+      {
+        absl::MutexLock lock(&done_mu);
+        done.push_back(std::move(r));
+        ++finished;
+        if (done.size() >= step || finished == tasks.size()) batch.swap(done);
+      }
+      if (!batch.empty()) Report(batch);
+    }
+  };
+  const size_t threads =
+      std::min(tasks.size(), static_cast<size_t>(std::max(1, options_.parallelism)));
+  std::vector<std::thread> helpers;
+  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+}
+
+void OffloadDriver::Report(std::vector<OffloadResult>& results) {
+  v1::AddDiskReplicasRequest report;
+  report.set_client_id(options_.client_id);
+  for (OffloadResult& r : results) {
+    const Code code = ToCode(r.status);
+    if (r.status.ok()) {
+      *report.add_items() = std::move(r.item);
+    } else if (code == Code::kChecksumMismatch || code == Code::kNotFound ||
+               code == Code::kInvalidArgument) {
+      offloads_changed_.Inc();  // evicted or re-registered meanwhile: nothing to persist
+    } else {
+      // The tier cannot take it (full of records it may not reclaim, or failing): tell the master
+      // so the object's memory is not held for a write-back that is not coming.
+      (code == Code::kNoSpace ? offloads_no_space_ : offloads_failed_).Inc();
+      MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn, "offload of {} failed: {}",
+                   KeyForLog(r.task->key()), r.status.ToString());
+      auto* failed = report.add_failed();
+      failed->set_key(r.task->key());
+      failed->set_generation(r.task->generation());
+    }
+  }
+  if (report.items_size() == 0 && report.failed_size() == 0) return;
   v1::AddDiskReplicasResponse resp;
   absl::Status s = master_.AddDiskReplicas(report, &resp);
   if (!s.ok() || resp.results_size() != report.items_size()) {
@@ -274,7 +325,57 @@ absl::Status OffloadDriver::ReadLocal(std::string_view key, uint64_t generation,
   absl::Status s =
       tier_.Read(offload::RecordRef{locator, length}, key, generation, pieces, checksum);
   (s.ok() ? disk_reads_served_ : disk_read_failures_).Inc();
+  if (ToCode(s) == Code::kChecksumMismatch) {
+    Log().error("SSD record {} generation {} failed verification: {}; dropping it",
+                KeyForLog(key), generation, std::string(s.message()));
+    {
+      absl::MutexLock lock(&retry_mu_);
+      corrupt_.push_back({std::string(key), generation, locator, length});
+    }
+    cv_.notify_all();
+  }
   return s;
+}
+
+void OffloadDriver::DropCorrupt() {
+  std::vector<offload::DiskTierVictim> corrupt;
+  {
+    absl::MutexLock lock(&retry_mu_);
+    corrupt.swap(corrupt_);
+  }
+  if (corrupt.empty()) return;
+  v1::RemoveDiskReplicasRequest req;
+  req.set_client_id(options_.client_id);
+  req.set_corrupt(true);
+  for (const auto& v : corrupt) {
+    auto* item = req.add_items();
+    item->set_key(v.key);
+    item->set_generation(v.generation);
+    item->set_locator(v.locator);
+    item->set_length(v.length);
+  }
+  v1::RemoveDiskReplicasResponse resp;
+  absl::Status s = master_.RemoveDiskReplicas(req, &resp);
+  std::vector<offload::DiskTierVictim> again;
+  if (!s.ok() || resp.results_size() != req.items_size()) {
+    MC_LOG_EVERY(std::chrono::seconds(10), Log(), warn,
+                 "cannot report corrupt SSD records to the master: {}; will retry", s.ToString());
+    again = std::move(corrupt);
+  } else {
+    for (const auto& v : corrupt) {
+      absl::Status r = tier_.Remove(v.key, v.generation);
+      if (r.ok() || ToCode(r) == Code::kNotFound) {
+        if (r.ok()) corrupt_dropped_.Inc();
+        Forget(v.generation);
+      } else {
+        again.push_back(v);  // still being read: next poll
+      }
+    }
+  }
+  if (!again.empty()) {
+    absl::MutexLock lock(&retry_mu_);
+    corrupt_.insert(corrupt_.end(), again.begin(), again.end());
+  }
 }
 
 absl::Status OffloadDriver::ServeReadDisk(const transfer::tcp::FrameHeader& request,

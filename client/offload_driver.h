@@ -3,12 +3,19 @@
 // - Runs the master's tasks (TakeOffloadTasks, polled from its own thread): OFFLOAD copies a
 //   memory replica out of our segment, checks it against the checksum in the task (the bytes
 //   could have been evicted and overwritten meanwhile), writes the record and reports the DISK
-//   replica (AddDiskReplicas); DROP deletes a record whose object was removed.
+//   replica (AddDiskReplicas); DROP deletes a record whose object was removed. Up to
+//   `parallelism` OFFLOADs run at once and are reported in steps of `task_report_batch`, by the
+//   worker that completes the step while the others keep writing; one the
+//   tier cannot take (full, failing) is reported as failed, so the master stops waiting for it
+//   (write-back, DESIGN.md invariant 7). While polls bring tasks, the next poll follows at once.
 // - After every registration with the master, reports every record on disk (recovered=true), so
 //   persisted objects survive a client or master restart.
 // - Guards the tier's own eviction: a record may be reclaimed only after the master agreed to
 //   drop its DISK replica, which it refuses while a reader holds a lease.
 // - Serves kReadDisk frames of the data plane (remote readers) and local DISK reads (DiskReader).
+//   A record that fails verification answers CHECKSUM_MISMATCH (to a remote reader too: the frame
+//   carries the code), and is dropped: the master is told first (RemoveDiskReplicas, corrupt),
+//   so later gets fall to another replica or NOT_FOUND, then the record is deleted.
 // Thread-safe.
 #pragma once
 
@@ -41,6 +48,11 @@ struct OffloadDriverOptions {
   // without asking for this long: an offload write then waits for at most one RPC timeout,
   // not one per reclaim round.
   int64_t reclaim_backoff_ms = 5000;
+  // OFFLOAD tasks written at once (each on its own thread, the tier pipelining its chunks).
+  int parallelism = 4;
+  // Records per AddDiskReplicas report while running tasks: their memory may be reused only once
+  // reported, so a burst reports in small steps rather than after the whole poll's tasks.
+  size_t task_report_batch = 4;
 };
 
 class OffloadDriver final : public DiskReader {
@@ -65,15 +77,26 @@ class OffloadDriver final : public DiskReader {
                          uint64_t length, const std::vector<transfer::LocalBuffer>& dst,
                          uint64_t* checksum) override;
 
-  // One iteration of the loop (tests call it directly).
-  void RunOnce();
+  // One iteration of the loop (tests call it directly); true when it ran tasks.
+  bool RunOnce();
 
  private:
   void Loop();
   void ReportAll();
   void RunTasks(const std::vector<v1::OffloadTask>& tasks);
+  struct OffloadResult {
+    const v1::OffloadTask* task;
+    absl::Status status;
+    v1::DiskReplicaItem item;  // when status is OK
+  };
+  // Persists OFFLOAD tasks (in parallel) and reports them, and the failed ones, to the master.
+  void RunOffloads(const std::vector<const v1::OffloadTask*>& tasks);
+  // One AddDiskReplicas for finished tasks: the persisted ones, and the failed ones.
+  void Report(std::vector<OffloadResult>& results);
   // Persists one OFFLOAD task; fills `item` on success.
   absl::Status Offload(const v1::OffloadTask& task, v1::DiskReplicaItem* item);
+  // Tells the master about records that failed verification, then deletes them.
+  void DropCorrupt();
   void Remember(const std::string& key, uint64_t generation);
   void Forget(uint64_t generation);
 
@@ -86,10 +109,12 @@ class OffloadDriver final : public DiskReader {
   Counter& offloads_changed_;
   Counter& offloads_failed_;
   Counter& offloads_gone_;
+  Counter& offloads_no_space_;
   Counter& drops_;
   Counter& reports_;
   Counter& disk_reads_served_;
   Counter& disk_read_failures_;
+  Counter& corrupt_dropped_;
   std::atomic<bool> report_pending_{true};
   std::atomic<int64_t> reclaim_blocked_until_ms_{0};  // steady clock
 
@@ -100,6 +125,8 @@ class OffloadDriver final : public DiskReader {
   // DROP tasks that found their record busy, retried on the next poll.
   absl::Mutex retry_mu_;
   std::vector<v1::OffloadTask> retry_drops_ ABSL_GUARDED_BY(retry_mu_);
+  // Records that failed verification when read, to drop on the loop's thread.
+  std::vector<offload::DiskTierVictim> corrupt_ ABSL_GUARDED_BY(retry_mu_);
 
   std::thread thread_;
   std::mutex mu_;

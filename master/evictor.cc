@@ -18,11 +18,14 @@ uint64_t MemoryBytes(const Object& object) {
 }  // namespace
 
 Evictor::Evictor(ObjectTable& table, SegmentManager& segments, const Clock& clock,
-                 MetricsRegistry& metrics, EvictorOptions options)
+                 MetricsRegistry& metrics, EvictorOptions options,
+                 std::function<bool(const std::string&)> disk_capable, int64_t offload_retry_ms)
     : table_(table),
       segments_(segments),
       clock_(clock),
       options_(options),
+      disk_capable_(std::move(disk_capable)),
+      offload_retry_ms_(offload_retry_ms),
       attempts_(metrics.GetCounter("mc_eviction_attempts_total", "Eviction passes started")),
       successes_(metrics.GetCounter("mc_eviction_successes_total",
                                     "Eviction passes that freed what they were asked")),
@@ -38,9 +41,29 @@ Evictor::Evictor(ObjectTable& table, SegmentManager& segments, const Clock& cloc
                                          {{"reason", "pinned"}})),
       skipped_pending_(metrics.GetCounter("mc_eviction_skipped_total",
                                           "Objects eviction walked past, by reason",
-                                          {{"reason", "pending"}})) {}
+                                          {{"reason", "pending"}})),
+      skipped_write_back_(metrics.GetCounter("mc_eviction_skipped_total",
+                                             "Objects eviction walked past, by reason",
+                                             {{"reason", "write_back"}})),
+      evicted_unpersisted_(metrics.GetCounter(
+          "mc_objects_lost_total",
+          "Acknowledged objects dropped with their last copy, by reason (every tier that could "
+          "hold them was full, failing or absent)",
+          {{"reason", "evicted_unpersisted"}})) {}
 
-std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes, bool persisted_only) {
+bool Evictor::AwaitsWriteBack(const Object& object, int64_t now) const {
+  if (!disk_capable_ || object.HasDiskReplica()) return false;
+  if (object.offload_failed_ms != 0 && now - object.offload_failed_ms < offload_retry_ms_) {
+    return false;  // its client's tier could not take it: no write-back is coming
+  }
+  for (const Replica& r : object.replicas) {
+    if (r.tier == ReplicaTier::kMemory && disk_capable_(r.location.client_id)) return true;
+  }
+  return false;
+}
+
+std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes, bool persisted_only,
+                                                           uint64_t* waiting) {
   int64_t now = clock_.NowMs();
   std::vector<Candidate> candidates;
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
@@ -60,6 +83,9 @@ std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes, bool 
         skipped_pinned_.Inc();
       } else if (object.HasLiveLease(now)) {
         skipped_leased_.Inc();
+      } else if (AwaitsWriteBack(object, now)) {
+        skipped_write_back_.Inc();
+        *waiting += mem;
       } else {
         candidates.push_back(
             {object.access_seq, object.key, object.generation, mem, object.HasDiskReplica()});
@@ -86,7 +112,8 @@ uint64_t Evictor::EvictCandidates(std::vector<Candidate>& candidates, uint64_t b
     // Re-check: the object may have been leased, removed or replaced since it was collected.
     if (it == shard.objects.end() || it->second.generation != c.generation) continue;
     Object& object = it->second;
-    if (object.state != ObjectState::kComplete || object.pinned || object.HasLiveLease(now)) {
+    if (object.state != ObjectState::kComplete || object.pinned || object.HasLiveLease(now) ||
+        AwaitsWriteBack(object, now)) {
       continue;
     }
     uint64_t object_bytes = 0;
@@ -96,7 +123,13 @@ uint64_t Evictor::EvictCandidates(std::vector<Candidate>& candidates, uint64_t b
       object_bytes += r.location.length;
       return true;
     });
-    if (object.replicas.empty()) shard.Erase(it);
+    if (object.replicas.empty()) {
+      evicted_unpersisted_.Inc();
+      MC_LOG_EVERY(std::chrono::seconds(5), Logger("master"), warn,
+                   "evicted {} with no copy on any SSD tier (none could take it): lost",
+                   KeyForLog(c.key));
+      shard.Erase(it);
+    }
     freed += object_bytes;
     evicted_keys_.Inc();
     evicted_bytes_.Inc(object_bytes);
@@ -105,20 +138,23 @@ uint64_t Evictor::EvictCandidates(std::vector<Candidate>& candidates, uint64_t b
   return freed;
 }
 
-uint64_t Evictor::Evict(uint64_t bytes, bool persisted_only) {
+EvictResult Evictor::EvictBytes(uint64_t bytes, bool persisted_only) {
   absl::MutexLock pass(&pass_mu_);
   attempts_.Inc();
-  std::vector<Candidate> candidates = CollectCandidates(bytes, persisted_only);
-  uint64_t freed = EvictCandidates(candidates, bytes);
-  if (freed >= bytes) {
+  EvictResult result;
+  std::vector<Candidate> candidates =
+      CollectCandidates(bytes, persisted_only, &result.waiting_write_back);
+  result.freed = EvictCandidates(candidates, bytes);
+  if (result.freed >= bytes) {
     successes_.Inc();
   } else {
     failures_.Inc();
     MC_LOG_EVERY(std::chrono::seconds(5), Logger("master"), warn,
-                 "eviction freed {} of {} bytes asked: the rest is leased, pinned or being written",
-                 freed, bytes);
+                 "eviction freed {} of {} bytes asked ({} bytes wait for write-back to SSD): the "
+                 "rest is leased, pinned or being written",
+                 result.freed, bytes, result.waiting_write_back);
   }
-  return freed;
+  return result;
 }
 
 uint64_t Evictor::EvictToWatermark() {
@@ -143,7 +179,8 @@ bool Evictor::MakeRoomUnderHighWatermark(uint64_t bytes) {
 EvictionStats Evictor::Stats() const {
   return EvictionStats{attempts_.Value(),       successes_.Value(),      failures_.Value(),
                        evicted_keys_.Value(),   evicted_bytes_.Value(),  skipped_leased_.Value(),
-                       skipped_pinned_.Value(), skipped_pending_.Value()};
+                       skipped_pinned_.Value(), skipped_pending_.Value(),
+                       skipped_write_back_.Value(), evicted_unpersisted_.Value()};
 }
 
 }  // namespace mc::master

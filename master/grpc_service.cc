@@ -41,7 +41,9 @@ grpc::Status TooMany(size_t n, size_t max) {
 // How many items a request carries, for the batch limit (0 for requests that are not batches).
 template <typename Req>
 size_t BatchItems(const Req& req) {
-  if constexpr (requires { req.items_size(); }) {
+  if constexpr (requires { req.failed_size(); }) {  // AddDiskReplicas: both lists count
+    return static_cast<size_t>(req.items_size()) + static_cast<size_t>(req.failed_size());
+  } else if constexpr (requires { req.items_size(); }) {
     return static_cast<size_t>(req.items_size());
   } else if constexpr (requires { req.packed_key_sizes_size(); }) {
     return static_cast<size_t>(req.keys_size()) + static_cast<size_t>(req.packed_key_sizes_size());
@@ -176,6 +178,7 @@ void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_d
     r->set_message(std::string(o.status.message()));
     r->set_generation(o.generation);
     r->set_no_space_final(o.no_space_final);
+    r->set_write_back_pending(o.write_back_pending);
     for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
   }
   resp->set_write_deadline_ms(write_deadline_ms);
@@ -303,14 +306,16 @@ grpc::Status MasterGrpcService::DoRemove(const v1::RemoveRequest* req, v1::Remov
 
 grpc::Status MasterGrpcService::DoAddDiskReplicas(const v1::AddDiskReplicasRequest* req,
                                                   v1::AddDiskReplicasResponse* resp) {
-  AddResults(service_.AddDiskReplicas(req->client_id(), DiskItems(req->items()), req->recovered()),
+  AddResults(service_.AddDiskReplicas(req->client_id(), DiskItems(req->items()), req->recovered(),
+                                      DiskItems(req->failed())),
              resp);
   return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoRemoveDiskReplicas(const v1::RemoveDiskReplicasRequest* req,
                                                      v1::RemoveDiskReplicasResponse* resp) {
-  AddResults(service_.RemoveDiskReplicas(req->client_id(), DiskItems(req->items())), resp);
+  AddResults(service_.RemoveDiskReplicas(req->client_id(), DiskItems(req->items()), req->corrupt()),
+             resp);
   return grpc::Status::OK;
 }
 

@@ -54,14 +54,14 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
       table_(options_.shards),
       segments_(options_.alignment),
       clients_(clock, options_.client_ttl_ms),
-      evictor_(table_, segments_, clock, metrics, options_.eviction),
+      evictor_(
+          table_, segments_, clock, metrics, options_.eviction,
+          [this](const std::string& id) { return DiskCapable(id); },
+          options_.offload.task_timeout_ms),
       planner_(
           table_, segments_, offload_queue_,
-          [this](const std::string& id) {
-            auto info = clients_.Get(id);
-            return info.has_value() && info->disk_capacity > 0;
-          },
-          clock, metrics, options_.offload),
+          [this](const std::string& id) { return DiskCapable(id); }, clock, metrics,
+          options_.offload),
       next_generation_(InitialGeneration()),
       leases_granted_(metrics.GetCounter("mc_leases_granted_total", "Read leases granted")),
       leases_expired_(
@@ -72,7 +72,32 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
           metrics.GetCounter("mc_puts_timed_out_total", "Pending puts revoked by put timeout")),
       clients_expired_(
           metrics.GetCounter("mc_clients_expired_total", "Clients dropped for missed heartbeats")),
-      no_space_(metrics.GetCounter("mc_put_no_space_total", "Puts answered NO_SPACE")) {}
+      no_space_(metrics.GetCounter("mc_put_no_space_total", "Puts answered NO_SPACE")),
+      write_back_waits_(metrics.GetCounter(
+          "mc_put_write_back_waits_total",
+          "PutStart items answered NO_SPACE with write_back_pending: memory is full of objects "
+          "whose write-back to SSD has not ended (the client retries them)")),
+      disk_reclaimed_lost_(metrics.GetCounter(
+          "mc_objects_lost_total",
+          "Acknowledged objects dropped with their last copy, by reason (every tier that could "
+          "hold them was full, failing or absent)",
+          {{"reason", "ssd_reclaimed"}})),
+      offload_failures_(metrics.GetCounter(
+          "mc_offload_failures_reported_total",
+          "OFFLOAD tasks clients reported they could not persist (tier full or failing)")),
+      corrupt_records_(metrics.GetCounter(
+          "mc_disk_replicas_corrupt_total",
+          "DISK replicas dropped because their record failed verification when read")),
+      corrupt_lost_(metrics.GetCounter(
+          "mc_objects_lost_total",
+          "Acknowledged objects dropped with their last copy, by reason (every tier that could "
+          "hold them was full, failing or absent)",
+          {{"reason", "corrupt"}})) {}
+
+bool MetadataService::DiskCapable(const std::string& client_id) const {
+  std::optional<ClientInfo> info = clients_.Get(client_id);
+  return info.has_value() && info->disk_capacity > 0;
+}
 
 uint64_t MetadataService::NextGeneration() {
   uint64_t g = next_generation_.load();
@@ -200,7 +225,7 @@ void MetadataService::CleanupClient(const std::string& client_id) {
 
 absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
     uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only,
-    bool* final) {
+    bool* final, bool* write_back_pending) {
   auto placed = segments_.Place(size, replicas, writer);
   if (!placed.ok()) {
     // An object no segment (or too few clients' segments) can ever hold: evicting would empty
@@ -214,10 +239,23 @@ absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
   // Each round asks for twice the bytes of the previous one: LRU victims are scattered, so under
   // fragmentation freeing just `size` bytes per round may never open one range that fits.
   uint64_t ask = CheckedSum().AddProduct(size, replicas).ok() ? size * replicas : UINT64_MAX;
+  uint64_t waiting = 0;
   for (int round = 0; !placed.ok() && round < options_.sync_eviction_rounds; ++round) {
-    if (evictor_.Evict(ask, persisted_only) == 0) break;
+    EvictResult r = evictor_.EvictBytes(ask, persisted_only);
+    waiting = r.waiting_write_back;
+    if (r.freed == 0) break;
     placed = segments_.Place(size, replicas, writer);
     if (ask <= (UINT64_MAX >> 1)) ask <<= 1;
+  }
+  if (!placed.ok() && waiting > 0 && !persisted_only) {
+    // Memory is full of objects whose last copy may leave it only once written back: the writer
+    // waits for the offloads (planned now, not at the next maintenance pass) and retries.
+    if (write_back_pending != nullptr) *write_back_pending = true;
+    KickPlanner();
+    return McError(Code::kNoSpace,
+                   absl::StrCat("memory is full: ", waiting,
+                                " byte(s) wait for their write-back to an SSD tier before they "
+                                "may leave memory; retry shortly"));
   }
   return placed;
 }
@@ -280,12 +318,12 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
   for (size_t i = 0; i < items.size(); ++i) {
     if (!out[i].status.ok()) continue;
     auto p = PlaceWithEviction(items[i].size, replicas, client_id, /*persisted_only=*/false,
-                               &out[i].no_space_final);
+                               &out[i].no_space_final, &out[i].write_back_pending);
     if (p.ok()) {
       placed[i] = std::move(*p);
     } else {
       out[i].status = p.status();
-      no_space_.Inc();
+      (out[i].write_back_pending ? write_back_waits_ : no_space_).Inc();
     }
   }
   // Phase 3: attach the replicas, or drop the reservation of a key that got none.
@@ -441,6 +479,14 @@ void MetadataService::DropPromotion(Object& object, std::vector<MemoryLocation>*
   object.promotion.reset();
 }
 
+void MetadataService::KickPlanner() {
+  // At most one extra pass per millisecond, whatever the number of waiting puts.
+  int64_t now = clock_.NowMs();
+  int64_t last = last_kick_ms_.load();
+  if (now == last || !last_kick_ms_.compare_exchange_strong(last, now)) return;
+  planner_.Plan();
+}
+
 void MetadataService::RunMaintenance() {
   {
     absl::MutexLock membership(&membership_mu_);
@@ -476,6 +522,7 @@ MasterSnapshot MetadataService::Snapshot() {
   snap.disk_used = clients_.DiskUsed();
   snap.disk_capacity = clients_.DiskCapacity();
   snap.eviction = evictor_.Stats();
+  snap.lost_ssd_reclaimed = disk_reclaimed_lost_.Value();
   return snap;
 }
 
@@ -484,10 +531,12 @@ std::string MetadataService::StatusLine() {
   double pct = s.mem_capacity == 0 ? 0.0 : 100.0 * s.mem_used / s.mem_capacity;
   return absl::StrFormat(
       "Mem Storage: %s / %s (%.1f%%) | Keys: %d | Clients: %d | Eviction: "
-      "Success/Attempts=%d/%d | SSD Storage: %s / %s",
+      "Success/Attempts=%d/%d | SSD Storage: %s / %s | Lost: %d (evicted unpersisted %d, SSD "
+      "reclaimed %d)",
       FormatBytes(s.mem_used), FormatBytes(s.mem_capacity), pct, s.keys, s.clients,
       s.eviction.successes, s.eviction.attempts, FormatBytes(s.disk_used),
-      FormatBytes(s.disk_capacity));
+      FormatBytes(s.disk_capacity), s.eviction.evicted_unpersisted + s.lost_ssd_reclaimed,
+      s.eviction.evicted_unpersisted, s.lost_ssd_reclaimed);
 }
 
 }  // namespace mc::master

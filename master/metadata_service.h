@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -72,6 +73,7 @@ struct PutStartOutcome {
   uint64_t generation = 0;
   std::vector<Replica> replicas;
   bool no_space_final = false;  // NO_SPACE no eviction can cure (SegmentManager::CouldEverPlace)
+  bool write_back_pending = false;  // NO_SPACE until write-backs to SSD end (retry shortly)
 };
 struct PutEndItem {
   std::string_view key;
@@ -121,6 +123,7 @@ struct MasterSnapshot {
   uint64_t disk_used = 0;
   uint64_t disk_capacity = 0;
   EvictionStats eviction;
+  uint64_t lost_ssd_reclaimed = 0;  // objects whose last copy, on SSD, its tier reclaimed
 };
 
 class MetadataService {
@@ -150,12 +153,17 @@ class MetadataService {
 
   // The SSD tier. `recovered`: records found at the client's start, which may recreate objects
   // the master does not know; otherwise the object must exist with the item's generation.
+  // `failed`: OFFLOAD tasks the client could not persist (only key and generation are read);
+  // those objects may leave memory unpersisted for a while (counted as lost when they do).
   std::vector<absl::Status> AddDiskReplicas(const std::string& client_id,
                                             const std::vector<DiskReplicaItem>& items,
-                                            bool recovered);
+                                            bool recovered,
+                                            const std::vector<DiskReplicaItem>& failed = {});
   // HAS_LEASE for an object a reader holds a lease on (its record must stay).
+  // `corrupt`: the records failed verification; they go whatever the leases (counted).
   std::vector<absl::Status> RemoveDiskReplicas(const std::string& client_id,
-                                               const std::vector<DiskReplicaItem>& items);
+                                               const std::vector<DiskReplicaItem>& items,
+                                               bool corrupt = false);
   // Promotion of SSD hits back to memory (see master.proto PromoteStart/PromoteEnd).
   std::vector<PutStartOutcome> PromoteStart(const std::string& client_id,
                                             const std::vector<PutRevokeItem>& items);
@@ -206,11 +214,15 @@ class MetadataService {
   void CleanupClient(const std::string& client_id);
   // Places one object's replicas, evicting synchronously between tries.
   // `persisted_only`: evict only objects that also live on an SSD tier (promotions).
-  // `final` (optional) is set when the NO_SPACE answer is one no eviction can cure.
-  absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(uint64_t size, uint32_t replicas,
-                                                                const std::string& writer,
-                                                                bool persisted_only = false,
-                                                                bool* final = nullptr);
+  // `final` (optional) is set when the NO_SPACE answer is one no eviction can cure;
+  // `write_back_pending` (optional) when it waits for offloads to end (invariant 7).
+  absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(
+      uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only = false,
+      bool* final = nullptr, bool* write_back_pending = nullptr);
+  bool DiskCapable(const std::string& client_id) const;
+  void MarkOffloadsFailed(const std::string& client_id, const std::vector<DiskReplicaItem>& failed);
+  // An offload planning pass now (rate-limited): puts wait for write-back.
+  void KickPlanner();
   void RevokeTimedOutPuts();
   // Ends an object's promotion, if any, queueing its space in `to_free`.
   void DropPromotion(Object& object, std::vector<MemoryLocation>* to_free);
@@ -232,12 +244,18 @@ class MetadataService {
   absl::Mutex membership_mu_;
   std::atomic<uint64_t> next_generation_;
   std::atomic<uint64_t> next_lease_id_{1};
+  std::atomic<int64_t> last_kick_ms_{std::numeric_limits<int64_t>::min()};
   Counter& leases_granted_;
   Counter& leases_expired_;
   Counter& leases_released_;
   Counter& puts_timed_out_;
   Counter& clients_expired_;
   Counter& no_space_;
+  Counter& write_back_waits_;
+  Counter& disk_reclaimed_lost_;
+  Counter& offload_failures_;
+  Counter& corrupt_records_;
+  Counter& corrupt_lost_;
 };
 
 }  // namespace mc::master

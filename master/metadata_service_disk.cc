@@ -1,5 +1,6 @@
 // DISK replicas: the records clients' SSD tiers persisted, dropped, or recovered at start.
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -9,7 +10,9 @@
 namespace mc::master {
 
 std::vector<absl::Status> MetadataService::AddDiskReplicas(
-    const std::string& client_id, const std::vector<DiskReplicaItem>& items, bool recovered) {
+    const std::string& client_id, const std::vector<DiskReplicaItem>& items, bool recovered,
+    const std::vector<DiskReplicaItem>& failed) {
+  if (!failed.empty()) MarkOffloadsFailed(client_id, failed);
   std::vector<absl::Status> out(items.size());
   std::optional<ClientInfo> client = clients_.Get(client_id);
   std::vector<std::string_view> keys;
@@ -92,8 +95,30 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
   return out;
 }
 
+void MetadataService::MarkOffloadsFailed(const std::string& client_id,
+                                         const std::vector<DiskReplicaItem>& failed) {
+  int64_t now = clock_.NowMs();
+  size_t marked = 0;
+  ForEachItem(failed, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
+    shard.mu.AssertHeld();
+    auto it = shard.objects.find(AsKey(failed[i].key));
+    if (it == shard.objects.end() || it->second.generation != failed[i].generation) {
+      return absl::OkStatus();
+    }
+    it->second.offload_failed_ms = now;
+    it->second.offload_queued_ms = 0;
+    ++marked;
+    return absl::OkStatus();
+  });
+  offload_failures_.Inc(failed.size());
+  MC_LOG_EVERY(std::chrono::seconds(5), Logger("master"), warn,
+               "client {} could not persist {} object(s) on its SSD tier: they may now leave "
+               "memory unpersisted",
+               client_id, marked);
+}
+
 std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
-    const std::string& client_id, const std::vector<DiskReplicaItem>& items) {
+    const std::string& client_id, const std::vector<DiskReplicaItem>& items, bool corrupt) {
   std::vector<MemoryLocation> to_free;
   int64_t now = clock_.NowMs();
   std::vector<absl::Status> out =
@@ -103,13 +128,21 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
         if (it == shard.objects.end() || it->second.generation != items[i].generation) {
           return absl::OkStatus();  // nothing refers to that record any more: it may go
         }
-        if (it->second.HasLiveLease(now)) {
+        if (!corrupt && it->second.HasLiveLease(now)) {
           return McError(Code::kHasLease, "a reader holds a lease on this object");
         }
-        std::erase_if(it->second.replicas, [&](const Replica& r) {
+        size_t dropped = std::erase_if(it->second.replicas, [&](const Replica& r) {
           return r.tier == ReplicaTier::kDisk && r.location.client_id == client_id;
         });
+        if (corrupt && dropped > 0) {
+          corrupt_records_.Inc();
+          Logger("master").error("client {} found its SSD record of {} (generation {}) corrupt: "
+                                 "replica dropped",
+                                 client_id, KeyForLog(items[i].key), items[i].generation);
+        }
         if (it->second.replicas.empty()) {
+          // The tier reclaims its coldest records only when it is full: the last copy goes.
+          (corrupt ? corrupt_lost_ : disk_reclaimed_lost_).Inc();
           DropPromotion(it->second, &to_free);
           shard.Erase(it);
         }

@@ -51,6 +51,9 @@ struct Object {
   int64_t put_start_ms = 0;
   uint32_t replicas_asked = 0;    // memory replicas the put placed (checked again at PutEnd)
   int64_t offload_queued_ms = 0;  // when an OFFLOAD task for it was queued (0 = none)
+  // When a client last reported that it could not persist it (its SSD tier full or failing;
+  // 0 = never). Until the planner's task timeout passes, eviction may drop it unpersisted.
+  int64_t offload_failed_ms = 0;
   // A memory replica being written back from the SSD tier (not readable until PromoteEnd).
   struct Promotion {
     MemoryLocation location;

@@ -94,7 +94,9 @@ size_t OffloadPlanner::Plan() {
       Object& object = shard.objects.at(*it);
       bool in_flight = object.offload_queued_ms != 0 &&
                        now - object.offload_queued_ms < options_.task_timeout_ms;
-      if (object.state != ObjectState::kComplete || in_flight ||
+      bool failed_lately = object.offload_failed_ms != 0 &&
+                           now - object.offload_failed_ms < options_.task_timeout_ms;
+      if (object.state != ObjectState::kComplete || in_flight || failed_lately ||
           !object.HasMemoryReplica() || object.HasDiskReplica()) {
         continue;
       }

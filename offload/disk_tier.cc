@@ -118,7 +118,8 @@ absl::Status DiskTier::Recover() {
 
 absl::StatusOr<RecordRef> DiskTier::Write(
     std::string_view key, uint64_t generation,
-    const std::vector<std::pair<const char*, uint64_t>>& payload_pieces) {
+    const std::vector<std::pair<const char*, uint64_t>>& payload_pieces,
+    std::optional<uint64_t> expected_checksum) {
   if (key.size() > kMaxRecordKeyLength) return McError(Code::kInvalidArgument, "key over 4 KiB");
   uint64_t payload_len = 0;
   for (const auto& [ptr, len] : payload_pieces) {
@@ -148,7 +149,7 @@ absl::StatusOr<RecordRef> DiskTier::Write(
   uint64_t checksum = 0;  // of the payload, computed while it is staged
   if (status.ok()) {
     absl::StatusOr<uint64_t> written =
-        WriteRecord(*extent, key, generation, payload_pieces, payload_len);
+        WriteRecord(*extent, key, generation, payload_pieces, payload_len, expected_checksum);
     status = written.status();
     if (written.ok()) checksum = *written;
   }
@@ -159,8 +160,10 @@ absl::StatusOr<RecordRef> DiskTier::Write(
       alloc_->Free(*extent).IgnoreError();  // ours, allocated above: cannot be a double free
       UpdateUsedLocked();
     }
-    ++stats_.write_failures;
-    Fail(ToCode(status) == Code::kNoSpace ? "no_space" : "write");
+    if (ToCode(status) != Code::kChecksumMismatch) {  // the caller's bytes changed: no failure
+      ++stats_.write_failures;
+      Fail(ToCode(status) == Code::kNoSpace ? "no_space" : "write");
+    }
     return status;
   }
   index_->MarkReady(key, generation, *extent, payload_len, checksum);

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -96,10 +97,14 @@ class DiskTier {
   // without writing; concurrent writers of one (key, generation) wait for the first and share its
   // ref. kNoSpace when it cannot fit even after evicting unpinned records (nothing is evicted when
   // eviction could not make room); kTransferFailed on an I/O error (the record is not indexed);
-  // kInvalidArgument for a key over 4 KiB.
+  // kInvalidArgument for a key over 4 KiB. With `expected_checksum`, the payload's XXH3-64 as
+  // staged (exactly the bytes written) must equal it, else kChecksumMismatch and no record: the
+  // pieces may then be memory that can change under the write (a segment's replica), with no
+  // private copy and no second hash.
   absl::StatusOr<RecordRef> Write(
       std::string_view key, uint64_t generation,
-      const std::vector<std::pair<const char*, uint64_t>>& payload_pieces);
+      const std::vector<std::pair<const char*, uint64_t>>& payload_pieces,
+      std::optional<uint64_t> expected_checksum = std::nullopt);
 
   // Reads the record at `ref` into `dst` (any alignment; sizes must add up to ref.length, else
   // kSizeMismatch). The payload checksum is computed over `dst` itself as it is written, so OK
@@ -145,10 +150,11 @@ class DiskTier {
   absl::Status Recover();
   absl::StatusOr<Extent> AllocateWithEviction(uint64_t record_size);
   // Writes and fdatasyncs the record; returns the payload checksum it put in the header.
+  // kChecksumMismatch (header never written) when `expected` is set and differs.
   absl::StatusOr<uint64_t> WriteRecord(const Extent& extent, std::string_view key,
                                        uint64_t generation,
                                        const std::vector<std::pair<const char*, uint64_t>>& pieces,
-                                       uint64_t payload_len);
+                                       uint64_t payload_len, std::optional<uint64_t> expected);
   absl::Status ReadRecord(const Extent& extent, std::string_view key, uint64_t generation,
                           uint64_t payload_len, const std::vector<std::pair<char*, uint64_t>>& dst,
                           uint64_t* checksum);

@@ -231,7 +231,8 @@ std::unique_ptr<IoBatch> DiskTier::SubmitRange(IoOp op, uint32_t file, uint64_t 
 // is declared after `staging`, so its batches are destroyed (which waits for them) first.
 absl::StatusOr<uint64_t> DiskTier::WriteRecord(
     const Extent& extent, std::string_view key, uint64_t generation,
-    const std::vector<std::pair<const char*, uint64_t>>& pieces, uint64_t payload_len) {
+    const std::vector<std::pair<const char*, uint64_t>>& pieces, uint64_t payload_len,
+    std::optional<uint64_t> expected) {
   Staging staging;
   if (!staging.ok()) return McError(Code::kInternal, "disk tier: out of memory for staging");
   const uint64_t header_len = HeaderBlockSize(key.size());
@@ -262,6 +263,9 @@ absl::StatusOr<uint64_t> DiskTier::WriteRecord(
     pos += n;
   }
   const uint64_t checksum = sum.Digest();
+  if (status.ok() && expected.has_value() && *expected != checksum) {
+    status = McError(Code::kChecksumMismatch, "payload changed before it was written");
+  }
   if (status.ok()) status = EncodeHeaderInto(key, generation, payload_len, checksum, first);
   const bool header_sent = status.ok();
   if (header_sent) {

@@ -89,6 +89,40 @@ class CorruptionTest(unittest.TestCase):
             self.c.dump_logs()
             raise
 
+    def test_remote_corrupt_record_answers_checksum_mismatch(self):
+        """A record damaged while its client runs: a remote reader gets the owner's verdict,
+        CHECKSUM_MISMATCH (not TRANSFER_FAILED); the owner drops the record and tells the
+        master, so the next get answers NOT_FOUND; the loss is counted."""
+        self.start()
+        try:
+            self.put_and_persist(salt=16)
+            victim = 0  # the oldest: on disk only (memory holds the newest)
+            served = lambda: self.c.client_metric(0, "mc_client_disk_reads_total", result="ok")
+            before = served()
+            sc.assert_exact(self, self.c.stub(1), [self.keys[victim]], [self.values[victim]])
+            self.assertGreater(served(), before, "key %d must be read from the SSD tier" % victim)
+            path, at = self.locate(victim)
+            sc.flip_byte(path, at + 200_000)
+            r = sc.cc.get_inline(self.c.stub(1), [self.keys[victim]])[0]
+            self.assertEqual(r.code, sc.CHECKSUM_MISMATCH, "%s %s" % (sc.cc.code_name(r.code),
+                                                                      r.message))
+            harness.wait_until(lambda: not sc.cc.exist(self.c.stub(1), [self.keys[victim]])[0],
+                               20, what="corrupt record dropped at the master")
+            for stub in (self.c.stub(1), self.c.stub(0)):
+                r = sc.cc.get_inline(stub, [self.keys[victim]])[0]
+                self.assertEqual(r.code, sc.NOT_FOUND, sc.cc.code_name(r.code))
+            harness.wait_until(
+                lambda: self.c.client_metric(0, "mc_client_disk_corrupt_dropped_total") >= 1, 20,
+                what="record deleted by its owner")
+            self.assertEqual(sc.cc.metric(self.c.master_http(), "mc_disk_replicas_corrupt_total"),
+                             1)
+            self.assertEqual(sc.cc.metric(self.c.master_http(), "mc_objects_lost_total",
+                                          reason="corrupt"), 1)
+            self.check_rest({victim})
+        except Exception:
+            self.c.dump_logs()
+            raise
+
     def test_truncated_data_file(self):
         self.start()
         try:

@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -150,6 +153,50 @@ TEST_F(OffloadDriverTest, OffloadTaskPersistsTheRecordAndReportsTheDiskReplica) 
   driver_->RunOnce();
   EXPECT_EQ(tier_->List().size(), 1u);
   EXPECT_EQ(Offloads("failed"), 0u);
+}
+
+TEST_F(OffloadDriverTest, ManyTasksRunInParallelAndAllPersist) {
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 20; ++i) {
+    payloads.push_back(Payload(40'000 + i, 100 + i));
+    PutOk("p" + std::to_string(i), payloads.back());
+  }
+  master_.service().RunMaintenance();
+  EXPECT_TRUE(driver_->RunOnce());
+  EXPECT_EQ(Offloads("ok"), 20u);
+  EXPECT_EQ(tier_->List().size(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(HasDiskReplica("p" + std::to_string(i))) << i;
+  EXPECT_FALSE(driver_->RunOnce()) << "no task left";
+}
+
+TEST_F(OffloadDriverTest, RecordFailingVerificationIsReportedAndDeleted) {
+  const std::string p = Payload(100'000, 77);
+  PutAndOffload("k1", p);
+  ASSERT_TRUE(HasDiskReplica("k1"));
+  offload::DiskTier::Entry e = tier_->List().at(0);
+  // Flip one payload byte in the data file, behind the running tier's back.
+  bool flipped = false;
+  for (const auto& f : std::filesystem::directory_iterator(dir_.path())) {
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(io)), std::istreambuf_iterator<char>());
+    size_t at = data.find(p.substr(0, 4096));
+    if (at == std::string::npos) continue;
+    io.clear();
+    io.seekp(static_cast<std::streamoff>(at + 5000));
+    io.put(static_cast<char>(data[at + 5000] ^ 0x5A));
+    io.close();
+    flipped = true;
+  }
+  ASSERT_TRUE(flipped);
+  std::string back(p.size(), '\0');
+  transfer::LocalBuffer dst{back.data(), back.size()};
+  EXPECT_EQ(CodeOf(driver_->ReadLocal("k1", e.generation, e.ref.locator, e.ref.length, {dst},
+                                      nullptr)),
+            Code::kChecksumMismatch);
+  driver_->RunOnce();  // reports it to the master, then deletes it
+  EXPECT_FALSE(HasDiskReplica("k1"));
+  EXPECT_TRUE(tier_->List().empty());
+  EXPECT_EQ(registry_.GetCounter("mc_client_disk_corrupt_dropped_total", "").Value(), 1u);
 }
 
 TEST_F(OffloadDriverTest, TaskWhoseMemoryChangedIsNotPersisted) {

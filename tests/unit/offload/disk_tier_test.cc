@@ -115,6 +115,29 @@ TEST_F(DiskTierTest, ReadChecksSizeKeyGenerationAndRef) {
             Code::kInvalidArgument);
 }
 
+TEST_F(DiskTierTest, WriteWithExpectedChecksumPersistsOnlyMatchingBytes) {
+  const std::string data = RandomBytes(3 * kMiB + 123, 9);
+  const uint64_t sum = Checksum(data.data(), data.size());
+  {
+    auto tier = OpenTier(Options());
+    std::string changed = data;
+    changed[2 * kMiB] ^= 1;  // the bytes changed under the writer
+    EXPECT_EQ(ToCode(tier->Write("k", 1, {{changed.data(), changed.size()}}, sum).status()),
+              Code::kChecksumMismatch);
+    EXPECT_TRUE(tier->List().empty());
+    EXPECT_EQ(tier->GetStats().write_failures, 0u);
+    EXPECT_EQ(tier->GetStats().used, 0u) << "the extent is given back";
+    auto ref = tier->Write("k", 1, {{data.data(), data.size()}}, sum);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    std::string out;
+    ASSERT_TRUE(Get(*tier, *ref, "k", 1, &out).ok());
+    EXPECT_EQ(out, data);
+  }
+  auto tier = OpenTier(Options());  // the refused write left no record behind
+  ASSERT_EQ(tier->List().size(), 1u);
+  EXPECT_EQ(tier->List()[0].checksum, sum);
+}
+
 TEST_F(DiskTierTest, RecordsPersistAcrossCloseAndReopen) {
   std::vector<std::pair<RecordRef, std::string>> written;
   {
