@@ -1,7 +1,8 @@
 // The rdma transport over real verbs: two endpoints in one process, each with its own device
 // context (so two sets of queue pairs talking through the device, e.g. Soft-RoCE rxe0 in the
 // VM of tools/run-in-rxe-vm.sh), moving bytes both ways, verified byte for byte. Skipped when no
-// verbs device with an active port exists (MC_RDMA_DEVICE, MC_RDMA_GID_INDEX choose one).
+// verbs device with an active port exists (MC_RDMA_DEVICE, MC_RDMA_GID_INDEX choose one), unless
+// MC_REQUIRE_RDMA=1 (then it fails).
 // ctest label `rdma`: deploy/test.sh runs it inside the VM.
 #include <gtest/gtest.h>
 
@@ -38,7 +39,11 @@ absl::StatusOr<std::unique_ptr<VerbsDevice>> Open() {
 
 TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
   auto server_dev = Open();
-  if (!server_dev.ok()) GTEST_SKIP() << "no usable verbs device: " << server_dev.status();
+  if (!server_dev.ok()) {
+    ASSERT_NE(Env("MC_REQUIRE_RDMA", "0"), "1") << "no usable verbs device: "
+                                                << server_dev.status();
+    GTEST_SKIP() << "no usable verbs device: " << server_dev.status();
+  }
   auto client_dev = Open();
   ASSERT_TRUE(client_dev.ok()) << client_dev.status();
   std::printf("device %s max_sge %u max_qp_wr %u mtu %u\n",
