@@ -3,8 +3,9 @@
 #   1. release build (g++): all unit, integration and fault tests;
 #   2. sanitizer build (ASan+UBSan): the same tests;
 #   3. clang-14 build with -Wthread-safety -Werror: the same tests.
-# The tests labelled `vllm` (real vLLM engines on the CPU, minutes) run once, after the release
-# build's other tests, not in every flavour.
+# The tests labelled `rdma` run once more inside a Soft-RoCE VM (deploy/rdma-vm-test.sh), where a
+# verbs device exists. The tests labelled `vllm` (real vLLM engines on the CPU, minutes) run
+# once, after the release build's other tests, not in every flavour.
 # ./deploy/test.sh --quick runs only the first. Exit status is non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,8 @@ vstart=$(date +%s)
 echo "=== [release] vLLM tests (label vllm)"
 (cd build && ctest --output-on-failure -L vllm --timeout 1800)
 echo "=== [release] vLLM tests passed in $(( $(date +%s) - vstart )) s"
+# Real verbs (label rdma) in one boot of the Soft-RoCE VM; says SKIPPED when qemu cannot run.
+./deploy/rdma-vm-test.sh build
 if [[ $quick -eq 0 ]]; then
   # Leak checks stay on for our own code; gRPC keeps process-lifetime singletons.
   ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:${ASAN_OPTIONS:-}" \
