@@ -198,6 +198,14 @@ def main():
         json.dump(result, f)
     if conn is not None:
         conn.shutdown()
+    # Intel OpenMP (LD_PRELOADed) registers itself in /dev/shm and unregisters at a normal exit,
+    # which os._exit skips.
+    import glob
+    for path in glob.glob("/dev/shm/__KMP_REGISTERED_LIB_%d_*" % os.getpid()):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
     os._exit(0)  # vLLM's teardown on CPU is slow and not what is tested
 
 
