@@ -102,6 +102,9 @@ def main():
     ap.add_argument("--corrupt-nth-load", type=int, default=0,
                     help="fault injection: flip bytes of the Nth block loaded (1-based) after "
                          "its get, before the connector's checks")
+    ap.add_argument("--corrupt-header-nth-load", type=int, default=0,
+                    help="fault injection: flip a byte of the Nth loaded block's stored header "
+                         "(as a hash collision or a torn object would look) before the checks")
     ap.add_argument("--corrupt-phase", default="each-corrupt",
                     help="the phase during which --corrupt-nth-load is armed")
     ap.add_argument("--kill-pid", type=int, default=0)
@@ -124,6 +127,8 @@ def main():
     sconn = None if args.no_connector else scheduler_connector(llm)
     if conn is not None:
         install_faults(conn, args)
+        if args.dump:
+            install_capture(conn)
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True,
                         logprobs=2)
     result = {"block_size": llm.llm_engine.vllm_config.cache_config.block_size,
@@ -183,18 +188,24 @@ def main():
                         raise SystemExit("%s block of unknown request %s" % (what, r))
                 ph[what + "_by_prompt"] = per
             if args.dump:
-                blobs = {}
-                for r, b, h in conn._worker.loaded_log[w0:] + conn._worker.saved_log[s0:]:
-                    blobs[h.hex()] = block_bytes(conn, b)
-                for hx, data in blobs.items():
+                for hx, data in CAPTURED.items():
                     with open(os.path.join(args.dump, "%s.%s.bin" % (phase, hx)), "wb") as f:
                         f.write(data)
+        CAPTURED.clear()
         result["phases"][phase] = ph
     result["fault_log"] = FAULT_LOG
     with open(args.out, "w") as f:
         json.dump(result, f)
     if conn is not None:
         conn.shutdown()
+    # Intel OpenMP (LD_PRELOADed) registers itself in /dev/shm and unregisters at a normal exit,
+    # which os._exit skips.
+    import glob
+    for path in glob.glob("/dev/shm/__KMP_REGISTERED_LIB_%d_*" % os.getpid()):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
     os._exit(0)  # vLLM's teardown on CPU is slow and not what is tested
 
 
@@ -229,6 +240,28 @@ def drain(conn):
 
 
 ARMED = {"corrupt": False}
+CAPTURED = {}   # block hash hex -> KV bytes of the current phase, taken when loaded / saved
+
+
+def install_capture(conn):
+    """Records each block's KV bytes the moment it was loaded (before vLLM runs on it) or is
+    about to be saved: later the block may be freed and reused by another request."""
+    w = conn._worker
+    load, save = w._load, w._save
+
+    def load_and_capture(job):
+        out = load(job)
+        failed = out[0]
+        for r in job.blocks:
+            if r.block_id not in failed:
+                CAPTURED[r.block_hash.hex()] = block_bytes(conn, r.block_id)
+        return out
+
+    def capture_and_save(job):
+        for r in job.blocks:
+            CAPTURED[r.block_hash.hex()] = block_bytes(conn, r.block_id)
+        return save(job)
+    w._load, w._save = load_and_capture, capture_and_save
 FAULT_LOG = []
 
 
@@ -250,6 +283,17 @@ def install_faults(conn, args):
                     buf[i] ^= 0x5A
                 print("fault: corrupted loaded block %d" % block_id, file=sys.stderr)
         w.fault_hook = corrupt
+    if args.corrupt_header_nth_load:
+        hcount = {"n": 0}
+
+        def corrupt_header(worker, block_id):
+            hcount["n"] += 1
+            if hcount["n"] == args.corrupt_header_nth_load:
+                slot = worker._header_slot(block_id, False)
+                view = worker.headers.memoryview(slot + 40, 1)   # inside the block-hash digest
+                view[0] ^= 0xFF
+                FAULT_LOG.append(["header", block_id])
+        w.fault_hook = corrupt_header
     if (args.kill_pid and args.kill_at_load) or args.remove_at_load:
         import threading
         jobs = {"n": 0}
@@ -267,15 +311,18 @@ def install_faults(conn, args):
                     res = c.remove([w._key(r.block_hash) for r in job.blocks])
                 FAULT_LOG.append(["remove", n, [r.code.name for r in res]])
             if n == args.kill_at_load:
-                earlier_done.wait(60)   # the earlier jobs' gets complete first
+                earlier_done.wait(60)   # every earlier job's get completes first
                 os.kill(args.kill_pid, signal.SIGKILL)
                 print("fault: killed mc-client %d before load job %d" % (args.kill_pid, n),
                       file=sys.stderr)
             try:
                 return orig(job)
             finally:
-                if n == args.kill_at_load - 1:
-                    earlier_done.set()
+                if n < args.kill_at_load:
+                    with lock:
+                        jobs["done"] = jobs.get("done", 0) + 1
+                        if jobs["done"] == args.kill_at_load - 1:
+                            earlier_done.set()
         w._load = load_then_maybe_kill
 
 

@@ -178,7 +178,8 @@ class MCStoreWorkerMetadata(KVConnectorWorkerMetadata):
 
 
 _STAT_KEYS = ("lookups", "lookup_hit_blocks", "lookup_miss_blocks", "lookup_errors",
-              "load_blocks", "load_error_blocks", "load_bytes", "load_s",
+              "load_blocks", "load_error_blocks", "load_header_mismatch_blocks", "load_bytes",
+              "load_s",
               "save_blocks", "save_existing_blocks", "save_error_blocks", "save_bytes", "save_s")
 
 
@@ -773,6 +774,8 @@ class _WorkerSide:
                 else:
                     raw = hdr_buf.memoryview(self._header_slot(r.block_id, False), B.HEADER_SIZE)
                     why = self._header(r).check(raw)
+                    if why is not None:
+                        st["load_header_mismatch_blocks"] += 1
                 if why is None:
                     st["load_blocks"] += 1
                     st["load_bytes"] += self.mem.block_bytes
