@@ -73,8 +73,10 @@ TransportRegistry::~TransportRegistry() = default;
 size_t TransportRegistry::Choose(const TransferRequest& request) const {
   if (!local_endpoint_.empty() && request.endpoint == local_endpoint_) return local_index_;
   if (rdma_ == nullptr || request.op == OpKind::kReadDisk) return tcp_index_;
-  if (force_rdma_) return rdma_index_;
+  // Local memory the device does not know (not yet: application shm buffers, inline payloads)
+  // cannot be an RDMA source or sink, even when rdma is forced.
   if (!rdma_->LocalBuffersRegistered(request)) return tcp_index_;
+  if (force_rdma_) return rdma_index_;
   return rdma_->PeerReachable(request.endpoint) ? rdma_index_ : tcp_index_;
 }
 
