@@ -48,6 +48,14 @@ ABSL_FLAG(int32_t, tcp_receive_threads, 2,
           "helper threads that drive a batch's tcp connections besides the caller (0 = caller only)");
 ABSL_FLAG(int32_t, tcp_socket_buffer_bytes, 8 << 20,
           "SO_SNDBUF/SO_RCVBUF of data-plane connections, both directions (0 = kernel autotuning)");
+ABSL_FLAG(std::string, transport, "auto",
+          "remote transport: auto (rdma to peers that accept an rdma connection, tcp otherwise), "
+          "tcp, or rdma (no tcp fallback; start fails without a verbs device)");
+ABSL_FLAG(std::string, rdma_device, "", "verbs device (default: the first with an active port)");
+ABSL_FLAG(int32_t, rdma_port, 1, "port of the verbs device");
+ABSL_FLAG(int32_t, rdma_gid_index, 1,
+          "GID index (RoCEv2: the IPv4-mapped GID, 1 on rxe and usually 3 on mlx5; 0 on IB)");
+ABSL_FLAG(int32_t, rdma_qps_per_peer, 2, "RC queue pairs per peer");
 ABSL_FLAG(std::string, offload_dir, "", "SSD tier directory (data files live here); empty = no SSD tier");
 ABSL_FLAG(uint64_t, offload_capacity, 0, "SSD tier bytes (needed with --offload_dir)");
 ABSL_FLAG(int32_t, offload_files, 4, "SSD tier data files");
@@ -159,6 +167,22 @@ int main(int argc, char** argv) {
       o.admin.max_connections < 1 || o.admin.max_connections_per_peer < 1 ||
       o.admin.request_timeout_ms < 1) {
     std::fprintf(stderr, "--data_* and --http_* limits and timeouts must be >= 1\n");
+    return 2;
+  }
+  o.transfer.transport = absl::GetFlag(FLAGS_transport);
+  o.transfer.rdma_device = absl::GetFlag(FLAGS_rdma_device);
+  o.transfer.rdma_port = absl::GetFlag(FLAGS_rdma_port);
+  o.transfer.rdma_gid_index = absl::GetFlag(FLAGS_rdma_gid_index);
+  o.transfer.rdma_qps_per_peer = absl::GetFlag(FLAGS_rdma_qps_per_peer);
+  if (o.transfer.transport != "auto" && o.transfer.transport != "tcp" &&
+      o.transfer.transport != "rdma") {
+    std::fprintf(stderr, "--transport must be auto, tcp or rdma\n");
+    return 2;
+  }
+  if (o.transfer.rdma_qps_per_peer < 1 || o.transfer.rdma_qps_per_peer > 64 ||
+      o.transfer.rdma_port < 1 || o.transfer.rdma_gid_index < 0) {
+    std::fprintf(stderr, "--rdma_qps_per_peer must be in 1..64, --rdma_port >= 1, "
+                         "--rdma_gid_index >= 0\n");
     return 2;
   }
   o.offload.dir = mc::AbsolutePath(absl::GetFlag(FLAGS_offload_dir));

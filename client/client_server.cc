@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "common/util.h"
+#include "transfer/rdma/handshake.h"
 
 namespace mc::client {
 
@@ -62,6 +63,11 @@ absl::Status ClientServer::Start() {
           return offload_->ServeReadDisk(h, stream);
         }));
   }
+  MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(
+      transfer::tcp::FrameOp::kRdmaConnect,
+      [this](const transfer::tcp::FrameHeader& h, transfer::tcp::ServerStream& stream) {
+        return transfer::rdma::ServeRdmaConnect(rdma_serving_.load(), h, stream);
+      }));
   MC_RETURN_IF_ERROR(data_server_->Start());
   auto bound = ParseHostPort(data_server_->endpoint());
   if (!bound.ok()) return bound.status();
@@ -72,9 +78,11 @@ absl::Status ClientServer::Start() {
   engine_opts.local_endpoint = data_endpoint_;
   engine_opts.metrics = &registry_;
   engine_ = std::make_unique<transfer::TransferEngine>(engine_opts, segment_table_);
+  MC_RETURN_IF_ERROR(engine_->status());
   for (const auto& seg : pool_->segments()) {
     MC_RETURN_IF_ERROR(engine_->RegisterMemory(seg.base, seg.size));
   }
+  rdma_serving_.store(engine_->rdma());  // segments registered: peers may connect now
 
   uint64_t disk_capacity = tier_ ? tier_->GetStats().capacity : 0;
   session_ = std::make_unique<MasterSession>(

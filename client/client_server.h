@@ -5,6 +5,7 @@
 // is written; Shutdown() stops it all. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -89,6 +90,9 @@ class ClientServer {
   std::unique_ptr<OffloadDriver> offload_;
   std::unique_ptr<transfer::tcp::TcpDataServer> data_server_;
   std::unique_ptr<transfer::TransferEngine> engine_;
+  // The engine's rdma transport once it exists: answers peers' rdma connection setups
+  // (kRdmaConnect frames on the data plane); null before and when there is no rdma.
+  std::atomic<transfer::rdma::RdmaTransport*> rdma_serving_{nullptr};
   std::unique_ptr<MasterClient> master_;
   std::unique_ptr<MasterSession> session_;
   BufferRegistry buffers_;

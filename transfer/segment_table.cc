@@ -21,6 +21,14 @@ void SegmentTable::Clear() {
   segments_.clear();
 }
 
+std::vector<SegmentTable::Entry> SegmentTable::List() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<Entry> out;
+  out.reserve(segments_.size());
+  for (const auto& [id, seg] : segments_) out.push_back({id, seg.base, seg.size});
+  return out;
+}
+
 absl::StatusOr<char*> SegmentTable::Resolve(uint64_t segment_id, uint64_t offset,
                                             uint64_t length) const {
   absl::ReaderMutexLock lock(&mu_);

@@ -119,6 +119,10 @@ absl::Status TransferEngine::RegisterMemory(void* base, uint64_t length) {
   return absl::OkStatus();
 }
 
+rdma::RdmaTransport* TransferEngine::rdma() const { return registry_->rdma(); }
+
+absl::Status TransferEngine::status() const { return registry_->status(); }
+
 void TransferEngine::UnregisterMemory(void* base) {
   for (const auto& transport : registry_->transports()) transport->UnregisterMemory(base);
 }

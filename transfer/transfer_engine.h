@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -73,6 +74,13 @@ class SegmentTable {
   // The memory range [offset, offset+length) of a segment, or an error: kNotFound for an
   // unknown segment, kInvalidArgument for a range out of bounds or overflowing.
   absl::StatusOr<char*> Resolve(uint64_t segment_id, uint64_t offset, uint64_t length) const;
+  struct Entry {
+    uint64_t segment_id;
+    char* base;
+    uint64_t size;
+  };
+  // Every segment (the rdma transport tells peers the rkeys of these).
+  std::vector<Entry> List() const;
 
  private:
   struct Segment {
@@ -83,6 +91,11 @@ class SegmentTable {
   absl::flat_hash_map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
 };
 
+namespace rdma {
+class VerbsDevice;
+class RdmaConnector;
+}  // namespace rdma
+
 struct TransferEngineOptions {
   std::string local_endpoint;  // this daemon's data-plane endpoint; requests to it use `local`
   int connections_per_peer = 4;                // tcp pool size per peer
@@ -92,10 +105,25 @@ struct TransferEngineOptions {
   uint64_t tcp_frame_bytes = 4 << 20;          // a tcp request is cut into frames of this size
   int tcp_receive_threads = 2;  // helper threads running tcp poll loops (connection groups)
   MetricsRegistry* metrics = nullptr;          // optional: transfer bytes/errors by transport
+  // Remote transport: "auto" (rdma for peers that answered an rdma connection setup, tcp for the
+  // others and for kReadDisk), "tcp" (never rdma) or "rdma" (rdma for every remote READ/WRITE;
+  // no fallback, errors surface). See transfer/rdma/rdma_transport.h.
+  std::string transport = "auto";
+  std::string rdma_device;     // verbs device name ("" = the first with an active port)
+  int rdma_port = 1;
+  int rdma_gid_index = 1;      // RoCEv2 IPv4-mapped GID on rxe/mlx5 defaults; 0 on InfiniBand
+  int rdma_qps_per_peer = 2;
+  // Tests: opens the verbs device instead of libibverbs (e.g. tests/fakes/fake_verbs.h), with a
+  // connector for the connection setup (default: over the peer's tcp data plane).
+  std::function<std::unique_ptr<rdma::VerbsDevice>()> rdma_device_factory;
+  rdma::RdmaConnector* rdma_connector = nullptr;
 };
 
 class TransportRegistry;
 struct TransportMetrics;
+namespace rdma {
+class RdmaTransport;
+}  // namespace rdma
 
 class TransferEngine {
  public:
@@ -115,6 +143,12 @@ class TransferEngine {
   // Hook for RDMA/CUDA memory registration; a no-op for local/tcp.
   absl::Status RegisterMemory(void* base, uint64_t length);
   void UnregisterMemory(void* base);
+
+  // The rdma transport, or null (transport "tcp", no usable device, built without ibverbs).
+  // The data-plane server answers peers' rdma connection setups through it.
+  rdma::RdmaTransport* rdma() const;
+  // Not OK when transport "rdma" was asked for and no device could be opened.
+  absl::Status status() const;
 
  private:
   const TransferEngineOptions options_;

@@ -1,13 +1,17 @@
 #include "transfer/transport_registry.h"
 
+#include "common/logging.h"
+#include "common/status.h"
 #include "transfer/local/local_transport.h"
+#include "transfer/rdma/handshake.h"
+#include "transfer/rdma/rdma_transport.h"
 #include "transfer/tcp/tcp_transport.h"
 
 namespace mc::transfer {
 
 TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
                                      SegmentTable& local_segments)
-    : local_endpoint_(options.local_endpoint) {
+    : local_endpoint_(options.local_endpoint), force_rdma_(options.transport == "rdma") {
   LocalTransportOptions local;
   local.parallel_copy_threshold = options.parallel_copy_threshold;
   local.copy_threads = options.copy_threads;
@@ -22,9 +26,43 @@ TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
   tcp_index_ = transports_.size();
   transports_.push_back(std::make_unique<TcpTransport>(tcp));
 
+  if (options.transport != "tcp") {
+    absl::StatusOr<std::unique_ptr<rdma::VerbsDevice>> device =
+        McError(Code::kUnavailable, "rdma: built without libibverbs");
+    if (options.rdma_device_factory) {
+      std::unique_ptr<rdma::VerbsDevice> d = options.rdma_device_factory();
+      if (d != nullptr) device = std::move(d);
+    } else {
 #if MC_WITH_RDMA
-  // Placeholder: the rdma transport registers here and is chosen for peers reachable over verbs.
+      device = rdma::OpenVerbsDevice(options.rdma_device, options.rdma_port,
+                                     options.rdma_gid_index);
 #endif
+    }
+    if (device.ok()) {
+      rdma::RdmaConnector* connector = options.rdma_connector;
+      if (connector == nullptr) {
+        own_connector_ = std::make_unique<rdma::TcpRdmaConnector>();
+        connector = own_connector_.get();
+      }
+      rdma::RdmaTransportOptions r;
+      r.qps_per_peer = options.rdma_qps_per_peer;
+      Logger("transfer").info("rdma transport on device {} (max_sge {}, mtu {})",
+                              (*device)->attributes().name, (*device)->attributes().max_sge,
+                              (*device)->attributes().active_mtu);
+      auto transport = std::make_unique<rdma::RdmaTransport>(r, *std::move(device), *connector);
+      transport->ServeSegments(&local_segments);
+      rdma_ = transport.get();
+      rdma_index_ = transports_.size();
+      transports_.push_back(std::move(transport));
+    } else if (force_rdma_) {
+      status_ = device.status();
+      Logger("transfer").error("transport rdma asked for but unavailable: {}",
+                               device.status().ToString());
+    } else {
+      Logger("transfer").info("no rdma ({}); remote transfers use tcp",
+                              device.status().ToString());
+    }
+  }
 #if MC_WITH_CUDA
   // Placeholder: the cuda transport registers here and is chosen for device-memory buffers.
 #endif
@@ -34,7 +72,12 @@ TransportRegistry::~TransportRegistry() = default;
 
 size_t TransportRegistry::Choose(const TransferRequest& request) const {
   if (!local_endpoint_.empty() && request.endpoint == local_endpoint_) return local_index_;
-  return tcp_index_;
+  if (rdma_ == nullptr || request.op == OpKind::kReadDisk) return tcp_index_;
+  // Local memory the device does not know (not yet: application shm buffers, inline payloads)
+  // cannot be an RDMA source or sink, even when rdma is forced.
+  if (!rdma_->LocalBuffersRegistered(request)) return tcp_index_;
+  if (force_rdma_) return rdma_index_;
+  return rdma_->PeerReachable(request.endpoint) ? rdma_index_ : tcp_index_;
 }
 
 }  // namespace mc::transfer

@@ -1,12 +1,16 @@
 // Chooses the transport of each request. The only place that knows which transports exist:
-// `local` for our own endpoint, `tcp` otherwise; rdma and cuda arrive here (behind
-// MC_WITH_RDMA / MC_WITH_CUDA) without touching the engine or the batch paths.
-// Thread-safe: immutable after construction; transports are thread-safe.
+// `local` for our own endpoint; for other endpoints `rdma` (built with MC_WITH_RDMA, a device
+// opened, transport "auto" or "rdma") when the peer answered our rdma connection setup and the
+// request's local buffers are registered memory, `tcp` otherwise and always for kReadDisk
+// (two-sided, served by the peer's SSD tier over tcp). cuda arrives here (behind MC_WITH_CUDA)
+// without touching the engine or the batch paths.
+// Thread-safe: the transport list is immutable after construction; transports are thread-safe.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "transfer/transfer_engine.h"
 #include "transfer/transport.h"
 
@@ -20,12 +24,19 @@ class TransportRegistry {
   // Index (into transports()) of the transport that serves `request`.
   size_t Choose(const TransferRequest& request) const;
   const std::vector<std::unique_ptr<Transport>>& transports() const { return transports_; }
+  rdma::RdmaTransport* rdma() const { return rdma_; }
+  absl::Status status() const { return status_; }
 
  private:
   const std::string local_endpoint_;
+  const bool force_rdma_;
+  std::unique_ptr<rdma::RdmaConnector> own_connector_;  // declared before the transports
   std::vector<std::unique_ptr<Transport>> transports_;
   size_t local_index_ = 0;
   size_t tcp_index_ = 0;
+  size_t rdma_index_ = 0;
+  rdma::RdmaTransport* rdma_ = nullptr;  // one of transports_, or null
+  absl::Status status_;
 };
 
 }  // namespace mc::transfer

@@ -224,7 +224,38 @@ absl::StatusOr<PeerHandshake> RdmaTransport::Accept(std::span<const QpAddress> r
   }
   absl::MutexLock lock(&mr_mu_);
   for (const auto& [id, mr] : exported_) out.segments[id] = {mr.addr, mr.length, mr.rkey};
+  if (served_table_ != nullptr) {
+    for (const SegmentTable::Entry& e : served_table_->List()) {
+      const uint64_t addr = reinterpret_cast<uint64_t>(e.base);
+      auto it = local_mrs_.upper_bound(addr);
+      if (it == local_mrs_.begin()) continue;
+      --it;
+      const MemoryRegion& mr = it->second;
+      if (addr < mr.addr || e.size > mr.length || addr - mr.addr > mr.length - e.size) continue;
+      out.segments.try_emplace(e.segment_id, RemoteSegment{addr, e.size, mr.rkey});
+    }
+  }
   return out;
+}
+
+bool RdmaTransport::PeerReachable(const std::string& endpoint) {
+  absl::MutexLock lock(&peers_mu_);
+  auto it = peers_.find(endpoint);
+  if (it != peers_.end() && !it->second->qps.empty()) return true;
+  auto bad = unreachable_.find(endpoint);
+  const int64_t now = NowMs();
+  if (bad != unreachable_.end() && now - bad->second < options_.retry_unreachable_ms) {
+    return false;
+  }
+  auto peer = std::make_unique<Peer>();
+  if (absl::Status s = ConnectPeer(*peer, endpoint); !s.ok()) {
+    Log().info("rdma: peer {} not reachable over rdma ({}); using tcp", endpoint, s.ToString());
+    unreachable_[endpoint] = now;
+    return false;
+  }
+  unreachable_.erase(endpoint);
+  peers_[endpoint] = std::move(peer);
+  return true;
 }
 
 absl::Status RdmaTransport::ConnectPeer(Peer& peer, const std::string& endpoint) {

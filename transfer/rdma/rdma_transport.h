@@ -76,6 +76,7 @@ struct RdmaTransportOptions {
   int busy_poll_iterations = 2000;    // empty polls before the completion thread sleeps
   int event_wait_ms = 50;             // completion-channel wait between stop checks
   int64_t flush_grace_ms = 2000;      // after a deadline: wait for flushes, then destroy the QP
+  int64_t retry_unreachable_ms = 30000;  // a peer without rdma is asked again after this
 };
 
 class RdmaTransport final : public Transport {
@@ -99,6 +100,13 @@ class RdmaTransport final : public Transport {
   // destroys those connected to the peer's `retired` QPNs, and returns our half.
   absl::StatusOr<PeerHandshake> Accept(std::span<const QpAddress> remote,
                                        std::span<const uint32_t> retired);
+
+  // Serving side: also tell peers the rkeys of the segments of `table` (borrowed, outlives us)
+  // that lie inside memory registered with RegisterMemory. Call before any Accept.
+  void ServeSegments(const SegmentTable* table) { served_table_ = table; }
+  // True when the peer is connected, or a connection setup to it succeeds now; a peer that
+  // refused (no rdma there) is not asked again for `retry_unreachable_ms`.
+  bool PeerReachable(const std::string& endpoint);
 
   // True when every local buffer of `request` lies inside memory registered with us.
   bool LocalBuffersRegistered(const TransferRequest& request) const;
@@ -129,6 +137,7 @@ class RdmaTransport final : public Transport {
   const std::unique_ptr<VerbsDevice> device_;
   RdmaConnector& connector_;
   uint32_t depth_ = 0;
+  const SegmentTable* served_table_ = nullptr;
   std::atomic<uint64_t> next_wr_id_{1};
   std::atomic<uint64_t> qps_created_{0};
   std::atomic<bool> stop_{false};
@@ -139,6 +148,8 @@ class RdmaTransport final : public Transport {
 
   absl::Mutex peers_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(peers_mu_);
+  // Peers whose connection setup failed, and when.
+  absl::flat_hash_map<std::string, int64_t> unreachable_ ABSL_GUARDED_BY(peers_mu_);
 
   absl::Mutex qps_mu_;  // never held while a Qp::mu or a Batch::mu is taken
   absl::flat_hash_map<uint32_t, std::shared_ptr<Qp>> by_qpn_ ABSL_GUARDED_BY(qps_mu_);

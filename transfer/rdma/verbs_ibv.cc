@@ -20,7 +20,8 @@ namespace mc::transfer::rdma {
 namespace {
 
 absl::Status Errno(std::string_view what, int err) {
-  return McError(Code::kUnavailable, absl::StrCat("rdma: ", std::string(what), ": ", std::strerror(err)));
+  return McError(Code::kUnavailable,
+                 absl::StrCat("rdma: ", std::string(what), ": ", std::strerror(err)));
 }
 
 uint32_t MtuBytes(ibv_mtu mtu) { return 128u << static_cast<int>(mtu); }

@@ -40,8 +40,10 @@ enum class FrameOp : uint16_t {
   kWrite = 2,     // requester -> segment
   kReadDisk = 3,  // an SSD-tier record -> requester (served through RegisterOpHandler): segment_id
                   // = generation, offset = record locator, reserved = key tag
+  kRdmaConnect = 4,  // rdma connection setup (transfer/rdma/handshake.h): payload = our queue
+                     // pairs; response payload = the peer's queue pairs and segment rkeys
 };
-inline constexpr uint16_t kMaxFrameOp = 3;
+inline constexpr uint16_t kMaxFrameOp = 4;
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;

@@ -1,0 +1,60 @@
+// The rdma connection setup, carried over the tcp data plane as a kRdmaConnect frame
+// (transfer/tcp/frame.h) on a connection of its own: the requester sends the addresses of its
+// new queue pairs (and the QPNs it retired), the serving daemon creates and connects one queue
+// pair per address and answers with their addresses and the address, length and rkey of every
+// segment it serves. So rkeys go only to a peer that holds a data-plane connection (the same
+// trust as READ/WRITE frames, which reach the same memory); a daemon without rdma answers
+// kUnavailable (or closes: an old daemon knows no such op) and the peer stays on tcp.
+//
+// Payloads are little-endian:
+//   request:  u32 qp_count, u32 retired_count, qp_count x QpAddress, retired_count x u32 qpn
+//   response: u32 qp_count, u32 segment_count, qp_count x QpAddress,
+//             segment_count x {u64 id, u64 addr, u64 length, u32 rkey, u32 0}
+//   QpAddress: gid[16], u16 lid, u16 0, u32 qpn, u32 psn, u32 mtu (32 bytes)
+// Decoders check counts against limits and the exact length before reading anything.
+// Thread-safe: pure functions, and a connector that opens a connection per setup.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "transfer/rdma/rdma_transport.h"
+#include "transfer/tcp/frame.h"
+#include "transfer/tcp/server.h"
+
+namespace mc::transfer::rdma {
+
+inline constexpr uint32_t kMaxHandshakeQps = 64;
+inline constexpr uint32_t kMaxHandshakeSegments = 65536;
+
+struct ConnectRequest {
+  std::vector<QpAddress> qps;
+  std::vector<uint32_t> retired;
+};
+
+std::string EncodeConnectRequest(std::span<const QpAddress> qps, std::span<const uint32_t> retired);
+absl::StatusOr<ConnectRequest> DecodeConnectRequest(std::string_view bytes);
+std::string EncodeHandshake(const PeerHandshake& handshake);
+absl::StatusOr<PeerHandshake> DecodeHandshake(std::string_view bytes);
+
+// The requester's side: a fresh tcp connection to the peer's data plane per setup.
+class TcpRdmaConnector final : public RdmaConnector {
+ public:
+  explicit TcpRdmaConnector(int64_t timeout_ms = 5000) : timeout_ms_(timeout_ms) {}
+  absl::StatusOr<PeerHandshake> Connect(const std::string& endpoint,
+                                        std::span<const QpAddress> local,
+                                        std::span<const uint32_t> retired) override;
+
+ private:
+  const int64_t timeout_ms_;
+};
+
+// The serving side: answers one kRdmaConnect request (for TcpDataServer::RegisterOpHandler).
+// `transport` null (no rdma here) answers kUnavailable.
+absl::Status ServeRdmaConnect(RdmaTransport* transport, const tcp::FrameHeader& request,
+                              tcp::ServerStream& stream);
+
+}  // namespace mc::transfer::rdma
