@@ -343,6 +343,18 @@ void OffloadDriver::DropCorrupt() {
     absl::MutexLock lock(&retry_mu_);
     corrupt.swap(corrupt_);
   }
+  // Confirm first, into private memory: a local reader's verdict covers its own destination,
+  // which its application could have changed under the read; only the record itself counts.
+  std::erase_if(corrupt, [&](const offload::DiskTierVictim& v) {
+    std::unique_ptr<char[]> buffer(new (std::nothrow) char[std::max<uint64_t>(v.length, 1)]);
+    if (!buffer) return false;  // cannot check: trust the verdict
+    absl::Status again = tier_.Read(offload::RecordRef{v.locator, v.length}, v.key, v.generation,
+                                    {{buffer.get(), v.length}});
+    if (ToCode(again) == Code::kChecksumMismatch) return false;
+    Log().info("SSD record {} generation {} verifies again ({}): kept", KeyForLog(v.key),
+               v.generation, again.ToString());
+    return true;
+  });
   if (corrupt.empty()) return;
   v1::RemoveDiskReplicasRequest req;
   req.set_client_id(options_.client_id);
