@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Configures and builds one flavour of mcstore.
-#   ./deploy/build.sh [release|asan|clang] [ninja targets...]
+#   ./deploy/build.sh [release|asan|clang|fuzz|tsan] [ninja targets...]
 # Build directories: build/ (release), build-asan/ (ASan+UBSan), build-clang/ (clang-14 with
-# -Wthread-safety). Set MC_JOBS to limit parallelism (default: nproc).
+# -Wthread-safety), build-fuzz/ (clang-14 libFuzzer targets with ASan+UBSan; default target
+# mc_fuzzers), build-tsan/ (clang-14 ThreadSanitizer). Set MC_JOBS to limit parallelism
+# (default: nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 flavour="${1:-release}"
@@ -15,7 +17,12 @@ case "$flavour" in
   release) dir=build;       args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
   asan)    dir=build-asan;  args=(-DCMAKE_BUILD_TYPE=Debug -DMC_SANITIZE=address,undefined -DMC_BUILD_BENCH=OFF) ;;
   clang)   dir=build-clang; args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14) ;;
-  *) echo "unknown flavour '$flavour' (release|asan|clang)" >&2; exit 2 ;;
+  fuzz)    dir=build-fuzz;  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14
+                                  -DMC_SANITIZE=address,undefined -DMC_FUZZ=ON -DMC_BUILD_BENCH=OFF)
+           [[ $# -gt 0 ]] || set -- mc_fuzzers ;;
+  tsan)    dir=build-tsan;  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14
+                                  -DMC_SANITIZE=thread -DMC_BUILD_BENCH=OFF) ;;
+  *) echo "unknown flavour '$flavour' (release|asan|clang|fuzz|tsan)" >&2; exit 2 ;;
 esac
 if [[ ! -f "$dir/build.ninja" ]]; then
   cmake -S . -B "$dir" -G Ninja "${args[@]}" >/dev/null

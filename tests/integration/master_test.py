@@ -301,7 +301,9 @@ class MasterIntegrationTest(unittest.TestCase):
                 self.assertEqual(len(r.replicas), 0)
         ghost = self.stub.PutStart(pb.PutStartRequest(
             client_id="ghost", items=[pb.PutStartItem(key=b"k", size=10)]), timeout=5)
-        self.assertEqual(ghost.results[0].code, store_pb2.INVALID_ARGUMENT)
+        # An unknown client is transient (a master restart before it re-registered): UNAVAILABLE.
+        self.assertEqual(ghost.results[0].code, store_pb2.UNAVAILABLE)
+        self.assertIn("retry", ghost.results[0].message)
         got = self.stub.GetReplicas(pb.GetReplicasRequest(
             client_id="c1", keys=[b"", b"x" * 4097, b"stored"]), timeout=5)
         self.assertEqual([r.code for r in got.results],
