@@ -15,7 +15,7 @@ namespace {
 using testing::CodeOf;
 using testing::MasterFixture;
 
-constexpr uint64_t kObject = 1024;
+constexpr uint64_t kObject = 4096;  // 16 of them: the smallest segment a client may register
 constexpr uint64_t kSlots = 16;  // the segment holds exactly this many objects
 
 std::string Key(int i) { return "key-" + std::to_string(i); }
