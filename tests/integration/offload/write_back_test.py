@@ -66,6 +66,10 @@ class WriteBackBurstTest(unittest.TestCase):
             for i in (0, 1):
                 self.c.restart_client(i)
                 self.c.wait_clients_alive(2)
+                # A restarted client reports its recovered records after it registers: wait for
+                # that report (a lost record never comes back, and the wait then fails).
+                harness.wait_until(lambda: all(sc.cc.exist(self.c.stub(0), keys)), 60,
+                                   interval_s=0.1, what="every value reported after the restart")
                 for j in (0, 1):
                     sc.assert_exact(self, self.c.stub(j), keys, values,
                                     what="after restart of client %d, via client %d" % (i, j))
