@@ -318,9 +318,9 @@ void BatchGetter::TransferRounds(Batch& batch) {
         // The replica's owner read its SSD record and it failed verification: its verdict, not a
         // transport failure (the owner drops the record and tells the master).
         metrics_.checksum_mismatches.Inc();
-        plan.status = McError(Code::kChecksumMismatch,
-                              absl::StrCat("replica on ", reqs[i].endpoint, ": ",
-                                           std::string(res.status.message())));
+        plan.status = McError(
+            Code::kChecksumMismatch,
+            absl::StrCat("replica on ", reqs[i].endpoint, ": ", std::string(res.status.message())));
         if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
         continue;
       }

@@ -63,7 +63,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
     std::erase_if(todo, [&](size_t i) {
       if (ToCode(out[i]) != Code::kNoSpace || kind[i] == NoSpaceKind::kFinal) return true;
       const int64_t limit = kind[i] == NoSpaceKind::kWriteBack ? options_.write_back_wait_ms
-                                                                : options_.no_space_wait_ms;
+                                                               : options_.no_space_wait_ms;
       // Every pause is at least 1 ms, so with a real clock the time runs out before this many
       // rounds; the cap bounds the loop where the clock stands still (a test's fake clock).
       if (elapsed < limit && rounds < limit) return false;

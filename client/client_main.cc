@@ -181,8 +181,9 @@ int main(int argc, char** argv) {
   }
   if (o.transfer.rdma_qps_per_peer < 1 || o.transfer.rdma_qps_per_peer > 64 ||
       o.transfer.rdma_port < 1 || o.transfer.rdma_gid_index < 0) {
-    std::fprintf(stderr, "--rdma_qps_per_peer must be in 1..64, --rdma_port >= 1, "
-                         "--rdma_gid_index >= 0\n");
+    std::fprintf(stderr,
+                 "--rdma_qps_per_peer must be in 1..64, --rdma_port >= 1, "
+                 "--rdma_gid_index >= 0\n");
     return 2;
   }
   o.offload.dir = mc::AbsolutePath(absl::GetFlag(FLAGS_offload_dir));

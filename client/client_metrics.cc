@@ -13,9 +13,9 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
                                          "Transfers that ended after their read lease")),
       replica_fallbacks(registry.GetCounter("mc_client_replica_fallbacks_total",
                                             "Reads retried on another replica")),
-      put_no_space_retries(registry.GetCounter(
-          "mc_client_put_no_space_retries_total",
-          "Put items tried again after the master answered NO_SPACE")),
+      put_no_space_retries(
+          registry.GetCounter("mc_client_put_no_space_retries_total",
+                              "Put items tried again after the master answered NO_SPACE")),
       put_write_back_waits(registry.GetCounter(
           "mc_client_put_write_back_waits_total",
           "Put items tried again because memory waits for write-back to an SSD tier")),

@@ -95,8 +95,7 @@ absl::Status ClientServer::Start() {
         OffloadDriverOptions{.client_id = options_.client_id,
                              .poll_interval_ms = options_.offload_poll_ms,
                              .parallelism = options_.offload_parallelism},
-        *tier_,
-        *master_, segment_table_, [this] { return session_->session(); }, registry_);
+        *tier_, *master_, segment_table_, [this] { return session_->session(); }, registry_);
     session_->SetOnRegistered([this] { offload_->RequestReport(); });
   }
   absl::Status registered = session_->Start();

@@ -48,7 +48,7 @@ struct ClientServerOptions {
   int64_t lease_release_delay_us = 1000;  // GrpcMasterClientOptions::release_delay_us
   int64_t put_no_space_wait_ms = 100;     // BatchPutOptions::no_space_wait_ms
   int64_t put_write_timeout_ms = 10'000;  // BatchPutOptions::write_timeout_ms
-  int64_t put_write_back_wait_ms = 10'000;  // BatchPutOptions::write_back_wait_ms
+  int64_t put_write_back_wait_ms = 10'000;   // BatchPutOptions::write_back_wait_ms
   transfer::TransferEngineOptions transfer;  // local_endpoint and metrics are filled in
   // Data-plane server limits; listen_address, metrics and socket_buffer_bytes are filled in.
   transfer::tcp::TcpDataServerOptions data_server;

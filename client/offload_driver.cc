@@ -175,8 +175,8 @@ absl::Status OffloadDriver::Offload(const v1::OffloadTask& task, v1::DiskReplica
   // Straight from the segment: the tier hashes the bytes as it stages them and writes the record
   // only if that hash (of exactly what goes to disk) is the object's checksum, so a replica
   // evicted and overwritten meanwhile is never persisted (kChecksumMismatch: "changed").
-  absl::StatusOr<offload::RecordRef> ref = tier_.Write(
-      task.key(), task.generation(), {{*mem, task.size()}}, task.checksum());
+  absl::StatusOr<offload::RecordRef> ref =
+      tier_.Write(task.key(), task.generation(), {{*mem, task.size()}}, task.checksum());
   if (!ref.ok()) return ref.status();
   Remember(task.key(), task.generation());
   item->set_key(task.key());
@@ -326,8 +326,8 @@ absl::Status OffloadDriver::ReadLocal(std::string_view key, uint64_t generation,
       tier_.Read(offload::RecordRef{locator, length}, key, generation, pieces, checksum);
   (s.ok() ? disk_reads_served_ : disk_read_failures_).Inc();
   if (ToCode(s) == Code::kChecksumMismatch) {
-    Log().error("SSD record {} generation {} failed verification: {}; dropping it",
-                KeyForLog(key), generation, std::string(s.message()));
+    Log().error("SSD record {} generation {} failed verification: {}; dropping it", KeyForLog(key),
+                generation, std::string(s.message()));
     {
       absl::MutexLock lock(&retry_mu_);
       corrupt_.push_back({std::string(key), generation, locator, length});

@@ -177,9 +177,10 @@ bool Evictor::MakeRoomUnderHighWatermark(uint64_t bytes) {
 }
 
 EvictionStats Evictor::Stats() const {
-  return EvictionStats{attempts_.Value(),       successes_.Value(),      failures_.Value(),
-                       evicted_keys_.Value(),   evicted_bytes_.Value(),  skipped_leased_.Value(),
-                       skipped_pinned_.Value(), skipped_pending_.Value(),
+  return EvictionStats{attempts_.Value(),           successes_.Value(),
+                       failures_.Value(),           evicted_keys_.Value(),
+                       evicted_bytes_.Value(),      skipped_leased_.Value(),
+                       skipped_pinned_.Value(),     skipped_pending_.Value(),
                        skipped_write_back_.Value(), evicted_unpersisted_.Value()};
 }
 

@@ -13,11 +13,11 @@
 // PutStart can answer "wait for write-back" instead of NO_SPACE for good. An object no tier can
 // take (no SSD tier on its replicas' clients, or its client reported the offload failed) is
 // eligible after every persisted one, and dropping its last copy is counted as
-// mc_objects_lost_total{reason="evicted_unpersisted"}. Each Evict() call is one attempt, counted when it starts; when it ends it is
-// a success (it freed at least what was asked) or a failure. A reader of the counters may see the
-// pass that has started and not ended, so attempts can exceed successes + failures by one: judge
-// eviction by failures, not by the difference.
-// Thread-safe; passes are serialized by an internal mutex. Takes shard locks one at a time, then
+// mc_objects_lost_total{reason="evicted_unpersisted"}. Each Evict() call is one attempt, counted
+// when it starts; when it ends it is a success (it freed at least what was asked) or a failure. A
+// reader of the counters may see the pass that has started and not ended, so attempts can exceed
+// successes + failures by one: judge eviction by failures, not by the difference. Thread-safe;
+// passes are serialized by an internal mutex. Takes shard locks one at a time, then
 // SegmentManager's lock (the table's lock order).
 #pragma once
 
@@ -97,8 +97,7 @@ class Evictor {
   };
   // Whether an object without a DISK replica must wait for its write-back before it may go.
   bool AwaitsWriteBack(const Object& object, int64_t now) const;
-  std::vector<Candidate> CollectCandidates(uint64_t bytes, bool persisted_only,
-                                           uint64_t* waiting);
+  std::vector<Candidate> CollectCandidates(uint64_t bytes, bool persisted_only, uint64_t* waiting);
   uint64_t EvictCandidates(std::vector<Candidate>& candidates, uint64_t bytes);
 
   ObjectTable& table_;

@@ -224,8 +224,8 @@ void MetadataService::CleanupClient(const std::string& client_id) {
 }
 
 absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
-    uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only,
-    bool* final, bool* write_back_pending) {
+    uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only, bool* final,
+    bool* write_back_pending) {
   auto placed = segments_.Place(size, replicas, writer);
   if (!placed.ok()) {
     // An object no segment (or too few clients' segments) can ever hold: evicting would empty

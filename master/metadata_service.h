@@ -216,9 +216,11 @@ class MetadataService {
   // `persisted_only`: evict only objects that also live on an SSD tier (promotions).
   // `final` (optional) is set when the NO_SPACE answer is one no eviction can cure;
   // `write_back_pending` (optional) when it waits for offloads to end (invariant 7).
-  absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(
-      uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only = false,
-      bool* final = nullptr, bool* write_back_pending = nullptr);
+  absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(uint64_t size, uint32_t replicas,
+                                                                const std::string& writer,
+                                                                bool persisted_only = false,
+                                                                bool* final = nullptr,
+                                                                bool* write_back_pending = nullptr);
   bool DiskCapable(const std::string& client_id) const;
   void MarkOffloadsFailed(const std::string& client_id, const std::vector<DiskReplicaItem>& failed);
   // An offload planning pass now (rate-limited): puts wait for write-back.

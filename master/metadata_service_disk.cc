@@ -136,9 +136,10 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
         });
         if (corrupt && dropped > 0) {
           corrupt_records_.Inc();
-          Logger("master").error("client {} found its SSD record of {} (generation {}) corrupt: "
-                                 "replica dropped",
-                                 client_id, KeyForLog(items[i].key), items[i].generation);
+          Logger("master").error(
+              "client {} found its SSD record of {} (generation {}) corrupt: "
+              "replica dropped",
+              client_id, KeyForLog(items[i].key), items[i].generation);
         }
         if (it->second.replicas.empty()) {
           // The tier reclaims its coldest records only when it is full: the last copy goes.

@@ -109,9 +109,9 @@ struct TransferEngineOptions {
   // others and for kReadDisk), "tcp" (never rdma) or "rdma" (rdma for every remote READ/WRITE;
   // no fallback, errors surface). See transfer/rdma/rdma_transport.h.
   std::string transport = "auto";
-  std::string rdma_device;     // verbs device name ("" = the first with an active port)
+  std::string rdma_device;  // verbs device name ("" = the first with an active port)
   int rdma_port = 1;
-  int rdma_gid_index = 1;      // RoCEv2 IPv4-mapped GID on rxe/mlx5 defaults; 0 on InfiniBand
+  int rdma_gid_index = 1;  // RoCEv2 IPv4-mapped GID on rxe/mlx5 defaults; 0 on InfiniBand
   int rdma_qps_per_peer = 2;
   // Tests: opens the verbs device instead of libibverbs (e.g. tests/fakes/fake_verbs.h), with a
   // connector for the connection setup (default: over the peer's tcp data plane).

@@ -34,8 +34,8 @@ TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
       if (d != nullptr) device = std::move(d);
     } else {
 #if MC_WITH_RDMA
-      device = rdma::OpenVerbsDevice(options.rdma_device, options.rdma_port,
-                                     options.rdma_gid_index);
+      device =
+          rdma::OpenVerbsDevice(options.rdma_device, options.rdma_port, options.rdma_gid_index);
 #endif
     }
     if (device.ok()) {
@@ -46,9 +46,9 @@ TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
       }
       rdma::RdmaTransportOptions r;
       r.qps_per_peer = options.rdma_qps_per_peer;
-      Logger("transfer").info("rdma transport on device {} (max_sge {}, mtu {})",
-                              (*device)->attributes().name, (*device)->attributes().max_sge,
-                              (*device)->attributes().active_mtu);
+      Logger("transfer")
+          .info("rdma transport on device {} (max_sge {}, mtu {})", (*device)->attributes().name,
+                (*device)->attributes().max_sge, (*device)->attributes().active_mtu);
       auto transport = std::make_unique<rdma::RdmaTransport>(r, *std::move(device), *connector);
       transport->ServeSegments(&local_segments);
       rdma_ = transport.get();
@@ -56,11 +56,10 @@ TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
       transports_.push_back(std::move(transport));
     } else if (force_rdma_) {
       status_ = device.status();
-      Logger("transfer").error("transport rdma asked for but unavailable: {}",
-                               device.status().ToString());
+      Logger("transfer")
+          .error("transport rdma asked for but unavailable: {}", device.status().ToString());
     } else {
-      Logger("transfer").info("no rdma ({}); remote transfers use tcp",
-                              device.status().ToString());
+      Logger("transfer").info("no rdma ({}); remote transfers use tcp", device.status().ToString());
     }
   }
 #if MC_WITH_CUDA

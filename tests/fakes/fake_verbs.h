@@ -63,7 +63,7 @@ class FakeVerbsNetwork {
 
 class FakeVerbsDevice final : public VerbsDevice {
  public:
-  static constexpr int kFlushStatus = 5;         // IBV_WC_WR_FLUSH_ERR
+  static constexpr int kFlushStatus = 5;          // IBV_WC_WR_FLUSH_ERR
   static constexpr int kRemoteAccessStatus = 10;  // IBV_WC_REM_ACCESS_ERR
 
   FakeVerbsDevice(FakeVerbsNetwork& network, DeviceAttributes attributes)
@@ -110,8 +110,9 @@ class FakeVerbsDevice final : public VerbsDevice {
   // Reverses the order of pending completions across queue pairs (per-QP order kept).
   void ReorderPendingCompletions() {
     absl::MutexLock lock(&mu_);
-    std::stable_sort(cq_.begin(), cq_.end(), [](const WorkCompletion& a,
-                                                const WorkCompletion& b) { return a.qpn > b.qpn; });
+    std::stable_sort(cq_.begin(), cq_.end(), [](const WorkCompletion& a, const WorkCompletion& b) {
+      return a.qpn > b.qpn;
+    });
   }
   void SetIgnoreModifyToError(bool ignore) {
     absl::MutexLock lock(&mu_);

@@ -18,8 +18,8 @@ namespace {
 
 constexpr size_t kQpBytes = 32;
 constexpr size_t kSegmentBytes = 32;
-constexpr uint64_t kMaxResponseBytes = 8 + kMaxHandshakeQps * kQpBytes +
-                                       uint64_t{kMaxHandshakeSegments} * kSegmentBytes;
+constexpr uint64_t kMaxResponseBytes =
+    8 + kMaxHandshakeQps * kQpBytes + uint64_t{kMaxHandshakeSegments} * kSegmentBytes;
 
 template <typename T>
 void Put(std::string& out, T v) {
@@ -140,8 +140,8 @@ absl::StatusOr<PeerHandshake> TcpRdmaConnector::Connect(const std::string& endpo
   setsockopt(fd->get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 
   std::string payload = EncodeConnectRequest(local, retired);
-  tcp::FrameBytes header = tcp::EncodeFrameHeader(
-      tcp::MakeRequest(tcp::FrameOp::kRdmaConnect, 1, 0, 0, payload.size()));
+  tcp::FrameBytes header =
+      tcp::EncodeFrameHeader(tcp::MakeRequest(tcp::FrameOp::kRdmaConnect, 1, 0, 0, payload.size()));
   iovec iov[2] = {{header.data(), header.size()}, {payload.data(), payload.size()}};
   MC_RETURN_IF_ERROR(tcp::SendAll(fd->get(), iov, 2));
   tcp::FrameBytes reply;

@@ -100,8 +100,8 @@ struct RdmaTransport::RequestPlan {
 RdmaTransport::RdmaTransport(RdmaTransportOptions options, std::unique_ptr<VerbsDevice> device,
                              RdmaConnector& connector)
     : options_(std::move(options)), device_(std::move(device)), connector_(connector) {
-  depth_ = std::max<uint32_t>(2, std::min(options_.send_queue_depth,
-                                          device_->attributes().max_qp_wr));
+  depth_ =
+      std::max<uint32_t>(2, std::min(options_.send_queue_depth, device_->attributes().max_qp_wr));
   completion_thread_ = std::thread([this] { CompletionLoop(); });
 }
 
@@ -146,8 +146,8 @@ absl::Status RdmaTransport::ExportSegment(uint64_t segment_id, char* base, uint6
   }
   absl::MutexLock lock(&mr_mu_);
   if (exported_.contains(segment_id)) {
-    return McError(Code::kAlreadyExists, absl::StrCat("rdma: segment ", segment_id,
-                                                      " already exported"));
+    return McError(Code::kAlreadyExists,
+                   absl::StrCat("rdma: segment ", segment_id, " already exported"));
   }
   absl::StatusOr<MemoryRegion> mr = device_->RegisterMemory(base, size);
   if (!mr.ok()) return mr.status();
@@ -324,8 +324,8 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Qp>> RdmaTransport::PickQp(
     if (hs.ok()) peer->segments = std::move(hs->segments);
     seg = peer->segments.find(segment_id);
     if (seg == peer->segments.end()) {
-      return McError(Code::kNotFound, absl::StrCat("rdma: segment ", segment_id,
-                                                   " not exported by ", endpoint));
+      return McError(Code::kNotFound,
+                     absl::StrCat("rdma: segment ", segment_id, " not exported by ", endpoint));
     }
   }
   *segment = seg->second;
@@ -338,9 +338,8 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Qp>> RdmaTransport::PickQp(
   if (!fresh.ok()) return fresh.status();
   const QpAddress local = device_->LocalAddress(*fresh);
   const uint32_t retired = qp->qp.qpn;
-  absl::StatusOr<PeerHandshake> hs =
-      connector_.Connect(endpoint, std::span<const QpAddress>(&local, 1),
-                         std::span<const uint32_t>(&retired, 1));
+  absl::StatusOr<PeerHandshake> hs = connector_.Connect(
+      endpoint, std::span<const QpAddress>(&local, 1), std::span<const uint32_t>(&retired, 1));
   absl::Status s = hs.ok() ? (hs->qps.size() == 1 ? device_->ConnectQp(*fresh, hs->qps[0])
                                                   : McError(Code::kTransferFailed,
                                                             "rdma: peer answered a wrong QP count"))
@@ -362,8 +361,8 @@ absl::StatusOr<std::shared_ptr<RdmaTransport::Qp>> RdmaTransport::PickQp(
   Log().info("rdma: queue pair {} to {} re-established as {}", retired, endpoint, fresh->qpn);
   seg = peer->segments.find(segment_id);
   if (seg == peer->segments.end()) {
-    return McError(Code::kNotFound, absl::StrCat("rdma: segment ", segment_id,
-                                                 " not exported by ", endpoint));
+    return McError(Code::kNotFound,
+                   absl::StrCat("rdma: segment ", segment_id, " not exported by ", endpoint));
   }
   *segment = seg->second;
   return replacement;
@@ -404,8 +403,8 @@ void RdmaTransport::HandleCompletion(const WorkCompletion& wc) {
     device_->ModifyToError(qp->qp).IgnoreError();
   }
   Drain(*qp, wc.wr_id,
-        McError(Code::kTransferFailed, absl::StrCat("rdma: work request failed on queue pair ",
-                                                    wc.qpn, ": ", wc.error)),
+        McError(Code::kTransferFailed,
+                absl::StrCat("rdma: work request failed on queue pair ", wc.qpn, ": ", wc.error)),
         false);
 }
 
@@ -480,8 +479,7 @@ void RdmaTransport::Submit(std::span<const TransferRequest* const> requests,
     }
     if (total == 0) continue;
     RemoteSegment segment;
-    absl::StatusOr<std::shared_ptr<Qp>> qp = PickQp(request.endpoint, &segment,
-                                                    request.segment_id);
+    absl::StatusOr<std::shared_ptr<Qp>> qp = PickQp(request.endpoint, &segment, request.segment_id);
     if (!qp.ok()) {
       result.status = qp.status();
       continue;
@@ -521,8 +519,8 @@ void RdmaTransport::Submit(std::span<const TransferRequest* const> requests,
       while (done < b.length) {
         if (wr.sg.size() == max_sge || wr_bytes == wr_limit) flush_wr();
         const uint64_t piece = std::min(b.length - done, wr_limit - wr_bytes);
-        wr.sg.push_back({reinterpret_cast<uint64_t>(b.data + done),
-                         static_cast<uint32_t>(piece), *lkey});
+        wr.sg.push_back(
+            {reinterpret_cast<uint64_t>(b.data + done), static_cast<uint32_t>(piece), *lkey});
         wr_bytes += piece;
         done += piece;
       }
@@ -576,8 +574,8 @@ void RdmaTransport::Submit(std::span<const TransferRequest* const> requests,
       for (size_t j = 0; j < n; ++j) {
         chain[j].wr_id = next_wr_id_.fetch_add(1);
         chain[j].signaled = j + 1 == n;
-        qp.inflight.push_back({chain[j].wr_id, batch, batch.get(), k,
-                               plan.wr_bytes[plan.next + j]});
+        qp.inflight.push_back(
+            {chain[j].wr_id, batch, batch.get(), k, plan.wr_bytes[plan.next + j]});
       }
       size_t posted = 0;
       absl::Status s = device_->PostSend(qp.qp, chain, &posted);

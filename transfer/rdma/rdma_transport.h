@@ -70,12 +70,12 @@ class RdmaConnector {
 };
 
 struct RdmaTransportOptions {
-  int qps_per_peer = 2;               // RC queue pairs per peer
-  uint32_t send_queue_depth = 128;    // WRs per queue pair (capped by the device's max_qp_wr)
-  uint64_t max_wr_bytes = 1 << 20;    // bytes one WR moves at most (<= 2 GiB)
-  int busy_poll_iterations = 2000;    // empty polls before the completion thread sleeps
-  int event_wait_ms = 50;             // completion-channel wait between stop checks
-  int64_t flush_grace_ms = 2000;      // after a deadline: wait for flushes, then destroy the QP
+  int qps_per_peer = 2;                  // RC queue pairs per peer
+  uint32_t send_queue_depth = 128;       // WRs per queue pair (capped by the device's max_qp_wr)
+  uint64_t max_wr_bytes = 1 << 20;       // bytes one WR moves at most (<= 2 GiB)
+  int busy_poll_iterations = 2000;       // empty polls before the completion thread sleeps
+  int event_wait_ms = 50;                // completion-channel wait between stop checks
+  int64_t flush_grace_ms = 2000;         // after a deadline: wait for flushes, then destroy the QP
   int64_t retry_unreachable_ms = 30000;  // a peer without rdma is asked again after this
 };
 
@@ -87,8 +87,8 @@ class RdmaTransport final : public Transport {
   ~RdmaTransport() override;
 
   std::string_view name() const override { return "rdma"; }
-  void Submit(std::span<const TransferRequest* const> requests,
-              std::span<TransferResult> results, int64_t deadline_ms) override;
+  void Submit(std::span<const TransferRequest* const> requests, std::span<TransferResult> results,
+              int64_t deadline_ms) override;
   // Local memory that requests may use as their local buffers (a memory region each).
   absl::Status RegisterMemory(void* base, uint64_t length) override;
   void UnregisterMemory(void* base) override;
@@ -143,7 +143,7 @@ class RdmaTransport final : public Transport {
   std::atomic<bool> stop_{false};
 
   mutable absl::Mutex mr_mu_;
-  std::map<uint64_t, MemoryRegion> local_mrs_ ABSL_GUARDED_BY(mr_mu_);  // by address
+  std::map<uint64_t, MemoryRegion> local_mrs_ ABSL_GUARDED_BY(mr_mu_);            // by address
   absl::flat_hash_map<uint64_t, MemoryRegion> exported_ ABSL_GUARDED_BY(mr_mu_);  // by segment
 
   absl::Mutex peers_mu_;

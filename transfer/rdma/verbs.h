@@ -24,12 +24,12 @@
 namespace mc::transfer::rdma {
 
 struct DeviceAttributes {
-  std::string name;             // "mlx5_0", "rxe0", ...
-  uint32_t max_sge = 1;         // scatter/gather entries per send work request
-  uint32_t max_qp_wr = 16;      // work requests per send queue
-  uint32_t max_cqe = 1024;      // completion queue entries
-  uint64_t max_mr_size = 0;     // bytes one memory region may cover
-  uint32_t active_mtu = 1024;   // path MTU of the port, in bytes (256 .. 4096)
+  std::string name;            // "mlx5_0", "rxe0", ...
+  uint32_t max_sge = 1;        // scatter/gather entries per send work request
+  uint32_t max_qp_wr = 16;     // work requests per send queue
+  uint32_t max_cqe = 1024;     // completion queue entries
+  uint64_t max_mr_size = 0;    // bytes one memory region may cover
+  uint32_t active_mtu = 1024;  // path MTU of the port, in bytes (256 .. 4096)
 };
 
 // What a peer needs to connect its RC queue pair to ours (exchanged at connection setup).
@@ -37,8 +37,8 @@ struct QpAddress {
   std::array<uint8_t, 16> gid{};  // RoCE: the port's GID at the configured index
   uint16_t lid = 0;               // InfiniBand: the port's LID (0 on RoCE)
   uint32_t qpn = 0;
-  uint32_t psn = 0;               // initial packet sequence number
-  uint32_t mtu = 1024;            // the sender's active MTU; both sides use the smaller
+  uint32_t psn = 0;     // initial packet sequence number
+  uint32_t mtu = 1024;  // the sender's active MTU; both sides use the smaller
 };
 
 struct MemoryRegion {
@@ -63,15 +63,15 @@ struct SendWorkRequest {
   std::vector<ScatterGather> sg;  // at most DeviceAttributes::max_sge entries
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
-  bool signaled = false;          // a completion is generated on success only when set
+  bool signaled = false;  // a completion is generated on success only when set
 };
 
 struct WorkCompletion {
   uint64_t wr_id = 0;
   uint32_t qpn = 0;
   bool success = false;
-  int vendor_status = 0;   // ibv_wc_status (0 = success, 5 = flushed)
-  std::string error;       // human-readable status when !success
+  int vendor_status = 0;  // ibv_wc_status (0 = success, 5 = flushed)
+  std::string error;      // human-readable status when !success
 };
 
 // An RC queue pair of the device; the handle stays valid until DestroyQp.

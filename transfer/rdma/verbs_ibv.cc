@@ -1,9 +1,9 @@
 // VerbsDevice over libibverbs (built only when MC_WITH_RDMA).
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -69,8 +69,8 @@ class IbvDevice final : public VerbsDevice {
     ibv_port_attr pa{};
     if (int rc = ibv_query_port(ctx_, port, &pa); rc != 0) return Errno("ibv_query_port", rc);
     if (pa.state != IBV_PORT_ACTIVE) {
-      return McError(Code::kUnavailable, absl::StrCat("rdma: port ", port, " of ", attr_.name,
-                                                      " is not active"));
+      return McError(Code::kUnavailable,
+                     absl::StrCat("rdma: port ", port, " of ", attr_.name, " is not active"));
     }
     port_ = port;
     gid_index_ = gid_index;
@@ -97,9 +97,9 @@ class IbvDevice final : public VerbsDevice {
   const DeviceAttributes& attributes() const override { return attr_; }
 
   absl::StatusOr<MemoryRegion> RegisterMemory(void* base, uint64_t length) override {
-    ibv_mr* mr = ibv_reg_mr(pd_, base, length,
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                                IBV_ACCESS_REMOTE_WRITE);
+    ibv_mr* mr =
+        ibv_reg_mr(pd_, base, length,
+                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
     if (mr == nullptr) return Errno("ibv_reg_mr", errno);
     return MemoryRegion{reinterpret_cast<uint64_t>(base), length, mr->lkey, mr->rkey,
                         reinterpret_cast<uint64_t>(mr)};
@@ -124,10 +124,9 @@ class IbvDevice final : public VerbsDevice {
     a.qp_state = IBV_QPS_INIT;
     a.pkey_index = 0;
     a.port_num = static_cast<uint8_t>(port_);
-    a.qp_access_flags =
-        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                           IBV_QP_ACCESS_FLAGS);
+    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+    if (int rc = ibv_modify_qp(
+            qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
         rc != 0) {
       ibv_destroy_qp(qp);
       return Errno("ibv_modify_qp(INIT)", rc);
@@ -164,9 +163,10 @@ class IbvDevice final : public VerbsDevice {
       a.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index_);
       a.ah_attr.grh.hop_limit = 64;
     }
-    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                                           IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    if (int rc =
+            ibv_modify_qp(qp, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
         rc != 0) {
       return Errno("ibv_modify_qp(RTR)", rc);
     }
@@ -177,9 +177,9 @@ class IbvDevice final : public VerbsDevice {
     r.retry_cnt = 7;
     r.rnr_retry = 7;
     r.max_rd_atomic = 16;
-    if (int rc = ibv_modify_qp(qp, &r, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                           IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                           IBV_QP_MAX_QP_RD_ATOMIC);
+    if (int rc = ibv_modify_qp(qp, &r,
+                               IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                                   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
         rc != 0) {
       return Errno("ibv_modify_qp(RTS)", rc);
     }

@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -190,9 +190,9 @@ TEST_F(OffloadDriverTest, RecordFailingVerificationIsReportedAndDeleted) {
   ASSERT_TRUE(flipped);
   std::string back(p.size(), '\0');
   transfer::LocalBuffer dst{back.data(), back.size()};
-  EXPECT_EQ(CodeOf(driver_->ReadLocal("k1", e.generation, e.ref.locator, e.ref.length, {dst},
-                                      nullptr)),
-            Code::kChecksumMismatch);
+  EXPECT_EQ(
+      CodeOf(driver_->ReadLocal("k1", e.generation, e.ref.locator, e.ref.length, {dst}, nullptr)),
+      Code::kChecksumMismatch);
   driver_->RunOnce();  // reports it to the master, then deletes it
   EXPECT_FALSE(HasDiskReplica("k1"));
   EXPECT_TRUE(tier_->List().empty());

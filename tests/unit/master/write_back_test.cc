@@ -16,7 +16,7 @@ using testing::CodeOf;
 using testing::MasterFixture;
 
 constexpr uint64_t kObject = 4096;  // 16 of them: the smallest segment a client may register
-constexpr uint64_t kSlots = 16;  // the segment holds exactly this many objects
+constexpr uint64_t kSlots = 16;     // the segment holds exactly this many objects
 
 std::string Key(int i) { return "key-" + std::to_string(i); }
 
@@ -35,8 +35,8 @@ class WriteBack : public ::testing::Test {
   // Reports a DISK replica of key i on c1 (as the offload driver does after writing it).
   void Persist(int i) {
     ASSERT_TRUE(m_.svc()
-                    .AddDiskReplicas("c1", {{Key(i), generations_[i], 4096u * (i + 1), kObject, 42}},
-                                     false)[0]
+                    .AddDiskReplicas(
+                        "c1", {{Key(i), generations_[i], 4096u * (i + 1), kObject, 42}}, false)[0]
                     .ok());
   }
 
@@ -77,8 +77,8 @@ TEST_F(WriteBack, PersistedObjectLeavesMemoryAndStaysReadable) {
 }
 
 TEST_F(WriteBack, ReportedOffloadFailureLetsTheObjectGoCounted) {
-  ASSERT_TRUE(m_.svc().AddDiskReplicas("c1", {}, false, {{Key(5), generations_[5], 0, 0, 0}})
-                  .empty());
+  ASSERT_TRUE(
+      m_.svc().AddDiskReplicas("c1", {}, false, {{Key(5), generations_[5], 0, 0, 0}}).empty());
   EXPECT_EQ(m_.CounterValue("mc_offload_failures_reported_total"), 1u);
   PutStartOutcome o = m_.Start("c1", "new", kObject);
   ASSERT_TRUE(o.status.ok()) << o.status;

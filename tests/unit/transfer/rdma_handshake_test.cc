@@ -127,10 +127,10 @@ TEST_F(EngineOverFakeRdma, RdmaCarriesReadsAndWritesToPeersThatAnswer) {
   ASSERT_TRUE(results[1].status.ok()) << results[1].status;
   EXPECT_EQ(std::string(segment.data() + 100, 4096), std::string(4096, 'w'));
   EXPECT_EQ(std::string(buf.data() + 4096, 100), std::string(100, 'q'));
-  auto& rdma_read = metrics.GetCounter("mc_transfer_bytes_total", "",
-                                       {{"transport", "rdma"}, {"op", "read"}});
-  auto& rdma_write = metrics.GetCounter("mc_transfer_bytes_total", "",
-                                        {{"transport", "rdma"}, {"op", "write"}});
+  auto& rdma_read =
+      metrics.GetCounter("mc_transfer_bytes_total", "", {{"transport", "rdma"}, {"op", "read"}});
+  auto& rdma_write =
+      metrics.GetCounter("mc_transfer_bytes_total", "", {{"transport", "rdma"}, {"op", "write"}});
   EXPECT_EQ(rdma_read.Value(), 4096u);
   EXPECT_EQ(rdma_write.Value(), 4096u);
 

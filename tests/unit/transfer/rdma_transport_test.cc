@@ -130,8 +130,8 @@ TEST_F(RdmaTransportTest, ScatterGatherRespectsMaxSgeAndSignalsSelectively) {
     remote += p.length;
   }
   EXPECT_LE(client_dev_->max_sge_seen(), 2u);
-  EXPECT_GE(client_dev_->wrs_posted(), 6u);          // 21000 bytes in <= 4096-byte WRs
-  EXPECT_EQ(client_dev_->signaled_posted(), 1u);    // one chain, its last WR signalled
+  EXPECT_GE(client_dev_->wrs_posted(), 6u);       // 21000 bytes in <= 4096-byte WRs
+  EXPECT_EQ(client_dev_->signaled_posted(), 1u);  // one chain, its last WR signalled
 }
 
 TEST_F(RdmaTransportTest, SendQueueDepthIsNeverExceeded) {

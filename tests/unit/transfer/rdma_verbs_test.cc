@@ -44,8 +44,8 @@ absl::StatusOr<std::unique_ptr<VerbsDevice>> Open() {
 TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
   auto server_dev = Open();
   if (!server_dev.ok()) {
-    ASSERT_NE(Env("MC_REQUIRE_RDMA", "0"), "1") << "no usable verbs device: "
-                                                << server_dev.status();
+    ASSERT_NE(Env("MC_REQUIRE_RDMA", "0"), "1")
+        << "no usable verbs device: " << server_dev.status();
     GTEST_SKIP() << "no usable verbs device: " << server_dev.status();
   }
   auto client_dev = Open();
@@ -99,7 +99,10 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
   // Many small requests in one batch, spread over the queue pairs.
   std::vector<TransferRequest> many;
   for (int i = 0; i < 64; ++i) {
-    many.push_back({OpKind::kRead, {{back.data() + i * 4096, 4096}}, "server:1", 3,
+    many.push_back({OpKind::kRead,
+                    {{back.data() + i * 4096, 4096}},
+                    "server:1",
+                    3,
                     static_cast<uint64_t>(i) * 8192});
   }
   std::vector<const TransferRequest*> ptrs;
@@ -125,7 +128,7 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
   one = {&from4};
   client.Submit(one, one_result, 0);  // learns segment 4's rkey
   ASSERT_TRUE(one_result[0].status.ok()) << one_result[0].status;
-  server.UnexportSegment(4);          // its rkey is now invalid
+  server.UnexportSegment(4);  // its rkey is now invalid
   std::memset(back.data(), 0, 4096);
   client.Submit(one, one_result, 0);
   EXPECT_FALSE(one_result[0].status.ok()) << "read through a deregistered rkey";
@@ -199,20 +202,28 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   r = a.Submit(reqs);
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(0, std::memcmp(buf.data(), segment.data() + (1 << 20), 1 << 20));
-  EXPECT_EQ(metrics.GetCounter("mc_transfer_bytes_total", "",
-                               {{"transport", "rdma"}, {"op", "read"}}).Value(), 1u << 20);
-  EXPECT_EQ(metrics.GetCounter("mc_transfer_bytes_total", "",
-                               {{"transport", "rdma"}, {"op", "write"}}).Value(), 1u << 20);
-  EXPECT_EQ(metrics.GetCounter("mc_transfer_bytes_total", "",
-                               {{"transport", "tcp"}, {"op", "read"}}).Value(), 0u);
+  EXPECT_EQ(
+      metrics.GetCounter("mc_transfer_bytes_total", "", {{"transport", "rdma"}, {"op", "read"}})
+          .Value(),
+      1u << 20);
+  EXPECT_EQ(
+      metrics.GetCounter("mc_transfer_bytes_total", "", {{"transport", "rdma"}, {"op", "write"}})
+          .Value(),
+      1u << 20);
+  EXPECT_EQ(
+      metrics.GetCounter("mc_transfer_bytes_total", "", {{"transport", "tcp"}, {"op", "read"}})
+          .Value(),
+      0u);
   // The same segment over tcp (a buffer not registered with rdma) reads the same bytes.
   std::vector<char> plain(4096);
   reqs[0] = {OpKind::kRead, {{plain.data(), 4096}}, server.endpoint(), 11, 1 << 20};
   r = a.Submit(reqs);
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(0, std::memcmp(plain.data(), buf.data(), 4096));
-  EXPECT_EQ(metrics.GetCounter("mc_transfer_bytes_total", "",
-                               {{"transport", "tcp"}, {"op", "read"}}).Value(), 4096u);
+  EXPECT_EQ(
+      metrics.GetCounter("mc_transfer_bytes_total", "", {{"transport", "tcp"}, {"op", "read"}})
+          .Value(),
+      4096u);
   server.Stop();
 }
 
