@@ -13,7 +13,7 @@ How it works (docs/vllm.md has the full story):
   Lookup is one MatchPrefix per TP shard with a lease; the hit never covers the last prompt token.
   Saves are planned per step for the full prompt blocks the step completes (never a partial block,
   never a block that came from the local prefix cache or from mcstore).
-- Worker side: at register_kv_caches the paged KV tensors' storage moves, in place, into a POSIX
+- Worker side (worker.py): at register_kv_caches the paged KV tensors' storage moves, in place, into a POSIX
   shared-memory object (torch's `share_memory_` path, file-system strategy) that is registered with
   the daemon; every tensor and view vLLM holds keeps pointing at the same storage. Each block is
   then an object of [128-byte header][the block's bytes in every layer], sent and received as
@@ -27,10 +27,8 @@ How it works (docs/vllm.md has the full story):
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -54,6 +52,8 @@ if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
+
+    from mcstore.vllm.worker import WorkerSide
 
 log = init_logger("mcstore.vllm")
 
@@ -224,10 +224,13 @@ class MCStoreConnector(KVConnectorBase_V1):
         self._hash_algo = str(vllm_config.cache_config.prefix_caching_hash_algo)
         if role == KVConnectorRole.SCHEDULER:
             self._sched: Optional[_SchedulerSide] = _SchedulerSide(self)
-            self._worker: Optional[_WorkerSide] = None
+            self._worker: Optional[WorkerSide] = None
         else:
+            # Imported here: worker.py builds on this module's types.
+            from mcstore.vllm.worker import WorkerSide
+
             self._sched = None
-            self._worker = _WorkerSide(self)
+            self._worker = WorkerSide(self)
         log.info("MCStoreConnector (%s) at %s: %s", role.name, self._cfg["address"],
                  self._namespaces[0].describe())
 
@@ -535,389 +538,3 @@ class _SchedulerSide:
 
 
 # -------------------------------------------------------------------------------------------
-
-class _KVMemory:
-    """The paged KV tensors, moved into shared memory registered with the daemon, and the byte
-    ranges of each block read from their strides."""
-
-    def __init__(self, kv_caches: dict[str, torch.Tensor], layer_names: list[str],
-                 num_blocks: int, page_bytes: int) -> None:
-        self.layer_names = [n for n in layer_names if n in kv_caches]
-        if len(self.layer_names) != len(kv_caches):
-            extra = sorted(set(kv_caches) - set(layer_names))
-            raise ValueError("KV tensors for layers outside the KV cache group: %s" % extra)
-        self.tensors = [kv_caches[n] for n in self.layer_names]
-        self.num_blocks = num_blocks
-        # (data_ptr, shm object size, shm name, offset of data_ptr inside the object)
-        self.storages: list[tuple[int, int, str, int]] = []
-        seen: dict[int, int] = {}
-        for t in self.tensors:
-            if t.device.type != "cpu":
-                raise ValueError("MCStoreConnector needs KV tensors in host memory; layer on %s"
-                                 % t.device)
-            st = t.untyped_storage()
-            if st.data_ptr() in seen:
-                continue
-            name, size, offset = self._to_shared(t)
-            seen[t.untyped_storage().data_ptr()] = len(self.storages)
-            self.storages.append((t.untyped_storage().data_ptr(), size, name, offset))
-        # Per layer: (storage index, element size, shape, strides, storage offset), dim 0 = block.
-        self.layers = []
-        for t in self.tensors:
-            if t.shape[0] != num_blocks:
-                if t.shape[0] % num_blocks:
-                    raise ValueError("KV tensor of %d blocks for %d manager blocks"
-                                     % (t.shape[0], num_blocks))
-                t = t.unflatten(0, (num_blocks, t.shape[0] // num_blocks))  # kernel blocks
-            idx = seen[t.untyped_storage().data_ptr()]
-            self.layers.append((idx, t.element_size(), tuple(t.shape), tuple(t.stride()),
-                                t.storage_offset()))
-        self.page_bytes = page_bytes
-        runs = self._runs_unregistered(0)
-        total = sum(n for _, _, n in runs)
-        if total != page_bytes * len(self.layers):
-            raise ValueError("a block spans %d bytes in the KV tensors, the KV cache spec says "
-                             "%d x %d" % (total, len(self.layers), page_bytes))
-        self.block_bytes = total
-        self.runs_per_block = len(runs)
-        self._slice_cache: dict[tuple, list] = {}
-
-    @staticmethod
-    def _to_shared(t: torch.Tensor) -> tuple[str, int, int]:
-        """Moves the tensor's storage into a named shared-memory object, in place: torch swaps
-        the storage's data pointer, so every tensor and view on that storage (vLLM's per-layer
-        views, kernel-block views, the runner's list) follows. Returns (shm name, size of the
-        shm object, offset of the storage's first byte inside it) -- torch keeps a small
-        refcount header in front of the data, so the offset is read from /proc/self/maps."""
-        st = t.untyped_storage()
-        _, handle, _size = st._share_filename_cpu_()
-        name = handle.decode() if isinstance(handle, bytes) else str(handle)
-        path = "/dev/shm" + name
-        ptr = st.data_ptr()
-        with open("/proc/self/maps") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 6 and parts[5] == path:
-                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                    if lo <= ptr < hi:
-                        offset = ptr - lo + int(parts[2], 16)
-                        break
-            else:
-                raise RuntimeError("shared KV storage %s is not mapped from %s" % (name, path))
-        size = os.stat(path).st_size
-        if offset + st.nbytes() > size:
-            raise RuntimeError("shared KV storage %s: %d bytes at offset %d exceed the object's %d"
-                               % (name, st.nbytes(), offset, size))
-        return name, size, offset
-
-    def _runs_unregistered(self, block: int) -> list[tuple[int, int, int]]:
-        runs = []
-        for idx, esize, shape, strides, off in self.layers:
-            for o, n in B.block_runs(shape, strides, esize, off, block):
-                runs.append((idx, o, n))
-        return B.merge_runs(runs)
-
-    def block_slices(self, buffer_ids: list[int], block: int):
-        """The Slices of one block (memoized per block id and buffer ids: the geometry is fixed)."""
-        from mcstore import Slice
-        if block < 0 or block >= self.num_blocks:
-            raise ValueError("block id %d outside [0, %d)" % (block, self.num_blocks))
-        cache_key = (block, tuple(buffer_ids))
-        hit = self._slice_cache.get(cache_key)
-        if hit is None:
-            hit = [Slice(buffer_ids[i], self.storages[i][3] + o, n)
-                   for i, o, n in self._runs_unregistered(block)]
-            self._slice_cache[cache_key] = hit
-        return list(hit)
-
-    def views(self) -> dict[str, torch.Tensor]:
-        return dict(zip(self.layer_names, self.tensors))
-
-
-class _WorkerSide:
-    def __init__(self, conn: MCStoreConnector) -> None:
-        self.conn = conn
-        self.cfg = conn._cfg
-        rank = 0
-        if conn._namespaces[0].shard != "mla" and len(conn._namespaces) > 1:
-            from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-            rank = get_tensor_model_parallel_rank()
-        self.rank = rank
-        self.ns = conn._namespaces[rank]
-        self.prefix = self.ns.key_prefix()
-        self.ns_digest = self.ns.digest()
-        # MLA: ranks hold the same bytes; rank 0 saves, every rank loads.
-        self.saves_enabled = bool(self.cfg["save"]) and (self.ns.shard != "mla" or rank == 0)
-        self.lease_index = 0 if self.ns.shard == "mla" else rank
-        self.client = _client(self.cfg)
-        self.mem: Optional[_KVMemory] = None
-        self.buffer_ids: list[int] = []
-        self.headers = None     # SharedBuffer: [load slots | save slots], HEADER_SIZE each
-        self.pool = ThreadPoolExecutor(max_workers=max(1, int(self.cfg["io_threads"])),
-                                       thread_name_prefix="mcstore-kv")
-        self.lock = threading.Lock()
-        self.loads: dict[str, Future] = {}          # req id -> load future
-        self.saves: dict[str, list[Future]] = defaultdict(list)
-        self.finishing: set[str] = set()
-        self.load_errors: set[int] = set()
-        self.interval = MCStoreConnectorStats()
-        self.totals: dict[str, float] = defaultdict(float)
-        self.stored: list[bytes] = []
-        self.removed: list[bytes] = []
-        self.loaded_log: list[tuple[str, int, bytes]] = []   # (req, block id, hash) loaded OK
-        self.saved_log: list[tuple[str, int, bytes]] = []    # (req, block id, hash) saved
-        self.fault_hook = None      # tests: called with (block_id) after a load, before checks
-
-    # -- setup -----------------------------------------------------------------------------
-    def register(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        kcc = self.conn._kv_cache_config
-        group, spec = _attention_spec(kcc)
-        self.mem = _KVMemory(kv_caches, list(group.layer_names), kcc.num_blocks,
-                             spec.page_size_bytes)
-        self.buffer_ids = [self.client.register_buffer(name, size)
-                           for _, size, name, _ in self.mem.storages]
-        self.headers = self.client.create_buffer(2 * self.mem.num_blocks * B.HEADER_SIZE)
-        self._check_bound_views()
-        log.info("mcstore: %d KV layers, %d blocks of %d bytes in %d slice(s) each, shared "
-                 "memory %s", len(self.mem.layers), self.mem.num_blocks, self.mem.block_bytes,
-                 self.mem.runs_per_block, [s[2] for s in self.mem.storages])
-        self._probe_layout()
-
-    def _probe_layout(self) -> None:
-        """Measures, not assumes, that the slices name the tensors' bytes: block 0 (vLLM's
-        null block, never a real request's) gets a random pattern through the tensors, is put
-        through its slices, read back inline from the daemon and compared with the tensors'
-        bytes in logical order; then the block is restored and the probe object removed."""
-        tensors = self.mem.tensors
-        saved = [t[0].clone() for t in tensors]
-        key = self.prefix + b"layout-probe-" + os.urandom(8).hex().encode()
-        try:
-            gen = torch.Generator().manual_seed(1234)
-            for t in tensors:
-                t[0].copy_(torch.randint(0, 255, t[0].shape, generator=gen,
-                                         dtype=torch.uint8).to(t.dtype))
-            expected = b"".join(t[0].contiguous().view(torch.uint8).numpy().tobytes()
-                                for t in tensors)
-            res = self.client.put([key], [self.mem.block_slices(self.buffer_ids, 0)])
-            if not res[0].ok:
-                raise RuntimeError("layout probe put failed: %s %s" % (res[0].code.name,
-                                                                      res[0].message))
-            got = self.client.get([key])[0]
-            if not got.ok or got.data != expected:
-                raise RuntimeError("layout probe: the bytes mcstore read through the slices "
-                                   "differ from the KV tensors' (%s); refusing to run"
-                                   % (got.code.name if not got.ok else "content"))
-        finally:
-            for t, v in zip(tensors, saved):
-                t[0].copy_(v)
-            try:
-                self.client.remove([key])
-            except Exception:
-                pass
-
-    def _check_bound_views(self) -> None:
-        """Every KV tensor the attention layers use must now live in the shared storage."""
-        ranges = [(p, p + size - off) for p, size, _, off in self.mem.storages]
-        ctx = getattr(self.conn._vllm_config.compilation_config, "static_forward_context", {})
-        for name in self.mem.layer_names:
-            layer = ctx.get(name)
-            kv = getattr(layer, "kv_cache", None)
-            kvs = kv if isinstance(kv, (list, tuple)) else [kv]
-            for t in kvs:
-                if isinstance(t, torch.Tensor) and t.numel():
-                    p = t.untyped_storage().data_ptr()
-                    if not any(a <= p < b for a, b in ranges):
-                        raise RuntimeError("layer %s computes on a KV tensor outside the "
-                                           "shared memory mcstore reads" % name)
-
-    def _header_slot(self, block_id: int, save: bool) -> int:
-        return ((self.mem.num_blocks if save else 0) + block_id) * B.HEADER_SIZE
-
-    def _key(self, h: bytes) -> bytes:
-        return B.block_key(self.prefix, h)
-
-    def _header(self, ref: BlockRef) -> B.BlockHeader:
-        return B.BlockHeader(self.ns_digest, ref.block_hash, ref.parent_hash, ref.tokens,
-                             ref.num_tokens, self.mem.block_bytes)
-
-    # -- loads -----------------------------------------------------------------------------
-    def start_loads(self, meta: MCStoreConnectorMetadata) -> None:
-        if not meta.loads:
-            return
-        sync = not self.cfg["load_async"]
-        for job in meta.loads:
-            fut = self.pool.submit(self._load, job)
-            if sync:
-                self._finish_load(job.req_id, fut)
-            else:
-                with self.lock:
-                    self.loads[job.req_id] = fut
-
-    def _load(self, job: LoadJob) -> tuple[set[int], dict[str, float], list[bytes]]:
-        t0 = time.perf_counter()
-        failed: set[int] = set()
-        removed: list[bytes] = []
-        st = defaultdict(float)
-        lease = job.lease_ids[self.lease_index] if self.lease_index < len(job.lease_ids) else 0
-        hdr_buf = self.headers
-        try:
-            keys = [self._key(r.block_hash) for r in job.blocks]
-            into = [[hdr_buf.slice(self._header_slot(r.block_id, False), B.HEADER_SIZE)]
-                    + self.mem.block_slices(self.buffer_ids, r.block_id) for r in job.blocks]
-            results = self.client.get(keys, into=into, lease=lease or None)
-            for r, res in zip(job.blocks, results):
-                if self.fault_hook is not None:
-                    self.fault_hook(self, r.block_id)
-                why = None
-                if not res.ok:
-                    why = "%s: %s" % (res.code.name, res.message)
-                else:
-                    raw = hdr_buf.memoryview(self._header_slot(r.block_id, False), B.HEADER_SIZE)
-                    why = self._header(r).check(raw)
-                    if why is not None:
-                        st["load_header_mismatch_blocks"] += 1
-                if why is None:
-                    st["load_blocks"] += 1
-                    st["load_bytes"] += self.mem.block_bytes
-                    self.loaded_log.append((job.req_id, r.block_id, r.block_hash))
-                else:
-                    failed.add(r.block_id)
-                    removed.append(r.block_hash)
-                    log.warning("mcstore: block %d of request %s not loaded (%s); vLLM "
-                                "recomputes it", r.block_id, job.req_id, why)
-        except Exception as e:
-            failed.update(r.block_id for r in job.blocks)
-            log.warning("mcstore: load of %d blocks for request %s failed (%s); vLLM recomputes "
-                        "them", len(job.blocks), job.req_id, e)
-        st["load_s"] += time.perf_counter() - t0
-        if lease:
-            try:
-                self.client.release_lease(lease)
-            except Exception:
-                pass  # ends at its TTL
-        st["load_error_blocks"] += len(failed)
-        return failed, st, removed
-
-    def _finish_load(self, req_id: str, fut: Future) -> None:
-        failed, st, removed = fut.result()
-        with self.lock:
-            self.load_errors.update(failed)
-            self.removed.extend(removed)
-            self._count(st)
-
-    def _count(self, st: dict[str, float]) -> None:
-        for k, v in st.items():
-            self.interval.data[k] = self.interval.data.get(k, 0) + v
-            self.totals[k] += v
-
-    # -- saves -----------------------------------------------------------------------------
-    def start_saves(self, meta: MCStoreConnectorMetadata) -> None:
-        if not meta.saves or self.mem is None:
-            return
-        for job in meta.saves:
-            if not self.saves_enabled:
-                fut: Future = Future()
-                fut.set_result(({}, []))
-            else:
-                # The headers are written now, on this thread: the job's slots are its own.
-                for r in job.blocks:
-                    self.headers.memoryview(self._header_slot(r.block_id, True),
-                                            B.HEADER_SIZE)[:] = self._header(r).pack()
-                fut = self.pool.submit(self._save, job)
-            with self.lock:
-                self.saves[job.req_id].append(fut)
-
-    def _save(self, job: SaveJob) -> tuple[dict[str, float], list[bytes]]:
-        t0 = time.perf_counter()
-        st = defaultdict(float)
-        stored: list[bytes] = []
-        try:
-            keys = [self._key(r.block_hash) for r in job.blocks]
-            values = [[self.headers.slice(self._header_slot(r.block_id, True), B.HEADER_SIZE)]
-                      + self.mem.block_slices(self.buffer_ids, r.block_id) for r in job.blocks]
-            results = self.client.put(keys, values, replicas=int(self.cfg["replicas"]) or None)
-            for r, res in zip(job.blocks, results):
-                if res.ok:
-                    st["save_blocks"] += 1
-                    st["save_bytes"] += self.mem.block_bytes
-                    stored.append(r.block_hash)
-                    self.saved_log.append((job.req_id, r.block_id, r.block_hash))
-                elif res.code.name == "ALREADY_EXISTS":
-                    st["save_existing_blocks"] += 1
-                    stored.append(r.block_hash)
-                else:
-                    st["save_error_blocks"] += 1
-                    log.warning("mcstore: save of block %d (request %s) failed: %s: %s",
-                                r.block_id, job.req_id, res.code.name, res.message)
-        except Exception as e:
-            st["save_error_blocks"] += len(job.blocks)
-            log.warning("mcstore: save of %d blocks for request %s failed: %s",
-                        len(job.blocks), job.req_id, e)
-        st["save_s"] += time.perf_counter() - t0
-        return st, stored
-
-    def drain_saves(self, req_ids: Optional[set[str]] = None) -> None:
-        """Waits for the in-flight saves of `req_ids` (default: all)."""
-        with self.lock:
-            futs = [f for rid, fs in self.saves.items() if req_ids is None or rid in req_ids
-                    for f in fs]
-        for f in futs:
-            f.exception()   # waits; errors are counted by the job itself
-
-    # -- completion ------------------------------------------------------------------------
-    def finished(self, finished_req_ids: set[str]):
-        done_recving: set[str] = set()
-        done_sending: set[str] = set()
-        with self.lock:
-            loads = [(rid, f) for rid, f in self.loads.items() if f.done()]
-            for rid, _ in loads:
-                del self.loads[rid]
-        for rid, f in loads:
-            self._finish_load(rid, f)
-            done_recving.add(rid)
-        with self.lock:
-            self.finishing.update(finished_req_ids)
-            for rid in list(self.saves):
-                futs = self.saves[rid]
-                done = [f for f in futs if f.done()]
-                for f in done:
-                    st, stored = f.result()
-                    self._count(st)
-                    self.stored.extend(stored)
-                    futs.remove(f)
-                if not futs and rid in self.finishing:
-                    del self.saves[rid]
-                    self.finishing.discard(rid)
-                    done_sending.add(rid)
-            # Finished requests that never saved need no answer.
-            self.finishing &= set(self.saves)
-        return (done_sending or None), (done_recving or None)
-
-    def take_load_errors(self) -> set[int]:
-        with self.lock:
-            errs, self.load_errors = self.load_errors, set()
-        return errs
-
-    def take_stats(self) -> Optional[KVConnectorStats]:
-        with self.lock:
-            if self.interval.is_empty():
-                return None
-            st, self.interval = self.interval, MCStoreConnectorStats()
-        return st
-
-    def take_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
-        with self.lock:
-            if not self.stored and not self.removed:
-                return None
-            m = MCStoreWorkerMetadata(self.stored, self.removed)
-            self.stored, self.removed = [], []
-        return m
-
-    def shutdown(self) -> None:
-        self.pool.shutdown(wait=True)
-        try:
-            if self.headers is not None:
-                self.headers.close()
-            self.client.close()
-        except Exception:
-            pass
