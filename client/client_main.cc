@@ -7,6 +7,7 @@
 #include "absl/flags/usage.h"
 #include "client/client_server.h"
 #include "common/checksum.h"
+#include "common/auth.h"
 #include "common/logging.h"
 #include "common/util.h"
 #include "transfer/tcp/frame.h"
@@ -86,6 +87,12 @@ ABSL_FLAG(int64_t, http_request_timeout_ms, 2000,
 ABSL_FLAG(int64_t, offload_poll_ms, 100,
           "how often to take offload tasks from the master (at once again while tasks come)");
 ABSL_FLAG(int32_t, offload_parallelism, 4, "OFFLOAD tasks written to the SSD tier at once (1..64)");
+ABSL_FLAG(bool, auth, true,
+          "authenticate every daemon-to-daemon call with the cluster secret (docs/security.md); "
+          "false = an unauthenticated cluster, for benchmarks and single-user hosts");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "the cluster secret file shared by mc-master, every mc-client and mc-admin (mode 0600; "
+          "`mc-admin gen-secret FILE` makes one); needed unless --auth=false");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -96,7 +103,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unknown --log_level\n");
     return 2;
   }
+  absl::StatusOr<mc::auth::ClusterKeysPtr> cluster_keys = mc::auth::KeysFromFlags(
+      absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file));
+  if (!cluster_keys.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(cluster_keys.status().message()).c_str());
+    return 2;
+  }
   mc::client::ClientServerOptions o;
+  o.cluster_keys = *cluster_keys;
   o.master = absl::GetFlag(FLAGS_master);
   o.listen = absl::GetFlag(FLAGS_listen);
   // Relative paths are resolved against the working directory once, so the ready file and the

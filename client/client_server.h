@@ -20,6 +20,7 @@
 #include "client/prefix_leases.h"
 #include "client/segment_pool.h"
 #include "client/store_service.h"
+#include "common/auth.h"
 #include "common/http_admin.h"
 #include "common/metrics.h"
 #include "transfer/tcp/server.h"
@@ -33,6 +34,8 @@ namespace mc::client {
 
 struct ClientServerOptions {
   std::string master = "127.0.0.1:50051";  // mc-master gRPC
+  // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).
+  auth::ClusterKeysPtr cluster_keys;
   std::string listen = "127.0.0.1:0";      // Store gRPC; empty = off
   std::string unix_socket;                 // Store gRPC on a Unix socket; empty = off
   std::string http = "127.0.0.1:0";        // admin HTTP; empty = off

@@ -5,7 +5,9 @@
 #   ./deploy/local-cluster.sh status
 #   ./deploy/local-cluster.sh stop
 # Environment: MC_BUILD_DIR (default build), MC_RUN_DIR (default run/cluster),
-#   MC_SEGMENT_SIZE bytes per client (default 268435456), MC_CLIENT_ARGS / MC_MASTER_ARGS extra flags.
+#   MC_SEGMENT_SIZE bytes per client (default 268435456), MC_CLIENT_ARGS / MC_MASTER_ARGS extra flags,
+#   MC_AUTH=0 for an unauthenticated cluster (default: a cluster secret in the run directory,
+#   run/cluster/cluster.secret, given to every daemon; mc-admin needs --cluster_secret_file too).
 set -euo pipefail
 # Paths from the environment are taken relative to the caller's directory (absolute ones as
 # they are); the defaults are relative to the repository root.
@@ -56,7 +58,16 @@ start() {
   stop >/dev/null
   mkdir -p "$run"
   rm -f "$run"/*.json "$run"/*.sock
-  "$build/master/mc-master" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
+  # Authentication on by default: a cluster secret generated into the run directory (kept across
+  # restarts of the cluster); MC_AUTH=0 runs an unauthenticated cluster (benchmarks).
+  local auth=(--auth=false)
+  if [[ "${MC_AUTH:-1}" != 0 ]]; then
+    if [[ ! -s "$run/cluster.secret" ]]; then
+      (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$run/cluster.secret" && echo >>"$run/cluster.secret")
+    fi
+    auth=(--cluster_secret_file "$run/cluster.secret")
+  fi
+  "$build/master/mc-master" --listen 127.0.0.1:0 --http 127.0.0.1:0 "${auth[@]}" \
     --ready_file "$run/master.json" ${MC_MASTER_ARGS:-} >"$run/master.log" 2>&1 &
   echo $! >"$run/master.pid"
   wait_ready "$run/master.json" "$(cat "$run/master.pid")" master
@@ -64,7 +75,7 @@ start() {
   master=$(field "$run/master.json" grpc)
   for i in $(seq 1 "$n"); do
     "$build/client/mc-client" --master "$master" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
-      --data 127.0.0.1:0 --unix_socket "$run/client$i.sock" --client_id "client$i" \
+      --data 127.0.0.1:0 --unix_socket "$run/client$i.sock" --client_id "client$i" "${auth[@]}" \
       --segment_size "$segment" --ready_file "$run/client$i.json" ${MC_CLIENT_ARGS:-} \
       >"$run/client$i.log" 2>&1 &
     echo $! >"$run/client$i.pid"

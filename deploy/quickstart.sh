@@ -42,7 +42,7 @@ cmp "$demo/big" "$demo/big.back"
 echo "--- all bytes read back equal"
 "$admin" --client "$c2" exist demo/block0 demo/nothing-here || true
 echo "--- cluster status"
-"$admin" --master "$master" status
+"$admin" --master "$master" --cluster_secret_file "$MC_RUN_DIR/cluster.secret" status
 echo "--- master /status"
 curl -fsS "http://$(field "$MC_RUN_DIR/master.json" http)/status"
 rm -rf "$demo"

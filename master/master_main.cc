@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/auth.h"
 #include "common/logging.h"
 #include "common/util.h"
 #include "master/master_server.h"
@@ -37,6 +38,12 @@ ABSL_FLAG(int32_t, http_max_connections_per_peer, 16,
           "admin HTTP: most open connections from one IP address");
 ABSL_FLAG(int64_t, http_request_timeout_ms, 2000,
           "admin HTTP: a request must arrive and its answer leave within this");
+ABSL_FLAG(bool, auth, true,
+          "authenticate every daemon-to-daemon call with the cluster secret (docs/security.md); "
+          "false = an unauthenticated cluster, for benchmarks and single-user hosts");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "the cluster secret file shared by mc-master, every mc-client and mc-admin (mode 0600; "
+          "`mc-admin gen-secret FILE` makes one); needed unless --auth=false");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -53,7 +60,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "need 0 < --low_watermark <= --high_watermark <= 1\n");
     return 2;
   }
+  absl::StatusOr<mc::auth::ClusterKeysPtr> cluster_keys = mc::auth::KeysFromFlags(
+      absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file));
+  if (!cluster_keys.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(cluster_keys.status().message()).c_str());
+    return 2;
+  }
   mc::master::MasterServerOptions opts;
+  opts.cluster_keys = *cluster_keys;
   opts.listen = absl::GetFlag(FLAGS_listen);
   opts.http = absl::GetFlag(FLAGS_http);
   opts.ready_file = mc::AbsolutePath(absl::GetFlag(FLAGS_ready_file));

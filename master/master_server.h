@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/http_admin.h"
 #include "common/metrics.h"
@@ -32,7 +33,9 @@ struct MasterServerOptions {
   size_t max_batch_items = 100'000;        // per batched RPC
   int max_message_bytes = 256 << 20;
   MasterOptions master;
-  AdminServerOptions admin;  // limits; host, port and metrics come from `http`
+  AdminServerOptions admin;
+  // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).
+  auth::ClusterKeysPtr cluster_keys;  // limits; host, port and metrics come from `http`
 };
 
 class MasterServer {

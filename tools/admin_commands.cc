@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_format.h"
+#include "common/auth.h"
 #include "common/util.h"
 
 namespace mc::tools {
@@ -223,6 +224,26 @@ int CmdRemove(const AdminContext& ctx, const std::vector<std::string>& keys) {
     if (r.code() != v1::OK) rc = 1;
   }
   return rc;
+}
+
+int CmdGenSecret(const AdminContext& ctx, const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    std::fprintf(ctx.err, "gen-secret: cannot create %s: %s (an existing file is never "
+                 "overwritten)\n", path.c_str(), std::strerror(errno));
+    return 1;
+  }
+  std::string line = auth::NewSecret() + "\n";
+  bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ok = fsync(fd) == 0 && ok;
+  ok = close(fd) == 0 && ok;
+  if (!ok) {
+    std::fprintf(ctx.err, "gen-secret: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    unlink(path.c_str());
+    return 1;
+  }
+  std::fprintf(ctx.out, "wrote a new cluster secret to %s (mode 0600)\n", path.c_str());
+  return 0;
 }
 
 }  // namespace mc::tools

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/auth.h"
 #include "mcstore/v1/master.grpc.pb.h"
 #include "mcstore/v1/store.grpc.pb.h"
 
@@ -15,11 +16,16 @@ namespace mc::tools {
 struct AdminContext {
   mcstore::v1::Master::Stub* master = nullptr;  // for status
   mcstore::v1::Store::Stub* store = nullptr;    // for data commands
+  auth::ClusterKeysPtr cluster_keys;            // signs calls to the master; null = none
   uint64_t inline_limit = 4 << 20;              // larger files go through shared memory
   int64_t timeout_ms = 30'000;
   FILE* out = stdout;
   FILE* err = stderr;
 };
+
+// Writes a fresh cluster secret (common/auth.h NewSecret) to `path`, created with mode 0600; refuses
+// to overwrite an existing file.
+int CmdGenSecret(const AdminContext& ctx, const std::string& path);
 
 int CmdStatus(const AdminContext& ctx);
 int CmdPut(const AdminContext& ctx, const std::string& file, const std::string& key);

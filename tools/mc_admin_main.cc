@@ -11,17 +11,21 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/auth.h"
 #include "tools/admin_commands.h"
 
 ABSL_FLAG(std::string, master, "127.0.0.1:50051", "mc-master gRPC address (status)");
 ABSL_FLAG(std::string, client, "127.0.0.1:50052", "mc-client Store address (data commands)");
 ABSL_FLAG(int64_t, timeout_ms, 30000, "deadline of each RPC");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "the cluster secret file (as mc-master's); signs calls to the master");
 ABSL_FLAG(uint64_t, inline_limit, 4ull << 20, "files above this go through shared memory");
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: mc-admin [--master H:P] status\n"
+    "usage: mc-admin [--master H:P] [--cluster_secret_file F] status\n"
+    "       mc-admin gen-secret FILE   (a new cluster secret, mode 0600)\n"
     "       mc-admin [--client H:P|unix:PATH] put FILE KEY | get KEY FILE | exist KEY... | rm "
     "KEY...";
 
@@ -42,11 +46,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", kUsage);
     return 2;
   }
+  if (args[0] == "gen-secret" && args.size() == 2) {
+    return mc::tools::CmdGenSecret(mc::tools::AdminContext{}, args[1]);
+  }
+  std::string secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
+  mc::auth::ClusterKeysPtr cluster_keys;
+  if (!secret_file.empty()) {
+    absl::StatusOr<mc::auth::ClusterKeysPtr> loaded = mc::auth::ClusterKeys::Load(secret_file);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    cluster_keys = *loaded;
+  }
   auto master = mcstore::v1::Master::NewStub(Channel(absl::GetFlag(FLAGS_master)));
   auto store = mcstore::v1::Store::NewStub(Channel(absl::GetFlag(FLAGS_client)));
   mc::tools::AdminContext ctx;
   ctx.master = master.get();
   ctx.store = store.get();
+  ctx.cluster_keys = cluster_keys;
   ctx.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   ctx.inline_limit = absl::GetFlag(FLAGS_inline_limit);
   const std::string& cmd = args[0];

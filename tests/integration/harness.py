@@ -13,10 +13,14 @@ Also: binary() (locates a built binary via $MC_BUILD_DIR), http_get(), wait_unti
 parse_prometheus(). Standard library only.
 """
 
+import atexit
 import json
 import os
+import secrets
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.request
 
@@ -104,6 +108,36 @@ def _split_labels(s):
     return parts
 
 
+_SECRET_FILE = None
+_AUTH_BINARIES = ("mc-master", "mc-client")
+
+
+def cluster_secret_file():
+    """A cluster secret file (mode 0600) shared by every daemon this process starts; created once.
+
+    The daemons refuse to start without one unless --auth=false (docs/security.md), so Daemon
+    passes it to mc-master and mc-client unless the caller chose --auth or a secret itself."""
+    global _SECRET_FILE
+    if _SECRET_FILE is None:
+        d = tempfile.mkdtemp(prefix="mc-secret-")
+        path = os.path.join(d, "cluster.secret")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+        atexit.register(shutil.rmtree, d, True)
+        _SECRET_FILE = path
+    return _SECRET_FILE
+
+
+def auth_args(path, args):
+    """The authentication flags Daemon adds for `path` given the caller's `args`."""
+    if os.path.basename(path) not in _AUTH_BINARIES:
+        return []
+    if any(a.startswith("--auth") or a.startswith("--cluster_secret_file") for a in args):
+        return []
+    return ["--cluster_secret_file", cluster_secret_file()]
+
+
 class Daemon:
     """One daemon process started with --ready_file; see the module docstring."""
 
@@ -126,7 +160,8 @@ class Daemon:
         if os.path.exists(self.ready_path):
             os.unlink(self.ready_path)
         self._log = open(self.log_path, "ab")
-        cmd = [self.path] + self.args + [self.ready_flag, self.ready_path]
+        cmd = ([self.path] + self.args + auth_args(self.path, self.args) +
+               [self.ready_flag, self.ready_path])
         env = dict(os.environ)
         if self.env:
             env.update(self.env)

@@ -69,14 +69,17 @@ class SmallFramesTest(cc.ClusterTestMixin, unittest.TestCase):
 
 
 class BadFlagsTest(unittest.TestCase):
-    def start_client(self, flag, value):
-        """Runs mc-client with one bad flag (no master needed: it must refuse before connecting)."""
+    def start_client(self, flag, value, auth=None):
+        """Runs mc-client with one bad flag (no master needed: it must refuse before connecting).
+        auth: the authentication flags (default: the test cluster's secret file)."""
         with tempfile.TemporaryDirectory(prefix="mc-flags-") as tmp:
             ready = os.path.join(tmp, "ready.json")
+            if auth is None:
+                auth = ["--cluster_secret_file", harness.cluster_secret_file()]
             proc = subprocess.run(
                 [harness.binary("client/mc-client"), "--master", "127.0.0.1:1",
                  "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--data", "127.0.0.1:0",
-                 "--segment_size", "0", "--ready_file", ready, "--%s=%s" % (flag, value)],
+                 "--segment_size", "0", "--ready_file", ready, "--%s=%s" % (flag, value)] + auth,
                 capture_output=True, text=True, timeout=30)
             self.assertFalse(os.path.exists(ready), "it must not start serving")
         return proc
@@ -89,6 +92,27 @@ class BadFlagsTest(unittest.TestCase):
                 proc = self.start_client(flag, value)
                 self.assertEqual(proc.returncode, 2, proc.stderr)
                 self.assertIn("--" + flag, proc.stderr)
+
+    def test_no_cluster_secret_refuses_to_start(self):
+        """Authentication is on by default: without a secret file (and no --auth=false) the
+        daemons exit 2 and say how to make one; a secret file others can read is refused too."""
+        proc = self.start_client("log_level", "info", auth=[])
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("--cluster_secret_file", proc.stderr)
+        self.assertIn("gen-secret", proc.stderr)
+        with tempfile.TemporaryDirectory(prefix="mc-flags-") as tmp:
+            loose = os.path.join(tmp, "secret")
+            with open(loose, "w") as f:
+                f.write("x" * 64 + "\n")
+            os.chmod(loose, 0o644)
+            proc = self.start_client("log_level", "info", auth=["--cluster_secret_file", loose])
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertIn("chmod 600", proc.stderr)
+            master = subprocess.run([harness.binary("master/mc-master"), "--listen",
+                                     "127.0.0.1:0", "--http", ""],
+                                    capture_output=True, text=True, timeout=30)
+            self.assertEqual(master.returncode, 2, master.stderr)
+            self.assertIn("--cluster_secret_file", master.stderr)
 
 
 if __name__ == "__main__":

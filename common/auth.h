@@ -1,0 +1,96 @@
+// The cluster credential: the shared secret(s) that mc-master, the mc-clients and mc-admin hold
+// (docs/security.md), and the primitives built on it.
+//
+// A secret file holds one secret per line (blank lines and lines starting with '#' are skipped),
+// each at least kMinSecretChars characters (`mc-admin gen-secret` writes 64 hex digits), at most
+// kMaxSecrets of them. The FIRST secret signs; every secret verifies: an operator rotates by
+// adding the new secret as a second line everywhere, then moving it first, then removing the old
+// one (a restart or SIGHUP-free rollout per step; docs/security.md). The file must be a regular
+// file that neither group nor others may read or write (mode 0600 or 0400), like an ssh key.
+//
+// Nothing signs with a secret directly: each purpose has its own key derived from every secret
+// (HMAC-SHA256(secret, "mcstore/v1/" + purpose name)), so a MAC made for one purpose (say a
+// data-plane handshake) is never valid for another (a master RPC or a capability).
+//
+// Thread-safe: ClusterKeys is immutable after Load; the free functions are pure or use the
+// kernel's random source.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace mc::auth {
+
+inline constexpr size_t kMacSize = 32;  // HMAC-SHA256
+inline constexpr size_t kMinSecretChars = 32;
+inline constexpr size_t kMaxSecrets = 4;
+using Mac = std::array<uint8_t, kMacSize>;
+
+// What a MAC is for; each has its own derived key.
+enum class Purpose : int {
+  kMasterRpc = 0,   // a daemon proving itself to mc-master
+  kDataPlane = 1,   // the data-plane connection handshake
+  kCapability = 2,  // a master-issued grant to read or write one range of one segment
+  kCount = 3,
+};
+std::string_view PurposeName(Purpose purpose);
+
+class ClusterKeys {
+ public:
+  // Reads and checks a secret file (see the header comment). Errors name the file and the
+  // problem (missing, not a regular file, readable by group/others, too short, too many).
+  static absl::StatusOr<std::shared_ptr<const ClusterKeys>> Load(const std::string& path);
+  // From secrets in memory, first signs (tests, tools). INVALID_ARGUMENT as Load would.
+  static absl::StatusOr<std::shared_ptr<const ClusterKeys>> FromSecrets(
+      const std::vector<std::string>& secrets);
+
+  // HMAC-SHA256 of `message` under the signing (first) secret's key for `purpose`.
+  Mac Sign(Purpose purpose, std::string_view message) const;
+  // True when `mac` (any length up to kMacSize: a truncated MAC compares its prefix; fewer than
+  // 16 bytes never verifies) is the MAC of `message` under ANY secret's key for `purpose`.
+  // Constant time in the MAC bytes.
+  bool Verify(Purpose purpose, std::string_view message, const uint8_t* mac, size_t mac_size) const;
+
+  size_t secret_count() const { return keys_.size(); }
+  // A short public fingerprint of the signing secret (hex of a MAC of a fixed string), for logs
+  // and /status: operators compare it across hosts during a rotation. Reveals nothing usable.
+  const std::string& fingerprint() const { return fingerprint_; }
+
+ private:
+  explicit ClusterKeys(std::vector<std::array<Mac, static_cast<int>(Purpose::kCount)>> keys);
+  std::vector<std::array<Mac, static_cast<int>(Purpose::kCount)>> keys_;  // [secret][purpose]
+  std::string fingerprint_;
+};
+using ClusterKeysPtr = std::shared_ptr<const ClusterKeys>;
+
+// HMAC-SHA256 with an explicit key.
+Mac HmacSha256(std::string_view key, std::string_view message);
+// Constant-time equality of two byte strings (false when the sizes differ; the size is public).
+bool ConstantTimeEqual(std::string_view a, std::string_view b);
+// `n` bytes from the kernel's CSPRNG (getrandom); aborts if the kernel cannot supply them, as
+// a predictable value must never be used in their place.
+std::string RandomBytes(size_t n);
+uint64_t RandomU64();
+// Lower-case hex of `bytes`.
+std::string Hex(std::string_view bytes);
+// A fresh secret as `mc-admin gen-secret` writes it: 64 hex digits (256 random bits).
+std::string NewSecret();
+
+// What the daemons' --auth / --cluster_secret_file flags ask for: null (no authentication) when
+// `auth` is false, the loaded keys when a file is named, and an error saying what to do when
+// authentication is on and no file is named.
+absl::StatusOr<ClusterKeysPtr> KeysFromFlags(bool auth, const std::string& secret_file);
+
+// A file other users must not read (a secret, a token): a regular file whose mode grants group
+// and others nothing. Returns its content with surrounding whitespace trimmed, or an error that
+// names the file and says how to fix it ("chmod 600 F").
+absl::StatusOr<std::string> ReadPrivateFile(const std::string& path);
+
+}  // namespace mc::auth
