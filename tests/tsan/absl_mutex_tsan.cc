@@ -34,16 +34,33 @@ F Real(const char* name) {
   return reinterpret_cast<F>(p);
 }
 
+// Abseil's entry points call each other (CondVar::WaitWithTimeout calls WaitWithDeadline, the
+// timed LockWhen/Await forms call the deadline ones): through the PLT those inner calls land in
+// this library again. Only the outermost interposed call on a thread annotates; nested ones pass
+// straight through, or TSan would see the mutex released twice.
+thread_local int g_depth = 0;
+struct Nest {
+  Nest() { ++g_depth; }
+  ~Nest() { --g_depth; }
+  Nest(const Nest&) = delete;
+  Nest& operator=(const Nest&) = delete;
+};
+bool Outermost() { return g_depth == 1; }
+
 void Acquiring(void* m, unsigned flags = 0) {
+  if (!Outermost()) return;
   if (__tsan_mutex_pre_lock != nullptr) __tsan_mutex_pre_lock(m, flags);
 }
 void Acquired(void* m, unsigned flags = 0) {
+  if (!Outermost()) return;
   if (__tsan_mutex_post_lock != nullptr) __tsan_mutex_post_lock(m, flags, 0);
 }
 void Releasing(void* m, unsigned flags = 0) {
+  if (!Outermost()) return;
   if (__tsan_mutex_pre_unlock != nullptr) __tsan_mutex_pre_unlock(m, flags);
 }
 void Released(void* m, unsigned flags = 0) {
+  if (!Outermost()) return;
   if (__tsan_mutex_post_unlock != nullptr) __tsan_mutex_post_unlock(m, flags);
 }
 
@@ -55,30 +72,35 @@ namespace absl {
 ABSL_NAMESPACE_BEGIN
 
 void Mutex::Lock() {
+  Nest nest;
   static auto real = Real<void (*)(Mutex*)>(MC_NS "5Mutex4LockEv");
   Acquiring(this);
   real(this);
   Acquired(this);
 }
 void Mutex::Unlock() {
+  Nest nest;
   static auto real = Real<void (*)(Mutex*)>(MC_NS "5Mutex6UnlockEv");
   Releasing(this);
   real(this);
   Released(this);
 }
 void Mutex::ReaderLock() {
+  Nest nest;
   static auto real = Real<void (*)(Mutex*)>(MC_NS "5Mutex10ReaderLockEv");
   Acquiring(this, kRead);
   real(this);
   Acquired(this, kRead);
 }
 void Mutex::ReaderUnlock() {
+  Nest nest;
   static auto real = Real<void (*)(Mutex*)>(MC_NS "5Mutex12ReaderUnlockEv");
   Releasing(this, kRead);
   real(this);
   Released(this, kRead);
 }
 bool Mutex::TryLock() {
+  Nest nest;
   static auto real = Real<bool (*)(Mutex*)>(MC_NS "5Mutex7TryLockEv");
   Acquiring(this, kTry);
   const bool ok = real(this);
@@ -86,6 +108,7 @@ bool Mutex::TryLock() {
   return ok;
 }
 bool Mutex::ReaderTryLock() {
+  Nest nest;
   static auto real = Real<bool (*)(Mutex*)>(MC_NS "5Mutex13ReaderTryLockEv");
   Acquiring(this, kRead | kTry);
   const bool ok = real(this);
@@ -93,6 +116,7 @@ bool Mutex::ReaderTryLock() {
   return ok;
 }
 void Mutex::LockWhen(const Condition& cond) {
+  Nest nest;
   static auto real =
       Real<void (*)(Mutex*, const Condition&)>(MC_NS "5Mutex8LockWhenERKNS0_9ConditionE");
   Acquiring(this);
@@ -100,6 +124,7 @@ void Mutex::LockWhen(const Condition& cond) {
   Acquired(this);
 }
 void Mutex::ReaderLockWhen(const Condition& cond) {
+  Nest nest;
   static auto real =
       Real<void (*)(Mutex*, const Condition&)>(MC_NS "5Mutex14ReaderLockWhenERKNS0_9ConditionE");
   Acquiring(this, kRead);
@@ -107,6 +132,7 @@ void Mutex::ReaderLockWhen(const Condition& cond) {
   Acquired(this, kRead);
 }
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
+  Nest nest;
   static auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       MC_NS "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   Acquiring(this);
@@ -115,6 +141,7 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   return r;
 }
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
+  Nest nest;
   static auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       MC_NS "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   Acquiring(this);
@@ -124,6 +151,7 @@ bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
 }
 // Await releases the mutex while it waits: a release, then an acquire.
 void Mutex::Await(const Condition& cond) {
+  Nest nest;
   static auto real =
       Real<void (*)(Mutex*, const Condition&)>(MC_NS "5Mutex5AwaitERKNS0_9ConditionE");
   Releasing(this);
@@ -133,6 +161,7 @@ void Mutex::Await(const Condition& cond) {
   Acquired(this);
 }
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
+  Nest nest;
   static auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       MC_NS "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   Releasing(this);
@@ -143,6 +172,7 @@ bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   return r;
 }
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
+  Nest nest;
   static auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       MC_NS "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   Releasing(this);
@@ -153,6 +183,7 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   return r;
 }
 void CondVar::Wait(Mutex* mu) {
+  Nest nest;
   static auto real = Real<void (*)(CondVar*, Mutex*)>(MC_NS "7CondVar4WaitEPNS0_5MutexE");
   Releasing(mu);
   Released(mu);
@@ -161,6 +192,7 @@ void CondVar::Wait(Mutex* mu) {
   Acquired(mu);
 }
 bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
+  Nest nest;
   static auto real = Real<bool (*)(CondVar*, Mutex*, Duration)>(
       MC_NS "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
   Releasing(mu);
@@ -171,6 +203,7 @@ bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
   return r;
 }
 bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
+  Nest nest;
   static auto real = Real<bool (*)(CondVar*, Mutex*, Time)>(
       MC_NS "7CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
   Releasing(mu);
