@@ -1,6 +1,7 @@
 #include "master/segment_manager.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -14,8 +15,14 @@ uint64_t SegmentManager::AddSegment(const std::string& client_id, const std::str
   auto [it, inserted] =
       segments_.emplace(id, Segment{client_id, endpoint, OffsetAllocator(size, alignment_)});
   (void)inserted;
+  const uint64_t free_bytes = it->second.allocator.free_bytes();
   capacity_ += it->second.allocator.capacity();
-  by_client_[client_id].push_back(id);
+  ClientSpace& space = by_client_[client_id];
+  clients_by_free_.erase({space.free_bytes, client_id});
+  space.ids.push_back(id);
+  space.free_bytes += free_bytes;
+  space.by_free.emplace(free_bytes, id);
+  clients_by_free_.emplace(space.free_bytes, client_id);
   return id;
 }
 
@@ -24,7 +31,7 @@ size_t SegmentManager::RemoveClient(const std::string& client_id) {
   auto it = by_client_.find(client_id);
   if (it == by_client_.end()) return 0;
   size_t n = 0;
-  for (uint64_t id : it->second) {
+  for (uint64_t id : it->second.ids) {
     auto seg = segments_.find(id);
     if (seg == segments_.end()) continue;
     capacity_ -= seg->second.allocator.capacity();
@@ -32,31 +39,47 @@ size_t SegmentManager::RemoveClient(const std::string& client_id) {
     segments_.erase(seg);
     ++n;
   }
+  clients_by_free_.erase({it->second.free_bytes, client_id});
   by_client_.erase(it);
   return n;
+}
+
+template <typename F>
+auto SegmentManager::ChangeLocked(uint64_t id, Segment& seg, F change) {
+  const uint64_t free_before = seg.allocator.free_bytes();
+  const uint64_t used_before = seg.allocator.used();
+  auto result = change(seg.allocator);
+  const uint64_t free_after = seg.allocator.free_bytes();
+  used_ = used_ - used_before + seg.allocator.used();
+  if (free_after != free_before) {
+    ClientSpace& space = by_client_.at(seg.client_id);
+    space.by_free.erase({free_before, id});
+    space.by_free.emplace(free_after, id);
+    clients_by_free_.erase({space.free_bytes, seg.client_id});
+    space.free_bytes = space.free_bytes - free_before + free_after;
+    clients_by_free_.emplace(space.free_bytes, seg.client_id);
+  }
+  return result;
 }
 
 bool SegmentManager::AllocateOnClientLocked(const std::string& client_id, uint64_t size,
                                             MemoryLocation* out) {
   auto it = by_client_.find(client_id);
-  if (it == by_client_.end()) return false;
-  Segment* best = nullptr;
-  uint64_t best_id = 0;
-  for (uint64_t id : it->second) {
+  if (it == by_client_.end() || it->second.free_bytes < size) return false;
+  // Most free first; the first whose best fit succeeds. Segments with fewer free bytes than
+  // `size` end the walk: none after them can fit.
+  for (auto s = it->second.by_free.rbegin(); s != it->second.by_free.rend(); ++s) {
+    if (s->first < size) break;
+    const uint64_t id = s->second;
     Segment& seg = segments_.at(id);
     if (seg.allocator.largest_free() < size) continue;
-    if (best == nullptr || seg.allocator.free_bytes() > best->allocator.free_bytes()) {
-      best = &seg;
-      best_id = id;
-    }
+    std::optional<uint64_t> offset =
+        ChangeLocked(id, seg, [size](OffsetAllocator& a) { return a.Allocate(size); });
+    if (!offset) continue;
+    *out = MemoryLocation{client_id, seg.endpoint, id, *offset, size};
+    return true;
   }
-  if (best == nullptr) return false;
-  uint64_t before = best->allocator.used();
-  auto offset = best->allocator.Allocate(size);
-  if (!offset) return false;
-  used_ += best->allocator.used() - before;
-  *out = MemoryLocation{client_id, best->endpoint, best_id, *offset, size};
-  return true;
+  return false;
 }
 
 absl::StatusOr<std::vector<MemoryLocation>> SegmentManager::Place(
@@ -67,30 +90,31 @@ absl::StatusOr<std::vector<MemoryLocation>> SegmentManager::Place(
     return McError(Code::kNoSpace, absl::StrCat(replicas, " replicas asked, ", by_client_.size(),
                                                 " clients have memory segments"));
   }
-  // Candidate clients: the preferred one first, then by free space, most first.
-  std::vector<std::pair<uint64_t, const std::string*>> order;
-  for (const auto& [client, ids] : by_client_) {
-    if (client == preferred_client) continue;
-    uint64_t free_bytes = 0;
-    for (uint64_t id : ids) free_bytes += segments_.at(id).allocator.free_bytes();
-    order.emplace_back(free_bytes, &client);
-  }
-  std::sort(order.begin(), order.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<MemoryLocation> placed;
   MemoryLocation loc;
   if (!preferred_client.empty() && AllocateOnClientLocked(preferred_client, size, &loc)) {
     placed.push_back(std::move(loc));
   }
-  for (size_t i = 0; i < order.size() && placed.size() < replicas; ++i) {
-    if (AllocateOnClientLocked(*order[i].second, size, &loc)) placed.push_back(std::move(loc));
+  // The others by free space, most first, straight from the index: a cursor walks down it (an
+  // allocation moves its client lower, so the walk resumes below the cursor and skips clients
+  // already holding a replica); a client with fewer free bytes than `size` ends it.
+  std::pair<uint64_t, std::string> cursor{UINT64_MAX, std::string()};
+  while (placed.size() < replicas) {
+    auto c = clients_by_free_.lower_bound(cursor);
+    if (c == clients_by_free_.begin()) break;
+    --c;  // the largest entry below the cursor
+    if (c->first < size) break;
+    cursor = *c;
+    if (cursor.second == preferred_client) continue;
+    bool holds = false;
+    for (const MemoryLocation& p : placed) holds |= p.client_id == cursor.second;
+    if (holds) continue;
+    if (AllocateOnClientLocked(cursor.second, size, &loc)) placed.push_back(std::move(loc));
   }
   if (placed.size() < replicas) {
     for (const auto& p : placed) {
-      Segment& seg = segments_.at(p.segment_id);
-      uint64_t before = seg.allocator.used();
-      seg.allocator.Free(p.offset);
-      used_ -= before - seg.allocator.used();
+      ChangeLocked(p.segment_id, segments_.at(p.segment_id),
+                   [&p](OffsetAllocator& a) { return a.Free(p.offset); });
     }
     return McError(Code::kNoSpace, absl::StrCat("no room for ", replicas, " replica(s) of ", size,
                                                 " bytes on distinct clients"));
@@ -102,9 +126,8 @@ void SegmentManager::Free(const MemoryLocation& location) {
   absl::MutexLock lock(&mu_);
   auto it = segments_.find(location.segment_id);
   if (it == segments_.end()) return;
-  uint64_t before = it->second.allocator.used();
-  it->second.allocator.Free(location.offset);
-  used_ -= before - it->second.allocator.used();
+  ChangeLocked(location.segment_id, it->second,
+               [&location](OffsetAllocator& a) { return a.Free(location.offset); });
 }
 
 absl::Status SegmentManager::CouldEverPlace(uint64_t size, uint32_t replicas) const {
@@ -115,9 +138,9 @@ absl::Status SegmentManager::CouldEverPlace(uint64_t size, uint32_t replicas) co
                                : (size + alignment_ - 1) / alignment_ * alignment_;
   uint32_t able = 0;
   uint64_t largest = 0;
-  for (const auto& [client, ids] : by_client_) {
+  for (const auto& [client, space] : by_client_) {
     uint64_t biggest = 0;
-    for (uint64_t id : ids) biggest = std::max(biggest, segments_.at(id).allocator.capacity());
+    for (uint64_t id : space.ids) biggest = std::max(biggest, segments_.at(id).allocator.capacity());
     largest = std::max(largest, biggest);
     if (biggest >= rounded) ++able;
   }
@@ -139,7 +162,7 @@ SegmentStats SegmentManager::ClientStats(const std::string& client_id) const {
   SegmentStats stats;
   auto it = by_client_.find(client_id);
   if (it == by_client_.end()) return stats;
-  for (uint64_t id : it->second) {
+  for (uint64_t id : it->second.ids) {
     const Segment& seg = segments_.at(id);
     stats.capacity += seg.allocator.capacity();
     stats.used += seg.allocator.used();

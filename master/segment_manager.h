@@ -5,11 +5,18 @@
 // within a client, the segment whose best fit succeeds with the most free space. It never evicts:
 // a NO_SPACE answer sends the caller to the Evictor. Segment ids are never reused, so a Free()
 // that names a segment removed meanwhile (its client died) is a harmless no-op.
+// Free-space index: clients ordered by free bytes, and each client's segments ordered by free
+// bytes, kept current on every allocation and free (O(log n)), so a placement visits clients and
+// segments from the most free down and stops at the first that fit: its cost does not grow with
+// the number of clients or segments that have no room (junk or full ones), only with those it
+// has to skip because fragmentation leaves no single range large enough.
 // Thread-safe: one internal mutex; never calls out while holding it.
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -64,15 +71,25 @@ class SegmentManager {
     std::string endpoint;
     OffsetAllocator allocator;
   };
+  struct ClientSpace {
+    std::vector<uint64_t> ids;
+    uint64_t free_bytes = 0;
+    std::set<std::pair<uint64_t, uint64_t>> by_free;  // (free bytes, segment id)
+  };
   // Best segment of one client for `size`: the one with most free bytes whose best fit succeeds.
   bool AllocateOnClientLocked(const std::string& client_id, uint64_t size, MemoryLocation* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `change` on segment `id`'s allocator and brings used_ and the free-space index up to
+  // date with its effect.
+  template <typename F>
+  auto ChangeLocked(uint64_t id, Segment& seg, F change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint64_t alignment_;
   mutable absl::Mutex mu_;
   uint64_t next_segment_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::vector<uint64_t>> by_client_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, ClientSpace> by_client_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<uint64_t, std::string>> clients_by_free_ ABSL_GUARDED_BY(mu_);
   uint64_t capacity_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
 };

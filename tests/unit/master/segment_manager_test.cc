@@ -1,5 +1,7 @@
 #include "master/segment_manager.h"
 
+#include <algorithm>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -162,6 +164,81 @@ TEST(SegmentManager, SegmentIdsAreNeverReused) {
     sm.RemoveClient("a");
   }
   EXPECT_EQ(ids.size(), 10u);
+}
+
+// The free-space index against a brute-force reference: after random placements, frees, new
+// segments and removed clients, every single-replica placement (sizes small enough that
+// fragmentation never matters) lands on a client with the most free bytes, and the totals agree.
+TEST(SegmentManager, FreeSpaceIndexPicksTheClientWithMostFreeBytes) {
+  SegmentManager sm(64);
+  std::mt19937_64 rng(7);
+  std::vector<std::string> clients;
+  for (int c = 0; c < 12; ++c) {
+    clients.push_back("c" + std::to_string(c));
+    for (int k = 0; k <= c % 3; ++k) sm.AddSegment(clients.back(), "e", 64 << 10);
+  }
+  std::vector<MemoryLocation> live;
+  for (int step = 0; step < 3000; ++step) {
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 6) {
+      uint64_t most = 0;
+      for (const auto& c : clients) {
+        SegmentStats st = sm.ClientStats(c);
+        most = std::max(most, st.capacity - st.used);
+      }
+      auto placed = sm.Place(64, 1, "");
+      if (most < 64) {
+        EXPECT_FALSE(placed.ok());
+        continue;
+      }
+      ASSERT_TRUE(placed.ok()) << placed.status();
+      SegmentStats st = sm.ClientStats((*placed)[0].client_id);
+      EXPECT_EQ(st.capacity - st.used + 64, most) << "step " << step;
+      live.push_back((*placed)[0]);
+    } else if (op < 9 && !live.empty()) {
+      const size_t i = rng() % live.size();
+      sm.Free(live[i]);
+      live[i] = live.back();
+      live.pop_back();
+    } else if (rng() % 2 == 0) {
+      sm.AddSegment(clients[rng() % clients.size()], "e", 64 << 10);
+    } else {
+      const std::string victim = clients[rng() % clients.size()];
+      sm.RemoveClient(victim);
+      std::erase_if(live, [&](const MemoryLocation& l) { return l.client_id == victim; });
+      sm.AddSegment(victim, "e", 64 << 10);  // back, empty
+    }
+  }
+  uint64_t used = 0, capacity = 0;
+  for (const auto& c : clients) {
+    used += sm.ClientStats(c).used;
+    capacity += sm.ClientStats(c).capacity;
+  }
+  EXPECT_EQ(sm.Stats().used, used);
+  EXPECT_EQ(sm.Stats().capacity, capacity);
+  EXPECT_EQ(used, live.size() * 64);
+}
+
+// Thousands of full segments (junk registrations, or a cluster whose memory is full elsewhere)
+// do not stand between a put and the one client with room, and replicas still go to distinct
+// clients in order of free space.
+TEST(SegmentManager, FullSegmentsAreNotInTheWay) {
+  SegmentManager sm(64);
+  for (int c = 0; c < 200; ++c) {
+    const std::string id = "junk" + std::to_string(c);
+    for (int k = 0; k < 16; ++k) {
+      sm.AddSegment(id, "j", 4096);
+      ASSERT_TRUE(sm.Place(4096, 1, id).ok());  // fill it
+    }
+  }
+  sm.AddSegment("roomy", "r", 1 << 20);
+  sm.AddSegment("roomier", "r2", 2 << 20);
+  auto placed = sm.Place(8192, 2, "junk3");
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ((*placed)[0].client_id, "roomier");
+  EXPECT_EQ((*placed)[1].client_id, "roomy");
+  EXPECT_FALSE(sm.Place(8192, 3, "").ok());
+  EXPECT_EQ(sm.Stats().used, 200u * 16 * 4096 + 2 * 8192);
 }
 
 }  // namespace
