@@ -10,16 +10,26 @@ namespace mc::master {
 
 std::string_view AuthFailureName(AuthFailure reason) {
   switch (reason) {
-    case AuthFailure::kMissing: return "missing";
-    case AuthFailure::kMalformed: return "malformed";
-    case AuthFailure::kBadMac: return "bad_mac";
-    case AuthFailure::kStale: return "stale";
-    case AuthFailure::kReplay: return "replay";
-    case AuthFailure::kReplayCacheFull: return "replay_cache_full";
-    case AuthFailure::kUnknownSession: return "unknown_session";
-    case AuthFailure::kWrongClient: return "wrong_client";
-    case AuthFailure::kWrongRole: return "wrong_role";
-    case AuthFailure::kCount: break;
+    case AuthFailure::kMissing:
+      return "missing";
+    case AuthFailure::kMalformed:
+      return "malformed";
+    case AuthFailure::kBadMac:
+      return "bad_mac";
+    case AuthFailure::kStale:
+      return "stale";
+    case AuthFailure::kReplay:
+      return "replay";
+    case AuthFailure::kReplayCacheFull:
+      return "replay_cache_full";
+    case AuthFailure::kUnknownSession:
+      return "unknown_session";
+    case AuthFailure::kWrongClient:
+      return "wrong_client";
+    case AuthFailure::kWrongRole:
+      return "wrong_role";
+    case AuthFailure::kCount:
+      break;
   }
   return "invalid";
 }
@@ -46,7 +56,8 @@ absl::Status RpcAuthenticator::CheckProof(std::string_view value, auth::ProofRol
   absl::StatusOr<auth::ParsedProof> proof = auth::ParseProof(value);
   if (!proof.ok()) {
     *reason = AuthFailure::kMalformed;
-    return absl::UnauthenticatedError(absl::StrCat("malformed x-mc-auth: ", proof.status().message()));
+    return absl::UnauthenticatedError(
+        absl::StrCat("malformed x-mc-auth: ", proof.status().message()));
   }
   if (proof->role != role) {
     *reason = AuthFailure::kWrongRole;
@@ -69,10 +80,9 @@ absl::Status RpcAuthenticator::CheckProof(std::string_view value, auth::ProofRol
   if (proof->unix_ms < now - options_.max_clock_skew_ms ||
       proof->unix_ms > now + options_.max_clock_skew_ms) {
     *reason = AuthFailure::kStale;
-    return absl::UnauthenticatedError(
-        absl::StrCat("x-mc-auth is ", proof->unix_ms - now,
-                     " ms off this master's clock (allowed: +-", options_.max_clock_skew_ms,
-                     " ms); check NTP on both hosts"));
+    return absl::UnauthenticatedError(absl::StrCat(
+        "x-mc-auth is ", proof->unix_ms - now, " ms off this master's clock (allowed: +-",
+        options_.max_clock_skew_ms, " ms); check NTP on both hosts"));
   }
   if (!RememberNonce(proof->nonce_hex, now, reason)) {
     return absl::UnauthenticatedError(*reason == AuthFailure::kReplay

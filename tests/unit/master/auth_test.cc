@@ -72,10 +72,14 @@ TEST_F(ProofTest, DuringARotationBothSecretsVerify) {
   RpcAuthenticator rotating(Keys({kSecretB, kSecretA}),
                             RpcAuthOptions{.unix_now_ms = [] { return kNow; }}, metrics_);
   AuthFailure reason;
-  EXPECT_TRUE(rotating.CheckProof(Proof(*Keys({kSecretA})), auth::ProofRole::kRegister, "c1",
-                                  "10.0.0.1:7000", &reason).ok());
-  EXPECT_TRUE(rotating.CheckProof(Proof(*Keys({kSecretB})), auth::ProofRole::kRegister, "c1",
-                                  "10.0.0.1:7000", &reason).ok());
+  EXPECT_TRUE(rotating
+                  .CheckProof(Proof(*Keys({kSecretA})), auth::ProofRole::kRegister, "c1",
+                              "10.0.0.1:7000", &reason)
+                  .ok());
+  EXPECT_TRUE(rotating
+                  .CheckProof(Proof(*Keys({kSecretB})), auth::ProofRole::kRegister, "c1",
+                              "10.0.0.1:7000", &reason)
+                  .ok());
 }
 
 TEST_F(ProofTest, AProofOutsideTheClockWindowIsRefusedEitherWay) {
@@ -174,8 +178,8 @@ TEST(ClientSessions, ABoundRegistrationCannotTakeOverALiveIdUntilItIsSilent) {
   m.clock().AdvanceMs(m.svc().options().client_takeover_after_ms - 1);
   auto stolen = m.svc().RegisterClient(Info("c1"), {1 << 20}, RegistrationAuth{true, ""});
   EXPECT_EQ(CodeOf(stolen.status()), Code::kUnavailable);
-  auto wrong = m.svc().RegisterClient(Info("c1"), {1 << 20},
-                                      RegistrationAuth{true, std::string(16, 'x')});
+  auto wrong =
+      m.svc().RegisterClient(Info("c1"), {1 << 20}, RegistrationAuth{true, std::string(16, 'x')});
   EXPECT_EQ(CodeOf(wrong.status()), Code::kUnavailable);
   EXPECT_TRUE(m.Exists("mine")) << "a refused registration changes nothing";
   EXPECT_EQ(m.svc().SessionOf("c1", first->token), first->session);
@@ -241,8 +245,8 @@ TEST(DiskReports, ARecoveredReportNeverReplacesAKnownObject) {
   m.Register("c1", {1 << 20});
   m.Register("d1", {1 << 20}, /*disk_capacity=*/1 << 30);
   const uint64_t gen = m.Put("c1", "known", 100);  // checksum 42
-  std::vector<DiskReplicaItem> forged = {{"known", gen, 0, 100, 43}, {"known", gen + 9, 0, 100, 42},
-                                         {"known", gen, 0, 99, 42}};
+  std::vector<DiskReplicaItem> forged = {
+      {"known", gen, 0, 100, 43}, {"known", gen + 9, 0, 100, 42}, {"known", gen, 0, 99, 42}};
   std::vector<absl::Status> out = m.svc().AddDiskReplicas("d1", forged, /*recovered=*/true);
   EXPECT_EQ(CodeOf(out[0]), Code::kInvalidArgument);
   EXPECT_EQ(CodeOf(out[1]), Code::kNotFound);
