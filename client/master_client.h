@@ -66,7 +66,7 @@ struct GrpcMasterClientOptions {
   // `releases` field) before it is sent in a ReleaseLeases of its own; 0 = always at once.
   int64_t release_delay_us = 1000;
   // The cluster credential; null = send no credentials (a master with --auth=false).
-  auth::ClusterKeysPtr cluster_keys;
+  auth::ClusterKeysPtr cluster_keys = nullptr;
 };
 
 std::unique_ptr<MasterClient> CreateGrpcMasterClient(const GrpcMasterClientOptions& options);

@@ -35,7 +35,7 @@ class Router:
     """A Master stub that adds to each call the credentials its caller would have: a fresh
     registration proof (with the client's current token, as a re-registering mc-client sends
     it), an admin proof for GetStatus, else the session of the client the request names (or of
-    the first registered client for requests that name none). Tokens answered by registrations
+    the last registered client for requests that name none). Tokens answered by registrations
     are remembered."""
 
     def __init__(self, raw, keys):
@@ -48,7 +48,7 @@ class Router:
             return self.keys.register_metadata(req, self.tokens.get(req.client_id))
         if name == "GetStatus":
             return self.keys.admin_metadata()
-        cid = getattr(req, "client_id", "") or next(iter(self.tokens), "")
+        cid = getattr(req, "client_id", "") or (list(self.tokens)[-1] if self.tokens else "")
         return master_auth.session_metadata(cid, self.tokens[cid]) if cid in self.tokens else []
 
     def __getattr__(self, name):

@@ -28,13 +28,24 @@ const std::string kSecretA(64, 'a');
 const std::string kSecretB(64, 'b');
 constexpr int64_t kNow = 1'700'000'000'000;
 
+RpcAuthOptions FixedClockOptions() {
+  RpcAuthOptions o;
+  o.unix_now_ms = [] { return kNow; };
+  return o;
+}
+
 class ProofTest : public ::testing::Test {
  protected:
+  RpcAuthOptions Options() {
+    RpcAuthOptions o;
+    o.max_clock_skew_ms = 60'000;
+    o.replay_cache_entries = 4;
+    o.unix_now_ms = [this] { return now_.load(); };
+    return o;
+  }
   ProofTest()
       : auth_(Keys({kSecretA}),
-              RpcAuthOptions{.max_clock_skew_ms = 60'000,
-                             .replay_cache_entries = 4,
-                             .unix_now_ms = [this] { return now_.load(); }},
+              Options(),
               metrics_) {}
 
   absl::Status Check(const std::string& proof, std::string_view id = "c1",
@@ -70,7 +81,7 @@ TEST_F(ProofTest, AProofUnderAnotherSecretIsRefused) {
 
 TEST_F(ProofTest, DuringARotationBothSecretsVerify) {
   RpcAuthenticator rotating(Keys({kSecretB, kSecretA}),
-                            RpcAuthOptions{.unix_now_ms = [] { return kNow; }}, metrics_);
+                            FixedClockOptions(), metrics_);
   AuthFailure reason;
   EXPECT_TRUE(rotating
                   .CheckProof(Proof(*Keys({kSecretA})), auth::ProofRole::kRegister, "c1",
@@ -205,7 +216,8 @@ TEST(LeaseOwnership, LeaseIdsAreRandomAndOnlyTheirOwnerReleasesThem) {
   MasterFixture m;
   m.Register("c1", {1 << 20});
   m.Put("c1", "k", 100);
-  LookupOptions mine{.lease_owner = 11};
+  LookupOptions mine;
+  mine.lease_owner = 11;
   LookupBatch a = m.svc().GetReplicas({"k"}, mine);
   LookupBatch b = m.svc().GetReplicas({"k"}, mine);
   EXPECT_NE(a.lease_id, 0u);
@@ -252,7 +264,9 @@ TEST(DiskReports, ARecoveredReportNeverReplacesAKnownObject) {
   EXPECT_EQ(CodeOf(out[1]), Code::kNotFound);
   EXPECT_EQ(CodeOf(out[2]), Code::kInvalidArgument);
   EXPECT_EQ(m.CounterValue("mc_master_disk_reports_refused_total"), 3u);
-  LookupBatch b = m.svc().GetReplicas({"known"}, LookupOptions{.grant_lease = false});
+  LookupOptions look;
+  look.grant_lease = false;
+  LookupBatch b = m.svc().GetReplicas({"known"}, look);
   EXPECT_EQ(b.results[0].generation, gen);
   EXPECT_EQ(b.results[0].checksum, 42u);
   ASSERT_EQ(b.results[0].replicas.size(), 1u);

@@ -316,7 +316,11 @@ TEST_F(PutLifecycle, RegisterRefusesSegmentsThatWouldWrapTheCapacity) {
   info.disk_capacity = UINT64_MAX;
   EXPECT_EQ(CodeOf(m_.svc().RegisterClient(info, {1 << 20}).status()), Code::kInvalidArgument);
   EXPECT_EQ(m_.Fingerprint(), before);
-  EXPECT_TRUE(m_.svc().RegisterClient({"a", "h", "h:2", 0, 0, 0, 0}, {1 << 20}).ok());
+  ClientInfo a;
+  a.client_id = "a";
+  a.host = "h";
+  a.endpoint = "h:2";
+  EXPECT_TRUE(m_.svc().RegisterClient(a, {1 << 20}).ok());
 }
 
 TEST_F(PutLifecycle, RegisterCapsSegmentCountAndSize) {
