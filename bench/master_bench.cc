@@ -1,11 +1,14 @@
 // mc_master_bench: batched lookups (GetReplicas, Exist) over 100k preloaded keys, in-process
 // (MetadataService directly) and through gRPC on loopback (an in-process MasterServer on
 // 127.0.0.1:0 and a Master stub). Figures are keys/s (items_per_second); batch size is the arg.
+// The gRPC master authenticates every call as mc-master does by default (a session token in
+// x-mc-session); MC_BENCH_MASTER_AUTH=0 measures it with --auth=false for comparison.
 #include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
@@ -13,7 +16,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "common/auth.h"
 #include "common/clock.h"
+#include "common/master_credentials.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/util.h"
@@ -38,8 +43,14 @@ std::string KeyOf(size_t i) {
   return std::string(buf, 32);
 }
 
-void Preload(MetadataService& svc) {
-  ClientInfo info{"bench-client", "localhost", "127.0.0.1:1", 0, 0, 0, 0};
+bool g_master_auth = true;  // set from MC_BENCH_MASTER_AUTH in main
+
+// Returns the session token of "bench-client".
+std::string Preload(MetadataService& svc) {
+  ClientInfo info;
+  info.client_id = "bench-client";
+  info.host = "localhost";
+  info.endpoint = "127.0.0.1:1";
   auto reg = svc.RegisterClient(info, {kKeys * kObjectSize * 2});
   if (!reg.ok()) std::abort();
   std::vector<std::string> keys;
@@ -58,6 +69,7 @@ void Preload(MetadataService& svc) {
       if (!s.ok()) std::abort();
     }
   }
+  return reg->token;
 }
 
 // Random batches of distinct keys, prepared once.
@@ -203,7 +215,7 @@ void BM_InProcess_PrefixLeaseAnswer(benchmark::State& state) {
     const auto& req = requests[i++ % requests.size()];
     google::protobuf::Arena arena;
     auto* resp = google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
-    if (!service->DoGetReplicas(&req, resp).ok()) state.SkipWithError("GetReplicas failed");
+    if (!service->DoGetReplicas(Caller{}, &req, resp).ok()) state.SkipWithError("GetReplicas failed");
     benchmark::DoNotOptimize(resp->ByteSizeLong());
     std::vector<std::string_view> keys(req.keys().begin(), req.keys().end());
     benchmark::DoNotOptimize(in.svc->ReleaseLeases(resp->lease_id(), keys));
@@ -227,15 +239,24 @@ struct OverGrpc {
     // dead part-way through a run, dropped every preloaded key, and the later benchmarks timed
     // lookups of missing keys (about 1.8x faster). Every benchmark now also checks its answers.
     opts.master.client_ttl_ms = int64_t{24} * 3600 * 1000;
+    if (g_master_auth) {
+      opts.cluster_keys = *auth::ClusterKeys::FromSecrets({auth::NewSecret()});
+    }
     server = std::make_unique<MasterServer>(opts);
     if (!server->Start().ok()) std::abort();
-    Preload(server->service());
+    const std::string token = Preload(server->service());
+    if (g_master_auth) session = auth::MakeSessionCredential("bench-client", token);
     for (int i = 0; i < kMaxThreads; ++i) {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // no connection sharing
       stubs.push_back(mcstore::v1::Master::NewStub(grpc::CreateCustomChannel(
           server->grpc_address(), grpc::InsecureChannelCredentials(), args)));
     }
+  }
+  std::string session;  // x-mc-session of bench-client; empty without authentication
+  // What every call of mc-client carries.
+  void Authenticate(grpc::ClientContext* ctx) const {
+    if (!session.empty()) ctx->AddMetadata(auth::kSessionHeader, session);
   }
   static constexpr int kMaxThreads = 8;
   mcstore::v1::Master::Stub& stub(const benchmark::State& state) {
@@ -260,6 +281,7 @@ struct OverGrpc {
                                                  google::protobuf::Arena* arena) {
     auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(arena);
     grpc::ClientContext ctx;
+    Authenticate(&ctx);
     if (!stub(state).GetReplicas(&ctx, req, &resp).ok()) {
       state.SkipWithError("GetReplicas failed");
     } else if (!AllFound(req, resp)) {
@@ -295,6 +317,7 @@ struct OverGrpc {
     for (const std::string& k : keys) rel.add_keys(k);
     mcstore::v1::ReleaseLeasesResponse rel_resp;
     grpc::ClientContext ctx;
+    Authenticate(&ctx);
     if (!stub(state).ReleaseLeases(&ctx, rel, &rel_resp).ok()) {
       state.SkipWithError("ReleaseLeases failed");
     }
@@ -332,6 +355,7 @@ void BM_Grpc_GetReplicasCarryingRelease(benchmark::State& state) {
   }
   mcstore::v1::ReleaseLeasesResponse rel_resp;
   grpc::ClientContext ctx;
+  g.Authenticate(&ctx);
   (void)g.stub(state).ReleaseLeases(&ctx, previous, &rel_resp);
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
@@ -387,6 +411,7 @@ void BM_Grpc_Exist(benchmark::State& state) {
     for (const auto& k : keys) req.add_keys(k);
     mcstore::v1::ExistResponse resp;
     grpc::ClientContext ctx;
+    g.Authenticate(&ctx);
     if (!g.stub(state).Exist(&ctx, req, &resp).ok()) {
       state.SkipWithError("Exist failed");
     } else if (!AllExist(resp.exists(), keys.size())) {
@@ -421,6 +446,10 @@ BENCHMARK(BM_Grpc_Exist)->Arg(64)->Arg(1024)->Threads(4)->UseRealTime();
 
 int main(int argc, char** argv) {
   mc::DisableMutexDeadlockDetection();  // as the daemons run
+  if (const char* a = std::getenv("MC_BENCH_MASTER_AUTH"); a != nullptr && std::string(a) == "0") {
+    mc::master::g_master_auth = false;
+  }
+  std::printf("master RPC authentication: %s\n", mc::master::g_master_auth ? "on" : "off");
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -46,7 +46,8 @@ absl::Status ClientServer::Start() {
   MC_RETURN_IF_ERROR(OpenDiskTier());
   master_ = CreateGrpcMasterClient({.address = options_.master,
                                     .rpc_timeout_ms = options_.master_rpc_timeout_ms,
-                                    .release_delay_us = options_.lease_release_delay_us});
+                                    .release_delay_us = options_.lease_release_delay_us,
+                                    .cluster_keys = options_.cluster_keys});
 
   // Data plane next: its bound port is our endpoint.
   auto data = ParseHostPort(options_.data);

@@ -12,6 +12,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/master_credentials.h"
+#include "common/status.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
@@ -42,10 +44,36 @@ class GrpcMasterClient final : public MasterClient {
 
   absl::Status RegisterClient(const v1::RegisterClientRequest& req,
                               v1::RegisterClientResponse* resp) override {
-    return Call(&v1::Master::Stub::RegisterClient, req, resp);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    if (options_.cluster_keys) {
+      ctx.AddMetadata(auth::kProofHeader,
+                      auth::MakeProof(*options_.cluster_keys, auth::ProofRole::kRegister,
+                                      req.client_id(), req.data_endpoint(), auth::UnixNowMs()));
+      // The session being replaced, if any: proves this is the daemon that holds it.
+      std::string session = SessionCredential();
+      if (!session.empty()) ctx.AddMetadata(auth::kSessionHeader, session);
+    }
+    absl::Status s = FromGrpcStatus(stub_->RegisterClient(&ctx, req, resp));
+    if (s.ok() && options_.cluster_keys) {
+      absl::MutexLock lock(&session_mu_);
+      session_credential_ =
+          resp->session_token().size() == auth::kSessionTokenSize
+              ? auth::MakeSessionCredential(req.client_id(), resp->session_token())
+              : std::string();
+    }
+    return s;
   }
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
-    return Call(&v1::Master::Stub::Heartbeat, req, resp);
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    AddCredentials(&ctx);
+    grpc::Status s = stub_->Heartbeat(&ctx, req, resp);
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      resp->set_known(false);  // the master does not know our session: register again
+      return absl::OkStatus();
+    }
+    return FromGrpcStatus(s);
   }
   absl::Status UnregisterClient(const v1::UnregisterClientRequest& req) override {
     v1::UnregisterClientResponse resp;
@@ -144,14 +172,40 @@ class GrpcMasterClient final : public MasterClient {
   }
 
  private:
+  void SetDeadline(grpc::ClientContext* ctx) const {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(options_.rpc_timeout_ms));
+  }
+  // x-mc-session for the current session ("" before the first registration or without keys).
+  std::string SessionCredential() {
+    absl::MutexLock lock(&session_mu_);
+    return session_credential_;
+  }
+  void AddCredentials(grpc::ClientContext* ctx) {
+    if (!options_.cluster_keys) return;
+    std::string session = SessionCredential();
+    if (!session.empty()) ctx->AddMetadata(auth::kSessionHeader, session);
+  }
+  // UNAUTHENTICATED from the master: our session is unknown to it (it restarted or dropped us,
+  // or we have not registered yet). Transient like the unknown-client answers before it:
+  // kUnavailable; the next Heartbeat learns the same and the session re-registers.
+  static absl::Status Converted(const grpc::Status& status) {
+    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      return McError(Code::kUnavailable,
+                     "rpc: the master refused our session (" + status.error_message() +
+                         "); retry once this client has registered again");
+    }
+    return FromGrpcStatus(status);
+  }
+
   template <typename Req, typename Resp>
   absl::Status Call(grpc::Status (v1::Master::Stub::*method)(grpc::ClientContext*, const Req&,
                                                              Resp*),
                     const Req& req, Resp* resp) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(options_.rpc_timeout_ms));
-    return FromGrpcStatus(((*stub_).*method)(&ctx, req, resp));
+    SetDeadline(&ctx);
+    AddCredentials(&ctx);
+    return Converted(((*stub_).*method)(&ctx, req, resp));
   }
 
   struct PendingRelease {
@@ -190,11 +244,11 @@ class GrpcMasterClient final : public MasterClient {
       }
       for (auto& owned : batch) {
         PendingRelease* call = owned.release();
-        call->ctx.set_deadline(std::chrono::system_clock::now() +
-                               std::chrono::milliseconds(options_.rpc_timeout_ms));
+        SetDeadline(&call->ctx);
+        AddCredentials(&call->ctx);
         stub_->async()->ReleaseLeases(&call->ctx, &call->req, &call->resp,
                                       [this, call](grpc::Status status) {
-                                        call->done(FromGrpcStatus(status));
+                                        call->done(Converted(status));
                                         const uint64_t ticket = call->ticket;
                                         delete call;
                                         absl::MutexLock lock(&release_mu_);
@@ -219,6 +273,8 @@ class GrpcMasterClient final : public MasterClient {
 
   const GrpcMasterClientOptions options_;
   std::unique_ptr<v1::Master::Stub> stub_;
+  absl::Mutex session_mu_;
+  std::string session_credential_ ABSL_GUARDED_BY(session_mu_);
   absl::Mutex release_mu_;
   absl::CondVar release_cv_;
   uint64_t next_ticket_ ABSL_GUARDED_BY(release_mu_) = 0;

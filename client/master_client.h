@@ -1,7 +1,12 @@
 // MasterClient: how an mc-client daemon talks to mc-master. An interface (the seam tests replace
 // with tests/fakes/fake_master_client.h, which runs the real master logic in-process) and its
 // gRPC implementation. Every call is one RPC with a deadline; a transport failure comes back as
-// kUnavailable. Thread-safe.
+// kUnavailable. With cluster keys, the gRPC client authenticates (docs/security-master.md):
+// RegisterClient carries a fresh proof of the cluster secret (and the current session's token,
+// which proves a re-registration comes from the same daemon); it keeps the token the master
+// answers and sends it with every later call. A call the master refuses for an unknown session
+// (it restarted or dropped us) comes back as kUnavailable, and a Heartbeat so refused as
+// known=false, so the session registers again as after any restart. Thread-safe.
 #pragma once
 
 #include <functional>
@@ -9,6 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/auth.h"
 #include "mcstore/v1/master.grpc.pb.h"
 
 namespace mc::client {
@@ -59,6 +65,8 @@ struct GrpcMasterClientOptions {
   // How long a queued lease release waits for this client's next GetReplicas to carry it (the
   // `releases` field) before it is sent in a ReleaseLeases of its own; 0 = always at once.
   int64_t release_delay_us = 1000;
+  // The cluster credential; null = send no credentials (a master with --auth=false).
+  auth::ClusterKeysPtr cluster_keys = nullptr;
 };
 
 std::unique_ptr<MasterClient> CreateGrpcMasterClient(const GrpcMasterClientOptions& options);

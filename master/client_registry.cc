@@ -2,26 +2,41 @@
 
 #include <chrono>
 
+#include "common/auth.h"
 #include "common/checked_math.h"
+#include "common/master_credentials.h"
 
 namespace mc::master {
 
-uint64_t ClientRegistry::InitialSession() {
-  auto now = std::chrono::system_clock::now().time_since_epoch();
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now).count())
-         << 16;
+uint64_t ClientRegistry::NewSession() {
+  uint64_t session = 0;
+  while (session == 0) session = auth::RandomU64();
+  return session;
 }
 
-uint64_t ClientRegistry::Register(const ClientInfo& info, bool* replaced) {
-  absl::MutexLock lock(&mu_);
-  if (next_session_ == 0) next_session_ = InitialSession();
+ClientInfo ClientRegistry::Register(const ClientInfo& info, bool* replaced) {
   ClientInfo entry = info;
-  entry.session = next_session_++;
+  entry.token = auth::RandomBytes(auth::kSessionTokenSize);
+  absl::MutexLock lock(&mu_);
+  auto old = clients_.find(entry.client_id);
+  do {  // a new number, also unlike the session it replaces
+    entry.session = NewSession();
+  } while (old != clients_.end() && old->second.session == entry.session);
   entry.last_heartbeat_ms = clock_.NowMs();
   auto [it, inserted] = clients_.insert_or_assign(entry.client_id, entry);
   (void)it;
   if (replaced != nullptr) *replaced = !inserted;
-  return entry.session;
+  return entry;
+}
+
+std::optional<uint64_t> ClientRegistry::SessionOf(const std::string& client_id,
+                                                  std::string_view token) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = clients_.find(client_id);
+  if (it == clients_.end() || !auth::ConstantTimeEqual(it->second.token, token)) {
+    return std::nullopt;
+  }
+  return it->second.session;
 }
 
 bool ClientRegistry::Heartbeat(const std::string& client_id, uint64_t session,

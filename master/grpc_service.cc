@@ -1,8 +1,13 @@
 #include "master/grpc_service.h"
 
 #include <chrono>
+#include <iterator>
+#include <optional>
+#include <string_view>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "common/master_credentials.h"
 #include "proto/packed_lookups.h"
 #include "proto/status_convert.h"
 
@@ -56,15 +61,122 @@ size_t BatchItems(const Req& req) {
 
 }  // namespace
 
+namespace {
+
+// The one value of metadata `key`: nullopt when absent; `*repeated` when sent more than once
+// (refused: which one would count is ambiguous).
+std::optional<std::string_view> MetadataValue(const grpc::CallbackServerContext& ctx,
+                                              const char* key, bool* repeated) {
+  const auto& md = ctx.client_metadata();
+  auto [begin, end] = md.equal_range(grpc::string_ref(key));
+  if (begin == end) return std::nullopt;
+  if (std::next(begin) != end) *repeated = true;
+  return std::string_view(begin->second.data(), begin->second.size());
+}
+
+}  // namespace
+
+grpc::Status MasterGrpcService::Refuse(const char* rpc, AuthFailure reason,
+                                       const absl::Status& why) {
+  auth_->CountFailure(rpc, reason, std::string(why.message()));
+  const grpc::StatusCode code =
+      reason == AuthFailure::kWrongClient || reason == AuthFailure::kWrongRole
+          ? grpc::StatusCode::PERMISSION_DENIED
+          : grpc::StatusCode::UNAUTHENTICATED;
+  return grpc::Status(code, std::string(why.message()));
+}
+
+template <typename Req>
+grpc::Status MasterGrpcService::Authenticate(const grpc::CallbackServerContext& ctx,
+                                             const char* rpc, const Req& req, Caller* caller) {
+  if (auth_ == nullptr) return grpc::Status::OK;  // Caller::Kind::kAnyone
+  bool repeated = false;
+  std::optional<std::string_view> proof = MetadataValue(ctx, auth::kProofHeader, &repeated);
+  std::optional<std::string_view> session = MetadataValue(ctx, auth::kSessionHeader, &repeated);
+  if (repeated) {
+    return Refuse(rpc, AuthFailure::kMalformed,
+                  absl::UnauthenticatedError("a credential header is repeated"));
+  }
+  absl::StatusOr<auth::SessionCredential> credential;
+  if (session) credential = auth::ParseSessionCredential(*session);
+  if (session && !credential.ok()) {
+    return Refuse(rpc, AuthFailure::kMalformed,
+                  absl::UnauthenticatedError(
+                      absl::StrCat("malformed x-mc-session: ", credential.status().message())));
+  }
+  AuthFailure reason = AuthFailure::kMissing;
+  if constexpr (std::is_same_v<Req, v1::RegisterClientRequest>) {
+    if (!proof) {
+      return Refuse(rpc, AuthFailure::kMissing,
+                    absl::UnauthenticatedError("RegisterClient needs an x-mc-auth proof"));
+    }
+    absl::Status s = auth_->CheckProof(*proof, auth::ProofRole::kRegister, req.client_id(),
+                                       req.data_endpoint(), &reason);
+    if (!s.ok()) return Refuse(rpc, reason, s);
+    caller->kind = Caller::Kind::kRegistrant;
+    caller->client_id = req.client_id();
+    // The token of the session it replaces, if it names one of its own: checked against the
+    // live session under the registration lock (MetadataService::RegisterClient).
+    if (credential.ok() && credential->client_id == req.client_id()) {
+      caller->previous_token = std::move(credential->token);
+    }
+    return grpc::Status::OK;
+  } else {
+    if constexpr (std::is_same_v<Req, v1::GetStatusRequest>) {
+      if (proof) {
+        absl::StatusOr<auth::ParsedProof> parsed = auth::ParseProof(*proof);
+        absl::Status s =
+            parsed.ok() ? auth_->CheckProof(*proof, auth::ProofRole::kAdmin, parsed->id, "",
+                                            &reason)
+                        : absl::UnauthenticatedError(
+                              absl::StrCat("malformed x-mc-auth: ", parsed.status().message()));
+        if (!parsed.ok()) reason = AuthFailure::kMalformed;
+        if (!s.ok()) return Refuse(rpc, reason, s);
+        caller->kind = Caller::Kind::kAdmin;
+        caller->client_id = parsed->id;
+        return grpc::Status::OK;
+      }
+    }
+    if (!session) {
+      return Refuse(rpc, AuthFailure::kMissing,
+                    absl::UnauthenticatedError(absl::StrCat(
+                        rpc, " needs x-mc-session (register first)")));
+    }
+    std::optional<uint64_t> number = service_.SessionOf(credential->client_id, credential->token);
+    if (!number) {
+      return Refuse(rpc, AuthFailure::kUnknownSession,
+                    absl::UnauthenticatedError(
+                        "unknown or expired session (the master restarted or dropped this "
+                        "client): register again"));
+    }
+    if constexpr (requires { req.client_id(); }) {
+      if (!req.client_id().empty() && req.client_id() != credential->client_id) {
+        return Refuse(rpc, AuthFailure::kWrongClient,
+                      absl::PermissionDeniedError(
+                          "the request names another client than the caller's session"));
+      }
+    }
+    caller->kind = Caller::Kind::kClient;
+    caller->client_id = std::move(credential->client_id);
+    caller->session = *number;
+    return grpc::Status::OK;
+  }
+}
+
 template <typename Req, typename Resp>
 grpc::ServerUnaryReactor* MasterGrpcService::Serve(grpc::CallbackServerContext* ctx,
                                                    const char* rpc, const Req* req, Resp* resp,
                                                    Handler<Req, Resp> handler) {
   RpcScope scope(*this, rpc);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const size_t items = BatchItems(*req);
-  reactor->Finish(scope.Finish(items > max_batch_items_ ? TooMany(items, max_batch_items_)
-                                                        : (this->*handler)(req, resp)));
+  Caller caller;
+  grpc::Status status = Authenticate(*ctx, rpc, *req, &caller);
+  if (status.ok()) {
+    const size_t items = BatchItems(*req);
+    status = items > max_batch_items_ ? TooMany(items, max_batch_items_)
+                                      : (this->*handler)(caller, req, resp);
+  }
+  reactor->Finish(scope.Finish(std::move(status)));
   return reactor;
 }
 
@@ -92,8 +204,8 @@ MC_MASTER_SERVE(GetStatus)
 #undef MC_MASTER_SERVE
 
 MasterGrpcService::MasterGrpcService(MetadataService& service, MetricsRegistry& metrics,
-                                     size_t max_batch_items)
-    : service_(service), metrics_(metrics), max_batch_items_(max_batch_items) {
+                                     size_t max_batch_items, RpcAuthenticator* auth)
+    : service_(service), metrics_(metrics), max_batch_items_(max_batch_items), auth_(auth) {
   SetMessageAllocatorFor_GetReplicas(&get_replicas_alloc_);
   SetMessageAllocatorFor_ReleaseLeases(&release_leases_alloc_);
   SetMessageAllocatorFor_Exist(&exist_alloc_);
@@ -122,6 +234,13 @@ MasterGrpcService::RpcMetrics& MasterGrpcService::MetricsFor(const char* rpc) {
 }
 
 namespace {
+
+// The client a handler acts as: the authenticated caller, or with authentication off whatever
+// the request says.
+template <typename Req>
+const std::string& Self(const Caller& caller, const Req& req) {
+  return caller.authenticated() ? caller.client_id : req.client_id();
+}
 
 v1::Tier ToProtoTier(ReplicaTier tier) {
   return tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK;
@@ -200,64 +319,69 @@ std::vector<DiskReplicaItem> DiskItems(
 
 }  // namespace
 
-grpc::Status MasterGrpcService::DoRegisterClient(const v1::RegisterClientRequest* req,
+grpc::Status MasterGrpcService::DoRegisterClient(const Caller& caller, const v1::RegisterClientRequest* req,
                                                  v1::RegisterClientResponse* resp) {
-  ClientInfo info{
-      req->client_id(), req->host(), req->data_endpoint(), 0, req->disk_capacity(),
-      req->disk_used(), 0};
+  ClientInfo info;
+  info.client_id = Self(caller, *req);
+  info.host = req->host();
+  info.endpoint = req->data_endpoint();
+  info.disk_capacity = req->disk_capacity();
+  info.disk_used = req->disk_used();
   std::vector<uint64_t> sizes;
   for (const auto& seg : req->segments()) sizes.push_back(seg.size());
-  auto reg = service_.RegisterClient(info, sizes);
+  const bool bound = caller.kind == Caller::Kind::kRegistrant;
+  auto reg = service_.RegisterClient(info, sizes, RegistrationAuth{bound, caller.previous_token});
   if (!reg.ok()) return ToGrpcStatus(reg.status());
   resp->set_session(reg->session);
+  if (bound) resp->set_session_token(reg->token);
   for (uint64_t id : reg->segment_ids) resp->add_segment_ids(id);
   resp->set_heartbeat_interval_ms(service_.options().heartbeat_interval_ms);
   resp->set_client_ttl_ms(service_.options().client_ttl_ms);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoHeartbeat(const v1::HeartbeatRequest* req,
+grpc::Status MasterGrpcService::DoHeartbeat(const Caller& caller, const v1::HeartbeatRequest* req,
                                             v1::HeartbeatResponse* resp) {
-  resp->set_known(service_.Heartbeat(req->client_id(), req->session(), req->disk_used()));
+  resp->set_known(service_.Heartbeat(Self(caller, *req), req->session(), req->disk_used()));
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoUnregisterClient(const v1::UnregisterClientRequest* req,
+grpc::Status MasterGrpcService::DoUnregisterClient(const Caller& caller, const v1::UnregisterClientRequest* req,
                                                    v1::UnregisterClientResponse*) {
-  return ToGrpcStatus(service_.UnregisterClient(req->client_id(), req->session()));
+  return ToGrpcStatus(service_.UnregisterClient(Self(caller, *req), req->session()));
 }
 
-grpc::Status MasterGrpcService::DoPutStart(const v1::PutStartRequest* req,
+grpc::Status MasterGrpcService::DoPutStart(const Caller& caller, const v1::PutStartRequest* req,
                                            v1::PutStartResponse* resp) {
   std::vector<PutStartItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.size()});
-  AddPlacements(service_.PutStart(req->client_id(), items, req->replicas()),
+  AddPlacements(service_.PutStart(Self(caller, *req), items, req->replicas()),
                 service_.options().put_timeout_ms / 2, resp);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoPutEnd(const v1::PutEndRequest* req, v1::PutEndResponse* resp) {
+grpc::Status MasterGrpcService::DoPutEnd(const Caller& caller, const v1::PutEndRequest* req, v1::PutEndResponse* resp) {
   std::vector<PutEndItem> items;
   for (const auto& item : req->items()) {
     items.push_back({item.key(), item.generation(), item.checksum()});
   }
-  AddResults(service_.PutEnd(req->client_id(), items), resp);
+  AddResults(service_.PutEnd(Self(caller, *req), items), resp);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoPutRevoke(const v1::PutRevokeRequest* req,
+grpc::Status MasterGrpcService::DoPutRevoke(const Caller& caller, const v1::PutRevokeRequest* req,
                                             v1::PutRevokeResponse* resp) {
   std::vector<PutRevokeItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
-  AddResults(service_.PutRevoke(req->client_id(), items), resp);
+  AddResults(service_.PutRevoke(Self(caller, *req), items), resp);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
+grpc::Status MasterGrpcService::DoGetReplicas(const Caller& caller, const v1::GetReplicasRequest* req,
                                               v1::GetReplicasResponse* resp) {
   // Releases first, whatever becomes of the lookup: they stand for earlier, finished reads.
   for (const v1::ReleaseLeasesRequest& release : req->releases()) {
-    service_.ReleaseLeases(release.lease_id(), Keys(release.keys()));
+    service_.ReleaseLeases(release.lease_id(), Keys(release.keys()), caller.session);
   }
   if (req->count_only() && !(req->stop_at_first_miss() && req->no_lease())) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -267,7 +391,8 @@ grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
                         .stop_at_first_miss = req->stop_at_first_miss(),
                         .grant_lease = !req->no_lease(),
                         .with_replicas = !req->count_only(),
-                        .touch = !req->count_only()};
+                        .touch = !req->count_only(),
+                        .lease_owner = caller.session};
   absl::StatusOr<std::vector<std::string_view>> keys = RequestKeys(*req);
   if (!keys.ok()) return ToGrpcStatus(keys.status());
   LookupBatch batch = service_.GetReplicas(*keys, options);
@@ -288,47 +413,48 @@ grpc::Status MasterGrpcService::DoGetReplicas(const v1::GetReplicasRequest* req,
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoReleaseLeases(const v1::ReleaseLeasesRequest* req,
+grpc::Status MasterGrpcService::DoReleaseLeases(const Caller& caller, const v1::ReleaseLeasesRequest* req,
                                                 v1::ReleaseLeasesResponse* resp) {
-  resp->set_released(service_.ReleaseLeases(req->lease_id(), Keys(req->keys())));
+  resp->set_released(
+      service_.ReleaseLeases(req->lease_id(), Keys(req->keys()), caller.session));
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoExist(const v1::ExistRequest* req, v1::ExistResponse* resp) {
+grpc::Status MasterGrpcService::DoExist(const Caller&, const v1::ExistRequest* req, v1::ExistResponse* resp) {
   for (bool e : service_.Exist(Keys(req->keys()))) resp->add_exists(e);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoRemove(const v1::RemoveRequest* req, v1::RemoveResponse* resp) {
+grpc::Status MasterGrpcService::DoRemove(const Caller&, const v1::RemoveRequest* req, v1::RemoveResponse* resp) {
   AddResults(service_.Remove(Keys(req->keys())), resp);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoAddDiskReplicas(const v1::AddDiskReplicasRequest* req,
+grpc::Status MasterGrpcService::DoAddDiskReplicas(const Caller& caller, const v1::AddDiskReplicasRequest* req,
                                                   v1::AddDiskReplicasResponse* resp) {
-  AddResults(service_.AddDiskReplicas(req->client_id(), DiskItems(req->items()), req->recovered(),
+  AddResults(service_.AddDiskReplicas(Self(caller, *req), DiskItems(req->items()), req->recovered(),
                                       DiskItems(req->failed())),
              resp);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoRemoveDiskReplicas(const v1::RemoveDiskReplicasRequest* req,
+grpc::Status MasterGrpcService::DoRemoveDiskReplicas(const Caller& caller, const v1::RemoveDiskReplicasRequest* req,
                                                      v1::RemoveDiskReplicasResponse* resp) {
-  AddResults(service_.RemoveDiskReplicas(req->client_id(), DiskItems(req->items()), req->corrupt()),
+  AddResults(service_.RemoveDiskReplicas(Self(caller, *req), DiskItems(req->items()), req->corrupt()),
              resp);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoPromoteStart(const v1::PromoteStartRequest* req,
+grpc::Status MasterGrpcService::DoPromoteStart(const Caller& caller, const v1::PromoteStartRequest* req,
                                                v1::PromoteStartResponse* resp) {
   std::vector<PutRevokeItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
-  AddPlacements(service_.PromoteStart(req->client_id(), items),
+  AddPlacements(service_.PromoteStart(Self(caller, *req), items),
                 service_.options().put_timeout_ms / 2, resp);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoPromoteEnd(const v1::PromoteEndRequest* req,
+grpc::Status MasterGrpcService::DoPromoteEnd(const Caller& caller, const v1::PromoteEndRequest* req,
                                              v1::PromoteEndResponse* resp) {
   std::vector<PutRevokeItem> items;
   std::vector<bool> written;
@@ -336,14 +462,14 @@ grpc::Status MasterGrpcService::DoPromoteEnd(const v1::PromoteEndRequest* req,
     items.push_back({item.key(), item.generation()});
     written.push_back(item.written());
   }
-  AddResults(service_.PromoteEnd(req->client_id(), items, written), resp);
+  AddResults(service_.PromoteEnd(Self(caller, *req), items, written), resp);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoTakeOffloadTasks(const v1::TakeOffloadTasksRequest* req,
+grpc::Status MasterGrpcService::DoTakeOffloadTasks(const Caller& caller, const v1::TakeOffloadTasksRequest* req,
                                                    v1::TakeOffloadTasksResponse* resp) {
   size_t max = req->max_tasks() == 0 ? 64 : std::min<size_t>(req->max_tasks(), max_batch_items_);
-  auto tasks = service_.TakeOffloadTasks(req->client_id(), req->session(), max);
+  auto tasks = service_.TakeOffloadTasks(Self(caller, *req), req->session(), max);
   if (!tasks.ok()) return ToGrpcStatus(tasks.status());
   for (const OffloadTask& t : *tasks) {
     v1::OffloadTask* out = resp->add_tasks();
@@ -359,7 +485,7 @@ grpc::Status MasterGrpcService::DoTakeOffloadTasks(const v1::TakeOffloadTasksReq
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoGetStatus(const v1::GetStatusRequest*,
+grpc::Status MasterGrpcService::DoGetStatus(const Caller&, const v1::GetStatusRequest*,
                                             v1::GetStatusResponse* resp) {
   MasterSnapshot snap = service_.Snapshot();
   resp->set_status_line(service_.StatusLine());

@@ -1,5 +1,9 @@
 // MasterGrpcService: the Master gRPC service as thin handlers (proto in -> MetadataService call
 // -> proto out), with per-RPC request/failure counters and latency histograms.
+// With an RpcAuthenticator, every call is first bound to its caller (docs/security-master.md):
+// RegisterClient to a registration proof, GetStatus to an admin proof or a session, every other
+// call to a live session's token, and the handlers then act as that caller only (a request's
+// client_id naming another client answers PERMISSION_DENIED). Refused calls change nothing.
 // Thread-safe (gRPC calls handlers concurrently; MetadataService is thread-safe).
 #pragma once
 
@@ -13,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "master/metadata_service.h"
+#include "master/rpc_auth.h"
 #include "mcstore/v1/master.grpc.pb.h"
 
 namespace mc::master {
@@ -22,7 +27,9 @@ namespace mc::master {
 // saves a thread switch per RPC (measured in bench/README.md).
 class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
  public:
-  MasterGrpcService(MetadataService& service, MetricsRegistry& metrics, size_t max_batch_items);
+  // `auth` (borrowed, may be null): null serves every call unauthenticated (--auth=false).
+  MasterGrpcService(MetadataService& service, MetricsRegistry& metrics, size_t max_batch_items,
+                    RpcAuthenticator* auth = nullptr);
 
   // Each RPC: counted and timed, checked against the batch limit, then handled by Do<Rpc>.
 #define MC_MASTER_UNARY(Rpc)                                          \
@@ -47,41 +54,47 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   MC_MASTER_UNARY(GetStatus)
 #undef MC_MASTER_UNARY
 
-  // The handlers proper, without metrics or the batch limit (tests/fakes/fake_master_client.h
-  // calls them directly).
-  grpc::Status DoRegisterClient(const mcstore::v1::RegisterClientRequest* req,
+  // The handlers proper, without metrics, authentication or the batch limit, acting as `caller`
+  // (tests/fakes/fake_master_client.h calls them directly with Caller{}: the request's client_id
+  // is then taken as is).
+  grpc::Status DoRegisterClient(const Caller& caller, const mcstore::v1::RegisterClientRequest* req,
                                 mcstore::v1::RegisterClientResponse* resp);
-  grpc::Status DoHeartbeat(const mcstore::v1::HeartbeatRequest* req,
+  grpc::Status DoHeartbeat(const Caller& caller, const mcstore::v1::HeartbeatRequest* req,
                            mcstore::v1::HeartbeatResponse* resp);
-  grpc::Status DoUnregisterClient(const mcstore::v1::UnregisterClientRequest* req,
+  grpc::Status DoUnregisterClient(const Caller& caller, const mcstore::v1::UnregisterClientRequest* req,
                                   mcstore::v1::UnregisterClientResponse* resp);
-  grpc::Status DoPutStart(const mcstore::v1::PutStartRequest* req,
+  grpc::Status DoPutStart(const Caller& caller, const mcstore::v1::PutStartRequest* req,
                           mcstore::v1::PutStartResponse* resp);
-  grpc::Status DoPutEnd(const mcstore::v1::PutEndRequest* req, mcstore::v1::PutEndResponse* resp);
-  grpc::Status DoPutRevoke(const mcstore::v1::PutRevokeRequest* req,
+  grpc::Status DoPutEnd(const Caller& caller, const mcstore::v1::PutEndRequest* req, mcstore::v1::PutEndResponse* resp);
+  grpc::Status DoPutRevoke(const Caller& caller, const mcstore::v1::PutRevokeRequest* req,
                            mcstore::v1::PutRevokeResponse* resp);
-  grpc::Status DoGetReplicas(const mcstore::v1::GetReplicasRequest* req,
+  grpc::Status DoGetReplicas(const Caller& caller, const mcstore::v1::GetReplicasRequest* req,
                              mcstore::v1::GetReplicasResponse* resp);
-  grpc::Status DoReleaseLeases(const mcstore::v1::ReleaseLeasesRequest* req,
+  grpc::Status DoReleaseLeases(const Caller& caller, const mcstore::v1::ReleaseLeasesRequest* req,
                                mcstore::v1::ReleaseLeasesResponse* resp);
-  grpc::Status DoExist(const mcstore::v1::ExistRequest* req, mcstore::v1::ExistResponse* resp);
-  grpc::Status DoRemove(const mcstore::v1::RemoveRequest* req, mcstore::v1::RemoveResponse* resp);
-  grpc::Status DoAddDiskReplicas(const mcstore::v1::AddDiskReplicasRequest* req,
+  grpc::Status DoExist(const Caller& caller, const mcstore::v1::ExistRequest* req, mcstore::v1::ExistResponse* resp);
+  grpc::Status DoRemove(const Caller& caller, const mcstore::v1::RemoveRequest* req, mcstore::v1::RemoveResponse* resp);
+  grpc::Status DoAddDiskReplicas(const Caller& caller, const mcstore::v1::AddDiskReplicasRequest* req,
                                  mcstore::v1::AddDiskReplicasResponse* resp);
-  grpc::Status DoRemoveDiskReplicas(const mcstore::v1::RemoveDiskReplicasRequest* req,
+  grpc::Status DoRemoveDiskReplicas(const Caller& caller, const mcstore::v1::RemoveDiskReplicasRequest* req,
                                     mcstore::v1::RemoveDiskReplicasResponse* resp);
-  grpc::Status DoPromoteStart(const mcstore::v1::PromoteStartRequest* req,
+  grpc::Status DoPromoteStart(const Caller& caller, const mcstore::v1::PromoteStartRequest* req,
                               mcstore::v1::PromoteStartResponse* resp);
-  grpc::Status DoPromoteEnd(const mcstore::v1::PromoteEndRequest* req,
+  grpc::Status DoPromoteEnd(const Caller& caller, const mcstore::v1::PromoteEndRequest* req,
                             mcstore::v1::PromoteEndResponse* resp);
-  grpc::Status DoTakeOffloadTasks(const mcstore::v1::TakeOffloadTasksRequest* req,
+  grpc::Status DoTakeOffloadTasks(const Caller& caller, const mcstore::v1::TakeOffloadTasksRequest* req,
                                   mcstore::v1::TakeOffloadTasksResponse* resp);
-  grpc::Status DoGetStatus(const mcstore::v1::GetStatusRequest* req,
+  grpc::Status DoGetStatus(const Caller& caller, const mcstore::v1::GetStatusRequest* req,
                            mcstore::v1::GetStatusResponse* resp);
 
  private:
   template <typename Req, typename Resp>
-  using Handler = grpc::Status (MasterGrpcService::*)(const Req*, Resp*);
+  using Handler = grpc::Status (MasterGrpcService::*)(const Caller&, const Req*, Resp*);
+  // Binds the call to its caller (see the header comment); counts and logs a refusal.
+  template <typename Req>
+  grpc::Status Authenticate(const grpc::CallbackServerContext& ctx, const char* rpc,
+                            const Req& req, Caller* caller);
+  grpc::Status Refuse(const char* rpc, AuthFailure reason, const absl::Status& why);
   template <typename Req, typename Resp>
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const char* rpc, const Req* req,
                                   Resp* resp, Handler<Req, Resp> handler);
@@ -119,6 +132,7 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   MetadataService& service_;
   MetricsRegistry& metrics_;
   const size_t max_batch_items_;
+  RpcAuthenticator* const auth_;
   absl::Mutex rpc_metrics_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<RpcMetrics>> rpc_metrics_
       ABSL_GUARDED_BY(rpc_metrics_mu_);

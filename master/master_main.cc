@@ -44,6 +44,14 @@ ABSL_FLAG(bool, auth, true,
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "the cluster secret file shared by mc-master, every mc-client and mc-admin (mode 0600; "
           "`mc-admin gen-secret FILE` makes one); needed unless --auth=false");
+ABSL_FLAG(int64_t, auth_max_clock_skew_ms, 60000,
+          "a registration or admin proof is accepted while its time is within this of the "
+          "master's clock (either way); its nonce is remembered for twice this");
+ABSL_FLAG(uint64_t, auth_replay_cache_entries, 100000,
+          "most proof nonces remembered against replay; more proofs inside one window are refused");
+ABSL_FLAG(int64_t, client_takeover_after_ms, 3000,
+          "with --auth: a registration for a client id whose live session it cannot prove its own "
+          "(a restarted daemon) waits until that session has missed heartbeats this long");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -81,7 +89,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--http_* limits must be >= 1\n");
     return 2;
   }
+  opts.rpc_auth.max_clock_skew_ms = absl::GetFlag(FLAGS_auth_max_clock_skew_ms);
+  opts.rpc_auth.replay_cache_entries = absl::GetFlag(FLAGS_auth_replay_cache_entries);
+  if (opts.rpc_auth.max_clock_skew_ms < 1 || opts.rpc_auth.replay_cache_entries < 1) {
+    std::fprintf(stderr, "--auth_max_clock_skew_ms and --auth_replay_cache_entries must be >= 1\n");
+    return 2;
+  }
   mc::master::MasterOptions& m = opts.master;
+  m.client_takeover_after_ms = absl::GetFlag(FLAGS_client_takeover_after_ms);
   m.lease_ttl_ms = absl::GetFlag(FLAGS_lease_ttl_ms);
   m.max_lease_ttl_ms = absl::GetFlag(FLAGS_max_lease_ttl_ms);
   m.client_ttl_ms = absl::GetFlag(FLAGS_client_ttl_ms);

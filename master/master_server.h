@@ -18,6 +18,7 @@
 #include "common/metrics.h"
 #include "master/grpc_service.h"
 #include "master/metadata_service.h"
+#include "master/rpc_auth.h"
 
 namespace grpc {
 class Server;
@@ -33,9 +34,10 @@ struct MasterServerOptions {
   size_t max_batch_items = 100'000;        // per batched RPC
   int max_message_bytes = 256 << 20;
   MasterOptions master;
-  AdminServerOptions admin;
+  AdminServerOptions admin;  // limits; host, port and metrics come from `http`
   // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).
-  auth::ClusterKeysPtr cluster_keys;  // limits; host, port and metrics come from `http`
+  auth::ClusterKeysPtr cluster_keys;
+  RpcAuthOptions rpc_auth;  // proof time window and replay cache (with cluster_keys only)
 };
 
 class MasterServer {
@@ -59,6 +61,7 @@ class MasterServer {
   const MasterServerOptions options_;
   MetricsRegistry metrics_;
   std::unique_ptr<MetadataService> service_;
+  std::unique_ptr<RpcAuthenticator> rpc_auth_;  // null: unauthenticated
   std::unique_ptr<MasterGrpcService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<AdminServer> admin_;

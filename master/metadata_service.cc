@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/auth.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -92,7 +93,18 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
           "mc_objects_lost_total",
           "Acknowledged objects dropped with their last copy, by reason (every tier that could "
           "hold them was full, failing or absent)",
-          {{"reason", "corrupt"}})) {}
+          {{"reason", "corrupt"}})),
+      registrations_refused_(metrics.GetCounter(
+          "mc_master_registrations_refused_total",
+          "Registrations refused because their client id has a live session that they did not "
+          "prove to be theirs (client_takeover_after_ms not yet passed)")),
+      lease_releases_refused_(metrics.GetCounter(
+          "mc_master_lease_releases_refused_total",
+          "Lease releases that named another caller's lease (nothing released)")),
+      disk_reports_refused_(metrics.GetCounter(
+          "mc_master_disk_reports_refused_total",
+          "Recovered DISK records refused because the master knows the key with another "
+          "generation, length or checksum (the known object is kept)")) {}
 
 bool MetadataService::DiskCapable(const std::string& client_id) const {
   std::optional<ClientInfo> info = clients_.Get(client_id);
@@ -119,7 +131,8 @@ absl::Status MetadataService::ValidateKey(std::string_view key) const {
 }
 
 absl::StatusOr<Registration> MetadataService::RegisterClient(
-    const ClientInfo& info, const std::vector<uint64_t>& segment_sizes) {
+    const ClientInfo& info, const std::vector<uint64_t>& segment_sizes,
+    const RegistrationAuth& auth) {
   if (info.client_id.empty()) return McError(Code::kInvalidArgument, "empty client id");
   if (segment_sizes.size() > options_.max_segments_per_client) {
     return McError(Code::kInvalidArgument,
@@ -147,7 +160,27 @@ absl::StatusOr<Registration> MetadataService::RegisterClient(
   }
   bool replaced = false;
   absl::MutexLock membership(&membership_mu_);
-  if (clients_.IsAlive(info.client_id)) CleanupClient(info.client_id);
+  std::optional<ClientInfo> live = clients_.Get(info.client_id);
+  if (live && auth.bound && !auth::ConstantTimeEqual(auth.previous_token, live->token)) {
+    // Registrations are serialized here, so the session checked is the one replaced below.
+    const int64_t silent_ms = clock_.NowMs() - live->last_heartbeat_ms;
+    if (silent_ms < options_.client_takeover_after_ms) {
+      registrations_refused_.Inc();
+      MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                   "registration of client {} refused: a live session holds the id (last "
+                   "heartbeat {} ms ago); allowed once it is silent for {} ms",
+                   info.client_id, silent_ms, options_.client_takeover_after_ms);
+      return McError(Code::kUnavailable,
+                     absl::StrCat("client id '", info.client_id,
+                                  "' is held by a live session (last heartbeat ", silent_ms,
+                                  " ms ago); a new daemon with this id may register once that "
+                                  "session has been silent for ",
+                                  options_.client_takeover_after_ms, " ms: retry"));
+    }
+    Log().warn("client {}: a new registration takes over its session, silent for {} ms",
+               info.client_id, silent_ms);
+  }
+  if (live) CleanupClient(info.client_id);
   // Registrations are serialized by membership_mu_, so the total cannot change under us.
   CheckedSum total(segments_.Stats().capacity);
   total.Add(client_capacity.value());
@@ -157,7 +190,9 @@ absl::StatusOr<Registration> MetadataService::RegisterClient(
                                 "'s segments would overflow the cluster's capacity total"));
   }
   Registration reg;
-  reg.session = clients_.Register(info, &replaced);
+  ClientInfo entry = clients_.Register(info, &replaced);
+  reg.session = entry.session;
+  reg.token = std::move(entry.token);
   for (uint64_t size : segment_sizes) {
     reg.segment_ids.push_back(segments_.AddSegment(info.client_id, info.endpoint, size));
   }
@@ -365,28 +400,23 @@ std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
       ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
         shard.mu.AssertHeld();
         auto it = shard.objects.find(AsKey(items[i].key));
-        if (it == shard.objects.end()) {
-          return McError(Code::kNotFound, "no pending put (revoked or timed out?)");
+        // Generations are never reused, so a put whose generation the key no longer holds is
+        // gone: revoked (its replica's client died, or it timed out) and the key put again
+        // since. Another writer's put is answered the same way, and neither answer tells the
+        // key's current generation: a put is ended or revoked only by the client that started
+        // it (PutRevoke answers the same).
+        if (it == shard.objects.end() || it->second.generation != items[i].generation ||
+            it->second.writer_client != client_id) {
+          return McError(Code::kNotFound,
+                         "no pending put of this key and generation by this client (revoked "
+                         "or timed out?)");
         }
         Object& object = it->second;
-        if (object.generation != items[i].generation) {
-          // Generations are never reused, so the put of items[i].generation is gone: revoked (its
-          // replica's client died, or it timed out) and the key put again since, by this writer or
-          // another. That is the missing case above, not a bad request (PutRevoke answers the
-          // same).
-          return McError(Code::kNotFound,
-                         absl::StrCat("no pending put of generation ", items[i].generation,
-                                      " (revoked or timed out); the key now holds generation ",
-                                      object.generation));
-        }
         if (object.state == ObjectState::kComplete) {
           if (object.checksum != items[i].checksum) {
             return McError(Code::kInvalidArgument, "put already ended with another checksum");
           }
           return absl::OkStatus();
-        }
-        if (object.writer_client != client_id) {
-          return McError(Code::kInvalidArgument, "put was started by another client");
         }
         // A replica's holder was dropped while the put was pending (its replica went with it):
         // never answer OK for fewer replicas than asked. The put fails; the caller may retry.
@@ -423,12 +453,13 @@ std::vector<absl::Status> MetadataService::PutRevoke(const std::string& client_i
       ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
         shard.mu.AssertHeld();
         auto it = shard.objects.find(AsKey(items[i].key));
-        if (it == shard.objects.end() || it->second.generation != items[i].generation) {
-          return McError(Code::kNotFound, "no pending put of this generation");
+        if (it == shard.objects.end() || it->second.generation != items[i].generation ||
+            it->second.writer_client != client_id) {
+          return McError(Code::kNotFound, "no pending put of this generation by this client");
         }
         Object& object = it->second;
-        if (object.state != ObjectState::kPending || object.writer_client != client_id) {
-          return McError(Code::kInvalidArgument, "only the writer may revoke a pending put");
+        if (object.state != ObjectState::kPending) {
+          return McError(Code::kInvalidArgument, "the put has ended: remove the key instead");
         }
         for (const Replica& r : object.replicas) {
           if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);

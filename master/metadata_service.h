@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,13 +56,27 @@ struct MasterOptions {
   uint64_t max_segment_size = 1ull << 46;  // 64 TiB
   size_t max_segments_per_client = 256;
   int sync_eviction_rounds = 8;         // PutStart evicts and retries this often before NO_SPACE
+  // Authenticated registrations only (RegistrationAuth::bound): a registration for an id with a
+  // live session that does not present that session's token (a restarted daemon, or a second
+  // daemon configured with the same --client_id) replaces it only once the session has been
+  // silent (no heartbeat) this long; until then it is refused UNAVAILABLE and the daemon retries.
+  int64_t client_takeover_after_ms = 3000;
   EvictorOptions eviction;
   OffloadPlannerOptions offload;
 };
 
 struct Registration {
   uint64_t session = 0;
+  std::string token;  // the session's bearer token (ClientRegistry)
   std::vector<uint64_t> segment_ids;
+};
+
+// How a registration was authenticated (MasterGrpcService). bound=false (authentication off,
+// or the in-process tests): a registration replaces a live session of the same id at once, as
+// it always did.
+struct RegistrationAuth {
+  bool bound = false;
+  std::string previous_token;  // the live session's token, when the caller presented one
 };
 
 struct PutStartItem {
@@ -93,6 +108,9 @@ struct LookupOptions {
   // A read: moves the found keys to the LRU front. A count-only probe (unleased MatchPrefix)
   // is not a read, as Exist is not: it leaves recency alone.
   bool touch = true;
+  // Who owns the leases granted (the caller's session; 0 = nobody in particular, authentication
+  // off): only the same owner releases them (ReleaseLeases).
+  uint64_t lease_owner = 0;
 };
 struct LookupOutcome {
   absl::Status status;
@@ -130,9 +148,16 @@ class MetadataService {
  public:
   MetadataService(MasterOptions options, const Clock& clock, MetricsRegistry& metrics);
 
-  // Clients. Re-registering an id drops everything its previous session owned.
+  // Clients. Re-registering an id drops everything its previous session owned. With
+  // `auth.bound`, a live session of the id is replaced only under the takeover rule
+  // (MasterOptions::client_takeover_after_ms); otherwise UNAVAILABLE, counted.
   absl::StatusOr<Registration> RegisterClient(const ClientInfo& info,
-                                              const std::vector<uint64_t>& segment_sizes);
+                                              const std::vector<uint64_t>& segment_sizes,
+                                              const RegistrationAuth& auth = {});
+  // The session of `client_id` whose token is `token`, if it is live.
+  std::optional<uint64_t> SessionOf(const std::string& client_id, std::string_view token) const {
+    return clients_.SessionOf(client_id, token);
+  }
   bool Heartbeat(const std::string& client_id, uint64_t session, uint64_t disk_used);
   absl::Status UnregisterClient(const std::string& client_id, uint64_t session);
 
@@ -147,7 +172,10 @@ class MetadataService {
 
   // Reads.
   LookupBatch GetReplicas(const std::vector<std::string_view>& keys, const LookupOptions& options);
-  size_t ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys);
+  // Ends lease `lease_id` on `keys` where `owner` granted it (LookupOptions::lease_owner); a
+  // lease of another owner stays and is counted (mc_master_lease_releases_refused_total).
+  size_t ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys,
+                       uint64_t owner = 0);
   std::vector<bool> Exist(const std::vector<std::string_view>& keys);
   std::vector<absl::Status> Remove(const std::vector<std::string_view>& keys);
 
@@ -245,7 +273,6 @@ class MetadataService {
   // that re-registers while its expiry is being cleaned up never loses its new segments.
   absl::Mutex membership_mu_;
   std::atomic<uint64_t> next_generation_;
-  std::atomic<uint64_t> next_lease_id_{1};
   std::atomic<int64_t> last_kick_ms_{std::numeric_limits<int64_t>::min()};
   Counter& leases_granted_;
   Counter& leases_expired_;
@@ -258,6 +285,9 @@ class MetadataService {
   Counter& offload_failures_;
   Counter& corrupt_records_;
   Counter& corrupt_lost_;
+  Counter& registrations_refused_;
+  Counter& lease_releases_refused_;
+  Counter& disk_reports_refused_;
 };
 
 }  // namespace mc::master

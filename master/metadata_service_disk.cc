@@ -73,10 +73,15 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
         continue;
       }
       Object& object = it->second;
+      // A report about a key the master knows never changes that object: a record of another
+      // generation, length or checksum is refused (counted when recovered: the record is stale
+      // or forged; the known object is kept).
       if (object.generation != item.generation || object.state != ObjectState::kComplete) {
         out[i] = McError(Code::kNotFound, "superseded by another generation of the key");
+        if (recovered) disk_reports_refused_.Inc();
       } else if (object.size != item.length || object.checksum != item.checksum) {
         out[i] = McError(Code::kInvalidArgument, "record length or checksum differ from the object");
+        if (recovered) disk_reports_refused_.Inc();
       } else if (!object.HasDiskReplicaOn(client_id)) {
         object.replicas.push_back(std::move(replica));
       }

@@ -3,6 +3,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/auth.h"
 #include "common/status.h"
 #include "master/metadata_service.h"
 
@@ -15,7 +16,10 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
   int64_t ttl = options.lease_ttl_ms > 0 ? options.lease_ttl_ms : options_.lease_ttl_ms;
   ttl = std::min(ttl, options_.max_lease_ttl_ms);
   batch.lease_ttl_ms = options.grant_lease ? ttl : 0;
-  uint64_t lease_id = options.grant_lease ? next_lease_id_.fetch_add(1) : 0;
+  // Random (CSPRNG), never 0: a lease id is not a capability (releases also need the owner) but
+  // must not be guessable either. Two live ids collide with probability ~2^-64.
+  uint64_t lease_id = 0;
+  while (options.grant_lease && lease_id == 0) lease_id = auth::RandomU64();
   batch.lease_id = lease_id;
   // Input checks in request order: a repeated key is the caller's bug (it must dedupe).
   absl::flat_hash_set<absl::string_view> seen;
@@ -66,7 +70,7 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
         if (options.touch) shard.Touch(object, now);
         if (options.grant_lease) {
           expired += object.PruneLeases(now);
-          object.leases.push_back({lease_id, now + ttl});
+          object.leases.push_back({lease_id, now + ttl, options.lease_owner});
           if (!object.lease_indexed) {
             shard.leased.insert(object.key);
             object.lease_indexed = true;
@@ -94,15 +98,19 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
       for (size_t i = matched + 1; i < looked_up; ++i) {
         if (batch.results[i].status.ok()) beyond.push_back(keys[i]);
       }
-      if (options.grant_lease && !beyond.empty()) ReleaseLeases(lease_id, beyond);
+      if (options.grant_lease && !beyond.empty()) {
+        ReleaseLeases(lease_id, beyond, options.lease_owner);
+      }
       batch.results.resize(matched + 1);
     }
   }
   return batch;
 }
 
-size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys) {
+size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys,
+                                      uint64_t owner) {
   size_t released = 0;
+  size_t refused = 0;
   uint64_t expired = 0;
   int64_t now = clock_.NowMs();
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
@@ -112,10 +120,15 @@ size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::
       if (it == shard.objects.end()) return;
       // Expired leases go first (counted as expired), so releasing one is not lost silently.
       expired += it->second.PruneLeases(now);
-      if (it->second.ReleaseLease(lease_id, now)) ++released;
+      switch (it->second.ReleaseLease(lease_id, owner, now)) {
+        case LeaseRelease::kReleased: ++released; break;
+        case LeaseRelease::kNotOwner: ++refused; break;
+        case LeaseRelease::kNotHeld: break;
+      }
     });
   });
   leases_released_.Inc(released);
+  if (refused > 0) lease_releases_refused_.Inc(refused);
   leases_expired_.Inc(expired);
   return released;
 }

@@ -15,14 +15,15 @@ bool Object::HasLiveLease(int64_t now_ms) const {
                      [now_ms](const Lease& l) { return l.expiry_ms > now_ms; });
 }
 
-bool Object::ReleaseLease(uint64_t id, int64_t now_ms) {
+LeaseRelease Object::ReleaseLease(uint64_t id, uint64_t owner, int64_t now_ms) {
   for (size_t i = 0; i < leases.size(); ++i) {
     if (leases[i].id != id) continue;
+    if (leases[i].owner != owner) return LeaseRelease::kNotOwner;
     bool live = leases[i].expiry_ms > now_ms;
     leases.erase(leases.begin() + i);
-    return live;
+    return live ? LeaseRelease::kReleased : LeaseRelease::kNotHeld;
   }
-  return false;
+  return LeaseRelease::kNotHeld;
 }
 
 bool Object::HasMemoryReplica() const {

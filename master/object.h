@@ -28,7 +28,10 @@ struct Replica {
 struct Lease {
   uint64_t id = 0;
   int64_t expiry_ms = 0;
+  uint64_t owner = 0;  // the granting caller's session (0: authentication off)
 };
+
+enum class LeaseRelease { kReleased, kNotHeld, kNotOwner };
 
 struct Object {
   // Fields a lookup reads or writes come first: with the table's key before them they share the
@@ -65,8 +68,9 @@ struct Object {
   // Drops expired leases; returns how many.
   size_t PruneLeases(int64_t now_ms);
   bool HasLiveLease(int64_t now_ms) const;
-  // Ends lease `id`; true when it was live.
-  bool ReleaseLease(uint64_t id, int64_t now_ms);
+  // Ends lease `id` if `owner` holds it: kReleased when it was live, kNotHeld when there is no
+  // such lease (or it had expired), kNotOwner (nothing changes) when another owner holds it.
+  LeaseRelease ReleaseLease(uint64_t id, uint64_t owner, int64_t now_ms);
   bool HasMemoryReplica() const;
   bool HasDiskReplicaOn(const std::string& client_id) const;
   bool HasDiskReplica() const;

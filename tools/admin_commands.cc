@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/auth.h"
+#include "common/master_credentials.h"
 #include "common/util.h"
 
 namespace mc::tools {
@@ -103,6 +104,10 @@ bool WriteFile(const std::string& path, const char* data, uint64_t size) {
 int CmdStatus(const AdminContext& ctx) {
   grpc::ClientContext c;
   SetDeadline(&c, ctx);
+  if (ctx.cluster_keys) {  // a read-only admin proof (docs/security-master.md)
+    c.AddMetadata(auth::kProofHeader, auth::MakeProof(*ctx.cluster_keys, auth::ProofRole::kAdmin,
+                                                      "mc-admin", "", auth::UnixNowMs()));
+  }
   v1::GetStatusResponse resp;
   grpc::Status s = ctx.master->GetStatus(&c, v1::GetStatusRequest(), &resp);
   if (!s.ok()) return RpcFailed(ctx, "GetStatus", s);

@@ -75,24 +75,24 @@ class FakeMasterClient final : public MasterClient {
 
   absl::Status RegisterClient(const v1::RegisterClientRequest& req,
                               v1::RegisterClientResponse* resp) override {
-    return Forward(Rpc::kRegisterClient, [&] { return grpc_->DoRegisterClient(&req, resp); });
+    return Forward(Rpc::kRegisterClient, [&] { return grpc_->DoRegisterClient(master::Caller{}, &req, resp); });
   }
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
-    return Forward(Rpc::kHeartbeat, [&] { return grpc_->DoHeartbeat(&req, resp); });
+    return Forward(Rpc::kHeartbeat, [&] { return grpc_->DoHeartbeat(master::Caller{}, &req, resp); });
   }
   absl::Status UnregisterClient(const v1::UnregisterClientRequest& req) override {
     v1::UnregisterClientResponse resp;
     return Forward(Rpc::kUnregisterClient,
-                   [&] { return grpc_->DoUnregisterClient(&req, &resp); });
+                   [&] { return grpc_->DoUnregisterClient(master::Caller{}, &req, &resp); });
   }
   absl::Status PutStart(const v1::PutStartRequest& req, v1::PutStartResponse* resp) override {
-    return Forward(Rpc::kPutStart, [&] { return grpc_->DoPutStart(&req, resp); });
+    return Forward(Rpc::kPutStart, [&] { return grpc_->DoPutStart(master::Caller{}, &req, resp); });
   }
   absl::Status PutEnd(const v1::PutEndRequest& req, v1::PutEndResponse* resp) override {
-    return Forward(Rpc::kPutEnd, [&] { return grpc_->DoPutEnd(&req, resp); });
+    return Forward(Rpc::kPutEnd, [&] { return grpc_->DoPutEnd(master::Caller{}, &req, resp); });
   }
   absl::Status PutRevoke(const v1::PutRevokeRequest& req, v1::PutRevokeResponse* resp) override {
-    return Forward(Rpc::kPutRevoke, [&] { return grpc_->DoPutRevoke(&req, resp); });
+    return Forward(Rpc::kPutRevoke, [&] { return grpc_->DoPutRevoke(master::Caller{}, &req, resp); });
   }
   absl::Status GetReplicas(const v1::GetReplicasRequest& req,
                            v1::GetReplicasResponse* resp) override {
@@ -106,7 +106,7 @@ class FakeMasterClient final : public MasterClient {
       sent = &stripped;
     }
     absl::Status s =
-        Forward(Rpc::kGetReplicas, [&] { return grpc_->DoGetReplicas(sent, resp); });
+        Forward(Rpc::kGetReplicas, [&] { return grpc_->DoGetReplicas(master::Caller{}, sent, resp); });
     std::function<void(v1::GetReplicasResponse*)> hook;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -117,35 +117,35 @@ class FakeMasterClient final : public MasterClient {
   }
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
     v1::ReleaseLeasesResponse resp;
-    return Forward(Rpc::kReleaseLeases, [&] { return grpc_->DoReleaseLeases(&req, &resp); });
+    return Forward(Rpc::kReleaseLeases, [&] { return grpc_->DoReleaseLeases(master::Caller{}, &req, &resp); });
   }
   absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
-    return Forward(Rpc::kExist, [&] { return grpc_->DoExist(&req, resp); });
+    return Forward(Rpc::kExist, [&] { return grpc_->DoExist(master::Caller{}, &req, resp); });
   }
   absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) override {
-    return Forward(Rpc::kRemove, [&] { return grpc_->DoRemove(&req, resp); });
+    return Forward(Rpc::kRemove, [&] { return grpc_->DoRemove(master::Caller{}, &req, resp); });
   }
   absl::Status AddDiskReplicas(const v1::AddDiskReplicasRequest& req,
                                v1::AddDiskReplicasResponse* resp) override {
     return Forward(Rpc::kAddDiskReplicas,
-                   [&] { return grpc_->DoAddDiskReplicas(&req, resp); });
+                   [&] { return grpc_->DoAddDiskReplicas(master::Caller{}, &req, resp); });
   }
   absl::Status RemoveDiskReplicas(const v1::RemoveDiskReplicasRequest& req,
                                   v1::RemoveDiskReplicasResponse* resp) override {
     return Forward(Rpc::kRemoveDiskReplicas,
-                   [&] { return grpc_->DoRemoveDiskReplicas(&req, resp); });
+                   [&] { return grpc_->DoRemoveDiskReplicas(master::Caller{}, &req, resp); });
   }
   absl::Status TakeOffloadTasks(const v1::TakeOffloadTasksRequest& req,
                                 v1::TakeOffloadTasksResponse* resp) override {
     return Forward(Rpc::kTakeOffloadTasks,
-                   [&] { return grpc_->DoTakeOffloadTasks(&req, resp); });
+                   [&] { return grpc_->DoTakeOffloadTasks(master::Caller{}, &req, resp); });
   }
   absl::Status PromoteStart(const v1::PromoteStartRequest& req,
                             v1::PromoteStartResponse* resp) override {
-    return Forward(Rpc::kPromoteStart, [&] { return grpc_->DoPromoteStart(&req, resp); });
+    return Forward(Rpc::kPromoteStart, [&] { return grpc_->DoPromoteStart(master::Caller{}, &req, resp); });
   }
   absl::Status PromoteEnd(const v1::PromoteEndRequest& req, v1::PromoteEndResponse* resp) override {
-    return Forward(Rpc::kPromoteEnd, [&] { return grpc_->DoPromoteEnd(&req, resp); });
+    return Forward(Rpc::kPromoteEnd, [&] { return grpc_->DoPromoteEnd(master::Caller{}, &req, resp); });
   }
 
  private:

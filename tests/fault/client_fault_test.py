@@ -19,6 +19,7 @@ import unittest
 import grpc
 
 from integration import harness
+from integration import master_auth
 from integration.client import client_cluster as cc
 from mcstore.v1 import master_pb2 as mpb
 from mcstore.v1 import master_pb2_grpc as mpb_grpc
@@ -226,8 +227,11 @@ class StalledPeerTest(unittest.TestCase):
         for (k, _), r in zip(kvs, res):
             if r.code == spb.OK:  # diagnose before failing: where the master says it lives
                 with grpc.insecure_channel(self.c.master.ready["grpc"]) as ch:
-                    print(mpb_grpc.MasterStub(ch).GetReplicas(
-                        mpb.GetReplicasRequest(keys=[k], no_lease=True), timeout=5))
+                    stub = mpb_grpc.MasterStub(ch)
+                    md = master_auth.observer_session(
+                        stub, master_auth.Keys(harness.cluster_secret_file()))
+                    print(stub.GetReplicas(mpb.GetReplicasRequest(keys=[k], no_lease=True),
+                                           metadata=md, timeout=5))
                 print(self.c.clients[0].log_tail(3000))
             self.assertNotEqual(r.code, spb.OK, "%s OK with a replica holder stopped" % k)
             self.assertIn(cc.code_name(r.code), ("TRANSFER_FAILED", "UNAVAILABLE"), r.message)

@@ -14,6 +14,7 @@ import unittest
 import grpc
 
 from integration import harness
+from integration import master_auth
 from integration.offload import ssd_cluster as sc
 from mcstore.v1 import master_pb2 as mpb
 from mcstore.v1 import master_pb2_grpc
@@ -88,7 +89,10 @@ class DuplicateStormTest(unittest.TestCase):
         ch = grpc.insecure_channel(self.c.master.ready["grpc"])
         try:
             stub = master_pb2_grpc.MasterStub(ch)
-            resp = stub.GetReplicas(mpb.GetReplicasRequest(keys=KEYS, no_lease=True), timeout=10)
+            md = master_auth.observer_session(
+                stub, master_auth.Keys(harness.cluster_secret_file()))
+            resp = stub.GetReplicas(mpb.GetReplicasRequest(keys=KEYS, no_lease=True), metadata=md,
+                                    timeout=10)
             per_client = {}
             for kr in resp.results:
                 if kr.code != spb.OK:

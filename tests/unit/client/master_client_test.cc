@@ -11,7 +11,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/auth.h"
 #include "common/logging.h"
+#include "common/master_credentials.h"
+#include "common/status.h"
 #include "gtest/gtest.h"
 #include "master/master_server.h"
 
@@ -246,3 +249,118 @@ TEST_F(GrpcMasterClientTest, ReleaseToAStoppedMasterReportsAnErrorNotAHang) {
 
 }  // namespace
 }  // namespace mc::client
+
+// ---- Authentication (issue 14): the gRPC client against a master that has the cluster keys.
+
+class AuthenticatedMasterClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetLogLevel("error");
+    master::MasterServerOptions opts;
+    opts.listen = "127.0.0.1:0";
+    opts.http = "";
+    opts.cluster_keys = Keys(std::string(64, 's'));
+    server_ = std::make_unique<master::MasterServer>(opts);
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  static auth::ClusterKeysPtr Keys(const std::string& secret) {
+    return *auth::ClusterKeys::FromSecrets({secret});
+  }
+  std::unique_ptr<MasterClient> Client(auth::ClusterKeysPtr keys) {
+    return CreateGrpcMasterClient({.address = server_->grpc_address(),
+                                   .rpc_timeout_ms = 10'000,
+                                   .max_message_bytes = 64 << 20,
+                                   .release_delay_us = 0,
+                                   .cluster_keys = std::move(keys)});
+  }
+  static absl::Status Register(MasterClient& client, const std::string& id,
+                               v1::RegisterClientResponse* resp) {
+    v1::RegisterClientRequest reg;
+    reg.set_client_id(id);
+    reg.set_data_endpoint("127.0.0.1:1");
+    reg.add_segments()->set_size(1 << 20);
+    return client.RegisterClient(reg, resp);
+  }
+  static absl::Status PutStart(MasterClient& client, const std::string& as, v1::Code* code) {
+    v1::PutStartRequest start;
+    start.set_client_id(as);
+    auto* item = start.add_items();
+    item->set_key("k-" + as);
+    item->set_size(100);
+    v1::PutStartResponse started;
+    absl::Status s = client.PutStart(start, &started);
+    if (s.ok()) *code = started.results(0).code();
+    return s;
+  }
+  uint64_t AuthFailures(const std::string& reason) {
+    return server_->metrics().GetCounter("mc_master_auth_failures_total", "", {{"reason", reason}})
+        .Value();
+  }
+
+  std::unique_ptr<master::MasterServer> server_;
+};
+
+TEST_F(AuthenticatedMasterClientTest, AClientWithTheSecretRegistersAndActsAsItself) {
+  auto client = Client(Keys(std::string(64, 's')));
+  v1::RegisterClientResponse resp;
+  ASSERT_TRUE(Register(*client, "c1", &resp).ok());
+  EXPECT_EQ(resp.session_token().size(), auth::kSessionTokenSize);
+  v1::Code code = v1::INTERNAL;
+  ASSERT_TRUE(PutStart(*client, "c1", &code).ok());
+  EXPECT_EQ(code, v1::OK);
+  v1::HeartbeatRequest hb;
+  hb.set_client_id("c1");
+  hb.set_session(resp.session());
+  v1::HeartbeatResponse known;
+  ASSERT_TRUE(client->Heartbeat(hb, &known).ok());
+  EXPECT_TRUE(known.known());
+  // As another client: refused as a whole, nothing placed.
+  absl::Status other = PutStart(*client, "c2", &code);
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
+  EXPECT_EQ(AuthFailures("wrong_client"), 1u);
+}
+
+TEST_F(AuthenticatedMasterClientTest, WithoutTheSecretNothingIsAccepted) {
+  for (auth::ClusterKeysPtr keys : {auth::ClusterKeysPtr(), Keys(std::string(64, 'x'))}) {
+    auto client = Client(keys);
+    v1::RegisterClientResponse resp;
+    absl::Status s = Register(*client, "c1", &resp);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+    v1::Code code;
+    EXPECT_EQ(ToCode(PutStart(*client, "c1", &code)), Code::kUnavailable)
+        << "no session: transient for mc-client, which registers again";
+  }
+  EXPECT_EQ(server_->service().Clients().size(), 0u);
+  // The keyless client's RegisterClient, and both clients' PutStart (no session to send).
+  EXPECT_EQ(AuthFailures("missing"), 3u);
+  EXPECT_EQ(AuthFailures("bad_mac"), 1u);
+}
+
+TEST_F(AuthenticatedMasterClientTest, ASessionTheMasterForgotRegistersAgainWithoutWaiting) {
+  auto client = Client(Keys(std::string(64, 's')));
+  v1::RegisterClientResponse resp;
+  ASSERT_TRUE(Register(*client, "c1", &resp).ok());
+  // The master forgets us (as after its restart, or our expiry).
+  ASSERT_TRUE(server_->service().UnregisterClient("c1", resp.session()).ok());
+  v1::HeartbeatRequest hb;
+  hb.set_client_id("c1");
+  hb.set_session(resp.session());
+  v1::HeartbeatResponse known;
+  ASSERT_TRUE(client->Heartbeat(hb, &known).ok());
+  EXPECT_FALSE(known.known()) << "an unknown session reads as known=false: register again";
+  v1::Code code;
+  EXPECT_EQ(ToCode(PutStart(*client, "c1", &code)), Code::kUnavailable);
+  v1::RegisterClientResponse again;
+  ASSERT_TRUE(Register(*client, "c1", &again).ok());
+  ASSERT_TRUE(PutStart(*client, "c1", &code).ok());
+  EXPECT_EQ(code, v1::OK);
+  // A live session re-registers at once when it presents its own token (the same daemon)...
+  v1::RegisterClientResponse third;
+  ASSERT_TRUE(Register(*client, "c1", &third).ok());
+  EXPECT_NE(third.session(), again.session());
+  // ...and another daemon with the same id and the secret but not the token does not.
+  auto impostor = Client(Keys(std::string(64, 's')));
+  v1::RegisterClientResponse stolen;
+  EXPECT_EQ(ToCode(Register(*impostor, "c1", &stolen)), Code::kUnavailable);
+  ASSERT_TRUE(PutStart(*client, "c1", &code).ok()) << "the real client keeps its session";
+}

@@ -193,7 +193,12 @@ TEST_F(Eviction, ObjectLargerThanAnyFreeRangeEvictsUntilItFits) {
 }
 
 TEST_F(Eviction, ObjectWithDiskReplicaKeepsItAfterMemoryEviction) {
-  ASSERT_TRUE(m_.svc().RegisterClient({"c2", "h2", "h2:1", 0, 1 << 30, 0, 0}, {}).ok());
+  ClientInfo c2;
+  c2.client_id = "c2";
+  c2.host = "h2";
+  c2.endpoint = "h2:1";
+  c2.disk_capacity = 1 << 30;
+  ASSERT_TRUE(m_.svc().RegisterClient(c2, {}).ok());
   uint64_t gen = m_.Put("c1", "ssd", kObject);
   ASSERT_TRUE(m_.svc().AddDiskReplicas("c2", {{"ssd", gen, 77, kObject, 42}}, false)[0].ok());
   m_.clock().AdvanceMs(1);  // "ssd" is the least recently used

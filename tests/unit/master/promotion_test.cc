@@ -64,7 +64,7 @@ TEST_F(Promotion, TheGrpcAnswerListsMemoryReplicasFirstWhateverTheStoredOrder) {
     req.add_keys("missing");
     req.set_no_lease(!lease);
     mcstore::v1::GetReplicasResponse resp;
-    ASSERT_TRUE(grpc.DoGetReplicas(&req, &resp).ok());
+    ASSERT_TRUE(grpc.DoGetReplicas(Caller{}, &req, &resp).ok());
     ASSERT_EQ(resp.results_size(), 2);
     const auto& k = resp.results(0);
     ASSERT_EQ(k.code(), mcstore::v1::OK) << k.message();
@@ -84,7 +84,7 @@ TEST_F(Promotion, TheGrpcAnswerListsMemoryReplicasFirstWhateverTheStoredOrder) {
   for (const char* key : {"k", "missing", "after"}) prefix.add_keys(key);
   prefix.set_stop_at_first_miss(true);
   mcstore::v1::GetReplicasResponse resp;
-  ASSERT_TRUE(grpc.DoGetReplicas(&prefix, &resp).ok());
+  ASSERT_TRUE(grpc.DoGetReplicas(Caller{}, &prefix, &resp).ok());
   EXPECT_EQ(resp.matched(), 1u);
   ASSERT_EQ(resp.results_size(), 2);
   EXPECT_EQ(resp.results(0).replicas(0).tier(), mcstore::v1::MEMORY);

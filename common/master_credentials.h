@@ -1,0 +1,69 @@
+// The credentials of master RPCs, as gRPC metadata (docs/security-master.md): what mc-client,
+// mc-admin and the benchmarks attach and what mc-master parses. Verification with its replay
+// cache and the session table live in the master (master/rpc_auth.h, master/client_registry.h);
+// this file only holds the wire format, so that every caller builds it the same way.
+//
+//   x-mc-auth: v1 <role> <id> <unix_ms> <nonce_hex> <mac_hex>
+//     A proof that the caller holds the cluster secret: role is "register" (RegisterClient; id is
+//     the client id) or "admin" (GetStatus; id names the tool). nonce: 16 random bytes; mac: the
+//     full HMAC-SHA256 under the kMasterRpc key of ProofMessage(...), which also binds the
+//     registering client's data endpoint (a captured proof cannot point puts elsewhere).
+//   x-mc-session: <client_id> <token_hex>
+//     Every other call of a registered client: the 128-bit token its registration answered.
+//
+// Ids are 1..128 printable ASCII characters without spaces. Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/auth.h"
+
+namespace mc::auth {
+
+inline constexpr char kProofHeader[] = "x-mc-auth";
+inline constexpr char kSessionHeader[] = "x-mc-session";
+inline constexpr size_t kSessionTokenSize = 16;
+inline constexpr size_t kNonceSize = 16;
+inline constexpr size_t kMaxCallerIdSize = 128;
+// Longer metadata values are refused before they are parsed.
+inline constexpr size_t kMaxCredentialSize = 512;
+
+enum class ProofRole { kRegister, kAdmin };
+std::string_view ProofRoleName(ProofRole role);
+
+struct ParsedProof {
+  ProofRole role = ProofRole::kRegister;
+  std::string id;
+  int64_t unix_ms = 0;
+  std::string nonce_hex;  // 2 * kNonceSize lower-case hex digits
+  std::string mac;        // kMacSize raw bytes
+};
+
+struct SessionCredential {
+  std::string client_id;
+  std::string token;  // kSessionTokenSize raw bytes
+};
+
+// The string the proof's MAC covers.
+std::string ProofMessage(ProofRole role, std::string_view id, std::string_view endpoint,
+                         int64_t unix_ms, std::string_view nonce_hex);
+// A fresh proof (random nonce, the given time) as the x-mc-auth value.
+std::string MakeProof(const ClusterKeys& keys, ProofRole role, std::string_view id,
+                      std::string_view endpoint, int64_t unix_ms);
+// INVALID_ARGUMENT naming what is wrong (field count, version, role, id, time, hex).
+absl::StatusOr<ParsedProof> ParseProof(std::string_view value);
+
+std::string MakeSessionCredential(std::string_view client_id, std::string_view token);
+absl::StatusOr<SessionCredential> ParseSessionCredential(std::string_view value);
+
+// 1..kMaxCallerIdSize characters in '!'..'~'.
+bool ValidCallerId(std::string_view id);
+// Exactly 2 * `bytes` hex digits (either case) -> the bytes.
+absl::StatusOr<std::string> FromHex(std::string_view hex, size_t bytes);
+// Milliseconds since the Unix epoch (system clock).
+int64_t UnixNowMs();
+
+}  // namespace mc::auth

@@ -1,0 +1,68 @@
+"""Authenticating to mc-master from Python as mc-client and mc-admin do (docs/security-master.md),
+with the standard library's hmac: registration and admin proofs (x-mc-auth) and session
+credentials (x-mc-session). Tests that drive the Master service directly use these; nothing here
+imports harness, so callers pass harness.cluster_secret_file() themselves."""
+
+import hashlib
+import hmac
+import os
+import time
+
+PROOF_HEADER = "x-mc-auth"
+SESSION_HEADER = "x-mc-session"
+
+
+def read_secret(path):
+    """The signing (first) secret of a cluster secret file."""
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                return line
+    raise ValueError("no secret in %s" % path)
+
+
+def master_rpc_key(secret):
+    """The per-purpose key derived from a secret (common/auth.cc DeriveKeys)."""
+    return hmac.new(secret.encode(), b"mcstore/v1/master-rpc", hashlib.sha256).digest()
+
+
+def proof(key, role, ident, endpoint="", unix_ms=None, nonce_hex=None):
+    """An x-mc-auth value: role "register" (ident = client id, endpoint = its data endpoint) or
+    "admin" (endpoint empty)."""
+    unix_ms = int(time.time() * 1000) if unix_ms is None else unix_ms
+    nonce_hex = os.urandom(16).hex() if nonce_hex is None else nonce_hex
+    message = "mcstore master v1\n%s\n%s\n%d\n%s\n%s" % (role, ident, unix_ms, nonce_hex, endpoint)
+    mac = hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
+    return "v1 %s %s %d %s %s" % (role, ident, unix_ms, nonce_hex, mac)
+
+
+def session_metadata(client_id, token):
+    return [(SESSION_HEADER, "%s %s" % (client_id, token.hex()))]
+
+
+class Keys:
+    """The master-rpc key of a secret file, and the metadata built with it."""
+
+    def __init__(self, secret_file):
+        self.key = master_rpc_key(read_secret(secret_file))
+
+    def register_metadata(self, req, previous_token=None):
+        md = [(PROOF_HEADER, proof(self.key, "register", req.client_id, req.data_endpoint))]
+        if previous_token:
+            md += session_metadata(req.client_id, previous_token)
+        return md
+
+    def admin_metadata(self):
+        return [(PROOF_HEADER, proof(self.key, "admin", "test-admin"))]
+
+
+def observer_session(stub, keys, client_id=None):
+    """Registers a client with no segments (it holds nothing and is never a placement target) and
+    returns its session metadata, for tests that look at the master's tables directly. A fresh id
+    each time: the master lets nobody else take over a live client id."""
+    from mcstore.v1 import master_pb2 as mpb
+    client_id = client_id or "test-observer-" + os.urandom(4).hex()
+    req = mpb.RegisterClientRequest(client_id=client_id, host="test")
+    resp = stub.RegisterClient(req, metadata=keys.register_metadata(req), timeout=10)
+    return session_metadata(client_id, resp.session_token)
