@@ -247,9 +247,6 @@ TEST_F(GrpcMasterClientTest, ReleaseToAStoppedMasterReportsAnErrorNotAHang) {
   EXPECT_FALSE(status->ok());
 }
 
-}  // namespace
-}  // namespace mc::client
-
 // ---- Authentication (issue 14): the gRPC client against a master that has the cluster keys.
 
 class AuthenticatedMasterClientTest : public ::testing::Test {
@@ -364,3 +361,6 @@ TEST_F(AuthenticatedMasterClientTest, ASessionTheMasterForgotRegistersAgainWitho
   EXPECT_EQ(ToCode(Register(*impostor, "c1", &stolen)), Code::kUnavailable);
   ASSERT_TRUE(PutStart(*client, "c1", &code).ok()) << "the real client keeps its session";
 }
+
+}  // namespace
+}  // namespace mc::client
