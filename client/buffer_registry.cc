@@ -305,8 +305,9 @@ absl::StatusOr<uint64_t> BufferRegistry::Register(const std::string& shm_name, u
   MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, buffer->size()));
   ChargeLocked(owner, buffer->size());
   uint64_t id = next_id_++;
+  const uint64_t mapped = buffer->size();
   buffers_.emplace(id, Entry{std::move(buffer), owner});
-  Logger("client").info("registered buffer {} = {} ({} bytes, by name)", id, shm_name, size);
+  Logger("client").info("registered buffer {} = {} ({} bytes, by name)", id, shm_name, mapped);
   return id;
 }
 
