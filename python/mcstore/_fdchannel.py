@@ -19,13 +19,12 @@ import struct
 import threading
 from typing import Optional
 
-from mcstore._errors import Code, StoreError
+from mcstore._errors import Code, StoreError, UnavailableError
 
 OP_REGISTER = 1
 OP_HELLO = 2
 
-_CODES = {"NOT_FOUND": Code.NOT_FOUND, "INVALID_ARGUMENT": Code.INVALID_ARGUMENT,
-          "UNAVAILABLE": Code.UNAVAILABLE}
+_CODES = {"NOT_FOUND": Code.NOT_FOUND, "INVALID_ARGUMENT": Code.INVALID_ARGUMENT}
 
 
 def request(op: int, size: int = 0) -> bytes:
@@ -54,17 +53,16 @@ class FdSession:
             sock.connect(path)
         except OSError as e:
             sock.close()
-            raise StoreError(Code.UNAVAILABLE,
-                             "cannot reach the daemon's fd socket %s: %s (buffers are "
-                             "registered through it; is --unix_socket set?)" % (path, e),
-                             address=path) from None
+            raise UnavailableError("cannot reach the daemon's fd socket %s: %s (buffers are "
+                                   "registered through it; is --unix_socket set?)" % (path, e),
+                                   address=path) from None
         self._sock: Optional[socket.socket] = sock
         self.owner, _ = self._ask(request(OP_HELLO), [])
 
     def _ask(self, msg: bytes, fds: list) -> tuple:
         with self._lock:
             if self._sock is None:
-                raise StoreError(Code.UNAVAILABLE, "fd session closed", address=self.path)
+                raise UnavailableError("fd session closed", address=self.path)
             try:
                 if fds:
                     socket.send_fds(self._sock, [msg], fds)
@@ -72,12 +70,12 @@ class FdSession:
                     self._sock.send(msg)
                 reply = self._sock.recv(4096)
             except OSError as e:
-                raise StoreError(Code.UNAVAILABLE, "fd socket %s: %s" % (self.path, e),
-                                 address=self.path) from None
+                raise UnavailableError("fd socket %s: %s" % (self.path, e),
+                                       address=self.path) from None
         text = reply.decode("utf-8", "replace")
         if not text:
-            raise StoreError(Code.UNAVAILABLE, "fd socket %s closed the session" % self.path,
-                             address=self.path)
+            raise UnavailableError("fd socket %s closed the session" % self.path,
+                                   address=self.path)
         parts = text.split(" ", 2)
         if parts[0] == "OK" and len(parts) == 3:
             return parts[1], parts[2]
@@ -85,6 +83,8 @@ class FdSession:
         message = parts[2] if len(parts) > 2 else text
         if code == "RESOURCE_EXHAUSTED":
             raise StoreError(Code.NO_SPACE, "RESOURCE_EXHAUSTED: " + message, address=self.path)
+        if code == "UNAVAILABLE":
+            raise UnavailableError("%s: %s" % (code, message), address=self.path)
         raise StoreError(_CODES.get(code, Code.INTERNAL), "%s: %s" % (code, message),
                          address=self.path)
 
