@@ -39,14 +39,11 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "client/buffer_registry.h"
+#include "client/fd_session.h"
 #include "client/store_auth.h"
 #include "common/metrics.h"
 
 namespace mc::client {
-
-inline constexpr uint32_t kFdOpRegister = 1;
-inline constexpr uint32_t kFdOpHello = 2;
-inline constexpr size_t kFdRequestSize = 16;
 
 struct FdChannelOptions {
   std::string path;                      // the socket; required

@@ -55,7 +55,12 @@ start() {
   done
   stop >/dev/null
   mkdir -p "$run"
-  rm -f "$run"/*.json "$run"/*.sock
+  rm -f "$run"/*.json "$run"/*.sock "$run"/*.sock.fd
+  # The Store token of the clients' TCP listeners (tools: --token_file / $MCSTORE_TOKEN_FILE).
+  if [[ ! -s "$run/store.token" ]]; then
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$run/store.token")
+  fi
+  chmod 600 "$run/store.token"
   "$build/master/mc-master" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
     --ready_file "$run/master.json" ${MC_MASTER_ARGS:-} >"$run/master.log" 2>&1 &
   echo $! >"$run/master.pid"
@@ -65,6 +70,7 @@ start() {
   for i in $(seq 1 "$n"); do
     "$build/client/mc-client" --master "$master" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
       --data 127.0.0.1:0 --unix_socket "$run/client$i.sock" --client_id "client$i" \
+      --store_token_file "$run/store.token" \
       --segment_size "$segment" --ready_file "$run/client$i.json" ${MC_CLIENT_ARGS:-} \
       >"$run/client$i.log" 2>&1 &
     echo $! >"$run/client$i.pid"
@@ -72,7 +78,7 @@ start() {
   for i in $(seq 1 "$n"); do
     wait_ready "$run/client$i.json" "$(cat "$run/client$i.pid")" "client$i"
   done
-  echo "local-cluster: master gRPC $master, HTTP $(field "$run/master.json" http)"
+  echo "local-cluster: master gRPC $master, HTTP $(field "$run/master.json" http), Store token $run/store.token"
   for i in $(seq 1 "$n"); do
     echo "local-cluster: client$i Store $(field "$run/client$i.json" grpc) (unix:$run/client$i.sock), HTTP $(field "$run/client$i.json" http)"
   done
