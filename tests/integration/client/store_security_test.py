@@ -275,9 +275,13 @@ class StoreSecurityTest(cc.ClusterTestMixin, unittest.TestCase):
             (["--unix_socket_mode", "0066"], "bad --unix_socket_mode"),
             (["--unix_socket_group", "no-such-group-mc"], "no such group"),
         ]
+        binary = harness.binary("client/mc-client")
+        # The cluster credential, where the harness has one: only the Store flags are wrong here.
+        auth_args = getattr(harness, "auth_args", lambda path, args: [])
         for extra, want in cases:
-            r = subprocess.run([harness.binary("client/mc-client")] + self.daemon_args(tmp, *extra),
-                               capture_output=True, timeout=30)
+            args = self.daemon_args(tmp, *extra)
+            r = subprocess.run([binary] + args + auth_args(binary, args), capture_output=True,
+                               timeout=30)
             self.assertNotEqual(r.returncode, 0, extra)
             self.assertIn(want, r.stderr.decode(), extra)
 
