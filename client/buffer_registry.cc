@@ -221,6 +221,13 @@ absl::Status BufferRegistry::CheckLimitsLocked(const std::string& owner, uint64_
     CountRefusal("buffers_total");
     return McError(Code::kNoSpace, absl::StrCat("more than ", options_.max_buffers, " buffers"));
   }
+  if (size > options_.max_bytes || total_bytes_ > options_.max_bytes - size) {
+    CountRefusal("buffer_bytes_total");
+    return McError(Code::kNoSpace,
+                   absl::StrCat("registered buffers would map ", total_bytes_, " + ", size,
+                                " bytes, over the daemon's limit (--store_max_buffer_bytes_total=",
+                                options_.max_bytes, ")"));
+  }
   Usage usage;
   if (auto it = usage_.find(owner); it != usage_.end()) usage = it->second;
   if (usage.buffers >= options_.max_buffers_per_owner) {
@@ -244,9 +251,11 @@ void BufferRegistry::ChargeLocked(const std::string& owner, uint64_t size) {
   Usage& u = usage_[owner];
   ++u.buffers;
   u.bytes += size;
+  total_bytes_ += size;
 }
 
 void BufferRegistry::RefundLocked(const std::string& owner, uint64_t size) {
+  total_bytes_ -= size;
   auto it = usage_.find(owner);
   if (it == usage_.end()) return;
   --it->second.buffers;
@@ -333,6 +342,7 @@ size_t BufferRegistry::ReleaseOwner(const std::string& owner) {
   absl::MutexLock lock(&mu_);
   for (auto it = buffers_.begin(); it != buffers_.end();) {
     if (it->second.owner == owner) {
+      total_bytes_ -= it->second.buffer->size();
       doomed.push_back(std::move(it->second.buffer));
       buffers_.erase(it++);
     } else {
@@ -341,6 +351,7 @@ size_t BufferRegistry::ReleaseOwner(const std::string& owner) {
   }
   for (auto it = staged_.begin(); it != staged_.end();) {
     if (it->second.owner == owner) {
+      total_bytes_ -= it->second.buffer->size();
       doomed.push_back(std::move(it->second.buffer));
       staged_.erase(it++);
     } else {

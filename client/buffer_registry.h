@@ -74,6 +74,9 @@ uint64_t BufferFaultsAbsorbed();
 
 struct BufferRegistryOptions {
   size_t max_buffers = 4096;                  // daemon-wide, staged ones included
+  // Daemon-wide bytes mapped (--store_max_buffer_bytes_total): sparse objects cost no memory
+  // but address space, of which a process has 128 TiB.
+  uint64_t max_bytes = 32ull << 40;
   size_t max_buffers_per_owner = 256;         // --store_max_buffers_per_caller
   uint64_t max_bytes_per_owner = 1ull << 40;  // --store_max_buffer_bytes_per_caller
   // Counts refusals (mc_store_limit_refusals_total, mc_store_buffer_owner_mismatches_total)
@@ -142,6 +145,7 @@ class BufferRegistry {
   absl::flat_hash_map<uint64_t, Entry> buffers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Entry> staged_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Usage> usage_ ABSL_GUARDED_BY(mu_);
+  uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace mc::client

@@ -38,6 +38,8 @@ ABSL_FLAG(bool, store_allow_named_buffers, false,
 ABSL_FLAG(uint32_t, store_max_buffers_per_caller, 256, "registered buffers one caller may hold");
 ABSL_FLAG(uint64_t, store_max_buffer_bytes_per_caller, 1ull << 40,
           "bytes of registered buffers one caller may hold");
+ABSL_FLAG(uint64_t, store_max_buffer_bytes_total, 32ull << 40,
+          "bytes of registered buffers the daemon maps in all (address space: 128 TiB)");
 ABSL_FLAG(uint32_t, store_max_leases_per_caller, 4096,
           "prefix leases one caller may hold at once; 0 = unlimited");
 ABSL_FLAG(uint32_t, store_max_inflight_per_caller, 256,
@@ -165,6 +167,7 @@ int main(int argc, char** argv) {
   o.store.max_prefix_lease_ttl_ms = absl::GetFlag(FLAGS_store_max_lease_ttl_ms);
   o.buffers.max_buffers_per_owner = absl::GetFlag(FLAGS_store_max_buffers_per_caller);
   o.buffers.max_bytes_per_owner = absl::GetFlag(FLAGS_store_max_buffer_bytes_per_caller);
+  o.buffers.max_bytes = absl::GetFlag(FLAGS_store_max_buffer_bytes_total);
   o.fd_channel.max_connections = absl::GetFlag(FLAGS_store_fd_max_connections);
   o.fd_channel.max_connections_per_uid = absl::GetFlag(FLAGS_store_fd_max_connections_per_uid);
   if (o.fd_channel.max_connections < 1 || o.fd_channel.max_connections_per_uid < 1 ||

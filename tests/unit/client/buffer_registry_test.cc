@@ -245,6 +245,19 @@ TEST(BufferRegistryOwners, PerOwnerLimitsNameTheirFlag) {
             1u);
 }
 
+TEST(BufferRegistryOwners, DaemonWideBytesAreCapped) {
+  ShmObject shm(8192);
+  BufferRegistry reg(BufferRegistryOptions{.max_buffers = 10, .max_bytes = 12288});
+  auto a = reg.Register(shm.name(), 8192, "alice");
+  ASSERT_TRUE(a.ok());
+  auto b = reg.Register(shm.name(), 8192, "bob");
+  EXPECT_EQ(ToCode(b.status()), Code::kNoSpace);
+  EXPECT_NE(b.status().message().find("--store_max_buffer_bytes_total"), std::string::npos);
+  EXPECT_TRUE(reg.Register(shm.name(), 4096, "bob").ok());
+  EXPECT_TRUE(reg.Unregister(*a, "alice").ok());
+  EXPECT_TRUE(reg.Register(shm.name(), 8192, "bob").ok()) << "unregistering gives bytes back";
+}
+
 TEST(BufferRegistryOwners, StagedHandleIsClaimedOnce) {
   int fd = memfd_create("mc-stage", MFD_CLOEXEC);
   ASSERT_EQ(ftruncate(fd, 4096), 0);
