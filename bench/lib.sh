@@ -57,6 +57,18 @@ start_mcstore() {
   CLIENT1="$(ready_field "$MC_RUN_DIR/client1.json" grpc)"
   CLIENT2="$(ready_field "$MC_RUN_DIR/client2.json" grpc)"
   CLIENT1_UNIX="unix:$MC_RUN_DIR/client1.sock"
+  # The TCP Store listeners want the cluster's token.
+  export MCSTORE_TOKEN_FILE="$MC_RUN_DIR/store.token"
+}
+
+# fd_socket_of ADDRESS: the fd socket (where shm buffers are passed) of a started client.
+fd_socket_of() {
+  case "$1" in
+    "$CLIENT1") echo "$MC_RUN_DIR/client1.sock.fd" ;;
+    "$CLIENT2") echo "$MC_RUN_DIR/client2.sock.fd" ;;
+    unix:*) echo "${1#unix:}.fd" ;;
+    *) echo "" ;;
+  esac
 }
 
 # field LINE NAME: the value of NAME=... in a key=value line.
@@ -72,8 +84,16 @@ ratio() {
 # mcbench ARGS...: runs mc-bench, keeps its full output in $MC_RUN_DIR/bench.log, prints the
 # summary line of op=get (or of --mode put), and "FAILED" lines when an item failed.
 mcbench() {
-  local out rc=0
-  out="$("$tools/mc-bench" "$@" 2>&1)" || rc=$?
+  local out rc=0 prev="" a
+  local extra=()
+  for a in "$@"; do  # each daemon's fd socket, for its shm buffers
+    case "$prev" in
+      --client) extra+=(--fd_socket "$(fd_socket_of "$a")") ;;
+      --put_client) extra+=(--put_fd_socket "$(fd_socket_of "$a")") ;;
+    esac
+    prev="$a"
+  done
+  out="$("$tools/mc-bench" "$@" "${extra[@]}" 2>&1)" || rc=$?
   printf '%s\n' "$out" >>"$MC_RUN_DIR/bench.log"
   if [[ $rc -ne 0 ]]; then
     printf '%s\n' "$out" | grep -E 'error|failed' | head -5 >&2

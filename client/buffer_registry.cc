@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,8 +14,11 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "client/caller_limits.h"
+#include "client/store_auth.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/status_macros.h"
 
 namespace mc::client {
 namespace {
@@ -149,85 +154,229 @@ absl::Status CheckBuffersIntact(const std::vector<BufferRef>& refs) {
 
 uint64_t BufferFaultsAbsorbed() { return g_faults.load(std::memory_order_relaxed); }
 
-absl::StatusOr<uint64_t> BufferRegistry::Register(const std::string& shm_name, uint64_t size) {
+absl::StatusOr<BufferRef> BufferRegistry::MapFd(int fd, uint64_t size, std::string label) {
+  auto refuse = [&](Code code, std::string why) {
+    close(fd);
+    return McError(code, absl::StrCat("buffer ", label, ": ", why));
+  };
+  if (fd < 0) return McError(Code::kInvalidArgument, absl::StrCat("buffer ", label, ": no fd"));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return refuse(Code::kInternal, absl::StrCat("fstat: ", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) {
+    return refuse(Code::kInvalidArgument,
+                  "not a shared-memory object (expected a regular file on tmpfs or hugetlbfs: "
+                  "shm_open, memfd_create)");
+  }
+  struct statfs fs {};
+  if (fstatfs(fd, &fs) != 0) {
+    return refuse(Code::kInternal, absl::StrCat("fstatfs: ", std::strerror(errno)));
+  }
+  // Memory only: a file on a disk or network file system could stall or fail the daemon's copies.
+  if (fs.f_type != TMPFS_MAGIC && fs.f_type != HUGETLBFS_MAGIC) {
+    return refuse(Code::kInvalidArgument,
+                  "not a shared-memory object (its file system is neither tmpfs nor hugetlbfs)");
+  }
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) {
+    return refuse(Code::kInvalidArgument,
+                  "the descriptor is not open for reading and writing (O_RDWR)");
+  }
+  const uint64_t object_size = static_cast<uint64_t>(st.st_size);
+  if (size == 0) size = object_size;
+  if (size == 0 || size > object_size) {
+    return refuse(Code::kInvalidArgument,
+                  absl::StrCat("buffer size ", size, " but the object has ", object_size,
+                               " bytes"));
+  }
+  InstallGuard();
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    return refuse(Code::kInvalidArgument, absl::StrCat("mmap: ", std::strerror(errno)));
+  }
+  int slot = AcquireSlot(static_cast<char*>(base), size);
+  if (slot < 0) {
+    munmap(base, size);
+    return refuse(Code::kNoSpace, absl::StrCat("more than ", kGuardSlots,
+                                               " buffers in this process"));
+  }
+  return std::make_shared<const MappedBuffer>(std::move(label), fd, static_cast<char*>(base),
+                                              size, slot);
+}
+
+void BufferRegistry::CountRefusal(const char* limit) const {
+  CountLimitRefusal(options_.metrics, limit);
+}
+
+void BufferRegistry::CountMismatch() const {
+  owner_mismatches_.fetch_add(1);
+  if (options_.metrics == nullptr) return;
+  options_.metrics
+      ->GetCounter("mc_store_buffer_owner_mismatches_total",
+                   "Store calls that named a buffer id of another caller (answered as unknown)")
+      .Inc();
+}
+
+absl::Status BufferRegistry::CheckLimitsLocked(const std::string& owner, uint64_t size) const {
+  if (buffers_.size() + staged_.size() >= options_.max_buffers) {
+    CountRefusal("buffers_total");
+    return McError(Code::kNoSpace, absl::StrCat("more than ", options_.max_buffers, " buffers"));
+  }
+  if (size > options_.max_bytes || total_bytes_ > options_.max_bytes - size) {
+    CountRefusal("buffer_bytes_total");
+    return McError(Code::kNoSpace,
+                   absl::StrCat("registered buffers would map ", total_bytes_, " + ", size,
+                                " bytes, over the daemon's limit (--store_max_buffer_bytes_total=",
+                                options_.max_bytes, ")"));
+  }
+  Usage usage;
+  if (auto it = usage_.find(owner); it != usage_.end()) usage = it->second;
+  if (usage.buffers >= options_.max_buffers_per_owner) {
+    CountRefusal("buffers");
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this caller already holds ", usage.buffers,
+        " registered buffers, the limit (--store_max_buffers_per_caller=",
+        options_.max_buffers_per_owner, ")"));
+  }
+  if (size > options_.max_bytes_per_owner || usage.bytes > options_.max_bytes_per_owner - size) {
+    CountRefusal("buffer_bytes");
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this caller's registered buffers would hold ", usage.bytes, " + ", size,
+        " bytes, over the limit (--store_max_buffer_bytes_per_caller=",
+        options_.max_bytes_per_owner, ")"));
+  }
+  return absl::OkStatus();
+}
+
+void BufferRegistry::ChargeLocked(const std::string& owner, uint64_t size) {
+  Usage& u = usage_[owner];
+  ++u.buffers;
+  u.bytes += size;
+  total_bytes_ += size;
+}
+
+void BufferRegistry::RefundLocked(const std::string& owner, uint64_t size) {
+  total_bytes_ -= size;
+  auto it = usage_.find(owner);
+  if (it == usage_.end()) return;
+  --it->second.buffers;
+  it->second.bytes -= size;
+  if (it->second.buffers == 0) usage_.erase(it);
+}
+
+absl::StatusOr<std::string> BufferRegistry::Stage(BufferRef buffer, const std::string& owner) {
+  MC_ASSIGN_OR_RETURN(std::string handle, RandomHexToken());
+  absl::MutexLock lock(&mu_);
+  MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, buffer->size()));
+  ChargeLocked(owner, buffer->size());
+  staged_.emplace(handle, Entry{std::move(buffer), owner});
+  return handle;
+}
+
+absl::StatusOr<uint64_t> BufferRegistry::Claim(std::string_view handle) {
+  BufferRef held;
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = staged_.find(std::string(handle));
+    if (it == staged_.end()) {
+      return McError(Code::kNotFound,
+                     "unknown or already used registration handle (get one from the fd socket)");
+    }
+    id = next_id_++;
+    held = it->second.buffer;
+    buffers_.emplace(id, std::move(it->second));
+    staged_.erase(it);
+  }
+  Logger("client").info("registered buffer {} = {} ({} bytes)", id, held->name(), held->size());
+  return id;
+}
+
+absl::StatusOr<uint64_t> BufferRegistry::Register(const std::string& shm_name, uint64_t size,
+                                                  const std::string& owner) {
   if (shm_name.empty() || shm_name.size() > 255 || shm_name.find('/', 1) != std::string::npos) {
     return McError(Code::kInvalidArgument,
                    absl::StrCat("bad shm name '", shm_name, "' (expected \"/name\")"));
   }
-  InstallGuard();
   int fd = shm_open(shm_name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) {
     return McError(Code::kNotFound,
                    absl::StrCat("shm_open(", shm_name, "): ", std::strerror(errno)));
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    return McError(Code::kInternal, absl::StrCat("fstat(", shm_name, "): ", std::strerror(err)));
-  }
-  uint64_t object_size = static_cast<uint64_t>(st.st_size);
-  if (size == 0) size = object_size;
-  if (size == 0 || size > object_size) {
-    close(fd);
-    return McError(Code::kInvalidArgument,
-                   absl::StrCat("buffer size ", size, " but shm object ", shm_name, " has ",
-                                object_size, " bytes"));
-  }
   {
     absl::MutexLock lock(&mu_);
-    if (buffers_.size() >= max_buffers_) {
+    if (absl::Status s = CheckLimitsLocked(owner, size); !s.ok()) {
       close(fd);
-      return McError(Code::kNoSpace, absl::StrCat("more than ", max_buffers_, " buffers"));
+      return s;
     }
   }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    int err = errno;
-    close(fd);
-    return McError(Code::kInternal, absl::StrCat("mmap(", shm_name, "): ", std::strerror(err)));
-  }
-  int slot = AcquireSlot(static_cast<char*>(base), size);
-  if (slot < 0) {
-    munmap(base, size);
-    close(fd);
-    return McError(Code::kNoSpace,
-                   absl::StrCat("more than ", kGuardSlots, " buffers in this process"));
-  }
-  auto buffer =
-      std::make_shared<const MappedBuffer>(shm_name, fd, static_cast<char*>(base), size, slot);
+  MC_ASSIGN_OR_RETURN(BufferRef buffer, MapFd(fd, size, shm_name));
   absl::MutexLock lock(&mu_);
-  if (buffers_.size() >= max_buffers_) {
-    return McError(Code::kNoSpace, absl::StrCat("more than ", max_buffers_, " buffers"));
-  }
+  MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, buffer->size()));
+  ChargeLocked(owner, buffer->size());
   uint64_t id = next_id_++;
-  buffers_.emplace(id, std::move(buffer));
-  Logger("client").info("registered buffer {} = {} ({} bytes)", id, shm_name, size);
+  const uint64_t mapped = buffer->size();
+  buffers_.emplace(id, Entry{std::move(buffer), owner});
+  Logger("client").info("registered buffer {} = {} ({} bytes, by name)", id, shm_name, mapped);
   return id;
 }
 
-absl::Status BufferRegistry::Unregister(uint64_t buffer_id) {
+absl::Status BufferRegistry::Unregister(uint64_t buffer_id, std::string_view owner) {
   BufferRef doomed;  // unmapped outside the lock, or later by the last in-flight user
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(buffer_id);
+  if (it != buffers_.end() && it->second.owner != owner) {
+    CountMismatch();
+    it = buffers_.end();
+  }
   if (it == buffers_.end()) {
     return McError(Code::kNotFound, absl::StrCat("unknown buffer id ", buffer_id));
   }
-  doomed = std::move(it->second);
+  doomed = std::move(it->second.buffer);
+  RefundLocked(it->second.owner, doomed->size());
   buffers_.erase(it);
   return absl::OkStatus();
 }
 
+size_t BufferRegistry::ReleaseOwner(const std::string& owner) {
+  std::vector<BufferRef> doomed;  // unmapped outside the lock
+  absl::MutexLock lock(&mu_);
+  for (auto it = buffers_.begin(); it != buffers_.end();) {
+    if (it->second.owner == owner) {
+      total_bytes_ -= it->second.buffer->size();
+      doomed.push_back(std::move(it->second.buffer));
+      buffers_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = staged_.begin(); it != staged_.end();) {
+    if (it->second.owner == owner) {
+      total_bytes_ -= it->second.buffer->size();
+      doomed.push_back(std::move(it->second.buffer));
+      staged_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  usage_.erase(owner);
+  return doomed.size();
+}
+
 absl::StatusOr<char*> BufferRegistry::Resolve(uint64_t buffer_id, uint64_t offset,
-                                              uint64_t length, BufferRef* ref) const {
+                                              uint64_t length, BufferRef* ref,
+                                              std::string_view owner) const {
   BufferRef held;
   {
     absl::MutexLock lock(&mu_);
     auto it = buffers_.find(buffer_id);
+    if (it != buffers_.end() && it->second.owner != owner) {
+      CountMismatch();
+      it = buffers_.end();
+    }
     if (it == buffers_.end()) {
       return McError(Code::kInvalidArgument, absl::StrCat("unknown buffer id ", buffer_id));
     }
-    held = it->second;
+    held = it->second.buffer;
   }
   const MappedBuffer& buf = *held;
   if (offset > buf.size() || length > buf.size() - offset) {
@@ -257,6 +406,12 @@ absl::StatusOr<char*> BufferRegistry::Resolve(uint64_t buffer_id, uint64_t offse
 size_t BufferRegistry::Count() const {
   absl::MutexLock lock(&mu_);
   return buffers_.size();
+}
+
+size_t BufferRegistry::CountOwned(const std::string& owner) const {
+  absl::MutexLock lock(&mu_);
+  auto it = usage_.find(owner);
+  return it == usage_.end() ? 0 : it->second.buffers;
 }
 
 }  // namespace mc::client

@@ -1,9 +1,14 @@
-// BufferRegistry: the POSIX shared-memory buffers applications register with RegisterBuffer.
+// BufferRegistry: the shared-memory buffers applications register with RegisterBuffer.
 //
-// Register maps the caller's shm object (its shm_open name) read-write and returns an id;
-// Resolve turns (id, offset, length) into memory after an overflow-safe bounds check. A resolved
-// buffer is held by a shared_ptr (a BufferRef), so Unregister during a transfer only unmaps once
-// the in-flight use ends. Thread-safe.
+// A buffer reaches the registry mapped (MapFd: a file descriptor the application passed over
+// the fd side channel, see client/fd_channel.h; or, opt-in only, Register by shm_open name) and
+// belongs to one owner (the caller's session token). Stage parks a mapped buffer under a
+// random one-time handle; Claim turns the handle into a buffer id (RegisterBuffer). Resolve turns
+// (id, offset, length) into memory after an overflow-safe bounds check, for the buffer's owner
+// only: another owner's id answers exactly as an unknown id does. ReleaseOwner drops everything
+// an owner holds (its session ended). Per-owner caps on buffers and bytes, and a daemon-wide cap
+// on buffers, staged ones included. A resolved buffer is held by a shared_ptr (a BufferRef), so
+// Unregister during a transfer only unmaps once the in-flight use ends. Thread-safe.
 //
 // Shrinking: an application may ftruncate a registered shm object below the mapped size. Any
 // access past the new end of the object would raise SIGBUS and kill the daemon. Two defences:
@@ -16,15 +21,18 @@
 //    Faults outside registered buffers go to the previous handler (default: crash with a core).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 
 namespace mc::client {
 
@@ -64,26 +72,80 @@ absl::Status CheckBuffersIntact(const std::vector<BufferRef>& refs);
 // Number of SIGBUS faults the guard absorbed in registered buffers (for /metrics and tests).
 uint64_t BufferFaultsAbsorbed();
 
+struct BufferRegistryOptions {
+  size_t max_buffers = 4096;                  // daemon-wide, staged ones included
+  // Daemon-wide bytes mapped (--store_max_buffer_bytes_total): sparse objects cost no memory
+  // but address space, of which a process has 128 TiB.
+  uint64_t max_bytes = 32ull << 40;
+  size_t max_buffers_per_owner = 256;         // --store_max_buffers_per_caller
+  uint64_t max_bytes_per_owner = 1ull << 40;  // --store_max_buffer_bytes_per_caller
+  // Counts refusals (mc_store_limit_refusals_total, mc_store_buffer_owner_mismatches_total)
+  // when set; borrowed, must outlive the registry.
+  MetricsRegistry* metrics = nullptr;
+};
+
 class BufferRegistry {
  public:
-  explicit BufferRegistry(size_t max_buffers = 4096) : max_buffers_(max_buffers) {}
+  explicit BufferRegistry(size_t max_buffers = 4096)
+      : BufferRegistry(BufferRegistryOptions{.max_buffers = max_buffers}) {}
+  explicit BufferRegistry(BufferRegistryOptions options) : options_(std::move(options)) {}
 
-  // Maps `size` bytes of the shm object; size 0 maps the whole object. Errors: missing object,
-  // size larger than the object, too many buffers.
-  absl::StatusOr<uint64_t> Register(const std::string& shm_name, uint64_t size);
-  absl::Status Unregister(uint64_t buffer_id);
-  // Memory for [offset, offset + length) of buffer `id`, holding the buffer in `*ref`. Fails
-  // (INVALID_ARGUMENT) when the slice is outside the buffer, the shm object no longer backs it,
-  // or the buffer is broken.
+  // Maps `size` bytes (0 = the whole object) of `fd`, which it takes (closed on every path).
+  // Refused (INVALID_ARGUMENT): not a regular file on tmpfs or hugetlbfs (a shm object or a
+  // memfd), not open O_RDWR, empty, or smaller than `size`. `label` names it in logs.
+  static absl::StatusOr<BufferRef> MapFd(int fd, uint64_t size, std::string label);
+
+  // Parks `buffer` for `owner` under a fresh 128-bit random handle (32 hex digits) that Claim
+  // takes once. Counts toward the limits from now on (RESOURCE_EXHAUSTED naming the flag).
+  absl::StatusOr<std::string> Stage(BufferRef buffer, const std::string& owner);
+  // The staged buffer becomes a registered buffer of its owner: its id. NOT_FOUND for an
+  // unknown or already claimed handle.
+  absl::StatusOr<uint64_t> Claim(std::string_view handle);
+
+  // Opt-in legacy path (--store_allow_named_buffers): opens the shm object by name with the
+  // daemon's own rights. Maps `size` bytes; size 0 maps the whole object. Errors: missing
+  // object, size larger than the object, too many buffers.
+  absl::StatusOr<uint64_t> Register(const std::string& shm_name, uint64_t size,
+                                    const std::string& owner = "");
+  // NOT_FOUND for an unknown id and for another owner's (the same answer: no oracle).
+  absl::Status Unregister(uint64_t buffer_id, std::string_view owner = "");
+  // Memory for [offset, offset + length) of buffer `id` of `owner`, holding the buffer in
+  // `*ref`. Fails (INVALID_ARGUMENT) when the id is unknown or another owner's, the slice is
+  // outside the buffer, the shm object no longer backs it, or the buffer is broken.
   absl::StatusOr<char*> Resolve(uint64_t buffer_id, uint64_t offset, uint64_t length,
-                                BufferRef* ref) const;
+                                BufferRef* ref, std::string_view owner = "") const;
+  // Drops the owner's registered and staged buffers (unmapped once no request holds them);
+  // returns how many.
+  size_t ReleaseOwner(const std::string& owner);
   size_t Count() const;
+  size_t CountOwned(const std::string& owner) const;
+  uint64_t OwnerMismatches() const { return owner_mismatches_.load(); }
 
  private:
-  const size_t max_buffers_;
+  struct Entry {
+    BufferRef buffer;
+    std::string owner;
+  };
+  struct Usage {
+    size_t buffers = 0;
+    uint64_t bytes = 0;
+  };
+  // OK when `owner` may hold one more buffer of `size` bytes.
+  absl::Status CheckLimitsLocked(const std::string& owner, uint64_t size) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ChargeLocked(const std::string& owner, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefundLocked(const std::string& owner, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountRefusal(const char* limit) const;
+  void CountMismatch() const;
+
+  const BufferRegistryOptions options_;
+  mutable std::atomic<uint64_t> owner_mismatches_{0};
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<uint64_t, BufferRef> buffers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Entry> buffers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Entry> staged_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Usage> usage_ ABSL_GUARDED_BY(mu_);
+  uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace mc::client

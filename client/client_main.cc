@@ -6,6 +6,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "client/client_server.h"
+#include "client/store_auth.h"
 #include "common/checksum.h"
 #include "common/auth.h"
 #include "common/logging.h"
@@ -13,8 +14,40 @@
 #include "transfer/tcp/frame.h"
 
 ABSL_FLAG(std::string, master, "127.0.0.1:50051", "mc-master gRPC HOST:PORT");
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "Store gRPC HOST:PORT (port 0 = free port); empty = off");
-ABSL_FLAG(std::string, unix_socket, "", "also serve Store gRPC on this Unix socket path");
+ABSL_FLAG(std::string, listen, "",
+          "Store gRPC on TCP HOST:PORT (port 0 = free port); empty = off (the default: local "
+          "applications use --unix_socket). Needs --store_token_file unless --store_tcp_auth=false");
+ABSL_FLAG(std::string, unix_socket, "",
+          "serve Store gRPC on this Unix socket path (and the fd socket <path>.fd); callers are "
+          "authorized by the socket file's mode and group");
+ABSL_FLAG(std::string, unix_socket_mode, "0660",
+          "octal mode of the Unix socket and the fd socket (owner needs rw; 0600 = daemon's user "
+          "only, 0660 = also its group)");
+ABSL_FLAG(std::string, unix_socket_group, "",
+          "group name or gid of the Unix socket and the fd socket (default: the daemon's group)");
+ABSL_FLAG(std::string, store_fd_socket, "",
+          "the fd side-channel socket where applications pass buffers (default <unix_socket>.fd)");
+ABSL_FLAG(std::string, store_token_file, "",
+          "file holding the token (>= 32 characters; mode 0600 or stricter) TCP Store callers "
+          "present as `authorization: Bearer <token>`");
+ABSL_FLAG(bool, store_tcp_auth, true,
+          "require the token of --store_token_file on the TCP Store listener; false serves it to "
+          "anyone who can reach it (logged as a warning)");
+ABSL_FLAG(bool, store_allow_named_buffers, false,
+          "accept RegisterBuffer by shm_name, opened with the daemon's own rights (any caller "
+          "could then map any object the daemon can open); off: buffers come as fds");
+ABSL_FLAG(uint32_t, store_max_buffers_per_caller, 256, "registered buffers one caller may hold");
+ABSL_FLAG(uint64_t, store_max_buffer_bytes_per_caller, 1ull << 40,
+          "bytes of registered buffers one caller may hold");
+ABSL_FLAG(uint64_t, store_max_buffer_bytes_total, 32ull << 40,
+          "bytes of registered buffers the daemon maps in all (address space: 128 TiB)");
+ABSL_FLAG(uint32_t, store_max_leases_per_caller, 4096,
+          "prefix leases one caller may hold at once; 0 = unlimited");
+ABSL_FLAG(uint32_t, store_max_inflight_per_caller, 256,
+          "Store requests one caller may have in flight at once; 0 = unlimited");
+ABSL_FLAG(uint32_t, store_max_lease_ttl_ms, 600000, "longest prefix lease MatchPrefix grants");
+ABSL_FLAG(int32_t, store_fd_max_connections, 128, "fd socket: most open sessions");
+ABSL_FLAG(int32_t, store_fd_max_connections_per_uid, 32, "fd socket: most sessions of one uid");
 ABSL_FLAG(std::string, http, "127.0.0.1:0", "admin HTTP HOST:PORT; empty = off");
 ABSL_FLAG(std::string, data, "127.0.0.1:0", "data-plane HOST:PORT peers read and write through");
 ABSL_FLAG(std::string, advertise_host, "", "host peers use to reach --data (default: its host)");
@@ -116,6 +149,48 @@ int main(int argc, char** argv) {
   // Relative paths are resolved against the working directory once, so the ready file and the
   // logs name absolute ones that hold from anywhere.
   o.unix_socket = mc::AbsolutePath(absl::GetFlag(FLAGS_unix_socket));
+  {
+    auto mode = mc::client::ParseSocketMode(absl::GetFlag(FLAGS_unix_socket_mode));
+    if (!mode.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(mode.status().message()).c_str());
+      return 2;
+    }
+    o.unix_socket_mode = *mode;
+    if (!absl::GetFlag(FLAGS_unix_socket_group).empty()) {
+      auto group = mc::client::ParseGroup(absl::GetFlag(FLAGS_unix_socket_group));
+      if (!group.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(group.status().message()).c_str());
+        return 2;
+      }
+      o.unix_socket_group = *group;
+    }
+  }
+  o.fd_socket = mc::AbsolutePath(absl::GetFlag(FLAGS_store_fd_socket));
+  o.store_tcp_auth = absl::GetFlag(FLAGS_store_tcp_auth);
+  if (!absl::GetFlag(FLAGS_store_token_file).empty()) {
+    auto token = mc::client::LoadStoreToken(absl::GetFlag(FLAGS_store_token_file));
+    if (!token.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(token.status().message()).c_str());
+      return 2;
+    }
+    o.store_token = *token;
+  }
+  o.store.allow_named_buffers = absl::GetFlag(FLAGS_store_allow_named_buffers);
+  o.store.max_leases_per_caller = absl::GetFlag(FLAGS_store_max_leases_per_caller);
+  o.store.max_inflight_per_caller = absl::GetFlag(FLAGS_store_max_inflight_per_caller);
+  o.store.max_prefix_lease_ttl_ms = absl::GetFlag(FLAGS_store_max_lease_ttl_ms);
+  o.buffers.max_buffers_per_owner = absl::GetFlag(FLAGS_store_max_buffers_per_caller);
+  o.buffers.max_bytes_per_owner = absl::GetFlag(FLAGS_store_max_buffer_bytes_per_caller);
+  o.buffers.max_bytes = absl::GetFlag(FLAGS_store_max_buffer_bytes_total);
+  o.fd_channel.max_connections = absl::GetFlag(FLAGS_store_fd_max_connections);
+  o.fd_channel.max_connections_per_uid = absl::GetFlag(FLAGS_store_fd_max_connections_per_uid);
+  if (o.fd_channel.max_connections < 1 || o.fd_channel.max_connections_per_uid < 1 ||
+      o.buffers.max_buffers_per_owner < 1 || o.store.max_prefix_lease_ttl_ms < 1) {
+    std::fprintf(stderr,
+                 "--store_fd_max_connections*, --store_max_buffers_per_caller and "
+                 "--store_max_lease_ttl_ms must be >= 1\n");
+    return 2;
+  }
   o.http = absl::GetFlag(FLAGS_http);
   o.data = absl::GetFlag(FLAGS_data);
   o.advertise_host = absl::GetFlag(FLAGS_advertise_host);

@@ -1,5 +1,6 @@
 #include "client/client_server.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <random>
@@ -31,12 +32,39 @@ std::string DefaultClientId(const std::string& host) {
 
 }  // namespace
 
+namespace {
+
+BufferRegistryOptions BufferOptions(BufferRegistryOptions options, MetricsRegistry& registry) {
+  options.metrics = &registry;
+  return options;
+}
+
+}  // namespace
+
 ClientServer::ClientServer(ClientServerOptions options)
-    : options_(std::move(options)), metrics_(registry_) {}
+    : options_(std::move(options)),
+      metrics_(registry_),
+      buffers_(BufferOptions(options_.buffers, registry_)) {}
 
 ClientServer::~ClientServer() { Shutdown(); }
 
 absl::Status ClientServer::Start() {
+  if (!options_.listen.empty() && options_.store_tcp_auth && options_.store_token.empty()) {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("--listen=", options_.listen,
+                                " serves the Store service over TCP, which needs a token: give "
+                                "--store_token_file (or --store_tcp_auth=false to serve it "
+                                "without one, not recommended)"));
+  }
+  if (!options_.listen.empty() && !options_.store_tcp_auth) {
+    Logger("client").warn(
+        "--store_tcp_auth=false: the Store service on {} answers anyone who can reach it "
+        "(reads, writes and removes of every key)",
+        options_.listen);
+  }
+  if (options_.fd_socket.empty() && !options_.unix_socket.empty()) {
+    options_.fd_socket = options_.unix_socket + ".fd";
+  }
   if (options_.host.empty()) options_.host = DefaultHost();
   if (options_.client_id.empty()) options_.client_id = DefaultClientId(options_.host);
   auto pool = SegmentPool::Create(options_.segments);
@@ -131,6 +159,11 @@ absl::Status ClientServer::Start() {
   store_ = std::make_unique<StoreGrpcService>(options_.store, buffers_, *putter_, *getter_,
                                               *master_, *prefix_leases_, RealClock::Get(),
                                               metrics_);
+  store_auth_ = std::make_unique<StoreAuth>(
+      StoreAuthOptions{.token = options_.store_token, .tcp_auth = options_.store_tcp_auth},
+      registry_);
+  MC_RETURN_IF_ERROR(StartFdChannel());
+  store_->SetAccess(store_auth_.get(), fd_channel_.get());
   MC_RETURN_IF_ERROR(StartGrpc());
   MC_RETURN_IF_ERROR(StartAdmin());
   if (!options_.ready_file.empty()) {
@@ -138,10 +171,11 @@ absl::Status ClientServer::Start() {
                                                             {"http", http_address_},
                                                             {"data", data_endpoint_},
                                                             {"unix_socket", options_.unix_socket},
+                                                            {"fd_socket", options_.fd_socket},
                                                             {"client_id", options_.client_id}}));
   }
   Logger("client").info("mc-client {} serving Store on {}{}, data plane on {}, HTTP on {}",
-                        options_.client_id, grpc_address_,
+                        options_.client_id, grpc_address_.empty() ? "(no TCP)" : grpc_address_,
                         options_.unix_socket.empty() ? "" : " and unix:" + options_.unix_socket,
                         data_endpoint_, http_address_.empty() ? "(off)" : http_address_);
   return absl::OkStatus();
@@ -167,7 +201,21 @@ absl::Status ClientServer::OpenDiskTier() {
   return absl::OkStatus();
 }
 
+absl::Status ClientServer::StartFdChannel() {
+  if (options_.fd_socket.empty()) return absl::OkStatus();
+  FdChannelOptions opts = options_.fd_channel;
+  opts.path = options_.fd_socket;
+  opts.mode = options_.unix_socket_mode;
+  opts.group = options_.unix_socket_group;
+  fd_channel_ = std::make_unique<FdChannelServer>(opts, buffers_, registry_);
+  return fd_channel_->Start();
+}
+
 absl::Status ClientServer::StartGrpc() {
+  if (options_.listen.empty() && options_.unix_socket.empty()) {
+    Logger("client").warn("no --listen and no --unix_socket: the Store service is off");
+    return absl::OkStatus();
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   if (!options_.listen.empty()) {
@@ -190,7 +238,15 @@ absl::Status ClientServer::StartGrpc() {
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(store_.get());
+  // gRPC binds the Unix socket with the process umask: nobody else may connect until the mode
+  // and group below are in place. (Startup is the only time the daemon creates files.)
+  mode_t old_mask = umask(0177);
   grpc_server_ = builder.BuildAndStart();
+  umask(old_mask);
+  if (grpc_server_ && !options_.unix_socket.empty()) {
+    MC_RETURN_IF_ERROR(ApplySocketPermissions(options_.unix_socket, options_.unix_socket_mode,
+                                              options_.unix_socket_group));
+  }
   if (!grpc_server_ || (!options_.listen.empty() && port == 0)) {
     return McError(Code::kUnavailable,
                    absl::StrCat("cannot serve Store on ", options_.listen, " ",
@@ -262,6 +318,7 @@ void ClientServer::Shutdown() {
   if (grpc_server_) {
     grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
+  if (fd_channel_) fd_channel_->Stop();
   if (offload_) offload_->Stop();
   if (session_) session_->Stop();
   if (data_server_) data_server_->Stop();

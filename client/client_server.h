@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -14,6 +15,8 @@
 #include "client/batch_put.h"
 #include "client/buffer_registry.h"
 #include "client/client_metrics.h"
+#include "client/fd_channel.h"
+#include "client/store_auth.h"
 #include "client/master_client.h"
 #include "client/master_session.h"
 #include "client/offload_driver.h"
@@ -36,8 +39,15 @@ struct ClientServerOptions {
   std::string master = "127.0.0.1:50051";  // mc-master gRPC
   // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).
   auth::ClusterKeysPtr cluster_keys;
-  std::string listen = "127.0.0.1:0";      // Store gRPC; empty = off
+  std::string listen;                      // Store gRPC on TCP; empty = off (needs store_token)
   std::string unix_socket;                 // Store gRPC on a Unix socket; empty = off
+  mode_t unix_socket_mode = 0660;          // of the Unix socket and the fd socket
+  std::optional<gid_t> unix_socket_group;  // their group (default: the daemon's)
+  std::string fd_socket;                   // the fd side channel; default <unix_socket>.fd
+  std::string store_token;                 // required on `listen` unless !store_tcp_auth
+  bool store_tcp_auth = true;
+  FdChannelOptions fd_channel;             // path, mode and group are filled in
+  BufferRegistryOptions buffers;           // metrics is filled in
   std::string http = "127.0.0.1:0";        // admin HTTP; empty = off
   std::string data = "127.0.0.1:0";        // data plane (tcp transport)
   std::string advertise_host;              // host peers use to reach `data` (default: its host)
@@ -77,9 +87,11 @@ class ClientServer {
   const std::string& http_address() const { return http_address_; }
   const std::string& data_endpoint() const { return data_endpoint_; }
   const std::string& client_id() const { return options_.client_id; }
+  const std::string& fd_socket() const { return options_.fd_socket; }
 
  private:
   absl::Status StartGrpc();
+  absl::Status StartFdChannel();
   absl::Status StartAdmin();
   absl::Status OpenDiskTier();
   std::string StatusLine();
@@ -104,6 +116,8 @@ class ClientServer {
   std::unique_ptr<BatchGetter> getter_;
   std::unique_ptr<Promoter> promoter_;
   std::unique_ptr<StoreGrpcService> store_;
+  std::unique_ptr<StoreAuth> store_auth_;
+  std::unique_ptr<FdChannelServer> fd_channel_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<AdminServer> admin_;
   std::string grpc_address_;

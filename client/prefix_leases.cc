@@ -12,6 +12,7 @@ uint64_t PrefixLeases::Add(PrefixLease lease) {
   absl::MutexLock lock(&mu_);
   uint64_t id = next_id_++;
   earliest_deadline_ms_ = std::min(earliest_deadline_ms_, lease.deadline_ms);
+  ++owned_[lease.owner];
   leases_.emplace(id, std::move(lease));
   return id;
 }
@@ -41,13 +42,33 @@ std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, std::str
   return lookup;
 }
 
-std::optional<PrefixLease> PrefixLeases::Take(uint64_t id) {
+void PrefixLeases::DisownLocked(const std::string& owner) {
+  auto it = owned_.find(owner);
+  if (it != owned_.end() && --it->second == 0) owned_.erase(it);
+}
+
+std::optional<PrefixLease> PrefixLeases::Take(uint64_t id,
+                                              std::optional<std::string_view> owner) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end()) return std::nullopt;
+  if (owner && it->second.owner != *owner) return std::nullopt;
   PrefixLease lease = std::move(it->second);
   leases_.erase(it);
+  DisownLocked(lease.owner);
   return lease;
+}
+
+bool PrefixLeases::OwnedBy(uint64_t id, std::string_view owner) const {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(id);
+  return it != leases_.end() && it->second.owner == owner;
+}
+
+size_t PrefixLeases::CountOwned(const std::string& owner) const {
+  absl::MutexLock lock(&mu_);
+  auto it = owned_.find(owner);
+  return it == owned_.end() ? 0 : it->second;
 }
 
 size_t PrefixLeases::PruneExpired() {
@@ -58,6 +79,7 @@ size_t PrefixLeases::PruneExpired() {
   earliest_deadline_ms_ = std::numeric_limits<int64_t>::max();
   for (auto it = leases_.begin(); it != leases_.end();) {
     if (it->second.deadline_ms <= now) {
+      DisownLocked(it->second.owner);
       leases_.erase(it++);
       ++n;
     } else {

@@ -71,18 +71,44 @@ StoreGrpcService::StoreGrpcService(StoreServiceOptions options, BufferRegistry& 
       master_(master),
       prefix_leases_(prefix_leases),
       clock_(clock),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      limits_(options_.max_inflight_per_caller, &metrics.registry()) {}
+
+namespace {
+
+std::string_view Header(const grpc::ServerContext& context, std::string_view name) {
+  const auto& md = context.client_metadata();
+  auto it = md.find(grpc::string_ref(name.data(), name.size()));
+  if (it == md.end()) return {};
+  return std::string_view(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+absl::StatusOr<StoreGrpcService::Caller> StoreGrpcService::Admit(grpc::ServerContext* context) {
+  Caller caller;
+  if (context != nullptr) {
+    const std::string peer = context->peer();
+    if (auth_ != nullptr) {
+      MC_RETURN_IF_ERROR(auth_->Check(peer, Header(*context, "authorization"),
+                                      Header(*context, "x-mc-store-token")));
+    }
+    caller.owner = StoreAuth::OwnerOf(peer, Header(*context, "x-mc-owner"), sessions_);
+  }
+  MC_ASSIGN_OR_RETURN(caller.admission, limits_.Enter(caller.owner));
+  return caller;
+}
 
 absl::Status StoreGrpcService::ResolveSlices(
-    const google::protobuf::RepeatedPtrField<sv1::Slice>& slices, std::vector<LocalBuffer>* out,
-    std::vector<BufferRef>* refs) const {
+    const google::protobuf::RepeatedPtrField<sv1::Slice>& slices, std::string_view owner,
+    std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs) const {
   CheckedSum total;
   for (const sv1::Slice& slice : slices) {
     if (!total.Add(slice.length()).ok()) {
       return McError(Code::kInvalidArgument, "the slices' lengths overflow 64 bits");
     }
     BufferRef ref;
-    auto mem = buffers_.Resolve(slice.buffer_id(), slice.offset(), slice.length(), &ref);
+    auto mem = buffers_.Resolve(slice.buffer_id(), slice.offset(), slice.length(), &ref, owner);
     if (!mem.ok()) return mem.status();
     out->push_back({*mem, slice.length()});
     refs->push_back(std::move(ref));
@@ -90,26 +116,47 @@ absl::Status StoreGrpcService::ResolveSlices(
   return absl::OkStatus();
 }
 
-grpc::Status StoreGrpcService::RegisterBuffer(grpc::ServerContext*,
+#define MC_ADMIT(caller, context)                         \
+  absl::StatusOr<Caller> caller = Admit(context);         \
+  if (!caller.ok()) return ToGrpcStatus(caller.status())
+
+grpc::Status StoreGrpcService::RegisterBuffer(grpc::ServerContext* context,
                                               const sv1::RegisterBufferRequest* req,
                                               sv1::RegisterBufferResponse* resp) {
   Scope scope(metrics_, "RegisterBuffer");
-  auto id = buffers_.Register(req->shm_name(), req->size());
+  MC_ADMIT(caller, context);
+  absl::StatusOr<uint64_t> id;
+  if (!req->handle().empty()) {
+    if (!req->shm_name().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "give handle or shm_name, not both");
+    }
+    id = buffers_.Claim(req->handle());
+  } else if (!options_.allow_named_buffers) {
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        "registering a buffer by shm name is off (--store_allow_named_buffers=false): pass its "
+        "file descriptor over the fd socket and register the handle it answers");
+  } else {
+    id = buffers_.Register(req->shm_name(), req->size(), caller->owner);
+  }
   if (!id.ok()) return ToGrpcStatus(id.status());
   resp->set_buffer_id(*id);
   return grpc::Status::OK;
 }
 
-grpc::Status StoreGrpcService::UnregisterBuffer(grpc::ServerContext*,
+grpc::Status StoreGrpcService::UnregisterBuffer(grpc::ServerContext* context,
                                                 const sv1::UnregisterBufferRequest* req,
                                                 sv1::UnregisterBufferResponse*) {
   Scope scope(metrics_, "UnregisterBuffer");
-  return ToGrpcStatus(buffers_.Unregister(req->buffer_id()));
+  MC_ADMIT(caller, context);
+  return ToGrpcStatus(buffers_.Unregister(req->buffer_id(), caller->owner));
 }
 
-grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext*, const sv1::BatchPutRequest* req,
+grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
+                                        const sv1::BatchPutRequest* req,
                                         sv1::BatchPutResponse* resp) {
   Scope scope(metrics_, "BatchPut");
+  MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return TooMany(req->items_size(), options_.max_batch_items);
   }
@@ -126,7 +173,7 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext*, const sv1::BatchPu
                                               " bytes exceeds --max_inline_bytes=",
                                               options_.max_inline_bytes, "; use slices"));
     } else if (in.slices_size() > 0) {
-      item.input_error = ResolveSlices(in.slices(), &item.pieces, &item.buffers);
+      item.input_error = ResolveSlices(in.slices(), caller->owner, &item.pieces, &item.buffers);
     } else if (!in.data().empty()) {
       // The putter only reads from the pieces.
       item.pieces.push_back({const_cast<char*>(in.data().data()), in.data().size()});
@@ -140,9 +187,11 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext*, const sv1::BatchPu
   return grpc::Status::OK;
 }
 
-grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext*, const sv1::BatchGetRequest* req,
+grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
+                                        const sv1::BatchGetRequest* req,
                                         sv1::BatchGetResponse* resp) {
   Scope scope(metrics_, "BatchGet");
+  MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return TooMany(req->items_size(), options_.max_batch_items);
   }
@@ -153,12 +202,16 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext*, const sv1::BatchGe
     items[i].key = in.key();
     items[i].inline_data = in.slices_size() == 0;
     if (!items[i].inline_data) {
-      items[i].input_error = ResolveSlices(in.slices(), &items[i].slices, &items[i].buffers);
+      items[i].input_error =
+          ResolveSlices(in.slices(), caller->owner, &items[i].slices, &items[i].buffers);
     }
     resp->add_results();
   }
   ResponseSink sink(resp, options_.max_inline_bytes);
-  std::vector<GetItemResult> results = getter_.Get(items, req->lease_id(), &sink);
+  // Another caller's lease is no lease: its keys are looked up afresh.
+  uint64_t lease_id = req->lease_id();
+  if (lease_id != 0 && !prefix_leases_.OwnedBy(lease_id, caller->owner)) lease_id = 0;
+  std::vector<GetItemResult> results = getter_.Get(items, lease_id, &sink);
   for (size_t i = 0; i < results.size(); ++i) {
     sv1::GetResult* r = resp->mutable_results(static_cast<int>(i));
     GetItemResult& g = results[i];
@@ -177,10 +230,11 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext*, const sv1::BatchGe
   return grpc::Status::OK;
 }
 
-grpc::Status StoreGrpcService::BatchExist(grpc::ServerContext*,
+grpc::Status StoreGrpcService::BatchExist(grpc::ServerContext* context,
                                           const sv1::BatchExistRequest* req,
                                           sv1::BatchExistResponse* resp) {
   Scope scope(metrics_, "BatchExist");
+  MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
     return TooMany(req->keys_size(), options_.max_batch_items);
   }
@@ -267,10 +321,11 @@ absl::Status StoreGrpcService::LookUpPrefix(const sv1::MatchPrefixRequest& req,
   }
 }
 
-grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
+grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
                                            const sv1::MatchPrefixRequest* req,
                                            sv1::MatchPrefixResponse* resp) {
   Scope scope(metrics_, "MatchPrefix");
+  MC_ADMIT(caller, context);
   absl::StatusOr<std::vector<std::string_view>> asked = RequestKeys(*req);
   if (!asked.ok()) return ToGrpcStatus(asked.status());
   if (asked->size() > options_.max_batch_items) {
@@ -278,6 +333,18 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   }
   resp->set_keys_seen(static_cast<uint32_t>(asked->size()));
   uint32_t ttl = std::min(req->lease_ttl_ms(), options_.max_prefix_lease_ttl_ms);
+  if (ttl != 0 && options_.max_leases_per_caller != 0 &&
+      prefix_leases_.CountOwned(caller->owner) >= options_.max_leases_per_caller) {
+    prefix_leases_.PruneExpired();
+    if (prefix_leases_.CountOwned(caller->owner) >= options_.max_leases_per_caller) {
+      CountLimitRefusal(&metrics_.registry(), "leases");
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("this caller already holds ",
+                                       options_.max_leases_per_caller,
+                                       " prefix leases, the limit "
+                                       "(--store_max_leases_per_caller); release some"));
+    }
+  }
   // The request and the answer live on the lease's arena: a leased match keeps them as its
   // pinned lookups, without copying a key or a replica record.
   PrefixLease lease;
@@ -326,6 +393,7 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   lease.lookups = *std::move(reader);
   lease.master_lease_id = mresp.lease_id();
   lease.deadline_ms = sent_ms + static_cast<int64_t>(mresp.lease_ttl_ms());
+  lease.owner = caller->owner;
   lease.keys.reserve(matched);
   // The keys as sent (views into mreq, on the lease's arena): the match is their first `matched`.
   absl::StatusOr<std::vector<std::string_view>> sent = RequestKeys(mreq);
@@ -338,11 +406,12 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext*,
+grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext* context,
                                             const sv1::ReleaseLeaseRequest* req,
                                             sv1::ReleaseLeaseResponse*) {
   Scope scope(metrics_, "ReleaseLease");
-  std::optional<PrefixLease> lease = prefix_leases_.Take(req->lease_id());
+  MC_ADMIT(caller, context);
+  std::optional<PrefixLease> lease = prefix_leases_.Take(req->lease_id(), caller->owner);
   if (!lease) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("lease ", req->lease_id(), " is unknown or expired"));
@@ -353,10 +422,11 @@ grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext*,
   return ToGrpcStatus(master_.ReleaseLeases(mreq));
 }
 
-grpc::Status StoreGrpcService::BatchRemove(grpc::ServerContext*,
+grpc::Status StoreGrpcService::BatchRemove(grpc::ServerContext* context,
                                            const sv1::BatchRemoveRequest* req,
                                            sv1::BatchRemoveResponse* resp) {
   Scope scope(metrics_, "BatchRemove");
+  MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
     return TooMany(req->keys_size(), options_.max_batch_items);
   }

@@ -1,6 +1,11 @@
 // StoreGrpcService: the application-facing Store service (proto/mcstore/v1/store.proto) as thin
 // handlers: resolve inline bytes and registered slices into memory, call BatchPutter /
 // BatchGetter / the master, answer one result per item in order, count everything.
+//
+// Every handler first admits the caller (Admit): the transport check of StoreAuth (a token over
+// TCP), then its owner key and its in-flight slot (CallerLimits). Buffers and prefix leases are
+// the owner's: another caller's buffer id resolves as unknown, another caller's lease as none.
+// A null ServerContext (in-process calls, unit tests) is the trusted owner "".
 // Thread-safe.
 #pragma once
 
@@ -12,9 +17,11 @@
 #include "client/batch_get.h"
 #include "client/batch_put.h"
 #include "client/buffer_registry.h"
+#include "client/caller_limits.h"
 #include "client/client_metrics.h"
 #include "client/master_client.h"
 #include "client/prefix_leases.h"
+#include "client/store_auth.h"
 #include "mcstore/v1/store.grpc.pb.h"
 
 namespace mc::client {
@@ -24,7 +31,12 @@ struct StoreServiceOptions {
   uint64_t max_inline_bytes = 64ull << 20;  // per inline payload, put or get
   uint32_t default_replicas = 1;
   size_t max_batch_items = 65536;
-  uint32_t max_prefix_lease_ttl_ms = 600'000;
+  uint32_t max_prefix_lease_ttl_ms = 600'000;  // --store_max_lease_ttl_ms
+  // RegisterBuffer by shm_name opens the object with the daemon's rights: off unless
+  // --store_allow_named_buffers (see docs/security-store.md).
+  bool allow_named_buffers = false;
+  uint32_t max_leases_per_caller = 4096;    // --store_max_leases_per_caller; 0 = unlimited
+  uint32_t max_inflight_per_caller = 256;   // --store_max_inflight_per_caller; 0 = unlimited
   // MatchPrefix sends its keys to the master packed (GetReplicasRequest.packed_keys). A master
   // older than that answers keys_seen 0; the lookup is then sent again key by key, and packing
   // rests for packed_keys_retry_ms.
@@ -37,6 +49,14 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
   StoreGrpcService(StoreServiceOptions options, BufferRegistry& buffers, BatchPutter& putter,
                    BatchGetter& getter, MasterClient& master, PrefixLeases& prefix_leases,
                    const Clock& clock, ClientMetrics& metrics);
+
+  // Access control: `auth` checks the transport (null: every call passes), `sessions` says
+  // which owner tokens are live (null: every caller is anonymous). Borrowed; call before
+  // serving.
+  void SetAccess(const StoreAuth* auth, const CallerSessions* sessions) {
+    auth_ = auth;
+    sessions_ = sessions;
+  }
 
   grpc::Status RegisterBuffer(grpc::ServerContext*, const mcstore::v1::RegisterBufferRequest*,
                               mcstore::v1::RegisterBufferResponse*) override;
@@ -57,6 +77,12 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
 
  private:
   class Scope;
+  struct Caller {
+    std::string owner;
+    CallerLimits::Admission admission;
+  };
+  // Authenticates the call and takes an in-flight slot of its owner.
+  absl::StatusOr<Caller> Admit(grpc::ServerContext* context);
   // MatchPrefix's lookup at the master (`mreq` prepared but for its keys, which are `keys`, those
   // of `req`): keys packed unless an older master was met within packed_keys_retry_ms; a master
   // that saw none of the packed keys gets them again one by one. `sent_ms` (steady) and
@@ -68,7 +94,8 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
                             int64_t* wall_ms);
   // Resolves slices into memory (holding the buffers in `refs`); an error names the bad slice.
   absl::Status ResolveSlices(const google::protobuf::RepeatedPtrField<mcstore::v1::Slice>& slices,
-                             std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs) const;
+                             std::string_view owner, std::vector<LocalBuffer>* out,
+                             std::vector<BufferRef>* refs) const;
 
   const StoreServiceOptions options_;
   BufferRegistry& buffers_;
@@ -78,6 +105,9 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
   PrefixLeases& prefix_leases_;
   const Clock& clock_;
   ClientMetrics& metrics_;
+  CallerLimits limits_;
+  const StoreAuth* auth_ = nullptr;
+  const CallerSessions* sessions_ = nullptr;
   // Until then MatchPrefix names its keys to the master one by one (it found an older master).
   std::atomic<int64_t> packed_keys_off_until_ms_{0};
 };

@@ -57,7 +57,12 @@ start() {
   done
   stop >/dev/null
   mkdir -p "$run"
-  rm -f "$run"/*.json "$run"/*.sock
+  rm -f "$run"/*.json "$run"/*.sock "$run"/*.sock.fd
+  # The Store token of the clients' TCP listeners (tools: --token_file / $MCSTORE_TOKEN_FILE).
+  if [[ ! -s "$run/store.token" ]]; then
+    (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$run/store.token")
+  fi
+  chmod 600 "$run/store.token"
   # Authentication on by default: a cluster secret generated into the run directory (kept across
   # restarts of the cluster); MC_AUTH=0 runs an unauthenticated cluster (benchmarks).
   local auth=(--auth=false)
@@ -76,6 +81,7 @@ start() {
   for i in $(seq 1 "$n"); do
     "$build/client/mc-client" --master "$master" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
       --data 127.0.0.1:0 --unix_socket "$run/client$i.sock" --client_id "client$i" "${auth[@]}" \
+      --store_token_file "$run/store.token" \
       --segment_size "$segment" --ready_file "$run/client$i.json" ${MC_CLIENT_ARGS:-} \
       >"$run/client$i.log" 2>&1 &
     echo $! >"$run/client$i.pid"
@@ -83,7 +89,7 @@ start() {
   for i in $(seq 1 "$n"); do
     wait_ready "$run/client$i.json" "$(cat "$run/client$i.pid")" "client$i"
   done
-  echo "local-cluster: master gRPC $master, HTTP $(field "$run/master.json" http)"
+  echo "local-cluster: master gRPC $master, HTTP $(field "$run/master.json" http), Store token $run/store.token"
   for i in $(seq 1 "$n"); do
     echo "local-cluster: client$i Store $(field "$run/client$i.json" grpc) (unix:$run/client$i.sock), HTTP $(field "$run/client$i.json" http)"
   done

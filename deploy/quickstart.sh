@@ -16,6 +16,8 @@ export MC_RUN_DIR
 export MC_SEGMENT_SIZE="${MC_SEGMENT_SIZE:-134217728}"
 trap './deploy/local-cluster.sh stop >/dev/null' EXIT
 ./deploy/local-cluster.sh start 2
+# The clients' TCP Store listeners want the cluster's token; mc-admin reads it from here.
+export MCSTORE_TOKEN_FILE="$MC_RUN_DIR/store.token"
 
 field() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 master=$(field "$MC_RUN_DIR/master.json" grpc)

@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_format.h"
+#include "client/fd_session.h"
 #include "common/auth.h"
 #include "common/master_credentials.h"
 #include "common/util.h"
@@ -23,8 +24,11 @@ namespace v1 = mcstore::v1;
 
 namespace {
 
-void SetDeadline(grpc::ClientContext* c, const AdminContext& ctx) {
+// The deadline, the Store token and, for calls that use a buffer, its fd session's owner.
+void SetDeadline(grpc::ClientContext* c, const AdminContext& ctx, const std::string& owner = "") {
   c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ctx.timeout_ms));
+  if (!ctx.store_token.empty()) c->AddMetadata("authorization", "Bearer " + ctx.store_token);
+  if (!owner.empty()) c->AddMetadata("x-mc-owner", owner);
 }
 
 int RpcFailed(const AdminContext& ctx, const char* what, const grpc::Status& s) {
@@ -33,10 +37,23 @@ int RpcFailed(const AdminContext& ctx, const char* what, const grpc::Status& s) 
   return 2;
 }
 
-// A POSIX shared-memory object registered with the daemon for the life of this object.
+// A POSIX shared-memory object registered with the daemon for the life of this object: its fd
+// is passed over the daemon's fd socket, in a session of its own (owner()).
 class ShmBuffer {
  public:
   ShmBuffer(const AdminContext& ctx, uint64_t size) : ctx_(ctx), size_(size) {
+    if (ctx_.fd_socket.empty()) {
+      std::fprintf(ctx_.err,
+                   "a payload this large goes through shared memory, which needs the daemon's "
+                   "fd socket: use --client unix:PATH or --fd_socket\n");
+      return;
+    }
+    auto session = client::FdSession::Open(ctx_.fd_socket, ctx_.timeout_ms);
+    if (!session.ok()) {
+      std::fprintf(ctx_.err, "%s\n", session.status().ToString().c_str());
+      return;
+    }
+    session_ = *std::move(session);
     std::random_device rd;
     name_ = absl::StrFormat("/mc-admin-%d-%08x", getpid(), rd());
     int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -45,13 +62,18 @@ class ShmBuffer {
       void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (p != MAP_FAILED) base_ = static_cast<char*>(p);
     }
+    absl::StatusOr<std::string> handle =
+        base_ == nullptr ? absl::InternalError("cannot map shared memory")
+                         : session_->Register(fd, size);
     close(fd);
-    if (base_ == nullptr) return;
+    if (!handle.ok()) {
+      std::fprintf(ctx_.err, "registering a buffer: %s\n", handle.status().ToString().c_str());
+      return;
+    }
     grpc::ClientContext c;
     SetDeadline(&c, ctx_);
     v1::RegisterBufferRequest req;
-    req.set_shm_name(name_);
-    req.set_size(size);
+    req.set_handle(*handle);
     v1::RegisterBufferResponse resp;
     grpc::Status s = ctx_.store->RegisterBuffer(&c, req, &resp);
     if (s.ok()) {
@@ -63,21 +85,23 @@ class ShmBuffer {
   ~ShmBuffer() {
     if (id_ != 0) {
       grpc::ClientContext c;
-      SetDeadline(&c, ctx_);
+      SetDeadline(&c, ctx_, owner());
       v1::UnregisterBufferRequest req;
       req.set_buffer_id(id_);
       v1::UnregisterBufferResponse resp;
       (void)ctx_.store->UnregisterBuffer(&c, req, &resp);  // best effort at exit
     }
     if (base_ != nullptr) munmap(base_, size_);
-    shm_unlink(name_.c_str());
+    if (!name_.empty()) shm_unlink(name_.c_str());
   }
   bool ok() const { return id_ != 0; }
   char* data() const { return base_; }
   uint64_t id() const { return id_; }
+  std::string owner() const { return session_ ? session_->owner() : ""; }
 
  private:
   const AdminContext& ctx_;
+  std::unique_ptr<client::FdSession> session_;
   const uint64_t size_;
   std::string name_;
   char* base_ = nullptr;
@@ -143,7 +167,7 @@ int CmdPut(const AdminContext& ctx, const std::string& file, const std::string& 
     slice->set_length(payload.size());
   }
   grpc::ClientContext c;
-  SetDeadline(&c, ctx);
+  SetDeadline(&c, ctx, shm ? shm->owner() : "");
   v1::BatchPutResponse resp;
   grpc::Status s = ctx.store->BatchPut(&c, req, &resp);
   if (!s.ok()) return RpcFailed(ctx, "BatchPut", s);
@@ -177,7 +201,7 @@ int CmdGet(const AdminContext& ctx, const std::string& key, const std::string& f
     slice->set_buffer_id(shm.id());
     slice->set_length(r.size());
     grpc::ClientContext c2;
-    SetDeadline(&c2, ctx);
+    SetDeadline(&c2, ctx, shm.owner());
     v1::BatchGetResponse resp2;
     s = ctx.store->BatchGet(&c2, again, &resp2);
     if (!s.ok()) return RpcFailed(ctx, "BatchGet", s);

@@ -19,6 +19,8 @@ struct AdminContext {
   auth::ClusterKeysPtr cluster_keys;            // signs calls to the master; null = none
   uint64_t inline_limit = 4 << 20;              // larger files go through shared memory
   int64_t timeout_ms = 30'000;
+  std::string store_token;  // sent as `authorization: Bearer` (the daemon's TCP listener needs it)
+  std::string fd_socket;    // the daemon's fd socket, where shared-memory buffers are passed
   FILE* out = stdout;
   FILE* err = stderr;
 };

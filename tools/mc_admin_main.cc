@@ -1,8 +1,12 @@
 // mc-admin: the operator CLI.
 //   mc-admin --master HOST:PORT status
 //   mc-admin --client HOST:PORT put FILE KEY | get KEY FILE | exist KEY... | rm KEY...
-// --client also takes unix:PATH (the daemon's --unix_socket).
+// --client also takes unix:PATH (the daemon's --unix_socket). Over TCP the Store token comes from
+// --token_file or $MCSTORE_TOKEN_FILE.
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +15,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "client/fd_session.h"
 #include "common/auth.h"
 #include "tools/admin_commands.h"
 
@@ -20,6 +26,10 @@ ABSL_FLAG(int64_t, timeout_ms, 30000, "deadline of each RPC");
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "the cluster secret file (as mc-master's); signs calls to the master");
 ABSL_FLAG(uint64_t, inline_limit, 4ull << 20, "files above this go through shared memory");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the daemon's Store token, needed over TCP (default: $MCSTORE_TOKEN_FILE)");
+ABSL_FLAG(std::string, fd_socket, "",
+          "the daemon's fd socket for shared memory (default: <PATH>.fd of --client unix:PATH)");
 
 namespace {
 
@@ -67,6 +77,24 @@ int main(int argc, char** argv) {
   ctx.cluster_keys = cluster_keys;
   ctx.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   ctx.inline_limit = absl::GetFlag(FLAGS_inline_limit);
+  std::string token_file = absl::GetFlag(FLAGS_token_file);
+  if (token_file.empty() && std::getenv("MCSTORE_TOKEN_FILE") != nullptr) {
+    token_file = std::getenv("MCSTORE_TOKEN_FILE");
+  }
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      std::fprintf(stderr, "cannot read --token_file %s\n", token_file.c_str());
+      return 2;
+    }
+    ctx.store_token = std::string(absl::StripAsciiWhitespace(text.str()));
+  }
+  ctx.fd_socket = absl::GetFlag(FLAGS_fd_socket);
+  if (ctx.fd_socket.empty()) {
+    ctx.fd_socket = mc::client::DefaultFdSocket(absl::GetFlag(FLAGS_client));
+  }
   const std::string& cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "status" && rest.empty()) return mc::tools::CmdStatus(ctx);

@@ -7,11 +7,15 @@
 // Exit code: 0 every item as expected and verified, 1 some item failed, 2 usage/setup errors.
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "tools/mc_bench_baseline.h"
@@ -21,6 +25,11 @@
 
 ABSL_FLAG(std::string, client, "", "mc-client Store address gets go through: HOST:PORT or unix:PATH");
 ABSL_FLAG(std::string, put_client, "", "mc-client Store address puts go through (default --client)");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the Store token, needed over TCP (default: $MCSTORE_TOKEN_FILE)");
+ABSL_FLAG(std::string, fd_socket, "",
+          "--client's fd socket for shm buffers (default: <PATH>.fd of --client unix:PATH)");
+ABSL_FLAG(std::string, put_fd_socket, "", "--put_client's fd socket (default: likewise)");
 ABSL_FLAG(std::string, value_size, "1048576", "bytes per value; K/M/G or KiB/MiB/GiB suffixes (1024-based)");
 ABSL_FLAG(int32_t, batch, 16, "items per RPC");
 ABSL_FLAG(int32_t, keys, 64, "distinct keys put per run");
@@ -84,6 +93,23 @@ int main(int argc, char** argv) {
   mc::bench::StoreBenchOptions o;
   o.client = absl::GetFlag(FLAGS_client);
   o.put_client = absl::GetFlag(FLAGS_put_client);
+  o.fd_socket = absl::GetFlag(FLAGS_fd_socket);
+  o.put_fd_socket = absl::GetFlag(FLAGS_put_fd_socket);
+  {
+    std::string token_file = absl::GetFlag(FLAGS_token_file);
+    const char* env = std::getenv("MCSTORE_TOKEN_FILE");
+    if (token_file.empty() && env != nullptr) token_file = env;
+    if (!token_file.empty()) {
+      std::ifstream in(token_file);
+      std::stringstream text;
+      text << in.rdbuf();
+      if (!in) {
+        std::fprintf(stderr, "cannot read --token_file %s\n", token_file.c_str());
+        return 2;
+      }
+      o.store_token = std::string(absl::StripAsciiWhitespace(text.str()));
+    }
+  }
   if (o.client.empty()) {
     std::fprintf(stderr, "--client is required (or --baseline)\n");
     return 2;
@@ -103,6 +129,7 @@ int main(int argc, char** argv) {
   if (mode == "match_prefix") {
     mc::bench::PrefixBenchOptions p;
     p.client = o.client;
+    p.store_token = o.store_token;
     p.chain = absl::GetFlag(FLAGS_prefix_keys);
     if (!mc::ParseBytes(absl::GetFlag(FLAGS_prefix_value_size), &p.value_size)) {
       std::fprintf(stderr, "bad --prefix_value_size\n");

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mcstore/v1/store.grpc.pb.h"
+#include "tools/store_channel.h"
 #include "proto/packed_lookups.h"
 #include "tools/mc_bench_pattern.h"
 #include "tools/mc_bench_stats.h"
@@ -112,8 +113,7 @@ int RunPrefixBench(const PrefixBenchOptions& o, FILE* out) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  auto stub = v1::Store::NewStub(
-      grpc::CreateCustomChannel(o.client, grpc::InsecureChannelCredentials(), args));
+  auto stub = v1::Store::NewStub(tools::MakeStoreChannel(o.client, args, o.store_token));
   const std::string prefix = o.key_prefix.empty() ? absl::StrCat("mcp-", getpid()) : o.key_prefix;
   const std::vector<std::string> keys = ChainKeys(prefix, o.chain);
   if (!PutChain(stub.get(), keys, o.value_size, o.timeout_ms, out)) {

@@ -17,7 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/fd_session.h"
 #include "mcstore/v1/store.grpc.pb.h"
+#include "tools/store_channel.h"
 #include "tools/mc_bench_pattern.h"
 #include "tools/mc_bench_stats.h"
 
@@ -29,13 +31,33 @@ namespace {
 
 constexpr double kGB = 1e9;
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+// `token` and `owner` (an fd session's) go with every call.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const std::string& token,
+                                           const std::string& owner) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   // Each worker gets its own connection rather than sharing one HTTP/2 connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return tools::MakeStoreChannel(target, args, token, owner);
+}
+
+// The fd session with the daemon at `target` (its fd socket `fd_socket`, default next to a
+// unix:PATH target); null after printing why.
+std::unique_ptr<client::FdSession> OpenSession(const std::string& target,
+                                               const std::string& fd_socket, FILE* out) {
+  std::string path = fd_socket.empty() ? client::DefaultFdSocket(target) : fd_socket;
+  if (path.empty()) {
+    std::fprintf(out, "mc-bench: shm buffers of %s need its fd socket: --client unix:PATH, or "
+                 "--fd_socket / --put_fd_socket (or --shm=false)\n", target.c_str());
+    return nullptr;
+  }
+  auto session = client::FdSession::Open(path);
+  if (!session.ok()) {
+    std::fprintf(out, "mc-bench: %s\n", session.status().ToString().c_str());
+    return nullptr;
+  }
+  return *std::move(session);
 }
 
 void SetDeadline(grpc::ClientContext* c, int64_t timeout_ms) {
@@ -55,6 +77,7 @@ class SharedBuffer {
       (void)stub->UnregisterBuffer(&c, req, &resp);  // best effort at exit
     }
     if (base_ != nullptr) munmap(base_, size_);
+    if (fd_ >= 0) close(fd_);
     if (!name_.empty()) shm_unlink(name_.c_str());
   }
 
@@ -72,7 +95,7 @@ class SharedBuffer {
       void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (p != MAP_FAILED) base_ = static_cast<char*>(p);
     }
-    close(fd);
+    fd_ = fd;  // kept: its fd is what registers it
     if (base_ == nullptr) {
       std::fprintf(out, "mc-bench: cannot map %llu bytes of shm\n",
                    static_cast<unsigned long long>(size));
@@ -82,13 +105,18 @@ class SharedBuffer {
     return true;
   }
 
-  // Registers with the daemon behind `stub`; returns the buffer id there (0 on failure).
-  uint64_t Register(v1::Store::Stub* stub, FILE* out) {
+  // Registers with the daemon behind `stub` by passing the fd in `session` (the stub's calls
+  // carry its owner); returns the buffer id there (0 on failure).
+  uint64_t Register(v1::Store::Stub* stub, client::FdSession& session, FILE* out) {
+    absl::StatusOr<std::string> handle = session.Register(fd_, size_);
+    if (!handle.ok()) {
+      std::fprintf(out, "mc-bench: passing the buffer: %s\n", handle.status().ToString().c_str());
+      return 0;
+    }
     grpc::ClientContext c;
     SetDeadline(&c, 30'000);
     v1::RegisterBufferRequest req;
-    req.set_shm_name(name_);
-    req.set_size(size_);
+    req.set_handle(*handle);
     v1::RegisterBufferResponse resp;
     grpc::Status s = stub->RegisterBuffer(&c, req, &resp);
     if (!s.ok()) {
@@ -103,6 +131,7 @@ class SharedBuffer {
 
  private:
   std::string name_;
+  int fd_ = -1;
   char* base_ = nullptr;
   uint64_t size_ = 0;
   std::vector<std::pair<v1::Store::Stub*, uint64_t>> registrations_;
@@ -159,15 +188,29 @@ class Runner {
   bool Setup() {
     prefix_ = o_.key_prefix.empty() ? absl::StrCat("mcb-", getpid()) : o_.key_prefix;
     const std::string put_target = o_.put_client.empty() ? o_.client : o_.put_client;
+    const bool same = put_target == o_.client;
+    if (o_.shm) {
+      get_session_ = OpenSession(o_.client, o_.fd_socket, out_);
+      if (get_session_ == nullptr) return false;
+      if (!same) {
+        put_session_ = OpenSession(put_target, o_.put_fd_socket, out_);
+        if (put_session_ == nullptr) return false;
+      }
+    }
+    client::FdSession* put_session = same ? get_session_.get() : put_session_.get();
+    const std::string get_owner = get_session_ ? get_session_->owner() : "";
+    const std::string put_owner = put_session != nullptr ? put_session->owner() : "";
     for (int t = 0; t < o_.threads; ++t) {
-      get_stubs_.push_back(v1::Store::NewStub(MakeChannel(o_.client)));
-      put_stubs_.push_back(v1::Store::NewStub(MakeChannel(put_target)));
+      get_stubs_.push_back(
+          v1::Store::NewStub(MakeChannel(o_.client, o_.store_token, get_owner)));
+      put_stubs_.push_back(
+          v1::Store::NewStub(MakeChannel(put_target, o_.store_token, put_owner)));
     }
     slot_count_ = static_cast<uint64_t>(o_.threads) * static_cast<uint64_t>(o_.batch);
     if (!shm_.Create(slot_count_ * o_.value_size, out_)) return false;
     if (o_.shm) {
-      get_buffer_ = shm_.Register(get_stubs_[0].get(), out_);
-      put_buffer_ = put_target == o_.client ? get_buffer_ : shm_.Register(put_stubs_[0].get(), out_);
+      get_buffer_ = shm_.Register(get_stubs_[0].get(), *get_session_, out_);
+      put_buffer_ = same ? get_buffer_ : shm_.Register(put_stubs_[0].get(), *put_session, out_);
       if (get_buffer_ == 0 || put_buffer_ == 0) return false;
     }
     return true;
@@ -438,6 +481,8 @@ class Runner {
   const StoreBenchOptions& o_;
   FILE* out_;
   std::string prefix_;
+  // The fd sessions outlive the stubs and the buffer: its unregistration needs them alive.
+  std::unique_ptr<client::FdSession> get_session_, put_session_;
   std::vector<std::unique_ptr<v1::Store::Stub>> get_stubs_, put_stubs_;
   SharedBuffer shm_;
   uint64_t slot_count_ = 0;

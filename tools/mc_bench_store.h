@@ -14,6 +14,9 @@ namespace mc::bench {
 struct StoreBenchOptions {
   std::string client;                  // daemon gets go through (HOST:PORT or unix:PATH)
   std::string put_client;              // daemon puts go through; empty = `client`
+  std::string store_token;             // sent with every call (TCP Store listeners need it)
+  std::string fd_socket;               // `client`'s fd socket; empty = <PATH>.fd of unix:PATH
+  std::string put_fd_socket;           // `put_client`'s; empty = likewise
   uint64_t value_size = 1ull << 20;
   int batch = 16;                      // items per RPC
   int keys = 64;                       // distinct keys put per run

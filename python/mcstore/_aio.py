@@ -58,7 +58,8 @@ class AsyncClient:
     Buffers: `await create_buffer(n)` returns a SharedBuffer registered through a small
     synchronous control channel, so SharedBuffer.close() works from any thread."""
 
-    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str, timeout_s: float = 10.0, *, token: Optional[str] = None,
+                 token_file: Optional[str] = None, fd_socket: Optional[str] = None) -> None:
         self.address = address
         self.timeout_s = float(timeout_s)
         if self.timeout_s <= 0:
@@ -77,7 +78,9 @@ class AsyncClient:
             self._rpc[name] = self._channel.unary_unary(
                 SERVICE + name, request_serializer=req.SerializeToString,
                 response_deserializer=resp.FromString)
-        self._control = Client(address, timeout_s)  # buffers; no connection until used
+        # buffers and their fd session; no connection until used
+        self._control = Client(address, timeout_s, token=token, token_file=token_file,
+                               fd_socket=fd_socket)
         self._checker = self._control._checker
         self._packed_match = True
         self.closed = False
@@ -87,7 +90,8 @@ class AsyncClient:
             raise ValueError("the mcstore AsyncClient for %s is closed" % self.address)
         timeout = self.timeout_s if timeout_s is None else float(timeout_s)
         try:
-            return await self._rpc[rpc](req, timeout=timeout)
+            return await self._rpc[rpc](req, timeout=timeout,
+                                        metadata=self._control._metadata())
         except grpc.RpcError as e:
             raise error_from_rpc(e, rpc, self.address) from None
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import grpc
 
@@ -12,6 +13,7 @@ from mcstore import _core
 from mcstore._buffers import SharedBuffer, check_shm_name
 from mcstore._core import IntoLike, KeyLike, ValueLike
 from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
+from mcstore._fdchannel import FdSession, default_fd_socket
 from mcstore._proto import SERVICE, store_pb2
 
 T = TypeVar("T")
@@ -67,13 +69,25 @@ class Client:
     deadline of each call (methods take timeout_s= to override it). Nothing is sent until the
     first call; a daemon that cannot be reached raises UnavailableError naming the address.
     Thread-safe: share one Client between threads.
+
+    Access: over TCP the daemon wants its Store token: `token=` (the string), or `token_file=`
+    (default: the file named by $MCSTORE_TOKEN_FILE); it goes in each call's metadata as
+    `authorization: Bearer <token>`. Over the Unix socket the socket file's mode decides.
+    Buffers are registered by passing their file descriptor over the daemon's fd socket
+    (`fd_socket=`, default "<unix socket>.fd", or $MCSTORE_FD_SOCKET); the session this opens
+    owns them until close(), and its owner token goes with every call as `x-mc-owner`.
     """
 
-    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, address: str, timeout_s: float = 10.0, *, token: Optional[str] = None,
+                 token_file: Optional[str] = None, fd_socket: Optional[str] = None) -> None:
         self.address = address
         self.timeout_s = float(timeout_s)
         if self.timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
+        self._token = read_token(token, token_file)
+        self.fd_socket = (fd_socket or default_fd_socket(address)
+                          or os.environ.get("MCSTORE_FD_SOCKET") or None)
+        self._fd_session: Optional[FdSession] = None
         spb = store_pb2()
         self._channel = grpc.insecure_channel(_core.channel_target(address),
                                               options=_core.CHANNEL_OPTIONS)
@@ -100,11 +114,36 @@ class Client:
     def _timeout(self, timeout_s: Optional[float]) -> float:
         return self.timeout_s if timeout_s is None else float(timeout_s)
 
+    def _metadata(self) -> Tuple[Tuple[str, str], ...]:
+        md: List[Tuple[str, str]] = []
+        if self._token:
+            md.append(("authorization", "Bearer " + self._token))
+        session = self._fd_session
+        if session is not None and not session.closed:
+            md.append(("x-mc-owner", session.owner))
+        return tuple(md)
+
+    def _session(self, fresh: bool = False) -> FdSession:
+        """The fd session (opened on first use; `fresh`: a new one, e.g. after a restart)."""
+        with self._lock:
+            if self._fd_session is not None and (fresh or self._fd_session.closed):
+                self._fd_session.close()
+                self._fd_session = None
+            if self._fd_session is None:
+                if not self.fd_socket:
+                    raise StoreError(Code.INVALID_ARGUMENT,
+                                     "registering a buffer needs the daemon's fd socket: connect "
+                                     "through its Unix socket, or pass fd_socket= (or set "
+                                     "$MCSTORE_FD_SOCKET)", address=self.address)
+                self._fd_session = FdSession(self.fd_socket, self.timeout_s)
+            return self._fd_session
+
     def _call(self, rpc: str, req: Any, timeout_s: Optional[float]) -> Any:
         if self.closed:
             raise ValueError("the mcstore Client for %s is closed" % self.address)
         try:
-            return self._rpc[rpc](req, timeout=self._timeout(timeout_s))
+            return self._rpc[rpc](req, timeout=self._timeout(timeout_s),
+                                  metadata=self._metadata())
         except grpc.RpcError as e:
             raise error_from_rpc(e, rpc, self.address) from None
 
@@ -114,7 +153,8 @@ class Client:
             raise ValueError("the mcstore Client for %s is closed" % self.address)
         out: concurrent.futures.Future = concurrent.futures.Future()
         out.set_running_or_notify_cancel()
-        call = self._rpc[rpc].future(req, timeout=self._timeout(timeout_s))
+        call = self._rpc[rpc].future(req, timeout=self._timeout(timeout_s),
+                                     metadata=self._metadata())
 
         def done(f: Any) -> None:
             try:
@@ -247,12 +287,28 @@ class Client:
         return buf
 
     def register_buffer(self, shm_name: str, size: int) -> int:
-        """Registers an existing POSIX shm object ("/name", created by the caller and readable
-        and writable by the daemon's user) of `size` bytes; returns the buffer id for Slices
-        made by hand: Slice(buffer_id, offset, length)."""
+        """Registers an existing POSIX shm object ("/name", which this process can open for
+        reading and writing: it is opened here and its fd passed to the daemon) of `size`
+        bytes; returns the buffer id for Slices made by hand: Slice(buffer_id, offset, length).
+        The buffer is this Client's: other callers cannot use it, and it is released when this
+        Client closes (or its process dies)."""
         buffer_id = self._register_raw(shm_name, size)
         self._checker.sizes[buffer_id] = size
         return buffer_id
+
+    def register_fd(self, fd: int, size: int) -> int:
+        """Registers `size` bytes of a file descriptor open O_RDWR on a shm object or a memfd
+        (os.memfd_create); returns the buffer id. The caller keeps (and may close) its fd."""
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ValueError("size must be an int > 0")
+        handle = self._session().register_fd(fd, size)
+        buffer_id = self._claim(handle)
+        self._checker.sizes[buffer_id] = size
+        return buffer_id
+
+    def _claim(self, handle: str) -> int:
+        req = store_pb2().RegisterBufferRequest(handle=handle)
+        return self._call("RegisterBuffer", req, None).buffer_id
 
     def unregister_buffer(self, buffer_id: int) -> None:
         """Unregisters a buffer registered with register_buffer()."""
@@ -266,8 +322,21 @@ class Client:
             raise TypeError("size must be an int")
         if size <= 0:
             raise ValueError("size must be > 0, got %d" % size)
-        req = store_pb2().RegisterBufferRequest(shm_name=shm_name, size=size)
-        return self._call("RegisterBuffer", req, None).buffer_id
+        path = "/dev/shm/" + shm_name.lstrip("/")
+        try:
+            handle = self._session().register_path(path, size)
+        except FileNotFoundError:
+            raise StoreError(Code.NOT_FOUND, "no shm object %s (%s)" % (shm_name, path),
+                             address=self.address) from None
+        except PermissionError as e:
+            raise StoreError(Code.INVALID_ARGUMENT, "cannot open shm object %s read-write: %s"
+                             % (shm_name, e), address=self.address) from None
+        except StoreError as e:
+            if e.code != Code.UNAVAILABLE:
+                raise
+            # The session broke (the daemon restarted?): one more try on a fresh one.
+            handle = self._session(fresh=True).register_path(path, size)
+        return self._claim(handle)
 
     def _unregister_quiet(self, buffer_id: int) -> None:
         if self.closed:
@@ -290,6 +359,10 @@ class Client:
             b.close()
         self.closed = True
         self._channel.close()
+        with self._lock:
+            session, self._fd_session = self._fd_session, None
+        if session is not None:
+            session.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -299,3 +372,18 @@ class Client:
 
     def __repr__(self) -> str:
         return "Client(%r%s)" % (self.address, ", closed" if self.closed else "")
+
+
+def read_token(token: Optional[str], token_file: Optional[str]) -> Optional[str]:
+    """The Store token: `token`, else the (stripped) content of `token_file` or of the file
+    named by $MCSTORE_TOKEN_FILE, else None."""
+    if token:
+        return token.strip()
+    path = token_file or os.environ.get("MCSTORE_TOKEN_FILE")
+    if not path:
+        return None
+    with open(path, "r", encoding="utf-8") as f:
+        value = f.read().strip()
+    if not value:
+        raise ValueError("token file %s is empty" % path)
+    return value

@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-a", "--address", default=os.environ.get("MCSTORE_ADDRESS"),
                    help="daemon address: unix:/path or host:port (default $MCSTORE_ADDRESS)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per call (10)")
+    p.add_argument("--token-file", default=None,
+                   help="file holding the daemon's Store token, needed over TCP "
+                        "(default: $MCSTORE_TOKEN_FILE)")
     p.add_argument("--hex", action="store_true", help="keys are given and shown as hex")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("status", help="check the daemon (and its master) answer")
@@ -156,13 +159,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "MCSTORE_ADDRESS", file=sys.stderr)
         return 2
     try:
-        client = Client(args.address, timeout_s=args.timeout) if args.address else None
+        client = (Client(args.address, timeout_s=args.timeout, token_file=args.token_file)
+                  if args.address else None)
         try:
             return args.fn(client, args)
         finally:
             if client is not None:
                 client.close()
-    except (UnavailableError, ValueError) as e:
+    except (UnavailableError, ValueError, OSError) as e:
         print("mcstore: %s" % e, file=sys.stderr)
         return 2
     except StoreError as e:

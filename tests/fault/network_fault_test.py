@@ -54,7 +54,8 @@ class NetnsCluster(cc.Cluster):
         args = ["--master", self.master.ready["grpc"], "--listen", "%s:0" % host,
                 "--http", "%s:0" % host, "--data", "%s:0" % (self.b_addr if in_ns else self.a_addr),
                 "--client_id", "n%d" % i, "--segment_size", str(self.segment_size if in_ns else 0),
-                "--log_level", "warn", "--cluster_secret_file", harness.cluster_secret_file()]
+                "--log_level", "warn", "--cluster_secret_file", harness.cluster_secret_file(),
+                "--store_token_file", self.token_file]
         if in_ns:
             return harness.Daemon("mc-client-%d" % i, "/usr/sbin/ip",
                                   ["netns", "exec", self.ns, harness.binary("client/mc-client")] +

@@ -28,7 +28,9 @@ def c0(cluster):
 
 @pytest.fixture(scope="module")
 def c1(cluster):
-    with Client(cluster.clients[1].ready["grpc"], timeout_s=30) as c:
+    # over TCP: the Store token, and the fd socket for buffers
+    with Client(cluster.clients[1].ready["grpc"], timeout_s=30, token=cluster.token,
+                fd_socket=cluster.clients[1].ready["fd_socket"]) as c:
         yield c
 
 
@@ -177,7 +179,8 @@ def test_futures_overlap(c0, c1):
 def test_async_client_overlapping_calls(cluster):
     async def main():
         async with AsyncClient("unix:" + cluster.clients[0].ready["unix_socket"]) as a, \
-                AsyncClient(cluster.clients[1].ready["grpc"]) as b:
+                AsyncClient(cluster.clients[1].ready["grpc"], token_file=cluster.token_file,
+                            fd_socket=cluster.clients[1].ready["fd_socket"]) as b:
             keys = [uniq("as") for _ in range(24)]
             vals = [os.urandom(5000 + i) for i in range(24)]
             results = await asyncio.gather(*[a.put([k], [v]) for k, v in zip(keys, vals)])
@@ -240,7 +243,7 @@ def test_buffer_of_another_daemon_rejected(c0, c1):
 
 
 def test_register_buffer_errors_and_raw_slices(c0):
-    with pytest.raises(StoreError, match="NOT_FOUND.*shm_open") as info:
+    with pytest.raises(StoreError, match="NOT_FOUND.*no shm object") as info:
         c0.register_buffer("/mcstore-no-such-%s" % uuid.uuid4().hex, 4096)
     assert info.value.code is Code.NOT_FOUND
     with pytest.raises(ValueError, match="bad shm name"):
@@ -354,6 +357,7 @@ def test_dead_daemon_buffer_close_is_quiet():
 # -- CLI ------------------------------------------------------------------------------------
 def run_cli(cluster, *args, stdin=None):
     env = dict(os.environ)
+    env["MCSTORE_TOKEN_FILE"] = cluster.token_file
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     return subprocess.run([sys.executable, "-m", "mcstore", *args], input=stdin,
                           capture_output=True, env=env, timeout=60)

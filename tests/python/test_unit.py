@@ -207,8 +207,32 @@ def test_daemon_down_is_unavailable_with_address(dead_client):
     assert info.value.code is Code.UNAVAILABLE and info.value.address == "127.0.0.1:1"
     with pytest.raises(UnavailableError):
         dead_client.get_async([b"a"]).result(timeout=10)
-    with pytest.raises(UnavailableError):
+    # Buffers travel as fds over the daemon's fd socket: a TCP client needs to be told where.
+    with pytest.raises(StoreError, match="fd socket") as info:
         dead_client.create_buffer(4096)
+    assert info.value.code is Code.INVALID_ARGUMENT
+    c = Client("127.0.0.1:1", timeout_s=2, fd_socket="/nonexistent/mc.sock.fd")
+    try:
+        with pytest.raises(UnavailableError, match="fd socket"):
+            c.create_buffer(4096)
+    finally:
+        c.close()
+
+
+def test_token_goes_in_the_metadata(tmp_path, monkeypatch):
+    tok = tmp_path / "tok"
+    tok.write_text("  " + "t" * 40 + "\n")
+    monkeypatch.setenv("MCSTORE_TOKEN_FILE", str(tok))
+    c = Client("127.0.0.1:1")
+    assert ("authorization", "Bearer " + "t" * 40) in c._metadata()
+    c.close()
+    c = Client("127.0.0.1:1", token="abc")
+    assert c._metadata() == (("authorization", "Bearer abc"),)
+    c.close()
+    monkeypatch.delenv("MCSTORE_TOKEN_FILE")
+    c = Client("unix:/run/x.sock")
+    assert c._metadata() == () and c.fd_socket == "/run/x.sock.fd"
+    c.close()
 
 
 def test_closed_client_refuses(dead_client):
@@ -409,7 +433,7 @@ def test_async_client_bad_input_and_daemon_down():
             assert info.value.code is Code.UNAVAILABLE
             with pytest.raises(UnavailableError):
                 await a.match_prefix([b"a"], lease_ttl_ms=100)
-            with pytest.raises(UnavailableError):
+            with pytest.raises(StoreError, match="fd socket"):  # TCP: where to pass fds?
                 await a.create_buffer(4096)
         with pytest.raises(ValueError, match="closed"):
             await a.exist([b"a"])

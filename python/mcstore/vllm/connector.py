@@ -68,6 +68,8 @@ _DEFAULTS = {
     "load": True,             # False: save only (a producer)
     "replicas": 0,            # 0 = the daemon's default
     "io_threads": 2,          # background threads for loads and saves
+    "token_file": None,       # Store token over TCP (default: $MCSTORE_TOKEN_FILE)
+    "fd_socket": None,        # where buffers are passed (default: <unix socket>.fd)
 }
 
 
@@ -317,7 +319,10 @@ class MCStoreConnector(KVConnectorBase_V1):
 
 def _client(cfg: dict[str, Any]):
     from mcstore import Client
-    return Client(cfg["address"], timeout_s=float(cfg["timeout_s"]))
+    # token_file / fd_socket: optional (a TCP address needs the token; buffers need the fd
+    # socket, next to a Unix-socket address by default).
+    return Client(cfg["address"], timeout_s=float(cfg["timeout_s"]),
+                  token_file=cfg["token_file"], fd_socket=cfg["fd_socket"])
 
 
 # -------------------------------------------------------------------------------------------

@@ -1,13 +1,16 @@
 """A loopback mcstore cluster for the mc-client integration and fault tests.
 
 One mc-master and N mc-client daemons (port 0 everywhere, ready files, each client also on a Unix
-socket), Store stubs per client (TCP and Unix socket), shared-memory buffers registered with a
-daemon, and metrics helpers. Built on tests/integration/harness.py. Every wait is bounded;
+socket), Store stubs per client (TCP with the cluster's Store token, and Unix socket), shared-memory
+buffers registered with a daemon (their fd passed over its fd socket, in one fd session per daemon
+whose owner token the stubs send), and metrics helpers. Built on tests/integration/harness.py. Every wait is bounded;
 stop() kills every process, unlinks every shm object and removes the temp dir, even after a
 failure (call it from tearDown / addCleanup).
 """
 
+import collections
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -17,6 +20,7 @@ from multiprocessing import shared_memory
 import grpc
 
 from integration import harness
+from mcstore._fdchannel import FdSession
 from mcstore.v1 import store_pb2 as spb
 from mcstore.v1 import store_pb2_grpc
 
@@ -68,9 +72,16 @@ class ShmBuffer:
         return bytes(self.shm.buf[offset:offset + length])
 
     def register(self, stub, size=None):
-        resp = stub.RegisterBuffer(spb.RegisterBufferRequest(
-            shm_name=self.shm_name, size=self.size if size is None else size),
-            timeout=RPC_TIMEOUT_S)
+        """Passes the object's fd over the fd socket of the stub's daemon (a Cluster stub), then
+        registers the handle; a plain stub registers by name (--store_allow_named_buffers)."""
+        size = self.size if size is None else size
+        session = getattr(stub, "mc_session", None)
+        if session is not None:
+            handle = session().register_path("/dev/shm/" + self.shm.name, size)
+            req = spb.RegisterBufferRequest(handle=handle)
+        else:
+            req = spb.RegisterBufferRequest(shm_name=self.shm_name, size=size)
+        resp = stub.RegisterBuffer(req, timeout=RPC_TIMEOUT_S)
         self.buffer_id = resp.buffer_id
         self._stub = stub
         return self.buffer_id
@@ -115,6 +126,13 @@ class Cluster:
         self.clients = []
         self._channels = []
         self._buffers = []
+        self._sessions = {}
+        # The Store token of every mc-client's TCP listener (a 0600 file).
+        self.token = secrets.token_hex(24)
+        self.token_file = os.path.join(self.tmp, "store.token")
+        fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.token + "\n")
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self):
@@ -155,6 +173,7 @@ class Cluster:
         sock = os.path.join(self.tmp, "c%d.sock" % i)
         args = ["--master", self.master.ready["grpc"], "--listen", "127.0.0.1:0",
                 "--http", "127.0.0.1:0", "--data", "127.0.0.1:0", "--unix_socket", sock,
+                "--store_token_file", self.token_file,
                 "--client_id", "c%d" % i,
                 "--segment_size", str(0 if pure else self.segment_size),
                 "--log_level", "warn"] + self.client_args + list(self.per_client_args.get(i, []))
@@ -169,6 +188,9 @@ class Cluster:
         for b in self._buffers:
             b.close()
         self._buffers = []
+        for sess in self._sessions.values():
+            sess.close()
+        self._sessions = {}
         for ch in self._channels:
             ch.close()
         self._channels = []
@@ -184,16 +206,42 @@ class Cluster:
             print("---- %s ----\n%s" % (d.name, d.log_tail(4000)), file=sys.stderr)
 
     # -- access ------------------------------------------------------------------------------
-    def stub(self, i):
+    def session(self, i):
+        """The fd session with daemon i (opened on first use, again after it broke)."""
+        sess = self._sessions.get(i)
+        if sess is None or sess.closed:
+            sess = FdSession(self.clients[i].ready["fd_socket"], RPC_TIMEOUT_S)
+            self._sessions[i] = sess
+        return sess
+
+    def _owner_md(self, i):
+        sess = self._sessions.get(i)
+        return [("x-mc-owner", sess.owner)] if sess is not None and not sess.closed else []
+
+    def stub(self, i, token=True, session=True):
+        """A Store stub over TCP sending the cluster's token (unless token=False, or a string
+        to send instead) and the owner token of the cluster's fd session with daemon i."""
         ch = grpc.insecure_channel(self.clients[i].ready["grpc"], options=CHANNEL_OPTIONS)
         self._channels.append(ch)
-        return store_pb2_grpc.StoreStub(ch)
+        tok = self.token if token is True else token
 
-    def unix_stub(self, i):
+        def md():
+            out = [("authorization", "Bearer " + tok)] if tok else []
+            return out + (self._owner_md(i) if session else [])
+        stub = store_pb2_grpc.StoreStub(grpc.intercept_channel(ch, MetadataInterceptor(md)))
+        if session:
+            stub.mc_session = lambda: self.session(i)
+        return stub
+
+    def unix_stub(self, i, session=True):
         ch = grpc.insecure_channel("unix:" + self.clients[i].ready["unix_socket"],
                                    options=CHANNEL_OPTIONS)
         self._channels.append(ch)
-        return store_pb2_grpc.StoreStub(ch)
+        md = (lambda: self._owner_md(i)) if session else (lambda: [])
+        stub = store_pb2_grpc.StoreStub(grpc.intercept_channel(ch, MetadataInterceptor(md)))
+        if session:
+            stub.mc_session = lambda: self.session(i)
+        return stub
 
     def http(self, i):
         return self.clients[i].ready["http"]
@@ -213,6 +261,25 @@ class Cluster:
             return harness.http_get(self.http(i), "/healthz", timeout_s=5)[0] == 200
         except OSError:
             return False
+
+
+class _CallDetails(collections.namedtuple(
+        "_CallDetails", ("method", "timeout", "metadata", "credentials", "wait_for_ready",
+                         "compression")), grpc.ClientCallDetails):
+    pass
+
+
+class MetadataInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """Adds the metadata `fn()` returns to every unary call."""
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def intercept_unary_unary(self, continuation, details, request):
+        md = list(details.metadata or []) + list(self._fn())
+        return continuation(_CallDetails(details.method, details.timeout, md,
+                                         details.credentials, details.wait_for_ready,
+                                         details.compression), request)
 
 
 class ClusterTestMixin:

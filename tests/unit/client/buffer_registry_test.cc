@@ -187,3 +187,94 @@ TEST(BufferRegistry, TruncationDuringACopyIsAbsorbedAndFailsTheBuffer) {
 
 }  // namespace
 }  // namespace mc::client
+
+namespace mc::client {
+namespace {
+
+TEST(BufferRegistryOwners, AnotherOwnersIdIsUnknownToIt) {
+  ShmObject shm(8192);
+  BufferRegistry reg;
+  auto id = reg.Register(shm.name(), 0, "alice");
+  ASSERT_TRUE(id.ok()) << id.status();
+  BufferRef ref;
+  EXPECT_TRUE(reg.Resolve(*id, 0, 16, &ref, "alice").ok());
+  auto stolen = reg.Resolve(*id, 0, 16, &ref, "mallory");
+  EXPECT_EQ(ToCode(stolen.status()), Code::kInvalidArgument);
+  EXPECT_NE(stolen.status().message().find("unknown buffer id"), std::string::npos);
+  EXPECT_EQ(ToCode(reg.Unregister(*id, "mallory")), Code::kNotFound);
+  EXPECT_EQ(reg.OwnerMismatches(), 2u);
+  EXPECT_EQ(reg.Count(), 1u) << "still registered";
+  EXPECT_TRUE(reg.Unregister(*id, "alice").ok());
+}
+
+TEST(BufferRegistryOwners, ReleaseOwnerDropsItsBuffersOnly) {
+  ShmObject shm(8192);
+  BufferRegistry reg;
+  auto a = reg.Register(shm.name(), 0, "alice");
+  auto b = reg.Register(shm.name(), 0, "bob");
+  ASSERT_TRUE(a.ok() && b.ok());
+  BufferRef held;
+  ASSERT_TRUE(reg.Resolve(*a, 0, 8192, &held, "alice").ok());
+  EXPECT_EQ(reg.ReleaseOwner("alice"), 1u);
+  EXPECT_EQ(reg.Count(), 1u);
+  EXPECT_EQ(reg.CountOwned("alice"), 0u);
+  std::memset(held->base(), 3, 8192);  // an in-flight user keeps the mapping
+  BufferRef ref;
+  EXPECT_TRUE(reg.Resolve(*b, 0, 1, &ref, "bob").ok());
+}
+
+TEST(BufferRegistryOwners, PerOwnerLimitsNameTheirFlag) {
+  ShmObject shm(8192);
+  MetricsRegistry metrics;
+  BufferRegistry reg(BufferRegistryOptions{.max_buffers = 10,
+                                           .max_buffers_per_owner = 2,
+                                           .max_bytes_per_owner = 12000,
+                                           .metrics = &metrics});
+  ASSERT_TRUE(reg.Register(shm.name(), 4096, "alice").ok());
+  auto big = reg.Register(shm.name(), 8192, "alice");
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(big.status().message().find("--store_max_buffer_bytes_per_caller"),
+            std::string::npos);
+  ASSERT_TRUE(reg.Register(shm.name(), 4096, "alice").ok());
+  auto third = reg.Register(shm.name(), 1, "alice");
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("--store_max_buffers_per_caller"), std::string::npos);
+  EXPECT_TRUE(reg.Register(shm.name(), 4096, "bob").ok()) << "bob has limits of his own";
+  EXPECT_EQ(metrics.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "buffers"}})
+                .Value(),
+            1u);
+}
+
+TEST(BufferRegistryOwners, DaemonWideBytesAreCapped) {
+  ShmObject shm(8192);
+  BufferRegistry reg(BufferRegistryOptions{.max_buffers = 10, .max_bytes = 12288});
+  auto a = reg.Register(shm.name(), 8192, "alice");
+  ASSERT_TRUE(a.ok());
+  auto b = reg.Register(shm.name(), 8192, "bob");
+  EXPECT_EQ(ToCode(b.status()), Code::kNoSpace);
+  EXPECT_NE(b.status().message().find("--store_max_buffer_bytes_total"), std::string::npos);
+  EXPECT_TRUE(reg.Register(shm.name(), 4096, "bob").ok());
+  EXPECT_TRUE(reg.Unregister(*a, "alice").ok());
+  EXPECT_TRUE(reg.Register(shm.name(), 8192, "bob").ok()) << "unregistering gives bytes back";
+}
+
+TEST(BufferRegistryOwners, StagedHandleIsClaimedOnce) {
+  int fd = memfd_create("mc-stage", MFD_CLOEXEC);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  auto mapped = BufferRegistry::MapFd(fd, 0, "memfd");
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  BufferRegistry reg;
+  auto handle = reg.Stage(*mapped, "alice");
+  ASSERT_TRUE(handle.ok());
+  EXPECT_EQ(reg.Count(), 0u);
+  EXPECT_EQ(reg.CountOwned("alice"), 1u);
+  EXPECT_EQ(ToCode(reg.Claim("0123456789abcdef0123456789abcdef").status()), Code::kNotFound);
+  auto id = reg.Claim(*handle);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(ToCode(reg.Claim(*handle).status()), Code::kNotFound);
+  BufferRef ref;
+  EXPECT_TRUE(reg.Resolve(*id, 0, 4096, &ref, "alice").ok());
+}
+
+}  // namespace
+}  // namespace mc::client

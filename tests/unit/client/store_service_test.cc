@@ -196,5 +196,58 @@ TEST_F(StoreService, MatchBeyondTheAnswersFoundRowsFailsTheMatch) {
   }
 }
 
+TEST_F(StoreService, RegisteringByShmNameIsOffByDefault) {
+  v1::RegisterBufferRequest req;
+  req.set_shm_name("/any-object-the-daemon-could-open");
+  req.set_size(4096);
+  v1::RegisterBufferResponse resp;
+  grpc::Status s = service_.RegisterBuffer(nullptr, &req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("--store_allow_named_buffers"), std::string::npos);
+  v1::RegisterBufferRequest unknown;
+  unknown.set_handle("0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(service_.RegisterBuffer(nullptr, &unknown, &resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  unknown.set_shm_name("/x");
+  EXPECT_EQ(service_.RegisterBuffer(nullptr, &unknown, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(buffers_.Count(), 0u);
+}
+
+TEST_F(StoreService, PrefixLeasesPerCallerAreCapped) {
+  StoreGrpcService capped(StoreServiceOptions{.client_id = kLocalId, .max_leases_per_caller = 1},
+                          buffers_, putter_, getter_, master_, prefix_leases_, clock_, metrics_);
+  v1::MatchPrefixRequest req = MatchRequest(60'000);
+  v1::MatchPrefixResponse first;
+  ASSERT_TRUE(capped.MatchPrefix(nullptr, &req, &first).ok());
+  v1::MatchPrefixResponse second;
+  grpc::Status s = capped.MatchPrefix(nullptr, &req, &second);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("--store_max_leases_per_caller"), std::string::npos);
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 4u) << "the refused match leased nothing";
+  v1::MatchPrefixRequest plain = MatchRequest(0);
+  EXPECT_TRUE(capped.MatchPrefix(nullptr, &plain, &second).ok()) << "unleased matches go on";
+  v1::ReleaseLeaseRequest release;
+  release.set_lease_id(first.lease_id());
+  v1::ReleaseLeaseResponse released;
+  ASSERT_TRUE(capped.ReleaseLease(nullptr, &release, &released).ok());
+  EXPECT_TRUE(capped.MatchPrefix(nullptr, &req, &second).ok());
+  EXPECT_EQ(metrics_.registry()
+                .GetCounter("mc_store_limit_refusals_total", "", {{"limit", "leases"}})
+                .Value(),
+            1u);
+}
+
+TEST_F(StoreService, LeasesBelongToTheirCaller) {
+  v1::MatchPrefixResponse resp;
+  ASSERT_TRUE(Match(60'000, &resp).ok());
+  EXPECT_TRUE(prefix_leases_.OwnedBy(resp.lease_id(), ""));
+  EXPECT_FALSE(prefix_leases_.OwnedBy(resp.lease_id(), "anon:unix"));
+  EXPECT_FALSE(prefix_leases_.Take(resp.lease_id(), "anon:unix").has_value());
+  EXPECT_EQ(prefix_leases_.CountOwned(""), 1u);
+  EXPECT_TRUE(prefix_leases_.Take(resp.lease_id(), "").has_value());
+  EXPECT_EQ(prefix_leases_.CountOwned(""), 0u);
+}
+
 }  // namespace
 }  // namespace mc::client::testing

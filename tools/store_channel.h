@@ -1,0 +1,61 @@
+// MakeStoreChannel: a Store channel whose every call carries fixed metadata: the Store token
+// (`authorization: Bearer ...`, needed over TCP) and the owner token of an fd session whose
+// buffers the calls use (`x-mc-owner`). See docs/security-store.md.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_interceptor.h>
+
+namespace mc::tools {
+
+using CallMetadata = std::vector<std::pair<std::string, std::string>>;
+
+class AddCallMetadata final : public grpc::experimental::Interceptor {
+ public:
+  explicit AddCallMetadata(std::shared_ptr<const CallMetadata> md) : md_(std::move(md)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      auto* sent = methods->GetSendInitialMetadata();
+      for (const auto& [key, value] : *md_) sent->emplace(key, value);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::shared_ptr<const CallMetadata> md_;
+};
+
+class AddCallMetadataFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit AddCallMetadataFactory(std::shared_ptr<const CallMetadata> md) : md_(std::move(md)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new AddCallMetadata(md_);
+  }
+
+ private:
+  std::shared_ptr<const CallMetadata> md_;
+};
+
+// `token` and `owner` may be empty (then not sent).
+inline std::shared_ptr<grpc::Channel> MakeStoreChannel(const std::string& target,
+                                                       const grpc::ChannelArguments& args,
+                                                       const std::string& token,
+                                                       const std::string& owner = "") {
+  auto md = std::make_shared<CallMetadata>();
+  if (!token.empty()) md->emplace_back("authorization", "Bearer " + token);
+  if (!owner.empty()) md->emplace_back("x-mc-owner", owner);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
+  factories.push_back(std::make_unique<AddCallMetadataFactory>(md));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, grpc::InsecureChannelCredentials(), args, std::move(factories));
+}
+
+}  // namespace mc::tools
