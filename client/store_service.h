@@ -33,7 +33,7 @@ struct StoreServiceOptions {
   size_t max_batch_items = 65536;
   uint32_t max_prefix_lease_ttl_ms = 600'000;  // --store_max_lease_ttl_ms
   // RegisterBuffer by shm_name opens the object with the daemon's rights: off unless
-  // --store_allow_named_buffers (see docs/security-store.md).
+  // --store_allow_named_buffers (see docs/security.md).
   bool allow_named_buffers = false;
   uint32_t max_leases_per_caller = 4096;    // --store_max_leases_per_caller; 0 = unlimited
   uint32_t max_inflight_per_caller = 256;   // --store_max_inflight_per_caller; 0 = unlimited

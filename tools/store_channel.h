@@ -1,6 +1,6 @@
 // MakeStoreChannel: a Store channel whose every call carries fixed metadata: the Store token
 // (`authorization: Bearer ...`, needed over TCP) and the owner token of an fd session whose
-// buffers the calls use (`x-mc-owner`). See docs/security-store.md.
+// buffers the calls use (`x-mc-owner`). See docs/security.md.
 #pragma once
 
 #include <memory>

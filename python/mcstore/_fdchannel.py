@@ -5,7 +5,7 @@ The daemon maps a buffer only from a file descriptor its caller passes over the 
 kernel checked the caller's own rights when it opened the object. Each connection is a session
 with an owner token; Store calls that use the session's buffers (slices, unregister) send it as
 `x-mc-owner` metadata. When the connection closes (or the process dies), the daemon releases the
-session's buffers. See docs/security-store.md.
+session's buffers. See docs/security.md.
 
 Protocol: request = b"MCF1" + u32 op + u64 size (little-endian, 16 bytes); op 1 REGISTER with
 one fd, op 2 HELLO with none. Reply = "OK <owner> <handle>" or "ERR <CODE> <message>".
