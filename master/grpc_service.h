@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "master/capability_minter.h"
 #include "master/metadata_service.h"
 #include "mcstore/v1/master.grpc.pb.h"
 
@@ -23,6 +24,9 @@ namespace mc::master {
 class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
  public:
   MasterGrpcService(MetadataService& service, MetricsRegistry& metrics, size_t max_batch_items);
+  // With authentication: the minter that gives owners their keys and replicas their
+  // capabilities (borrowed, must outlive the service). Before serving; null = none.
+  void SetCapabilityMinter(CapabilityMinter* minter) { minter_ = minter; }
 
   // Each RPC: counted and timed, checked against the batch limit, then handled by Do<Rpc>.
 #define MC_MASTER_UNARY(Rpc)                                          \
@@ -119,6 +123,7 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   MetadataService& service_;
   MetricsRegistry& metrics_;
   const size_t max_batch_items_;
+  CapabilityMinter* minter_ = nullptr;
   absl::Mutex rpc_metrics_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<RpcMetrics>> rpc_metrics_
       ABSL_GUARDED_BY(rpc_metrics_mu_);

@@ -19,6 +19,10 @@ absl::Status MasterServer::Start() {
   service_ = std::make_unique<MetadataService>(options_.master, RealClock::Get(), metrics_);
   grpc_service_ =
       std::make_unique<MasterGrpcService>(*service_, metrics_, options_.max_batch_items);
+  if (options_.cluster_keys != nullptr) {
+    minter_ = std::make_unique<CapabilityMinter>(options_.cluster_keys, RealClock::Get());
+    grpc_service_->SetCapabilityMinter(minter_.get());
+  }
 
   MetadataService* svc = service_.get();
   metrics_.AddCallbackGauge("mc_memory_used_bytes", "Memory allocated in client segments",

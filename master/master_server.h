@@ -59,6 +59,7 @@ class MasterServer {
   const MasterServerOptions options_;
   MetricsRegistry metrics_;
   std::unique_ptr<MetadataService> service_;
+  std::unique_ptr<CapabilityMinter> minter_;  // with cluster keys only
   std::unique_ptr<MasterGrpcService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<AdminServer> admin_;

@@ -63,7 +63,8 @@ class PackedLookupsWriter {
               uint64_t generation);
   // A replica of the row added last.
   void AddReplica(mcstore::v1::Tier tier, std::string_view client_id, std::string_view endpoint,
-                  uint64_t segment_id, uint64_t offset, uint64_t length);
+                  uint64_t segment_id, uint64_t offset, uint64_t length,
+                  std::string_view capability = {});
   // A whole per-key record: AddRow and its AddReplicas.
   void AddRow(const mcstore::v1::KeyReplicas& record);
 
