@@ -149,6 +149,7 @@ TEST_F(Capabilities, WithoutAMinterNothingIsGranted) {
   MasterGrpcService plain(m_.svc(), m_.metrics(), 1000);
   v1::RegisterClientRequest req;
   req.set_client_id("c1");
+  req.set_data_endpoint("10.0.0.1:1");
   req.add_segments()->set_size(64 << 20);
   v1::RegisterClientResponse resp;
   ASSERT_TRUE(plain.DoRegisterClient(&req, &resp).ok());
