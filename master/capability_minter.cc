@@ -30,15 +30,15 @@ std::shared_ptr<const auth::OwnerKey> CapabilityMinter::KeyOf(std::string_view c
   return it == owners_.end() ? nullptr : it->second;
 }
 
-std::string CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right,
-                                          uint64_t generation, std::string_view key,
-                                          int64_t expiry_ms) {
+bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right,
+                                   uint64_t generation, std::string_view key, int64_t expiry_ms,
+                                   auth::CapabilityBytes& out) {
   const MemoryLocation& loc = replica.location;
   if (last_key_ == nullptr || loc.client_id != last_owner_) {
     last_key_ = minter_.KeyOf(loc.client_id);
     last_owner_ = loc.client_id;
   }
-  if (last_key_ == nullptr) return {};
+  if (last_key_ == nullptr) return false;
   auth::Capability cap;
   cap.right = right;
   cap.offset = loc.offset;
@@ -52,8 +52,8 @@ std::string CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right ri
   } else {
     cap.segment_id = loc.segment_id;
   }
-  const auth::CapabilityBytes bytes = auth::MintCapability(*last_key_, cap);
-  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  out = auth::MintCapability(*last_key_, cap);
+  return true;
 }
 
 }  // namespace mc::master

@@ -130,14 +130,14 @@ v1::Tier ToProtoTier(ReplicaTier tier) {
   return tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK;
 }
 
-void ToProto(const Replica& r, v1::Replica* out, std::string capability = {}) {
+void ToProto(const Replica& r, v1::Replica* out, std::string_view capability = {}) {
   out->set_tier(ToProtoTier(r.tier));
   out->set_client_id(r.location.client_id);
   out->set_data_endpoint(r.location.endpoint);
   out->set_segment_id(r.location.segment_id);
   out->set_offset(r.location.offset);
   out->set_length(r.location.length);
-  if (!capability.empty()) out->set_capability(std::move(capability));
+  if (!capability.empty()) out->set_capability(capability.data(), capability.size());
 }
 
 // What the replicas of an answer are granted: nothing without a minter (--auth=false).
@@ -149,19 +149,22 @@ struct Grants {
   std::span<const std::string_view> keys;
 };
 
-// The capability of `replica` of row `row` under `grants`, or empty.
-std::string Grant(const Grants& grants, std::optional<CapabilityMinter::Batch>& batch,
-                  const Replica& replica, uint64_t generation, size_t row) {
+// The capability of `replica` of row `row` under `grants` (a view of `out`), or empty.
+std::string_view Grant(const Grants& grants, std::optional<CapabilityMinter::Batch>& batch,
+                       const Replica& replica, uint64_t generation, size_t row,
+                       auth::CapabilityBytes& out) {
   if (grants.minter == nullptr) return {};
   if (!batch) batch.emplace(*grants.minter);
   const std::string_view key = row < grants.keys.size() ? grants.keys[row] : std::string_view();
-  return batch->Mint(replica, grants.right, generation, key, grants.expiry_ms);
+  if (!batch->Mint(replica, grants.right, generation, key, grants.expiry_ms, out)) return {};
+  return {reinterpret_cast<const char*>(out.data()), out.size()};
 }
 
 // A lookup's outcomes as one record per key.
 void AddRecords(const std::vector<LookupOutcome>& outcomes, const Grants& grants,
                 v1::GetReplicasResponse* resp) {
   std::optional<CapabilityMinter::Batch> batch;
+  auth::CapabilityBytes cap;
   for (size_t row = 0; row < outcomes.size(); ++row) {
     const LookupOutcome& o = outcomes[row];
     v1::KeyReplicas* r = resp->add_results();
@@ -171,7 +174,7 @@ void AddRecords(const std::vector<LookupOutcome>& outcomes, const Grants& grants
     r->set_checksum(o.checksum);
     r->set_generation(o.generation);
     for (const Replica& replica : o.replicas) {
-      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, row));
+      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, row, cap));
     }
   }
 }
@@ -181,6 +184,7 @@ void AddColumns(const std::vector<LookupOutcome>& outcomes, const Grants& grants
                 v1::PackedLookups* out) {
   PackedLookupsWriter packed(out, outcomes.size());
   std::optional<CapabilityMinter::Batch> batch;
+  auth::CapabilityBytes cap;
   for (size_t row = 0; row < outcomes.size(); ++row) {
     const LookupOutcome& o = outcomes[row];
     const absl::string_view message = o.status.message();
@@ -189,7 +193,7 @@ void AddColumns(const std::vector<LookupOutcome>& outcomes, const Grants& grants
     for (const Replica& r : o.replicas) {
       packed.AddReplica(ToProtoTier(r.tier), r.location.client_id, r.location.endpoint,
                         r.location.segment_id, r.location.offset, r.location.length,
-                        Grant(grants, batch, r, o.generation, row));
+                        Grant(grants, batch, r, o.generation, row, cap));
     }
   }
 }
@@ -204,6 +208,7 @@ template <typename Response>
 void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_deadline_ms,
                    const Grants& grants, Response* resp) {
   std::optional<CapabilityMinter::Batch> batch;
+  auth::CapabilityBytes cap;
   for (const PutStartOutcome& o : outcomes) {
     v1::PutStartResult* r = resp->add_results();
     r->set_code(ToProtoCode(ToCode(o.status)));
@@ -212,7 +217,7 @@ void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_d
     r->set_no_space_final(o.no_space_final);
     r->set_write_back_pending(o.write_back_pending);
     for (const Replica& replica : o.replicas) {
-      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, 0));
+      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, 0, cap));
     }
   }
   resp->set_write_deadline_ms(write_deadline_ms);

@@ -79,12 +79,18 @@ void PackedLookupsWriter::AddReplica(v1::Tier tier, std::string_view client_id,
   out_->add_segment_ids(segment_id);
   out_->add_offsets(offset);
   out_->add_lengths(length);
-  // The capabilities column is empty until a replica has one, then has one entry per replica.
-  if (!capability.empty() && out_->capabilities_size() == 0) {
-    for (int i = 1; i < out_->lengths_size(); ++i) out_->add_capabilities();
+  // The capabilities column is empty until a replica has one, then has an entry per replica.
+  std::string* caps = out_->mutable_capabilities();
+  if (!capability.empty() && caps->empty()) {
+    caps->reserve(kPackedCapabilitySize * static_cast<size_t>(out_->lengths_size()));
+    caps->resize(kPackedCapabilitySize * static_cast<size_t>(out_->lengths_size() - 1), '\0');
   }
-  if (out_->capabilities_size() != 0 || !capability.empty()) {
-    out_->add_capabilities()->assign(capability.data(), capability.size());
+  if (!caps->empty() || !capability.empty()) {
+    if (capability.size() == kPackedCapabilitySize) {
+      caps->append(capability.data(), capability.size());
+    } else {
+      caps->append(kPackedCapabilitySize, '\0');  // none (or not ours to pass on)
+    }
   }
 }
 
@@ -148,8 +154,9 @@ absl::StatusOr<PackedLookupsReader> PackedLookupsReader::Open(const v1::PackedLo
     return bad(absl::StrCat(packed.client_ids_size(), " client ids but ",
                             packed.data_endpoints_size(), " data endpoints"));
   }
-  if (packed.capabilities_size() != 0 && static_cast<size_t>(packed.capabilities_size()) != n) {
-    return bad(absl::StrCat(n, " replicas but ", packed.capabilities_size(), " capabilities"));
+  if (!packed.capabilities().empty() && packed.capabilities().size() != n * kPackedCapabilitySize) {
+    return bad(absl::StrCat(n, " replicas but ", packed.capabilities().size(),
+                            " bytes of capabilities"));
   }
   for (uint32_t owner : packed.owners()) {
     if (owner >= static_cast<uint32_t>(packed.client_ids_size())) {
@@ -185,7 +192,13 @@ void PackedLookupsReader::Unpack(size_t row, v1::KeyReplicas* out) const {
     replica->set_data_endpoint(p.data_endpoints(owner));
     replica->set_segment_id(p.segment_ids(j));
     replica->set_offset(p.offsets(j));
-    if (p.capabilities_size() != 0) replica->set_capability(p.capabilities(j));
+    if (!p.capabilities().empty()) {
+      const std::string_view cap =
+          std::string_view(p.capabilities()).substr(i * kPackedCapabilitySize, kPackedCapabilitySize);
+      if (cap.find_first_not_of('\0') != std::string_view::npos) {
+        replica->set_capability(cap.data(), cap.size());
+      }
+    }
     replica->set_length(p.lengths(j));
   }
 }

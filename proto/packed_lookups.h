@@ -53,6 +53,9 @@ absl::StatusOr<std::vector<std::string_view>> RequestKeys(const Request& req) {
   return PackedKeyViews(req.packed_keys(), req.packed_key_sizes());
 }
 
+// Bytes of one capability in PackedLookups.capabilities (common/capability.h kCapabilitySize).
+inline constexpr size_t kPackedCapabilitySize = 64;
+
 class PackedLookupsWriter {
  public:
   // Appends to `out` (borrowed, must outlive the writer); `rows` only reserves.

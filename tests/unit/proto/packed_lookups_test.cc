@@ -244,7 +244,7 @@ TEST(PackedLookups, CapabilitiesRoundTripPerReplica) {
   records[1].mutable_replicas(1)->set_capability(std::string(64, 'b'));
   records[3].mutable_replicas(0)->set_capability(std::string(64, 'c'));
   const v1::PackedLookups packed = Pack(records);
-  EXPECT_EQ(packed.capabilities_size(), 4);
+  EXPECT_EQ(packed.capabilities().size(), 4 * kPackedCapabilitySize);
   auto reader = PackedLookupsReader::Open(packed);
   ASSERT_TRUE(reader.ok()) << reader.status();
   for (size_t i = 0; i < records.size(); ++i) {
@@ -253,10 +253,10 @@ TEST(PackedLookups, CapabilitiesRoundTripPerReplica) {
     EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(out, records[i])) << i;
   }
   // Without any, the column stays empty.
-  EXPECT_EQ(Pack(Records()).capabilities_size(), 0);
+  EXPECT_TRUE(Pack(Records()).capabilities().empty());
   // A column of the wrong length is refused.
   v1::PackedLookups bad = packed;
-  bad.add_capabilities("x");
+  bad.mutable_capabilities()->push_back('x');
   EXPECT_FALSE(PackedLookupsReader::Open(bad).ok());
 }
 
