@@ -2,7 +2,7 @@
 // decoded as a header (must never read out of bounds or accept a malformed frame), then sent
 // raw on a fresh connection to a live TcpDataServer serving one small segment: the server must
 // answer or close, never crash, and never touch memory outside the segment. An input whose
-// first byte is odd goes (less that byte) to a second server that runs authentication, after a
+// first byte is '!' goes (less that byte) to a second server that runs authentication, after a
 // valid handshake: a member sending junk and forged capabilities, which must never change a byte
 // of that server's segment.
 #include <poll.h>
@@ -59,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Fixture* plain = new Fixture(false);
   static Fixture* authed = new Fixture(true);
   Fixture* fx = plain;
-  if (size > 0 && (data[0] & 1) != 0) {
+  if (size > 0 && data[0] == '!') {
     fx = authed;
     ++data;
     --size;
