@@ -197,10 +197,20 @@ void BM_InProcess_Exist(benchmark::State& state) {
 
 // A leased prefix lookup as mc-master serves one (MasterGrpcService::DoGetReplicas, no network):
 // the lookup, the leases, and the answer as columns (range(1) = 1) or records (0); then the
-// release. What the master's CPU spends on a leased MatchPrefix of range(0) keys.
+// release. What the master's CPU spends on a leased MatchPrefix of range(0) keys. range(2) = 1:
+// with authentication, every replica answered carries a capability (docs/security-data.md).
 void BM_InProcess_PrefixLeaseAnswer(benchmark::State& state) {
   auto& in = InProcess::Get();
-  static MasterGrpcService* service = new MasterGrpcService(*in.svc, in.metrics, 100'000);
+  static MasterGrpcService* plain = new MasterGrpcService(*in.svc, in.metrics, 100'000);
+  static MasterGrpcService* authed = [&in] {
+    auto* s = new MasterGrpcService(*in.svc, in.metrics, 100'000);
+    auto* minter = new CapabilityMinter(
+        *auth::ClusterKeys::FromSecrets({std::string(64, 'b')}), RealClock::Get());
+    minter->Register("bench-client", 1);
+    s->SetCapabilityMinter(minter);
+    return s;
+  }();
+  MasterGrpcService* service = state.range(2) != 0 ? authed : plain;
   std::vector<mcstore::v1::GetReplicasRequest> requests;
   for (const auto& keys : Batches(state.range(0))) {
     mcstore::v1::GetReplicasRequest req;
@@ -424,7 +434,8 @@ void BM_Grpc_Exist(benchmark::State& state) {
 BENCHMARK(BM_InProcess_GetReplicas_NoLease)->Arg(64)->Arg(1)->Arg(1024);
 BENCHMARK(BM_InProcess_GetReplicasLease)->Arg(64);
 BENCHMARK(BM_InProcess_PrefixCountOnly)->Arg(1000);
-BENCHMARK(BM_InProcess_PrefixLeaseAnswer)->Args({1000, 0})->Args({1000, 1});
+BENCHMARK(BM_InProcess_PrefixLeaseAnswer)
+    ->Args({1000, 0, 0})->Args({1000, 1, 0})->Args({1000, 0, 1})->Args({1000, 1, 1});
 BENCHMARK(BM_InProcess_GetReplicasLeaseAndRelease)->Arg(64)->Arg(1024);
 BENCHMARK(BM_InProcess_Exist)->Arg(64)->Arg(1)->Arg(1024);
 BENCHMARK(BM_InProcess_Exist)->Arg(64)->Threads(2)->UseRealTime();

@@ -285,6 +285,7 @@ void BatchGetter::TransferRounds(Batch& batch) {
                         rep.data_endpoint(), plan.lookup->generation(), rep.offset(),
                         DiskKeyTag(plan.key)});
       }
+      reqs.back().capability = rep.capability();  // the master's read grant, if any
       reqs.back().want_checksum = true;  // the transport hashes the bytes as they land
       owner.push_back(p);
       deadline = std::min(deadline, plan.deadline_ms);

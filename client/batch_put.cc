@@ -127,6 +127,7 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
     for (const auto& rep : r.replicas()) {
       writes.push_back({transfer::OpKind::kWrite, items[i].pieces, rep.data_endpoint(),
                         rep.segment_id(), rep.offset()});
+      writes.back().capability = rep.capability();  // the master's write grant, if any
       write_owner.push_back(k);
     }
   }

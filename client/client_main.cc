@@ -106,6 +106,11 @@ ABSL_FLAG(uint64_t, promote_staging_bytes, 64ull << 20,
 ABSL_FLAG(int64_t, put_write_timeout_ms, 10000,
           "longest wait for a put's replica writes; an item not fully written by then fails");
 ABSL_FLAG(int32_t, data_max_connections, 1024, "data-plane server: most open connections");
+ABSL_FLAG(int64_t, capability_clock_skew_ms, 1000,
+          "With --auth: ms a data-plane capability is still honoured past its expiry, for "
+          "clock drift against the master between heartbeats (docs/security-data.md)");
+ABSL_FLAG(int64_t, data_handshake_timeout_ms, 5000,
+          "With --auth: a data-plane connection must finish its handshake within this");
 ABSL_FLAG(int32_t, data_max_connections_per_peer, 256,
           "data-plane server: most open connections from one IP address");
 ABSL_FLAG(int64_t, data_idle_timeout_ms, 300000,
@@ -246,6 +251,8 @@ int main(int argc, char** argv) {
   }
   o.data_server.max_connections = absl::GetFlag(FLAGS_data_max_connections);
   o.data_server.max_connections_per_peer = absl::GetFlag(FLAGS_data_max_connections_per_peer);
+  o.data_server.handshake_timeout_ms = absl::GetFlag(FLAGS_data_handshake_timeout_ms);
+  o.capability_clock_skew_ms = absl::GetFlag(FLAGS_capability_clock_skew_ms);
   o.data_server.idle_timeout_ms = absl::GetFlag(FLAGS_data_idle_timeout_ms);
   o.data_server.io_timeout_ms = absl::GetFlag(FLAGS_data_io_timeout_ms);
   o.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);

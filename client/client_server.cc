@@ -48,6 +48,28 @@ ClientServer::ClientServer(ClientServerOptions options)
 
 ClientServer::~ClientServer() { Shutdown(); }
 
+void ClientServer::OnCapabilityInfo(const MasterSession::CapabilityInfo& info) {
+  if (info.sealed_key != nullptr) {
+    if (info.sealed_key->empty()) {
+      Logger("client").error(
+          "the master granted no capability key (does it run with --auth=false?): this data "
+          "plane refuses every frame from peers");
+      capabilities_->SetKey("");
+    } else {
+      absl::StatusOr<std::string> key =
+          auth::UnwrapOwnerKey(*options_.cluster_keys, options_.client_id, *info.sealed_key);
+      if (!key.ok()) {
+        Logger("client").error("cannot open the master's capability key: {}",
+                               std::string(key.status().message()));
+      }
+      capabilities_->SetKey(key.ok() ? *key : "");
+    }
+  }
+  if (info.master_clock_ms != 0) {
+    capabilities_->SetMasterClock(static_cast<int64_t>(info.master_clock_ms), info.sent_ms);
+  }
+}
+
 absl::Status ClientServer::Start() {
   if (!options_.listen.empty() && options_.store_tcp_auth && options_.store_token.empty()) {
     return McError(Code::kInvalidArgument,
@@ -84,6 +106,13 @@ absl::Status ClientServer::Start() {
   data_opts.listen_address = options_.data;
   data_opts.metrics = &registry_;
   data_opts.socket_buffer_bytes = options_.transfer.socket_buffer_bytes;
+  if (options_.cluster_keys != nullptr) {
+    capabilities_ = std::make_unique<auth::CapabilityVerifier>(
+        auth::CapabilityVerifierOptions{.clock_skew_ms = options_.capability_clock_skew_ms},
+        RealClock::Get());
+    data_opts.cluster_keys = options_.cluster_keys;
+    data_opts.capabilities = capabilities_.get();
+  }
   data_server_ = std::make_unique<transfer::tcp::TcpDataServer>(data_opts, segment_table_);
   if (tier_) {
     MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(
@@ -106,6 +135,7 @@ absl::Status ClientServer::Start() {
   transfer::TransferEngineOptions engine_opts = options_.transfer;
   engine_opts.local_endpoint = data_endpoint_;
   engine_opts.metrics = &registry_;
+  engine_opts.cluster_keys = options_.cluster_keys;
   engine_ = std::make_unique<transfer::TransferEngine>(engine_opts, segment_table_);
   MC_RETURN_IF_ERROR(engine_->status());
   for (const auto& seg : pool_->segments()) {
@@ -117,6 +147,11 @@ absl::Status ClientServer::Start() {
   session_ = std::make_unique<MasterSession>(
       MasterSessionOptions{options_.client_id, options_.host, data_endpoint_, disk_capacity, 500},
       *master_, *pool_, segment_table_);
+  if (capabilities_ != nullptr) {
+    session_->SetOnCapabilityInfo([this](const MasterSession::CapabilityInfo& info) {
+      OnCapabilityInfo(info);
+    });
+  }
   if (tier_) {
     offload::DiskTier* tier = tier_.get();
     session_->SetDiskUsedFn([tier] { return tier->GetStats().used; });

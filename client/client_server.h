@@ -39,6 +39,9 @@ struct ClientServerOptions {
   std::string master = "127.0.0.1:50051";  // mc-master gRPC
   // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).
   auth::ClusterKeysPtr cluster_keys;
+  // With cluster_keys: how long past its expiry (on the master's clock, as estimated from the
+  // last heartbeat) a capability is still honoured (docs/security-data.md).
+  int64_t capability_clock_skew_ms = 1000;
   std::string listen;                      // Store gRPC on TCP; empty = off (needs store_token)
   std::string unix_socket;                 // Store gRPC on a Unix socket; empty = off
   mode_t unix_socket_mode = 0660;          // of the Unix socket and the fd socket
@@ -95,6 +98,7 @@ class ClientServer {
   absl::Status StartAdmin();
   absl::Status OpenDiskTier();
   std::string StatusLine();
+  void OnCapabilityInfo(const MasterSession::CapabilityInfo& info);
 
   ClientServerOptions options_;
   MetricsRegistry registry_;
@@ -103,6 +107,8 @@ class ClientServer {
   std::unique_ptr<SegmentPool> pool_;
   std::unique_ptr<offload::DiskTier> tier_;
   std::unique_ptr<OffloadDriver> offload_;
+  // With cluster_keys: checks the capability of every data-plane frame (outlives data_server_).
+  std::unique_ptr<auth::CapabilityVerifier> capabilities_;
   std::unique_ptr<transfer::tcp::TcpDataServer> data_server_;
   std::unique_ptr<transfer::TransferEngine> engine_;
   // The engine's rdma transport once it exists: answers peers' rdma connection setups

@@ -1,5 +1,6 @@
 #include "client/master_session.h"
 
+#include "common/clock.h"
 #include "common/logging.h"
 
 namespace mc::client {
@@ -23,8 +24,12 @@ absl::Status MasterSession::Register() {
     seg->set_size(pool_.segments()[i].size);
   }
   v1::RegisterClientResponse resp;
+  const int64_t sent_ms = RealClock::Get().NowMs();
   absl::Status s = master_.RegisterClient(req, &resp);
   if (!s.ok()) return s;
+  if (on_capability_info_) {  // before the segments are published: peers may read them next
+    on_capability_info_({&resp.capability_key(), resp.capability_clock_ms(), sent_ms});
+  }
   std::vector<uint64_t> ids(resp.segment_ids().begin(), resp.segment_ids().end());
   pool_.Publish(ids, table_);
   session_ = resp.session();
@@ -56,7 +61,11 @@ void MasterSession::Loop() {
       req.set_session(session_);
       if (disk_used_) req.set_disk_used(disk_used_());
       v1::HeartbeatResponse resp;
+      const int64_t sent_ms = RealClock::Get().NowMs();
       absl::Status s = master_.Heartbeat(req, &resp);
+      if (s.ok() && resp.known() && on_capability_info_) {
+        on_capability_info_({nullptr, resp.capability_clock_ms(), sent_ms});
+      }
       if (s.ok() && !resp.known()) {
         Logger("client").warn("the master no longer knows session {}; registering again",
                               session_.load());

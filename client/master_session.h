@@ -41,6 +41,18 @@ class MasterSession {
   void Stop();
 
   void SetOnRegistered(std::function<void()> fn) { on_registered_ = std::move(fn); }
+  // What each registration and known-session heartbeat answer carries for the data plane's
+  // capability checks (docs/security-data.md): the sealed owner key (registration only; null
+  // for a heartbeat), the master's clock, and our RealClock ms when the call was sent. Runs on
+  // the caller of Start() and then on the session thread, before on_registered. Before Start().
+  struct CapabilityInfo {
+    const std::string* sealed_key = nullptr;
+    uint64_t master_clock_ms = 0;
+    int64_t sent_ms = 0;
+  };
+  void SetOnCapabilityInfo(std::function<void(const CapabilityInfo&)> fn) {
+    on_capability_info_ = std::move(fn);
+  }
   void SetDiskUsedFn(std::function<uint64_t()> fn) { disk_used_ = std::move(fn); }
   const std::string& client_id() const { return options_.client_id; }
   bool registered() const { return registered_.load(); }
@@ -57,6 +69,7 @@ class MasterSession {
   SegmentPool& pool_;
   transfer::SegmentTable& table_;
   std::function<void()> on_registered_;
+  std::function<void(const CapabilityInfo&)> on_capability_info_;
   std::function<uint64_t()> disk_used_;
   std::atomic<bool> registered_{false};
   std::atomic<uint64_t> registrations_{0};

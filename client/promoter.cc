@@ -84,6 +84,7 @@ size_t Promoter::PromoteRound(const std::vector<const Item*>& candidates) {
     const auto& rep = r.replicas(0);
     writes.push_back({transfer::OpKind::kWrite, staged[i], rep.data_endpoint(),
                       rep.segment_id(), rep.offset()});
+    writes.back().capability = rep.capability();  // the master's write grant, if any
     owner.push_back(i);
   }
   if (writes.empty()) return 0;

@@ -211,6 +211,10 @@ absl::StatusOr<ClusterKeysPtr> KeysFromFlags(bool auth, const std::string& secre
   return ClusterKeys::Load(secret_file);
 }
 
+Mac ClusterKeys::SignWith(size_t index, Purpose purpose, std::string_view message) const {
+  return HmacSha256(AsView(keys_.at(index)[static_cast<int>(purpose)]), message);
+}
+
 Mac ClusterKeys::Sign(Purpose purpose, std::string_view message) const {
   return HmacSha256(AsView(keys_.front()[static_cast<int>(purpose)]), message);
 }

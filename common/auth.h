@@ -58,6 +58,10 @@ class ClusterKeys {
   // Constant time in the MAC bytes.
   bool Verify(Purpose purpose, std::string_view message, const uint8_t* mac, size_t mac_size) const;
 
+  // Sign with secret `index` (< secret_count()) instead of the first: a receiver that must
+  // reproduce a MAC made under whichever secret the sender signs with tries each.
+  Mac SignWith(size_t index, Purpose purpose, std::string_view message) const;
+
   size_t secret_count() const { return keys_.size(); }
   // A short public fingerprint of the signing secret (hex of a MAC of a fixed string), for logs
   // and /status: operators compare it across hosts during a rotation. Reveals nothing usable.

@@ -24,6 +24,7 @@ absl::StatusCode Canonical(Code code) {
     case Code::kUnavailable: return absl::StatusCode::kUnavailable;
     case Code::kHasLease: return absl::StatusCode::kFailedPrecondition;
     case Code::kInternal: return absl::StatusCode::kInternal;
+    case Code::kPermissionDenied: return absl::StatusCode::kPermissionDenied;
   }
   return absl::StatusCode::kInternal;
 }
@@ -45,6 +46,7 @@ std::string_view CodeName(Code code) {
     case Code::kUnavailable: return "UNAVAILABLE";
     case Code::kHasLease: return "HAS_LEASE";
     case Code::kInternal: return "INTERNAL";
+    case Code::kPermissionDenied: return "PERMISSION_DENIED";
   }
   return "INTERNAL";
 }

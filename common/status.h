@@ -29,8 +29,9 @@ enum class Code : int {
   kUnavailable = 10,
   kHasLease = 11,
   kInternal = 12,
+  kPermissionDenied = 13,  // the data plane refused a frame: no valid grant for it
 };
-inline constexpr int kMaxCode = 12;
+inline constexpr int kMaxCode = 13;
 
 // "OK", "NOT_FOUND", ... as in the proto enum.
 std::string_view CodeName(Code code);

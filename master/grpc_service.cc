@@ -3,8 +3,10 @@
 #include <chrono>
 #include <iterator>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/master_credentials.h"
@@ -246,38 +248,70 @@ v1::Tier ToProtoTier(ReplicaTier tier) {
   return tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK;
 }
 
-void ToProto(const Replica& r, v1::Replica* out) {
+void ToProto(const Replica& r, v1::Replica* out, std::string_view capability = {}) {
   out->set_tier(ToProtoTier(r.tier));
   out->set_client_id(r.location.client_id);
   out->set_data_endpoint(r.location.endpoint);
   out->set_segment_id(r.location.segment_id);
   out->set_offset(r.location.offset);
   out->set_length(r.location.length);
+  if (!capability.empty()) out->set_capability(capability.data(), capability.size());
+}
+
+// What the replicas of an answer are granted: nothing without a minter (--auth=false).
+struct Grants {
+  CapabilityMinter* minter = nullptr;
+  auth::Right right = auth::Right::kRead;
+  int64_t expiry_ms = 0;
+  // The answered keys, row by row (lookups: for a DISK replica's key tag); may be shorter.
+  std::span<const std::string_view> keys;
+};
+
+// The capability of `replica` of row `row` under `grants` (a view of `out`), or empty.
+std::string_view Grant(const Grants& grants, std::optional<CapabilityMinter::Batch>& batch,
+                       const Replica& replica, uint64_t generation, size_t row,
+                       auth::CapabilityBytes& out) {
+  if (grants.minter == nullptr) return {};
+  if (!batch) batch.emplace(*grants.minter);
+  const std::string_view key = row < grants.keys.size() ? grants.keys[row] : std::string_view();
+  if (!batch->Mint(replica, grants.right, generation, key, grants.expiry_ms, out)) return {};
+  return {reinterpret_cast<const char*>(out.data()), out.size()};
 }
 
 // A lookup's outcomes as one record per key.
-void AddRecords(const std::vector<LookupOutcome>& outcomes, v1::GetReplicasResponse* resp) {
-  for (const LookupOutcome& o : outcomes) {
+void AddRecords(const std::vector<LookupOutcome>& outcomes, const Grants& grants,
+                v1::GetReplicasResponse* resp) {
+  std::optional<CapabilityMinter::Batch> batch;
+  auth::CapabilityBytes cap;
+  for (size_t row = 0; row < outcomes.size(); ++row) {
+    const LookupOutcome& o = outcomes[row];
     v1::KeyReplicas* r = resp->add_results();
     r->set_code(ToProtoCode(ToCode(o.status)));
     if (!o.status.ok()) r->set_message(std::string(o.status.message()));
     r->set_size(o.size);
     r->set_checksum(o.checksum);
     r->set_generation(o.generation);
-    for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
+    for (const Replica& replica : o.replicas) {
+      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, row, cap));
+    }
   }
 }
 
 // The same outcomes as columns (PackedLookups).
-void AddColumns(const std::vector<LookupOutcome>& outcomes, v1::PackedLookups* out) {
+void AddColumns(const std::vector<LookupOutcome>& outcomes, const Grants& grants,
+                v1::PackedLookups* out) {
   PackedLookupsWriter packed(out, outcomes.size());
-  for (const LookupOutcome& o : outcomes) {
+  std::optional<CapabilityMinter::Batch> batch;
+  auth::CapabilityBytes cap;
+  for (size_t row = 0; row < outcomes.size(); ++row) {
+    const LookupOutcome& o = outcomes[row];
     const absl::string_view message = o.status.message();
     packed.AddRow(ToProtoCode(ToCode(o.status)), {message.data(), message.size()}, o.size,
                   o.checksum, o.generation);
     for (const Replica& r : o.replicas) {
       packed.AddReplica(ToProtoTier(r.tier), r.location.client_id, r.location.endpoint,
-                        r.location.segment_id, r.location.offset, r.location.length);
+                        r.location.segment_id, r.location.offset, r.location.length,
+                        Grant(grants, batch, r, o.generation, row, cap));
     }
   }
 }
@@ -290,7 +324,9 @@ std::vector<std::string_view> Keys(const Repeated& keys) {
 // Placements of PutStart and PromoteStart, with the writers' deadline.
 template <typename Response>
 void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_deadline_ms,
-                   Response* resp) {
+                   const Grants& grants, Response* resp) {
+  std::optional<CapabilityMinter::Batch> batch;
+  auth::CapabilityBytes cap;
   for (const PutStartOutcome& o : outcomes) {
     v1::PutStartResult* r = resp->add_results();
     r->set_code(ToProtoCode(ToCode(o.status)));
@@ -298,7 +334,9 @@ void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_d
     r->set_generation(o.generation);
     r->set_no_space_final(o.no_space_final);
     r->set_write_back_pending(o.write_back_pending);
-    for (const Replica& replica : o.replicas) ToProto(replica, r->add_replicas());
+    for (const Replica& replica : o.replicas) {
+      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, 0, cap));
+    }
   }
   resp->set_write_deadline_ms(write_deadline_ms);
 }
@@ -315,6 +353,19 @@ std::vector<DiskReplicaItem> DiskItems(
     out.push_back({item.key(), item.generation(), item.locator(), item.length(), item.checksum()});
   }
   return out;
+}
+
+// The writer stops writing write_deadline_ms after it sent PutStart; the grant ends then too
+// (counted from now, a little after it sent), long before the put is revoked (2x).
+Grants WriteGrants(CapabilityMinter* minter, int64_t write_deadline_ms) {
+  Grants grants;
+  if (minter != nullptr) {
+    grants = {.minter = minter,
+              .right = auth::Right::kWrite,
+              .expiry_ms = minter->NowMs() + write_deadline_ms,
+              .keys = {}};
+  }
+  return grants;
 }
 
 }  // namespace
@@ -337,26 +388,36 @@ grpc::Status MasterGrpcService::DoRegisterClient(const Caller& caller, const v1:
   for (uint64_t id : reg->segment_ids) resp->add_segment_ids(id);
   resp->set_heartbeat_interval_ms(service_.options().heartbeat_interval_ms);
   resp->set_client_ttl_ms(service_.options().client_ttl_ms);
+  if (minter_ != nullptr) {
+    resp->set_capability_key(minter_->Register(req->client_id(), reg->session));
+    resp->set_capability_clock_ms(static_cast<uint64_t>(minter_->NowMs()));
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoHeartbeat(const Caller& caller, const v1::HeartbeatRequest* req,
                                             v1::HeartbeatResponse* resp) {
   resp->set_known(service_.Heartbeat(Self(caller, *req), req->session(), req->disk_used()));
+  if (minter_ != nullptr) resp->set_capability_clock_ms(static_cast<uint64_t>(minter_->NowMs()));
   return grpc::Status::OK;
 }
 
 grpc::Status MasterGrpcService::DoUnregisterClient(const Caller& caller, const v1::UnregisterClientRequest* req,
                                                    v1::UnregisterClientResponse*) {
-  return ToGrpcStatus(service_.UnregisterClient(Self(caller, *req), req->session()));
+  const std::string& self = Self(caller, *req);
+  absl::Status s = service_.UnregisterClient(self, req->session());
+  if (s.ok() && minter_ != nullptr) minter_->Forget(self);
+  return ToGrpcStatus(s);
 }
 
 grpc::Status MasterGrpcService::DoPutStart(const Caller& caller, const v1::PutStartRequest* req,
                                            v1::PutStartResponse* resp) {
   std::vector<PutStartItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.size()});
-  AddPlacements(service_.PutStart(Self(caller, *req), items, req->replicas()),
-                service_.options().put_timeout_ms / 2, resp);
+  const int64_t write_deadline_ms = service_.options().put_timeout_ms / 2;
+  const Grants grants = WriteGrants(minter_, write_deadline_ms);
+  AddPlacements(service_.PutStart(Self(caller, *req), items, req->replicas()), write_deadline_ms,
+                grants, resp);
   return grpc::Status::OK;
 }
 
@@ -395,7 +456,16 @@ grpc::Status MasterGrpcService::DoGetReplicas(const Caller& caller, const v1::Ge
                         .lease_owner = caller.session};
   absl::StatusOr<std::vector<std::string_view>> keys = RequestKeys(*req);
   if (!keys.ok()) return ToGrpcStatus(keys.status());
+  // Read grants expire with the lease: counted from before the lookup granted it.
+  const int64_t granted_at = minter_ != nullptr ? minter_->NowMs() : 0;
   LookupBatch batch = service_.GetReplicas(*keys, options);
+  Grants grants;
+  if (minter_ != nullptr && options.grant_lease && batch.lease_id != 0) {
+    grants = {.minter = minter_,
+              .right = auth::Right::kRead,
+              .expiry_ms = granted_at + batch.lease_ttl_ms,
+              .keys = *keys};
+  }
   resp->set_keys_seen(static_cast<uint32_t>(keys->size()));
   resp->set_lease_id(batch.lease_id);
   resp->set_lease_ttl_ms(batch.lease_ttl_ms);
@@ -406,9 +476,9 @@ grpc::Status MasterGrpcService::DoGetReplicas(const Caller& caller, const v1::Ge
     if (req->count_only()) return grpc::Status::OK;
   }
   if (req->packed()) {
-    AddColumns(batch.results, resp->mutable_packed());
+    AddColumns(batch.results, grants, resp->mutable_packed());
   } else {
-    AddRecords(batch.results, resp);
+    AddRecords(batch.results, grants, resp);
   }
   return grpc::Status::OK;
 }
@@ -449,8 +519,9 @@ grpc::Status MasterGrpcService::DoPromoteStart(const Caller& caller, const v1::P
                                                v1::PromoteStartResponse* resp) {
   std::vector<PutRevokeItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
-  AddPlacements(service_.PromoteStart(Self(caller, *req), items),
-                service_.options().put_timeout_ms / 2, resp);
+  const int64_t write_deadline_ms = service_.options().put_timeout_ms / 2;
+  const Grants grants = WriteGrants(minter_, write_deadline_ms);
+  AddPlacements(service_.PromoteStart(Self(caller, *req), items), write_deadline_ms, grants, resp);
   return grpc::Status::OK;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "master/capability_minter.h"
 #include "master/metadata_service.h"
 #include "master/rpc_auth.h"
 #include "mcstore/v1/master.grpc.pb.h"
@@ -30,6 +31,9 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   // `auth` (borrowed, may be null): null serves every call unauthenticated (--auth=false).
   MasterGrpcService(MetadataService& service, MetricsRegistry& metrics, size_t max_batch_items,
                     RpcAuthenticator* auth = nullptr);
+  // With authentication: the minter that gives owners their keys and replicas their
+  // capabilities (borrowed, must outlive the service). Before serving; null = none.
+  void SetCapabilityMinter(CapabilityMinter* minter) { minter_ = minter; }
 
   // Each RPC: counted and timed, checked against the batch limit, then handled by Do<Rpc>.
 #define MC_MASTER_UNARY(Rpc)                                          \
@@ -133,6 +137,7 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   MetricsRegistry& metrics_;
   const size_t max_batch_items_;
   RpcAuthenticator* const auth_;
+  CapabilityMinter* minter_ = nullptr;
   absl::Mutex rpc_metrics_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<RpcMetrics>> rpc_metrics_
       ABSL_GUARDED_BY(rpc_metrics_mu_);

@@ -29,6 +29,10 @@ absl::Status MasterServer::Start() {
   }
   grpc_service_ = std::make_unique<MasterGrpcService>(*service_, metrics_,
                                                       options_.max_batch_items, rpc_auth_.get());
+  if (options_.cluster_keys != nullptr) {
+    minter_ = std::make_unique<CapabilityMinter>(options_.cluster_keys, RealClock::Get());
+    grpc_service_->SetCapabilityMinter(minter_.get());
+  }
 
   MetadataService* svc = service_.get();
   metrics_.AddCallbackGauge("mc_memory_used_bytes", "Memory allocated in client segments",

@@ -70,7 +70,8 @@ void PackedLookupsWriter::AddRow(v1::Code code, std::string_view message, uint64
 
 void PackedLookupsWriter::AddReplica(v1::Tier tier, std::string_view client_id,
                                      std::string_view endpoint, uint64_t segment_id,
-                                     uint64_t offset, uint64_t length) {
+                                     uint64_t offset, uint64_t length,
+                                     std::string_view capability) {
   auto* counts = out_->mutable_replica_counts();
   counts->Set(counts->size() - 1, counts->Get(counts->size() - 1) + 1);
   out_->add_tiers(tier);
@@ -78,12 +79,26 @@ void PackedLookupsWriter::AddReplica(v1::Tier tier, std::string_view client_id,
   out_->add_segment_ids(segment_id);
   out_->add_offsets(offset);
   out_->add_lengths(length);
+  // The capabilities column is empty until a replica has one, then has an entry per replica.
+  std::string* caps = out_->mutable_capabilities();
+  if (!capability.empty() && caps->empty()) {
+    caps->reserve(kPackedCapabilitySize * static_cast<size_t>(out_->lengths_size()));
+    caps->resize(kPackedCapabilitySize * static_cast<size_t>(out_->lengths_size() - 1), '\0');
+  }
+  if (!caps->empty() || !capability.empty()) {
+    if (capability.size() == kPackedCapabilitySize) {
+      caps->append(capability.data(), capability.size());
+    } else {
+      caps->append(kPackedCapabilitySize, '\0');  // none (or not ours to pass on)
+    }
+  }
 }
 
 void PackedLookupsWriter::AddRow(const v1::KeyReplicas& record) {
   AddRow(record.code(), record.message(), record.size(), record.checksum(), record.generation());
   for (const v1::Replica& r : record.replicas()) {
-    AddReplica(r.tier(), r.client_id(), r.data_endpoint(), r.segment_id(), r.offset(), r.length());
+    AddReplica(r.tier(), r.client_id(), r.data_endpoint(), r.segment_id(), r.offset(), r.length(),
+               r.capability());
   }
 }
 
@@ -139,6 +154,10 @@ absl::StatusOr<PackedLookupsReader> PackedLookupsReader::Open(const v1::PackedLo
     return bad(absl::StrCat(packed.client_ids_size(), " client ids but ",
                             packed.data_endpoints_size(), " data endpoints"));
   }
+  if (!packed.capabilities().empty() && packed.capabilities().size() != n * kPackedCapabilitySize) {
+    return bad(absl::StrCat(n, " replicas but ", packed.capabilities().size(),
+                            " bytes of capabilities"));
+  }
   for (uint32_t owner : packed.owners()) {
     if (owner >= static_cast<uint32_t>(packed.client_ids_size())) {
       return bad(absl::StrCat("owner ", owner, " of ", packed.client_ids_size(), " clients"));
@@ -173,6 +192,13 @@ void PackedLookupsReader::Unpack(size_t row, v1::KeyReplicas* out) const {
     replica->set_data_endpoint(p.data_endpoints(owner));
     replica->set_segment_id(p.segment_ids(j));
     replica->set_offset(p.offsets(j));
+    if (!p.capabilities().empty()) {
+      const std::string_view cap =
+          std::string_view(p.capabilities()).substr(i * kPackedCapabilitySize, kPackedCapabilitySize);
+      if (cap.find_first_not_of('\0') != std::string_view::npos) {
+        replica->set_capability(cap.data(), cap.size());
+      }
+    }
     replica->set_length(p.lengths(j));
   }
 }

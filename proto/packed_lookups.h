@@ -53,6 +53,9 @@ absl::StatusOr<std::vector<std::string_view>> RequestKeys(const Request& req) {
   return PackedKeyViews(req.packed_keys(), req.packed_key_sizes());
 }
 
+// Bytes of one capability in PackedLookups.capabilities (common/capability.h kCapabilitySize).
+inline constexpr size_t kPackedCapabilitySize = 64;
+
 class PackedLookupsWriter {
  public:
   // Appends to `out` (borrowed, must outlive the writer); `rows` only reserves.
@@ -63,7 +66,8 @@ class PackedLookupsWriter {
               uint64_t generation);
   // A replica of the row added last.
   void AddReplica(mcstore::v1::Tier tier, std::string_view client_id, std::string_view endpoint,
-                  uint64_t segment_id, uint64_t offset, uint64_t length);
+                  uint64_t segment_id, uint64_t offset, uint64_t length,
+                  std::string_view capability = {});
   // A whole per-key record: AddRow and its AddReplicas.
   void AddRow(const mcstore::v1::KeyReplicas& record);
 

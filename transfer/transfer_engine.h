@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/auth.h"
 #include "common/metrics.h"
 
 namespace mc::transfer {
@@ -50,6 +51,9 @@ struct TransferRequest {
   uint64_t segment_id;
   uint64_t offset;                 // byte offset inside the remote segment
   uint32_t tag = 0;                // opaque to the engine; sent in the frame's reserved field
+  // The master's grant for this range (common/capability.h), sent with every frame of a remote
+  // request; empty where none is needed (local transport, --auth=false) or none was granted.
+  std::string capability = {};
   // kRead/kReadDisk: also compute the XXH3-64 of the local bytes as delivered, i.e. hashed from
   // the destination buffers (in order) after each piece landed there, while it is cache-hot. A
   // transport that cannot leaves TransferResult::checksum empty and the caller hashes itself.
@@ -105,6 +109,8 @@ struct TransferEngineOptions {
   uint64_t tcp_frame_bytes = 4 << 20;          // a tcp request is cut into frames of this size
   int tcp_receive_threads = 2;  // helper threads running tcp poll loops (connection groups)
   MetricsRegistry* metrics = nullptr;          // optional: transfer bytes/errors by transport
+  // Cluster keys: tcp connections (and the rdma setup's) run the AUTH handshake; null = none.
+  auth::ClusterKeysPtr cluster_keys;
   // Remote transport: "auto" (rdma for peers that answered an rdma connection setup, tcp for the
   // others and for kReadDisk), "tcp" (never rdma) or "rdma" (rdma for every remote READ/WRITE;
   // no fallback, errors surface). See transfer/rdma/rdma_transport.h.

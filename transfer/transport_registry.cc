@@ -22,6 +22,7 @@ TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
   tcp.connections_per_peer = options.connections_per_peer;
   tcp.socket_buffer_bytes = options.socket_buffer_bytes;
   tcp.frame_bytes = options.tcp_frame_bytes;
+  tcp.cluster_keys = options.cluster_keys;
   tcp.receive_threads = options.tcp_receive_threads;
   tcp_index_ = transports_.size();
   transports_.push_back(std::make_unique<TcpTransport>(tcp));
@@ -41,7 +42,7 @@ TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
     if (device.ok()) {
       rdma::RdmaConnector* connector = options.rdma_connector;
       if (connector == nullptr) {
-        own_connector_ = std::make_unique<rdma::TcpRdmaConnector>();
+        own_connector_ = std::make_unique<rdma::TcpRdmaConnector>(5000, options.cluster_keys);
         connector = own_connector_.get();
       }
       rdma::RdmaTransportOptions r;

@@ -31,6 +31,7 @@ class Code(enum.IntEnum):
     UNAVAILABLE = 10
     HAS_LEASE = 11
     INTERNAL = 12
+    PERMISSION_DENIED = 13
 
     @classmethod
     def from_wire(cls, value: int) -> "Code":

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/status_macros.h"
+#include "transfer/tcp/handshake.h"
 #include "transfer/tcp/socket_util.h"
 
 namespace mc::transfer::rdma {
@@ -132,6 +133,7 @@ absl::StatusOr<PeerHandshake> TcpRdmaConnector::Connect(const std::string& endpo
   const int64_t deadline = RealClock::Get().NowMs() + timeout_ms_;
   auto fd = tcp::ConnectTcp(endpoint, 0, deadline);
   if (!fd.ok()) return fd.status();
+  if (keys_ != nullptr) MC_RETURN_IF_ERROR(tcp::ClientHandshake(fd->get(), *keys_, deadline));
   // Blocking from here, bounded by socket timeouts.
   const int flags = fcntl(fd->get(), F_GETFL, 0);
   fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK);

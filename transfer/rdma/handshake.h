@@ -2,8 +2,10 @@
 // (transfer/tcp/frame.h) on a connection of its own: the requester sends the addresses of its
 // new queue pairs (and the QPNs it retired), the serving daemon creates and connects one queue
 // pair per address and answers with their addresses and the address, length and rkey of every
-// segment it serves. So rkeys go only to a peer that holds a data-plane connection (the same
-// trust as READ/WRITE frames, which reach the same memory); a daemon without rdma answers
+// segment it serves. So rkeys go only to a peer that holds a data-plane connection; with cluster
+// keys that connection has passed the AUTH handshake (transfer/tcp/handshake.h), so only members
+// of the cluster get rkeys. One-sided verbs then bypass capabilities: a member holding an rkey
+// can read or write the whole registered segment (docs/security-data.md). A daemon without rdma answers
 // kUnavailable (or closes: an old daemon knows no such op) and the peer stays on tcp.
 //
 // Payloads are little-endian:
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/auth.h"
 #include "transfer/rdma/rdma_transport.h"
 #include "transfer/tcp/frame.h"
 #include "transfer/tcp/server.h"
@@ -43,13 +46,15 @@ absl::StatusOr<PeerHandshake> DecodeHandshake(std::string_view bytes);
 // The requester's side: a fresh tcp connection to the peer's data plane per setup.
 class TcpRdmaConnector final : public RdmaConnector {
  public:
-  explicit TcpRdmaConnector(int64_t timeout_ms = 5000) : timeout_ms_(timeout_ms) {}
+  explicit TcpRdmaConnector(int64_t timeout_ms = 5000, auth::ClusterKeysPtr keys = nullptr)
+      : timeout_ms_(timeout_ms), keys_(std::move(keys)) {}
   absl::StatusOr<PeerHandshake> Connect(const std::string& endpoint,
                                         std::span<const QpAddress> local,
                                         std::span<const uint32_t> retired) override;
 
  private:
   const int64_t timeout_ms_;
+  const auth::ClusterKeysPtr keys_;  // null: no handshake
 };
 
 // The serving side: answers one kRdmaConnect request (for TcpDataServer::RegisterOpHandler).

@@ -2,7 +2,13 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "transfer/tcp/handshake.h"
 
 namespace mc::transfer::tcp {
 namespace {
@@ -35,6 +41,14 @@ absl::StatusOr<std::vector<PeerConnection>> ConnectionPool::Acquire(const std::s
   }
   while (static_cast<int>(out.size()) < count) {
     absl::StatusOr<UniqueFd> fd = ConnectTcp(endpoint, options_.socket_buffer_bytes, deadline_ms);
+    if (fd.ok() && options_.cluster_keys != nullptr) {
+      int64_t by = RealClock::Get().NowMs() + options_.handshake_timeout_ms;
+      if (deadline_ms != 0) by = std::min(by, deadline_ms);
+      if (absl::Status s = ClientHandshake(fd->get(), *options_.cluster_keys, by); !s.ok()) {
+        fd = McError(ToCode(s), absl::StrCat("data-plane handshake with ", endpoint, ": ",
+                                             std::string(s.message())));
+      }
+    }
     if (!fd.ok()) {
       if (out.empty()) return fd.status();
       break;  // go on with the connections we have

@@ -2,18 +2,21 @@
 // per peer endpoint. Acquire() hands out idle ones first and opens new ones lazily; only a
 // connection whose every request was answered may be Release()d back. A connection in any other
 // state is simply destroyed (closed), never reused. Idle connections that the peer closed
-// meanwhile are noticed (poll) and dropped on Acquire.
+// meanwhile are noticed (poll) and dropped on Acquire. With cluster keys, a new connection runs
+// the AUTH handshake (handshake.h) before it is handed out; one that fails it is closed.
 // Thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/auth.h"
 #include "transfer/tcp/socket_util.h"
 
 namespace mc::transfer::tcp {
@@ -21,6 +24,8 @@ namespace mc::transfer::tcp {
 struct ConnectionPoolOptions {
   int connections_per_peer = 4;       // idle connections kept per peer
   int socket_buffer_bytes = 8 << 20;  // SO_SNDBUF / SO_RCVBUF
+  auth::ClusterKeysPtr cluster_keys;  // null: no handshake (--auth=false)
+  int64_t handshake_timeout_ms = 5000;  // bounds a new connection's handshake (and the deadline)
 };
 
 // A non-blocking connected socket to one peer.
@@ -31,7 +36,7 @@ struct PeerConnection {
 
 class ConnectionPool {
  public:
-  explicit ConnectionPool(ConnectionPoolOptions options) : options_(options) {}
+  explicit ConnectionPool(ConnectionPoolOptions options) : options_(std::move(options)) {}
 
   // Up to `count` connections to `endpoint` (at least one, or an error when none can be had).
   absl::StatusOr<std::vector<PeerConnection>> Acquire(const std::string& endpoint, int count,

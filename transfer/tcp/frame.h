@@ -1,5 +1,7 @@
-// The tcp data-plane wire format: a fixed 48-byte little-endian header, optionally followed by
-// a payload of `length` bytes.
+// The tcp data-plane wire format (version 2): a fixed 48-byte little-endian header; requests
+// of the data ops (READ, WRITE, READ_DISK) then carry a 64-byte capability block
+// (common/capability.h: the master's grant for the object, or zeros where the owner runs
+// without authentication); then a payload of `length` bytes, if any.
 //
 //   offset size field
 //        0    4 magic       kFrameMagic ("MCTF" read as little-endian u32)
@@ -13,7 +15,9 @@
 //       40    4 code        mc::Code; 0 on requests
 //       44    4 reserved    0, except in kReadDisk requests: the key tag (low 32 bits of XXH3)
 //
-// A connection carries requests in order and the server answers them in order.
+// A connection carries requests in order and the server answers them in order. With a cluster
+// secret, a connection's first exchange is the AUTH handshake (transfer/tcp/handshake.h); the
+// server refuses every other op before it.
 // DecodeFrameHeader() rejects anything malformed (magic, version, op, length above the limit,
 // code on a request, unknown code on a response): a peer that sent it is not trusted further.
 // Thread-safe: pure functions.
@@ -29,7 +33,7 @@
 namespace mc::transfer::tcp {
 
 inline constexpr uint32_t kFrameMagic = 0x4654434D;  // bytes "MCTF"
-inline constexpr uint16_t kFrameVersion = 1;
+inline constexpr uint16_t kFrameVersion = 2;  // 2: capability block, AUTH op
 inline constexpr size_t kFrameHeaderSize = 48;
 inline constexpr uint64_t kDefaultMaxFrameLength = uint64_t{1} << 30;  // 1 GiB
 inline constexpr uint16_t kResponseBit = 0x8000;
@@ -42,8 +46,18 @@ enum class FrameOp : uint16_t {
                   // = generation, offset = record locator, reserved = key tag
   kRdmaConnect = 4,  // rdma connection setup (transfer/rdma/handshake.h): payload = our queue
                      // pairs; response payload = the peer's queue pairs and segment rkeys
+  kAuth = 5,         // the connection handshake (transfer/tcp/handshake.h); offset = its step
 };
-inline constexpr uint16_t kMaxFrameOp = 4;
+inline constexpr uint16_t kMaxFrameOp = 5;
+// Bytes of the capability block after a data op's request header (auth::kCapabilitySize).
+inline constexpr size_t kCapabilityBlockSize = 64;
+
+// True for the request ops followed by a capability block (READ, WRITE, READ_DISK).
+inline bool CarriesCapability(uint16_t base_op) {
+  return base_op == static_cast<uint16_t>(FrameOp::kRead) ||
+         base_op == static_cast<uint16_t>(FrameOp::kWrite) ||
+         base_op == static_cast<uint16_t>(FrameOp::kReadDisk);
+}
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;

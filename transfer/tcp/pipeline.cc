@@ -29,6 +29,9 @@ PipelinedConnection::PipelinedConnection(PeerConnection conn, std::vector<WireOp
     : conn_(std::move(conn)), ops_(std::move(ops)) {
   for (WireOp* op : ops_) {
     send_iov_.push_back({op->header_bytes.data(), op->header_bytes.size()});
+    if (CarriesCapability(op->header.base_op())) {
+      send_iov_.push_back({op->capability.data(), op->capability.size()});
+    }
     if (op->header.op == static_cast<uint16_t>(FrameOp::kWrite)) {
       send_iov_.insert(send_iov_.end(), op->local.begin(), op->local.end());
     }

@@ -8,6 +8,7 @@
 
 #include <sys/uio.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +24,8 @@ struct WireOp {
   size_t request = 0;        // index of the request in its transport batch
   FrameHeader header;        // the request frame
   FrameBytes header_bytes{};
+  // The capability block sent after a data op's header (zeros when the request has none).
+  std::array<uint8_t, kCapabilityBlockSize> capability{};
   std::vector<iovec> local;  // the slice of local memory (exactly header.length bytes)
   // Optional: when a READ payload completed, its bytes are hashed from `local` into this state.
   // Every frame of a hashed request rides one connection, so they are hashed in order.

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/status_macros.h"
 
 namespace mc::transfer::tcp {
 namespace {
@@ -91,6 +92,18 @@ TcpDataServer::TcpDataServer(TcpDataServerOptions options, SegmentTable& segment
   idle_closed_ = &m->GetCounter("mc_dataplane_connections_timed_out_total",
                                 "Data-plane connections closed for idleness or a stalled frame.");
   open_gauge_ = &m->GetGauge("mc_dataplane_connections", "Open data-plane server connections");
+  for (int r = 0; r < static_cast<int>(HandshakeFailure::kCount); ++r) {
+    auth_failures_[r] = &m->GetCounter(
+        "mc_data_auth_failures_total",
+        "Data-plane connections closed because the handshake failed, by reason.",
+        {{"reason", std::string(HandshakeFailureName(static_cast<HandshakeFailure>(r)))}});
+  }
+  for (int r = 0; r < static_cast<int>(auth::Denial::kCount); ++r) {
+    denials_[r] = &m->GetCounter(
+        "mc_data_capability_denied_total",
+        "Data-plane frames refused (PERMISSION_DENIED, no byte touched): no valid capability.",
+        {{"reason", std::string(auth::DenialName(static_cast<auth::Denial>(r)))}});
+  }
   handlers_[static_cast<uint16_t>(FrameOp::kRead)] = [this](const FrameHeader& h,
                                                            ServerStream& s) {
     return HandleRead(h, s);
@@ -111,6 +124,9 @@ absl::Status TcpDataServer::RegisterOpHandler(FrameOp op, OpHandler handler) {
 
 absl::Status TcpDataServer::Start() {
   if (started_) return McError(Code::kInternal, "data server already started");
+  if (options_.cluster_keys != nullptr && options_.capabilities == nullptr) {
+    return McError(Code::kInternal, "data server: cluster keys without a capability verifier");
+  }
   auto fd = ListenTcp(options_.listen_address, options_.socket_buffer_bytes, &endpoint_);
   if (!fd.ok()) return fd.status();
   listen_fd_ = std::move(*fd);
@@ -240,9 +256,22 @@ void TcpDataServer::AcceptLoop() {
   }
 }
 
+bool TcpDataServer::Authenticate(Conn& conn) {
+  std::string detail;
+  const HandshakeFailure failure =
+      ServerHandshake(conn.fd.get(), *options_.cluster_keys,
+                      RealClock::Get().NowMs() + options_.handshake_timeout_ms, &detail);
+  if (failure == HandshakeFailure::kNone) return true;
+  auth_failures_[static_cast<int>(failure)]->Inc();
+  MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+               "data-plane connection from {} refused: handshake failed ({}: {})", conn.peer,
+               HandshakeFailureName(failure), detail);
+  return false;
+}
+
 void TcpDataServer::ServeConnection(Conn* conn) {
   ServerStream stream(conn->fd.get());
-  bool closed = false;
+  bool closed = options_.cluster_keys != nullptr && !Authenticate(*conn);
   while (!closed) {
     // Idle between requests: wait for the next header at most idle_timeout_ms.
     pollfd pfd{conn->fd.get(), POLLIN, 0};
@@ -257,7 +286,7 @@ void TcpDataServer::ServeConnection(Conn* conn) {
                    options_.idle_timeout_ms);
       break;
     }
-    if (absl::Status s = ServeOne(stream, &closed); !s.ok()) {
+    if (absl::Status s = ServeOne(*conn, stream, &closed); !s.ok()) {
       MC_LOG_EVERY(std::chrono::seconds(1), Log(), warn, "data-plane connection closed: {}",
                    std::string(s.message()));
       break;
@@ -268,7 +297,7 @@ void TcpDataServer::ServeConnection(Conn* conn) {
 }
 
 // One request: header, validation, dispatch. `closed` is set on a clean EOF between frames.
-absl::Status TcpDataServer::ServeOne(ServerStream& stream, bool* closed) {
+absl::Status TcpDataServer::ServeOne(Conn& conn, ServerStream& stream, bool* closed) {
   uint8_t buf[kFrameHeaderSize];
   if (absl::Status s = RecvAll(stream.fd(), buf, sizeof(buf)); !s.ok()) {
     *closed = true;  // peer went away (or Stop()); not an error of the peer's frames
@@ -286,7 +315,43 @@ absl::Status TcpDataServer::ServeOne(ServerStream& stream, bool* closed) {
     malformed_->Inc();
     return header.status();
   }
+  if (CarriesCapability(header->base_op())) {
+    bool refused = false;
+    MC_RETURN_IF_ERROR(CheckCapability(conn, *header, stream, &refused));
+    if (refused) return absl::OkStatus();
+  }
   return it->second(*header, stream);
+}
+
+absl::Status TcpDataServer::CheckCapability(Conn& conn, const FrameHeader& request,
+                                            ServerStream& stream, bool* refused) {
+  auth::CapabilityBytes cap;
+  MC_RETURN_IF_ERROR(stream.ReadExact(cap.data(), cap.size()));
+  if (options_.cluster_keys == nullptr) return absl::OkStatus();  // --auth=false
+  auth::FrameAccess access{.segment_id = request.segment_id,
+                           .offset = request.offset,
+                           .length = request.length};
+  switch (static_cast<FrameOp>(request.base_op())) {
+    case FrameOp::kWrite: access.right = auth::Right::kWrite; break;
+    case FrameOp::kReadDisk:
+      access.right = auth::Right::kReadDisk;
+      access.key_tag = request.reserved;
+      break;
+    default: access.right = auth::Right::kRead; break;
+  }
+  const auth::Denial denial =
+      options_.capabilities->Check(cap.data(), access, &conn.capability_cache);
+  if (denial == auth::Denial::kNone) return absl::OkStatus();
+  *refused = true;
+  denials_[static_cast<int>(denial)]->Inc();
+  MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+               "data-plane frame from {} refused ({}): op {} segment {} offset {} length {}",
+               conn.peer, auth::DenialName(denial), request.op, request.segment_id,
+               request.offset, request.length);
+  if (request.base_op() == static_cast<uint16_t>(FrameOp::kWrite)) {
+    MC_RETURN_IF_ERROR(stream.Skip(request.length));
+  }
+  return stream.Respond(request, Code::kPermissionDenied);
 }
 
 absl::Status TcpDataServer::HandleRead(const FrameHeader& request, ServerStream& stream) {

@@ -11,12 +11,20 @@
 // requests and after an I/O timeout mid-frame. accept() failures (fd exhaustion) back off
 // exponentially instead of spinning, are counted (mc_dataplane_accept_errors_total) and make
 // Health() report the data plane unhealthy until an accept succeeds again. Other components add ops
-// with RegisterOpHandler() (e.g. the SSD tier's READ_DISK). Thread-safe: Start/Stop from one owner
-// thread; RegisterOpHandler before Start.
+// with RegisterOpHandler() (e.g. the SSD tier's READ_DISK).
+// Authentication (docs/security-data.md): with cluster keys, every connection must first pass the
+// AUTH handshake (transfer/tcp/handshake.h) within handshake_timeout_ms, else it is closed and
+// counted (mc_data_auth_failures_total{reason}); and every READ/WRITE/READ_DISK frame must carry
+// a capability that the CapabilityVerifier accepts for exactly the bytes the frame names, else
+// it is answered PERMISSION_DENIED (a WRITE's payload drained, never stored) and counted
+// (mc_data_capability_denied_total{reason}); the connection stays usable. Without keys there is
+// neither (--auth=false). Thread-safe: Start/Stop from one owner thread; RegisterOpHandler before
+// Start.
 #pragma once
 
 #include <sys/uio.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -30,8 +38,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/auth.h"
+#include "common/capability.h"
 #include "common/metrics.h"
 #include "transfer/tcp/frame.h"
+#include "transfer/tcp/handshake.h"
 #include "transfer/tcp/socket_util.h"
 #include "transfer/transfer_engine.h"
 
@@ -54,6 +65,12 @@ struct TcpDataServerOptions {
   // The data plane counts as unhealthy while accept() failed within this window with no
   // success since.
   int64_t unhealthy_after_accept_error_ms = 5000;
+  // Authentication: null = none (no handshake, capabilities ignored). With keys, `capabilities`
+  // (borrowed, must outlive the server) is required and checks every data frame.
+  auth::ClusterKeysPtr cluster_keys;
+  const auth::CapabilityVerifier* capabilities = nullptr;
+  // The whole handshake (both round trips) must finish within this.
+  int64_t handshake_timeout_ms = 5000;
 };
 
 // The blocking I/O of one server connection, handed to op handlers for the current request.
@@ -95,6 +112,12 @@ class TcpDataServer {
   uint64_t malformed_frames() const { return malformed_->Value(); }
   uint64_t accept_errors() const { return accept_errors_->Value(); }
   uint64_t rejected_connections() const { return rejected_->Value(); }
+  uint64_t auth_failures(HandshakeFailure reason) const {
+    return auth_failures_[static_cast<int>(reason)]->Value();
+  }
+  uint64_t capability_denials(auth::Denial reason) const {
+    return denials_[static_cast<int>(reason)]->Value();
+  }
   size_t connection_count() const;
   // OK, or why the data plane cannot take connections now (accept failing recently).
   absl::Status Health() const;
@@ -105,12 +128,19 @@ class TcpDataServer {
     std::string peer;  // IP address, for the per-peer cap
     std::thread thread;
     std::atomic<bool> done{false};
+    auth::CapabilityVerifier::Cache capability_cache;  // used by its own thread only
   };
   // Waits up to `ms` for Stop(); true when stopping.
   bool WaitForStop(int64_t ms);
   void AcceptLoop();
   void ServeConnection(Conn* conn);
-  absl::Status ServeOne(ServerStream& stream, bool* closed);
+  absl::Status ServeOne(Conn& conn, ServerStream& stream, bool* closed);
+  // With keys: the handshake; false closes the connection (counted, logged).
+  bool Authenticate(Conn& conn);
+  // The capability block of a data-op request: reads it and, with keys, checks it. A refusal is
+  // answered (WRITE payload drained) and *refused set; a non-OK return closes the connection.
+  absl::Status CheckCapability(Conn& conn, const FrameHeader& request, ServerStream& stream,
+                               bool* refused);
   absl::Status HandleRead(const FrameHeader& request, ServerStream& stream);
   absl::Status HandleWrite(const FrameHeader& request, ServerStream& stream);
   void ReapFinished() ABSL_LOCKS_EXCLUDED(mu_);
@@ -123,6 +153,8 @@ class TcpDataServer {
   Counter* rejected_;
   Counter* idle_closed_;
   Gauge* open_gauge_;
+  std::array<Counter*, static_cast<int>(HandshakeFailure::kCount)> auth_failures_{};
+  std::array<Counter*, static_cast<int>(auth::Denial::kCount)> denials_{};
   std::atomic<int64_t> last_accept_error_ms_{0};  // 0: none since the last success
   std::atomic<int> last_accept_errno_{0};
   absl::flat_hash_map<uint16_t, OpHandler> handlers_;  // fixed once started

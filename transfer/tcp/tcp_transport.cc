@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -82,8 +83,9 @@ void RunPipelines(const std::vector<PipelinedConnection*>& conns, int64_t deadli
 
 TcpTransport::TcpTransport(TcpTransportOptions options)
     : options_(options),
-      pool_(tcp::ConnectionPoolOptions{options.connections_per_peer,
-                                       options.socket_buffer_bytes}),
+      pool_(tcp::ConnectionPoolOptions{.connections_per_peer = options.connections_per_peer,
+                                       .socket_buffer_bytes = options.socket_buffer_bytes,
+                                       .cluster_keys = options.cluster_keys}),
       workers_(std::max(0, options.receive_threads)) {}
 
 void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
@@ -123,6 +125,10 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
                                    fop == FrameOp::kReadDisk ? req.offset : req.offset + done, n);
       op.header.reserved = req.tag;
       op.header_bytes = tcp::EncodeFrameHeader(op.header);
+      // Every frame cut from the request carries the capability of the whole range.
+      if (req.capability.size() == op.capability.size()) {
+        std::memcpy(op.capability.data(), req.capability.data(), op.capability.size());
+      }
       op.local = SliceLocal(req, done, n);
       op.checksum = sums[i].get();
       by_peer[req.endpoint].push_back(ops.size());

@@ -14,6 +14,7 @@
 #include <span>
 #include <string_view>
 
+#include "common/auth.h"
 #include "transfer/tcp/connection_pool.h"
 #include "transfer/tcp/frame.h"
 #include "transfer/transport.h"
@@ -26,6 +27,7 @@ struct TcpTransportOptions {
   int socket_buffer_bytes = 8 << 20;   // SO_SNDBUF / SO_RCVBUF
   uint64_t frame_bytes = 4 << 20;      // frames carry at most this many payload bytes
   int receive_threads = 2;             // helper threads running poll loops (0 = caller only)
+  auth::ClusterKeysPtr cluster_keys;   // null: connections skip the AUTH handshake
 };
 
 class TcpTransport final : public Transport {

@@ -231,3 +231,34 @@ TEST(PackedLookups, DamagedAnswersAreRefusedOrReadSafely) {
 
 }  // namespace
 }  // namespace mc
+
+namespace mc {
+namespace {
+
+// Capabilities ride in their own column, one per replica once any replica has one; rows
+// before the first one unpack with none.
+TEST(PackedLookups, CapabilitiesRoundTripPerReplica) {
+  std::vector<v1::KeyReplicas> records = {Record(v1::OK, 10, 1), Record(v1::OK, 20, 2),
+                                          Record(v1::NOT_FOUND, 0, 0), Record(v1::OK, 30, 1)};
+  records[1].mutable_replicas(0)->set_capability(std::string(64, 'a'));
+  records[1].mutable_replicas(1)->set_capability(std::string(64, 'b'));
+  records[3].mutable_replicas(0)->set_capability(std::string(64, 'c'));
+  const v1::PackedLookups packed = Pack(records);
+  EXPECT_EQ(packed.capabilities().size(), 4 * kPackedCapabilitySize);
+  auto reader = PackedLookupsReader::Open(packed);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (size_t i = 0; i < records.size(); ++i) {
+    v1::KeyReplicas out;
+    reader->Unpack(i, &out);
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(out, records[i])) << i;
+  }
+  // Without any, the column stays empty.
+  EXPECT_TRUE(Pack(Records()).capabilities().empty());
+  // A column of the wrong length is refused.
+  v1::PackedLookups bad = packed;
+  bad.mutable_capabilities()->push_back('x');
+  EXPECT_FALSE(PackedLookupsReader::Open(bad).ok());
+}
+
+}  // namespace
+}  // namespace mc

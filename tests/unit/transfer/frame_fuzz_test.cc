@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -12,7 +13,10 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "tests/unit/transfer/transfer_test_util.h"
+#include "common/auth.h"
+#include "common/capability.h"
 #include "transfer/tcp/frame.h"
+#include "transfer/tcp/handshake.h"
 #include "transfer/tcp/server.h"
 #include "transfer/tcp/socket_util.h"
 #include "transfer/transfer_engine.h"
@@ -44,6 +48,11 @@ std::vector<uint8_t> RandomFrame(std::mt19937_64& rng) {
         EncodeFrameHeader(h, out.data());
       }
   }
+  // The capability block of a data op: random bytes (a forgery) or zeros (none).
+  const bool zeros = rng() % 2 == 0;
+  for (size_t i = 0; i < kCapabilityBlockSize; ++i) {
+    out.push_back(zeros ? 0 : static_cast<uint8_t>(rng()));
+  }
   return out;
 }
 
@@ -52,7 +61,7 @@ TEST(FrameFuzz, DecoderNeverAcceptsGarbage) {
   int accepted = 0;
   for (int i = 0; i < 20000; ++i) {
     std::vector<uint8_t> f = RandomFrame(rng);
-    auto h = DecodeFrameHeader(f.data(), f.size(), 1 << 20);
+    auto h = DecodeFrameHeader(f.data(), kFrameHeaderSize, 1 << 20);
     if (!h.ok()) continue;
     ++accepted;
     EXPECT_EQ(h->magic, kFrameMagic);
@@ -66,9 +75,14 @@ TEST(FrameFuzz, DecoderNeverAcceptsGarbage) {
 
 // Sends `frames` random frames (plus random payload bytes) on one connection, reading whatever
 // comes back, then half-closes and drains until the server closes.
-void Barrage(const std::string& endpoint, uint64_t seed, int frames) {
+void Barrage(const std::string& endpoint, uint64_t seed, int frames,
+             const auth::ClusterKeys* keys = nullptr) {
   auto fd = ConnectTcp(endpoint, 0, RealClock::Get().NowMs() + 5000);
   if (!fd.ok()) return;
+  if (keys != nullptr && !ClientHandshake(fd->get(), *keys, RealClock::Get().NowMs() + 5000).ok()) {
+    ADD_FAILURE() << "handshake failed";
+    return;
+  }
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> out;
   for (int i = 0; i < frames; ++i) {
@@ -140,6 +154,45 @@ TEST(FrameFuzz, LiveServerSurvivesRandomFrames) {
   auto res = engine.Submit(r, RealClock::Get().NowMs() + 5000);
   ASSERT_TRUE(res[0].status.ok()) << res[0].status;
   EXPECT_TRUE(dst == src);
+  server.Stop();
+}
+
+// A member that passed the handshake and then sends junk and forged capabilities: every frame is
+// refused or closes its connection, and no byte of the segment changes.
+TEST(FrameFuzz, AuthenticatedServerRefusesRandomFramesAfterTheHandshake) {
+  std::vector<char> memory(kSegmentBytes, 'S');
+  SegmentTable table;
+  table.Add(1, memory.data(), memory.size());
+  MetricsRegistry metrics;
+  auto keys = *auth::ClusterKeys::FromSecrets({std::string(40, 'k')});
+  auth::CapabilityVerifier verifier({}, RealClock::Get());
+  verifier.SetKey(std::string(32, 'o'));
+  TcpDataServerOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.metrics = &metrics;
+  options.max_frame_length = 1 << 20;
+  options.cluster_keys = keys;
+  options.capabilities = &verifier;
+  TcpDataServer server(options, table);
+  ASSERT_TRUE(server.Start().ok());
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < 200; ++c) {
+        if (testing::SecondsSince(start) > 10) return;
+        Barrage(server.endpoint(), 7'000'000 + t * 100000 + c, 10, keys.get());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_GT(server.malformed_frames(), 10u);
+  uint64_t denied = 0;
+  for (int d = 1; d < static_cast<int>(auth::Denial::kCount); ++d) {
+    denied += server.capability_denials(static_cast<auth::Denial>(d));
+  }
+  EXPECT_GT(denied, 10u);
+  EXPECT_TRUE(std::all_of(memory.begin(), memory.end(), [](char c) { return c == 'S'; }));
   server.Stop();
 }
 

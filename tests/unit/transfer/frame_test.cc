@@ -50,7 +50,9 @@ TEST(Frame, RejectsBadMagicVersionOpAndLength) {
   h.magic = 0xdeadbeef;
   expect_bad(h);
   h = Sample();
-  h.version = 2;
+  h.version = 1;  // before capabilities: refused, not misparsed
+  expect_bad(h);
+  h.version = kFrameVersion + 1;
   expect_bad(h);
   h = Sample();
   h.op = 0;

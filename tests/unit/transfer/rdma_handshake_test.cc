@@ -7,10 +7,14 @@
 #include <memory>
 #include <random>
 
+#include "common/auth.h"
+#include "common/capability.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "tests/fakes/fake_verbs.h"
 #include "tests/fakes/in_process_rdma_connector.h"
+#include "transfer/tcp/server.h"
 #include "transfer/transfer_engine.h"
 
 namespace mc::transfer::rdma {
@@ -161,6 +165,42 @@ TEST_F(EngineOverFakeRdma, TransportFlagForcesEither) {
   TransferEngine forced(o, table);
   EXPECT_EQ(forced.rdma(), nullptr);
   EXPECT_FALSE(forced.status().ok());
+}
+
+}  // namespace
+}  // namespace mc::transfer::rdma
+
+namespace mc::transfer::rdma {
+namespace {
+
+// With cluster keys, the rdma setup (which hands out rkeys) is served only on a connection that
+// passed the AUTH handshake: a connector without the secret is closed before kRdmaConnect is
+// read; one with it reaches the handler (which answers UNAVAILABLE here: no rdma device).
+TEST(RdmaHandshake, SetupNeedsTheAuthenticatedConnection) {
+  auto keys = *auth::ClusterKeys::FromSecrets({std::string(40, 's')});
+  auth::CapabilityVerifier verifier({}, RealClock::Get());
+  SegmentTable table;
+  MetricsRegistry metrics;
+  tcp::TcpDataServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.metrics = &metrics;
+  o.cluster_keys = keys;
+  o.capabilities = &verifier;
+  tcp::TcpDataServer server(o, table);
+  ASSERT_TRUE(server
+                  .RegisterOpHandler(tcp::FrameOp::kRdmaConnect,
+                                     [](const tcp::FrameHeader& h, tcp::ServerStream& s) {
+                                       return ServeRdmaConnect(nullptr, h, s);
+                                     })
+                  .ok());
+  ASSERT_TRUE(server.Start().ok());
+  TcpRdmaConnector anonymous(2000);
+  EXPECT_FALSE(anonymous.Connect(server.endpoint(), {}, {}).ok());
+  EXPECT_EQ(server.auth_failures(tcp::HandshakeFailure::kNoHandshake), 1u);
+  TcpRdmaConnector member(2000, keys);
+  auto answer = member.Connect(server.endpoint(), {}, {});
+  EXPECT_EQ(ToCode(answer.status()), Code::kUnavailable) << answer.status();
+  EXPECT_EQ(server.auth_failures(tcp::HandshakeFailure::kNoHandshake), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,59 @@
+#include "master/capability_minter.h"
+
+#include <utility>
+
+#include "common/checksum.h"
+
+namespace mc::master {
+
+CapabilityMinter::CapabilityMinter(auth::ClusterKeysPtr cluster_keys, const Clock& clock)
+    : cluster_keys_(std::move(cluster_keys)), clock_(clock), root_(auth::RandomBytes(32)) {}
+
+std::string CapabilityMinter::Register(const std::string& client_id, uint64_t session) {
+  const std::string key = auth::DeriveOwnerKey(root_, client_id, session);
+  auto owner = std::make_shared<const auth::OwnerKey>(key);
+  {
+    absl::MutexLock lock(&mu_);
+    owners_[client_id] = std::move(owner);
+  }
+  return auth::WrapOwnerKey(*cluster_keys_, client_id, key);
+}
+
+void CapabilityMinter::Forget(const std::string& client_id) {
+  absl::MutexLock lock(&mu_);
+  owners_.erase(client_id);
+}
+
+std::shared_ptr<const auth::OwnerKey> CapabilityMinter::KeyOf(std::string_view client_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = owners_.find(std::string(client_id));
+  return it == owners_.end() ? nullptr : it->second;
+}
+
+bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right,
+                                   uint64_t generation, std::string_view key, int64_t expiry_ms,
+                                   auth::CapabilityBytes& out) {
+  const MemoryLocation& loc = replica.location;
+  if (last_key_ == nullptr || loc.client_id != last_owner_) {
+    last_key_ = minter_.KeyOf(loc.client_id);
+    last_owner_ = loc.client_id;
+  }
+  if (last_key_ == nullptr) return false;
+  auth::Capability cap;
+  cap.right = right;
+  cap.offset = loc.offset;
+  cap.length = loc.length;
+  cap.generation = generation;
+  cap.expiry_ms = expiry_ms;
+  if (replica.tier == ReplicaTier::kDisk) {
+    cap.right = auth::Right::kReadDisk;
+    cap.segment_id = generation;
+    cap.key_tag = static_cast<uint32_t>(Checksum(key.data(), key.size()));
+  } else {
+    cap.segment_id = loc.segment_id;
+  }
+  out = auth::MintCapability(*last_key_, cap);
+  return true;
+}
+
+}  // namespace mc::master

@@ -1,0 +1,168 @@
+// The master's capabilities (issue 14): owners get their own key at registration; every replica a
+// lookup, put or promotion answers carries a capability for exactly its range, under the owner's
+// key, expiring with the lease or the write deadline; nothing is granted without a lease.
+#include "master/capability_minter.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/capability.h"
+#include "master/grpc_service.h"
+#include "proto/packed_lookups.h"
+#include "tests/unit/master/master_test_util.h"
+
+namespace mc::master {
+namespace {
+
+namespace v1 = mcstore::v1;
+using auth::Denial;
+using auth::Right;
+
+class Capabilities : public ::testing::Test {
+ protected:
+  Capabilities()
+      : keys_(*auth::ClusterKeys::FromSecrets({std::string(40, 's')})),
+        minter_(keys_, m_.clock()),
+        grpc_(m_.svc(), m_.metrics(), 1000) {
+    grpc_.SetCapabilityMinter(&minter_);
+  }
+  // Registers through the RPC handler; returns a verifier holding the key it was given.
+  std::unique_ptr<auth::CapabilityVerifier> Register(const std::string& id) {
+    v1::RegisterClientRequest req;
+    req.set_client_id(id);
+    req.set_data_endpoint("10.0.0.1:" + std::to_string(id.size()));
+    req.add_segments()->set_size(64 << 20);
+    v1::RegisterClientResponse resp;
+    EXPECT_TRUE(grpc_.DoRegisterClient(&req, &resp).ok());
+    EXPECT_EQ(resp.capability_clock_ms(), static_cast<uint64_t>(m_.clock().NowMs()));
+    auto verifier = std::make_unique<auth::CapabilityVerifier>(
+        auth::CapabilityVerifierOptions{.clock_skew_ms = 0}, m_.clock());
+    auto key = auth::UnwrapOwnerKey(*keys_, id, resp.capability_key());
+    EXPECT_TRUE(key.ok()) << key.status();
+    verifier->SetKey(key.ok() ? *key : "");
+    verifier->SetMasterClock(static_cast<int64_t>(resp.capability_clock_ms()), m_.clock().NowMs());
+    return verifier;
+  }
+  static Denial Check(const auth::CapabilityVerifier& v, const v1::Replica& r, Right right,
+                      uint64_t offset, uint64_t length) {
+    if (r.capability().size() != auth::kCapabilitySize) return Denial::kMalformed;
+    return v.Check(reinterpret_cast<const uint8_t*>(r.capability().data()),
+                   {right, r.segment_id(), offset, length});
+  }
+  v1::PutStartResponse PutStart(const std::string& client, const std::string& key) {
+    v1::PutStartRequest req;
+    req.set_client_id(client);
+    auto* item = req.add_items();
+    item->set_key(key);
+    item->set_size(1000);
+    v1::PutStartResponse resp;
+    EXPECT_TRUE(grpc_.DoPutStart(&req, &resp).ok());
+    return resp;
+  }
+  void PutEnd(const std::string& client, const std::string& key, uint64_t generation) {
+    v1::PutEndRequest req;
+    req.set_client_id(client);
+    auto* item = req.add_items();
+    item->set_key(key);
+    item->set_generation(generation);
+    item->set_checksum(1);
+    v1::PutEndResponse resp;
+    ASSERT_TRUE(grpc_.DoPutEnd(&req, &resp).ok());
+    ASSERT_EQ(resp.results(0).code(), v1::OK);
+  }
+  v1::GetReplicasResponse Lookup(const std::string& key, bool packed, bool lease = true) {
+    v1::GetReplicasRequest req;
+    req.set_client_id("reader");
+    req.add_keys(key);
+    req.set_packed(packed);
+    req.set_no_lease(!lease);
+    v1::GetReplicasResponse resp;
+    EXPECT_TRUE(grpc_.DoGetReplicas(&req, &resp).ok());
+    return resp;
+  }
+  static v1::KeyReplicas Row(const v1::GetReplicasResponse& resp) {
+    if (resp.has_packed()) {
+      auto reader = PackedLookupsReader::Open(resp.packed());
+      EXPECT_TRUE(reader.ok());
+      v1::KeyReplicas row;
+      if (reader.ok() && reader->rows() > 0) reader->Unpack(0, &row);
+      return row;
+    }
+    return resp.results_size() > 0 ? resp.results(0) : v1::KeyReplicas();
+  }
+
+  testing::MasterFixture m_;
+  auth::ClusterKeysPtr keys_;
+  CapabilityMinter minter_;
+  MasterGrpcService grpc_;
+};
+
+TEST_F(Capabilities, PutGrantsWriteOnExactlyThePendingRangeUntilTheWriteDeadline) {
+  auto owner = Register("c1");
+  v1::PutStartResponse put = PutStart("c1", "k");
+  ASSERT_EQ(put.results(0).code(), v1::OK);
+  const v1::Replica& r = put.results(0).replicas(0);
+  EXPECT_EQ(Check(*owner, r, Right::kWrite, r.offset(), r.length()), Denial::kNone);
+  EXPECT_EQ(Check(*owner, r, Right::kWrite, r.offset(), r.length() + 1), Denial::kOutOfRange);
+  EXPECT_EQ(Check(*owner, r, Right::kRead, r.offset(), r.length()), Denial::kWrongOp);
+  // A pending put is not readable: the lookup grants nothing for it.
+  EXPECT_EQ(Row(Lookup("k", false)).replicas_size(), 0);
+  m_.clock().AdvanceMs(static_cast<int64_t>(put.write_deadline_ms()) + 1);
+  EXPECT_EQ(Check(*owner, r, Right::kWrite, r.offset(), r.length()), Denial::kExpired);
+}
+
+TEST_F(Capabilities, LookupsGrantReadUntilTheLeaseEndsInBothAnswerForms) {
+  auto owner = Register("c1");
+  v1::PutStartResponse put = PutStart("c1", "k");
+  PutEnd("c1", "k", put.results(0).generation());
+  for (bool packed : {false, true}) {
+    v1::GetReplicasResponse resp = Lookup("k", packed);
+    v1::KeyReplicas row = Row(resp);
+    ASSERT_EQ(row.replicas_size(), 1) << packed;
+    const v1::Replica& r = row.replicas(0);
+    EXPECT_EQ(Check(*owner, r, Right::kRead, r.offset(), r.length()), Denial::kNone);
+    EXPECT_EQ(Check(*owner, r, Right::kRead, r.offset(), 64 << 20), Denial::kOutOfRange);
+    EXPECT_EQ(Check(*owner, r, Right::kWrite, r.offset(), r.length()), Denial::kWrongOp);
+    auto cap = auth::DecodeCapability(reinterpret_cast<const uint8_t*>(r.capability().data()),
+                                      r.capability().size());
+    ASSERT_TRUE(cap.ok());
+    EXPECT_EQ(cap->expiry_ms, m_.clock().NowMs() + static_cast<int64_t>(resp.lease_ttl_ms()));
+  }
+  // Unleased lookups (Exist-like) grant nothing.
+  EXPECT_TRUE(Row(Lookup("k", false, /*lease=*/false)).replicas(0).capability().empty());
+}
+
+TEST_F(Capabilities, AnotherMembersKeyVerifiesNoneOfThem) {
+  auto owner = Register("c1");
+  auto other = Register("c2");
+  v1::PutStartResponse put = PutStart("c1", "k");
+  const v1::Replica& r = put.results(0).replicas(0);
+  ASSERT_EQ(r.client_id(), "c1");
+  EXPECT_EQ(Check(*other, r, Right::kWrite, r.offset(), r.length()), Denial::kBadMac);
+  // Re-registration (a new session) gives a new key: old grants die with the old session.
+  auto again = Register("c1");
+  EXPECT_EQ(Check(*again, r, Right::kWrite, r.offset(), r.length()), Denial::kBadMac);
+}
+
+TEST_F(Capabilities, WithoutAMinterNothingIsGranted) {
+  MasterGrpcService plain(m_.svc(), m_.metrics(), 1000);
+  v1::RegisterClientRequest req;
+  req.set_client_id("c1");
+  req.set_data_endpoint("10.0.0.1:1");
+  req.add_segments()->set_size(64 << 20);
+  v1::RegisterClientResponse resp;
+  ASSERT_TRUE(plain.DoRegisterClient(&req, &resp).ok());
+  EXPECT_TRUE(resp.capability_key().empty());
+  v1::PutStartRequest put;
+  put.set_client_id("c1");
+  put.add_items()->set_key("k");
+  put.mutable_items(0)->set_size(100);
+  v1::PutStartResponse placed;
+  ASSERT_TRUE(plain.DoPutStart(&put, &placed).ok());
+  ASSERT_EQ(placed.results(0).code(), v1::OK);
+  EXPECT_TRUE(placed.results(0).replicas(0).capability().empty());
+}
+
+}  // namespace
+}  // namespace mc::master
