@@ -4,6 +4,7 @@
 // fetched through cudaGetDriverEntryPointByVersion, so nothing links libcuda. Built only with
 // MC_WITH_CUDA; otherwise OpenCudaApi() answers UNAVAILABLE.
 #include "common/status.h"
+#include "common/status_macros.h"
 #include "transfer/cuda/cuda_api.h"
 
 #if MC_WITH_CUDA
@@ -112,12 +113,16 @@ class CudartApi final : public CudaApi {
       MC_CUDA_RETURN(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
                      "cudaIpcOpenMemHandle");
       // The IPC handle names a whole allocation starting at p; its extent is the allocation's.
+      // Fail closed: a range past the allocation would fault the device (a sticky error that
+      // ends every GPU transfer of this process), so an extent we cannot learn is refused.
       CUdeviceptr base = 0;
       size_t extent = 0;
-      if (cuMemGetAddressRangeFn(reinterpret_cast<CUdeviceptr>(p), &base, &extent) &&
-          extent < size) {
+      const auto addr = reinterpret_cast<CUdeviceptr>(p);
+      if (!cuMemGetAddressRangeFn(addr, &base, &extent) || addr < base ||
+          addr - base > extent || size > extent - (addr - base)) {
         cudaIpcCloseMemHandle(p);
-        return McError(Code::kInvalidArgument, "cuda allocation smaller than claimed");
+        return McError(Code::kInvalidArgument,
+                       "cuda allocation smaller than claimed (or its extent is unknown)");
       }
       return ImportedMemory{reinterpret_cast<uint64_t>(p), size, 0};
     }
@@ -201,15 +206,20 @@ class CudartApi final : public CudaApi {
     MC_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
     cudaStream_t s;
     MC_CUDA_RETURN(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    absl::MutexLock lock(&mu_);
+    stream_device_[reinterpret_cast<Stream>(s)] = device;
     return reinterpret_cast<Stream>(s);
   }
   void DestroyStream(Stream stream) override {
     cudaStreamDestroy(reinterpret_cast<cudaStream_t>(stream));
+    absl::MutexLock lock(&mu_);
+    stream_device_.erase(stream);
   }
 
   absl::Status CopyBatchAsync(Stream stream, std::span<const CopyOp> ops) override {
     const auto s = reinterpret_cast<cudaStream_t>(stream);
     if (ops.empty()) return absl::OkStatus();
+    MC_RETURN_IF_ERROR(OnDeviceOf(stream));
 #if CUDART_VERSION >= 12080
     thread_local std::vector<void*> dsts;
     thread_local std::vector<const void*> srcs;
@@ -247,6 +257,7 @@ class CudartApi final : public CudaApi {
 
   absl::Status HashAsync(Stream stream, const HashRange* ranges, uint64_t* out,
                          uint32_t count) override {
+    MC_RETURN_IF_ERROR(OnDeviceOf(stream));
     MC_CUDA_RETURN(static_cast<cudaError_t>(
                        LaunchXxh3Kernel(ranges, out, count, reinterpret_cast<void*>(stream))),
                    "xxh3 kernel launch");
@@ -254,6 +265,7 @@ class CudartApi final : public CudaApi {
   }
 
   absl::StatusOr<Event> RecordEvent(Stream stream) override {
+    MC_RETURN_IF_ERROR(OnDeviceOf(stream));  // an event must belong to its stream's device
     cudaEvent_t e;
     MC_CUDA_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     if (cudaError_t r = cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream));
@@ -279,6 +291,22 @@ class CudartApi final : public CudaApi {
   }
 
  private:
+  // The calling thread's current device becomes the stream's: kernels and events of a stream
+  // must be issued on its device, and callers run on any thread.
+  absl::Status OnDeviceOf(Stream stream) {
+    int device = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = stream_device_.find(stream);
+      if (it == stream_device_.end()) return McError(Code::kInternal, "cuda: unknown stream");
+      device = it->second;
+    }
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current == device) return absl::OkStatus();
+    MC_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
+    return absl::OkStatus();
+  }
+
   struct VmmImport {
     CUmemGenericAllocationHandle handle = 0;
     CUdeviceptr addr = 0;
@@ -297,6 +325,7 @@ class CudartApi final : public CudaApi {
   absl::Mutex mu_;
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, VmmImport> vmm_imports_ ABSL_GUARDED_BY(mu_);
+  std::map<Stream, int> stream_device_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
