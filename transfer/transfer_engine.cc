@@ -120,6 +120,7 @@ absl::Status TransferEngine::RegisterMemory(void* base, uint64_t length) {
 }
 
 rdma::RdmaTransport* TransferEngine::rdma() const { return registry_->rdma(); }
+cuda::CudaTransport* TransferEngine::cuda() const { return registry_->cuda(); }
 
 absl::Status TransferEngine::status() const { return registry_->status(); }
 

@@ -99,6 +99,10 @@ namespace rdma {
 class VerbsDevice;
 class RdmaConnector;
 }  // namespace rdma
+namespace cuda {
+class CudaApi;
+class CudaTransport;
+}  // namespace cuda
 
 struct TransferEngineOptions {
   std::string local_endpoint;  // this daemon's data-plane endpoint; requests to it use `local`
@@ -123,6 +127,11 @@ struct TransferEngineOptions {
   // connector for the connection setup (default: over the peer's tcp data plane).
   std::function<std::unique_ptr<rdma::VerbsDevice>()> rdma_device_factory;
   rdma::RdmaConnector* rdma_connector = nullptr;
+  // GPU memory (transfer/cuda/): the CUDA device whose memory local buffers may be; -1 (the
+  // default) opens none. Tests: opens this instead of cudart (tests/fakes/fake_cuda.h).
+  int cuda_device = -1;
+  int cuda_streams = 4;
+  std::function<std::unique_ptr<cuda::CudaApi>()> cuda_api_factory;
 };
 
 class TransportRegistry;
@@ -153,6 +162,9 @@ class TransferEngine {
   // The rdma transport, or null (transport "tcp", no usable device, built without ibverbs).
   // The data-plane server answers peers' rdma connection setups through it.
   rdma::RdmaTransport* rdma() const;
+  // The cuda transport, or null (no cuda_device, no device, built without the toolkit). GPU
+  // buffers add their device ranges to it.
+  cuda::CudaTransport* cuda() const;
   // Not OK when transport "rdma" was asked for and no device could be opened.
   absl::Status status() const;
 

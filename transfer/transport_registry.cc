@@ -2,6 +2,7 @@
 
 #include "common/logging.h"
 #include "common/status.h"
+#include "transfer/cuda/cuda_transport.h"
 #include "transfer/local/local_transport.h"
 #include "transfer/rdma/handshake.h"
 #include "transfer/rdma/rdma_transport.h"
@@ -63,14 +64,47 @@ TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
       Logger("transfer").info("no rdma ({}); remote transfers use tcp", device.status().ToString());
     }
   }
+  if (options.cuda_device >= 0) AddCuda(options, local_segments);
+}
+
+void TransportRegistry::AddCuda(const TransferEngineOptions& options,
+                                SegmentTable& local_segments) {
+  absl::StatusOr<std::unique_ptr<cuda::CudaApi>> api =
+      McError(Code::kUnavailable, "cuda: built without the CUDA toolkit");
+  if (options.cuda_api_factory) {
+    api = options.cuda_api_factory();
+  } else {
 #if MC_WITH_CUDA
-  // Placeholder: the cuda transport registers here and is chosen for device-memory buffers.
+    api = cuda::OpenCudaApi();
 #endif
+  }
+  absl::StatusOr<std::unique_ptr<cuda::CudaTransport>> transport =
+      McError(Code::kUnavailable, "cuda: no device");
+  if (!api.ok()) {
+    transport = api.status();
+  } else {
+    cuda::CudaTransportOptions c;
+    c.local_endpoint = local_endpoint_;
+    c.mover.device = options.cuda_device;
+    c.mover.streams = options.cuda_streams;
+    c.mover.streams_per_move = options.cuda_streams;
+    transport = cuda::CudaTransport::Create(c, *std::move(api), local_segments);
+  }
+  if (!transport.ok()) {
+    Logger("transfer").warn("no cuda transport ({}); GPU buffers unavailable",
+                            transport.status().ToString());
+    return;
+  }
+  cuda_ = transport->get();
+  cuda_index_ = transports_.size();
+  transports_.push_back(*std::move(transport));
+  Logger("transfer").info("cuda transport on device {}", options.cuda_device);
 }
 
 TransportRegistry::~TransportRegistry() = default;
 
 size_t TransportRegistry::Choose(const TransferRequest& request) const {
+  if (cuda_ != nullptr && cuda_->HandlesRequest(request)) return cuda_index_;
   if (!local_endpoint_.empty() && request.endpoint == local_endpoint_) return local_index_;
   if (rdma_ == nullptr || request.op == OpKind::kReadDisk) return tcp_index_;
   // Local memory the device does not know (not yet: application shm buffers, inline payloads)

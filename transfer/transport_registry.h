@@ -2,8 +2,8 @@
 // `local` for our own endpoint; for other endpoints `rdma` (built with MC_WITH_RDMA, a device
 // opened, transport "auto" or "rdma") when the peer answered our rdma connection setup and the
 // request's local buffers are registered memory, `tcp` otherwise and always for kReadDisk
-// (two-sided, served by the peer's SSD tier over tcp). cuda arrives here (behind MC_WITH_CUDA)
-// without touching the engine or the batch paths.
+// (two-sided, served by the peer's SSD tier over tcp). Before all of these, `cuda` takes every
+// request with a local buffer in GPU memory (when a cuda_device was asked for and opened).
 // Thread-safe: the transport list is immutable after construction; transports are thread-safe.
 #pragma once
 
@@ -15,6 +15,9 @@
 #include "transfer/transport.h"
 
 namespace mc::transfer {
+namespace cuda {
+class CudaTransport;
+}  // namespace cuda
 
 class TransportRegistry {
  public:
@@ -25,9 +28,12 @@ class TransportRegistry {
   size_t Choose(const TransferRequest& request) const;
   const std::vector<std::unique_ptr<Transport>>& transports() const { return transports_; }
   rdma::RdmaTransport* rdma() const { return rdma_; }
+  cuda::CudaTransport* cuda() const { return cuda_; }
   absl::Status status() const { return status_; }
 
  private:
+  void AddCuda(const TransferEngineOptions& options, SegmentTable& local_segments);
+
   const std::string local_endpoint_;
   const bool force_rdma_;
   std::unique_ptr<rdma::RdmaConnector> own_connector_;  // declared before the transports
@@ -36,6 +42,8 @@ class TransportRegistry {
   size_t tcp_index_ = 0;
   size_t rdma_index_ = 0;
   rdma::RdmaTransport* rdma_ = nullptr;  // one of transports_, or null
+  size_t cuda_index_ = 0;
+  cuda::CudaTransport* cuda_ = nullptr;  // one of transports_, or null
   absl::Status status_;
 };
 

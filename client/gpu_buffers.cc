@@ -1,0 +1,94 @@
+#include "client/gpu_buffers.h"
+
+#include "common/checked_math.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/status_macros.h"
+#include "transfer/cuda/cuda_transport.h"
+
+namespace mc::client {
+
+using transfer::cuda::GpuHandleKind;
+
+GpuBuffer::~GpuBuffer() {
+  if (transport_ != nullptr) transport_->RemoveDeviceRange(base_);
+  api_.CloseImported(device_, memory_);
+}
+
+absl::StatusOr<uint64_t> GpuBufferRegistry::Register(const GpuBufferSpec& spec) {
+  if (spec.size == 0) return McError(Code::kInvalidArgument, "gpu buffer: size 0");
+  uint64_t end = 0;
+  if (!CheckedAdd(spec.allocation_offset, spec.size, &end)) {
+    return McError(Code::kInvalidArgument, "gpu buffer: offset + size overflows");
+  }
+  switch (spec.kind) {
+    case GpuHandleKind::kCudaIpc:
+      if (spec.handle.size() != 64) {
+        return McError(Code::kInvalidArgument, "gpu buffer: a CUDA IPC handle has 64 bytes");
+      }
+      break;
+    case GpuHandleKind::kPosixFd:
+      if (spec.fd < 0) return McError(Code::kInvalidArgument, "gpu buffer: no fd passed");
+      break;
+    default:
+      return McError(Code::kInvalidArgument, "gpu buffer: unknown handle kind");
+  }
+  MC_ASSIGN_OR_RETURN(const int devices, api_.DeviceCount());
+  if (spec.device < 0 || spec.device >= devices) {
+    return McError(Code::kInvalidArgument, "gpu buffer: no device " + std::to_string(spec.device));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (buffers_.size() >= max_buffers_) {
+      return McError(Code::kNoSpace, "gpu buffer: too many registered buffers");
+    }
+  }
+  MC_ASSIGN_OR_RETURN(transfer::cuda::ImportedMemory memory,
+                      api_.Import(spec.device, spec.kind, spec.handle, spec.fd, end));
+  if (memory.size < end) {  // the seam promises this; a wrong answer must not widen the range
+    api_.CloseImported(spec.device, memory);
+    return McError(Code::kInvalidArgument, "gpu buffer: range outside the exported allocation");
+  }
+  auto buffer = std::make_shared<const GpuBuffer>(api_, transport_, spec.device, memory,
+                                                  memory.device_addr + spec.allocation_offset,
+                                                  spec.size);
+  if (transport_ != nullptr) transport_->AddDeviceRange(buffer->base(), buffer->size());
+  absl::MutexLock lock(&mu_);
+  const uint64_t id = kGpuBufferIdBit | next_id_++;
+  buffers_[id] = std::move(buffer);
+  return id;
+}
+
+absl::Status GpuBufferRegistry::Unregister(uint64_t buffer_id) {
+  GpuBufferRef dropped;  // released after the lock: the last reference closes the import
+  absl::MutexLock lock(&mu_);
+  auto it = buffers_.find(buffer_id);
+  if (it == buffers_.end()) return McError(Code::kNotFound, "gpu buffer: unknown id");
+  dropped = std::move(it->second);
+  buffers_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> GpuBufferRegistry::Resolve(uint64_t buffer_id, uint64_t offset,
+                                                    uint64_t length, GpuBufferRef* ref) const {
+  GpuBufferRef buffer;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = buffers_.find(buffer_id);
+    if (it == buffers_.end()) return McError(Code::kInvalidArgument, "gpu buffer: unknown id");
+    buffer = it->second;
+  }
+  if (offset > buffer->size() || length > buffer->size() - offset) {
+    return McError(Code::kInvalidArgument, "gpu buffer: slice outside the buffer");
+  }
+  const uint64_t addr = buffer->base() + offset;
+  *ref = std::move(buffer);
+  return addr;
+}
+
+size_t GpuBufferRegistry::Count() const {
+  absl::MutexLock lock(&mu_);
+  return buffers_.size();
+}
+
+}  // namespace mc::client

@@ -1,0 +1,97 @@
+// GpuBufferRegistry: the GPU memory applications lend mc-client with RegisterGpuBuffer
+// (proto/mcstore/v1/gpu.proto, docs/gpu.md).
+//
+// Register imports the caller's allocation through the CUDA seam (a CUDA IPC handle, or a
+// POSIX-fd shareable handle) on the named device, checks that [allocation_offset,
+// allocation_offset + size) lies inside what was imported, publishes the range to the cuda
+// transport (so transfers naming it go there) and returns an id with bit 63 set, which a
+// Slice may name like a shm buffer id. Resolve turns (id, offset, length) into a device address
+// after an overflow-safe bounds check and holds the buffer (a GpuBufferRef): Unregister during
+// a transfer closes the import only once the in-flight use ends.
+// What it does not do: no byte of GPU memory is read here, and an IPC handle is a capability
+// (whoever holds its 64 bytes can open the allocation); the fd path with peer credentials is
+// the authenticated one (docs/gpu.md).
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "transfer/cuda/cuda_api.h"
+
+namespace mc::transfer::cuda {
+class CudaTransport;
+}  // namespace mc::transfer::cuda
+
+namespace mc::client {
+
+inline constexpr uint64_t kGpuBufferIdBit = uint64_t{1} << 63;
+inline bool IsGpuBufferId(uint64_t id) { return (id & kGpuBufferIdBit) != 0; }
+
+struct GpuBufferSpec {
+  int device = 0;
+  transfer::cuda::GpuHandleKind kind = transfer::cuda::GpuHandleKind::kCudaIpc;
+  std::span<const uint8_t> handle;  // kCudaIpc: 64 bytes
+  int fd = -1;                      // kPosixFd: borrowed; the caller closes it
+  uint64_t allocation_offset = 0;   // the buffer's start inside the allocation
+  uint64_t size = 0;                // bytes; > 0
+};
+
+// One imported range; closes the import when the last reference goes.
+class GpuBuffer {
+ public:
+  GpuBuffer(transfer::cuda::CudaApi& api, transfer::cuda::CudaTransport* transport, int device,
+            transfer::cuda::ImportedMemory memory, uint64_t base, uint64_t size)
+      : api_(api), transport_(transport), device_(device), memory_(memory), base_(base),
+        size_(size) {}
+  ~GpuBuffer();
+  GpuBuffer(const GpuBuffer&) = delete;
+  GpuBuffer& operator=(const GpuBuffer&) = delete;
+  uint64_t base() const { return base_; }  // device address of the buffer's first byte
+  uint64_t size() const { return size_; }
+  int device() const { return device_; }
+
+ private:
+  transfer::cuda::CudaApi& api_;
+  transfer::cuda::CudaTransport* const transport_;
+  const int device_;
+  const transfer::cuda::ImportedMemory memory_;
+  const uint64_t base_;
+  const uint64_t size_;
+};
+using GpuBufferRef = std::shared_ptr<const GpuBuffer>;
+
+class GpuBufferRegistry {
+ public:
+  // `transport` (nullable) learns each buffer's device range; `api` must outlive the registry
+  // and every GpuBufferRef.
+  GpuBufferRegistry(transfer::cuda::CudaApi& api, transfer::cuda::CudaTransport* transport,
+                    size_t max_buffers = 1024)
+      : api_(api), transport_(transport), max_buffers_(max_buffers) {}
+
+  // Errors: INVALID_ARGUMENT (bad device, handle, kind, size, or a range outside the import),
+  // NO_SPACE (too many buffers), UNAVAILABLE (no device).
+  absl::StatusOr<uint64_t> Register(const GpuBufferSpec& spec);
+  absl::Status Unregister(uint64_t buffer_id);
+  // Device address of [offset, offset + length) of buffer `buffer_id`, holding it in `*ref`.
+  absl::StatusOr<uint64_t> Resolve(uint64_t buffer_id, uint64_t offset, uint64_t length,
+                                   GpuBufferRef* ref) const;
+  size_t Count() const;
+
+ private:
+  transfer::cuda::CudaApi& api_;
+  transfer::cuda::CudaTransport* const transport_;
+  const size_t max_buffers_;
+
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, GpuBufferRef> buffers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mc::client
