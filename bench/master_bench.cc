@@ -198,7 +198,7 @@ void BM_InProcess_Exist(benchmark::State& state) {
 // A leased prefix lookup as mc-master serves one (MasterGrpcService::DoGetReplicas, no network):
 // the lookup, the leases, and the answer as columns (range(1) = 1) or records (0); then the
 // release. What the master's CPU spends on a leased MatchPrefix of range(0) keys. range(2) = 1:
-// with authentication, every replica answered carries a capability (docs/security-data.md).
+// with authentication, every replica answered carries a capability (docs/security.md).
 void BM_InProcess_PrefixLeaseAnswer(benchmark::State& state) {
   auto& in = InProcess::Get();
   static MasterGrpcService* plain = new MasterGrpcService(*in.svc, in.metrics, 100'000);

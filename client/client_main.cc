@@ -108,7 +108,7 @@ ABSL_FLAG(int64_t, put_write_timeout_ms, 10000,
 ABSL_FLAG(int32_t, data_max_connections, 1024, "data-plane server: most open connections");
 ABSL_FLAG(int64_t, capability_clock_skew_ms, 1000,
           "With --auth: ms a data-plane capability is still honoured past its expiry, for "
-          "clock drift against the master between heartbeats (docs/security-data.md)");
+          "clock drift against the master between heartbeats (docs/security.md)");
 ABSL_FLAG(int64_t, data_handshake_timeout_ms, 5000,
           "With --auth: a data-plane connection must finish its handshake within this");
 ABSL_FLAG(int32_t, data_max_connections_per_peer, 256,

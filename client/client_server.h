@@ -40,7 +40,7 @@ struct ClientServerOptions {
   // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).
   auth::ClusterKeysPtr cluster_keys;
   // With cluster_keys: how long past its expiry (on the master's clock, as estimated from the
-  // last heartbeat) a capability is still honoured (docs/security-data.md).
+  // last heartbeat) a capability is still honoured (docs/security.md).
   int64_t capability_clock_skew_ms = 1000;
   std::string listen;                      // Store gRPC on TCP; empty = off (needs store_token)
   std::string unix_socket;                 // Store gRPC on a Unix socket; empty = off

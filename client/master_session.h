@@ -42,7 +42,7 @@ class MasterSession {
 
   void SetOnRegistered(std::function<void()> fn) { on_registered_ = std::move(fn); }
   // What each registration and known-session heartbeat answer carries for the data plane's
-  // capability checks (docs/security-data.md): the sealed owner key (registration only; null
+  // capability checks (docs/security.md): the sealed owner key (registration only; null
   // for a heartbeat), the master's clock, and our RealClock ms when the call was sent. Runs on
   // the caller of Start() and then on the session thread, before on_registered. Before Start().
   struct CapabilityInfo {

@@ -1,5 +1,5 @@
 // Capabilities: the master's grant to touch exactly one object's bytes on one owner's data
-// plane (docs/security-data.md). A capability names the rights (READ, WRITE or READ_DISK), the
+// plane (docs/security.md). A capability names the rights (READ, WRITE or READ_DISK), the
 // range (segment_id, offset, length; for READ_DISK the generation, record locator, length and
 // key tag), the object's generation and an expiry in the MASTER's monotonic clock, followed by a
 // 16-byte truncated HMAC-SHA256 under the OWNER's key.

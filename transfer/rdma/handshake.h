@@ -5,7 +5,7 @@
 // segment it serves. So rkeys go only to a peer that holds a data-plane connection; with cluster
 // keys that connection has passed the AUTH handshake (transfer/tcp/handshake.h), so only members
 // of the cluster get rkeys. One-sided verbs then bypass capabilities: a member holding an rkey
-// can read or write the whole registered segment (docs/security-data.md). A daemon without rdma answers
+// can read or write the whole registered segment (docs/security.md). A daemon without rdma answers
 // kUnavailable (or closes: an old daemon knows no such op) and the peer stays on tcp.
 //
 // Payloads are little-endian:

@@ -1,6 +1,6 @@
 // The data-plane connection handshake: a mutual HMAC challenge-response over the cluster
 // secret's kDataPlane key, the first exchange on every data-plane connection when the cluster
-// runs with authentication (docs/security-data.md).
+// runs with authentication (docs/security.md).
 //
 //   1. requester -> server  AUTH offset=0, payload Nc (32 random bytes)
 //   2. server -> requester  AUTH response OK, payload Ns (32 random bytes) || MACs

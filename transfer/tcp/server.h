@@ -12,7 +12,7 @@
 // exponentially instead of spinning, are counted (mc_dataplane_accept_errors_total) and make
 // Health() report the data plane unhealthy until an accept succeeds again. Other components add ops
 // with RegisterOpHandler() (e.g. the SSD tier's READ_DISK).
-// Authentication (docs/security-data.md): with cluster keys, every connection must first pass the
+// Authentication (docs/security.md): with cluster keys, every connection must first pass the
 // AUTH handshake (transfer/tcp/handshake.h) within handshake_timeout_ms, else it is closed and
 // counted (mc_data_auth_failures_total{reason}); and every READ/WRITE/READ_DISK frame must carry
 // a capability that the CapabilityVerifier accepts for exactly the bytes the frame names, else
