@@ -1,7 +1,7 @@
 // MasterClient: how an mc-client daemon talks to mc-master. An interface (the seam tests replace
 // with tests/fakes/fake_master_client.h, which runs the real master logic in-process) and its
 // gRPC implementation. Every call is one RPC with a deadline; a transport failure comes back as
-// kUnavailable. With cluster keys, the gRPC client authenticates (docs/security-master.md):
+// kUnavailable. With cluster keys, the gRPC client authenticates (docs/security.md):
 // RegisterClient carries a fresh proof of the cluster secret (and the current session's token,
 // which proves a re-registration comes from the same daemon); it keeps the token the master
 // answers and sends it with every later call. A call the master refuses for an unknown session

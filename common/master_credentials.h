@@ -1,4 +1,4 @@
-// The credentials of master RPCs, as gRPC metadata (docs/security-master.md): what mc-client,
+// The credentials of master RPCs, as gRPC metadata (docs/security.md): what mc-client,
 // mc-admin and the benchmarks attach and what mc-master parses. Verification with its replay
 // cache and the session table live in the master (master/rpc_auth.h, master/client_registry.h);
 // this file only holds the wire format, so that every caller builds it the same way.

@@ -2,7 +2,7 @@
 //
 // A client registers (id, host, data endpoint) and receives a session: a random 64-bit number
 // that changes on every registration, and a random 128-bit token, the bearer credential of its
-// later calls (docs/security-master.md). Heartbeats name the session, so a heartbeat from a
+// later calls (docs/security.md). Heartbeats name the session, so a heartbeat from a
 // forgotten or replaced session answers "unknown" and the client registers again. SessionOf()
 // maps a presented token to its session in constant time. TakeExpired() removes and returns the
 // clients silent for longer than the TTL; cleaning up what they owned is the caller's job.

@@ -1,6 +1,6 @@
 // MasterGrpcService: the Master gRPC service as thin handlers (proto in -> MetadataService call
 // -> proto out), with per-RPC request/failure counters and latency histograms.
-// With an RpcAuthenticator, every call is first bound to its caller (docs/security-master.md):
+// With an RpcAuthenticator, every call is first bound to its caller (docs/security.md):
 // RegisterClient to a registration proof, GetStatus to an admin proof or a session, every other
 // call to a live session's token, and the handlers then act as that caller only (a request's
 // client_id naming another client answers PERMISSION_DENIED). Refused calls change nothing.

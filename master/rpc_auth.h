@@ -1,4 +1,4 @@
-// RpcAuthenticator: who is calling the Master service (docs/security-master.md).
+// RpcAuthenticator: who is calling the Master service (docs/security.md).
 //
 // Checks the registration and admin proofs of common/master_credentials.h: the MAC under the
 // cluster keys (any secret of a rotation verifies), the proof's time against this host's clock

@@ -128,7 +128,7 @@ bool WriteFile(const std::string& path, const char* data, uint64_t size) {
 int CmdStatus(const AdminContext& ctx) {
   grpc::ClientContext c;
   SetDeadline(&c, ctx);
-  if (ctx.cluster_keys) {  // a read-only admin proof (docs/security-master.md)
+  if (ctx.cluster_keys) {  // a read-only admin proof (docs/security.md)
     c.AddMetadata(auth::kProofHeader, auth::MakeProof(*ctx.cluster_keys, auth::ProofRole::kAdmin,
                                                       "mc-admin", "", auth::UnixNowMs()));
   }

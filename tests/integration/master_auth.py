@@ -1,4 +1,4 @@
-"""Authenticating to mc-master from Python as mc-client and mc-admin do (docs/security-master.md),
+"""Authenticating to mc-master from Python as mc-client and mc-admin do (docs/security.md),
 with the standard library's hmac: registration and admin proofs (x-mc-auth) and session
 credentials (x-mc-session). Tests that drive the Master service directly use these; nothing here
 imports harness, so callers pass harness.cluster_secret_file() themselves."""
