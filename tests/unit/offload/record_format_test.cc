@@ -1,7 +1,11 @@
 #include "offload/record_format.h"
 
+#include <cstdio>
 #include <cstring>
+#include <string>
+#include <string_view>
 
+#include "common/checksum.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
 
@@ -84,6 +88,26 @@ TEST(RecordFormat, DecodeRejectsEachKindOfCorruption) {
   auto big = EncodeHeader(key, 1, kMaxRecordPayloadLength, 0);
   ASSERT_TRUE(big.ok());
   EXPECT_TRUE(DecodeHeader(*big).ok());
+}
+
+// The record fuzzer's seed corpus holds valid records (tests/fuzz/corpus/record_fuzz/valid_record,
+// two_valid_records, written by an independent encoder: C with libxxhash), so the fuzzer starts
+// from inputs that pass every check and mutates from there. They must stay decodable as the
+// format evolves.
+TEST(RecordFormat, FuzzSeedRecordsDecode) {
+  for (const char* name : {"valid_record", "two_valid_records"}) {
+    const std::string path = std::string(MC_SOURCE_DIR) + "/tests/fuzz/corpus/record_fuzz/" + name;
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    ASSERT_NE(f, nullptr) << path;
+    std::string bytes(1 << 16, '\0');
+    bytes.resize(std::fread(bytes.data(), 1, bytes.size(), f));
+    std::fclose(f);
+    auto header = DecodeHeader(bytes);
+    ASSERT_TRUE(header.ok()) << name << ": " << header.status();
+    EXPECT_GE(bytes.size(), RecordSize(header->key.size(), header->payload_len)) << name;
+    const std::string_view payload(bytes.data() + header->header_len, header->payload_len);
+    EXPECT_EQ(header->payload_checksum, Checksum(payload.data(), payload.size())) << name;
+  }
 }
 
 }  // namespace
