@@ -34,7 +34,7 @@ class Capabilities : public ::testing::Test {
     req.set_data_endpoint("10.0.0.1:" + std::to_string(id.size()));
     req.add_segments()->set_size(64 << 20);
     v1::RegisterClientResponse resp;
-    EXPECT_TRUE(grpc_.DoRegisterClient(&req, &resp).ok());
+    EXPECT_TRUE(grpc_.DoRegisterClient(Caller{}, &req, &resp).ok());
     EXPECT_EQ(resp.capability_clock_ms(), static_cast<uint64_t>(m_.clock().NowMs()));
     auto verifier = std::make_unique<auth::CapabilityVerifier>(
         auth::CapabilityVerifierOptions{.clock_skew_ms = 0}, m_.clock());
@@ -57,7 +57,7 @@ class Capabilities : public ::testing::Test {
     item->set_key(key);
     item->set_size(1000);
     v1::PutStartResponse resp;
-    EXPECT_TRUE(grpc_.DoPutStart(&req, &resp).ok());
+    EXPECT_TRUE(grpc_.DoPutStart(Caller{}, &req, &resp).ok());
     return resp;
   }
   void PutEnd(const std::string& client, const std::string& key, uint64_t generation) {
@@ -68,7 +68,7 @@ class Capabilities : public ::testing::Test {
     item->set_generation(generation);
     item->set_checksum(1);
     v1::PutEndResponse resp;
-    ASSERT_TRUE(grpc_.DoPutEnd(&req, &resp).ok());
+    ASSERT_TRUE(grpc_.DoPutEnd(Caller{}, &req, &resp).ok());
     ASSERT_EQ(resp.results(0).code(), v1::OK);
   }
   v1::GetReplicasResponse Lookup(const std::string& key, bool packed, bool lease = true) {
@@ -78,7 +78,7 @@ class Capabilities : public ::testing::Test {
     req.set_packed(packed);
     req.set_no_lease(!lease);
     v1::GetReplicasResponse resp;
-    EXPECT_TRUE(grpc_.DoGetReplicas(&req, &resp).ok());
+    EXPECT_TRUE(grpc_.DoGetReplicas(Caller{}, &req, &resp).ok());
     return resp;
   }
   static v1::KeyReplicas Row(const v1::GetReplicasResponse& resp) {
@@ -152,14 +152,14 @@ TEST_F(Capabilities, WithoutAMinterNothingIsGranted) {
   req.set_data_endpoint("10.0.0.1:1");
   req.add_segments()->set_size(64 << 20);
   v1::RegisterClientResponse resp;
-  ASSERT_TRUE(plain.DoRegisterClient(&req, &resp).ok());
+  ASSERT_TRUE(plain.DoRegisterClient(Caller{}, &req, &resp).ok());
   EXPECT_TRUE(resp.capability_key().empty());
   v1::PutStartRequest put;
   put.set_client_id("c1");
   put.add_items()->set_key("k");
   put.mutable_items(0)->set_size(100);
   v1::PutStartResponse placed;
-  ASSERT_TRUE(plain.DoPutStart(&put, &placed).ok());
+  ASSERT_TRUE(plain.DoPutStart(Caller{}, &put, &placed).ok());
   ASSERT_EQ(placed.results(0).code(), v1::OK);
   EXPECT_TRUE(placed.results(0).replicas(0).capability().empty());
 }
