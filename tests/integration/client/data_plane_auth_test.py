@@ -20,6 +20,7 @@ import unittest
 import grpc
 
 from integration import harness
+from integration import master_auth
 from integration.client import client_cluster as cc
 from mcstore.v1 import master_pb2 as mpb
 from mcstore.v1 import master_pb2_grpc
@@ -99,6 +100,10 @@ class DataPlaneAuthTest(cc.ClusterTestMixin, unittest.TestCase):
                                  str(64 * cc.MiB)]}).start()
         c = cls.cluster
         cls.master = master_pb2_grpc.MasterStub(grpc.insecure_channel(c.master.ready["grpc"]))
+        # The test talks to the master as a member would: a registered client of its own (no
+        # segments), whose session every lookup and PutStart below presents.
+        cls.md = master_auth.observer_session(
+            cls.master, master_auth.Keys(harness.cluster_secret_file()))
         cls.s0 = c.stub(0)
         cls.vals = {b"auth-a": cc.payload(300 * cc.KiB, 1), b"auth-b": cc.payload(200 * cc.KiB, 2)}
         res = cc.put_inline(cls.s0, list(cls.vals.items()))
@@ -121,7 +126,7 @@ class DataPlaneAuthTest(cc.ClusterTestMixin, unittest.TestCase):
 
     def lookup(self, key, ttl_ms=10000):
         resp = self.master.GetReplicas(mpb.GetReplicasRequest(
-            client_id="reader", keys=[key], lease_ttl_ms=ttl_ms), timeout=10)
+            keys=[key], lease_ttl_ms=ttl_ms), metadata=self.md, timeout=10)
         rec = resp.results[0]
         self.assertEqual(rec.code, spb.OK, rec.message)
         rep = rec.replicas[0]
@@ -211,7 +216,7 @@ class DataPlaneAuthTest(cc.ClusterTestMixin, unittest.TestCase):
         self.assertCodes(cc.put_inline(self.s0, [(key, cc.payload(64 * cc.KiB, 9))]), ["OK"])
         resp, rep = self.lookup(key, ttl_ms=300)
         self.master.ReleaseLeases(mpb.ReleaseLeasesRequest(lease_id=resp.lease_id, keys=[key]),
-                                  timeout=10)
+                                  metadata=self.md, timeout=10)
         removed = harness.wait_until(
             lambda: cc.code_name(self.s0.BatchRemove(spb.BatchRemoveRequest(keys=[key]),
                                                      timeout=10).results[0].code) == "OK",
@@ -225,13 +230,16 @@ class DataPlaneAuthTest(cc.ClusterTestMixin, unittest.TestCase):
         self.assertEqual(self.denied("expired"), before + 1)
 
     def write_grant(self, key, size):
+        # Two replicas, so one lands on c0 whatever the free space (the test's own client holds
+        # no memory and cannot ask for c0's segments in c0's name).
         placed = self.master.PutStart(mpb.PutStartRequest(
-            client_id="c0", items=[mpb.PutStartItem(key=key, size=size)]), timeout=10)
+            items=[mpb.PutStartItem(key=key, size=size)], replicas=2), metadata=self.md,
+            timeout=10)
         res = placed.results[0]
         self.assertEqual(res.code, spb.OK, res.message)
-        rep = res.replicas[0]
-        self.assertEqual(rep.client_id, "c0")
-        return res.generation, rep
+        reps = [r for r in res.replicas if r.client_id == "c0"]
+        self.assertEqual(len(reps), 1, res.replicas)
+        return res.generation, reps[0]
 
     def test_write_outside_the_granted_range_is_refused(self):
         _, b = self.lookup(b"auth-b")
