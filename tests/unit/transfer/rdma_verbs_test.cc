@@ -10,7 +10,10 @@
 #include <random>
 #include <vector>
 
+#include "common/auth.h"
+#include "common/capability.h"
 #include "common/checksum.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "tests/fakes/in_process_rdma_connector.h"
@@ -148,7 +151,8 @@ namespace {
 
 // The daemons' wiring over real verbs: engine B serves a segment and answers kRdmaConnect on
 // its tcp data-plane server; engine A (transport auto) connects through that frame, moves bytes
-// over rdma, and the metrics say rdma carried them.
+// over rdma, and the metrics say rdma carried them. With cluster keys, as the daemons run: the
+// setup rides an authenticated connection (docs/security-data.md).
 TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   if (!Open().ok()) {
     ASSERT_NE(Env("MC_REQUIRE_RDMA", "0"), "1") << "no usable verbs device";
@@ -158,10 +162,15 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   o.rdma_device = Env("MC_RDMA_DEVICE", "");
   o.rdma_gid_index = std::atoi(Env("MC_RDMA_GID_INDEX", "1").c_str());
   o.tcp_receive_threads = 0;
+  auto keys = *auth::ClusterKeys::FromSecrets({std::string(40, 'r')});
+  o.cluster_keys = keys;
+  auth::CapabilityVerifier verifier({}, RealClock::Get());
 
   SegmentTable b_table;
   tcp::TcpDataServerOptions server_opts;
   server_opts.listen_address = "127.0.0.1:0";
+  server_opts.cluster_keys = keys;
+  server_opts.capabilities = &verifier;
   tcp::TcpDataServer server(server_opts, b_table);
   std::atomic<RdmaTransport*> serving{nullptr};
   ASSERT_TRUE(server
