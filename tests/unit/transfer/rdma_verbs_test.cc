@@ -165,6 +165,9 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   auto keys = *auth::ClusterKeys::FromSecrets({std::string(40, 'r')});
   o.cluster_keys = keys;
   auth::CapabilityVerifier verifier({}, RealClock::Get());
+  const std::string owner_key(32, 'o');  // as the master would have given B
+  verifier.SetKey(owner_key);
+  verifier.SetMasterClock(RealClock::Get().NowMs(), RealClock::Get().NowMs());
 
   SegmentTable b_table;
   tcp::TcpDataServerOptions server_opts;
@@ -223,9 +226,14 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
       metrics.GetCounter("mc_transfer_bytes_total", "", {{"transport", "tcp"}, {"op", "read"}})
           .Value(),
       0u);
-  // The same segment over tcp (a buffer not registered with rdma) reads the same bytes.
+  // The same segment over tcp (a buffer not registered with rdma) reads the same bytes, with the
+  // capability tcp frames need.
   std::vector<char> plain(4096);
   reqs[0] = {OpKind::kRead, {{plain.data(), 4096}}, server.endpoint(), 11, 1 << 20};
+  const auth::CapabilityBytes cap = auth::MintCapability(
+      auth::OwnerKey(owner_key),
+      {auth::Right::kRead, 0, 11, 1 << 20, 4096, 1, RealClock::Get().NowMs() + 60'000});
+  reqs[0].capability.assign(reinterpret_cast<const char*>(cap.data()), cap.size());
   r = a.Submit(reqs);
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(0, std::memcmp(plain.data(), buf.data(), 4096));
