@@ -10,7 +10,10 @@
 #include <random>
 #include <vector>
 
+#include "common/auth.h"
+#include "common/capability.h"
 #include "common/checksum.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "tests/fakes/in_process_rdma_connector.h"
@@ -148,7 +151,8 @@ namespace {
 
 // The daemons' wiring over real verbs: engine B serves a segment and answers kRdmaConnect on
 // its tcp data-plane server; engine A (transport auto) connects through that frame, moves bytes
-// over rdma, and the metrics say rdma carried them.
+// over rdma, and the metrics say rdma carried them. With cluster keys, as the daemons run: the
+// setup rides an authenticated connection (docs/security-data.md).
 TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   if (!Open().ok()) {
     ASSERT_NE(Env("MC_REQUIRE_RDMA", "0"), "1") << "no usable verbs device";
@@ -158,10 +162,18 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   o.rdma_device = Env("MC_RDMA_DEVICE", "");
   o.rdma_gid_index = std::atoi(Env("MC_RDMA_GID_INDEX", "1").c_str());
   o.tcp_receive_threads = 0;
+  auto keys = *auth::ClusterKeys::FromSecrets({std::string(40, 'r')});
+  o.cluster_keys = keys;
+  auth::CapabilityVerifier verifier({}, RealClock::Get());
+  const std::string owner_key(32, 'o');  // as the master would have given B
+  verifier.SetKey(owner_key);
+  verifier.SetMasterClock(RealClock::Get().NowMs(), RealClock::Get().NowMs());
 
   SegmentTable b_table;
   tcp::TcpDataServerOptions server_opts;
   server_opts.listen_address = "127.0.0.1:0";
+  server_opts.cluster_keys = keys;
+  server_opts.capabilities = &verifier;
   tcp::TcpDataServer server(server_opts, b_table);
   std::atomic<RdmaTransport*> serving{nullptr};
   ASSERT_TRUE(server
@@ -214,9 +226,14 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
       metrics.GetCounter("mc_transfer_bytes_total", "", {{"transport", "tcp"}, {"op", "read"}})
           .Value(),
       0u);
-  // The same segment over tcp (a buffer not registered with rdma) reads the same bytes.
+  // The same segment over tcp (a buffer not registered with rdma) reads the same bytes, with the
+  // capability tcp frames need.
   std::vector<char> plain(4096);
   reqs[0] = {OpKind::kRead, {{plain.data(), 4096}}, server.endpoint(), 11, 1 << 20};
+  const auth::CapabilityBytes cap = auth::MintCapability(
+      auth::OwnerKey(owner_key),
+      {auth::Right::kRead, 0, 11, 1 << 20, 4096, 1, RealClock::Get().NowMs() + 60'000});
+  reqs[0].capability.assign(reinterpret_cast<const char*>(cap.data()), cap.size());
   r = a.Submit(reqs);
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(0, std::memcmp(plain.data(), buf.data(), 4096));
