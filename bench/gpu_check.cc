@@ -35,13 +35,13 @@ namespace {
 using mc::transfer::cuda::CopyOp;
 using mc::transfer::cuda::GpuMoveRequest;
 
-#define CHECK_CUDA(call)                                                                  \
-  do {                                                                                    \
-    cudaError_t e = (call);                                                               \
-    if (e != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "FAIL: %s: %s\n", #call, cudaGetErrorString(e));               \
-      std::exit(1);                                                                       \
-    }                                                                                     \
+#define CHECK_CUDA(call)                                                    \
+  do {                                                                      \
+    cudaError_t e = (call);                                                 \
+    if (e != cudaSuccess) {                                                 \
+      std::fprintf(stderr, "FAIL: %s: %s\n", #call, cudaGetErrorString(e)); \
+      std::exit(1);                                                         \
+    }                                                                       \
   } while (0)
 
 [[noreturn]] void Fail(const std::string& what) {
@@ -149,16 +149,17 @@ int Daemon(int from_engine, int to_engine) {
       if (match) Fail("get: corrupted block 7 hashed to the recorded checksum");
       continue;
     }
-    if (!match) Fail("get: device checksum differs from the recorded one, block " +
-                     std::to_string(b));
+    if (!match)
+      Fail("get: device checksum differs from the recorded one, block " + std::to_string(b));
     if (*get[b].checksum != mc::Checksum(segment.data() + b * kBlock, kBlock)) Fail("get: cpu");
     ++proven;
   }
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-  std::printf("roundtrip: put %llu x 16 KiB GPU->segment %.2f GB/s; get segment->GPU with device "
-              "XXH3 %.2f GB/s; %llu gets proven, corrupted block caught\n",
-              static_cast<unsigned long long>(kBlocks), kBytes / secs(t0, t1) / 1e9,
-              kBytes / secs(t2, t3) / 1e9, static_cast<unsigned long long>(proven));
+  std::printf(
+      "roundtrip: put %llu x 16 KiB GPU->segment %.2f GB/s; get segment->GPU with device "
+      "XXH3 %.2f GB/s; %llu gets proven, corrupted block caught\n",
+      static_cast<unsigned long long>(kBlocks), kBytes / secs(t0, t1) / 1e9,
+      kBytes / secs(t2, t3) / 1e9, static_cast<unsigned long long>(proven));
   for (uint64_t id : ids) registry.Unregister(id).IgnoreError();  // process ends next
   char ok = 'y';
   if (write(to_engine, &ok, 1) != 1) Fail("pipe write");
@@ -235,12 +236,10 @@ int Bench() {
         }
       }
     };
-    const double plain_h2d = BestGBs(5, kTotal, [&] {
-      CHECK_CUDA(cudaMemcpy(dev, host, kTotal, cudaMemcpyHostToDevice));
-    });
-    const double plain_d2h = BestGBs(5, kTotal, [&] {
-      CHECK_CUDA(cudaMemcpy(back, dev, kTotal, cudaMemcpyDeviceToHost));
-    });
+    const double plain_h2d = BestGBs(
+        5, kTotal, [&] { CHECK_CUDA(cudaMemcpy(dev, host, kTotal, cudaMemcpyHostToDevice)); });
+    const double plain_d2h = BestGBs(
+        5, kTotal, [&] { CHECK_CUDA(cudaMemcpy(back, dev, kTotal, cudaMemcpyDeviceToHost)); });
     CHECK_CUDA(cudaMemset(dev, 0, kTotal));
     const double batch_h2d = BestGBs(5, kTotal, [&] { move(h2d); });
     std::memset(back, 0, kTotal);
@@ -258,9 +257,10 @@ int Bench() {
                                 : (std::to_string(bs >> 10) + "KiB").c_str(),
                 plain_h2d, batch_h2d, r1, plain_d2h, batch_d2h, r2, hashed, goal);
   }
-  std::printf("(GB/s, best of 5, 1 GiB per run; plain = one cudaMemcpy of all bytes; batch = "
-              "GpuMover, %llu batched submissions so far)\n",
-              static_cast<unsigned long long>((*mover)->batches_submitted()));
+  std::printf(
+      "(GB/s, best of 5, 1 GiB per run; plain = one cudaMemcpy of all bytes; batch = "
+      "GpuMover, %llu batched submissions so far)\n",
+      static_cast<unsigned long long>((*mover)->batches_submitted()));
   mover->reset();
   cudaFree(dev);
   cudaFreeHost(host);

@@ -18,15 +18,15 @@
 #include "benchmark/benchmark.h"
 #include "common/auth.h"
 #include "common/clock.h"
-#include "common/master_credentials.h"
 #include "common/logging.h"
+#include "common/master_credentials.h"
 #include "common/metrics.h"
 #include "common/util.h"
 #include "master/grpc_service.h"
 #include "master/master_server.h"
 #include "master/metadata_service.h"
-#include "proto/packed_lookups.h"
 #include "mcstore/v1/master.grpc.pb.h"
+#include "proto/packed_lookups.h"
 
 namespace mc::master {
 namespace {
@@ -204,8 +204,8 @@ void BM_InProcess_PrefixLeaseAnswer(benchmark::State& state) {
   static MasterGrpcService* plain = new MasterGrpcService(*in.svc, in.metrics, 100'000);
   static MasterGrpcService* authed = [&in] {
     auto* s = new MasterGrpcService(*in.svc, in.metrics, 100'000);
-    auto* minter = new CapabilityMinter(
-        *auth::ClusterKeys::FromSecrets({std::string(64, 'b')}), RealClock::Get());
+    auto* minter = new CapabilityMinter(*auth::ClusterKeys::FromSecrets({std::string(64, 'b')}),
+                                        RealClock::Get());
     minter->Register("bench-client", 1);
     s->SetCapabilityMinter(minter);
     return s;
@@ -225,7 +225,8 @@ void BM_InProcess_PrefixLeaseAnswer(benchmark::State& state) {
     const auto& req = requests[i++ % requests.size()];
     google::protobuf::Arena arena;
     auto* resp = google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
-    if (!service->DoGetReplicas(Caller{}, &req, resp).ok()) state.SkipWithError("GetReplicas failed");
+    if (!service->DoGetReplicas(Caller{}, &req, resp).ok())
+      state.SkipWithError("GetReplicas failed");
     benchmark::DoNotOptimize(resp->ByteSizeLong());
     std::vector<std::string_view> keys(req.keys().begin(), req.keys().end());
     benchmark::DoNotOptimize(in.svc->ReleaseLeases(resp->lease_id(), keys));
@@ -435,7 +436,10 @@ BENCHMARK(BM_InProcess_GetReplicas_NoLease)->Arg(64)->Arg(1)->Arg(1024);
 BENCHMARK(BM_InProcess_GetReplicasLease)->Arg(64);
 BENCHMARK(BM_InProcess_PrefixCountOnly)->Arg(1000);
 BENCHMARK(BM_InProcess_PrefixLeaseAnswer)
-    ->Args({1000, 0, 0})->Args({1000, 1, 0})->Args({1000, 0, 1})->Args({1000, 1, 1});
+    ->Args({1000, 0, 0})
+    ->Args({1000, 1, 0})
+    ->Args({1000, 0, 1})
+    ->Args({1000, 1, 1});
 BENCHMARK(BM_InProcess_GetReplicasLeaseAndRelease)->Arg(64)->Arg(1024);
 BENCHMARK(BM_InProcess_Exist)->Arg(64)->Arg(1)->Arg(1024);
 BENCHMARK(BM_InProcess_Exist)->Arg(64)->Threads(2)->UseRealTime();

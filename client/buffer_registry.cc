@@ -1,9 +1,9 @@
 #include "client/buffer_registry.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -161,7 +161,8 @@ absl::StatusOr<BufferRef> BufferRegistry::MapFd(int fd, uint64_t size, std::stri
   };
   if (fd < 0) return McError(Code::kInvalidArgument, absl::StrCat("buffer ", label, ": no fd"));
   struct stat st {};
-  if (fstat(fd, &st) != 0) return refuse(Code::kInternal, absl::StrCat("fstat: ", std::strerror(errno)));
+  if (fstat(fd, &st) != 0)
+    return refuse(Code::kInternal, absl::StrCat("fstat: ", std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) {
     return refuse(Code::kInvalidArgument,
                   "not a shared-memory object (expected a regular file on tmpfs or hugetlbfs: "
@@ -184,9 +185,8 @@ absl::StatusOr<BufferRef> BufferRegistry::MapFd(int fd, uint64_t size, std::stri
   const uint64_t object_size = static_cast<uint64_t>(st.st_size);
   if (size == 0) size = object_size;
   if (size == 0 || size > object_size) {
-    return refuse(Code::kInvalidArgument,
-                  absl::StrCat("buffer size ", size, " but the object has ", object_size,
-                               " bytes"));
+    return refuse(Code::kInvalidArgument, absl::StrCat("buffer size ", size, " but the object has ",
+                                                       object_size, " bytes"));
   }
   InstallGuard();
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -196,11 +196,11 @@ absl::StatusOr<BufferRef> BufferRegistry::MapFd(int fd, uint64_t size, std::stri
   int slot = AcquireSlot(static_cast<char*>(base), size);
   if (slot < 0) {
     munmap(base, size);
-    return refuse(Code::kNoSpace, absl::StrCat("more than ", kGuardSlots,
-                                               " buffers in this process"));
+    return refuse(Code::kNoSpace,
+                  absl::StrCat("more than ", kGuardSlots, " buffers in this process"));
   }
-  return std::make_shared<const MappedBuffer>(std::move(label), fd, static_cast<char*>(base),
-                                              size, slot);
+  return std::make_shared<const MappedBuffer>(std::move(label), fd, static_cast<char*>(base), size,
+                                              slot);
 }
 
 void BufferRegistry::CountRefusal(const char* limit) const {
@@ -232,17 +232,17 @@ absl::Status BufferRegistry::CheckLimitsLocked(const std::string& owner, uint64_
   if (auto it = usage_.find(owner); it != usage_.end()) usage = it->second;
   if (usage.buffers >= options_.max_buffers_per_owner) {
     CountRefusal("buffers");
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this caller already holds ", usage.buffers,
-        " registered buffers, the limit (--store_max_buffers_per_caller=",
-        options_.max_buffers_per_owner, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this caller already holds ", usage.buffers,
+                     " registered buffers, the limit (--store_max_buffers_per_caller=",
+                     options_.max_buffers_per_owner, ")"));
   }
   if (size > options_.max_bytes_per_owner || usage.bytes > options_.max_bytes_per_owner - size) {
     CountRefusal("buffer_bytes");
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this caller's registered buffers would hold ", usage.bytes, " + ", size,
-        " bytes, over the limit (--store_max_buffer_bytes_per_caller=",
-        options_.max_bytes_per_owner, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this caller's registered buffers would hold ", usage.bytes, " + ", size,
+                     " bytes, over the limit (--store_max_buffer_bytes_per_caller=",
+                     options_.max_bytes_per_owner, ")"));
   }
   return absl::OkStatus();
 }
@@ -362,9 +362,8 @@ size_t BufferRegistry::ReleaseOwner(const std::string& owner) {
   return doomed.size();
 }
 
-absl::StatusOr<char*> BufferRegistry::Resolve(uint64_t buffer_id, uint64_t offset,
-                                              uint64_t length, BufferRef* ref,
-                                              std::string_view owner) const {
+absl::StatusOr<char*> BufferRegistry::Resolve(uint64_t buffer_id, uint64_t offset, uint64_t length,
+                                              BufferRef* ref, std::string_view owner) const {
   BufferRef held;
   {
     absl::MutexLock lock(&mu_);

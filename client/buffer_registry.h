@@ -73,7 +73,7 @@ absl::Status CheckBuffersIntact(const std::vector<BufferRef>& refs);
 uint64_t BufferFaultsAbsorbed();
 
 struct BufferRegistryOptions {
-  size_t max_buffers = 4096;                  // daemon-wide, staged ones included
+  size_t max_buffers = 4096;  // daemon-wide, staged ones included
   // Daemon-wide bytes mapped (--store_max_buffer_bytes_total): sparse objects cost no memory
   // but address space, of which a process has 128 TiB.
   uint64_t max_bytes = 32ull << 40;

@@ -7,16 +7,17 @@
 #include "absl/flags/usage.h"
 #include "client/client_server.h"
 #include "client/store_auth.h"
-#include "common/checksum.h"
 #include "common/auth.h"
+#include "common/checksum.h"
 #include "common/logging.h"
 #include "common/util.h"
 #include "transfer/tcp/frame.h"
 
 ABSL_FLAG(std::string, master, "127.0.0.1:50051", "mc-master gRPC HOST:PORT");
-ABSL_FLAG(std::string, listen, "",
-          "Store gRPC on TCP HOST:PORT (port 0 = free port); empty = off (the default: local "
-          "applications use --unix_socket). Needs --store_token_file unless --store_tcp_auth=false");
+ABSL_FLAG(
+    std::string, listen, "",
+    "Store gRPC on TCP HOST:PORT (port 0 = free port); empty = off (the default: local "
+    "applications use --unix_socket). Needs --store_token_file unless --store_tcp_auth=false");
 ABSL_FLAG(std::string, unix_socket, "",
           "serve Store gRPC on this Unix socket path (and the fd socket <path>.fd); callers are "
           "authorized by the socket file's mode and group");
@@ -141,8 +142,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unknown --log_level\n");
     return 2;
   }
-  absl::StatusOr<mc::auth::ClusterKeysPtr> cluster_keys = mc::auth::KeysFromFlags(
-      absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file));
+  absl::StatusOr<mc::auth::ClusterKeysPtr> cluster_keys =
+      mc::auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file));
   if (!cluster_keys.ok()) {
     std::fprintf(stderr, "%s\n", std::string(cluster_keys.status().message()).c_str());
     return 2;

@@ -148,9 +148,8 @@ absl::Status ClientServer::Start() {
       MasterSessionOptions{options_.client_id, options_.host, data_endpoint_, disk_capacity, 500},
       *master_, *pool_, segment_table_);
   if (capabilities_ != nullptr) {
-    session_->SetOnCapabilityInfo([this](const MasterSession::CapabilityInfo& info) {
-      OnCapabilityInfo(info);
-    });
+    session_->SetOnCapabilityInfo(
+        [this](const MasterSession::CapabilityInfo& info) { OnCapabilityInfo(info); });
   }
   if (tier_) {
     offload::DiskTier* tier = tier_.get();

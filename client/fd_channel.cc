@@ -58,8 +58,8 @@ absl::Status FdChannelServer::Start() {
   sockaddr_un addr{};
   if (options_.path.empty() || options_.path.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "fd socket path '", options_.path, "' is empty or longer than ",
-        sizeof(addr.sun_path) - 1, " bytes (shorten --unix_socket or set --store_fd_socket)"));
+        "fd socket path '", options_.path, "' is empty or longer than ", sizeof(addr.sun_path) - 1,
+        " bytes (shorten --unix_socket or set --store_fd_socket)"));
   }
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, options_.path.data(), options_.path.size());
@@ -134,8 +134,8 @@ void FdChannelServer::Close(Conn& conn) {
   }
   size_t released = buffers_.ReleaseOwner(conn.owner);
   if (released > 0) {
-    Logger("client").info("fd session of pid {} uid {} ended: released its {} buffer(s)",
-                          conn.pid, conn.uid, released);
+    Logger("client").info("fd session of pid {} uid {} ended: released its {} buffer(s)", conn.pid,
+                          conn.uid, released);
   }
 }
 
@@ -158,8 +158,9 @@ void FdChannelServer::Accept() {
     if (static_cast<int>(conns_.size()) >= options_.max_connections) {
       refused = "ERR UNAVAILABLE too many fd sessions (--store_fd_max_connections)";
     } else if (same_uid >= options_.max_connections_per_uid) {
-      refused = "ERR UNAVAILABLE too many fd sessions of this uid "
-                "(--store_fd_max_connections_per_uid)";
+      refused =
+          "ERR UNAVAILABLE too many fd sessions of this uid "
+          "(--store_fd_max_connections_per_uid)";
     }
     if (refused != nullptr) {
       send(fd, refused, std::strlen(refused), MSG_DONTWAIT | MSG_NOSIGNAL);

@@ -46,11 +46,11 @@
 namespace mc::client {
 
 struct FdChannelOptions {
-  std::string path;                      // the socket; required
-  mode_t mode = 0660;                    // --unix_socket_mode
-  std::optional<gid_t> group;            // --unix_socket_group
-  int max_connections = 128;             // --store_fd_max_connections
-  int max_connections_per_uid = 32;      // --store_fd_max_connections_per_uid
+  std::string path;                  // the socket; required
+  mode_t mode = 0660;                // --unix_socket_mode
+  std::optional<gid_t> group;        // --unix_socket_group
+  int max_connections = 128;         // --store_fd_max_connections
+  int max_connections_per_uid = 32;  // --store_fd_max_connections_per_uid
   int64_t first_message_timeout_ms = 5000;
 };
 
@@ -81,8 +81,7 @@ class FdChannelServer final : public CallerSessions {
   void Accept();
   // Reads one message of `conn`; false when the connection is to be closed.
   bool Serve(Conn& conn);
-  std::string Handle(Conn& conn, const char* msg, ssize_t len, int msg_flags, int* fds,
-                     int nfds);
+  std::string Handle(Conn& conn, const char* msg, ssize_t len, int msg_flags, int* fds, int nfds);
   void Close(Conn& conn);
   void Count(const char* result);
 

@@ -80,9 +80,8 @@ absl::Status FdSession::Ask(const std::string& msg, int fd, std::string* owner,
   char reply[1024];
   ssize_t n = recv(sock_, reply, sizeof(reply), 0);
   if (n <= 0) {
-    return absl::UnavailableError(
-        n == 0 ? "fd socket: the daemon closed the session"
-               : absl::StrCat("fd socket: recv: ", std::strerror(errno)));
+    return absl::UnavailableError(n == 0 ? "fd socket: the daemon closed the session"
+                                         : absl::StrCat("fd socket: recv: ", std::strerror(errno)));
   }
   std::vector<std::string> parts =
       absl::StrSplit(absl::string_view(reply, static_cast<size_t>(n)), absl::MaxSplits(' ', 2));

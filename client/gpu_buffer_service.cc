@@ -24,8 +24,8 @@ grpc::Status GpuBufferService::RegisterGpuBuffer(
     case mcstore::v1::GPU_HANDLE_POSIX_FD:
       // TODO(issue 18): take the fd named by fd_ticket from the fd-passing channel of the
       // fd-based RegisterBuffer (SCM_RIGHTS with peer credentials) once that lands.
-      return ToGrpcStatus(McError(Code::kUnavailable,
-                                  "RegisterGpuBuffer: POSIX fd handles need the fd channel"));
+      return ToGrpcStatus(
+          McError(Code::kUnavailable, "RegisterGpuBuffer: POSIX fd handles need the fd channel"));
     default:
       return ToGrpcStatus(McError(Code::kInvalidArgument, "RegisterGpuBuffer: unknown kind"));
   }

@@ -49,9 +49,9 @@ absl::StatusOr<uint64_t> GpuBufferRegistry::Register(const GpuBufferSpec& spec) 
     api_.CloseImported(spec.device, memory);
     return McError(Code::kInvalidArgument, "gpu buffer: range outside the exported allocation");
   }
-  auto buffer = std::make_shared<const GpuBuffer>(api_, transport_, spec.device, memory,
-                                                  memory.device_addr + spec.allocation_offset,
-                                                  spec.size);
+  auto buffer =
+      std::make_shared<const GpuBuffer>(api_, transport_, spec.device, memory,
+                                        memory.device_addr + spec.allocation_offset, spec.size);
   if (transport_ != nullptr) transport_->AddDeviceRange(buffer->base(), buffer->size());
   absl::MutexLock lock(&mu_);
   const uint64_t id = kGpuBufferIdBit | next_id_++;

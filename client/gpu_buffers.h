@@ -48,7 +48,11 @@ class GpuBuffer {
  public:
   GpuBuffer(transfer::cuda::CudaApi& api, transfer::cuda::CudaTransport* transport, int device,
             transfer::cuda::ImportedMemory memory, uint64_t base, uint64_t size)
-      : api_(api), transport_(transport), device_(device), memory_(memory), base_(base),
+      : api_(api),
+        transport_(transport),
+        device_(device),
+        memory_(memory),
+        base_(base),
         size_(size) {}
   ~GpuBuffer();
   GpuBuffer(const GpuBuffer&) = delete;

@@ -191,9 +191,9 @@ class GrpcMasterClient final : public MasterClient {
   // kUnavailable; the next Heartbeat learns the same and the session re-registers.
   static absl::Status Converted(const grpc::Status& status) {
     if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
-      return McError(Code::kUnavailable,
-                     "rpc: the master refused our session (" + status.error_message() +
-                         "); retry once this client has registered again");
+      return McError(Code::kUnavailable, "rpc: the master refused our session (" +
+                                             status.error_message() +
+                                             "); retry once this client has registered again");
     }
     return FromGrpcStatus(status);
   }

@@ -47,8 +47,7 @@ void PrefixLeases::DisownLocked(const std::string& owner) {
   if (it != owned_.end() && --it->second == 0) owned_.erase(it);
 }
 
-std::optional<PrefixLease> PrefixLeases::Take(uint64_t id,
-                                              std::optional<std::string_view> owner) {
+std::optional<PrefixLease> PrefixLeases::Take(uint64_t id, std::optional<std::string_view> owner) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end()) return std::nullopt;

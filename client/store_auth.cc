@@ -112,8 +112,8 @@ absl::StatusOr<mode_t> ParseSocketMode(std::string_view text) {
     mode = mode * 8 + static_cast<unsigned>(c - '0');
   }
   if (mode > 0777) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "bad --unix_socket_mode '", A(text), "': only permission bits (at most 0777)"));
+    return absl::InvalidArgumentError(absl::StrCat("bad --unix_socket_mode '", A(text),
+                                                   "': only permission bits (at most 0777)"));
   }
   if ((mode & 0600) != 0600) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -168,8 +168,8 @@ bool StoreAuth::OverUnixSocket(std::string_view peer) { return absl::StartsWith(
 
 void StoreAuth::CountFailure(const char* reason) const {
   metrics_
-      .GetCounter("mc_store_auth_failures_total",
-                  "Store calls refused UNAUTHENTICATED, by reason", {{"reason", reason}})
+      .GetCounter("mc_store_auth_failures_total", "Store calls refused UNAUTHENTICATED, by reason",
+                  {{"reason", reason}})
       .Inc();
 }
 

@@ -54,8 +54,8 @@ class CallerSessions {
 };
 
 struct StoreAuthOptions {
-  std::string token;      // required over TCP unless tcp_auth is false; empty = none set
-  bool tcp_auth = true;   // --store_tcp_auth
+  std::string token;     // required over TCP unless tcp_auth is false; empty = none set
+  bool tcp_auth = true;  // --store_tcp_auth
 };
 
 class StoreAuth {

@@ -116,8 +116,8 @@ absl::Status StoreGrpcService::ResolveSlices(
   return absl::OkStatus();
 }
 
-#define MC_ADMIT(caller, context)                         \
-  absl::StatusOr<Caller> caller = Admit(context);         \
+#define MC_ADMIT(caller, context)                 \
+  absl::StatusOr<Caller> caller = Admit(context); \
   if (!caller.ok()) return ToGrpcStatus(caller.status())
 
 grpc::Status StoreGrpcService::RegisterBuffer(grpc::ServerContext* context,
@@ -339,8 +339,7 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
     if (prefix_leases_.CountOwned(caller->owner) >= options_.max_leases_per_caller) {
       CountLimitRefusal(&metrics_.registry(), "leases");
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrCat("this caller already holds ",
-                                       options_.max_leases_per_caller,
+                          absl::StrCat("this caller already holds ", options_.max_leases_per_caller,
                                        " prefix leases, the limit "
                                        "(--store_max_leases_per_caller); release some"));
     }

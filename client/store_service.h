@@ -35,8 +35,8 @@ struct StoreServiceOptions {
   // RegisterBuffer by shm_name opens the object with the daemon's rights: off unless
   // --store_allow_named_buffers (see docs/security.md).
   bool allow_named_buffers = false;
-  uint32_t max_leases_per_caller = 4096;    // --store_max_leases_per_caller; 0 = unlimited
-  uint32_t max_inflight_per_caller = 256;   // --store_max_inflight_per_caller; 0 = unlimited
+  uint32_t max_leases_per_caller = 4096;   // --store_max_leases_per_caller; 0 = unlimited
+  uint32_t max_inflight_per_caller = 256;  // --store_max_inflight_per_caller; 0 = unlimited
   // MatchPrefix sends its keys to the master packed (GetReplicasRequest.packed_keys). A master
   // older than that answers keys_seen 0; the lookup is then sent again key by key, and packing
   // rests for packed_keys_retry_ms.

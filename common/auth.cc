@@ -116,9 +116,9 @@ absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
   }
   if ((st.st_mode & 077) != 0) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " is accessible to group or others (mode ",
-        absl::StrFormat("%04o", st.st_mode & 0777), "); run: chmod 600 ", path));
+    return absl::InvalidArgumentError(absl::StrCat(path, " is accessible to group or others (mode ",
+                                                   absl::StrFormat("%04o", st.st_mode & 0777),
+                                                   "); run: chmod 600 ", path));
   }
   if (st.st_size > (64 << 10)) {
     close(fd);
@@ -170,8 +170,8 @@ absl::StatusOr<ClusterKeysPtr> ClusterKeys::FromSecrets(const std::vector<std::s
   for (size_t i = 0; i < secrets.size(); ++i) {
     if (secrets[i].size() < kMinSecretChars) {
       return absl::InvalidArgumentError(absl::StrCat("secret ", i + 1, " has ", secrets[i].size(),
-                                                     " characters; need at least ",
-                                                     kMinSecretChars, " (mc-admin gen-secret)"));
+                                                     " characters; need at least ", kMinSecretChars,
+                                                     " (mc-admin gen-secret)"));
     }
     keys.push_back(DeriveKeys(secrets[i]));
   }

@@ -23,7 +23,8 @@ constexpr size_t kWrappedSize = 1 + kWrapNonceSize + kOwnerKeySize + kWrapTagSiz
 
 template <typename T>
 void Put(uint8_t*& p, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) *p++ = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
+  for (size_t i = 0; i < sizeof(T); ++i)
+    *p++ = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
 }
 
 template <typename T>
@@ -95,8 +96,7 @@ CapabilityBytes MintCapability(const OwnerKey& key, const Capability& cap) {
   Put<uint64_t>(p, cap.length);
   Put<uint64_t>(p, cap.generation);
   Put<int64_t>(p, cap.expiry_ms);
-  const Mac mac =
-      key.Sign({reinterpret_cast<const char*>(out.data()), kCapabilityBodySize});
+  const Mac mac = key.Sign({reinterpret_cast<const char*>(out.data()), kCapabilityBodySize});
   std::memcpy(p, mac.data(), kCapabilityMacSize);
   return out;
 }
@@ -112,7 +112,8 @@ absl::StatusOr<Capability> DecodeCapability(const uint8_t* data, size_t size) {
   if (version != kCapabilityVersion) {
     return McError(Code::kInvalidArgument, absl::StrCat("capability version ", version));
   }
-  if (rights != static_cast<uint8_t>(Right::kRead) && rights != static_cast<uint8_t>(Right::kWrite) &&
+  if (rights != static_cast<uint8_t>(Right::kRead) &&
+      rights != static_cast<uint8_t>(Right::kWrite) &&
       rights != static_cast<uint8_t>(Right::kReadDisk)) {
     return McError(Code::kInvalidArgument, absl::StrCat("capability rights ", rights));
   }
@@ -178,14 +179,22 @@ absl::StatusOr<std::string> UnwrapOwnerKey(const ClusterKeys& keys, std::string_
 
 std::string_view DenialName(Denial denial) {
   switch (denial) {
-    case Denial::kNone: return "none";
-    case Denial::kNoKey: return "no_key";
-    case Denial::kMalformed: return "malformed";
-    case Denial::kBadMac: return "bad_mac";
-    case Denial::kExpired: return "expired";
-    case Denial::kWrongOp: return "wrong_op";
-    case Denial::kOutOfRange: return "out_of_range";
-    case Denial::kCount: break;
+    case Denial::kNone:
+      return "none";
+    case Denial::kNoKey:
+      return "no_key";
+    case Denial::kMalformed:
+      return "malformed";
+    case Denial::kBadMac:
+      return "bad_mac";
+    case Denial::kExpired:
+      return "expired";
+    case Denial::kWrongOp:
+      return "wrong_op";
+    case Denial::kOutOfRange:
+      return "out_of_range";
+    case Denial::kCount:
+      break;
   }
   return "invalid";
 }

@@ -102,8 +102,8 @@ enum class Denial {
   kMalformed,  // undecodable capability
   kBadMac,
   kExpired,
-  kWrongOp,    // the rights do not cover the frame's op
-  kOutOfRange, // another segment, or bytes outside the granted range
+  kWrongOp,     // the rights do not cover the frame's op
+  kOutOfRange,  // another segment, or bytes outside the granted range
   kCount,
 };
 std::string_view DenialName(Denial denial);
@@ -114,7 +114,7 @@ struct FrameAccess {
   uint64_t segment_id = 0;  // READ_DISK: generation
   uint64_t offset = 0;      // READ_DISK: locator
   uint64_t length = 0;
-  uint32_t key_tag = 0;     // READ_DISK only
+  uint32_t key_tag = 0;  // READ_DISK only
 };
 
 struct CapabilityVerifierOptions {

@@ -24,7 +24,8 @@ absl::StatusCode Canonical(Code code) {
     case Code::kUnavailable: return absl::StatusCode::kUnavailable;
     case Code::kHasLease: return absl::StatusCode::kFailedPrecondition;
     case Code::kInternal: return absl::StatusCode::kInternal;
-    case Code::kPermissionDenied: return absl::StatusCode::kPermissionDenied;
+    case Code::kPermissionDenied:
+      return absl::StatusCode::kPermissionDenied;
   }
   return absl::StatusCode::kInternal;
 }
@@ -46,7 +47,8 @@ std::string_view CodeName(Code code) {
     case Code::kUnavailable: return "UNAVAILABLE";
     case Code::kHasLease: return "HAS_LEASE";
     case Code::kInternal: return "INTERNAL";
-    case Code::kPermissionDenied: return "PERMISSION_DENIED";
+    case Code::kPermissionDenied:
+      return "PERMISSION_DENIED";
   }
   return "INTERNAL";
 }

@@ -30,8 +30,8 @@ std::shared_ptr<const auth::OwnerKey> CapabilityMinter::KeyOf(std::string_view c
   return it == owners_.end() ? nullptr : it->second;
 }
 
-bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right,
-                                   uint64_t generation, std::string_view key, int64_t expiry_ms,
+bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right, uint64_t generation,
+                                   std::string_view key, int64_t expiry_ms,
                                    auth::CapabilityBytes& out) {
   const MemoryLocation& loc = replica.location;
   if (last_key_ == nullptr || loc.client_id != last_owner_) {

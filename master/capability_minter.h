@@ -40,8 +40,8 @@ class CapabilityMinter {
     // The capability bytes of `replica` (MEMORY: its range; DISK: generation, locator, length
     // and `key`'s tag) with `right` (kRead/kWrite; DISK replicas get kReadDisk) until
     // `expiry_ms`, into `out`; false (nothing granted) when its owner has no key.
-    bool Mint(const Replica& replica, auth::Right right, uint64_t generation,
-              std::string_view key, int64_t expiry_ms, auth::CapabilityBytes& out);
+    bool Mint(const Replica& replica, auth::Right right, uint64_t generation, std::string_view key,
+              int64_t expiry_ms, auth::CapabilityBytes& out);
 
    private:
     const CapabilityMinter& minter_;

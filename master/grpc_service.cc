@@ -127,11 +127,10 @@ grpc::Status MasterGrpcService::Authenticate(const grpc::CallbackServerContext& 
     if constexpr (std::is_same_v<Req, v1::GetStatusRequest>) {
       if (proof) {
         absl::StatusOr<auth::ParsedProof> parsed = auth::ParseProof(*proof);
-        absl::Status s =
-            parsed.ok() ? auth_->CheckProof(*proof, auth::ProofRole::kAdmin, parsed->id, "",
-                                            &reason)
-                        : absl::UnauthenticatedError(
-                              absl::StrCat("malformed x-mc-auth: ", parsed.status().message()));
+        absl::Status s = parsed.ok() ? auth_->CheckProof(*proof, auth::ProofRole::kAdmin,
+                                                         parsed->id, "", &reason)
+                                     : absl::UnauthenticatedError(absl::StrCat(
+                                           "malformed x-mc-auth: ", parsed.status().message()));
         if (!parsed.ok()) reason = AuthFailure::kMalformed;
         if (!s.ok()) return Refuse(rpc, reason, s);
         caller->kind = Caller::Kind::kAdmin;
@@ -140,9 +139,9 @@ grpc::Status MasterGrpcService::Authenticate(const grpc::CallbackServerContext& 
       }
     }
     if (!session) {
-      return Refuse(rpc, AuthFailure::kMissing,
-                    absl::UnauthenticatedError(absl::StrCat(
-                        rpc, " needs x-mc-session (register first)")));
+      return Refuse(
+          rpc, AuthFailure::kMissing,
+          absl::UnauthenticatedError(absl::StrCat(rpc, " needs x-mc-session (register first)")));
     }
     std::optional<uint64_t> number = service_.SessionOf(credential->client_id, credential->token);
     if (!number) {
@@ -370,7 +369,8 @@ Grants WriteGrants(CapabilityMinter* minter, int64_t write_deadline_ms) {
 
 }  // namespace
 
-grpc::Status MasterGrpcService::DoRegisterClient(const Caller& caller, const v1::RegisterClientRequest* req,
+grpc::Status MasterGrpcService::DoRegisterClient(const Caller& caller,
+                                                 const v1::RegisterClientRequest* req,
                                                  v1::RegisterClientResponse* resp) {
   ClientInfo info;
   info.client_id = Self(caller, *req);
@@ -402,7 +402,8 @@ grpc::Status MasterGrpcService::DoHeartbeat(const Caller& caller, const v1::Hear
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoUnregisterClient(const Caller& caller, const v1::UnregisterClientRequest* req,
+grpc::Status MasterGrpcService::DoUnregisterClient(const Caller& caller,
+                                                   const v1::UnregisterClientRequest* req,
                                                    v1::UnregisterClientResponse*) {
   const std::string& self = Self(caller, *req);
   absl::Status s = service_.UnregisterClient(self, req->session());
@@ -421,7 +422,8 @@ grpc::Status MasterGrpcService::DoPutStart(const Caller& caller, const v1::PutSt
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoPutEnd(const Caller& caller, const v1::PutEndRequest* req, v1::PutEndResponse* resp) {
+grpc::Status MasterGrpcService::DoPutEnd(const Caller& caller, const v1::PutEndRequest* req,
+                                         v1::PutEndResponse* resp) {
   std::vector<PutEndItem> items;
   for (const auto& item : req->items()) {
     items.push_back({item.key(), item.generation(), item.checksum()});
@@ -438,7 +440,8 @@ grpc::Status MasterGrpcService::DoPutRevoke(const Caller& caller, const v1::PutR
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoGetReplicas(const Caller& caller, const v1::GetReplicasRequest* req,
+grpc::Status MasterGrpcService::DoGetReplicas(const Caller& caller,
+                                              const v1::GetReplicasRequest* req,
                                               v1::GetReplicasResponse* resp) {
   // Releases first, whatever becomes of the lookup: they stand for earlier, finished reads.
   for (const v1::ReleaseLeasesRequest& release : req->releases()) {
@@ -483,24 +486,27 @@ grpc::Status MasterGrpcService::DoGetReplicas(const Caller& caller, const v1::Ge
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoReleaseLeases(const Caller& caller, const v1::ReleaseLeasesRequest* req,
+grpc::Status MasterGrpcService::DoReleaseLeases(const Caller& caller,
+                                                const v1::ReleaseLeasesRequest* req,
                                                 v1::ReleaseLeasesResponse* resp) {
-  resp->set_released(
-      service_.ReleaseLeases(req->lease_id(), Keys(req->keys()), caller.session));
+  resp->set_released(service_.ReleaseLeases(req->lease_id(), Keys(req->keys()), caller.session));
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoExist(const Caller&, const v1::ExistRequest* req, v1::ExistResponse* resp) {
+grpc::Status MasterGrpcService::DoExist(const Caller&, const v1::ExistRequest* req,
+                                        v1::ExistResponse* resp) {
   for (bool e : service_.Exist(Keys(req->keys()))) resp->add_exists(e);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoRemove(const Caller&, const v1::RemoveRequest* req, v1::RemoveResponse* resp) {
+grpc::Status MasterGrpcService::DoRemove(const Caller&, const v1::RemoveRequest* req,
+                                         v1::RemoveResponse* resp) {
   AddResults(service_.Remove(Keys(req->keys())), resp);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoAddDiskReplicas(const Caller& caller, const v1::AddDiskReplicasRequest* req,
+grpc::Status MasterGrpcService::DoAddDiskReplicas(const Caller& caller,
+                                                  const v1::AddDiskReplicasRequest* req,
                                                   v1::AddDiskReplicasResponse* resp) {
   AddResults(service_.AddDiskReplicas(Self(caller, *req), DiskItems(req->items()), req->recovered(),
                                       DiskItems(req->failed())),
@@ -508,14 +514,17 @@ grpc::Status MasterGrpcService::DoAddDiskReplicas(const Caller& caller, const v1
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoRemoveDiskReplicas(const Caller& caller, const v1::RemoveDiskReplicasRequest* req,
+grpc::Status MasterGrpcService::DoRemoveDiskReplicas(const Caller& caller,
+                                                     const v1::RemoveDiskReplicasRequest* req,
                                                      v1::RemoveDiskReplicasResponse* resp) {
-  AddResults(service_.RemoveDiskReplicas(Self(caller, *req), DiskItems(req->items()), req->corrupt()),
-             resp);
+  AddResults(
+      service_.RemoveDiskReplicas(Self(caller, *req), DiskItems(req->items()), req->corrupt()),
+      resp);
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoPromoteStart(const Caller& caller, const v1::PromoteStartRequest* req,
+grpc::Status MasterGrpcService::DoPromoteStart(const Caller& caller,
+                                               const v1::PromoteStartRequest* req,
                                                v1::PromoteStartResponse* resp) {
   std::vector<PutRevokeItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
@@ -537,7 +546,8 @@ grpc::Status MasterGrpcService::DoPromoteEnd(const Caller& caller, const v1::Pro
   return grpc::Status::OK;
 }
 
-grpc::Status MasterGrpcService::DoTakeOffloadTasks(const Caller& caller, const v1::TakeOffloadTasksRequest* req,
+grpc::Status MasterGrpcService::DoTakeOffloadTasks(const Caller& caller,
+                                                   const v1::TakeOffloadTasksRequest* req,
                                                    v1::TakeOffloadTasksResponse* resp) {
   size_t max = req->max_tasks() == 0 ? 64 : std::min<size_t>(req->max_tasks(), max_batch_items_);
   auto tasks = service_.TakeOffloadTasks(Self(caller, *req), req->session(), max);

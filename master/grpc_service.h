@@ -65,28 +65,35 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
                                 mcstore::v1::RegisterClientResponse* resp);
   grpc::Status DoHeartbeat(const Caller& caller, const mcstore::v1::HeartbeatRequest* req,
                            mcstore::v1::HeartbeatResponse* resp);
-  grpc::Status DoUnregisterClient(const Caller& caller, const mcstore::v1::UnregisterClientRequest* req,
+  grpc::Status DoUnregisterClient(const Caller& caller,
+                                  const mcstore::v1::UnregisterClientRequest* req,
                                   mcstore::v1::UnregisterClientResponse* resp);
   grpc::Status DoPutStart(const Caller& caller, const mcstore::v1::PutStartRequest* req,
                           mcstore::v1::PutStartResponse* resp);
-  grpc::Status DoPutEnd(const Caller& caller, const mcstore::v1::PutEndRequest* req, mcstore::v1::PutEndResponse* resp);
+  grpc::Status DoPutEnd(const Caller& caller, const mcstore::v1::PutEndRequest* req,
+                        mcstore::v1::PutEndResponse* resp);
   grpc::Status DoPutRevoke(const Caller& caller, const mcstore::v1::PutRevokeRequest* req,
                            mcstore::v1::PutRevokeResponse* resp);
   grpc::Status DoGetReplicas(const Caller& caller, const mcstore::v1::GetReplicasRequest* req,
                              mcstore::v1::GetReplicasResponse* resp);
   grpc::Status DoReleaseLeases(const Caller& caller, const mcstore::v1::ReleaseLeasesRequest* req,
                                mcstore::v1::ReleaseLeasesResponse* resp);
-  grpc::Status DoExist(const Caller& caller, const mcstore::v1::ExistRequest* req, mcstore::v1::ExistResponse* resp);
-  grpc::Status DoRemove(const Caller& caller, const mcstore::v1::RemoveRequest* req, mcstore::v1::RemoveResponse* resp);
-  grpc::Status DoAddDiskReplicas(const Caller& caller, const mcstore::v1::AddDiskReplicasRequest* req,
+  grpc::Status DoExist(const Caller& caller, const mcstore::v1::ExistRequest* req,
+                       mcstore::v1::ExistResponse* resp);
+  grpc::Status DoRemove(const Caller& caller, const mcstore::v1::RemoveRequest* req,
+                        mcstore::v1::RemoveResponse* resp);
+  grpc::Status DoAddDiskReplicas(const Caller& caller,
+                                 const mcstore::v1::AddDiskReplicasRequest* req,
                                  mcstore::v1::AddDiskReplicasResponse* resp);
-  grpc::Status DoRemoveDiskReplicas(const Caller& caller, const mcstore::v1::RemoveDiskReplicasRequest* req,
+  grpc::Status DoRemoveDiskReplicas(const Caller& caller,
+                                    const mcstore::v1::RemoveDiskReplicasRequest* req,
                                     mcstore::v1::RemoveDiskReplicasResponse* resp);
   grpc::Status DoPromoteStart(const Caller& caller, const mcstore::v1::PromoteStartRequest* req,
                               mcstore::v1::PromoteStartResponse* resp);
   grpc::Status DoPromoteEnd(const Caller& caller, const mcstore::v1::PromoteEndRequest* req,
                             mcstore::v1::PromoteEndResponse* resp);
-  grpc::Status DoTakeOffloadTasks(const Caller& caller, const mcstore::v1::TakeOffloadTasksRequest* req,
+  grpc::Status DoTakeOffloadTasks(const Caller& caller,
+                                  const mcstore::v1::TakeOffloadTasksRequest* req,
                                   mcstore::v1::TakeOffloadTasksResponse* resp);
   grpc::Status DoGetStatus(const Caller& caller, const mcstore::v1::GetStatusRequest* req,
                            mcstore::v1::GetStatusResponse* resp);
@@ -96,8 +103,8 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   using Handler = grpc::Status (MasterGrpcService::*)(const Caller&, const Req*, Resp*);
   // Binds the call to its caller (see the header comment); counts and logs a refusal.
   template <typename Req>
-  grpc::Status Authenticate(const grpc::CallbackServerContext& ctx, const char* rpc,
-                            const Req& req, Caller* caller);
+  grpc::Status Authenticate(const grpc::CallbackServerContext& ctx, const char* rpc, const Req& req,
+                            Caller* caller);
   grpc::Status Refuse(const char* rpc, AuthFailure reason, const absl::Status& why);
   template <typename Req, typename Resp>
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const char* rpc, const Req* req,

@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "need 0 < --low_watermark <= --high_watermark <= 1\n");
     return 2;
   }
-  absl::StatusOr<mc::auth::ClusterKeysPtr> cluster_keys = mc::auth::KeysFromFlags(
-      absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file));
+  absl::StatusOr<mc::auth::ClusterKeysPtr> cluster_keys =
+      mc::auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file));
   if (!cluster_keys.ok()) {
     std::fprintf(stderr, "%s\n", std::string(cluster_keys.status().message()).c_str());
     return 2;

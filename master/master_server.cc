@@ -18,17 +18,19 @@ absl::Status MasterServer::Start() {
   if (!listen.ok()) return listen.status();
   service_ = std::make_unique<MetadataService>(options_.master, RealClock::Get(), metrics_);
   if (options_.cluster_keys) {
-    rpc_auth_ = std::make_unique<RpcAuthenticator>(options_.cluster_keys, options_.rpc_auth,
-                                                   metrics_);
+    rpc_auth_ =
+        std::make_unique<RpcAuthenticator>(options_.cluster_keys, options_.rpc_auth, metrics_);
     Logger("master").info("master RPCs authenticated (cluster secret fingerprint {}, {} secret(s))",
                           options_.cluster_keys->fingerprint(),
                           options_.cluster_keys->secret_count());
   } else {
-    Logger("master").warn("master RPCs NOT authenticated (--auth=false): any process that can "
-                          "reach {} may act as any client", options_.listen);
+    Logger("master").warn(
+        "master RPCs NOT authenticated (--auth=false): any process that can "
+        "reach {} may act as any client",
+        options_.listen);
   }
-  grpc_service_ = std::make_unique<MasterGrpcService>(*service_, metrics_,
-                                                      options_.max_batch_items, rpc_auth_.get());
+  grpc_service_ = std::make_unique<MasterGrpcService>(*service_, metrics_, options_.max_batch_items,
+                                                      rpc_auth_.get());
   if (options_.cluster_keys != nullptr) {
     minter_ = std::make_unique<CapabilityMinter>(options_.cluster_keys, RealClock::Get());
     grpc_service_->SetCapabilityMinter(minter_.get());

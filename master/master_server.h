@@ -62,7 +62,7 @@ class MasterServer {
   MetricsRegistry metrics_;
   std::unique_ptr<MetadataService> service_;
   std::unique_ptr<RpcAuthenticator> rpc_auth_;  // null: unauthenticated
-  std::unique_ptr<CapabilityMinter> minter_;  // with cluster keys only
+  std::unique_ptr<CapabilityMinter> minter_;    // with cluster keys only
   std::unique_ptr<MasterGrpcService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<AdminServer> admin_;

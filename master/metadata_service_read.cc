@@ -121,9 +121,14 @@ size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::
       // Expired leases go first (counted as expired), so releasing one is not lost silently.
       expired += it->second.PruneLeases(now);
       switch (it->second.ReleaseLease(lease_id, owner, now)) {
-        case LeaseRelease::kReleased: ++released; break;
-        case LeaseRelease::kNotOwner: ++refused; break;
-        case LeaseRelease::kNotHeld: break;
+        case LeaseRelease::kReleased:
+          ++released;
+          break;
+        case LeaseRelease::kNotOwner:
+          ++refused;
+          break;
+        case LeaseRelease::kNotHeld:
+          break;
       }
     });
   });

@@ -46,21 +46,21 @@ struct Caller {
 
 // Why a call was refused; the label of mc_master_auth_failures_total.
 enum class AuthFailure {
-  kMissing,         // no credential where one is needed
-  kMalformed,       // unparsable metadata (fields, hex, size)
-  kBadMac,          // the MAC does not verify under any secret
-  kStale,           // the proof's time is outside the window
-  kReplay,          // the nonce was used before
-  kReplayCacheFull, // too many proofs inside one window: refused, fail closed
-  kUnknownSession,  // no live session has this token (or the master restarted)
-  kWrongClient,     // the request names another client than the credential
-  kWrongRole,       // e.g. an admin proof on a client RPC
+  kMissing,          // no credential where one is needed
+  kMalformed,        // unparsable metadata (fields, hex, size)
+  kBadMac,           // the MAC does not verify under any secret
+  kStale,            // the proof's time is outside the window
+  kReplay,           // the nonce was used before
+  kReplayCacheFull,  // too many proofs inside one window: refused, fail closed
+  kUnknownSession,   // no live session has this token (or the master restarted)
+  kWrongClient,      // the request names another client than the credential
+  kWrongRole,        // e.g. an admin proof on a client RPC
   kCount,
 };
 std::string_view AuthFailureName(AuthFailure reason);
 
 struct RpcAuthOptions {
-  int64_t max_clock_skew_ms = 60'000;   // a proof's time may differ this much from ours
+  int64_t max_clock_skew_ms = 60'000;     // a proof's time may differ this much from ours
   size_t replay_cache_entries = 100'000;  // nonces remembered at most (2 * skew each)
   // Milliseconds since the Unix epoch; tests inject a fake. Default: the system clock.
   std::function<int64_t()> unix_now_ms;

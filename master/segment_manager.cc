@@ -140,7 +140,8 @@ absl::Status SegmentManager::CouldEverPlace(uint64_t size, uint32_t replicas) co
   uint64_t largest = 0;
   for (const auto& [client, space] : by_client_) {
     uint64_t biggest = 0;
-    for (uint64_t id : space.ids) biggest = std::max(biggest, segments_.at(id).allocator.capacity());
+    for (uint64_t id : space.ids)
+      biggest = std::max(biggest, segments_.at(id).allocator.capacity());
     largest = std::max(largest, biggest);
     if (biggest >= rounded) ++able;
   }

@@ -155,8 +155,8 @@ absl::StatusOr<PackedLookupsReader> PackedLookupsReader::Open(const v1::PackedLo
                             packed.data_endpoints_size(), " data endpoints"));
   }
   if (!packed.capabilities().empty() && packed.capabilities().size() != n * kPackedCapabilitySize) {
-    return bad(absl::StrCat(n, " replicas but ", packed.capabilities().size(),
-                            " bytes of capabilities"));
+    return bad(
+        absl::StrCat(n, " replicas but ", packed.capabilities().size(), " bytes of capabilities"));
   }
   for (uint32_t owner : packed.owners()) {
     if (owner >= static_cast<uint32_t>(packed.client_ids_size())) {
@@ -193,8 +193,8 @@ void PackedLookupsReader::Unpack(size_t row, v1::KeyReplicas* out) const {
     replica->set_segment_id(p.segment_ids(j));
     replica->set_offset(p.offsets(j));
     if (!p.capabilities().empty()) {
-      const std::string_view cap =
-          std::string_view(p.capabilities()).substr(i * kPackedCapabilitySize, kPackedCapabilitySize);
+      const std::string_view cap = std::string_view(p.capabilities())
+                                       .substr(i * kPackedCapabilitySize, kPackedCapabilitySize);
       if (cap.find_first_not_of('\0') != std::string_view::npos) {
         replica->set_capability(cap.data(), cap.size());
       }

@@ -62,9 +62,9 @@ class ShmBuffer {
       void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (p != MAP_FAILED) base_ = static_cast<char*>(p);
     }
-    absl::StatusOr<std::string> handle =
-        base_ == nullptr ? absl::InternalError("cannot map shared memory")
-                         : session_->Register(fd, size);
+    absl::StatusOr<std::string> handle = base_ == nullptr
+                                             ? absl::InternalError("cannot map shared memory")
+                                             : session_->Register(fd, size);
     close(fd);
     if (!handle.ok()) {
       std::fprintf(ctx_.err, "registering a buffer: %s\n", handle.status().ToString().c_str());
@@ -258,8 +258,10 @@ int CmdRemove(const AdminContext& ctx, const std::vector<std::string>& keys) {
 int CmdGenSecret(const AdminContext& ctx, const std::string& path) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
-    std::fprintf(ctx.err, "gen-secret: cannot create %s: %s (an existing file is never "
-                 "overwritten)\n", path.c_str(), std::strerror(errno));
+    std::fprintf(ctx.err,
+                 "gen-secret: cannot create %s: %s (an existing file is never "
+                 "overwritten)\n",
+                 path.c_str(), std::strerror(errno));
     return 1;
   }
   std::string line = auth::NewSecret() + "\n";

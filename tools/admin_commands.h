@@ -25,8 +25,8 @@ struct AdminContext {
   FILE* err = stderr;
 };
 
-// Writes a fresh cluster secret (common/auth.h NewSecret) to `path`, created with mode 0600; refuses
-// to overwrite an existing file.
+// Writes a fresh cluster secret (common/auth.h NewSecret) to `path`, created with mode 0600;
+// refuses to overwrite an existing file.
 int CmdGenSecret(const AdminContext& ctx, const std::string& path);
 
 int CmdStatus(const AdminContext& ctx);

@@ -18,10 +18,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/util.h"
 #include "tools/mc_bench_baseline.h"
 #include "tools/mc_bench_prefix.h"
 #include "tools/mc_bench_store.h"
-#include "common/util.h"
 
 ABSL_FLAG(std::string, client, "", "mc-client Store address gets go through: HOST:PORT or unix:PATH");
 ABSL_FLAG(std::string, put_client, "", "mc-client Store address puts go through (default --client)");

@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "mcstore/v1/store.grpc.pb.h"
-#include "tools/store_channel.h"
 #include "proto/packed_lookups.h"
 #include "tools/mc_bench_pattern.h"
 #include "tools/mc_bench_stats.h"
+#include "tools/store_channel.h"
 
 namespace mc::bench {
 

@@ -19,9 +19,9 @@
 #include "absl/strings/str_format.h"
 #include "client/fd_session.h"
 #include "mcstore/v1/store.grpc.pb.h"
-#include "tools/store_channel.h"
 #include "tools/mc_bench_pattern.h"
 #include "tools/mc_bench_stats.h"
+#include "tools/store_channel.h"
 
 namespace mc::bench {
 
@@ -48,8 +48,10 @@ std::unique_ptr<client::FdSession> OpenSession(const std::string& target,
                                                const std::string& fd_socket, FILE* out) {
   std::string path = fd_socket.empty() ? client::DefaultFdSocket(target) : fd_socket;
   if (path.empty()) {
-    std::fprintf(out, "mc-bench: shm buffers of %s need its fd socket: --client unix:PATH, or "
-                 "--fd_socket / --put_fd_socket (or --shm=false)\n", target.c_str());
+    std::fprintf(out,
+                 "mc-bench: shm buffers of %s need its fd socket: --client unix:PATH, or "
+                 "--fd_socket / --put_fd_socket (or --shm=false)\n",
+                 target.c_str());
     return nullptr;
   }
   auto session = client::FdSession::Open(path);
@@ -201,10 +203,8 @@ class Runner {
     const std::string get_owner = get_session_ ? get_session_->owner() : "";
     const std::string put_owner = put_session != nullptr ? put_session->owner() : "";
     for (int t = 0; t < o_.threads; ++t) {
-      get_stubs_.push_back(
-          v1::Store::NewStub(MakeChannel(o_.client, o_.store_token, get_owner)));
-      put_stubs_.push_back(
-          v1::Store::NewStub(MakeChannel(put_target, o_.store_token, put_owner)));
+      get_stubs_.push_back(v1::Store::NewStub(MakeChannel(o_.client, o_.store_token, get_owner)));
+      put_stubs_.push_back(v1::Store::NewStub(MakeChannel(put_target, o_.store_token, put_owner)));
     }
     slot_count_ = static_cast<uint64_t>(o_.threads) * static_cast<uint64_t>(o_.batch);
     if (!shm_.Create(slot_count_ * o_.value_size, out_)) return false;

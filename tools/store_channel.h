@@ -31,8 +31,7 @@ class AddCallMetadata final : public grpc::experimental::Interceptor {
   std::shared_ptr<const CallMetadata> md_;
 };
 
-class AddCallMetadataFactory final
-    : public grpc::experimental::ClientInterceptorFactoryInterface {
+class AddCallMetadataFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
   explicit AddCallMetadataFactory(std::shared_ptr<const CallMetadata> md) : md_(std::move(md)) {}
   grpc::experimental::Interceptor* CreateClientInterceptor(

@@ -91,8 +91,8 @@ void TransportRegistry::AddCuda(const TransferEngineOptions& options,
     transport = cuda::CudaTransport::Create(c, *std::move(api), local_segments);
   }
   if (!transport.ok()) {
-    Logger("transfer").warn("no cuda transport ({}); GPU buffers unavailable",
-                            transport.status().ToString());
+    Logger("transfer")
+        .warn("no cuda transport ({}); GPU buffers unavailable", transport.status().ToString());
     return;
   }
   cuda_ = transport->get();

@@ -96,12 +96,30 @@ class FakeCudaApi final : public CudaApi {
     advance_ms_ = ms;
   }
 
-  uint64_t batch_calls() const { absl::MutexLock l(&mu_); return batch_calls_; }
-  uint64_t copies() const { absl::MutexLock l(&mu_); return copies_; }
-  uint64_t hash_launches() const { absl::MutexLock l(&mu_); return hash_launches_; }
-  uint64_t imports_open() const { absl::MutexLock l(&mu_); return imports_open_; }
-  size_t host_registered() const { absl::MutexLock l(&mu_); return host_registered_.size(); }
-  size_t live_events() const { absl::MutexLock l(&mu_); return events_.size(); }
+  uint64_t batch_calls() const {
+    absl::MutexLock l(&mu_);
+    return batch_calls_;
+  }
+  uint64_t copies() const {
+    absl::MutexLock l(&mu_);
+    return copies_;
+  }
+  uint64_t hash_launches() const {
+    absl::MutexLock l(&mu_);
+    return hash_launches_;
+  }
+  uint64_t imports_open() const {
+    absl::MutexLock l(&mu_);
+    return imports_open_;
+  }
+  size_t host_registered() const {
+    absl::MutexLock l(&mu_);
+    return host_registered_.size();
+  }
+  size_t live_events() const {
+    absl::MutexLock l(&mu_);
+    return events_.size();
+  }
 
   // --- CudaApi ---
   absl::StatusOr<int> DeviceCount() override {

@@ -75,10 +75,12 @@ class FakeMasterClient final : public MasterClient {
 
   absl::Status RegisterClient(const v1::RegisterClientRequest& req,
                               v1::RegisterClientResponse* resp) override {
-    return Forward(Rpc::kRegisterClient, [&] { return grpc_->DoRegisterClient(master::Caller{}, &req, resp); });
+    return Forward(Rpc::kRegisterClient,
+                   [&] { return grpc_->DoRegisterClient(master::Caller{}, &req, resp); });
   }
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
-    return Forward(Rpc::kHeartbeat, [&] { return grpc_->DoHeartbeat(master::Caller{}, &req, resp); });
+    return Forward(Rpc::kHeartbeat,
+                   [&] { return grpc_->DoHeartbeat(master::Caller{}, &req, resp); });
   }
   absl::Status UnregisterClient(const v1::UnregisterClientRequest& req) override {
     v1::UnregisterClientResponse resp;
@@ -92,7 +94,8 @@ class FakeMasterClient final : public MasterClient {
     return Forward(Rpc::kPutEnd, [&] { return grpc_->DoPutEnd(master::Caller{}, &req, resp); });
   }
   absl::Status PutRevoke(const v1::PutRevokeRequest& req, v1::PutRevokeResponse* resp) override {
-    return Forward(Rpc::kPutRevoke, [&] { return grpc_->DoPutRevoke(master::Caller{}, &req, resp); });
+    return Forward(Rpc::kPutRevoke,
+                   [&] { return grpc_->DoPutRevoke(master::Caller{}, &req, resp); });
   }
   absl::Status GetReplicas(const v1::GetReplicasRequest& req,
                            v1::GetReplicasResponse* resp) override {
@@ -105,8 +108,8 @@ class FakeMasterClient final : public MasterClient {
       stripped.clear_packed();
       sent = &stripped;
     }
-    absl::Status s =
-        Forward(Rpc::kGetReplicas, [&] { return grpc_->DoGetReplicas(master::Caller{}, sent, resp); });
+    absl::Status s = Forward(Rpc::kGetReplicas,
+                             [&] { return grpc_->DoGetReplicas(master::Caller{}, sent, resp); });
     std::function<void(v1::GetReplicasResponse*)> hook;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -117,7 +120,8 @@ class FakeMasterClient final : public MasterClient {
   }
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
     v1::ReleaseLeasesResponse resp;
-    return Forward(Rpc::kReleaseLeases, [&] { return grpc_->DoReleaseLeases(master::Caller{}, &req, &resp); });
+    return Forward(Rpc::kReleaseLeases,
+                   [&] { return grpc_->DoReleaseLeases(master::Caller{}, &req, &resp); });
   }
   absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
     return Forward(Rpc::kExist, [&] { return grpc_->DoExist(master::Caller{}, &req, resp); });
@@ -142,10 +146,12 @@ class FakeMasterClient final : public MasterClient {
   }
   absl::Status PromoteStart(const v1::PromoteStartRequest& req,
                             v1::PromoteStartResponse* resp) override {
-    return Forward(Rpc::kPromoteStart, [&] { return grpc_->DoPromoteStart(master::Caller{}, &req, resp); });
+    return Forward(Rpc::kPromoteStart,
+                   [&] { return grpc_->DoPromoteStart(master::Caller{}, &req, resp); });
   }
   absl::Status PromoteEnd(const v1::PromoteEndRequest& req, v1::PromoteEndResponse* resp) override {
-    return Forward(Rpc::kPromoteEnd, [&] { return grpc_->DoPromoteEnd(master::Caller{}, &req, resp); });
+    return Forward(Rpc::kPromoteEnd,
+                   [&] { return grpc_->DoPromoteEnd(master::Caller{}, &req, resp); });
   }
 
  private:

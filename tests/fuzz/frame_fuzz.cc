@@ -28,8 +28,7 @@ namespace {
 using namespace mc::transfer;
 
 struct Fixture {
-  explicit Fixture(bool authenticated)
-      : memory(4096, 'S'), verifier({}, mc::RealClock::Get()) {
+  explicit Fixture(bool authenticated) : memory(4096, 'S'), verifier({}, mc::RealClock::Get()) {
     mc::SetLogLevel("off");
     table.Add(5, memory.data(), memory.size());
     tcp::TcpDataServerOptions o;

@@ -39,8 +39,8 @@ struct CopyOp {
 
 // How a process shares device memory with the daemon.
 enum class GpuHandleKind : uint8_t {
-  kCudaIpc = 1,      // cudaIpcGetMemHandle: 64 opaque bytes; same device ordinal in both
-  kPosixFd = 2,      // cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR): an fd (SCM_RIGHTS)
+  kCudaIpc = 1,  // cudaIpcGetMemHandle: 64 opaque bytes; same device ordinal in both
+  kPosixFd = 2,  // cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR): an fd (SCM_RIGHTS)
 };
 
 // A peer's device memory opened in this process.

@@ -33,12 +33,11 @@ absl::StatusOr<std::unique_ptr<CudaApi>> OpenCudaApi() {
 namespace {
 
 absl::Status CudaError(cudaError_t e, const char* what) {
-  return McError(e == cudaErrorDevicesUnavailable || e == cudaErrorNoDevice ||
-                         e == cudaErrorInsufficientDriver
-                     ? Code::kUnavailable
-                     : Code::kTransferFailed,
-                 std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                     ")");
+  return McError(
+      e == cudaErrorDevicesUnavailable || e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver
+          ? Code::kUnavailable
+          : Code::kTransferFailed,
+      std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
 #define MC_CUDA_RETURN(call, what)                        \
@@ -83,8 +82,7 @@ class CudartApi final : public CudaApi {
               Entry("cuMemGetAllocationGranularity", &vmm_.granularity) &&
               Entry("cuMemAddressReserve", &vmm_.reserve) && Entry("cuMemMap", &vmm_.map) &&
               Entry("cuMemSetAccess", &vmm_.set_access) && Entry("cuMemUnmap", &vmm_.unmap) &&
-              Entry("cuMemAddressFree", &vmm_.address_free) &&
-              Entry("cuMemRelease", &vmm_.release);
+              Entry("cuMemAddressFree", &vmm_.address_free) && Entry("cuMemRelease", &vmm_.release);
   }
 
   absl::StatusOr<int> DeviceCount() override {
@@ -118,8 +116,8 @@ class CudartApi final : public CudaApi {
       CUdeviceptr base = 0;
       size_t extent = 0;
       const auto addr = reinterpret_cast<CUdeviceptr>(p);
-      if (!cuMemGetAddressRangeFn(addr, &base, &extent) || addr < base ||
-          addr - base > extent || size > extent - (addr - base)) {
+      if (!cuMemGetAddressRangeFn(addr, &base, &extent) || addr < base || addr - base > extent ||
+          size > extent - (addr - base)) {
         cudaIpcCloseMemHandle(p);
         return McError(Code::kInvalidArgument,
                        "cuda allocation smaller than claimed (or its extent is unknown)");
@@ -189,8 +187,7 @@ class CudartApi final : public CudaApi {
   }
 
   absl::Status HostRegister(void* base, uint64_t length) override {
-    MC_CUDA_RETURN(cudaHostRegister(base, length, cudaHostRegisterPortable),
-                   "cudaHostRegister");
+    MC_CUDA_RETURN(cudaHostRegister(base, length, cudaHostRegisterPortable), "cudaHostRegister");
     return absl::OkStatus();
   }
   void HostUnregister(void* base) override { cudaHostUnregister(base); }
@@ -241,9 +238,8 @@ class CudartApi final : public CudaApi {
                    "cudaMemcpyBatchAsync");
 #else
     size_t fail_index = 0;
-    MC_CUDA_RETURN(cudaMemcpyBatchAsync(dsts.data(), const_cast<void**>(srcs.data()),
-                                        sizes.data(), ops.size(), &attr, &attr_index, 1,
-                                        &fail_index, s),
+    MC_CUDA_RETURN(cudaMemcpyBatchAsync(dsts.data(), const_cast<void**>(srcs.data()), sizes.data(),
+                                        ops.size(), &attr, &attr_index, 1, &fail_index, s),
                    "cudaMemcpyBatchAsync");
 #endif
 #else

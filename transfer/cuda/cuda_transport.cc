@@ -14,8 +14,9 @@ CudaTransport::CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaA
                              SegmentTable& segments)
     : options_(std::move(options)), api_(std::move(api)), segments_(segments) {}
 
-absl::StatusOr<std::unique_ptr<CudaTransport>> CudaTransport::Create(
-    CudaTransportOptions options, std::unique_ptr<CudaApi> api, SegmentTable& segments) {
+absl::StatusOr<std::unique_ptr<CudaTransport>> CudaTransport::Create(CudaTransportOptions options,
+                                                                     std::unique_ptr<CudaApi> api,
+                                                                     SegmentTable& segments) {
   std::unique_ptr<CudaTransport> t(new CudaTransport(std::move(options), std::move(api), segments));
   MC_ASSIGN_OR_RETURN(t->mover_, GpuMover::Create(*t->api_, t->options_.mover));
   return t;
@@ -29,8 +30,9 @@ CudaTransport::~CudaTransport() {
 
 absl::Status CudaTransport::RegisterMemory(void* base, uint64_t length) {
   if (absl::Status s = api_->HostRegister(base, length); !s.ok()) {
-    Logger("transfer").warn("cuda: cannot pin {} bytes at {} ({}); GPU copies will be staged",
-                            length, base, s.ToString());
+    Logger("transfer")
+        .warn("cuda: cannot pin {} bytes at {} ({}); GPU copies will be staged", length, base,
+              s.ToString());
     return absl::OkStatus();
   }
   absl::MutexLock lock(&mu_);

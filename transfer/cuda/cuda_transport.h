@@ -35,8 +35,8 @@ class CudaTransport final : public Transport {
   ~CudaTransport() override;
 
   std::string_view name() const override { return "cuda"; }
-  void Submit(std::span<const TransferRequest* const> requests,
-              std::span<TransferResult> results, int64_t deadline_ms) override;
+  void Submit(std::span<const TransferRequest* const> requests, std::span<TransferResult> results,
+              int64_t deadline_ms) override;
   // Pins a host segment for DMA. A failure is logged and ignored: copies then go staged.
   absl::Status RegisterMemory(void* base, uint64_t length) override;
   void UnregisterMemory(void* base) override;
@@ -51,8 +51,7 @@ class CudaTransport final : public Transport {
   GpuMover& mover() { return *mover_; }
 
  private:
-  CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaApi> api,
-                SegmentTable& segments);
+  CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaApi> api, SegmentTable& segments);
   bool IsDevice(const char* p, uint64_t length) const;
 
   const CudaTransportOptions options_;

@@ -46,11 +46,11 @@ struct GpuMover::Plan {
     Submission hash;             // the kernel's fence (first/end unused)
     bool hash_enqueued = false;
     bool hash_done = false;
-    std::vector<Event> events;   // every event recorded on the stream, in order
-    size_t limit = 0;            // submissions that may complete (an enqueue failure cuts it)
-    size_t next = 0;             // first submission not yet known done
-    bool async_failed = false;   // an event reported an error: nothing further is known
-    absl::Status error;          // the first failure of this lane
+    std::vector<Event> events;  // every event recorded on the stream, in order
+    size_t limit = 0;           // submissions that may complete (an enqueue failure cuts it)
+    size_t next = 0;            // first submission not yet known done
+    bool async_failed = false;  // an event reported an error: nothing further is known
+    absl::Status error;         // the first failure of this lane
     bool Finished() const {
       return async_failed || (next == limit && (!hash_enqueued || hash_done));
     }
@@ -65,8 +65,7 @@ GpuMover::GpuMover(CudaApi& api, GpuMoverOptions options)
       options_(options),
       clock_(options.clock != nullptr ? *options.clock : RealClock::Get()) {}
 
-absl::StatusOr<std::unique_ptr<GpuMover>> GpuMover::Create(CudaApi& api,
-                                                           GpuMoverOptions options) {
+absl::StatusOr<std::unique_ptr<GpuMover>> GpuMover::Create(CudaApi& api, GpuMoverOptions options) {
   if (options.streams < 1 || options.streams_per_move < 1 || options.max_ops_per_batch < 1) {
     return McError(Code::kInvalidArgument, "gpu mover: streams and batch sizes must be >= 1");
   }
@@ -75,8 +74,8 @@ absl::StatusOr<std::unique_ptr<GpuMover>> GpuMover::Create(CudaApi& api,
     auto lane = std::make_unique<Lane>();
     MC_ASSIGN_OR_RETURN(lane->stream, api.CreateStream(options.device));
     mover->lanes_.push_back(std::move(lane));
-    MC_RETURN_IF_ERROR(mover->EnsureHashCapacity(*mover->lanes_.back(),
-                                                 options.max_hashes_per_stream));
+    MC_RETURN_IF_ERROR(
+        mover->EnsureHashCapacity(*mover->lanes_.back(), options.max_hashes_per_stream));
   }
   absl::MutexLock lock(&mover->mu_);
   for (auto& lane : mover->lanes_) mover->idle_.push_back(lane.get());
@@ -202,7 +201,8 @@ void GpuMover::Wait(Plan& plan, int64_t deadline_ms) {
         absl::StatusOr<bool> done = api_.QueryEvent(lp.subs[lp.next].event);
         if (!done.ok()) {
           lp.async_failed = true;
-          lp.error = McError(Code::kTransferFailed, "cuda: " + std::string(done.status().message()));
+          lp.error =
+              McError(Code::kTransferFailed, "cuda: " + std::string(done.status().message()));
         } else if (*done) {
           lp.subs[lp.next++].done = true;
         } else {
@@ -242,8 +242,8 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
   for (size_t i = 0; i < requests.size(); ++i) {
     const GpuMoveRequest& r = requests[i];
     if (r.hash_destination && r.copies.size() != 1) {
-      plan.invalid[i] = McError(Code::kInvalidArgument,
-                                "device hash needs exactly one contiguous destination");
+      plan.invalid[i] =
+          McError(Code::kInvalidArgument, "device hash needs exactly one contiguous destination");
       continue;
     }
     for (const CopyOp& c : r.copies) total += c.length;
@@ -365,9 +365,11 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
     res.status = absl::OkStatus();
   }
   if (abandoned) {
-    Logger("transfer").error("cuda: streams still busy {} ms after a deadline or error; device "
-                             "{} declared lost, GPU transfers disabled",
-                             options_.drain_grace_ms, options_.device);
+    Logger("transfer")
+        .error(
+            "cuda: streams still busy {} ms after a deadline or error; device "
+            "{} declared lost, GPU transfers disabled",
+            options_.drain_grace_ms, options_.device);
   }
   ReleaseLanes(lanes, abandoned);
   return results;

@@ -41,14 +41,14 @@
 namespace mc::transfer::cuda {
 
 struct GpuMoverOptions {
-  int device = 0;                      // CUDA ordinal of the device memory this mover serves
-  int streams = 4;                     // streams owned by the mover (shared by all callers)
-  int streams_per_move = 4;            // most streams one Move() spreads its copies over
-  uint32_t max_ops_per_batch = 1024;   // copies per batched submission
+  int device = 0;                         // CUDA ordinal of the device memory this mover serves
+  int streams = 4;                        // streams owned by the mover (shared by all callers)
+  int streams_per_move = 4;               // most streams one Move() spreads its copies over
+  uint32_t max_ops_per_batch = 1024;      // copies per batched submission
   uint32_t max_hashes_per_stream = 4096;  // destinations one stream hashes per Move (grows)
-  int64_t drain_grace_ms = 5000;       // after a deadline or error: wait this long for idle
-  int poll_interval_us = 10;           // sleep between event polls (0 = spin)
-  Clock* clock = nullptr;              // null = RealClock
+  int64_t drain_grace_ms = 5000;          // after a deadline or error: wait this long for idle
+  int poll_interval_us = 10;              // sleep between event polls (0 = spin)
+  Clock* clock = nullptr;                 // null = RealClock
 };
 
 struct GpuMoveRequest {

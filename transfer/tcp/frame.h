@@ -33,7 +33,7 @@
 namespace mc::transfer::tcp {
 
 inline constexpr uint32_t kFrameMagic = 0x4654434D;  // bytes "MCTF"
-inline constexpr uint16_t kFrameVersion = 2;  // 2: capability block, AUTH op
+inline constexpr uint16_t kFrameVersion = 2;         // 2: capability block, AUTH op
 inline constexpr size_t kFrameHeaderSize = 48;
 inline constexpr uint64_t kDefaultMaxFrameLength = uint64_t{1} << 30;  // 1 GiB
 inline constexpr uint16_t kResponseBit = 0x8000;

@@ -55,13 +55,20 @@ std::string_view View(const auth::Mac& mac) {
 
 std::string_view HandshakeFailureName(HandshakeFailure failure) {
   switch (failure) {
-    case HandshakeFailure::kNone: return "none";
-    case HandshakeFailure::kNoHandshake: return "no_handshake";
-    case HandshakeFailure::kMalformed: return "malformed";
-    case HandshakeFailure::kBadMac: return "bad_mac";
-    case HandshakeFailure::kTimeout: return "timeout";
-    case HandshakeFailure::kClosed: return "closed";
-    case HandshakeFailure::kCount: break;
+    case HandshakeFailure::kNone:
+      return "none";
+    case HandshakeFailure::kNoHandshake:
+      return "no_handshake";
+    case HandshakeFailure::kMalformed:
+      return "malformed";
+    case HandshakeFailure::kBadMac:
+      return "bad_mac";
+    case HandshakeFailure::kTimeout:
+      return "timeout";
+    case HandshakeFailure::kClosed:
+      return "closed";
+    case HandshakeFailure::kCount:
+      break;
   }
   return "invalid";
 }
@@ -107,13 +114,14 @@ absl::Status RecvAllBy(int fd, void* data, size_t length, int64_t deadline_ms) {
 
 absl::Status ClientHandshake(int fd, const auth::ClusterKeys& keys, int64_t deadline_ms) {
   const std::string nc = auth::RandomBytes(kHandshakeNonceSize);
-  MC_RETURN_IF_ERROR(SendFrame(fd, MakeRequest(FrameOp::kAuth, 1, 0, 0, nc.size()), nc,
-                               deadline_ms));
+  MC_RETURN_IF_ERROR(
+      SendFrame(fd, MakeRequest(FrameOp::kAuth, 1, 0, 0, nc.size()), nc, deadline_ms));
   // Step 2: the server's nonce and proof.
   uint8_t buf[kFrameHeaderSize];
   MC_RETURN_IF_ERROR(RecvAllBy(fd, buf, sizeof(buf), deadline_ms));
   absl::StatusOr<FrameHeader> h = DecodeFrameHeader(buf, sizeof(buf), 1024);
-  if (!h.ok()) return McError(Code::kTransferFailed, absl::StrCat("handshake: ", h.status().message()));
+  if (!h.ok())
+    return McError(Code::kTransferFailed, absl::StrCat("handshake: ", h.status().message()));
   if (!h->is_response() || h->base_op() != static_cast<uint16_t>(FrameOp::kAuth) ||
       h->request_id != 1) {
     return McError(Code::kTransferFailed, "handshake: the server answered another op");
@@ -186,8 +194,8 @@ HandshakeFailure ServerHandshake(int fd, const auth::ClusterKeys& keys, int64_t 
   const auth::Mac proof = keys.Sign(auth::Purpose::kDataPlane, Transcript(kServerLabel, nc, ns));
   std::string reply = ns;
   reply.append(View(proof));
-  if (absl::Status s = SendFrame(fd, MakeResponse(hello, Code::kOk, reply.size()), reply,
-                                 deadline_ms);
+  if (absl::Status s =
+          SendFrame(fd, MakeResponse(hello, Code::kOk, reply.size()), reply, deadline_ms);
       !s.ok()) {
     return io_failure(s);
   }
@@ -206,9 +214,8 @@ HandshakeFailure ServerHandshake(int fd, const auth::ClusterKeys& keys, int64_t 
   const bool ok = keys.Verify(auth::Purpose::kDataPlane, Transcript(kClientLabel, nc, ns),
                               theirs.data(), theirs.size());
   // The verdict either way (best effort on failure: the connection closes next).
-  const absl::Status sent =
-      SendFrame(fd, MakeResponse(step3, ok ? Code::kOk : Code::kPermissionDenied, 0), {},
-                deadline_ms);
+  const absl::Status sent = SendFrame(
+      fd, MakeResponse(step3, ok ? Code::kOk : Code::kPermissionDenied, 0), {}, deadline_ms);
   if (!ok) {
     *detail = "the requester's proof does not verify under our cluster secret";
     return HandshakeFailure::kBadMac;

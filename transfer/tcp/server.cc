@@ -328,16 +328,19 @@ absl::Status TcpDataServer::CheckCapability(Conn& conn, const FrameHeader& reque
   auth::CapabilityBytes cap;
   MC_RETURN_IF_ERROR(stream.ReadExact(cap.data(), cap.size()));
   if (options_.cluster_keys == nullptr) return absl::OkStatus();  // --auth=false
-  auth::FrameAccess access{.segment_id = request.segment_id,
-                           .offset = request.offset,
-                           .length = request.length};
+  auth::FrameAccess access{
+      .segment_id = request.segment_id, .offset = request.offset, .length = request.length};
   switch (static_cast<FrameOp>(request.base_op())) {
-    case FrameOp::kWrite: access.right = auth::Right::kWrite; break;
+    case FrameOp::kWrite:
+      access.right = auth::Right::kWrite;
+      break;
     case FrameOp::kReadDisk:
       access.right = auth::Right::kReadDisk;
       access.key_tag = request.reserved;
       break;
-    default: access.right = auth::Right::kRead; break;
+    default:
+      access.right = auth::Right::kRead;
+      break;
   }
   const auth::Denial denial =
       options_.capabilities->Check(cap.data(), access, &conn.capability_cache);
@@ -346,8 +349,8 @@ absl::Status TcpDataServer::CheckCapability(Conn& conn, const FrameHeader& reque
   denials_[static_cast<int>(denial)]->Inc();
   MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
                "data-plane frame from {} refused ({}): op {} segment {} offset {} length {}",
-               conn.peer, auth::DenialName(denial), request.op, request.segment_id,
-               request.offset, request.length);
+               conn.peer, auth::DenialName(denial), request.op, request.segment_id, request.offset,
+               request.length);
   if (request.base_op() == static_cast<uint16_t>(FrameOp::kWrite)) {
     MC_RETURN_IF_ERROR(stream.Skip(request.length));
   }

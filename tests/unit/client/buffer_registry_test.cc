@@ -233,15 +233,13 @@ TEST(BufferRegistryOwners, PerOwnerLimitsNameTheirFlag) {
   ASSERT_TRUE(reg.Register(shm.name(), 4096, "alice").ok());
   auto big = reg.Register(shm.name(), 8192, "alice");
   EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(big.status().message().find("--store_max_buffer_bytes_per_caller"),
-            std::string::npos);
+  EXPECT_NE(big.status().message().find("--store_max_buffer_bytes_per_caller"), std::string::npos);
   ASSERT_TRUE(reg.Register(shm.name(), 4096, "alice").ok());
   auto third = reg.Register(shm.name(), 1, "alice");
   EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(third.status().message().find("--store_max_buffers_per_caller"), std::string::npos);
   EXPECT_TRUE(reg.Register(shm.name(), 4096, "bob").ok()) << "bob has limits of his own";
-  EXPECT_EQ(metrics.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "buffers"}})
-                .Value(),
+  EXPECT_EQ(metrics.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "buffers"}}).Value(),
             1u);
 }
 

@@ -205,15 +205,15 @@ TEST_F(FdChannel, MalformedMessagesAreAnsweredAndLeakNothing) {
     std::vector<int> fds;
   };
   std::vector<Case> cases = {
-      {"MCF1", {mem}},                                   // short
-      {Request(kFdOpRegister, 4096) + "x", {mem}},       // long
+      {"MCF1", {mem}},                                           // short
+      {Request(kFdOpRegister, 4096) + "x", {mem}},               // long
       {"XXXX" + Request(kFdOpRegister, 4096).substr(4), {mem}},  // bad magic
-      {Request(kFdOpRegister, 4096), {}},                // no fd
-      {Request(kFdOpRegister, 4096), {mem, mem}},        // two fds
-      {Request(kFdOpRegister, 4096), many},              // more than the daemon takes
-      {Request(kFdOpHello, 0), {mem}},                   // HELLO with an fd
-      {Request(99, 4096), {mem}},                        // unknown op
-      {std::string(300, 'M'), {mem}},                    // longer than any message
+      {Request(kFdOpRegister, 4096), {}},                        // no fd
+      {Request(kFdOpRegister, 4096), {mem, mem}},                // two fds
+      {Request(kFdOpRegister, 4096), many},                      // more than the daemon takes
+      {Request(kFdOpHello, 0), {mem}},                           // HELLO with an fd
+      {Request(99, 4096), {mem}},                                // unknown op
+      {std::string(300, 'M'), {mem}},                            // longer than any message
   };
   for (const Case& c : cases) {
     std::string reply = Ask(sock, c.msg, c.fds);
@@ -224,9 +224,9 @@ TEST_F(FdChannel, MalformedMessagesAreAnsweredAndLeakNothing) {
   EXPECT_EQ(HandleOf(Ask(sock, Request(kFdOpRegister, 4096), {mem})).size(), 32u)
       << "the session survives bad messages";
   close(mem);
-  EXPECT_EQ(metrics_.GetCounter("mc_store_fd_messages_total", "", {{"result", "bad_message"}})
-                .Value(),
-            cases.size());
+  EXPECT_EQ(
+      metrics_.GetCounter("mc_store_fd_messages_total", "", {{"result", "bad_message"}}).Value(),
+      cases.size());
 }
 
 TEST_F(FdChannel, ClosingTheSessionReleasesItsBuffers) {
@@ -281,9 +281,8 @@ TEST_F(FdChannel, PerCallerBufferLimitsAnswerResourceExhausted) {
   EXPECT_NE(reply.find("--store_max_buffers_per_caller"), std::string::npos) << reply;
   // Another session has limits of its own.
   EXPECT_EQ(Ask(Connect(), Request(kFdOpRegister, 0), {Memfd(4096)}).rfind("OK ", 0), 0u);
-  EXPECT_EQ(metrics_.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "buffers"}})
-                .Value(),
-            1u);
+  EXPECT_EQ(
+      metrics_.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "buffers"}}).Value(), 1u);
 }
 
 TEST_F(FdChannel, SocketFileHasTheConfiguredMode) {

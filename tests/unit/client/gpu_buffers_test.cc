@@ -54,10 +54,8 @@ TEST_F(GpuBuffersTest, SlicesOutsideTheBufferAreRejectedWithoutOverflow) {
   GpuBufferRef ref;
   EXPECT_EQ(ToCode(registry_.Resolve(*id, 1000, 1, &ref).status()), Code::kInvalidArgument);
   EXPECT_EQ(ToCode(registry_.Resolve(*id, 999, 2, &ref).status()), Code::kInvalidArgument);
-  EXPECT_EQ(ToCode(registry_.Resolve(*id, 1, ~uint64_t{0}, &ref).status()),
-            Code::kInvalidArgument);
-  EXPECT_EQ(ToCode(registry_.Resolve(*id, ~uint64_t{0}, 2, &ref).status()),
-            Code::kInvalidArgument);
+  EXPECT_EQ(ToCode(registry_.Resolve(*id, 1, ~uint64_t{0}, &ref).status()), Code::kInvalidArgument);
+  EXPECT_EQ(ToCode(registry_.Resolve(*id, ~uint64_t{0}, 2, &ref).status()), Code::kInvalidArgument);
   EXPECT_EQ(ToCode(registry_.Resolve(*id ^ 1, 0, 1, &ref).status()), Code::kInvalidArgument);
   EXPECT_EQ(ref, nullptr);
 }

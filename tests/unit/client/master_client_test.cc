@@ -290,7 +290,8 @@ class AuthenticatedMasterClientTest : public ::testing::Test {
     return s;
   }
   uint64_t AuthFailures(const std::string& reason) {
-    return server_->metrics().GetCounter("mc_master_auth_failures_total", "", {{"reason", reason}})
+    return server_->metrics()
+        .GetCounter("mc_master_auth_failures_total", "", {{"reason", reason}})
         .Value();
   }
 

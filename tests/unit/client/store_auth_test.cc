@@ -55,8 +55,7 @@ TEST(StoreAuth, TcpCallWithWrongTokenIsUnauthenticatedAndCounted) {
   for (const std::string& wrong : {std::string(40, 'x'), kToken + "x", kToken.substr(1)}) {
     EXPECT_EQ(auth.Check("ipv6:[::1]:4000", "Bearer " + wrong, "").code(),
               absl::StatusCode::kUnauthenticated);
-    EXPECT_EQ(auth.Check("ipv6:[::1]:4000", "", wrong).code(),
-              absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(auth.Check("ipv6:[::1]:4000", "", wrong).code(), absl::StatusCode::kUnauthenticated);
   }
   EXPECT_EQ(Failures(m, "wrong_token"), 6u);
 }
@@ -107,8 +106,7 @@ TEST(StoreAuth, TokenFileMustBePrivateAndLongEnough) {
   ASSERT_TRUE(token.ok()) << token.status();
   EXPECT_EQ(*token, kToken);
   TokenFile readable(kToken, 0640);
-  EXPECT_NE(LoadStoreToken(readable.path()).status().message().find("mode 0640"),
-            std::string::npos)
+  EXPECT_NE(LoadStoreToken(readable.path()).status().message().find("mode 0640"), std::string::npos)
       << LoadStoreToken(readable.path()).status();
   TokenFile world(kToken, 0604);
   EXPECT_FALSE(LoadStoreToken(world.path()).ok());
@@ -150,8 +148,7 @@ TEST(CallerLimits, InFlightRequestsPerCallerAreCapped) {
   EXPECT_EQ(a3.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(a3.status().message().find("--store_max_inflight_per_caller"), std::string::npos);
   EXPECT_TRUE(limits.Enter("b").ok()) << "another caller is not starved";
-  EXPECT_EQ(m.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "inflight"}}).Value(),
-            1u);
+  EXPECT_EQ(m.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "inflight"}}).Value(), 1u);
   { auto done = std::move(*a1); }
   EXPECT_EQ(limits.InFlight("a"), 1u);
   EXPECT_TRUE(limits.Enter("a").ok());

@@ -98,9 +98,9 @@ TEST_F(Verifier, GrantsExactlyTheRangeAndOp) {
   EXPECT_EQ(Check(cap, {Right::kRead, 7, 1000, 0}), Denial::kNone);
   EXPECT_EQ(Check(cap, {Right::kRead, 7, 999, 10}), Denial::kOutOfRange);
   EXPECT_EQ(Check(cap, {Right::kRead, 7, 1400, 101}), Denial::kOutOfRange);
-  EXPECT_EQ(Check(cap, {Right::kRead, 7, 0, 64 << 20}), Denial::kOutOfRange);  // whole segment
+  EXPECT_EQ(Check(cap, {Right::kRead, 7, 0, 64 << 20}), Denial::kOutOfRange);    // whole segment
   EXPECT_EQ(Check(cap, {Right::kRead, 7, UINT64_MAX, 2}), Denial::kOutOfRange);  // wraps
-  EXPECT_EQ(Check(cap, {Right::kRead, 8, 1000, 500}), Denial::kOutOfRange);  // other segment
+  EXPECT_EQ(Check(cap, {Right::kRead, 8, 1000, 500}), Denial::kOutOfRange);      // other segment
   EXPECT_EQ(Check(cap, {Right::kWrite, 7, 1000, 500}), Denial::kWrongOp);
 }
 
@@ -110,7 +110,8 @@ TEST_F(Verifier, ForgedOrForeignMacIsRefused) {
   widened[24] = 0xff;  // length 255: the MAC no longer matches
   EXPECT_EQ(Check(widened, {Right::kRead, 7, 0, 200}), Denial::kBadMac);
   // Minted under another owner's key (what a member could do with its own key).
-  auto foreign = MintCapability(OwnerKey(KeyBytes('o')), {Right::kRead, 0, 7, 0, 100, 1, 1'005'000});
+  auto foreign =
+      MintCapability(OwnerKey(KeyBytes('o')), {Right::kRead, 0, 7, 0, 100, 1, 1'005'000});
   EXPECT_EQ(Check(foreign, {Right::kRead, 7, 0, 100}), Denial::kBadMac);
   CapabilityBytes zeros{};
   EXPECT_EQ(Check(zeros, {Right::kRead, 7, 0, 100}), Denial::kMalformed);
@@ -137,8 +138,8 @@ TEST_F(Verifier, ANewKeyVoidsCapabilitiesOfTheOldAndTheCache) {
 }
 
 TEST_F(Verifier, ReadDiskNamesExactlyOneRecord) {
-  const auto cap = Mint({Right::kReadDisk, 0xabc, /*generation=*/9, /*locator=*/77, 4096, 9,
-                         1'005'000});
+  const auto cap =
+      Mint({Right::kReadDisk, 0xabc, /*generation=*/9, /*locator=*/77, 4096, 9, 1'005'000});
   EXPECT_EQ(Check(cap, {Right::kReadDisk, 9, 77, 4096, 0xabc}), Denial::kNone);
   EXPECT_EQ(Check(cap, {Right::kReadDisk, 9, 78, 4096, 0xabc}), Denial::kOutOfRange);
   EXPECT_EQ(Check(cap, {Right::kReadDisk, 9, 77, 4096, 0xabd}), Denial::kOutOfRange);

@@ -43,10 +43,7 @@ class ProofTest : public ::testing::Test {
     o.unix_now_ms = [this] { return now_.load(); };
     return o;
   }
-  ProofTest()
-      : auth_(Keys({kSecretA}),
-              Options(),
-              metrics_) {}
+  ProofTest() : auth_(Keys({kSecretA}), Options(), metrics_) {}
 
   absl::Status Check(const std::string& proof, std::string_view id = "c1",
                      std::string_view endpoint = "10.0.0.1:7000",
@@ -80,8 +77,7 @@ TEST_F(ProofTest, AProofUnderAnotherSecretIsRefused) {
 }
 
 TEST_F(ProofTest, DuringARotationBothSecretsVerify) {
-  RpcAuthenticator rotating(Keys({kSecretB, kSecretA}),
-                            FixedClockOptions(), metrics_);
+  RpcAuthenticator rotating(Keys({kSecretB, kSecretA}), FixedClockOptions(), metrics_);
   AuthFailure reason;
   EXPECT_TRUE(rotating
                   .CheckProof(Proof(*Keys({kSecretA})), auth::ProofRole::kRegister, "c1",

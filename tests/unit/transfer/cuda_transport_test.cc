@@ -59,8 +59,8 @@ TEST_F(CudaTransportTest, ReadsIntoGpuMemoryInBatchesWithDeviceChecksums) {
   ASSERT_NE(engine_->cuda(), nullptr);
   EXPECT_EQ(fake_->host_registered(), 1u);  // the segment was pinned
   std::vector<TransferRequest> reads;
-  for (int i = 0; i < 256; ++i) reads.push_back(Req(OpKind::kRead, gpu_ + i * 16384, 16384,
-                                                    i * 16384, true));
+  for (int i = 0; i < 256; ++i)
+    reads.push_back(Req(OpKind::kRead, gpu_ + i * 16384, 16384, i * 16384, true));
   auto results = engine_->Submit(reads);
   for (int i = 0; i < 256; ++i) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status;
@@ -74,8 +74,8 @@ TEST_F(CudaTransportTest, ReadsIntoGpuMemoryInBatchesWithDeviceChecksums) {
 
 TEST_F(CudaTransportTest, WritesFromGpuMemoryLandInTheSegment) {
   for (int i = 0; i < 1000; ++i) gpu_[i] = static_cast<char>(255 - i);
-  auto results = engine_->Submit(std::vector<TransferRequest>{
-      Req(OpKind::kWrite, gpu_, 1000, 5 << 20)});
+  auto results =
+      engine_->Submit(std::vector<TransferRequest>{Req(OpKind::kWrite, gpu_, 1000, 5 << 20)});
   ASSERT_TRUE(results[0].status.ok());
   EXPECT_EQ(results[0].bytes, 1000u);
   EXPECT_EQ(std::memcmp(segment_.data() + (5 << 20), gpu_, 1000), 0);
@@ -83,8 +83,8 @@ TEST_F(CudaTransportTest, WritesFromGpuMemoryLandInTheSegment) {
 
 TEST_F(CudaTransportTest, AFailedCopyIsNeverOk) {
   fake_->FailNthCopy(0);
-  auto results = engine_->Submit(std::vector<TransferRequest>{
-      Req(OpKind::kRead, gpu_, 4096, 0, true)});
+  auto results =
+      engine_->Submit(std::vector<TransferRequest>{Req(OpKind::kRead, gpu_, 4096, 0, true)});
   EXPECT_EQ(ToCode(results[0].status), Code::kTransferFailed);
   EXPECT_EQ(results[0].bytes, 0u);
   EXPECT_FALSE(results[0].checksum.has_value());
@@ -94,22 +94,22 @@ TEST_F(CudaTransportTest, AShortCompletionYieldsAChecksumTheCallerRejects) {
   // The transport returns the hash of what landed; the batch path compares it with the
   // recorded one, so a short copy the driver called complete is a mismatch, never OK.
   fake_->ShortenNextCopy(100);
-  auto results = engine_->Submit(std::vector<TransferRequest>{
-      Req(OpKind::kRead, gpu_, 65536, 0, true)});
+  auto results =
+      engine_->Submit(std::vector<TransferRequest>{Req(OpKind::kRead, gpu_, 65536, 0, true)});
   ASSERT_TRUE(results[0].status.ok());
   EXPECT_NE(results[0].checksum, Checksum(segment_.data(), 65536));
 }
 
 TEST_F(CudaTransportTest, OutOfBoundsSegmentRangesAreRejectedBeforeAnyCopy) {
-  auto results = engine_->Submit(std::vector<TransferRequest>{
-      Req(OpKind::kRead, gpu_, 4096, (8 << 20) - 100)});
+  auto results = engine_->Submit(
+      std::vector<TransferRequest>{Req(OpKind::kRead, gpu_, 4096, (8 << 20) - 100)});
   EXPECT_EQ(ToCode(results[0].status), Code::kInvalidArgument);
   EXPECT_EQ(fake_->copies(), 0u);
 }
 
 TEST_F(CudaTransportTest, RemoteSegmentsAreRefusedLoudly) {
-  auto results = engine_->Submit(std::vector<TransferRequest>{
-      Req(OpKind::kRead, gpu_, 4096, 0, false, "10.0.0.2:7000")});
+  auto results = engine_->Submit(
+      std::vector<TransferRequest>{Req(OpKind::kRead, gpu_, 4096, 0, false, "10.0.0.2:7000")});
   EXPECT_EQ(ToCode(results[0].status), Code::kTransferFailed);
   EXPECT_NE(results[0].status.message().find("staging"), std::string::npos);
   EXPECT_EQ(fake_->copies(), 0u);
@@ -124,8 +124,8 @@ TEST_F(CudaTransportTest, ScatteredDeviceDestinationWithChecksumIsRejected) {
 
 TEST_F(CudaTransportTest, HostBuffersStillGoThroughTheLocalTransport) {
   std::vector<char> host(4096);
-  auto results = engine_->Submit(std::vector<TransferRequest>{
-      Req(OpKind::kRead, host.data(), host.size(), 0, true)});
+  auto results = engine_->Submit(
+      std::vector<TransferRequest>{Req(OpKind::kRead, host.data(), host.size(), 0, true)});
   ASSERT_TRUE(results[0].status.ok());
   EXPECT_EQ(fake_->copies(), 0u);
   EXPECT_EQ(results[0].checksum, Checksum(segment_.data(), 4096));

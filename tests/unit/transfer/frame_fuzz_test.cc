@@ -10,11 +10,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/auth.h"
+#include "common/capability.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "tests/unit/transfer/transfer_test_util.h"
-#include "common/auth.h"
-#include "common/capability.h"
 #include "transfer/tcp/frame.h"
 #include "transfer/tcp/handshake.h"
 #include "transfer/tcp/server.h"

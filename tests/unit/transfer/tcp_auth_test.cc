@@ -61,16 +61,18 @@ class AuthTest : public ::testing::Test {
     o.capabilities = &verifier_;
     o.handshake_timeout_ms = handshake_timeout_ms;
     server_ = std::make_unique<tcp::TcpDataServer>(o, table_);
-    ASSERT_TRUE(server_->RegisterOpHandler(FrameOp::kReadDisk,
-                                           [this](const FrameHeader& h, tcp::ServerStream& s) {
-                                             ++disk_reads_;
-                                             return s.Respond(h, Code::kNotFound);
-                                           })
+    ASSERT_TRUE(server_
+                    ->RegisterOpHandler(FrameOp::kReadDisk,
+                                        [this](const FrameHeader& h, tcp::ServerStream& s) {
+                                          ++disk_reads_;
+                                          return s.Respond(h, Code::kNotFound);
+                                        })
                     .ok());
     ASSERT_TRUE(server_->Start().ok());
     port_ = std::stoi(server_->endpoint().substr(server_->endpoint().rfind(':') + 1));
   }
-  std::unique_ptr<TransferEngine> Engine(auth::ClusterKeysPtr keys, uint64_t frame_bytes = 4 << 20) {
+  std::unique_ptr<TransferEngine> Engine(auth::ClusterKeysPtr keys,
+                                         uint64_t frame_bytes = 4 << 20) {
     TransferEngineOptions o;
     o.local_endpoint = "127.0.0.1:1";
     o.transport = "tcp";
@@ -80,13 +82,13 @@ class AuthTest : public ::testing::Test {
   }
   std::string Cap(Right right, uint64_t segment, uint64_t offset, uint64_t length,
                   int64_t expiry = kMasterNow + 1000, const std::string& key = "") {
-    const CapabilityBytes b = auth::MintCapability(
-        auth::OwnerKey(key.empty() ? owner_key_ : key),
-        Capability{right, 0, segment, offset, length, 1, expiry});
+    const CapabilityBytes b =
+        auth::MintCapability(auth::OwnerKey(key.empty() ? owner_key_ : key),
+                             Capability{right, 0, segment, offset, length, 1, expiry});
     return std::string(reinterpret_cast<const char*>(b.data()), b.size());
   }
-  TransferResult Submit(TransferEngine& engine, OpKind op, std::vector<char>& buf,
-                        uint64_t offset, std::string cap, uint64_t segment = kSegment) {
+  TransferResult Submit(TransferEngine& engine, OpKind op, std::vector<char>& buf, uint64_t offset,
+                        std::string cap, uint64_t segment = kSegment) {
     TransferRequest r{op, {{buf.data(), buf.size()}}, server_->endpoint(), segment, offset};
     r.capability = std::move(cap);
     return engine.Submit({&r, 1})[0];
@@ -106,7 +108,8 @@ class AuthTest : public ::testing::Test {
     tcp::EncodeFrameHeader(h, reinterpret_cast<uint8_t*>(bytes.data()));
     bytes += cap;
     bytes += payload;
-    ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+    ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
   }
   // True when the server closes `fd` within `ms` (any bytes before EOF are read and dropped).
   static bool ClosedWithin(int fd, int ms, size_t* got = nullptr) {
@@ -149,10 +152,12 @@ TEST_F(AuthTest, GrantedReadAndWriteWork) {
   StartServer();
   auto engine = Engine(keys_, /*frame_bytes=*/64 << 10);  // a 1 MiB object is 16 frames
   std::vector<char> out(1 << 20, 'w');
-  EXPECT_TRUE(Submit(*engine, OpKind::kWrite, out, 4096, Cap(Right::kWrite, kSegment, 4096, out.size()))
-                  .status.ok());
+  EXPECT_TRUE(
+      Submit(*engine, OpKind::kWrite, out, 4096, Cap(Right::kWrite, kSegment, 4096, out.size()))
+          .status.ok());
   std::vector<char> in(1 << 20, 0);
-  TransferResult r = Submit(*engine, OpKind::kRead, in, 4096, Cap(Right::kRead, kSegment, 4096, in.size()));
+  TransferResult r =
+      Submit(*engine, OpKind::kRead, in, 4096, Cap(Right::kRead, kSegment, 4096, in.size()));
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(in, out);
   for (int d = 1; d < static_cast<int>(auth::Denial::kCount); ++d) {
@@ -228,9 +233,9 @@ TEST_F(AuthTest, ForgedCapabilityIsRefusedAndTheConnectionStaysUsable) {
   StartServer();
   auto engine = Engine(keys_);
   std::vector<char> in(kSegmentBytes);
-  TransferResult r = Submit(*engine, OpKind::kRead, in, 0,
-                            Cap(Right::kRead, kSegment, 0, kSegmentBytes, kMasterNow + 1000,
-                                std::string(32, 'f')));
+  TransferResult r = Submit(
+      *engine, OpKind::kRead, in, 0,
+      Cap(Right::kRead, kSegment, 0, kSegmentBytes, kMasterNow + 1000, std::string(32, 'f')));
   EXPECT_EQ(ToCode(r.status), Code::kPermissionDenied) << r.status;
   std::string widened = Cap(Right::kRead, kSegment, 0, 4096);
   widened[24] = 0x7f;
@@ -239,7 +244,8 @@ TEST_F(AuthTest, ForgedCapabilityIsRefusedAndTheConnectionStaysUsable) {
             Code::kPermissionDenied);
   EXPECT_EQ(Denied(auth::Denial::kBadMac), 2u);
   std::vector<char> ok(4096);
-  EXPECT_TRUE(Submit(*engine, OpKind::kRead, ok, 0, Cap(Right::kRead, kSegment, 0, 4096)).status.ok());
+  EXPECT_TRUE(
+      Submit(*engine, OpKind::kRead, ok, 0, Cap(Right::kRead, kSegment, 0, 4096)).status.ok());
 }
 
 TEST_F(AuthTest, FrameWithoutCapabilityIsRefused) {
@@ -257,7 +263,8 @@ TEST_F(AuthTest, CapabilityForOneRangeDoesNotReachAnother) {
   auto engine = Engine(keys_);
   const std::string key_a = Cap(Right::kRead, kSegment, 0, 4096);
   std::vector<char> in(4096);
-  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kRead, in, 8192, key_a).status), Code::kPermissionDenied);
+  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kRead, in, 8192, key_a).status),
+            Code::kPermissionDenied);
   EXPECT_EQ(ToCode(Submit(*engine, OpKind::kRead, in, 0, key_a, /*segment=*/6).status),
             Code::kPermissionDenied);
   std::vector<char> more(8192);
@@ -282,10 +289,12 @@ TEST_F(AuthTest, WriteOutsideItsGrantTouchesNoByte) {
   StartServer();
   auto engine = Engine(keys_);
   std::vector<char> out(8192, 'X');
-  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kWrite, out, 0, Cap(Right::kWrite, kSegment, 0, 4096)).status),
-            Code::kPermissionDenied);
-  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kWrite, out, 0, Cap(Right::kRead, kSegment, 0, 8192)).status),
-            Code::kPermissionDenied);
+  EXPECT_EQ(
+      ToCode(Submit(*engine, OpKind::kWrite, out, 0, Cap(Right::kWrite, kSegment, 0, 4096)).status),
+      Code::kPermissionDenied);
+  EXPECT_EQ(
+      ToCode(Submit(*engine, OpKind::kWrite, out, 0, Cap(Right::kRead, kSegment, 0, 8192)).status),
+      Code::kPermissionDenied);
   EXPECT_EQ(ToCode(Submit(*engine, OpKind::kWrite, out, 0, "").status), Code::kPermissionDenied);
   EXPECT_TRUE(SegmentUntouched());
   EXPECT_EQ(Denied(auth::Denial::kOutOfRange), 1u);
@@ -316,8 +325,8 @@ TEST_F(AuthTest, ReadDiskNeedsItsOwnCapability) {
   r.capability = Cap(Right::kRead, 9, 77, 4096);  // a memory read grant is not a disk grant
   EXPECT_EQ(ToCode(engine->Submit({&r, 1})[0].status), Code::kPermissionDenied);
   EXPECT_EQ(disk_reads_, 0);
-  const CapabilityBytes b = auth::MintCapability(auth::OwnerKey(owner_key_),
-                                                 {Right::kReadDisk, 0xabc, 9, 77, 4096, 9, kMasterNow + 1000});
+  const CapabilityBytes b = auth::MintCapability(
+      auth::OwnerKey(owner_key_), {Right::kReadDisk, 0xabc, 9, 77, 4096, 9, kMasterNow + 1000});
   r.capability.assign(reinterpret_cast<const char*>(b.data()), b.size());
   EXPECT_EQ(ToCode(engine->Submit({&r, 1})[0].status), Code::kNotFound);  // reached the tier
   EXPECT_EQ(disk_reads_, 1);
