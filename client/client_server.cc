@@ -212,6 +212,16 @@ absl::Status ClientServer::Start() {
                         options_.client_id, grpc_address_.empty() ? "(no TCP)" : grpc_address_,
                         options_.unix_socket.empty() ? "" : " and unix:" + options_.unix_socket,
                         data_endpoint_, http_address_.empty() ? "(off)" : http_address_);
+  if (options_.cluster_keys != nullptr) {
+    Logger("client").info("authenticated (cluster secret fingerprint {}, {} secret(s))",
+                          options_.cluster_keys->fingerprint(),
+                          options_.cluster_keys->secret_count());
+  } else {
+    Logger("client").warn(
+        "NOT authenticated (--auth=false): any process that can reach the data "
+        "plane at {} may read or write its segments",
+        data_endpoint_);
+  }
   return absl::OkStatus();
 }
 
