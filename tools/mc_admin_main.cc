@@ -5,8 +5,6 @@
 // --token_file or $MCSTORE_TOKEN_FILE.
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,10 +13,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
 #include "client/fd_session.h"
 #include "common/auth.h"
 #include "tools/admin_commands.h"
+#include "tools/store_channel.h"
 
 ABSL_FLAG(std::string, master, "127.0.0.1:50051", "mc-master gRPC address (status)");
 ABSL_FLAG(std::string, client, "127.0.0.1:50052", "mc-client Store address (data commands)");
@@ -77,19 +75,11 @@ int main(int argc, char** argv) {
   ctx.cluster_keys = cluster_keys;
   ctx.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   ctx.inline_limit = absl::GetFlag(FLAGS_inline_limit);
-  std::string token_file = absl::GetFlag(FLAGS_token_file);
-  if (token_file.empty() && std::getenv("MCSTORE_TOKEN_FILE") != nullptr) {
-    token_file = std::getenv("MCSTORE_TOKEN_FILE");
-  }
-  if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (!in) {
-      std::fprintf(stderr, "cannot read --token_file %s\n", token_file.c_str());
-      return 2;
-    }
-    ctx.store_token = std::string(absl::StripAsciiWhitespace(text.str()));
+  if (auto token = mc::tools::ReadStoreTokenFile(absl::GetFlag(FLAGS_token_file)); token.ok()) {
+    ctx.store_token = *std::move(token);
+  } else {
+    std::fprintf(stderr, "--token_file: %s\n", std::string(token.status().message()).c_str());
+    return 2;
   }
   ctx.fd_socket = absl::GetFlag(FLAGS_fd_socket);
   if (ctx.fd_socket.empty()) {

@@ -8,20 +8,18 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/util.h"
 #include "tools/mc_bench_baseline.h"
 #include "tools/mc_bench_prefix.h"
 #include "tools/mc_bench_store.h"
+#include "tools/store_channel.h"
 
 ABSL_FLAG(std::string, client, "", "mc-client Store address gets go through: HOST:PORT or unix:PATH");
 ABSL_FLAG(std::string, put_client, "", "mc-client Store address puts go through (default --client)");
@@ -95,20 +93,11 @@ int main(int argc, char** argv) {
   o.put_client = absl::GetFlag(FLAGS_put_client);
   o.fd_socket = absl::GetFlag(FLAGS_fd_socket);
   o.put_fd_socket = absl::GetFlag(FLAGS_put_fd_socket);
-  {
-    std::string token_file = absl::GetFlag(FLAGS_token_file);
-    const char* env = std::getenv("MCSTORE_TOKEN_FILE");
-    if (token_file.empty() && env != nullptr) token_file = env;
-    if (!token_file.empty()) {
-      std::ifstream in(token_file);
-      std::stringstream text;
-      text << in.rdbuf();
-      if (!in) {
-        std::fprintf(stderr, "cannot read --token_file %s\n", token_file.c_str());
-        return 2;
-      }
-      o.store_token = std::string(absl::StripAsciiWhitespace(text.str()));
-    }
+  if (auto token = mc::tools::ReadStoreTokenFile(absl::GetFlag(FLAGS_token_file)); token.ok()) {
+    o.store_token = *std::move(token);
+  } else {
+    std::fprintf(stderr, "--token_file: %s\n", std::string(token.status().message()).c_str());
+    return 2;
   }
   if (o.client.empty()) {
     std::fprintf(stderr, "--client is required (or --baseline)\n");

@@ -1,8 +1,10 @@
 // MakeStoreChannel: a Store channel whose every call carries fixed metadata: the Store token
 // (`authorization: Bearer ...`, needed over TCP) and the owner token of an fd session whose
-// buffers the calls use (`x-mc-owner`). See docs/security.md.
+// buffers the calls use (`x-mc-owner`); ReadStoreTokenFile: that token, from the tools'
+// --token_file or $MCSTORE_TOKEN_FILE. See docs/security.md.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -10,6 +12,9 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/client_interceptor.h>
+
+#include "absl/status/statusor.h"
+#include "common/auth.h"
 
 namespace mc::tools {
 
@@ -55,6 +60,19 @@ inline std::shared_ptr<grpc::Channel> MakeStoreChannel(const std::string& target
   factories.push_back(std::make_unique<AddCallMetadataFactory>(md));
   return grpc::experimental::CreateCustomChannelWithInterceptors(
       target, grpc::InsecureChannelCredentials(), args, std::move(factories));
+}
+
+// The Store token in `flag_path`, or in $MCSTORE_TOKEN_FILE when the flag is empty; "" when
+// neither names a file. The file must be private to its owner (auth::ReadPrivateFile: the same
+// rule as for the daemons' secret and token files), so a token another user can read is refused
+// with an error that says how to fix it.
+inline absl::StatusOr<std::string> ReadStoreTokenFile(std::string flag_path) {
+  if (flag_path.empty()) {
+    const char* env = std::getenv("MCSTORE_TOKEN_FILE");
+    if (env != nullptr) flag_path = env;
+  }
+  if (flag_path.empty()) return std::string();
+  return auth::ReadPrivateFile(flag_path);
 }
 
 }  // namespace mc::tools

@@ -143,6 +143,26 @@ class StoreSecurityTest(cc.ClusterTestMixin, unittest.TestCase):
                                                        metadata=md, timeout=10)
         self.assertEqual(list(resp.exists), [False])
 
+    def test_tools_read_the_token_only_from_a_private_file(self):
+        """mc-admin (and mc-bench, same helper) read --token_file / $MCSTORE_TOKEN_FILE through
+        the daemons' rule: a token file others can read is refused, naming the fix."""
+        admin = harness.binary("tools/mc-admin")
+        base = [admin, "--client", self.c.clients[0].ready["grpc"], "--timeout_ms", "10000"]
+        ok = subprocess.run(base + ["--token_file", self.c.token_file, "exist", "tool-k"],
+                            capture_output=True, text=True, timeout=60)
+        # exit 1: the key is missing (the call itself went through with the token)
+        self.assertEqual((ok.returncode, ok.stdout), (1, "tool-k: missing\n"), ok.stderr)
+        loose = os.path.join(self.c.tmp, "loose.token")
+        with open(loose, "w") as f:
+            f.write(self.c.token + "\n")
+        os.chmod(loose, 0o644)
+        env = dict(os.environ, MCSTORE_TOKEN_FILE=loose)
+        for args, env_ in ((["--token_file", loose], None), ([], env)):
+            bad = subprocess.run(base + args + ["exist", "tool-k"], capture_output=True,
+                                 text=True, timeout=60, env=env_)
+            self.assertEqual(bad.returncode, 2, bad.stderr)
+            self.assertIn("chmod", bad.stderr)
+
     def test_unix_socket_needs_no_token(self):
         self.assertEqual(cc.exist(self.c.unix_stub(0, session=False), [b"unix-k"]), [False])
 
