@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import stat
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
@@ -376,13 +377,20 @@ class Client:
 
 def read_token(token: Optional[str], token_file: Optional[str]) -> Optional[str]:
     """The Store token: `token`, else the (stripped) content of `token_file` or of the file
-    named by $MCSTORE_TOKEN_FILE, else None."""
+    named by $MCSTORE_TOKEN_FILE, else None. The file must be a regular file that group and
+    others cannot access (the rule the daemons and mc-admin apply): PermissionError otherwise."""
     if token:
         return token.strip()
     path = token_file or os.environ.get("MCSTORE_TOKEN_FILE")
     if not path:
         return None
     with open(path, "r", encoding="utf-8") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise PermissionError("token file %s is not a regular file" % path)
+        if st.st_mode & 0o077:
+            raise PermissionError("token file %s may be read by group or others (mode %o): "
+                                  "chmod 600 %s" % (path, st.st_mode & 0o777, path))
         value = f.read().strip()
     if not value:
         raise ValueError("token file %s is empty" % path)

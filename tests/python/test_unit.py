@@ -222,7 +222,11 @@ def test_daemon_down_is_unavailable_with_address(dead_client):
 def test_token_goes_in_the_metadata(tmp_path, monkeypatch):
     tok = tmp_path / "tok"
     tok.write_text("  " + "t" * 40 + "\n")
+    tok.chmod(0o644)
     monkeypatch.setenv("MCSTORE_TOKEN_FILE", str(tok))
+    with pytest.raises(PermissionError, match="chmod 600"):
+        Client("127.0.0.1:1")
+    tok.chmod(0o600)
     c = Client("127.0.0.1:1")
     assert ("authorization", "Bearer " + "t" * 40) in c._metadata()
     c.close()
