@@ -10,9 +10,8 @@
 #      20) s from its seed corpus in tests/fuzz/corpus (new inputs go to a temporary directory).
 # The release stage also runs the tests labelled `vllm` (real vLLM engines on the CPU, minutes)
 # once, and the real-verbs tests (label `rdma`) in one boot of the Soft-RoCE VM.
-# Stage 5 runs when named (MC_TEST_STAGES="format release asan clang tsan fuzz" runs all six);
-# the default is stages 0-4. ./deploy/test.sh --quick runs only stages 0 and 1. Exit status is
-# non-zero on any failure.
+# The default runs all six stages; MC_TEST_STAGES="release fuzz" (for example) picks some;
+# ./deploy/test.sh --quick runs only stages 0 and 1. Exit status is non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh
@@ -25,7 +24,7 @@ fuzz_seconds="${MC_FUZZ_SECONDS:-20}"
 if [[ $quick -eq 1 ]]; then
   stages="${MC_TEST_STAGES:-format release}"
 else
-  stages="${MC_TEST_STAGES:-format release asan clang tsan}"
+  stages="${MC_TEST_STAGES:-format release asan clang tsan fuzz}"
 fi
 
 run_flavour() {
@@ -59,7 +58,8 @@ fuzz_run() {
   echo "=== [fuzz] build"
   ./deploy/build.sh fuzz
   local f work
-  for f in frame_fuzz packed_lookups_fuzz record_fuzz master_requests_fuzz http_admin_fuzz; do
+  for f in frame_fuzz packed_lookups_fuzz record_fuzz master_requests_fuzz http_admin_fuzz \
+    store_requests_fuzz; do
     work=$(mktemp -d)
     echo "=== [fuzz] $f for ${fuzz_seconds} s"
     # Leak checks off: the fixtures are process-lifetime singletons.
