@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
     for (uint64_t i = first; i < end; ++i) {
       const uint64_t seg = i / per_segment;
       const uint64_t offset = (i % per_segment) * object_size;
-      items.push_back({keys[i], 1'000'000 + i, object_size, i * 31 + 7, reg->segment_ids[seg],
-                       offset});
+      items.push_back(
+          {keys[i], 1'000'000 + i, object_size, i * 31 + 7, reg->segment_ids[seg], offset});
     }
     auto results = service.ReportObjects("owner", reg->session, items, end == n);
     if (!results.ok()) {
@@ -125,9 +125,10 @@ int main(int argc, char** argv) {
   std::printf("master RSS growth     %.1f MiB\n", (rss_after - rss_before) / 1048576.0);
   std::printf("per object            %.0f bytes (%.0f beyond the %zu-byte key)\n", per_object,
               per_object - static_cast<double>(key_size), key_size);
-  std::printf("layout                sizeof(Object) %zu, sizeof(Replica) %zu (the table's slot "
-              "holds an Object and its key's std::string; the LRU list another copy of the key)\n",
-              sizeof(mc::master::Object), sizeof(mc::master::Replica));
+  std::printf(
+      "layout                sizeof(Object) %zu, sizeof(Replica) %zu (the table's slot "
+      "holds an Object and its key's std::string; the LRU list another copy of the key)\n",
+      sizeof(mc::master::Object), sizeof(mc::master::Replica));
   std::printf("keys / mem used       %llu / %llu bytes\n",
               static_cast<unsigned long long>(service.KeyCount()),
               static_cast<unsigned long long>(service.Snapshot().mem_used));

@@ -115,6 +115,9 @@ absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
       out[item_of[j]] = std::move(reserved[j]);
     }
   }
+  // Generations stay unique: never issue one a reported object carries (raised before the
+  // objects appear, so no put started meanwhile takes one of theirs).
+  if (max_generation > 0) RaiseGenerationPast(max_generation);
   // Pass 2, shard by shard: restore or join; a refused item's range goes back.
   std::vector<std::string_view> keys;
   keys.reserve(items.size());
@@ -137,8 +140,6 @@ absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
     }
   });
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);
-  // Generations stay unique: never issue one a reported object already carries.
-  if (max_generation > 0) RaiseGenerationPast(max_generation);
   const uint64_t refused = items.size() - restored - joined;
   reported_restored_.Inc(restored);
   reported_joined_.Inc(joined);

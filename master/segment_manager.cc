@@ -52,7 +52,6 @@ absl::StatusOr<std::vector<uint64_t>> SegmentManager::AddClientSegments(
   std::vector<uint64_t> ids;
   ids.reserve(sizes.size());
   for (uint64_t size : sizes) ids.push_back(AddSegmentLocked(client_id, endpoint, size, held));
-  if (held && sizes.empty()) by_client_[client_id].held = true;
   return ids;
 }
 

@@ -81,7 +81,8 @@ class SegmentManager {
   // when this run's segment ids are exhausted.
   uint64_t AddSegment(const std::string& client_id, const std::string& endpoint, uint64_t size);
   // Adds all segments of one registration at once, held (no placement until Release) when
-  // `held`; kInternal with nothing added when they would exhaust this run's segment ids.
+  // `held` (a client without segments has nothing to hold); kInternal with nothing added when
+  // they would exhaust this run's segment ids.
   absl::StatusOr<std::vector<uint64_t>> AddClientSegments(const std::string& client_id,
                                                           const std::string& endpoint,
                                                           const std::vector<uint64_t>& sizes,
