@@ -68,7 +68,7 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
           .forget_dropped = &metrics.GetCounter(
               "mc_master_forget_dropped_total",
               "Freed ranges dropped from a client's forget queue past --forget_queue_limit (the "
-              "owner keeps them in its index; a later report of them is refused or superseded)"),
+              "owner's index keeps them, and a later report may restore them)"),
           .first_segment_counter = 1}),
       clients_(clock, options_.client_ttl_ms),
       evictor_(

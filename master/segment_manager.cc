@@ -24,8 +24,8 @@ uint64_t SegmentManager::AddSegmentLocked(const std::string& client_id, const st
   const uint64_t free_bytes = it->second.allocator.free_bytes();
   capacity_ += it->second.allocator.capacity();
   ClientSpace& space = by_client_[client_id];
-  if (held) space.held = true;
   if (!space.held) clients_by_free_.erase({space.free_bytes, client_id});
+  if (held) space.held = true;
   space.ids.push_back(id);
   space.free_bytes += free_bytes;
   space.by_free.emplace(free_bytes, id);

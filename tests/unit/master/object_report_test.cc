@@ -383,7 +383,8 @@ class Forget : public Report {
     return all;
   }
   ReplicaRef RefOf(std::string_view key) {
-    const MemoryLocation& loc = Find(key).replicas.at(0).location;
+    const LookupOutcome found = Find(key);
+    const MemoryLocation& loc = found.replicas.at(0).location;
     return {loc.segment_id, loc.offset};
   }
 };

@@ -294,6 +294,14 @@ TEST(SegmentManager, HeldClientsGetNoPlacementUntilReleased) {
   EXPECT_EQ((*p)[0].client_id, "held");
   EXPECT_EQ((*p)[0].offset, 1u << 20) << "after the reserved range";
   EXPECT_EQ(sm.Stats().used, sm.ClientStats("held").used + sm.ClientStats("open").used);
+  // Held segments added to a client open to placement hold the whole client.
+  sm.Free((*p)[0]);
+  ASSERT_TRUE(sm.AddClientSegments("open", "o:1", {1 << 20}, true).ok());
+  EXPECT_TRUE(sm.IsHeld("open"));
+  auto only = sm.Place(4096, 1, "open");
+  ASSERT_TRUE(only.ok());
+  EXPECT_EQ((*only)[0].client_id, "held");
+  EXPECT_FALSE(sm.Place(4096, 2, "").ok());
 }
 
 TEST(SegmentManager, AllocateAtRefusesForeignSegmentsAndOverlaps) {
