@@ -202,6 +202,7 @@ MC_MASTER_SERVE(PromoteStart)
 MC_MASTER_SERVE(PromoteEnd)
 MC_MASTER_SERVE(TakeOffloadTasks)
 MC_MASTER_SERVE(GetStatus)
+MC_MASTER_SERVE(ReportObjects)
 #undef MC_MASTER_SERVE
 
 MasterGrpcService::MasterGrpcService(MetadataService& service, MetricsRegistry& metrics,
@@ -381,9 +382,11 @@ grpc::Status MasterGrpcService::DoRegisterClient(const Caller& caller,
   std::vector<uint64_t> sizes;
   for (const auto& seg : req->segments()) sizes.push_back(seg.size());
   const bool bound = caller.kind == Caller::Kind::kRegistrant;
-  auto reg = service_.RegisterClient(info, sizes, RegistrationAuth{bound, caller.previous_token});
+  auto reg = service_.RegisterClient(info, sizes, RegistrationAuth{bound, caller.previous_token},
+                                     req->will_report_objects());
   if (!reg.ok()) return ToGrpcStatus(reg.status());
   resp->set_session(reg->session);
+  resp->set_epoch(reg->epoch);
   if (bound) resp->set_session_token(reg->token);
   for (uint64_t id : reg->segment_ids) resp->add_segment_ids(id);
   resp->set_heartbeat_interval_ms(service_.options().heartbeat_interval_ms);
@@ -397,7 +400,17 @@ grpc::Status MasterGrpcService::DoRegisterClient(const Caller& caller,
 
 grpc::Status MasterGrpcService::DoHeartbeat(const Caller& caller, const v1::HeartbeatRequest* req,
                                             v1::HeartbeatResponse* resp) {
-  resp->set_known(service_.Heartbeat(Self(caller, *req), req->session(), req->disk_used()));
+  std::vector<ReplicaRef> forgotten;
+  bool more = false;
+  resp->set_known(
+      service_.Heartbeat(Self(caller, *req), req->session(), req->disk_used(), &forgotten, &more));
+  resp->mutable_forgotten()->Reserve(static_cast<int>(forgotten.size()));
+  for (const ReplicaRef& ref : forgotten) {
+    v1::ReplicaRef* out = resp->add_forgotten();
+    out->set_segment_id(ref.segment_id);
+    out->set_offset(ref.offset);
+  }
+  resp->set_more_forgotten(more);
   if (minter_ != nullptr) resp->set_capability_clock_ms(static_cast<uint64_t>(minter_->NowMs()));
   return grpc::Status::OK;
 }
@@ -563,6 +576,27 @@ grpc::Status MasterGrpcService::DoTakeOffloadTasks(const Caller& caller,
     out->set_offset(t.offset);
     out->set_locator(t.locator);
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterGrpcService::DoReportObjects(const Caller& caller,
+                                                const v1::ReportObjectsRequest* req,
+                                                v1::ReportObjectsResponse* resp) {
+  // With authentication the caller's token names its live session: a report of another one
+  // (an older registration) is refused whole, as MetadataService refuses a stale session.
+  if (caller.authenticated() && req->session() != caller.session) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the report names another session than the caller's current one");
+  }
+  std::vector<ReportedObjectItem> items;
+  items.reserve(static_cast<size_t>(req->items_size()));
+  for (const v1::ReportedObject& item : req->items()) {
+    items.push_back({item.key(), item.generation(), item.size(), item.checksum(), item.segment_id(),
+                     item.offset()});
+  }
+  auto results = service_.ReportObjects(Self(caller, *req), req->session(), items, req->last());
+  if (!results.ok()) return ToGrpcStatus(results.status());
+  AddResults(*results, resp);
   return grpc::Status::OK;
 }
 

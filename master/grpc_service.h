@@ -56,6 +56,7 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   MC_MASTER_UNARY(PromoteEnd)
   MC_MASTER_UNARY(TakeOffloadTasks)
   MC_MASTER_UNARY(GetStatus)
+  MC_MASTER_UNARY(ReportObjects)
 #undef MC_MASTER_UNARY
 
   // The handlers proper, without metrics, authentication or the batch limit, acting as `caller`
@@ -95,6 +96,8 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   grpc::Status DoTakeOffloadTasks(const Caller& caller,
                                   const mcstore::v1::TakeOffloadTasksRequest* req,
                                   mcstore::v1::TakeOffloadTasksResponse* resp);
+  grpc::Status DoReportObjects(const Caller& caller, const mcstore::v1::ReportObjectsRequest* req,
+                               mcstore::v1::ReportObjectsResponse* resp);
   grpc::Status DoGetStatus(const Caller& caller, const mcstore::v1::GetStatusRequest* req,
                            mcstore::v1::GetStatusResponse* resp);
 

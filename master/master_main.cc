@@ -52,6 +52,16 @@ ABSL_FLAG(uint64_t, auth_replay_cache_entries, 100000,
 ABSL_FLAG(int64_t, client_takeover_after_ms, 3000,
           "with --auth: a registration for a client id whose live session it cannot prove its own "
           "(a restarted daemon) waits until that session has missed heartbeats this long");
+ABSL_FLAG(int64_t, object_report_timeout_ms, 30000,
+          "a client that registers saying it will report its objects (after a master restart or "
+          "its own return) gets no new placement in its segments until its report ends, or this "
+          "long after its registration at the latest");
+ABSL_FLAG(uint64_t, forget_batch, 65536,
+          "most freed replica ranges one heartbeat answer hands their owner (more_forgotten: "
+          "more remain)");
+ABSL_FLAG(uint64_t, forget_queue_limit, 1048576,
+          "most freed replica ranges queued per client between heartbeats; beyond it the oldest "
+          "are dropped (mc_master_forget_dropped_total)");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -96,6 +106,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   mc::master::MasterOptions& m = opts.master;
+  m.object_report_timeout_ms = absl::GetFlag(FLAGS_object_report_timeout_ms);
+  m.forget_batch = absl::GetFlag(FLAGS_forget_batch);
+  m.forget_queue_limit = absl::GetFlag(FLAGS_forget_queue_limit);
+  if (m.object_report_timeout_ms < 0 || m.forget_batch < 1 || m.forget_queue_limit < 1) {
+    std::fprintf(stderr,
+                 "need --object_report_timeout_ms >= 0, --forget_batch and --forget_queue_limit "
+                 ">= 1\n");
+    return 2;
+  }
   m.client_takeover_after_ms = absl::GetFlag(FLAGS_client_takeover_after_ms);
   m.lease_ttl_ms = absl::GetFlag(FLAGS_lease_ttl_ms);
   m.max_lease_ttl_ms = absl::GetFlag(FLAGS_max_lease_ttl_ms);

@@ -45,15 +45,31 @@ namespace {
 // No SSD tier is this large (4 PiB); keeps the cluster's disk totals far from 2^64.
 constexpr uint64_t kMaxDiskCapacity = 1ull << 52;
 
+// The run's epoch: `configured`, or random and nonzero (CSPRNG, like sessions: two runs share
+// one with probability 2^-32).
+uint32_t PickEpoch(uint32_t configured) {
+  while (configured == 0) configured = static_cast<uint32_t>(ClientRegistry::NewSession());
+  return configured;
+}
+
 }  // namespace
 
 MetadataService::MetadataService(MasterOptions options, const Clock& clock,
                                  MetricsRegistry& metrics)
     : options_(std::move(options)),
+      epoch_(PickEpoch(options_.epoch)),
       clock_(clock),
       metrics_(metrics),
       table_(options_.shards),
-      segments_(options_.alignment),
+      segments_(SegmentManagerOptions{
+          .alignment = options_.alignment,
+          .epoch = epoch_,
+          .forget_queue_limit = options_.forget_queue_limit,
+          .forget_dropped = &metrics.GetCounter(
+              "mc_master_forget_dropped_total",
+              "Freed ranges dropped from a client's forget queue past --forget_queue_limit (the "
+              "owner's index keeps them, and a later report may restore them)"),
+          .first_segment_counter = 1}),
       clients_(clock, options_.client_ttl_ms),
       evictor_(
           table_, segments_, clock, metrics, options_.eviction,
@@ -104,7 +120,32 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
       disk_reports_refused_(metrics.GetCounter(
           "mc_master_disk_reports_refused_total",
           "Recovered DISK records refused because the master knows the key with another "
-          "generation, length or checksum (the known object is kept)")) {}
+          "generation, length or checksum (the known object is kept)")),
+      reported_restored_(metrics.GetCounter(
+          "mc_master_objects_reported_total",
+          "Objects clients reported holding (ReportObjects), by result: restored (the master "
+          "knew no such key), joined (a replica added to the known object), refused",
+          {{"result", "restored"}})),
+      reported_joined_(metrics.GetCounter(
+          "mc_master_objects_reported_total",
+          "Objects clients reported holding (ReportObjects), by result: restored (the master "
+          "knew no such key), joined (a replica added to the known object), refused",
+          {{"result", "joined"}})),
+      reported_refused_(metrics.GetCounter(
+          "mc_master_objects_reported_total",
+          "Objects clients reported holding (ReportObjects), by result: restored (the master "
+          "knew no such key), joined (a replica added to the known object), refused",
+          {{"result", "refused"}})),
+      reports_timed_out_(metrics.GetCounter(
+          "mc_master_object_reports_timed_out_total",
+          "Object reports whose last chunk did not arrive within --object_report_timeout_ms "
+          "(the client's segments were released for placement anyway)")) {
+  metrics
+      .GetGauge("mc_master_epoch",
+                "This master run's epoch (the high 32 bits of every segment id it assigns)")
+      .Set(epoch_);
+  Log().info("master epoch {:08x} (segment ids {:08x}00000001 and up)", epoch_, epoch_);
+}
 
 bool MetadataService::DiskCapable(const std::string& client_id) const {
   std::optional<ClientInfo> info = clients_.Get(client_id);
@@ -132,7 +173,7 @@ absl::Status MetadataService::ValidateKey(std::string_view key) const {
 
 absl::StatusOr<Registration> MetadataService::RegisterClient(
     const ClientInfo& info, const std::vector<uint64_t>& segment_sizes,
-    const RegistrationAuth& auth) {
+    const RegistrationAuth& auth, bool will_report_objects) {
   if (info.client_id.empty()) return McError(Code::kInvalidArgument, "empty client id");
   if (segment_sizes.size() > options_.max_segments_per_client) {
     return McError(Code::kInvalidArgument,
@@ -189,22 +230,40 @@ absl::StatusOr<Registration> MetadataService::RegisterClient(
                    absl::StrCat("client ", info.client_id,
                                 "'s segments would overflow the cluster's capacity total"));
   }
+  // The segments first: a registration that would exhaust this run's segment ids is refused
+  // with nothing changed (its previous session, if any, is gone already, as on any re-register).
+  absl::StatusOr<std::vector<uint64_t>> ids = segments_.AddClientSegments(
+      info.client_id, info.endpoint, segment_sizes, will_report_objects);
+  if (!ids.ok()) {
+    Log().error("registration of client {} refused: {}", info.client_id, ids.status().ToString());
+    return ids.status();
+  }
   Registration reg;
   ClientInfo entry = clients_.Register(info, &replaced);
   reg.session = entry.session;
   reg.token = std::move(entry.token);
-  for (uint64_t size : segment_sizes) {
-    reg.segment_ids.push_back(segments_.AddSegment(info.client_id, info.endpoint, size));
+  reg.epoch = epoch_;
+  reg.segment_ids = std::move(*ids);
+  if (will_report_objects) {
+    absl::MutexLock lock(&report_mu_);
+    reports_[info.client_id] = ReportState{.session = reg.session, .start_ms = clock_.NowMs()};
   }
-  Log().info("client {} registered (host {}, data {}, {} segment(s), session {}{})",
+  Log().info("client {} registered (host {}, data {}, {} segment(s), session {}{}{})",
              info.client_id, info.host, info.endpoint, segment_sizes.size(), reg.session,
-             replaced ? ", replacing its previous session" : "");
+             replaced ? ", replacing its previous session" : "",
+             will_report_objects ? ", segments held until it reports its objects" : "");
   return reg;
 }
 
-bool MetadataService::Heartbeat(const std::string& client_id, uint64_t session,
-                                uint64_t disk_used) {
-  return clients_.Heartbeat(client_id, session, disk_used);
+bool MetadataService::Heartbeat(const std::string& client_id, uint64_t session, uint64_t disk_used,
+                                std::vector<ReplicaRef>* forgotten, bool* more_forgotten) {
+  if (!clients_.Heartbeat(client_id, session, disk_used)) return false;
+  // A registration between the check and the take would hand the new session's first forgotten
+  // ranges to the old one, whose daemon is gone: they name segments the new one never knew.
+  if (forgotten != nullptr) {
+    *forgotten = segments_.TakeForgotten(client_id, options_.forget_batch, more_forgotten);
+  }
+  return true;
 }
 
 absl::Status MetadataService::UnregisterClient(const std::string& client_id, uint64_t session) {
@@ -219,6 +278,10 @@ absl::Status MetadataService::UnregisterClient(const std::string& client_id, uin
 
 void MetadataService::CleanupClient(const std::string& client_id) {
   segments_.RemoveClient(client_id);  // its ranges need no Free: the segments are gone
+  {
+    absl::MutexLock lock(&report_mu_);
+    reports_.erase(client_id);
+  }
   offload_queue_.DropClient(client_id);
   std::vector<MemoryLocation> to_free;
   size_t objects_lost = 0;
@@ -265,9 +328,12 @@ absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
   if (!placed.ok()) {
     // An object no segment (or too few clients' segments) can ever hold: evicting would empty
     // memory for nothing.
-    absl::Status possible = segments_.CouldEverPlace(size, replicas);
+    // Clients whose segments are held while they report their objects: eviction cannot open
+    // those, and the answer changes once the reports end (a retry, not a final NO_SPACE).
+    bool wait_for_held = false;
+    absl::Status possible = segments_.CouldEverPlace(size, replicas, &wait_for_held);
     if (!possible.ok()) {
-      if (final != nullptr) *final = true;
+      if (final != nullptr) *final = !wait_for_held;
       return possible;
     }
   }
@@ -528,6 +594,7 @@ void MetadataService::RunMaintenance() {
       CleanupClient(dead.client_id);
     }
   }
+  ReleaseTimedOutReports();
   RevokeTimedOutPuts();
   SweepLeases();
   planner_.Plan();
@@ -563,11 +630,11 @@ std::string MetadataService::StatusLine() {
   return absl::StrFormat(
       "Mem Storage: %s / %s (%.1f%%) | Keys: %d | Clients: %d | Eviction: "
       "Success/Attempts=%d/%d | SSD Storage: %s / %s | Lost: %d (evicted unpersisted %d, SSD "
-      "reclaimed %d)",
+      "reclaimed %d) | Epoch: %08x",
       FormatBytes(s.mem_used), FormatBytes(s.mem_capacity), pct, s.keys, s.clients,
       s.eviction.successes, s.eviction.attempts, FormatBytes(s.disk_used),
       FormatBytes(s.disk_capacity), s.eviction.evicted_unpersisted + s.lost_ssd_reclaimed,
-      s.eviction.evicted_unpersisted, s.lost_ssd_reclaimed);
+      s.eviction.evicted_unpersisted, s.lost_ssd_reclaimed, epoch_);
 }
 
 }  // namespace mc::master

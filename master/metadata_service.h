@@ -7,6 +7,12 @@
 // sequences them and keeps the lock order (shard -> segments; never two shards at once).
 // Every batched call answers one result per input item, in order, and validates its input: bad
 // input is a per-key error and changes nothing.
+// Restart and return: each run has a random epoch, the high 32 bits of every segment id it
+// assigns. A client that registers with will_report_objects has its segments held (no new
+// placement) until it has reported the objects they hold (ReportObjects, last=true) or
+// object_report_timeout_ms passes; the master rebuilds those objects from the report. Every
+// memory range the master frees is queued for its owner and handed out with its heartbeats, so
+// the owner's index forgets it (SegmentManager's forget queue).
 // Thread-safe.
 #pragma once
 
@@ -18,8 +24,10 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "master/client_registry.h"
@@ -61,12 +69,20 @@ struct MasterOptions {
   // daemon configured with the same --client_id) replaces it only once the session has been
   // silent (no heartbeat) this long; until then it is refused UNAVAILABLE and the daemon retries.
   int64_t client_takeover_after_ms = 3000;
+  // This run's epoch (the high 32 bits of its segment ids); 0 = random (nonzero).
+  uint32_t epoch = 0;
+  // A client that registered with will_report_objects gets new placements in its segments again
+  // at its report's last chunk, or this long after its registration at the latest.
+  int64_t object_report_timeout_ms = 30'000;
+  size_t forget_batch = 65536;          // forgotten ranges per heartbeat answer
+  size_t forget_queue_limit = 1 << 20;  // forgotten ranges queued per client (oldest dropped)
   EvictorOptions eviction;
   OffloadPlannerOptions offload;
 };
 
 struct Registration {
   uint64_t session = 0;
+  uint64_t epoch = 0;  // this master run's (MetadataService::epoch())
   std::string token;  // the session's bearer token (ClientRegistry)
   std::vector<uint64_t> segment_ids;
 };
@@ -133,6 +149,17 @@ struct DiskReplicaItem {
   uint64_t checksum = 0;
 };
 
+// One object of an owner's report (ReportObjects): a COMPLETE memory replica in one of its
+// segments.
+struct ReportedObjectItem {
+  std::string_view key;
+  uint64_t generation = 0;
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;
+};
+
 struct MasterSnapshot {
   uint64_t mem_used = 0;
   uint64_t mem_capacity = 0;
@@ -151,14 +178,21 @@ class MetadataService {
   // Clients. Re-registering an id drops everything its previous session owned. With
   // `auth.bound`, a live session of the id is replaced only under the takeover rule
   // (MasterOptions::client_takeover_after_ms); otherwise UNAVAILABLE, counted.
+  // `will_report_objects`: the client's segments are held until its report ends
+  // (ReportObjects) or MasterOptions::object_report_timeout_ms passes.
   absl::StatusOr<Registration> RegisterClient(const ClientInfo& info,
                                               const std::vector<uint64_t>& segment_sizes,
-                                              const RegistrationAuth& auth = {});
+                                              const RegistrationAuth& auth = {},
+                                              bool will_report_objects = false);
   // The session of `client_id` whose token is `token`, if it is live.
   std::optional<uint64_t> SessionOf(const std::string& client_id, std::string_view token) const {
     return clients_.SessionOf(client_id, token);
   }
-  bool Heartbeat(const std::string& client_id, uint64_t session, uint64_t disk_used);
+  // False for an unknown session. Otherwise also hands out (when `forgotten` is set) up to
+  // MasterOptions::forget_batch of the ranges freed in the client's segments; `*more_forgotten`:
+  // more remain queued.
+  bool Heartbeat(const std::string& client_id, uint64_t session, uint64_t disk_used,
+                 std::vector<ReplicaRef>* forgotten = nullptr, bool* more_forgotten = nullptr);
   absl::Status UnregisterClient(const std::string& client_id, uint64_t session);
 
   // Puts.
@@ -202,7 +236,20 @@ class MetadataService {
   absl::StatusOr<std::vector<OffloadTask>> TakeOffloadTasks(const std::string& client_id,
                                                             uint64_t session, size_t max);
 
-  // Expires clients, revokes timed-out puts, sweeps expired leases, evicts to the watermark.
+  // Restart and return: an owner reports the COMPLETE memory replicas its segments hold (see
+  // master.proto ReportObjects). FAILED_PRECONDITION when `session` is not the client's current
+  // one. Otherwise one status per item, in order: OK when the object was restored or the replica
+  // joined a known object of the same generation, size and checksum; NOT_FOUND when superseded
+  // (another generation, a put in progress, removed, or a replica already on this client);
+  // INVALID_ARGUMENT for a bad key, size or generation, a segment not of this registration, or
+  // a range unaligned, outside it or overlapping another. `last` ends the report: the client's
+  // segments take new placements again.
+  absl::StatusOr<std::vector<absl::Status>> ReportObjects(
+      const std::string& client_id, uint64_t session, const std::vector<ReportedObjectItem>& items,
+      bool last);
+
+  // Expires clients, releases held segments whose report timed out, revokes timed-out puts, sweeps
+  // expired leases, evicts to the watermark.
   void RunMaintenance();
 
   MasterSnapshot Snapshot();
@@ -213,6 +260,10 @@ class MetadataService {
     return segments_.ClientStats(id);
   }
   const MasterOptions& options() const { return options_; }
+  uint32_t epoch() const { return epoch_; }
+  bool SegmentsHeldForTest(const std::string& client_id) const {
+    return segments_.IsHeld(client_id);
+  }
   size_t KeyCount();
   // Live read leases over all objects (a scan of the leased keys only).
   size_t ActiveLeaseCount();
@@ -258,8 +309,30 @@ class MetadataService {
   void DropPromotion(Object& object, std::vector<MemoryLocation>* to_free);
   void SweepLeases();
   uint64_t NextGeneration();
+  // Raises the next generation past `generation` (a reported one), never lowering it.
+  void RaiseGenerationPast(uint64_t generation);
+  // Checks one reported item's key, size and generation.
+  absl::Status ValidateReported(const ReportedObjectItem& item) const;
+  // Restores or joins one reported object whose range is reserved (`location`), with its shard
+  // locked; a non-OK answer leaves the range to be freed by the caller.
+  absl::Status ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,
+                             const ReportedObjectItem& item, const MemoryLocation& location,
+                             int64_t now, bool* restored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+  // Releases the held segments of clients whose report outlived object_report_timeout_ms.
+  void ReleaseTimedOutReports();
+
+  // A report in progress (registration with will_report_objects, until last=true or timeout).
+  struct ReportState {
+    uint64_t session = 0;
+    int64_t start_ms = 0;
+    uint64_t reported = 0;
+    uint64_t restored = 0;
+    uint64_t joined = 0;
+    uint64_t refused = 0;
+  };
 
   const MasterOptions options_;
+  const uint32_t epoch_;
   const Clock& clock_;
   MetricsRegistry& metrics_;
   ObjectTable table_;
@@ -273,6 +346,9 @@ class MetadataService {
   // that re-registers while its expiry is being cleaned up never loses its new segments.
   absl::Mutex membership_mu_;
   std::atomic<uint64_t> next_generation_;
+  // Reports in progress, by client id. A leaf lock: nothing else is taken while it is held.
+  absl::Mutex report_mu_;
+  absl::flat_hash_map<std::string, ReportState> reports_ ABSL_GUARDED_BY(report_mu_);
   std::atomic<int64_t> last_kick_ms_{std::numeric_limits<int64_t>::min()};
   Counter& leases_granted_;
   Counter& leases_expired_;
@@ -288,6 +364,10 @@ class MetadataService {
   Counter& registrations_refused_;
   Counter& lease_releases_refused_;
   Counter& disk_reports_refused_;
+  Counter& reported_restored_;
+  Counter& reported_joined_;
+  Counter& reported_refused_;
+  Counter& reports_timed_out_;
 };
 
 }  // namespace mc::master

@@ -31,6 +31,27 @@ std::optional<uint64_t> OffsetAllocator::Allocate(uint64_t size) {
   return offset;
 }
 
+bool OffsetAllocator::AllocateAt(uint64_t offset, uint64_t size) {
+  if (size == 0 || size > capacity_ || offset % alignment_ != 0 || offset > capacity_ - size) {
+    return false;
+  }
+  const uint64_t rounded = (size + alignment_ - 1) / alignment_ * alignment_;
+  if (offset > capacity_ - rounded) return false;  // capacity_ is aligned: cannot happen
+  // The free range that starts at or before `offset` must cover the whole request.
+  auto it = free_by_offset_.upper_bound(offset);
+  if (it == free_by_offset_.begin()) return false;
+  --it;
+  const auto [free_offset, free_size] = *it;
+  if (free_offset + free_size < offset + rounded) return false;
+  EraseFree(it);
+  if (offset > free_offset) InsertFree(free_offset, offset - free_offset);
+  const uint64_t end = offset + rounded;
+  if (free_offset + free_size > end) InsertFree(end, free_offset + free_size - end);
+  allocated_.emplace(offset, rounded);
+  used_ += rounded;
+  return true;
+}
+
 bool OffsetAllocator::Free(uint64_t offset) {
   auto it = allocated_.find(offset);
   if (it == allocated_.end()) return false;

@@ -22,7 +22,12 @@ class OffsetAllocator {
 
   // The offset of a new range of `size` bytes (rounded up to the alignment), or nullopt.
   std::optional<uint64_t> Allocate(uint64_t size);
-  // Frees a range returned by Allocate. False (and no change) for an unknown offset.
+  // Reserves exactly [offset, offset + size rounded up to the alignment): the range a replica
+  // already occupies (an owner's report after a master restart). False (and no change) when
+  // `offset` is not aligned, `size` is 0, the range leaves the segment or overlaps any
+  // allocated range. O(log n).
+  bool AllocateAt(uint64_t offset, uint64_t size);
+  // Frees a range returned by Allocate or AllocateAt. False (and no change) for an unknown offset.
   bool Free(uint64_t offset);
 
   uint64_t capacity() const { return capacity_; }

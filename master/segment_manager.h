@@ -10,10 +10,20 @@
 // segments from the most free down and stops at the first that fit: its cost does not grow with
 // the number of clients or segments that have no room (junk or full ones), only with those it
 // has to skip because fragmentation leaves no single range large enough.
+// Segment ids are (epoch << 32) | counter: the master run's epoch in the high bits and a counter
+// from 1 that never repeats within the run, so ids never repeat across runs either (a stale
+// writer's frame aimed at a previous run's segment finds no such segment).
+// Held clients (a client reporting its objects after registering, MetadataService::
+// ReportObjects): their segments are left out of placement (not even as the preferred client)
+// until Release(); AllocateAt() still reserves the exact ranges of reported replicas in them.
+// Forget queue: every range Free() gives back in a segment that still exists is queued for the
+// segment's owner ({segment, offset}, at most forget_queue_limit per client, the oldest dropped
+// beyond it), taken by TakeForgotten(); a client's queue goes with its segments (RemoveClient).
 // Thread-safe: one internal mutex; never calls out while holding it.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <set>
 #include <string>
 #include <utility>
@@ -23,6 +33,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 #include "master/offset_allocator.h"
 
 namespace mc::master {
@@ -42,24 +53,68 @@ struct SegmentStats {
   uint64_t segments = 0;
 };
 
+// A memory range the master freed, as the owner names it (HeartbeatResponse.forgotten).
+struct ReplicaRef {
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;
+  bool operator==(const ReplicaRef&) const = default;
+};
+
+// Segment ids a run assigns: counters 1 .. 2^32 - 1 under one epoch.
+inline constexpr uint64_t kSegmentCounterLimit = 1ull << 32;
+
+struct SegmentManagerOptions {
+  uint64_t alignment = 64;
+  uint32_t epoch = 0;                      // high 32 bits of every segment id
+  size_t forget_queue_limit = 1ull << 20;  // queued forgotten ranges per client
+  Counter* forget_dropped = nullptr;       // counts ranges dropped past the limit (may be null)
+  uint64_t first_segment_counter = 1;      // tests start near exhaustion
+};
+
 class SegmentManager {
  public:
-  explicit SegmentManager(uint64_t alignment = 64) : alignment_(alignment) {}
+  explicit SegmentManager(uint64_t alignment = 64)
+      : SegmentManager(SegmentManagerOptions{.alignment = alignment}) {}
+  explicit SegmentManager(const SegmentManagerOptions& options);
 
-  // Adds a segment of `size` bytes owned by `client_id`; returns its new id (never reused).
+  // Adds a segment of `size` bytes owned by `client_id`; returns its new id (never reused), or 0
+  // when this run's segment ids are exhausted.
   uint64_t AddSegment(const std::string& client_id, const std::string& endpoint, uint64_t size);
-  // Drops every segment of the client; returns how many.
+  // Adds all segments of one registration at once, held (no placement until Release) when
+  // `held` (a client without segments has nothing to hold); kInternal with nothing added when
+  // they would exhaust this run's segment ids.
+  absl::StatusOr<std::vector<uint64_t>> AddClientSegments(const std::string& client_id,
+                                                          const std::string& endpoint,
+                                                          const std::vector<uint64_t>& sizes,
+                                                          bool held);
+  // Drops every segment of the client, and its forget queue; returns how many segments.
   size_t RemoveClient(const std::string& client_id);
+  // Opens a held client's segments to placement again; false when it was not held.
+  bool Release(const std::string& client_id);
+  bool IsHeld(const std::string& client_id) const;
+
+  // Reserves each range exactly (OffsetAllocator::AllocateAt) in a segment `client_id` owns;
+  // fills in each reserved location's client and endpoint. One status per range:
+  // INVALID_ARGUMENT for a segment that is not the client's, or a range that is unaligned,
+  // outside the segment or overlapping an allocated range.
+  std::vector<absl::Status> AllocateAt(const std::string& client_id,
+                                       std::vector<MemoryLocation>& ranges);
+  // Up to `max` of the client's forgotten ranges, oldest first; `*more`: some remain queued.
+  std::vector<ReplicaRef> TakeForgotten(const std::string& client_id, size_t max, bool* more);
 
   // Allocates `replicas` ranges of `size` bytes on distinct clients, or kNoSpace with nothing held.
   absl::StatusOr<std::vector<MemoryLocation>> Place(uint64_t size, uint32_t replicas,
                                                     const std::string& preferred_client);
-  // Frees a placed range. No-op when its segment is gone.
+  // Frees a placed range and queues it for its owner's forget queue. No-op when its segment is
+  // gone.
   void Free(const MemoryLocation& location);
 
-  // OK when `replicas` distinct clients each own a segment large enough for `size` bytes, so
-  // that eviction could make room; otherwise kNoSpace saying why (no eviction can help).
-  absl::Status CouldEverPlace(uint64_t size, uint32_t replicas) const;
+  // OK when `replicas` distinct clients that are not held each own a segment large enough for
+  // `size` bytes, so that eviction could make room; otherwise kNoSpace saying why. Held clients
+  // do not count: eviction cannot open their segments. When they would make up the number,
+  // `*wait_for_held` (optional) is set: the answer changes once their reports end (retry).
+  absl::Status CouldEverPlace(uint64_t size, uint32_t replicas,
+                              bool* wait_for_held = nullptr) const;
   SegmentStats Stats() const;
   SegmentStats ClientStats(const std::string& client_id) const;
   // The largest single free range over all segments.
@@ -75,6 +130,8 @@ class SegmentManager {
     std::vector<uint64_t> ids;
     uint64_t free_bytes = 0;
     std::set<std::pair<uint64_t, uint64_t>> by_free;  // (free bytes, segment id)
+    bool held = false;  // out of clients_by_free_ (and so of placement) while set
+    std::deque<ReplicaRef> forgotten;
   };
   // Best segment of one client for `size`: the one with most free bytes whose best fit succeeds.
   bool AllocateOnClientLocked(const std::string& client_id, uint64_t size, MemoryLocation* out)
@@ -84,11 +141,18 @@ class SegmentManager {
   template <typename F>
   auto ChangeLocked(uint64_t id, Segment& seg, F change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  uint64_t AddSegmentLocked(const std::string& client_id, const std::string& endpoint,
+                            uint64_t size, bool held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const uint64_t alignment_;
+  const uint64_t epoch_bits_;  // epoch << 32
+  const size_t forget_queue_limit_;
+  Counter* const forget_dropped_;
   mutable absl::Mutex mu_;
-  uint64_t next_segment_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_counter_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, ClientSpace> by_client_ ABSL_GUARDED_BY(mu_);
+  // Clients open to placement (not held), by free bytes.
   std::set<std::pair<uint64_t, std::string>> clients_by_free_ ABSL_GUARDED_BY(mu_);
   uint64_t capacity_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;

@@ -287,7 +287,7 @@ class MasterIntegrationTest(MasterFixture):
         pattern = (r"^Mem Storage: [\d.]+ [KMGT]?B / [\d.]+ [KMGT]?B \([\d.]+%\) \| Keys: (\d+) \| "
                    r"Clients: (\d+) \| Eviction: Success/Attempts=(\d+)/(\d+) \| "
                    r"SSD Storage: [\d.]+ [KMGT]?B / [\d.]+ [KMGT]?B \| "
-                   r"Lost: 0 \(evicted unpersisted 0, SSD reclaimed 0\)$")
+                   r"Lost: 0 \(evicted unpersisted 0, SSD reclaimed 0\) \| Epoch: [0-9a-f]{8}$")
         mm = re.match(pattern, line.strip())
         self.assertIsNotNone(mm, line)
         self.assertEqual(mm.group(1), "2")

@@ -207,5 +207,75 @@ TEST(OffsetAllocator, BestFitPrefersSmallestSufficientRange) {
   EXPECT_EQ(*b, offs[1]);
 }
 
+TEST(OffsetAllocator, AllocateAtReservesExactlyTheRangeNamed) {
+  OffsetAllocator a(4096, 64);
+  ASSERT_TRUE(a.AllocateAt(1024, 100));  // rounded to 128
+  EXPECT_EQ(a.AllocatedSize(1024), 128u);
+  EXPECT_EQ(a.used(), 128u);
+  EXPECT_EQ(a.free_range_count(), 2u) << "the free range is split around it";
+  EXPECT_FALSE(a.AllocateAt(1024, 64)) << "same start";
+  EXPECT_FALSE(a.AllocateAt(960, 128)) << "overlaps its start";
+  EXPECT_FALSE(a.AllocateAt(1088, 64)) << "inside it";
+  EXPECT_TRUE(a.AllocateAt(960, 64)) << "touching before is fine";
+  EXPECT_TRUE(a.AllocateAt(1152, 64)) << "touching after is fine";
+  EXPECT_FALSE(a.AllocateAt(100, 64)) << "unaligned";
+  EXPECT_FALSE(a.AllocateAt(0, 0)) << "empty";
+  EXPECT_FALSE(a.AllocateAt(4032, 128)) << "past the end";
+  EXPECT_FALSE(a.AllocateAt(UINT64_MAX - 63, 64)) << "wraps";
+  EXPECT_TRUE(a.AllocateAt(4032, 64)) << "the last granule";
+  EXPECT_EQ(a.used(), 128u + 64 + 64 + 64);
+  // Allocate fills around the reserved ranges; Free coalesces as for any range.
+  ASSERT_TRUE(a.Free(1024));
+  ASSERT_TRUE(a.Free(960));
+  ASSERT_TRUE(a.Free(1152));
+  ASSERT_TRUE(a.Free(4032));
+  EXPECT_EQ(a.used(), 0u);
+  EXPECT_EQ(a.free_range_count(), 1u);
+  EXPECT_EQ(a.largest_free(), 4096u);
+}
+
+TEST(OffsetAllocator, AllocateAtMatchesTheReferenceModelAmongAllocations) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE(seed);
+    OffsetAllocator alloc(1 << 16, 64);
+    ReferenceModel model(1 << 16, 64);
+    std::mt19937_64 rng(seed);
+    std::vector<uint64_t> live;
+    for (int op = 0; op < 2000; ++op) {
+      const uint64_t r = rng() % 100;
+      if (r < 40 || live.empty()) {
+        // Mostly aligned offsets, some not; sizes up to 2 KiB, some running past the end.
+        uint64_t offset = (rng() % 1100) * 64 + (rng() % 10 == 0 ? 8 : 0);
+        uint64_t size = 1 + rng() % 2048;
+        uint64_t rounded = model.Round(size);
+        bool fits = offset % 64 == 0 && offset + rounded <= model.capacity();
+        for (const auto& [off, sz] : model.allocated()) {
+          if (off < offset + rounded && offset < off + sz) fits = false;
+        }
+        ASSERT_EQ(alloc.AllocateAt(offset, size), fits) << offset << "+" << size;
+        if (fits) {
+          model.allocated()[offset] = rounded;
+          live.push_back(offset);
+        }
+      } else if (r < 70) {
+        auto got = alloc.Allocate(1 + rng() % 1024);
+        if (got) {
+          ASSERT_FALSE(model.allocated().contains(*got));
+          model.allocated()[*got] = alloc.AllocatedSize(*got);
+          live.push_back(*got);
+        }
+      } else {
+        size_t i = rng() % live.size();
+        ASSERT_TRUE(alloc.Free(live[i]));
+        model.allocated().erase(live[i]);
+        live[i] = live.back();
+        live.pop_back();
+      }
+      ASSERT_EQ(alloc.used(), model.Used());
+      ASSERT_EQ(alloc.free_range_count(), model.FreeRanges().size());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mc::master

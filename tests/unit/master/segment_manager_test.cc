@@ -241,5 +241,122 @@ TEST(SegmentManager, FullSegmentsAreNotInTheWay) {
   EXPECT_EQ(sm.Stats().used, 200u * 16 * 4096 + 2 * 8192);
 }
 
+TEST(SegmentManager, SegmentIdsCarryTheEpochAndACounterFromOne) {
+  SegmentManager sm(SegmentManagerOptions{.epoch = 0xabcd1234});
+  EXPECT_EQ(sm.AddSegment("a", "a:1", 1 << 20), 0xabcd123400000001u);
+  auto ids = sm.AddClientSegments("b", "b:1", {1 << 20, 1 << 20}, false);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<uint64_t>{0xabcd123400000002u, 0xabcd123400000003u}));
+  sm.RemoveClient("a");
+  EXPECT_EQ(sm.AddSegment("a", "a:1", 1 << 20), 0xabcd123400000004u) << "never reused";
+}
+
+TEST(SegmentManager, ARegistrationThatWouldExhaustTheCounterIsRefusedWhole) {
+  SegmentManager sm(
+      SegmentManagerOptions{.epoch = 7, .first_segment_counter = kSegmentCounterLimit - 2});
+  auto refused = sm.AddClientSegments("a", "a:1", {1 << 20, 1 << 20, 1 << 20}, false);
+  EXPECT_EQ(ToCode(refused.status()), Code::kInternal);
+  EXPECT_EQ(sm.Stats().segments, 0u) << "nothing added";
+  auto ids = sm.AddClientSegments("a", "a:1", {1 << 20, 1 << 20}, false);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->back(), (7ull << 32) | (kSegmentCounterLimit - 1));
+  EXPECT_FALSE(sm.AddClientSegments("b", "b:1", {1 << 20}, false).ok());
+  EXPECT_EQ(sm.AddSegment("b", "b:1", 1 << 20), 0u);
+  EXPECT_TRUE(sm.AddClientSegments("b", "b:1", {}, false).ok()) << "no segment, no id needed";
+}
+
+TEST(SegmentManager, HeldClientsGetNoPlacementUntilReleased) {
+  SegmentManager sm(64);
+  ASSERT_TRUE(sm.AddClientSegments("held", "h:1", {4 << 20}, true).ok());
+  sm.AddSegment("open", "o:1", 1 << 20);
+  EXPECT_TRUE(sm.IsHeld("held"));
+  for (int i = 0; i < 4; ++i) {
+    auto p = sm.Place(4096, 1, "held");
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ((*p)[0].client_id, "open") << "not even as the preferred client";
+  }
+  EXPECT_FALSE(sm.Place(4096, 2, "").ok()) << "one client open to placement";
+  bool wait = false;
+  EXPECT_FALSE(sm.CouldEverPlace(2 << 20, 1, &wait).ok());
+  EXPECT_TRUE(wait) << "only the held client has a segment that large";
+  wait = false;
+  EXPECT_FALSE(sm.CouldEverPlace(8 << 20, 1, &wait).ok());
+  EXPECT_FALSE(wait) << "no client could ever hold it";
+  // Reserved ranges in held segments keep the free-space index right across the release.
+  std::vector<MemoryLocation> ranges{{"", "", 1, 0, 1 << 20}};
+  ASSERT_TRUE(sm.AllocateAt("held", ranges)[0].ok());
+  EXPECT_EQ(ranges[0].endpoint, "h:1");
+  EXPECT_EQ(sm.ClientStats("held").used, 1u << 20);
+  EXPECT_TRUE(sm.Release("held"));
+  EXPECT_FALSE(sm.Release("held")) << "released once";
+  auto p = sm.Place(3 << 20, 1, "");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)[0].client_id, "held");
+  EXPECT_EQ((*p)[0].offset, 1u << 20) << "after the reserved range";
+  EXPECT_EQ(sm.Stats().used, sm.ClientStats("held").used + sm.ClientStats("open").used);
+  // Held segments added to a client open to placement hold the whole client.
+  sm.Free((*p)[0]);
+  ASSERT_TRUE(sm.AddClientSegments("open", "o:1", {1 << 20}, true).ok());
+  EXPECT_TRUE(sm.IsHeld("open"));
+  auto only = sm.Place(4096, 1, "open");
+  ASSERT_TRUE(only.ok());
+  EXPECT_EQ((*only)[0].client_id, "held");
+  EXPECT_FALSE(sm.Place(4096, 2, "").ok());
+}
+
+TEST(SegmentManager, AllocateAtRefusesForeignSegmentsAndOverlaps) {
+  SegmentManager sm(64);
+  const uint64_t mine = sm.AddSegment("me", "me:1", 1 << 20);
+  const uint64_t theirs = sm.AddSegment("them", "them:1", 1 << 20);
+  std::vector<MemoryLocation> ranges{{"", "", theirs, 0, 100}, {"", "", mine, 0, 100},
+                                     {"", "", mine, 64, 64},   {"", "", mine, 4, 64},
+                                     {"", "", 999, 0, 64},     {"", "", mine, (1 << 20) - 64, 128},
+                                     {"", "", mine, 128, 64}};
+  std::vector<absl::Status> out = sm.AllocateAt("me", ranges);
+  std::vector<Code> codes;
+  for (const auto& s : out) codes.push_back(ToCode(s));
+  EXPECT_EQ(codes, (std::vector<Code>{Code::kInvalidArgument, Code::kOk, Code::kInvalidArgument,
+                                      Code::kInvalidArgument, Code::kInvalidArgument,
+                                      Code::kInvalidArgument, Code::kOk}));
+  EXPECT_EQ(sm.ClientStats("me").used, 128u + 64);
+  EXPECT_EQ(sm.ClientStats("them").used, 0u);
+}
+
+TEST(SegmentManager, FreedRangesQueueForTheirOwnerBoundedOldestDropped) {
+  MetricsRegistry metrics;
+  Counter& dropped = metrics.GetCounter("dropped", "");
+  SegmentManager sm(SegmentManagerOptions{.forget_queue_limit = 3, .forget_dropped = &dropped});
+  sm.AddSegment("a", "a:1", 1 << 20);
+  sm.AddSegment("b", "b:1", 1 << 20);
+  std::vector<MemoryLocation> placed;
+  for (int i = 0; i < 5; ++i) {
+    auto p = sm.Place(4096, 1, "a");
+    ASSERT_TRUE(p.ok());
+    placed.push_back((*p)[0]);
+  }
+  EXPECT_FALSE(sm.Place(1 << 20, 2, "").ok()) << "its rollback on b queues nothing";
+  for (const auto& loc : placed) sm.Free(loc);
+  sm.Free(placed[0]);  // twice: nothing freed, nothing queued
+  EXPECT_EQ(dropped.Value(), 2u);
+  bool more = false;
+  std::vector<ReplicaRef> got = sm.TakeForgotten("a", 2, &more);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(more);
+  EXPECT_EQ(got[0], (ReplicaRef{placed[2].segment_id, placed[2].offset})) << "oldest kept first";
+  EXPECT_EQ(got[1], (ReplicaRef{placed[3].segment_id, placed[3].offset}));
+  got = sm.TakeForgotten("a", 2, &more);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_FALSE(more);
+  EXPECT_TRUE(sm.TakeForgotten("b", 10, &more).empty());
+  // The queue goes with the client's segments.
+  auto p = sm.Place(4096, 1, "a");
+  ASSERT_TRUE(p.ok());
+  sm.Free((*p)[0]);
+  sm.RemoveClient("a");
+  sm.AddSegment("a", "a:2", 1 << 20);
+  EXPECT_TRUE(sm.TakeForgotten("a", 10, &more).empty());
+  EXPECT_FALSE(more);
+}
+
 }  // namespace
 }  // namespace mc::master
