@@ -12,7 +12,8 @@
 //   (1..kMaxIndexKeySize), key_len bytes of key, 64 bytes of capability (zeros without auth).
 // The payload must end exactly after the last entry. The response (no payload) is OK when every
 // entry was recorded, else the code of the first refusal (PERMISSION_DENIED, NOT_FOUND for a
-// segment the owner does not publish, INVALID_ARGUMENT).
+// segment the owner does not publish, INVALID_ARGUMENT; NOT_READY from an owner that keeps no
+// object index).
 //
 //   offset size field
 //        0    4 magic       kFrameMagic ("MCTF" read as little-endian u32)
