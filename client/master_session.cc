@@ -71,6 +71,15 @@ absl::Status MasterSession::Register() {
   if (index_ != nullptr) {
     // The master holds our segments out of placement until the last chunk: report now.
     s = ReportObjects(resp.session());
+    if (absl::IsUnimplemented(s)) {
+      // An mc-master older than the report: it did not hold our segments either. Serve on; what
+      // the index holds is simply not restored by this master.
+      MC_LOG_EVERY(std::chrono::minutes(10), Logger("client"), warn,
+                   "the master takes no object reports ({}): objects in our memory will not "
+                   "survive its restart",
+                   std::string(s.message()));
+      s = absl::OkStatus();
+    }
     if (!s.ok()) {
       reports_failed_->Inc();
       registered_ = false;

@@ -12,8 +12,9 @@
 // checksum (a mismatch is dropped and counted), names it by the new segment id and reports the
 // index in ReportObjects chunks (report_chunk_items / report_chunk_bytes, the last one marked
 // last, empty if need be); entries the master does not answer OK are dropped. A failed report
-// fails the registration (the loop registers and reports again). Heartbeat answers name the
-// replicas the master freed in our segments (forgotten): they leave the index; with
+// fails the registration (the loop registers and reports again), except UNIMPLEMENTED (an
+// mc-master older than the report: a warning, and the session serves on). Heartbeat answers name
+// the replicas the master freed in our segments (forgotten): they leave the index; with
 // more_forgotten the session heartbeats again at once (at most max_forget_rounds times).
 // Thread-safe.
 #pragma once

@@ -160,6 +160,17 @@ TEST_F(MasterSessionReport, AFailedReportFailsTheRegistrationUntilARetryReports)
   EXPECT_EQ(metrics_.GetCounter("mc_client_index_reports_failed_total", "").Value(), 1u);
 }
 
+TEST_F(MasterSessionReport, AMasterWithoutReportsIsServedAnyway) {
+  Put(0, 0, "k", 1);
+  master_.SetReportObjectsHandler([](const v1::ReportObjectsRequest&, v1::ReportObjectsResponse*) {
+    return absl::UnimplementedError("unknown method ReportObjects");
+  });
+  session_ = MakeSession();
+  EXPECT_TRUE(session_->Start().ok());
+  EXPECT_TRUE(session_->registered());
+  EXPECT_EQ(index_->size(), 1u) << "nothing was refused: the index stays";
+}
+
 TEST_F(MasterSessionReport, WithoutAnIndexNothingIsReported) {
   auto s = std::make_unique<MasterSession>(
       MasterSessionOptions{.client_id = "plain", .host = "host", .data_endpoint = "plain:1"},
