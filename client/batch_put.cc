@@ -171,6 +171,26 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
       out[i] = write_status[k];
     }
   }
+  if (notifier_ != nullptr && !ended.empty()) {
+    // The owners learn what they hold before the objects become COMPLETE.
+    std::vector<WrittenReplica> notices;
+    for (size_t k = 0; k < started.size(); ++k) {
+      const v1::PutStartResult& r = placed.results(k);
+      const size_t i = started[k];
+      if (r.code() != v1::OK || !write_status[k].ok()) continue;
+      for (const auto& rep : r.replicas()) {
+        notices.push_back({.key = items[i].key,
+                           .generation = r.generation(),
+                           .size = TotalLength(items[i].pieces),
+                           .checksum = checksums[i],
+                           .endpoint = rep.data_endpoint(),
+                           .segment_id = rep.segment_id(),
+                           .offset = rep.offset(),
+                           .capability = rep.capability()});
+      }
+    }
+    notifier_->Notify(notices, deadline);
+  }
   if (!revoked.empty()) {
     v1::PutRevokeResponse resp;
     absl::Status rs = master_.PutRevoke(revoke, &resp);

@@ -11,7 +11,9 @@
 // it marks write_back_pending (memory full of objects whose write-back to an SSD tier has not
 // ended: invariant 7 keeps them in memory until then) is retried for up to `write_back_wait_ms`:
 // when puts outrun the disk they wait for it, then answer NO_SPACE, never OK and lose data.
-// Thread-safe.
+// With an IndexNotifier, the owners of an item's replicas learn what they hold (key,
+// generation, size, checksum; client/index_service.h) after all its replicas were written and
+// before its PutEnd; a failed notice is counted and the put goes on. Thread-safe.
 #pragma once
 
 #include <string>
@@ -19,6 +21,7 @@
 
 #include "client/batch_types.h"
 #include "client/client_metrics.h"
+#include "client/index_service.h"
 #include "client/master_client.h"
 #include "common/clock.h"
 #include "transfer/transfer_engine.h"
@@ -44,6 +47,8 @@ class BatchPutter {
               const Clock& clock, ClientMetrics& metrics);
 
   std::vector<absl::Status> Put(const std::vector<PutRequestItem>& items, uint32_t replicas);
+  // Owners' index notices (borrowed; null = none, the default). Before the first Put.
+  void SetIndexNotifier(IndexNotifier* notifier) { notifier_ = notifier; }
 
  private:
   // What a NO_SPACE answer lets the item do: retry briefly, not at all, or wait for write-back.
@@ -59,6 +64,7 @@ class BatchPutter {
   transfer::TransferEngine& engine_;
   const Clock& clock_;
   ClientMetrics& metrics_;
+  IndexNotifier* notifier_ = nullptr;
 };
 
 }  // namespace mc::client

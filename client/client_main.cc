@@ -99,6 +99,11 @@ ABSL_FLAG(bool, offload_direct_io, true, "O_DIRECT for SSD data files (falls bac
 ABSL_FLAG(bool, offload_force_posix, false, "pread/pwrite instead of io_uring");
 ABSL_FLAG(double, offload_high_watermark, 0.95, "the SSD tier reclaims records above this fraction");
 ABSL_FLAG(double, offload_low_watermark, 0.90, "and down to this one");
+ABSL_FLAG(bool, object_index, true,
+          "keep an index of the objects in this daemon's memory segments (writers notify the "
+          "owners of their replicas) and report it to the master after every registration, so "
+          "a master restart or an expired session loses no object; false: no index, no "
+          "notices, no report");
 ABSL_FLAG(bool, promote_on_hit, false,
           "write objects read from an SSD tier back into memory (best effort)");
 ABSL_FLAG(uint64_t, promote_staging_bytes, 64ull << 20,
@@ -297,6 +302,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--offload_parallelism must be in 1..64\n");
     return 2;
   }
+  o.object_index = absl::GetFlag(FLAGS_object_index);
   o.promote_on_hit = absl::GetFlag(FLAGS_promote_on_hit);
   o.promote_staging_bytes = absl::GetFlag(FLAGS_promote_staging_bytes);
   if (o.promote_staging_bytes == 0) {

@@ -92,6 +92,13 @@ absl::Status ClientServer::Start() {
   auto pool = SegmentPool::Create(options_.segments);
   if (!pool.ok()) return pool.status();
   pool_ = std::move(*pool);
+  if (options_.object_index && !pool_->segments().empty()) {
+    std::vector<uint64_t> sizes;
+    for (const auto& seg : pool_->segments()) sizes.push_back(seg.size);
+    index_ = std::make_unique<ObjectIndex>(
+        std::move(sizes),
+        &registry_.GetGauge("mc_client_index_objects", "objects in this daemon's object index"));
+  }
 
   MC_RETURN_IF_ERROR(OpenDiskTier());
   master_ = CreateGrpcMasterClient({.address = options_.master,
@@ -114,6 +121,24 @@ absl::Status ClientServer::Start() {
     data_opts.capabilities = capabilities_.get();
   }
   data_server_ = std::make_unique<transfer::tcp::TcpDataServer>(data_opts, segment_table_);
+  SegmentPool* pool_ptr = pool_.get();
+  const SegmentResolver resolve = [pool_ptr](uint64_t id) { return pool_ptr->LocalIndexOf(id); };
+  if (index_) {
+    index_handler_ =
+        std::make_unique<IndexNoticeHandler>(*index_, resolve, capabilities_.get(), registry_);
+  }
+  // Served even without an index, so a writer that keeps one learns (NOT_READY)
+  // rather than losing its connection to an unserved op.
+  MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(
+      transfer::tcp::FrameOp::kIndex,
+      [this](const transfer::tcp::FrameHeader& h, transfer::tcp::ServerStream& stream) {
+        if (index_handler_) return index_handler_->Serve(h, stream);
+        if (h.length > transfer::tcp::kMaxIndexNoticeBytes) {
+          return McError(Code::kInvalidArgument, "index notice above the limit");
+        }
+        MC_RETURN_IF_ERROR(stream.Skip(h.length));
+        return stream.Respond(h, Code::kNotReady);
+      }));
   if (tier_) {
     MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(
         transfer::tcp::FrameOp::kReadDisk,
@@ -144,9 +169,14 @@ absl::Status ClientServer::Start() {
   rdma_serving_.store(engine_->rdma());  // segments registered: peers may connect now
 
   uint64_t disk_capacity = tier_ ? tier_->GetStats().capacity : 0;
-  session_ = std::make_unique<MasterSession>(
-      MasterSessionOptions{options_.client_id, options_.host, data_endpoint_, disk_capacity, 500},
-      *master_, *pool_, segment_table_);
+  session_ = std::make_unique<MasterSession>(MasterSessionOptions{.client_id = options_.client_id,
+                                                                  .host = options_.host,
+                                                                  .data_endpoint = data_endpoint_,
+                                                                  .disk_capacity = disk_capacity,
+                                                                  .retry_interval_ms = 500,
+                                                                  .metrics = &registry_},
+                                             *master_, *pool_, segment_table_);
+  session_->SetObjectIndex(index_.get());
   if (capabilities_ != nullptr) {
     session_->SetOnCapabilityInfo(
         [this](const MasterSession::CapabilityInfo& info) { OnCapabilityInfo(info); });
@@ -176,6 +206,11 @@ absl::Status ClientServer::Start() {
                       .write_timeout_ms = options_.put_write_timeout_ms,
                       .write_back_wait_ms = options_.put_write_back_wait_ms},
       *master_, *engine_, RealClock::Get(), metrics_);
+  if (options_.object_index) {
+    notifier_ =
+        std::make_unique<IndexNotifier>(data_endpoint_, index_.get(), resolve, *engine_, registry_);
+    putter_->SetIndexNotifier(notifier_.get());
+  }
   getter_ = std::make_unique<BatchGetter>(
       BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 4096, 8},
       *master_, *engine_, *prefix_leases_, RealClock::Get(), metrics_);
@@ -187,6 +222,7 @@ absl::Status ClientServer::Start() {
     promoter_ = std::make_unique<Promoter>(options_.client_id, *master_, *engine_,
                                            RealClock::Get(), registry_,
                                            options_.promote_staging_bytes);
+    promoter_->SetIndexNotifier(notifier_.get());
     getter_->SetPromoter(promoter_.get());
   }
   options_.store.client_id = options_.client_id;

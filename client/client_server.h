@@ -16,8 +16,10 @@
 #include "client/buffer_registry.h"
 #include "client/client_metrics.h"
 #include "client/fd_channel.h"
+#include "client/index_service.h"
 #include "client/master_client.h"
 #include "client/master_session.h"
+#include "client/object_index.h"
 #include "client/offload_driver.h"
 #include "client/prefix_leases.h"
 #include "client/segment_pool.h"
@@ -74,6 +76,9 @@ struct ClientServerOptions {
   offload::DiskTierOptions offload;        // metrics and reclaim_guard are filled in
   int64_t offload_poll_ms = 100;
   int offload_parallelism = 4;             // OffloadDriverOptions::parallelism
+  // The owner-side object index (client/object_index.h): notices from writers, a report after
+  // every registration, so a master restart or an expired session loses nothing.
+  bool object_index = true;
   bool promote_on_hit = false;             // write SSD hits back to memory
   uint64_t promote_staging_bytes = Promoter::kDefaultStagingBytes;  // private copies per round
 };
@@ -105,6 +110,11 @@ class ClientServer {
   ClientMetrics metrics_;
   transfer::SegmentTable segment_table_;
   std::unique_ptr<SegmentPool> pool_;
+  // With object_index and segments: what our segments hold, for the report after a
+  // registration; its notice handler serves the data plane's INDEX frames.
+  std::unique_ptr<ObjectIndex> index_;
+  std::unique_ptr<IndexNoticeHandler> index_handler_;
+  std::unique_ptr<IndexNotifier> notifier_;  // with object_index: tells owners what we wrote
   std::unique_ptr<offload::DiskTier> tier_;
   std::unique_ptr<OffloadDriver> offload_;
   // With cluster_keys: checks the capability of every data-plane frame (outlives data_server_).

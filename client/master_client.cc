@@ -170,6 +170,10 @@ class GrpcMasterClient final : public MasterClient {
   absl::Status PromoteEnd(const v1::PromoteEndRequest& req, v1::PromoteEndResponse* resp) override {
     return Call(&v1::Master::Stub::PromoteEnd, req, resp);
   }
+  absl::Status ReportObjects(const v1::ReportObjectsRequest& req,
+                             v1::ReportObjectsResponse* resp) override {
+    return Call(&v1::Master::Stub::ReportObjects, req, resp);
+  }
 
  private:
   void SetDeadline(grpc::ClientContext* ctx) const {

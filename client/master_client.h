@@ -56,6 +56,9 @@ class MasterClient {
                                     v1::PromoteStartResponse* resp) = 0;
   virtual absl::Status PromoteEnd(const v1::PromoteEndRequest& req,
                                   v1::PromoteEndResponse* resp) = 0;
+  // One chunk of the owner's object report after a registration (client/master_session.h).
+  virtual absl::Status ReportObjects(const v1::ReportObjectsRequest& req,
+                                     v1::ReportObjectsResponse* resp) = 0;
 };
 
 struct GrpcMasterClientOptions {

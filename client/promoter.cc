@@ -88,8 +88,26 @@ size_t Promoter::PromoteRound(const std::vector<const Item*>& candidates) {
     owner.push_back(i);
   }
   if (writes.empty()) return 0;
-  std::vector<transfer::TransferResult> done =
-      engine_.Submit(writes, sent_ms + static_cast<int64_t>(placed.write_deadline_ms()));
+  const int64_t deadline = sent_ms + static_cast<int64_t>(placed.write_deadline_ms());
+  std::vector<transfer::TransferResult> done = engine_.Submit(writes, deadline);
+  if (notifier_ != nullptr) {
+    std::vector<WrittenReplica> notices;
+    for (size_t w = 0; w < writes.size(); ++w) {
+      const Item& item = *items[owner[w]];
+      const uint64_t size = TotalLength(item.bytes);
+      if (!done[w].status.ok() || done[w].bytes != size) continue;
+      const auto& rep = placed.results(static_cast<int>(owner[w])).replicas(0);
+      notices.push_back({.key = item.key,
+                         .generation = item.generation,
+                         .size = size,
+                         .checksum = item.checksum,
+                         .endpoint = rep.data_endpoint(),
+                         .segment_id = rep.segment_id(),
+                         .offset = rep.offset(),
+                         .capability = rep.capability()});
+    }
+    notifier_->Notify(notices, deadline);
+  }
   v1::PromoteEndRequest end;
   end.set_client_id(client_id_);
   for (size_t w = 0; w < writes.size(); ++w) {

@@ -5,7 +5,9 @@
 // writing into it). Then one PromoteStart for the items, their staged bytes written through the
 // transfer engine before the master's write deadline, one PromoteEnd that attaches the written
 // replicas and gives back the rest. Staging is bounded per round (staging_bytes; a larger
-// object goes alone). A failure only means the object stays on SSD. Thread-safe.
+// object goes alone). A failure only means the object stays on SSD. With an IndexNotifier, the
+// owner of each written replica learns what it holds before PromoteEnd (as for a put).
+// Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "client/index_service.h"
 #include "client/master_client.h"
 #include "common/clock.h"
 #include "common/metrics.h"
@@ -37,6 +40,8 @@ class Promoter {
 
   // Returns how many items now have a memory replica.
   size_t Promote(const std::vector<Item>& items);
+  // Owners' index notices (borrowed; null = none, the default). Before the first Promote.
+  void SetIndexNotifier(IndexNotifier* notifier) { notifier_ = notifier; }
 
  private:
   // One round: stage, verify, place, write, attach.
@@ -49,6 +54,7 @@ class Promoter {
   const Clock& clock_;
   Counter& promoted_;
   Counter& failed_;
+  IndexNotifier* notifier_ = nullptr;
 };
 
 }  // namespace mc::client

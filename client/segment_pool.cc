@@ -48,12 +48,26 @@ SegmentPool::~SegmentPool() {
 }
 
 void SegmentPool::Publish(const std::vector<uint64_t>& ids, transfer::SegmentTable& table) {
+  absl::MutexLock lock(&mu_);
   for (uint64_t old : published_ids_) table.Remove(old);
   published_ids_.clear();
   for (size_t i = 0; i < ids.size() && i < segments_.size(); ++i) {
     table.Add(ids[i], segments_[i].base, segments_[i].size);
     published_ids_.push_back(ids[i]);
   }
+}
+
+std::optional<size_t> SegmentPool::LocalIndexOf(uint64_t segment_id) const {
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < published_ids_.size(); ++i) {
+    if (published_ids_[i] == segment_id) return i;
+  }
+  return std::nullopt;
+}
+
+std::vector<uint64_t> SegmentPool::published_ids() const {
+  absl::MutexLock lock(&mu_);
+  return published_ids_;
 }
 
 }  // namespace mc::client

@@ -4,14 +4,19 @@
 // falling back to normal pages with a warning), pre-faulted by flag. The master assigns segment
 // ids at registration; Publish() exposes the segments under those ids through the transfer
 // engine's SegmentTable, replacing any previous ids (after a re-registration the master has
-// forgotten the old ones). Thread-safe after Create.
+// forgotten the old ones). LocalIndexOf() maps a published id back to its position in
+// segments(); an id of an earlier registration (or master run) maps to nothing. Thread-safe
+// after Create.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "transfer/transfer_engine.h"
 
 namespace mc::client {
@@ -35,11 +40,16 @@ class SegmentPool {
   const std::vector<Segment>& segments() const { return segments_; }
   // Registers the segments under the master's ids (same order as segments()).
   void Publish(const std::vector<uint64_t>& ids, transfer::SegmentTable& table);
+  // The position in segments() of the segment published under `segment_id` now, if any.
+  std::optional<size_t> LocalIndexOf(uint64_t segment_id) const;
+  // The ids published now, by position (shorter than segments() if the master named fewer).
+  std::vector<uint64_t> published_ids() const;
 
  private:
   SegmentPool() = default;
   std::vector<Segment> segments_;
-  std::vector<uint64_t> published_ids_;
+  mutable absl::Mutex mu_;
+  std::vector<uint64_t> published_ids_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mc::client

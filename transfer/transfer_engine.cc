@@ -103,7 +103,9 @@ std::vector<TransferResult> TransferEngine::Submit(std::span<const TransferReque
         if (!r.status.ok()) {
           m.errors->Inc();
         } else {
-          (request.op == OpKind::kWrite ? m.write_bytes : m.read_bytes)->Inc(r.bytes);
+          (request.op == OpKind::kWrite || request.op == OpKind::kIndex ? m.write_bytes
+                                                                        : m.read_bytes)
+              ->Inc(r.bytes);
         }
       }
       results[positions[t][k]] = std::move(r);

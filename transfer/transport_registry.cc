@@ -106,7 +106,9 @@ TransportRegistry::~TransportRegistry() = default;
 size_t TransportRegistry::Choose(const TransferRequest& request) const {
   if (cuda_ != nullptr && cuda_->HandlesRequest(request)) return cuda_index_;
   if (!local_endpoint_.empty() && request.endpoint == local_endpoint_) return local_index_;
-  if (rdma_ == nullptr || request.op == OpKind::kReadDisk) return tcp_index_;
+  if (rdma_ == nullptr || request.op == OpKind::kReadDisk || request.op == OpKind::kIndex) {
+    return tcp_index_;
+  }
   // Local memory the device does not know (not yet: application shm buffers, inline payloads)
   // cannot be an RDMA source or sink, even when rdma is forced.
   if (!rdma_->LocalBuffersRegistered(request)) return tcp_index_;

@@ -28,11 +28,13 @@ namespace mc::client {
 
 class FakeMasterClient final : public MasterClient {
  public:
+  // clang-format off
   enum class Rpc {
     kRegisterClient, kHeartbeat, kUnregisterClient, kPutStart, kPutEnd, kPutRevoke,
     kGetReplicas, kReleaseLeases, kExist, kRemove, kAddDiskReplicas, kRemoveDiskReplicas,
-    kTakeOffloadTasks, kPromoteStart, kPromoteEnd, kCount
+    kTakeOffloadTasks, kPromoteStart, kPromoteEnd, kReportObjects, kCount
   };
+  // clang-format on
 
   static master::MasterOptions DefaultOptions() {
     master::MasterOptions o;
@@ -70,6 +72,19 @@ class FakeMasterClient final : public MasterClient {
   // Plays a master older than packed keys and packed answers: GetReplicas drops the request's
   // packed_keys, packed_key_sizes and packed fields before the master sees it.
   void SetIgnorePackedFields(bool ignore) { ignore_packed_ = ignore; }
+  // ReportObjects: the master side is not in this fake yet; by default every item is answered
+  // OK. A handler replaces that answer (and records what was reported).
+  void SetReportObjectsHandler(
+      std::function<absl::Status(const v1::ReportObjectsRequest&, v1::ReportObjectsResponse*)> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    report_objects_ = std::move(fn);
+  }
+  // Runs after every successful Heartbeat, with its response (may modify it: e.g. add
+  // forgotten replicas).
+  void SetAfterHeartbeat(std::function<void(v1::HeartbeatResponse*)> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    after_heartbeat_ = std::move(fn);
+  }
   // How many times `rpc` was called (failed injections included).
   int Calls(Rpc rpc) const { return calls_[Index(rpc)].load(); }
 
@@ -79,8 +94,15 @@ class FakeMasterClient final : public MasterClient {
                    [&] { return grpc_->DoRegisterClient(master::Caller{}, &req, resp); });
   }
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
-    return Forward(Rpc::kHeartbeat,
-                   [&] { return grpc_->DoHeartbeat(master::Caller{}, &req, resp); });
+    absl::Status s =
+        Forward(Rpc::kHeartbeat, [&] { return grpc_->DoHeartbeat(master::Caller{}, &req, resp); });
+    std::function<void(v1::HeartbeatResponse*)> after;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      after = after_heartbeat_;
+    }
+    if (s.ok() && after) after(resp);
+    return s;
   }
   absl::Status UnregisterClient(const v1::UnregisterClientRequest& req) override {
     v1::UnregisterClientResponse resp;
@@ -153,6 +175,22 @@ class FakeMasterClient final : public MasterClient {
     return Forward(Rpc::kPromoteEnd,
                    [&] { return grpc_->DoPromoteEnd(master::Caller{}, &req, resp); });
   }
+  absl::Status ReportObjects(const v1::ReportObjectsRequest& req,
+                             v1::ReportObjectsResponse* resp) override {
+    calls_[Index(Rpc::kReportObjects)].fetch_add(1);
+    std::function<absl::Status(const v1::ReportObjectsRequest&, v1::ReportObjectsResponse*)> fn;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fail_count_[Index(Rpc::kReportObjects)] > 0) {
+        --fail_count_[Index(Rpc::kReportObjects)];
+        return fail_status_[Index(Rpc::kReportObjects)];
+      }
+      fn = report_objects_;
+    }
+    if (fn) return fn(req, resp);
+    for (int i = 0; i < req.items_size(); ++i) resp->add_results()->set_code(v1::OK);
+    return absl::OkStatus();
+  }
 
  private:
   static size_t Index(Rpc rpc) { return static_cast<size_t>(rpc); }
@@ -180,6 +218,9 @@ class FakeMasterClient final : public MasterClient {
   std::array<absl::Status, static_cast<size_t>(Rpc::kCount)> fail_status_{};
   std::atomic<bool> ignore_packed_{false};
   std::function<void(v1::GetReplicasResponse*)> after_get_replicas_;
+  std::function<void(v1::HeartbeatResponse*)> after_heartbeat_;
+  std::function<absl::Status(const v1::ReportObjectsRequest&, v1::ReportObjectsResponse*)>
+      report_objects_;
 };
 
 }  // namespace mc::client

@@ -81,7 +81,7 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
   std::vector<bool> host_hash(requests.size(), false);
   for (size_t i = 0; i < requests.size(); ++i) {
     const TransferRequest& r = *requests[i];
-    if (r.op == OpKind::kReadDisk || options_.local_endpoint.empty() ||
+    if (r.op == OpKind::kReadDisk || r.op == OpKind::kIndex || options_.local_endpoint.empty() ||
         r.endpoint != options_.local_endpoint) {
       results[i].status = McError(Code::kTransferFailed,
                                   "cuda: GPU memory to a remote segment or SSD record needs the "

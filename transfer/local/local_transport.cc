@@ -48,6 +48,11 @@ TransferResult LocalTransport::Execute(const TransferRequest& request, bool may_
                             "local transport: SSD records are read through the tier itself");
     return result;
   }
+  if (request.op == OpKind::kIndex) {
+    result.status = McError(Code::kInvalidArgument,
+                            "local transport: the own object index is updated directly");
+    return result;
+  }
   const uint64_t total = TotalLength(request);
   absl::StatusOr<char*> seg = segments_.Resolve(request.segment_id, request.offset, total);
   if (!seg.ok()) {

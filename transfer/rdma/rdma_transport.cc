@@ -473,8 +473,9 @@ void RdmaTransport::Submit(std::span<const TransferRequest* const> requests,
     const TransferRequest& request = *requests[i];
     TransferResult& result = results[i];
     const uint64_t total = TotalLength(request);
-    if (request.op == OpKind::kReadDisk) {
-      result.status = McError(Code::kInvalidArgument, "rdma: kReadDisk is served over tcp");
+    if (request.op == OpKind::kReadDisk || request.op == OpKind::kIndex) {
+      result.status =
+          McError(Code::kInvalidArgument, "rdma: kReadDisk and kIndex are served over tcp");
       continue;
     }
     if (total == 0) continue;

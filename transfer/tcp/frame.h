@@ -3,6 +3,18 @@
 // (common/capability.h: the master's grant for the object, or zeros where the owner runs
 // without authentication); then a payload of `length` bytes, if any.
 //
+// INDEX requests (a writer tells a replica's owner which object it wrote where, for the owner's
+// object index; transfer/tcp/index_notice.h) carry no capability block in the frame: each entry
+// of the payload carries the WRITE capability of its own replica. segment_id, offset and
+// reserved are 0; length = payload bytes (at most kMaxIndexNoticeBytes). Payload, little-endian:
+//   u32 count (1..kMaxIndexNoticeEntries), then `count` entries of
+//   u64 segment_id, u64 offset, u64 length, u64 generation, u64 checksum, u32 key_len
+//   (1..kMaxIndexKeySize), key_len bytes of key, 64 bytes of capability (zeros without auth).
+// The payload must end exactly after the last entry. The response (no payload) is OK when every
+// entry was recorded, else the code of the first refusal (PERMISSION_DENIED, NOT_FOUND for a
+// segment the owner does not publish, INVALID_ARGUMENT; NOT_READY from an owner that keeps no
+// object index).
+//
 //   offset size field
 //        0    4 magic       kFrameMagic ("MCTF" read as little-endian u32)
 //        4    2 version     kFrameVersion
@@ -47,8 +59,9 @@ enum class FrameOp : uint16_t {
   kRdmaConnect = 4,  // rdma connection setup (transfer/rdma/handshake.h): payload = our queue
                      // pairs; response payload = the peer's queue pairs and segment rkeys
   kAuth = 5,         // the connection handshake (transfer/tcp/handshake.h); offset = its step
+  kIndex = 6,        // index notice (served through RegisterOpHandler): payload = entries above
 };
-inline constexpr uint16_t kMaxFrameOp = 5;
+inline constexpr uint16_t kMaxFrameOp = 6;
 // Bytes of the capability block after a data op's request header (auth::kCapabilitySize).
 inline constexpr size_t kCapabilityBlockSize = 64;
 
@@ -57,6 +70,12 @@ inline bool CarriesCapability(uint16_t base_op) {
   return base_op == static_cast<uint16_t>(FrameOp::kRead) ||
          base_op == static_cast<uint16_t>(FrameOp::kWrite) ||
          base_op == static_cast<uint16_t>(FrameOp::kReadDisk);
+}
+
+// True for the request ops whose payload travels requester -> server (WRITE, INDEX).
+inline bool SendsPayload(uint16_t base_op) {
+  return base_op == static_cast<uint16_t>(FrameOp::kWrite) ||
+         base_op == static_cast<uint16_t>(FrameOp::kIndex);
 }
 
 struct FrameHeader {

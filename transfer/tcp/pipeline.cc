@@ -32,7 +32,7 @@ PipelinedConnection::PipelinedConnection(PeerConnection conn, std::vector<WireOp
     if (CarriesCapability(op->header.base_op())) {
       send_iov_.push_back({op->capability.data(), op->capability.size()});
     }
-    if (op->header.op == static_cast<uint16_t>(FrameOp::kWrite)) {
+    if (SendsPayload(op->header.op)) {
       send_iov_.insert(send_iov_.end(), op->local.begin(), op->local.end());
     }
   }

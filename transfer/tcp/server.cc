@@ -92,6 +92,8 @@ TcpDataServer::TcpDataServer(TcpDataServerOptions options, SegmentTable& segment
   idle_closed_ = &m->GetCounter("mc_dataplane_connections_timed_out_total",
                                 "Data-plane connections closed for idleness or a stalled frame.");
   open_gauge_ = &m->GetGauge("mc_dataplane_connections", "Open data-plane server connections");
+  unknown_read_ = &m->GetCounter(kUnknownSegmentMetric, kUnknownSegmentHelp, {{"op", "read"}});
+  unknown_write_ = &m->GetCounter(kUnknownSegmentMetric, kUnknownSegmentHelp, {{"op", "write"}});
   for (int r = 0; r < static_cast<int>(HandshakeFailure::kCount); ++r) {
     auth_failures_[r] = &m->GetCounter(
         "mc_data_auth_failures_total",
@@ -359,7 +361,10 @@ absl::Status TcpDataServer::CheckCapability(Conn& conn, const FrameHeader& reque
 
 absl::Status TcpDataServer::HandleRead(const FrameHeader& request, ServerStream& stream) {
   absl::StatusOr<char*> mem = segments_.Resolve(request.segment_id, request.offset, request.length);
-  if (!mem.ok()) return stream.Respond(request, ToCode(mem.status()));
+  if (!mem.ok()) {
+    if (ToCode(mem.status()) == Code::kNotFound) unknown_read_->Inc();
+    return stream.Respond(request, ToCode(mem.status()));
+  }
   const iovec payload{*mem, request.length};
   return stream.Respond(request, Code::kOk, {&payload, 1});
 }
@@ -367,6 +372,7 @@ absl::Status TcpDataServer::HandleRead(const FrameHeader& request, ServerStream&
 absl::Status TcpDataServer::HandleWrite(const FrameHeader& request, ServerStream& stream) {
   absl::StatusOr<char*> mem = segments_.Resolve(request.segment_id, request.offset, request.length);
   if (!mem.ok()) {
+    if (ToCode(mem.status()) == Code::kNotFound) unknown_write_->Inc();
     if (absl::Status s = stream.Skip(request.length); !s.ok()) return s;
     return stream.Respond(request, ToCode(mem.status()));
   }

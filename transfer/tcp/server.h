@@ -11,7 +11,11 @@
 // requests and after an I/O timeout mid-frame. accept() failures (fd exhaustion) back off
 // exponentially instead of spinning, are counted (mc_dataplane_accept_errors_total) and make
 // Health() report the data plane unhealthy until an accept succeeds again. Other components add ops
-// with RegisterOpHandler() (e.g. the SSD tier's READ_DISK).
+// with RegisterOpHandler() (e.g. the SSD tier's READ_DISK, the object index's INDEX).
+// A READ/WRITE naming a segment id the table does not hold is answered NOT_FOUND and counted
+// (mc_dataplane_unknown_segment_total{op}): a reader or writer of an earlier registration or
+// master run, whose segment ids are gone (with authentication such a frame is usually refused
+// first: its capability was minted under the earlier registration's key).
 // Authentication (docs/security.md): with cluster keys, every connection must first pass the
 // AUTH handshake (transfer/tcp/handshake.h) within handshake_timeout_ms, else it is closed and
 // counted (mc_data_auth_failures_total{reason}); and every READ/WRITE/READ_DISK frame must carry
@@ -47,6 +51,13 @@
 #include "transfer/transfer_engine.h"
 
 namespace mc::transfer::tcp {
+
+// The counter of frames naming an unknown segment (label op = read, write, index); handlers of
+// other ops count theirs under the same name.
+inline constexpr const char* kUnknownSegmentMetric = "mc_dataplane_unknown_segment_total";
+inline constexpr const char* kUnknownSegmentHelp =
+    "Data-plane frames naming a segment id this daemon does not publish (a reader or writer of "
+    "an earlier registration or master run), by op.";
 
 struct TcpDataServerOptions {
   std::string listen_address = "0.0.0.0:0";  // HOST:PORT; port 0 picks a free port
@@ -115,6 +126,9 @@ class TcpDataServer {
   uint64_t auth_failures(HandshakeFailure reason) const {
     return auth_failures_[static_cast<int>(reason)]->Value();
   }
+  uint64_t unknown_segment_frames() const {
+    return unknown_read_->Value() + unknown_write_->Value();
+  }
   uint64_t capability_denials(auth::Denial reason) const {
     return denials_[static_cast<int>(reason)]->Value();
   }
@@ -153,6 +167,8 @@ class TcpDataServer {
   Counter* rejected_;
   Counter* idle_closed_;
   Gauge* open_gauge_;
+  Counter* unknown_read_;
+  Counter* unknown_write_;
   std::array<Counter*, static_cast<int>(HandshakeFailure::kCount)> auth_failures_{};
   std::array<Counter*, static_cast<int>(auth::Denial::kCount)> denials_{};
   std::atomic<int64_t> last_accept_error_ms_{0};  // 0: none since the last success

@@ -98,7 +98,8 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
   // Hash state of the requests that want their delivered bytes' checksum (reads only).
   std::vector<std::unique_ptr<StreamingChecksum>> sums(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i]->want_checksum && requests[i]->op != OpKind::kWrite) {
+    if (requests[i]->want_checksum &&
+        (requests[i]->op == OpKind::kRead || requests[i]->op == OpKind::kReadDisk)) {
       sums[i] = std::make_unique<StreamingChecksum>();
     }
   }
@@ -114,15 +115,21 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
     }
     const FrameOp fop = req.op == OpKind::kRead    ? FrameOp::kRead
                         : req.op == OpKind::kWrite ? FrameOp::kWrite
+                        : req.op == OpKind::kIndex ? FrameOp::kIndex
                                                    : FrameOp::kReadDisk;
-    // A disk record is read whole (its owner verifies it as one unit): one frame.
-    const uint64_t step = fop == FrameOp::kReadDisk ? std::max<uint64_t>(total, 1) : frame_bytes;
+    // A disk record is read whole (its owner verifies it as one unit), an index notice decoded
+    // whole: one frame.
+    const bool whole = fop == FrameOp::kReadDisk || fop == FrameOp::kIndex;
+    const uint64_t step = whole ? std::max<uint64_t>(total, 1) : frame_bytes;
     for (uint64_t done = 0; done < total; done += step) {
       const uint64_t n = std::min(step, total - done);
       WireOp op;
       op.request = i;
-      op.header = tcp::MakeRequest(fop, next_request_id_.fetch_add(1), req.segment_id,
-                                   fop == FrameOp::kReadDisk ? req.offset : req.offset + done, n);
+      op.header =
+          fop == FrameOp::kIndex
+              ? tcp::MakeRequest(fop, next_request_id_.fetch_add(1), 0, 0, n)
+              : tcp::MakeRequest(fop, next_request_id_.fetch_add(1), req.segment_id,
+                                 fop == FrameOp::kReadDisk ? req.offset : req.offset + done, n);
       op.header.reserved = req.tag;
       op.header_bytes = tcp::EncodeFrameHeader(op.header);
       // Every frame cut from the request carries the capability of the whole range.

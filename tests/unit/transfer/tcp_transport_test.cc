@@ -116,6 +116,27 @@ TEST_F(TcpTransportTest, OutOfBoundsFailsAloneInItsBatch) {
   EXPECT_GE(metrics_.GetCounter("mc_transfer_errors_total", "", {{"transport", "tcp"}}).Value(), 3u);
 }
 
+TEST_F(TcpTransportTest, FramesForAnUnpublishedSegmentAreRefusedAndCounted) {
+  // A reader or writer of an earlier registration names a segment id that is gone.
+  std::vector<char> src = Pattern(1000, 3), dst(1000);
+  std::vector<TransferRequest> reqs = {
+      Request(OpKind::kWrite, Split(src, 1), Endpoint(0), 77, 0),
+      Request(OpKind::kRead, Split(dst, 1), Endpoint(0), 77, 0),
+      Request(OpKind::kRead, Split(dst, 1), Endpoint(0), 78, 0),
+  };
+  auto res = engine_->Submit(reqs);
+  for (const auto& r : res) EXPECT_EQ(ToCode(r.status), Code::kNotFound) << r.status;
+  EXPECT_EQ(peers_[0]->server->unknown_segment_frames(), 3u);
+  EXPECT_EQ(server_metrics_.GetCounter(tcp::kUnknownSegmentMetric, "", {{"op", "read"}}).Value(),
+            2u);
+  EXPECT_EQ(server_metrics_.GetCounter(tcp::kUnknownSegmentMetric, "", {{"op", "write"}}).Value(),
+            1u);
+  // The connection stays usable.
+  std::vector<TransferRequest> again = {Request(OpKind::kWrite, Split(src, 1), Endpoint(0), 5, 0)};
+  auto ok = engine_->Submit(again);
+  EXPECT_TRUE(ok[0].status.ok()) << ok[0].status;
+}
+
 TEST_F(TcpTransportTest, DeadlineInThePastFailsEveryRequest) {
   std::vector<char> dst(4096);
   std::vector<TransferRequest> reads = {Request(OpKind::kRead, Split(dst, 1), Endpoint(0), 5, 0),
