@@ -217,7 +217,14 @@ void MasterSession::ApplyForgotten(const v1::HeartbeatResponse& resp) {
   for (const v1::ReplicaRef& ref : resp.forgotten()) {
     // An id of another registration names nothing of ours now: ignored.
     std::optional<size_t> local = pool_.LocalIndexOf(ref.segment_id());
-    if (local.has_value() && index_->Forget(*local, ref.offset())) {
+    if (!local.has_value()) continue;
+    // With its generation, only that object's entry goes: a later object that reused the range
+    // before this answer arrived keeps its entry. (0: a master that does not say; drop whatever
+    // starts there.)
+    const bool dropped = ref.generation() != 0
+                             ? index_->Erase(*local, ref.offset(), ref.generation())
+                             : index_->Forget(*local, ref.offset());
+    if (dropped) {
       forgotten_count_.fetch_add(1);
       forgotten_counter_->Inc();
     }

@@ -409,6 +409,7 @@ grpc::Status MasterGrpcService::DoHeartbeat(const Caller& caller, const v1::Hear
     v1::ReplicaRef* out = resp->add_forgotten();
     out->set_segment_id(ref.segment_id);
     out->set_offset(ref.offset);
+    out->set_generation(ref.generation);
   }
   resp->set_more_forgotten(more);
   if (minter_ != nullptr) resp->set_capability_clock_ms(static_cast<uint64_t>(minter_->NowMs()));

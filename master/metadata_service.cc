@@ -448,6 +448,7 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
         continue;
       }
       for (MemoryLocation& loc : placed[i]) {
+        loc.generation = out[i].generation;
         Replica replica{ReplicaTier::kMemory, std::move(loc)};
         out[i].replicas.push_back(replica);
         it->second.replicas.push_back(std::move(replica));

@@ -224,6 +224,7 @@ std::vector<PutStartOutcome> MetadataService::PromoteStart(
         if (out[i].status.ok()) out[i].status = McError(Code::kNotFound, "object changed");
         continue;
       }
+      placed[i].generation = items[i].generation;
       it->second.promotion->location = placed[i];
       pending_.Add(now + options_.put_timeout_ms, items[i].generation, it->first);
       out[i].generation = items[i].generation;

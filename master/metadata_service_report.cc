@@ -102,7 +102,8 @@ absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
     out[i] = ValidateReported(items[i]);
     if (!out[i].ok()) continue;
     max_generation = std::max(max_generation, items[i].generation);
-    ranges.push_back(MemoryLocation{{}, {}, items[i].segment_id, items[i].offset, items[i].size});
+    ranges.push_back(MemoryLocation{
+        {}, {}, items[i].segment_id, items[i].offset, items[i].size, items[i].generation});
     item_of.push_back(i);
   }
   constexpr size_t kNone = SIZE_MAX;

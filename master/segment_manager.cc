@@ -180,7 +180,7 @@ void SegmentManager::Free(const MemoryLocation& location) {
     queue.pop_front();
     if (forget_dropped_ != nullptr) forget_dropped_->Inc();
   }
-  queue.push_back(ReplicaRef{location.segment_id, location.offset});
+  queue.push_back(ReplicaRef{location.segment_id, location.offset, location.generation});
 }
 
 std::vector<absl::Status> SegmentManager::AllocateAt(const std::string& client_id,

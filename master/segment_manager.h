@@ -17,7 +17,7 @@
 // ReportObjects): their segments are left out of placement (not even as the preferred client)
 // until Release(); AllocateAt() still reserves the exact ranges of reported replicas in them.
 // Forget queue: every range Free() gives back in a segment that still exists is queued for the
-// segment's owner ({segment, offset}, at most forget_queue_limit per client, the oldest dropped
+// segment's owner ({segment, offset, generation}, at most forget_queue_limit per client, the oldest dropped
 // beyond it), taken by TakeForgotten(); a client's queue goes with its segments (RemoveClient).
 // Thread-safe: one internal mutex; never calls out while holding it.
 #pragma once
@@ -45,6 +45,10 @@ struct MemoryLocation {
   uint64_t segment_id = 0;
   uint64_t offset = 0;
   uint64_t length = 0;
+  // MEMORY replicas: the generation of the object it holds, set when the replica is attached
+  // (0 = none yet). It goes with the range into the owner's forget queue, so the owner drops
+  // only that object's index entry, never a later object's that reused the range.
+  uint64_t generation = 0;
 };
 
 struct SegmentStats {
@@ -57,6 +61,7 @@ struct SegmentStats {
 struct ReplicaRef {
   uint64_t segment_id = 0;
   uint64_t offset = 0;
+  uint64_t generation = 0;  // MemoryLocation::generation of the freed range (0 = unknown)
   bool operator==(const ReplicaRef&) const = default;
 };
 

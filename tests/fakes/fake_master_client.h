@@ -72,8 +72,8 @@ class FakeMasterClient final : public MasterClient {
   // Plays a master older than packed keys and packed answers: GetReplicas drops the request's
   // packed_keys, packed_key_sizes and packed fields before the master sees it.
   void SetIgnorePackedFields(bool ignore) { ignore_packed_ = ignore; }
-  // ReportObjects: the master side is not in this fake yet; by default every item is answered
-  // OK. A handler replaces that answer (and records what was reported).
+  // ReportObjects goes to the in-process master like every call; a handler replaces that (and
+  // may record what was reported).
   void SetReportObjectsHandler(
       std::function<absl::Status(const v1::ReportObjectsRequest&, v1::ReportObjectsResponse*)> fn) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -188,8 +188,7 @@ class FakeMasterClient final : public MasterClient {
       fn = report_objects_;
     }
     if (fn) return fn(req, resp);
-    for (int i = 0; i < req.items_size(); ++i) resp->add_results()->set_code(v1::OK);
-    return absl::OkStatus();
+    return FromGrpcStatus(grpc_->DoReportObjects(master::Caller{}, &req, resp));
   }
 
  private:

@@ -212,6 +212,32 @@ TEST_F(MasterSessionReport, ForgottenRangesLeaveTheIndexAndMoreForgottenAsksAgai
   EXPECT_EQ(index_->Snapshot()[0].object.key, "c");
 }
 
+// The master frees a range, reuses it for a newer object whose notice reached the index first,
+// then its forget entry arrives: only the entry of the generation it names goes.
+TEST_F(MasterSessionReport, AForgetOfAnOlderGenerationKeepsTheNewerObjectThatReusedTheRange) {
+  Put(0, 0, "old", 5);
+  Put(0, 4096, "kept", 6);
+  session_ = MakeSession();
+  ASSERT_TRUE(session_->Start().ok());
+  Put(0, 0, "new", 9);  // the range reused (Insert replaced "old")
+  const std::vector<uint64_t> ids = pool_->published_ids();
+  master_.SetAfterHeartbeat([&](v1::HeartbeatResponse* resp) {
+    if (resp->known()) {
+      for (auto [offset, generation] : {std::pair<uint64_t, uint64_t>{0, 5}, {4096, 6}}) {
+        auto* ref = resp->add_forgotten();
+        ref->set_segment_id(ids[0]);
+        ref->set_offset(offset);
+        ref->set_generation(generation);
+      }
+    }
+    resp->set_more_forgotten(false);
+  });
+  session_->HeartbeatForTest();
+  EXPECT_EQ(session_->forgotten(), 1u) << "only 'kept' (generation 6) matched";
+  ASSERT_EQ(index_->size(), 1u);
+  EXPECT_EQ(index_->Snapshot()[0].object.key, "new");
+}
+
 TEST_F(MasterSessionReport, MoreForgottenIsBounded) {
   session_ = MakeSession();
   ASSERT_TRUE(session_->Start().ok());

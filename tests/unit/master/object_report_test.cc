@@ -257,7 +257,10 @@ TEST_F(Report, AReturningClientsStaleObjectsAreSupersededAndFreed) {
   bool more = true;
   ASSERT_TRUE(m_.svc().Heartbeat("c1", back.session, 0, &forgotten, &more));
   EXPECT_FALSE(more);
-  std::vector<ReplicaRef> want{{seg, offset}, {seg, 8192}, {seg, 16384}, {seg, 32768}};
+  std::vector<ReplicaRef> want{{seg, offset, old_gen},
+                               {seg, 8192, old_gen},
+                               {seg, 16384, same_gen},
+                               {seg, 32768, same_gen}};
   std::sort(forgotten.begin(), forgotten.end(),
             [](const ReplicaRef& a, const ReplicaRef& b) { return a.offset < b.offset; });
   std::sort(want.begin(), want.end(),
@@ -385,7 +388,8 @@ class Forget : public Report {
   ReplicaRef RefOf(std::string_view key) {
     const LookupOutcome found = Find(key);
     const MemoryLocation& loc = found.replicas.at(0).location;
-    return {loc.segment_id, loc.offset};
+    EXPECT_EQ(loc.generation, found.generation) << key << ": the replica names its generation";
+    return {loc.segment_id, loc.offset, loc.generation};
   }
 };
 
@@ -400,7 +404,7 @@ TEST_F(Forget, RemoveRevokeTimeoutAndEvictionQueueTheRangeForItsOwner) {
   std::vector<ReplicaRef> got = Drain("c1", c1.session, &answers);
   EXPECT_EQ(answers, 1);
   const MemoryLocation& r = revoked.replicas[0].location;
-  EXPECT_EQ(got, (std::vector<ReplicaRef>{removed, {r.segment_id, r.offset}}));
+  EXPECT_EQ(got, (std::vector<ReplicaRef>{removed, {r.segment_id, r.offset, revoked.generation}}));
   // A timed-out put.
   PutStartOutcome late = m_.Start("c1", "late", 1000);
   m_.clock().AdvanceMs(m_.svc().options().put_timeout_ms + 1);
@@ -408,7 +412,7 @@ TEST_F(Forget, RemoveRevokeTimeoutAndEvictionQueueTheRangeForItsOwner) {
   m_.svc().RunMaintenance();
   got = Drain("c1", c1.session, &answers);
   const MemoryLocation& l = late.replicas[0].location;
-  EXPECT_EQ(got, (std::vector<ReplicaRef>{{l.segment_id, l.offset}}));
+  EXPECT_EQ(got, (std::vector<ReplicaRef>{{l.segment_id, l.offset, late.generation}}));
   // Eviction above the high watermark (the queue's bound drops the oldest, counted).
   std::vector<ReplicaRef> stored;
   for (int i = 0; i < 9; ++i) {
