@@ -17,9 +17,9 @@
 // ReportObjects): their segments are left out of placement (not even as the preferred client)
 // until Release(); AllocateAt() still reserves the exact ranges of reported replicas in them.
 // Forget queue: every range Free() gives back in a segment that still exists is queued for the
-// segment's owner ({segment, offset, generation}, at most forget_queue_limit per client, the oldest dropped
-// beyond it), taken by TakeForgotten(); a client's queue goes with its segments (RemoveClient).
-// Thread-safe: one internal mutex; never calls out while holding it.
+// segment's owner ({segment, offset, generation}, at most forget_queue_limit per client, the oldest
+// dropped beyond it), taken by TakeForgotten(); a client's queue goes with its segments
+// (RemoveClient). Thread-safe: one internal mutex; never calls out while holding it.
 #pragma once
 
 #include <cstdint>
