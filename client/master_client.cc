@@ -288,7 +288,9 @@ class GrpcMasterClient final : public MasterClient {
           for (size_t i = 0; i < targets_.size(); ++i) {
             if (targets_[i]->address == leader) next = i;
           }
-          if (next == targets_.size()) AddTargetLocked(leader);
+          // A leader not in the list (advertised under another name): added, within a bound.
+          if (next == targets_.size() && targets_.size() < kMaxTargets) AddTargetLocked(leader);
+          if (next >= targets_.size()) next = (index + 1) % count;
         }
         current_ = next;
         count = targets_.size();
@@ -375,6 +377,7 @@ class GrpcMasterClient final : public MasterClient {
   }
 
   static constexpr char kStandbyPrefix[] = "mc-master standby";
+  static constexpr size_t kMaxTargets = 32;
 
   const GrpcMasterClientOptions options_;
   // One channel per master address (never removed: Target pointers stay valid) and the one

@@ -180,6 +180,17 @@ int64_t LeaderElection::StepLeader() {
     Lose("etcd says the lease expired");
     return options_.poll_interval_ms;
   }
+  // The key must still name this master (someone may have deleted it while the lease lived,
+  // and a standby then won): two leaders must never serve.
+  absl::StatusOr<std::optional<std::string>> holder = kv_.Get(options_.key);
+  if (!holder.ok()) {
+    CountEtcdError("read of the leader key", holder.status());
+    return std::min<int64_t>(options_.poll_interval_ms, refresh_interval_ms_);
+  }
+  if (!holder->has_value() || **holder != options_.advertise) {
+    Lose(absl::StrCat("the election key names ", holder->value_or("nobody"), " now"));
+    return options_.poll_interval_ms;
+  }
   last_refresh_ms_ = now;
   serve_until_ms_.store(now + fence_ms_);
   return refresh_interval_ms_;

@@ -9,10 +9,10 @@
 // Fencing: the leader serves only while its last successful lease refresh was sent less than
 // the lease TTL minus a margin ago (steady clock, checked on every RPC), so a leader paused
 // (SIGSTOP, a long GC-like stall) refuses at once when it resumes, before it even learns that
-// its lease is gone. A leader that loses its lease (a refresh answered "no such lease", or no
-// refresh succeeded for a whole TTL) stops serving for good and calls `on_lost`: the in-memory
-// state of its term must never serve again (mc-master exits non-zero; a fresh process starts as
-// a standby).
+// its lease is gone. A leader that loses its lease (a refresh answered "no such lease", no
+// refresh succeeded for a whole TTL, or the key no longer names it) stops serving for good and
+// calls `on_lost`: the in-memory state of its term must never serve again (mc-master exits
+// non-zero; a fresh process starts as a standby).
 //
 // What it does not do: talk to etcd itself (EtcdKv, master/etcd_http.h implements it over
 // etcd's JSON gateway); decide what a refused call answers (master/grpc_service.cc).
@@ -91,7 +91,8 @@ class LeaderElection final : public LeaderGate {
 
   // One round of the state machine; returns how long to wait before the next one (ms).
   // Standby: read the key; when it is gone, grant a lease and create the key bound to it.
-  // Leader: refresh the lease when a third of the TTL has passed since the last refresh.
+  // Leader: refresh the lease when a third of the TTL has passed since the last refresh, and
+  // check that the key still names this master.
   int64_t Step();
 
   bool Serving() const override;

@@ -115,6 +115,19 @@ TEST_F(LeaderElectionTest, RefreshAnsweredLeaseGoneStepsDown) {
   EXPECT_FALSE(a.election.Serving());
 }
 
+TEST_F(LeaderElectionTest, LeaderWhoseKeyWasDeletedStepsDownBeforeASecondOneServesLong) {
+  Candidate a("10.0.0.1:5000", etcd_, clock_);
+  Candidate b("10.0.0.2:5000", etcd_, clock_);
+  a.election.Step();
+  etcd_.Delete(kKey);  // an operator's mistake; a's lease still lives
+  b.election.Step();
+  ASSERT_EQ(b.election.role(), Role::kLeader);
+  clock_.AdvanceMs(1000);
+  a.election.Step();  // its next refresh sees the key names b
+  EXPECT_EQ(a.election.role(), Role::kLost);
+  EXPECT_FALSE(a.election.Serving());
+}
+
 TEST_F(LeaderElectionTest, EtcdUnreachableRefreshFencesThenLoses) {
   Candidate a("10.0.0.1:5000", etcd_, clock_);
   a.election.Step();
