@@ -38,6 +38,12 @@ LEADER_TTL_S = 3
 ALLOWED = {"OK", "UNAVAILABLE", "NOT_FOUND", "TIMEOUT", "NO_SPACE"}
 
 
+def stopped(daemon):
+    """True once every thread of the SIGSTOPped daemon is stopped (state T in /proc)."""
+    with open("/proc/%d/stat" % daemon.proc.pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -208,17 +214,18 @@ class FailoverTestBase(cc.ClusterTestMixin, unittest.TestCase):
         harness.wait_until(lambda: len(self.acked) >= 200 or self.errors, 60, what="puts running")
         self.assertEqual(self.errors, [])
 
-    def finish_load(self, after, t0):
-        """Waits for `after` puts sent after `t0` and acknowledged, stops the writers; returns the
-        seconds from t0 until the first such put was acknowledged."""
-        harness.wait_until(lambda: sum(1 for a in self.acked if a[2] > t0) >= after
+    def finish_load(self, after, t0, t_down):
+        """Waits for `after` puts sent once the old leader was down (`t_down`) and acknowledged,
+        stops the writers; returns the seconds from `t0` (the signal) until the first of them
+        was acknowledged."""
+        harness.wait_until(lambda: sum(1 for a in self.acked if a[2] > t_down) >= after
                            or self.errors or not any(t.is_alive() for t in self.threads), 60,
                            what="puts acknowledged after the failover")
         self.stop_load.set()
         for t in self.threads:
             t.join(timeout=60)
         self.assertEqual(self.errors, [])
-        first = [a[3] for a in self.acked if a[2] > t0]
+        first = [a[3] for a in self.acked if a[2] > t_down]
         self.assertTrue(first, "no put acknowledged after the failover")
         return min(first) - t0
 
@@ -290,13 +297,14 @@ class LeaderKilledTest(FailoverTestBase):
         with self.lock:
             before = [(k, v) for k, v, _, _ in self.acked]
         t0 = time.monotonic()
-        old.kill()
+        old.kill()  # returns once it is dead
+        t_down = time.monotonic()
         new = cl.wait_leader(exclude=(old,), timeout_s=LEADER_TTL_S + 20)
         elected_s = time.monotonic() - t0
         cl.master = new
         self.wait_readable(before)
         readable_s = time.monotonic() - t0
-        first_put_s = self.finish_load(100, t0)
+        first_put_s = self.finish_load(100, t0, t_down)
         kvs = self.check_all("after the leader was killed")
         self.assertEqual(cc.metric(new.ready["http"], "mc_master_elections_won_total"), 1)
         print("leader SIGKILLed under load: new leader elected %.2f s after the kill, puts "
@@ -314,10 +322,12 @@ class LeaderPausedTest(FailoverTestBase):
         t0 = time.monotonic()
         old.pause()
         try:
+            harness.wait_until(lambda: stopped(old), 5, interval_s=0.001, what="leader stopped")
+            t_down = time.monotonic()
             new = cl.wait_leader(exclude=(old,), timeout_s=LEADER_TTL_S + 20)
             elected_s = time.monotonic() - t0
             cl.master = new
-            harness.wait_until(lambda: sum(1 for a in self.acked if a[2] > t0) >= 20
+            harness.wait_until(lambda: sum(1 for a in self.acked if a[2] > t_down) >= 20
                                or self.errors, 60, what="puts acknowledged by the new leader")
         finally:
             old.resume()
@@ -325,7 +335,7 @@ class LeaderPausedTest(FailoverTestBase):
         harness.wait_until(lambda: not old.alive(), 15, what="the resumed old leader exits")
         self.assertNotEqual(old.proc.returncode, 0)
         self.assertIn("lost the leadership", old.log_tail(20000))
-        first_put_s = self.finish_load(100, t0)
+        first_put_s = self.finish_load(100, t0, t_down)
         kvs = self.check_all("after the paused leader was replaced")
         print("leader SIGSTOPped: new leader elected %.2f s after the stop, puts succeed again "
               "after %.2f s; the resumed old leader exited with %s; %d keys acknowledged; "
