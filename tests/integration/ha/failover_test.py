@@ -307,6 +307,15 @@ class LeaderKilledTest(FailoverTestBase):
         first_put_s = self.finish_load(100, t0, t_down)
         kvs = self.check_all("after the leader was killed")
         self.assertEqual(cc.metric(new.ready["http"], "mc_master_elections_won_total"), 1)
+        _, status = harness.http_get(new.ready["http"], "/status")
+        self.assertIn("role=leader leader=" + new.ready["grpc"], status)
+        # mc-admin with the list asks each master in turn; the new leader answers.
+        admin = subprocess.run(
+            [harness.binary("tools/mc-admin"), "--master", cl.master_address(),
+             "--cluster_secret_file", harness.cluster_secret_file(), "status"],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(admin.returncode, 0, admin.stderr)
+        self.assertIn("Clients: 3", admin.stdout)
         print("leader SIGKILLed under load: new leader elected %.2f s after the kill, puts "
               "succeed again after %.2f s, every pre-kill key (%d) readable after %.2f s; "
               "%d keys acknowledged in all; answers %s"
