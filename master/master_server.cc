@@ -96,8 +96,9 @@ absl::Status MasterServer::Start() {
         WriteReadyFile(options_.ready_file, {{"grpc", grpc_address_}, {"http", http_address_}});
     if (!s.ok()) return s;
   }
-  Logger("master").info("mc-master serving gRPC on {}, HTTP on {}", grpc_address_,
-                        http_address_.empty() ? "(off)" : http_address_);
+  Logger("master").info("mc-master serving gRPC on {}, HTTP on {}{}", grpc_address_,
+                        http_address_.empty() ? "(off)" : http_address_,
+                        election_ ? " (standby until it wins the etcd election)" : "");
   return absl::OkStatus();
 }
 
