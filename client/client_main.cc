@@ -13,7 +13,9 @@
 #include "common/util.h"
 #include "transfer/tcp/frame.h"
 
-ABSL_FLAG(std::string, master, "127.0.0.1:50051", "mc-master gRPC HOST:PORT");
+ABSL_FLAG(std::string, master, "127.0.0.1:50051",
+          "mc-master gRPC HOST:PORT, or a comma list of the masters (standbys with etcd): calls "
+          "follow the leader");
 ABSL_FLAG(
     std::string, listen, "",
     "Store gRPC on TCP HOST:PORT (port 0 = free port); empty = off (the default: local "

@@ -9,9 +9,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/logging.h"
 #include "common/master_credentials.h"
 #include "common/status.h"
 #include "proto/status_convert.h"
@@ -22,14 +26,11 @@ namespace {
 class GrpcMasterClient final : public MasterClient {
  public:
   explicit GrpcMasterClient(const GrpcMasterClientOptions& options) : options_(options) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(options.max_message_bytes);
-    args.SetMaxSendMessageSize(options.max_message_bytes);
-    // Reconnect quickly after a master restart.
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    stub_ = v1::Master::NewStub(
-        grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args));
+    absl::MutexLock lock(&targets_mu_);
+    for (absl::string_view a : absl::StrSplit(options.address, ',', absl::SkipWhitespace())) {
+      AddTargetLocked(std::string(absl::StripAsciiWhitespace(a)));
+    }
+    if (targets_.empty()) AddTargetLocked(options.address);
   }
   // Sends what is queued, then waits for the answers: every release has the RPC deadline.
   ~GrpcMasterClient() override {
@@ -44,17 +45,19 @@ class GrpcMasterClient final : public MasterClient {
 
   absl::Status RegisterClient(const v1::RegisterClientRequest& req,
                               v1::RegisterClientResponse* resp) override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    if (options_.cluster_keys) {
-      ctx.AddMetadata(auth::kProofHeader,
-                      auth::MakeProof(*options_.cluster_keys, auth::ProofRole::kRegister,
-                                      req.client_id(), req.data_endpoint(), auth::UnixNowMs()));
+    // A fresh proof per attempt: each master remembers the nonces it saw.
+    auto prepare = [&](grpc::ClientContext* ctx) {
+      if (!options_.cluster_keys) return;
+      ctx->AddMetadata(auth::kProofHeader,
+                       auth::MakeProof(*options_.cluster_keys, auth::ProofRole::kRegister,
+                                       req.client_id(), req.data_endpoint(), auth::UnixNowMs()));
       // The session being replaced, if any: proves this is the daemon that holds it.
       std::string session = SessionCredential();
-      if (!session.empty()) ctx.AddMetadata(auth::kSessionHeader, session);
-    }
-    absl::Status s = FromGrpcStatus(stub_->RegisterClient(&ctx, req, resp));
+      if (!session.empty()) ctx->AddMetadata(auth::kSessionHeader, session);
+    };
+    grpc::Status g =
+        Invoke(&v1::Master::Stub::RegisterClient, req, resp, Retry::kIfNotExecuted, prepare);
+    absl::Status s = FromGrpcStatus(g);
     if (s.ok() && options_.cluster_keys) {
       absl::MutexLock lock(&session_mu_);
       session_credential_ =
@@ -65,10 +68,8 @@ class GrpcMasterClient final : public MasterClient {
     return s;
   }
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    AddCredentials(&ctx);
-    grpc::Status s = stub_->Heartbeat(&ctx, req, resp);
+    grpc::Status s = Invoke(&v1::Master::Stub::Heartbeat, req, resp, Retry::kIfNotExecuted,
+                            [this](grpc::ClientContext* ctx) { AddCredentials(ctx); });
     if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
       resp->set_known(false);  // the master does not know our session: register again
       return absl::OkStatus();
@@ -100,10 +101,10 @@ class GrpcMasterClient final : public MasterClient {
       absl::MutexLock lock(&release_mu_);
       carried.swap(release_queue_);
     }
-    if (carried.empty()) return Call(&v1::Master::Stub::GetReplicas, req, resp);
+    if (carried.empty()) return Call(&v1::Master::Stub::GetReplicas, req, resp, Retry::kAlways);
     v1::GetReplicasRequest with_releases = req;
     for (auto& call : carried) *with_releases.add_releases() = std::move(call->req);
-    absl::Status s = Call(&v1::Master::Stub::GetReplicas, with_releases, resp);
+    absl::Status s = Call(&v1::Master::Stub::GetReplicas, with_releases, resp, Retry::kAlways);
     if (!s.ok()) {
       for (size_t i = 0; i < carried.size(); ++i) {
         carried[i]->req = std::move(*with_releases.mutable_releases(static_cast<int>(i)));
@@ -127,7 +128,7 @@ class GrpcMasterClient final : public MasterClient {
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
     WaitForReleases();
     v1::ReleaseLeasesResponse resp;
-    return Call(&v1::Master::Stub::ReleaseLeases, req, &resp);
+    return Call(&v1::Master::Stub::ReleaseLeases, req, &resp, Retry::kAlways);
   }
   void ReleaseLeasesAsync(v1::ReleaseLeasesRequest req,
                           std::function<void(absl::Status)> done) override {
@@ -145,7 +146,7 @@ class GrpcMasterClient final : public MasterClient {
     if (was_empty || options_.release_delay_us <= 0) release_cv_.SignalAll();
   }
   absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
-    return Call(&v1::Master::Stub::Exist, req, resp);
+    return Call(&v1::Master::Stub::Exist, req, resp, Retry::kAlways);
   }
   absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) override {
     WaitForReleases();
@@ -202,14 +203,113 @@ class GrpcMasterClient final : public MasterClient {
     return FromGrpcStatus(status);
   }
 
+  // Which failed calls are tried again (on the next master) within their deadline.
+  enum class Retry {
+    kIfNotExecuted,  // only when certainly not executed: a standby's refusal, no connection
+    kAlways,         // idempotent calls: also after any UNAVAILABLE
+  };
+
   template <typename Req, typename Resp>
   absl::Status Call(grpc::Status (v1::Master::Stub::*method)(grpc::ClientContext*, const Req&,
                                                              Resp*),
-                    const Req& req, Resp* resp) {
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
-    AddCredentials(&ctx);
-    return Converted(((*stub_).*method)(&ctx, req, resp));
+                    const Req& req, Resp* resp, Retry retry = Retry::kIfNotExecuted) {
+    return Converted(Invoke(method, req, resp, retry,
+                            [this](grpc::ClientContext* ctx) { AddCredentials(ctx); }));
+  }
+
+  // One call within one deadline, following the leader: see MasterTargets.
+  template <typename Req, typename Resp, typename Prepare>
+  grpc::Status Invoke(grpc::Status (v1::Master::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                               Resp*),
+                      const Req& req, Resp* resp, Retry retry, const Prepare& prepare) {
+    const auto deadline =
+        std::chrono::system_clock::now() + std::chrono::milliseconds(options_.rpc_timeout_ms);
+    for (int attempt = 0;; ++attempt) {
+      size_t index = 0;
+      Target* target = Current(&index);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline);
+      prepare(&ctx);
+      grpc::Status s = ((*target->stub).*method)(&ctx, req, resp);
+      if (!FailOver(s, ctx, index, retry, attempt, deadline)) return s;
+      resp->Clear();
+    }
+  }
+
+  struct Target {
+    std::string address;
+    std::unique_ptr<v1::Master::Stub> stub;
+  };
+  void AddTargetLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(targets_mu_) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(options_.max_message_bytes);
+    args.SetMaxSendMessageSize(options_.max_message_bytes);
+    // Reconnect quickly after a master restart.
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    auto target = std::make_unique<Target>();
+    target->address = address;
+    target->stub = v1::Master::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    targets_.push_back(std::move(target));
+  }
+  Target* Current(size_t* index) {
+    absl::MutexLock lock(&targets_mu_);
+    *index = current_;
+    return targets_[current_].get();
+  }
+
+  // After a failed call on target `index`: moves the current master (to the leader a standby
+  // named, else the next address) when the failure says this one cannot serve, and says whether
+  // to try the call again. A single address keeps today's behaviour: no retry.
+  bool FailOver(const grpc::Status& s, const grpc::ClientContext& ctx, size_t index, Retry retry,
+                int attempt, std::chrono::system_clock::time_point deadline) {
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return false;
+    }
+    std::string leader;
+    const auto& trailing = ctx.GetServerTrailingMetadata();
+    auto it = trailing.find(auth::kLeaderHeader);
+    if (it != trailing.end()) leader.assign(it->second.data(), it->second.size());
+    const bool standby = !leader.empty() || absl::StartsWith(s.error_message(), kStandbyPrefix);
+    const bool not_connected = s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                               (absl::StrContains(s.error_message(), "failed to connect") ||
+                                absl::StrContains(s.error_message(), "onnection refused"));
+    size_t count = 0;
+    {
+      absl::MutexLock lock(&targets_mu_);
+      count = targets_.size();
+      if (count == 1 && leader.empty()) return false;
+      if (current_ == index) {
+        size_t next = (index + 1) % count;
+        if (!leader.empty() && leader != targets_[index]->address) {
+          next = targets_.size();
+          for (size_t i = 0; i < targets_.size(); ++i) {
+            if (targets_[i]->address == leader) next = i;
+          }
+          // A leader not in the list (advertised under another name): added, within a bound.
+          if (next == targets_.size() && targets_.size() < kMaxTargets) AddTargetLocked(leader);
+          if (next >= targets_.size()) next = (index + 1) % count;
+        }
+        current_ = next;
+        count = targets_.size();
+        if (next != index) {
+          MC_LOG_EVERY(std::chrono::seconds(2), Logger("client"), info,
+                       "master {} cannot serve ({}): trying {}", targets_[index]->address,
+                       s.error_message(), targets_[next]->address);
+        }
+      }
+    }
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
+    if (!(standby || not_connected || retry == Retry::kAlways)) return false;
+    // A whole round of refusals (an election under way): wait a little before the next.
+    if (attempt + 1 >= static_cast<int>(count)) {
+      const auto pause = std::chrono::milliseconds(std::min(50 * (attempt + 1), 200));
+      if (std::chrono::system_clock::now() + pause >= deadline) return false;
+      std::this_thread::sleep_for(pause);
+    }
+    return std::chrono::system_clock::now() < deadline;
   }
 
   struct PendingRelease {
@@ -250,15 +350,16 @@ class GrpcMasterClient final : public MasterClient {
         PendingRelease* call = owned.release();
         SetDeadline(&call->ctx);
         AddCredentials(&call->ctx);
-        stub_->async()->ReleaseLeases(&call->ctx, &call->req, &call->resp,
-                                      [this, call](grpc::Status status) {
-                                        call->done(Converted(status));
-                                        const uint64_t ticket = call->ticket;
-                                        delete call;
-                                        absl::MutexLock lock(&release_mu_);
-                                        outstanding_.erase(ticket);
-                                        release_cv_.SignalAll();
-                                      });
+        size_t index = 0;
+        Current(&index)->stub->async()->ReleaseLeases(&call->ctx, &call->req, &call->resp,
+                                                      [this, call](grpc::Status status) {
+                                                        call->done(Converted(status));
+                                                        const uint64_t ticket = call->ticket;
+                                                        delete call;
+                                                        absl::MutexLock lock(&release_mu_);
+                                                        outstanding_.erase(ticket);
+                                                        release_cv_.SignalAll();
+                                                      });
       }
     }
   }
@@ -275,8 +376,15 @@ class GrpcMasterClient final : public MasterClient {
     while (!outstanding_.empty() && *outstanding_.begin() < mine) release_cv_.Wait(&release_mu_);
   }
 
+  static constexpr char kStandbyPrefix[] = "mc-master standby";
+  static constexpr size_t kMaxTargets = 32;
+
   const GrpcMasterClientOptions options_;
-  std::unique_ptr<v1::Master::Stub> stub_;
+  // One channel per master address (never removed: Target pointers stay valid) and the one
+  // calls go to now.
+  absl::Mutex targets_mu_;
+  std::vector<std::unique_ptr<Target>> targets_ ABSL_GUARDED_BY(targets_mu_);
+  size_t current_ ABSL_GUARDED_BY(targets_mu_) = 0;
   absl::Mutex session_mu_;
   std::string session_credential_ ABSL_GUARDED_BY(session_mu_);
   absl::Mutex release_mu_;

@@ -6,7 +6,15 @@
 // which proves a re-registration comes from the same daemon); it keeps the token the master
 // answers and sends it with every later call. A call the master refuses for an unknown session
 // (it restarted or dropped us) comes back as kUnavailable, and a Heartbeat so refused as
-// known=false, so the session registers again as after any restart. Thread-safe.
+// known=false, so the session registers again as after any restart.
+// Standby masters (issue 16): the address may be a comma list of masters. The client keeps a
+// channel per address and a current one; when a call answers UNAVAILABLE (no connection, or a
+// standby's refusal naming the leader in trailing metadata x-mc-leader) or runs out of time,
+// the current master moves to the leader named, else to the next address. The call is tried
+// again within its deadline when it was certainly not executed (a standby's refusal, no
+// connection) or is idempotent (GetReplicas, Exist, ReleaseLeases); otherwise it returns
+// kUnavailable as before. The new leader does not know our session: the next Heartbeat answers
+// known=false and the session registers again and reports its objects. Thread-safe.
 #pragma once
 
 #include <functional>
@@ -62,7 +70,7 @@ class MasterClient {
 };
 
 struct GrpcMasterClientOptions {
-  std::string address;            // HOST:PORT of mc-master
+  std::string address;  // HOST:PORT of mc-master, or a comma list of them (standbys)
   int64_t rpc_timeout_ms = 10'000;
   int max_message_bytes = 256 << 20;
   // How long a queued lease release waits for this client's next GetReplicas to carry it (the

@@ -25,6 +25,9 @@ namespace mc::auth {
 
 inline constexpr char kProofHeader[] = "x-mc-auth";
 inline constexpr char kSessionHeader[] = "x-mc-session";
+// Trailing metadata of a standby master's UNAVAILABLE answer: the leader's HOST:PORT (not a
+// credential; here because every caller of the master reads it the same way).
+inline constexpr char kLeaderHeader[] = "x-mc-leader";
 inline constexpr size_t kSessionTokenSize = 16;
 inline constexpr size_t kNonceSize = 16;
 inline constexpr size_t kMaxCallerIdSize = 128;

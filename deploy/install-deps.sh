@@ -14,7 +14,7 @@ packages=(
   libabsl-dev liburing-dev libibverbs-dev libspdlog-dev libfmt-dev libxxhash-dev
   libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-perftools-dev
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
-  python3-venv libtcmalloc-minimal4
+  python3-venv libtcmalloc-minimal4 etcd-server
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(fio memcached redis-server redis-tools valgrind)

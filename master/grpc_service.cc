@@ -170,6 +170,14 @@ grpc::ServerUnaryReactor* MasterGrpcService::Serve(grpc::CallbackServerContext* 
                                                    Handler<Req, Resp> handler) {
   RpcScope scope(*this, rpc);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (gate_ != nullptr && !gate_->Serving()) {
+    const std::string leader = gate_->LeaderAddress();
+    if (!leader.empty()) ctx->AddTrailingMetadata(auth::kLeaderHeader, leader);
+    reactor->Finish(scope.Finish(grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("mc-master standby; leader is ", leader.empty() ? "unknown" : leader))));
+    return reactor;
+  }
   Caller caller;
   grpc::Status status = Authenticate(*ctx, rpc, *req, &caller);
   if (status.ok()) {

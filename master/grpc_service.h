@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "master/capability_minter.h"
+#include "master/leader_election.h"
 #include "master/metadata_service.h"
 #include "master/rpc_auth.h"
 #include "mcstore/v1/master.grpc.pb.h"
@@ -34,6 +35,11 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   // With authentication: the minter that gives owners their keys and replicas their
   // capabilities (borrowed, must outlive the service). Before serving; null = none.
   void SetCapabilityMinter(CapabilityMinter* minter) { minter_ = minter; }
+  // With leader election (master/leader_election.h): a master whose gate says it does not serve
+  // answers every call UNAVAILABLE ("mc-master standby; leader is HOST:PORT") with the leader's
+  // address in trailing metadata `x-mc-leader`, before authenticating it. Borrowed, must
+  // outlive the service; before serving; null = always serve (a single master).
+  void SetLeaderGate(const LeaderGate* gate) { gate_ = gate; }
 
   // Each RPC: counted and timed, checked against the batch limit, then handled by Do<Rpc>.
 #define MC_MASTER_UNARY(Rpc)                                          \
@@ -148,6 +154,7 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   const size_t max_batch_items_;
   RpcAuthenticator* const auth_;
   CapabilityMinter* minter_ = nullptr;
+  const LeaderGate* gate_ = nullptr;
   absl::Mutex rpc_metrics_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<RpcMetrics>> rpc_metrics_
       ABSL_GUARDED_BY(rpc_metrics_mu_);

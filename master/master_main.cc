@@ -1,4 +1,8 @@
 // mc-master: flags -> MasterServerOptions -> run until SIGINT/SIGTERM.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -6,6 +10,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
 #include "common/auth.h"
 #include "common/logging.h"
 #include "common/util.h"
@@ -62,6 +68,18 @@ ABSL_FLAG(uint64_t, forget_batch, 65536,
 ABSL_FLAG(uint64_t, forget_queue_limit, 1048576,
           "most freed replica ranges queued per client between heartbeats; beyond it the oldest "
           "are dropped (mc_master_forget_dropped_total)");
+ABSL_FLAG(std::string, etcd_endpoints, "",
+          "standby masters: comma list of etcd http://HOST:PORT; the master holding the election "
+          "key serves, the others answer UNAVAILABLE naming it; empty = no election, this master "
+          "leads");
+ABSL_FLAG(std::string, etcd_prefix, "/mcstore/",
+          "etcd key prefix; the election key is prefix+leader");
+ABSL_FLAG(std::string, advertise_address, "",
+          "the gRPC HOST:PORT clients reach this master at (the election key's value); empty = "
+          "the bound --listen address; must name a host with --etcd_endpoints");
+ABSL_FLAG(int64_t, leader_ttl_s, 3,
+          "etcd lease TTL of the leadership: a dead leader is replaced about this long after it "
+          "stopped; a leader whose lease refresh is overdue stops serving");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 int main(int argc, char** argv) {
@@ -105,6 +123,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--auth_max_clock_skew_ms and --auth_replay_cache_entries must be >= 1\n");
     return 2;
   }
+  for (absl::string_view e :
+       absl::StrSplit(absl::GetFlag(FLAGS_etcd_endpoints), ',', absl::SkipWhitespace())) {
+    opts.etcd_endpoints.emplace_back(absl::StripAsciiWhitespace(e));
+  }
+  opts.etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
+  opts.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  opts.leader_ttl_s = absl::GetFlag(FLAGS_leader_ttl_s);
+  if (opts.leader_ttl_s < 2) {
+    std::fprintf(stderr, "--leader_ttl_s must be >= 2\n");
+    return 2;
+  }
+  static std::atomic<bool> leadership_lost{false};
+  opts.on_leadership_lost = [] {
+    leadership_lost.store(true);
+    kill(getpid(), SIGTERM);  // the main thread's sigwait below shuts down
+  };
   mc::master::MasterOptions& m = opts.master;
   m.object_report_timeout_ms = absl::GetFlag(FLAGS_object_report_timeout_ms);
   m.forget_batch = absl::GetFlag(FLAGS_forget_batch);
@@ -147,6 +181,11 @@ int main(int argc, char** argv) {
   mc::Logger("master").info("allocator: {}", MC_MALLOC_NAME);
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  if (leadership_lost.load()) {
+    mc::Logger("master").error("exiting: this master lost its leadership (see above)");
+    server.Shutdown();
+    return 3;
+  }
   mc::Logger("master").info("signal {}: shutting down", sig);
   server.Shutdown();
   return 0;

@@ -5,7 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/status_macros.h"
 #include "common/util.h"
+#include "master/etcd_http.h"
 
 namespace mc::master {
 
@@ -31,6 +33,7 @@ absl::Status MasterServer::Start() {
   }
   grpc_service_ = std::make_unique<MasterGrpcService>(*service_, metrics_, options_.max_batch_items,
                                                       rpc_auth_.get());
+  if (!options_.etcd_endpoints.empty()) grpc_service_->SetLeaderGate(&gate_);
   if (options_.cluster_keys != nullptr) {
     minter_ = std::make_unique<CapabilityMinter>(options_.cluster_keys, RealClock::Get());
     grpc_service_->SetCapabilityMinter(minter_.get());
@@ -63,6 +66,7 @@ absl::Status MasterServer::Start() {
     return McError(Code::kUnavailable, absl::StrCat("cannot listen on ", options_.listen));
   }
   grpc_address_ = absl::StrCat(listen->host, ":", bound_port);
+  if (!options_.etcd_endpoints.empty()) MC_RETURN_IF_ERROR(StartElection());
 
   if (!options_.http.empty()) {
     auto http = ParseHostPort(options_.http);
@@ -74,7 +78,13 @@ absl::Status MasterServer::Start() {
     admin_ = std::make_unique<AdminServer>(admin_opts);
     admin_->Handle("/metrics", "text/plain; version=0.0.4",
                    [this] { return metrics_.RenderPrometheus(); });
-    admin_->Handle("/status", "text/plain", [svc] { return svc->StatusLine() + "\n"; });
+    LeaderElection* election = election_.get();
+    admin_->Handle("/status", "text/plain", [svc, election] {
+      std::string line = svc->StatusLine();
+      if (election != nullptr) line += " " + election->StatusLine();
+      return line + "\n";
+    });
+    // 200 for a healthy standby too: a liveness probe must not kill standbys.
     admin_->Handle("/healthz", "text/plain", [] { return std::string("ok\n"); });
     auto bound = admin_->Start();
     if (!bound.ok()) return bound.status();
@@ -86,8 +96,32 @@ absl::Status MasterServer::Start() {
         WriteReadyFile(options_.ready_file, {{"grpc", grpc_address_}, {"http", http_address_}});
     if (!s.ok()) return s;
   }
-  Logger("master").info("mc-master serving gRPC on {}, HTTP on {}", grpc_address_,
-                        http_address_.empty() ? "(off)" : http_address_);
+  Logger("master").info("mc-master serving gRPC on {}, HTTP on {}{}", grpc_address_,
+                        http_address_.empty() ? "(off)" : http_address_,
+                        election_ ? " (standby until it wins the etcd election)" : "");
+  return absl::OkStatus();
+}
+
+absl::Status MasterServer::StartElection() {
+  std::string advertise =
+      options_.advertise_address.empty() ? grpc_address_ : options_.advertise_address;
+  absl::StatusOr<HostPort> hp = ParseHostPort(advertise);
+  if (!hp.ok()) return hp.status();
+  if (hp->host.empty() || hp->host == "0.0.0.0" || hp->host == "::" || hp->host == "[::]" ||
+      hp->port == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "with --etcd_endpoints, --advertise_address must name the HOST:PORT clients reach this "
+        "master at (got '",
+        advertise, "')"));
+  }
+  MC_ASSIGN_OR_RETURN(etcd_, CreateEtcdHttpKv(EtcdHttpOptions{options_.etcd_endpoints}));
+  LeaderElectionOptions eo;
+  eo.key = options_.etcd_prefix + "leader";
+  eo.advertise = advertise;
+  eo.ttl_s = options_.leader_ttl_s;
+  election_ = std::make_unique<LeaderElection>(eo, *etcd_, RealClock::Get(), metrics_);
+  gate_.gate.store(election_.get(), std::memory_order_release);
+  election_->Start(options_.on_leadership_lost);
   return absl::OkStatus();
 }
 
@@ -114,6 +148,8 @@ void MasterServer::Shutdown() {
     stopping_ = true;
   }
   cv_.notify_all();
+  // A leader steps down first (revokes its lease), so a standby takes over at once.
+  if (election_) election_->Stop();
   if (maintenance_.joinable()) maintenance_.join();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

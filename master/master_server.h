@@ -1,15 +1,18 @@
 // MasterServer: runs one mc-master: the gRPC Master service, the HTTP admin endpoint
 // (/metrics, /status, /healthz) and the maintenance loop (liveness, put timeouts, lease sweep,
-// watermark eviction). mc-master's main only turns flags into MasterServerOptions.
-// Start() returns once serving; Shutdown() stops everything. Thread-safe.
+// watermark eviction); with etcd endpoints, the leader election that decides whether it serves.
+// mc-master's main only turns flags into MasterServerOptions. Start() returns once serving;
+// Shutdown() stops everything. Thread-safe.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/auth.h"
@@ -17,6 +20,7 @@
 #include "common/http_admin.h"
 #include "common/metrics.h"
 #include "master/grpc_service.h"
+#include "master/leader_election.h"
 #include "master/metadata_service.h"
 #include "master/rpc_auth.h"
 
@@ -38,6 +42,17 @@ struct MasterServerOptions {
   // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).
   auth::ClusterKeysPtr cluster_keys;
   RpcAuthOptions rpc_auth;  // proof time window and replay cache (with cluster_keys only)
+
+  // Standby masters (master/leader_election.h). No endpoints = no election: this master leads.
+  std::vector<std::string> etcd_endpoints;  // http://HOST:PORT each
+  std::string etcd_prefix = "/mcstore/";    // the election key is prefix + "leader"
+  // The gRPC HOST:PORT clients reach this master at, the election key's value; "" = the bound
+  // listen address. With etcd it must name a host (not 0.0.0.0, ::, or nothing).
+  std::string advertise_address;
+  int64_t leader_ttl_s = 3;  // etcd lease TTL
+  // Called once (on the election's thread) when this master lost its leadership; it serves
+  // nothing more. mc-master exits non-zero.
+  std::function<void()> on_leadership_lost;
 };
 
 class MasterServer {
@@ -54,9 +69,27 @@ class MasterServer {
   const std::string& http_address() const { return http_address_; }
   MetadataService& service() { return *service_; }
   MetricsRegistry& metrics() { return metrics_; }
+  // The election; null without etcd.
+  LeaderElection* election() { return election_.get(); }
 
  private:
   void MaintenanceLoop();
+  absl::Status StartElection();
+
+  // The service's gate from before the election exists (the advertised address may be known
+  // only once bound): nothing serves until the election says so.
+  class ElectionGate final : public LeaderGate {
+   public:
+    bool Serving() const override {
+      const LeaderGate* g = gate.load(std::memory_order_acquire);
+      return g != nullptr && g->Serving();
+    }
+    std::string LeaderAddress() const override {
+      const LeaderGate* g = gate.load(std::memory_order_acquire);
+      return g != nullptr ? g->LeaderAddress() : std::string();
+    }
+    std::atomic<const LeaderGate*> gate{nullptr};
+  };
 
   const MasterServerOptions options_;
   MetricsRegistry metrics_;
@@ -66,6 +99,9 @@ class MasterServer {
   std::unique_ptr<MasterGrpcService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<AdminServer> admin_;
+  ElectionGate gate_;
+  std::unique_ptr<EtcdKv> etcd_;
+  std::unique_ptr<LeaderElection> election_;
   std::string grpc_address_;
   std::string http_address_;
   std::thread maintenance_;

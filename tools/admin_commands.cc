@@ -126,14 +126,22 @@ bool WriteFile(const std::string& path, const char* data, uint64_t size) {
 }  // namespace
 
 int CmdStatus(const AdminContext& ctx) {
-  grpc::ClientContext c;
-  SetDeadline(&c, ctx);
-  if (ctx.cluster_keys) {  // a read-only admin proof (docs/security.md)
-    c.AddMetadata(auth::kProofHeader, auth::MakeProof(*ctx.cluster_keys, auth::ProofRole::kAdmin,
-                                                      "mc-admin", "", auth::UnixNowMs()));
-  }
+  std::vector<v1::Master::Stub*> masters = ctx.masters;
+  if (masters.empty()) masters.push_back(ctx.master);
   v1::GetStatusResponse resp;
-  grpc::Status s = ctx.master->GetStatus(&c, v1::GetStatusRequest(), &resp);
+  grpc::Status s;
+  // With standbys, each answers UNAVAILABLE naming the leader; the leader answers.
+  for (v1::Master::Stub* master : masters) {
+    grpc::ClientContext c;
+    SetDeadline(&c, ctx);
+    if (ctx.cluster_keys) {  // a read-only admin proof (docs/security.md)
+      c.AddMetadata(auth::kProofHeader, auth::MakeProof(*ctx.cluster_keys, auth::ProofRole::kAdmin,
+                                                        "mc-admin", "", auth::UnixNowMs()));
+    }
+    resp.Clear();
+    s = master->GetStatus(&c, v1::GetStatusRequest(), &resp);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+  }
   if (!s.ok()) return RpcFailed(ctx, "GetStatus", s);
   std::fprintf(ctx.out, "%s\n", resp.status_line().c_str());
   std::fprintf(ctx.out, "%-32s %-22s %21s %21s\n", "CLIENT", "DATA", "MEMORY USED", "SSD USED");

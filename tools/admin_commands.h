@@ -15,6 +15,9 @@ namespace mc::tools {
 
 struct AdminContext {
   mcstore::v1::Master::Stub* master = nullptr;  // for status
+  // Standby masters: status asks each in turn until the leader answers (same order as
+  // --master's list; `master` is then the first). Empty = `master` alone.
+  std::vector<mcstore::v1::Master::Stub*> masters;
   mcstore::v1::Store::Stub* store = nullptr;    // for data commands
   auth::ClusterKeysPtr cluster_keys;            // signs calls to the master; null = none
   uint64_t inline_limit = 4 << 20;              // larger files go through shared memory

@@ -13,12 +13,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
 #include "client/fd_session.h"
 #include "common/auth.h"
 #include "tools/admin_commands.h"
 #include "tools/store_channel.h"
 
-ABSL_FLAG(std::string, master, "127.0.0.1:50051", "mc-master gRPC address (status)");
+ABSL_FLAG(std::string, master, "127.0.0.1:50051",
+          "mc-master gRPC HOST:PORT, or a comma list of the masters (status asks the leader)");
 ABSL_FLAG(std::string, client, "127.0.0.1:50052", "mc-client Store address (data commands)");
 ABSL_FLAG(int64_t, timeout_ms, 30000, "deadline of each RPC");
 ABSL_FLAG(std::string, cluster_secret_file, "",
@@ -67,10 +69,19 @@ int main(int argc, char** argv) {
     }
     cluster_keys = *loaded;
   }
-  auto master = mcstore::v1::Master::NewStub(Channel(absl::GetFlag(FLAGS_master)));
+  std::vector<std::unique_ptr<mcstore::v1::Master::Stub>> masters;
+  for (absl::string_view a :
+       absl::StrSplit(absl::GetFlag(FLAGS_master), ',', absl::SkipWhitespace())) {
+    masters.push_back(mcstore::v1::Master::NewStub(Channel(std::string(a))));
+  }
+  if (masters.empty()) {
+    std::fprintf(stderr, "--master: no address\n");
+    return 2;
+  }
   auto store = mcstore::v1::Store::NewStub(Channel(absl::GetFlag(FLAGS_client)));
   mc::tools::AdminContext ctx;
-  ctx.master = master.get();
+  ctx.master = masters[0].get();
+  for (auto& m : masters) ctx.masters.push_back(m.get());
   ctx.store = store.get();
   ctx.cluster_keys = cluster_keys;
   ctx.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);

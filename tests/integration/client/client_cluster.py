@@ -168,10 +168,14 @@ class Cluster:
                     raise
                 time.sleep(0.2)
 
+    def master_address(self):
+        """What the clients' --master says (a subclass with standbys gives the list)."""
+        return self.master.ready["grpc"]
+
     def _start_client(self, i):
         pure = i >= self.n
         sock = os.path.join(self.tmp, "c%d.sock" % i)
-        args = ["--master", self.master.ready["grpc"], "--listen", "127.0.0.1:0",
+        args = ["--master", self.master_address(), "--listen", "127.0.0.1:0",
                 "--http", "127.0.0.1:0", "--data", "127.0.0.1:0", "--unix_socket", sock,
                 "--store_token_file", self.token_file,
                 "--client_id", "c%d" % i,
