@@ -36,8 +36,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
     uint64_t size = TotalLength(items[i].pieces);
     if (out[i].ok() && (items[i].key.empty() || items[i].key.size() > options_.max_key_size)) {
       out[i] = McError(Code::kInvalidArgument, absl::StrCat("key length ", items[i].key.size(),
-                                                            " outside 1..",
-                                                            options_.max_key_size));
+                                                            " outside 1..", options_.max_key_size));
     }
     if (out[i].ok() && size == 0) out[i] = McError(Code::kInvalidArgument, "empty payload");
     if (out[i].ok() && replicas > options_.max_replicas) {

@@ -54,7 +54,8 @@ ABSL_FLAG(int32_t, store_fd_max_connections_per_uid, 32, "fd socket: most sessio
 ABSL_FLAG(std::string, http, "127.0.0.1:0", "admin HTTP HOST:PORT; empty = off");
 ABSL_FLAG(std::string, data, "127.0.0.1:0", "data-plane HOST:PORT peers read and write through");
 ABSL_FLAG(std::string, advertise_host, "", "host peers use to reach --data (default: its host)");
-ABSL_FLAG(std::string, ready_file, "", "write {\"grpc\",\"http\",\"data\",\"unix_socket\"} JSON here once serving");
+ABSL_FLAG(std::string, ready_file, "",
+          "write {\"grpc\",\"http\",\"data\",\"unix_socket\"} JSON here once serving");
 ABSL_FLAG(std::string, client_id, "", "stable id of this daemon (default: host-pid-random)");
 ABSL_FLAG(uint64_t, segment_size, 256ull << 20, "bytes per memory segment; 0 = pure client");
 ABSL_FLAG(int32_t, segments, 1, "number of memory segments");
@@ -81,8 +82,9 @@ ABSL_FLAG(int32_t, connections_per_peer, 4, "tcp data-plane connections per peer
 ABSL_FLAG(int32_t, copy_threads, 2, "threads for large local copies");
 ABSL_FLAG(uint64_t, tcp_frame_bytes, 4ull << 20,
           "a tcp data-plane request is cut into frames of at most this many bytes (1 B..1 GiB)");
-ABSL_FLAG(int32_t, tcp_receive_threads, 2,
-          "helper threads that drive a batch's tcp connections besides the caller (0 = caller only)");
+ABSL_FLAG(
+    int32_t, tcp_receive_threads, 2,
+    "helper threads that drive a batch's tcp connections besides the caller (0 = caller only)");
 ABSL_FLAG(int32_t, tcp_socket_buffer_bytes, 8 << 20,
           "SO_SNDBUF/SO_RCVBUF of data-plane connections, both directions (0 = kernel autotuning)");
 ABSL_FLAG(std::string, transport, "auto",
@@ -93,13 +95,15 @@ ABSL_FLAG(int32_t, rdma_port, 1, "port of the verbs device");
 ABSL_FLAG(int32_t, rdma_gid_index, 1,
           "GID index (RoCEv2: the IPv4-mapped GID, 1 on rxe and usually 3 on mlx5; 0 on IB)");
 ABSL_FLAG(int32_t, rdma_qps_per_peer, 2, "RC queue pairs per peer");
-ABSL_FLAG(std::string, offload_dir, "", "SSD tier directory (data files live here); empty = no SSD tier");
+ABSL_FLAG(std::string, offload_dir, "",
+          "SSD tier directory (data files live here); empty = no SSD tier");
 ABSL_FLAG(uint64_t, offload_capacity, 0, "SSD tier bytes (needed with --offload_dir)");
 ABSL_FLAG(int32_t, offload_files, 4, "SSD tier data files");
 ABSL_FLAG(int32_t, offload_queue_depth, 64, "io_uring queue depth of the SSD tier");
 ABSL_FLAG(bool, offload_direct_io, true, "O_DIRECT for SSD data files (falls back when refused)");
 ABSL_FLAG(bool, offload_force_posix, false, "pread/pwrite instead of io_uring");
-ABSL_FLAG(double, offload_high_watermark, 0.95, "the SSD tier reclaims records above this fraction");
+ABSL_FLAG(double, offload_high_watermark, 0.95,
+          "the SSD tier reclaims records above this fraction");
 ABSL_FLAG(double, offload_low_watermark, 0.90, "and down to this one");
 ABSL_FLAG(bool, object_index, true,
           "keep an index of the objects in this daemon's memory segments (writers notify the "

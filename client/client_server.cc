@@ -219,16 +219,15 @@ absl::Status ClientServer::Start() {
     offload_->Start();
   }
   if (options_.promote_on_hit) {
-    promoter_ = std::make_unique<Promoter>(options_.client_id, *master_, *engine_,
-                                           RealClock::Get(), registry_,
-                                           options_.promote_staging_bytes);
+    promoter_ = std::make_unique<Promoter>(options_.client_id, *master_, *engine_, RealClock::Get(),
+                                           registry_, options_.promote_staging_bytes);
     promoter_->SetIndexNotifier(notifier_.get());
     getter_->SetPromoter(promoter_.get());
   }
   options_.store.client_id = options_.client_id;
-  store_ = std::make_unique<StoreGrpcService>(options_.store, buffers_, *putter_, *getter_,
-                                              *master_, *prefix_leases_, RealClock::Get(),
-                                              metrics_);
+  store_ =
+      std::make_unique<StoreGrpcService>(options_.store, buffers_, *putter_, *getter_, *master_,
+                                         *prefix_leases_, RealClock::Get(), metrics_);
   store_auth_ = std::make_unique<StoreAuth>(
       StoreAuthOptions{.token = options_.store_token, .tcp_auth = options_.store_tcp_auth},
       registry_);
@@ -313,8 +312,8 @@ absl::Status ClientServer::StartGrpc() {
     builder.AddListeningPort("unix:" + options_.unix_socket, grpc::InsecureServerCredentials());
   }
   // Room for one inline payload at the limit plus its envelope; larger messages are refused.
-  int max_message = static_cast<int>(
-      std::min<uint64_t>(options_.store.max_inline_bytes + (1 << 20), INT32_MAX));
+  int max_message =
+      static_cast<int>(std::min<uint64_t>(options_.store.max_inline_bytes + (1 << 20), INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(store_.get());
@@ -328,9 +327,8 @@ absl::Status ClientServer::StartGrpc() {
                                               options_.unix_socket_group));
   }
   if (!grpc_server_ || (!options_.listen.empty() && port == 0)) {
-    return McError(Code::kUnavailable,
-                   absl::StrCat("cannot serve Store on ", options_.listen, " ",
-                                options_.unix_socket));
+    return McError(Code::kUnavailable, absl::StrCat("cannot serve Store on ", options_.listen, " ",
+                                                    options_.unix_socket));
   }
   if (!options_.listen.empty()) {
     auto hp = ParseHostPort(options_.listen);

@@ -51,21 +51,21 @@ struct ClientServerOptions {
   std::string fd_socket;                   // the fd side channel; default <unix_socket>.fd
   std::string store_token;                 // required on `listen` unless !store_tcp_auth
   bool store_tcp_auth = true;
-  FdChannelOptions fd_channel;             // path, mode and group are filled in
-  BufferRegistryOptions buffers;           // metrics is filled in
-  std::string http = "127.0.0.1:0";        // admin HTTP; empty = off
-  std::string data = "127.0.0.1:0";        // data plane (tcp transport)
-  std::string advertise_host;              // host peers use to reach `data` (default: its host)
+  FdChannelOptions fd_channel;       // path, mode and group are filled in
+  BufferRegistryOptions buffers;     // metrics is filled in
+  std::string http = "127.0.0.1:0";  // admin HTTP; empty = off
+  std::string data = "127.0.0.1:0";  // data plane (tcp transport)
+  std::string advertise_host;        // host peers use to reach `data` (default: its host)
   std::string ready_file;
-  std::string client_id;                   // default: host-pid-random
-  std::string host;                        // default: gethostname()
+  std::string client_id;  // default: host-pid-random
+  std::string host;       // default: gethostname()
   SegmentPoolOptions segments;
-  StoreServiceOptions store;               // client_id is filled in
-  uint32_t get_lease_ttl_ms = 0;           // read lease asked by BatchGet; 0 = master default
+  StoreServiceOptions store;      // client_id is filled in
+  uint32_t get_lease_ttl_ms = 0;  // read lease asked by BatchGet; 0 = master default
   int64_t master_rpc_timeout_ms = 10'000;
-  int64_t lease_release_delay_us = 1000;  // GrpcMasterClientOptions::release_delay_us
-  int64_t put_no_space_wait_ms = 100;     // BatchPutOptions::no_space_wait_ms
-  int64_t put_write_timeout_ms = 10'000;  // BatchPutOptions::write_timeout_ms
+  int64_t lease_release_delay_us = 1000;     // GrpcMasterClientOptions::release_delay_us
+  int64_t put_no_space_wait_ms = 100;        // BatchPutOptions::no_space_wait_ms
+  int64_t put_write_timeout_ms = 10'000;     // BatchPutOptions::write_timeout_ms
   int64_t put_write_back_wait_ms = 10'000;   // BatchPutOptions::write_back_wait_ms
   transfer::TransferEngineOptions transfer;  // local_endpoint and metrics are filled in
   // Data-plane server limits; listen_address, metrics and socket_buffer_bytes are filled in.
@@ -73,13 +73,13 @@ struct ClientServerOptions {
   // Admin HTTP limits; host, port and metrics are filled in from `http`.
   AdminServerOptions admin;
   // The SSD tier: on when offload.dir is set (offload.capacity bytes).
-  offload::DiskTierOptions offload;        // metrics and reclaim_guard are filled in
+  offload::DiskTierOptions offload;  // metrics and reclaim_guard are filled in
   int64_t offload_poll_ms = 100;
-  int offload_parallelism = 4;             // OffloadDriverOptions::parallelism
+  int offload_parallelism = 4;  // OffloadDriverOptions::parallelism
   // The owner-side object index (client/object_index.h): notices from writers, a report after
   // every registration, so a master restart or an expired session loses nothing.
   bool object_index = true;
-  bool promote_on_hit = false;             // write SSD hits back to memory
+  bool promote_on_hit = false;                                      // write SSD hits back to memory
   uint64_t promote_staging_bytes = Promoter::kDefaultStagingBytes;  // private copies per round
 };
 

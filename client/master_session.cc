@@ -242,8 +242,8 @@ void MasterSession::Loop() {
     if (!registered_) {
       absl::Status s = Register();
       if (!s.ok()) {
-        MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
-                     "registration failed: {}", s.ToString());
+        MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn, "registration failed: {}",
+                     s.ToString());
       }
     }
     lock.lock();

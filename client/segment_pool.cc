@@ -23,19 +23,18 @@ absl::StatusOr<std::unique_ptr<SegmentPool>> SegmentPool::Create(
   for (int i = 0; i < options.segment_count; ++i) {
     void* base = MAP_FAILED;
     if (options.huge_pages) {
-      base = mmap(nullptr, options.segment_size, PROT_READ | PROT_WRITE, flags | MAP_HUGETLB, -1,
-                  0);
+      base =
+          mmap(nullptr, options.segment_size, PROT_READ | PROT_WRITE, flags | MAP_HUGETLB, -1, 0);
       if (base == MAP_FAILED) {
-        Logger("client").warn("huge pages unavailable for segment {} ({}); using normal pages",
-                              i, std::strerror(errno));
+        Logger("client").warn("huge pages unavailable for segment {} ({}); using normal pages", i,
+                              std::strerror(errno));
       }
     }
     if (base == MAP_FAILED) {
       base = mmap(nullptr, options.segment_size, PROT_READ | PROT_WRITE, flags, -1, 0);
     }
     if (base == MAP_FAILED) {
-      return McError(Code::kNoSpace, absl::StrCat("cannot map a segment of ",
-                                                  options.segment_size,
+      return McError(Code::kNoSpace, absl::StrCat("cannot map a segment of ", options.segment_size,
                                                   " bytes: ", std::strerror(errno)));
     }
     pool->segments_.push_back({static_cast<char*>(base), options.segment_size});

@@ -24,8 +24,8 @@ namespace mc::client {
 struct SegmentPoolOptions {
   uint64_t segment_size = 0;  // bytes per segment; 0 = no segments (a pure client)
   int segment_count = 1;
-  bool huge_pages = false;    // try MAP_HUGETLB first
-  bool prefault = false;      // touch every page at start (MAP_POPULATE)
+  bool huge_pages = false;  // try MAP_HUGETLB first
+  bool prefault = false;    // touch every page at start (MAP_POPULATE)
 };
 
 class SegmentPool {

@@ -168,10 +168,10 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
     if (!in.data().empty() && in.slices_size() > 0) {
       item.input_error = McError(Code::kInvalidArgument, "give data or slices, not both");
     } else if (in.data().size() > options_.max_inline_bytes) {
-      item.input_error = McError(Code::kInvalidArgument,
-                                 absl::StrCat("inline payload of ", in.data().size(),
-                                              " bytes exceeds --max_inline_bytes=",
-                                              options_.max_inline_bytes, "; use slices"));
+      item.input_error =
+          McError(Code::kInvalidArgument, absl::StrCat("inline payload of ", in.data().size(),
+                                                       " bytes exceeds --max_inline_bytes=",
+                                                       options_.max_inline_bytes, "; use slices"));
     } else if (in.slices_size() > 0) {
       item.input_error = ResolveSlices(in.slices(), caller->owner, &item.pieces, &item.buffers);
     } else if (!in.data().empty()) {
@@ -347,16 +347,14 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
   // The request and the answer live on the lease's arena: a leased match keeps them as its
   // pinned lookups, without copying a key or a replica record.
   PrefixLease lease;
-  auto& mreq =
-      *google::protobuf::Arena::CreateMessage<v1::GetReplicasRequest>(lease.arena.get());
+  auto& mreq = *google::protobuf::Arena::CreateMessage<v1::GetReplicasRequest>(lease.arena.get());
   mreq.set_client_id(options_.client_id);
   mreq.set_stop_at_first_miss(true);
   mreq.set_no_lease(ttl == 0);
   mreq.set_count_only(ttl == 0);  // a plain match needs the count alone
   mreq.set_packed(ttl != 0);      // a leased one keeps the replicas, as columns
   mreq.set_lease_ttl_ms(ttl);
-  auto& mresp =
-      *google::protobuf::Arena::CreateMessage<v1::GetReplicasResponse>(lease.arena.get());
+  auto& mresp = *google::protobuf::Arena::CreateMessage<v1::GetReplicasResponse>(lease.arena.get());
   int64_t sent_ms = 0;
   int64_t wall_ms = 0;
   absl::Status s = LookUpPrefix(*req, *asked, &mreq, &mresp, &sent_ms, &wall_ms);
@@ -367,8 +365,8 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
   // lease under this id).
   auto refuse = [&](grpc::Status refused) {
     MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), err,
-                 "MatchPrefix refused the master's answer ({} keys, {} matched): {}",
-                 asked->size(), matched, refused.error_message());
+                 "MatchPrefix refused the master's answer ({} keys, {} matched): {}", asked->size(),
+                 matched, refused.error_message());
     if (ttl == 0) return refused;
     v1::ReleaseLeasesRequest release;
     release.set_lease_id(mresp.lease_id());

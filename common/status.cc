@@ -11,19 +11,32 @@ constexpr absl::string_view kPayloadUrl = "type.mcstore/code";
 
 absl::StatusCode Canonical(Code code) {
   switch (code) {
-    case Code::kOk: return absl::StatusCode::kOk;
-    case Code::kNotFound: return absl::StatusCode::kNotFound;
-    case Code::kAlreadyExists: return absl::StatusCode::kAlreadyExists;
-    case Code::kNoSpace: return absl::StatusCode::kResourceExhausted;
-    case Code::kInvalidArgument: return absl::StatusCode::kInvalidArgument;
-    case Code::kNotReady: return absl::StatusCode::kFailedPrecondition;
-    case Code::kSizeMismatch: return absl::StatusCode::kOutOfRange;
-    case Code::kChecksumMismatch: return absl::StatusCode::kDataLoss;
-    case Code::kLeaseExpired: return absl::StatusCode::kDeadlineExceeded;
-    case Code::kTransferFailed: return absl::StatusCode::kAborted;
-    case Code::kUnavailable: return absl::StatusCode::kUnavailable;
-    case Code::kHasLease: return absl::StatusCode::kFailedPrecondition;
-    case Code::kInternal: return absl::StatusCode::kInternal;
+    case Code::kOk:
+      return absl::StatusCode::kOk;
+    case Code::kNotFound:
+      return absl::StatusCode::kNotFound;
+    case Code::kAlreadyExists:
+      return absl::StatusCode::kAlreadyExists;
+    case Code::kNoSpace:
+      return absl::StatusCode::kResourceExhausted;
+    case Code::kInvalidArgument:
+      return absl::StatusCode::kInvalidArgument;
+    case Code::kNotReady:
+      return absl::StatusCode::kFailedPrecondition;
+    case Code::kSizeMismatch:
+      return absl::StatusCode::kOutOfRange;
+    case Code::kChecksumMismatch:
+      return absl::StatusCode::kDataLoss;
+    case Code::kLeaseExpired:
+      return absl::StatusCode::kDeadlineExceeded;
+    case Code::kTransferFailed:
+      return absl::StatusCode::kAborted;
+    case Code::kUnavailable:
+      return absl::StatusCode::kUnavailable;
+    case Code::kHasLease:
+      return absl::StatusCode::kFailedPrecondition;
+    case Code::kInternal:
+      return absl::StatusCode::kInternal;
     case Code::kPermissionDenied:
       return absl::StatusCode::kPermissionDenied;
   }
@@ -34,19 +47,32 @@ absl::StatusCode Canonical(Code code) {
 
 std::string_view CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kAlreadyExists: return "ALREADY_EXISTS";
-    case Code::kNoSpace: return "NO_SPACE";
-    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
-    case Code::kNotReady: return "NOT_READY";
-    case Code::kSizeMismatch: return "SIZE_MISMATCH";
-    case Code::kChecksumMismatch: return "CHECKSUM_MISMATCH";
-    case Code::kLeaseExpired: return "LEASE_EXPIRED";
-    case Code::kTransferFailed: return "TRANSFER_FAILED";
-    case Code::kUnavailable: return "UNAVAILABLE";
-    case Code::kHasLease: return "HAS_LEASE";
-    case Code::kInternal: return "INTERNAL";
+    case Code::kOk:
+      return "OK";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case Code::kNoSpace:
+      return "NO_SPACE";
+    case Code::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case Code::kNotReady:
+      return "NOT_READY";
+    case Code::kSizeMismatch:
+      return "SIZE_MISMATCH";
+    case Code::kChecksumMismatch:
+      return "CHECKSUM_MISMATCH";
+    case Code::kLeaseExpired:
+      return "LEASE_EXPIRED";
+    case Code::kTransferFailed:
+      return "TRANSFER_FAILED";
+    case Code::kUnavailable:
+      return "UNAVAILABLE";
+    case Code::kHasLease:
+      return "HAS_LEASE";
+    case Code::kInternal:
+      return "INTERNAL";
     case Code::kPermissionDenied:
       return "PERMISSION_DENIED";
   }
@@ -77,17 +103,28 @@ Code ToCode(const absl::Status& status) {
     return CodeFromInt(value);
   }
   switch (status.code()) {
-    case absl::StatusCode::kNotFound: return Code::kNotFound;
-    case absl::StatusCode::kAlreadyExists: return Code::kAlreadyExists;
-    case absl::StatusCode::kResourceExhausted: return Code::kNoSpace;
-    case absl::StatusCode::kInvalidArgument: return Code::kInvalidArgument;
-    case absl::StatusCode::kFailedPrecondition: return Code::kNotReady;
-    case absl::StatusCode::kOutOfRange: return Code::kSizeMismatch;
-    case absl::StatusCode::kDataLoss: return Code::kChecksumMismatch;
-    case absl::StatusCode::kDeadlineExceeded: return Code::kLeaseExpired;
-    case absl::StatusCode::kAborted: return Code::kTransferFailed;
-    case absl::StatusCode::kUnavailable: return Code::kUnavailable;
-    default: return Code::kInternal;
+    case absl::StatusCode::kNotFound:
+      return Code::kNotFound;
+    case absl::StatusCode::kAlreadyExists:
+      return Code::kAlreadyExists;
+    case absl::StatusCode::kResourceExhausted:
+      return Code::kNoSpace;
+    case absl::StatusCode::kInvalidArgument:
+      return Code::kInvalidArgument;
+    case absl::StatusCode::kFailedPrecondition:
+      return Code::kNotReady;
+    case absl::StatusCode::kOutOfRange:
+      return Code::kSizeMismatch;
+    case absl::StatusCode::kDataLoss:
+      return Code::kChecksumMismatch;
+    case absl::StatusCode::kDeadlineExceeded:
+      return Code::kLeaseExpired;
+    case absl::StatusCode::kAborted:
+      return Code::kTransferFailed;
+    case absl::StatusCode::kUnavailable:
+      return Code::kUnavailable;
+    default:
+      return Code::kInternal;
   }
 }
 
