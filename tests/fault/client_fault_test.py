@@ -368,9 +368,13 @@ class DataPlaneFdExhaustionTest(unittest.TestCase):
     def test_accept_failures_back_off(self):
         cache = os.path.join(harness.build_dir(), "CMakeCache.txt")
         if os.path.exists(cache) and "MC_SANITIZE:STRING=address" in open(cache).read():
-            # Under ASan the daemon is not healthy again within 10 s of the limit being lifted;
-            # not diagnosed yet (issue 15 follow-up). It passes in the release build.
-            self.skipTest("KNOWN FAILURE under ASan, undiagnosed: not healthy after the fd limit")
+            # Not a bug of ours: UBSan's -fsanitize=vptr check tests whether memory is readable
+            # by writing it into a pipe (sanitizer_common's IsAccessibleMemoryRange); at the fd
+            # limit pipe() fails, so the first virtual call (fmt's buffer, in the log line about
+            # the failing accept) is reported as "invalid vptr" and the daemon halts. Reproduced
+            # with a 12-line program (a virtual call after exhausting RLIMIT_NOFILE). The release
+            # and clang stages run this test.
+            self.skipTest("UBSan's vptr check needs a free fd (it probes memory through a pipe)")
         d = self.c.clients[0]
         pid = d.proc.pid
         open_fds = len(os.listdir("/proc/%d/fd" % pid))
