@@ -1,5 +1,6 @@
 """mc-client fault tests with real daemons: a client holding the only replica is SIGKILLed before
-and during batch gets (its keys fail, never OK; keys held by live clients stay OK), and the master
+and during batch gets (its keys fail, never OK; keys held by live clients stay OK), a holder is
+SIGKILLed during puts with two replicas (every put answered OK reads back exact), and the master
 is killed and restarted on the same port (clients re-register, the cluster takes puts again).
 
 Hardening (issue 15): a registered shm buffer truncated under the daemon (no crash, that item
@@ -9,6 +10,7 @@ during puts (transient UNAVAILABLE, never INVALID_ARGUMENT), slow clients on eve
 checks still answer), and the data plane at its fd limit (accept backs off, no spin). Every call
 carries a deadline; each test stays within a few seconds of daemon time."""
 
+import collections
 import os
 import resource
 import socket
@@ -114,6 +116,58 @@ class KillReplicaHolderTest(unittest.TestCase):
         self.assertFalse(t.is_alive())
         self.assertEqual(errors, [])
         self.check(self.get_batch())
+
+    def test_kill_during_batch_puts(self):
+        """A holder SIGKILLed while puts with replicas=2 write to it: every put is answered
+        within its deadline; every put answered OK had both replicas written, so it reads back
+        exact from the survivor; the others fail with a code, never OK."""
+        stop = threading.Event()
+        errors, acked, failed = [], [], collections.Counter()
+        rounds = [0]
+        writer = self.c.stub(2)
+
+        def loop():
+            try:
+                while not stop.is_set():
+                    n = rounds[0]
+                    kvs = [(b"mid-put-%d-%d" % (n, i), cc.payload(256 * KiB, 300 + 4 * n + i))
+                           for i in range(4)]
+                    t0 = time.monotonic()
+                    res = cc.put_inline(writer, kvs, replicas=2)
+                    took = time.monotonic() - t0
+                    if took > cc.RPC_TIMEOUT_S:
+                        errors.append("a put batch took %.1f s" % took)
+                    for kv, r in zip(kvs, res):
+                        if r.code == spb.OK:
+                            acked.append(kv)
+                        else:
+                            failed[cc.code_name(r.code)] += 1
+                    rounds[0] += 1
+            except Exception as e:  # surfaced below
+                errors.append(repr(e))
+
+        t = threading.Thread(target=loop, daemon=True)
+        t.start()
+        harness.wait_until(lambda: rounds[0] >= 3 or errors, 30, what="writer running")
+        self.c.clients[0].kill()
+        killed_at = rounds[0]
+        harness.wait_until(lambda: rounds[0] >= killed_at + 5 or errors, 60,
+                           what="puts after the kill")
+        stop.set()
+        t.join(timeout=60)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(errors, [])
+        print("holder killed during puts: %d acknowledged, failures %s"
+              % (len(acked), dict(failed)))
+        self.assertGreater(len(acked), 0)
+        self.assertGreater(sum(failed.values()), 0, "puts after the kill must not all be OK")
+        for i in range(0, len(acked), 8):
+            chunk = acked[i:i + 8]
+            got = cc.get_inline(self.reader, [k for k, _ in chunk])
+            for (k, v), r in zip(chunk, got):
+                self.assertEqual(cc.code_name(r.code), "OK", "%s acknowledged but %s: %s"
+                                 % (k, cc.code_name(r.code), r.message))
+                self.assertTrue(r.data == v, "%s: wrong bytes" % k)
 
 
 class MasterRestartTest(unittest.TestCase):
