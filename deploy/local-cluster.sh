@@ -6,6 +6,8 @@
 #   ./deploy/local-cluster.sh stop
 # Environment: MC_BUILD_DIR (default build), MC_RUN_DIR (default run/cluster),
 #   MC_SEGMENT_SIZE bytes per client (default 268435456), MC_CLIENT_ARGS / MC_MASTER_ARGS extra flags,
+#   MC_CLIENT<i>_ARGS extra flags of client i only (after MC_CLIENT_ARGS: a flag given in both
+#   takes this value; e.g. MC_CLIENT1_ARGS="--segment_size 0" makes client1 a pure client),
 #   MC_AUTH=0 for an unauthenticated cluster (default: a cluster secret in the run directory,
 #   run/cluster/cluster.secret, given to every daemon; mc-admin needs --cluster_secret_file too).
 set -euo pipefail
@@ -79,11 +81,12 @@ start() {
   local master
   master=$(field "$run/master.json" grpc)
   for i in $(seq 1 "$n"); do
+    local per="MC_CLIENT${i}_ARGS"
     "$build/client/mc-client" --master "$master" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
       --data 127.0.0.1:0 --unix_socket "$run/client$i.sock" --client_id "client$i" "${auth[@]}" \
       --store_token_file "$run/store.token" \
       --segment_size "$segment" --ready_file "$run/client$i.json" ${MC_CLIENT_ARGS:-} \
-      >"$run/client$i.log" 2>&1 &
+      ${!per:-} >"$run/client$i.log" 2>&1 &
     echo $! >"$run/client$i.pid"
   done
   for i in $(seq 1 "$n"); do

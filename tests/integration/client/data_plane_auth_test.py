@@ -22,70 +22,15 @@ import grpc
 from integration import harness
 from integration import master_auth
 from integration.client import client_cluster as cc
+from integration.client.data_plane import (AUTH, CAP_SIZE, HEADER, MAGIC, OK_CODE,
+                                          PERMISSION_DENIED, READ, READ_DISK, VERSION, WRITE,
+                                          closed_without_data, data_plane_key, frame, handshake,
+                                          read_response)
 from mcstore.v1 import master_pb2 as mpb
 from mcstore.v1 import master_pb2_grpc
 from mcstore.v1 import store_pb2 as spb
 
-MAGIC, VERSION = 0x4654434D, 2
-READ, WRITE, READ_DISK, RDMA_CONNECT, AUTH = 1, 2, 3, 4, 5
-RESPONSE = 0x8000
-HEADER = struct.Struct("<IHHQQQQII")
-CAP_SIZE = 64
-OK_CODE, PERMISSION_DENIED = 0, 13
 SKEW_MS = 100
-
-
-def frame(op, rid, segment, offset, length, cap=None, payload=b"", reserved=0):
-    out = HEADER.pack(MAGIC, VERSION, op, rid, segment, offset, length, 0, reserved)
-    if op in (READ, WRITE, READ_DISK):
-        out += cap if cap is not None else bytes(CAP_SIZE)
-    return out + payload
-
-
-def recv_exact(sock, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed after %d of %d bytes" % (len(buf), n))
-        buf += chunk
-    return buf
-
-
-def read_response(sock):
-    magic, version, op, rid, seg, off, length, code, _ = HEADER.unpack(recv_exact(sock, HEADER.size))
-    return {"op": op, "id": rid, "length": length, "code": code,
-            "payload": recv_exact(sock, length) if length else b""}
-
-
-def closed_without_data(sock, timeout_s=3.0):
-    """True when the peer closes `sock` within the timeout without sending a byte."""
-    sock.settimeout(timeout_s)
-    try:
-        return sock.recv(1 << 20) == b""
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except socket.timeout:
-        return False
-
-
-def data_plane_key():
-    with open(harness.cluster_secret_file()) as f:
-        secret = [l.strip() for l in f if l.strip() and not l.startswith("#")][0]
-    return hmac.new(secret.encode(), b"mcstore/v1/data-plane", hashlib.sha256).digest()
-
-
-def handshake(sock, key):
-    nc = os.urandom(32)
-    sock.sendall(frame(AUTH, 1, 0, 0, 32, payload=nc))
-    r = read_response(sock)
-    assert r["code"] == OK_CODE and len(r["payload"]) == 64, r
-    ns, server_mac = r["payload"][:32], r["payload"][32:]
-    want = hmac.new(key, b"mcstore/v1/dp-server\n" + nc + ns, hashlib.sha256).digest()
-    assert hmac.compare_digest(want, server_mac), "the server's proof does not verify"
-    mine = hmac.new(key, b"mcstore/v1/dp-client\n" + nc + ns, hashlib.sha256).digest()
-    sock.sendall(frame(AUTH, 2, 0, 1, 32, payload=mine))
-    assert read_response(sock)["code"] == OK_CODE
 
 
 class DataPlaneAuthTest(cc.ClusterTestMixin, unittest.TestCase):

@@ -14,7 +14,6 @@ objects from the reports (docs/architecture.md "Restart and return"). Checked he
 Every wait is bounded; the cluster is stopped even on failure."""
 
 import socket
-import struct
 import threading
 import time
 import unittest
@@ -23,28 +22,13 @@ import grpc
 
 from integration import harness
 from integration.client import client_cluster as cc
+from integration.client.data_plane import CAP_SIZE, HEADER, MAGIC, VERSION, WRITE, recv_exact
 from mcstore.v1 import master_pb2 as mpb
 from mcstore.v1 import master_pb2_grpc
 from mcstore.v1 import store_pb2 as spb
 
 MiB = cc.MiB
 KiB = cc.KiB
-
-MAGIC, VERSION = 0x4654434D, 2
-WRITE = 2
-HEADER = struct.Struct("<IHHQQQQII")
-CAP_SIZE = 64
-
-
-def recv_exact(sock, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed after %d of %d bytes" % (len(buf), n))
-        buf += chunk
-    return buf
-
 
 class RestartTestBase(cc.ClusterTestMixin, unittest.TestCase):
     CLUSTER = {}
