@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 
 namespace mc::master {
 
@@ -111,26 +112,92 @@ class EtcdHttpKv final : public EtcdKv {
   }
 
  private:
-  // The body of a 200 answer from the first endpoint that gives one.
+  // The body of a 200 answer from the first endpoint that gives one. With authentication, a
+  // missing or refused token is (re)acquired once per call.
   absl::StatusOr<std::string> Post(const std::string& path, const std::string& json) {
     absl::MutexLock lock(&mu_);
+    if (options_.user.empty()) return PostLocked(path, json, /*with_token=*/false);
+    if (token_.empty()) MC_RETURN_IF_ERROR(AuthenticateLocked());
+    absl::StatusOr<std::string> body = PostLocked(path, json, /*with_token=*/true);
+    if (body.ok() || !token_refused_) return body;
+    MC_RETURN_IF_ERROR(AuthenticateLocked());
+    return PostLocked(path, json, /*with_token=*/true);
+  }
+
+  absl::Status AuthenticateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    token_.clear();
+    const std::string request = absl::StrCat("{\"name\":\"", JsonEscape(options_.user),
+                                             "\",\"password\":\"",
+                                             JsonEscape(options_.password), "\"}");
+    absl::StatusOr<std::string> body =
+        PostLocked("/v3/auth/authenticate", request, /*with_token=*/false);
+    if (!body.ok()) {
+      return absl::UnavailableError(absl::StrCat("etcd authentication as '", options_.user,
+                                                 "' failed: ", body.status().message()));
+    }
+    std::optional<std::string> token = JsonField(*body, "token");
+    if (!token || token->empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("etcd authentication as '", options_.user, "': no token in the answer"));
+    }
+    token_ = *std::move(token);
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<httplib::Client> MakeClient(const std::string& endpoint) const {
+    std::unique_ptr<httplib::Client> client;
+    if (!options_.cert_file.empty()) {
+      client = std::make_unique<httplib::Client>(endpoint, options_.cert_file, options_.key_file);
+    } else {
+      client = std::make_unique<httplib::Client>(endpoint);
+    }
+    if (endpoint.rfind("https://", 0) == 0) {
+      client->enable_server_certificate_verification(true);
+      if (!options_.ca_file.empty()) client->set_ca_cert_path(options_.ca_file.c_str());
+    }
+    const time_t sec = options_.timeout_ms / 1000;
+    const time_t usec = (options_.timeout_ms % 1000) * 1000;
+    client->set_connection_timeout(sec, usec);
+    client->set_read_timeout(sec, usec);
+    client->set_write_timeout(sec, usec);
+    return client;
+  }
+
+  absl::StatusOr<std::string> PostLocked(const std::string& path, const std::string& json,
+                                         bool with_token) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::string errors;
+    token_refused_ = false;
     for (size_t n = 0; n < options_.endpoints.size(); ++n) {
       const size_t i = (current_ + n) % options_.endpoints.size();
       const std::string& endpoint = options_.endpoints[i];
       try {
-        httplib::Client client(endpoint);
-        const time_t sec = options_.timeout_ms / 1000;
-        const time_t usec = (options_.timeout_ms % 1000) * 1000;
-        client.set_connection_timeout(sec, usec);
-        client.set_read_timeout(sec, usec);
-        client.set_write_timeout(sec, usec);
-        httplib::Result res = client.Post(path.c_str(), json, "application/json");
+        std::unique_ptr<httplib::Client> client = MakeClient(endpoint);
+        httplib::Headers headers;
+        if (with_token) headers.emplace("Authorization", token_);
+        httplib::Result res = client->Post(path, headers, json, "application/json");
         if (!res) {
-          absl::StrAppend(&errors, endpoint, ": ", httplib::to_string(res.error()), "; ");
+          absl::StrAppend(&errors, endpoint, ": ", httplib::to_string(res.error()));
+          if (res.error() == httplib::Error::SSLServerVerification) {
+            absl::StrAppend(&errors, " (etcd's certificate did not verify",
+                            options_.ca_file.empty() ? " against the system's CAs; set --etcd_ca_file"
+                                                     : absl::StrCat(" against ", options_.ca_file),
+                            ")");
+          } else if (endpoint.rfind("https://", 0) == 0 && options_.cert_file.empty() &&
+                     (res.error() == httplib::Error::SSLConnection ||
+                      res.error() == httplib::Error::Read || res.error() == httplib::Error::Write)) {
+            absl::StrAppend(&errors,
+                            " (the TLS session failed: if etcd runs with --client-cert-auth, set "
+                            "--etcd_cert_file and --etcd_key_file)");
+          }
+          absl::StrAppend(&errors, "; ");
           continue;
         }
         if (res->status != 200) {
+          // etcd answers 401 (gRPC UNAUTHENTICATED) for a missing, invalid or expired token.
+          if (with_token && (res->status == 401 ||
+                             res->body.find("invalid auth token") != std::string::npos)) {
+            token_refused_ = true;
+          }
           absl::StrAppend(&errors, endpoint, ": HTTP ", res->status, " ", res->body, "; ");
           continue;
         }
@@ -143,20 +210,49 @@ class EtcdHttpKv final : public EtcdKv {
     return absl::UnavailableError(absl::StrCat("etcd ", path, ": ", errors));
   }
 
+  static std::string JsonEscape(std::string_view in) {
+    std::string out;
+    for (char c : in) {
+      if (c == '"' || c == '\\') {
+        out.push_back('\\');
+        out.push_back(c);
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        absl::StrAppend(&out, "\\u00", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
+      } else {
+        out.push_back(c);
+      }
+    }
+    return out;
+  }
+
   const EtcdHttpOptions options_;
   absl::Mutex mu_;
   size_t current_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string token_ ABSL_GUARDED_BY(mu_);
+  bool token_refused_ ABSL_GUARDED_BY(mu_) = false;  // the last PostLocked saw a 401
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdKv>> CreateEtcdHttpKv(const EtcdHttpOptions& options) {
   if (options.endpoints.empty()) return absl::InvalidArgumentError("no etcd endpoints");
+  const bool tls = !options.ca_file.empty() || !options.cert_file.empty();
   for (const std::string& e : options.endpoints) {
-    if (e.rfind("http://", 0) != 0) {
+    const bool https = e.rfind("https://", 0) == 0;
+    if (!https && e.rfind("http://", 0) != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("etcd endpoint '", e, "': expected http://HOST:PORT"));
+          absl::StrCat("etcd endpoint '", e, "': expected http://HOST:PORT or https://HOST:PORT"));
     }
+    if (tls && !https) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "etcd endpoint '", e, "': TLS files are set, so every endpoint must be https://"));
+    }
+  }
+  if (options.cert_file.empty() != options.key_file.empty()) {
+    return absl::InvalidArgumentError("an etcd client certificate needs both its cert and key file");
+  }
+  if (options.user.empty() && !options.password.empty()) {
+    return absl::InvalidArgumentError("an etcd password without an etcd user");
   }
   return std::unique_ptr<EtcdKv>(new EtcdHttpKv(options));
 }

@@ -69,9 +69,22 @@ ABSL_FLAG(uint64_t, forget_queue_limit, 1048576,
           "most freed replica ranges queued per client between heartbeats; beyond it the oldest "
           "are dropped (mc_master_forget_dropped_total)");
 ABSL_FLAG(std::string, etcd_endpoints, "",
-          "standby masters: comma list of etcd http://HOST:PORT; the master holding the election "
+          "standby masters: comma list of etcd http://HOST:PORT or https://HOST:PORT; the master "
+          "holding the election "
           "key serves, the others answer UNAVAILABLE naming it; empty = no election, this master "
           "leads");
+ABSL_FLAG(std::string, etcd_ca_file, "",
+          "CA bundle that etcd's certificate must verify against (https:// endpoints); empty = "
+          "the system's CAs");
+ABSL_FLAG(std::string, etcd_cert_file, "",
+          "client certificate (PEM) presented to etcd (etcd --client-cert-auth); with "
+          "--etcd_key_file");
+ABSL_FLAG(std::string, etcd_key_file, "", "private key (PEM) of --etcd_cert_file");
+ABSL_FLAG(std::string, etcd_user, "",
+          "etcd user to authenticate as (etcd auth enabled); its password is read from "
+          "--etcd_password_file");
+ABSL_FLAG(std::string, etcd_password_file, "",
+          "file holding --etcd_user's password (one line; mode 0600 or stricter, else refused)");
 ABSL_FLAG(std::string, etcd_prefix, "/mcstore/",
           "etcd key prefix; the election key is prefix+leader");
 ABSL_FLAG(std::string, advertise_address, "",
@@ -85,6 +98,9 @@ ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("mc-master: the mcstore metadata service. --flagfile=F works.");
   mc::DisableMutexDeadlockDetection();
+  // A peer that closes its end while we write (etcd over TLS, where OpenSSL writes without
+  // MSG_NOSIGNAL; an admin HTTP client) must fail that write, not kill the master.
+  signal(SIGPIPE, SIG_IGN);
   absl::ParseCommandLine(argc, argv);
   if (!mc::SetLogLevel(absl::GetFlag(FLAGS_log_level))) {
     std::fprintf(stderr, "unknown --log_level\n");
@@ -128,6 +144,23 @@ int main(int argc, char** argv) {
     opts.etcd_endpoints.emplace_back(absl::StripAsciiWhitespace(e));
   }
   opts.etcd_prefix = absl::GetFlag(FLAGS_etcd_prefix);
+  opts.etcd_ca_file = mc::AbsolutePath(absl::GetFlag(FLAGS_etcd_ca_file));
+  opts.etcd_cert_file = mc::AbsolutePath(absl::GetFlag(FLAGS_etcd_cert_file));
+  opts.etcd_key_file = mc::AbsolutePath(absl::GetFlag(FLAGS_etcd_key_file));
+  opts.etcd_user = absl::GetFlag(FLAGS_etcd_user);
+  if (const std::string file = absl::GetFlag(FLAGS_etcd_password_file); !file.empty()) {
+    absl::StatusOr<std::string> password = mc::auth::ReadPrivateFile(file);
+    if (!password.ok()) {
+      std::fprintf(stderr, "--etcd_password_file: %s\n",
+                   std::string(password.status().message()).c_str());
+      return 2;
+    }
+    opts.etcd_password = std::string(absl::StripTrailingAsciiWhitespace(*password));
+  }
+  if (opts.etcd_user.empty() != opts.etcd_password.empty()) {
+    std::fprintf(stderr, "--etcd_user and --etcd_password_file go together\n");
+    return 2;
+  }
   opts.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   opts.leader_ttl_s = absl::GetFlag(FLAGS_leader_ttl_s);
   if (opts.leader_ttl_s < 2) {

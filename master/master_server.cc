@@ -114,7 +114,26 @@ absl::Status MasterServer::StartElection() {
         "master at (got '",
         advertise, "')"));
   }
-  MC_ASSIGN_OR_RETURN(etcd_, CreateEtcdHttpKv(EtcdHttpOptions{options_.etcd_endpoints}));
+  EtcdHttpOptions etcd{.endpoints = options_.etcd_endpoints,
+                       .ca_file = options_.etcd_ca_file,
+                       .cert_file = options_.etcd_cert_file,
+                       .key_file = options_.etcd_key_file,
+                       .user = options_.etcd_user,
+                       .password = options_.etcd_password};
+  MC_ASSIGN_OR_RETURN(etcd_, CreateEtcdHttpKv(etcd));
+  for (const std::string& e : etcd.endpoints) {
+    if (e.rfind("http://", 0) == 0 && e.find("://127.") == std::string::npos &&
+        e.find("://localhost") == std::string::npos && e.find("://[::1]") == std::string::npos) {
+      Logger("master").warn(
+          "etcd endpoint {} is plain http off this host: anyone on the path can read and forge "
+          "the election (use https:// with --etcd_ca_file, and --etcd_user)",
+          e);
+    }
+  }
+  if (etcd.user.empty()) {
+    Logger("master").info("etcd without authentication: whoever reaches etcd can take the leadership "
+               "(--etcd_user / --etcd_password_file)");
+  }
   LeaderElectionOptions eo;
   eo.key = options_.etcd_prefix + "leader";
   eo.advertise = advertise;

@@ -44,8 +44,11 @@ struct MasterServerOptions {
   RpcAuthOptions rpc_auth;  // proof time window and replay cache (with cluster_keys only)
 
   // Standby masters (master/leader_election.h). No endpoints = no election: this master leads.
-  std::vector<std::string> etcd_endpoints;  // http://HOST:PORT each
+  std::vector<std::string> etcd_endpoints;  // http://HOST:PORT or https://HOST:PORT each
   std::string etcd_prefix = "/mcstore/";    // the election key is prefix + "leader"
+  // TLS and authentication towards etcd (master/etcd_http.h): CA bundle, client certificate
+  // and key, user and password (read from a private file by mc-master).
+  std::string etcd_ca_file, etcd_cert_file, etcd_key_file, etcd_user, etcd_password;
   // The gRPC HOST:PORT clients reach this master at, the election key's value; "" = the bound
   // listen address. With etcd it must name a host (not 0.0.0.0, ::, or nothing).
   std::string advertise_address;

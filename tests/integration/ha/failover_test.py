@@ -51,22 +51,31 @@ def free_port():
 
 
 class Etcd:
-    """One etcd member on loopback with a temp data dir."""
+    """One etcd member on loopback with a temp data dir. With `tls` (an object with ca, cert,
+    key, client_cert, client_key paths) it serves https only; with `client_cert_auth` too it
+    requires client certificates signed by that CA."""
 
-    def __init__(self):
+    def __init__(self, tls=None, client_cert_auth=False):
         if not os.path.exists(ETCD):
             raise AssertionError("etcd not found at %s: run deploy/install-deps.sh (it installs "
                                  "Debian's etcd-server)" % ETCD)
+        self.tls = tls
         self.dir = tempfile.mkdtemp(prefix="mc-etcd-")
         self.client_port, self.peer_port = free_port(), free_port()
-        self.url = "http://127.0.0.1:%d" % self.client_port
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.client_port)
         peer = "http://127.0.0.1:%d" % self.peer_port
+        extra = []
+        self.client_cert_auth = tls is not None and client_cert_auth
+        if tls:
+            extra = ["--cert-file", tls.cert, "--key-file", tls.key]
+        if self.client_cert_auth:
+            extra += ["--trusted-ca-file", tls.ca, "--client-cert-auth"]
         self.log = open(os.path.join(self.dir, "etcd.log"), "ab")
         self.proc = subprocess.Popen(
             [ETCD, "--name", "t", "--data-dir", os.path.join(self.dir, "data"),
              "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", "t=" + peer],
+             "--initial-cluster", "t=" + peer] + extra,
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             harness.wait_until(self._healthy, 20, interval_s=0.1, what="etcd healthy")
@@ -74,11 +83,32 @@ class Etcd:
             self.stop()
             raise
 
+    def request(self, path, body=None, token=None, timeout_s=2.0):
+        """(HTTP status, body text) of a GET (body None) or a JSON POST to etcd."""
+        import json
+        import ssl
+        import urllib.error
+        import urllib.request
+        ctx = None
+        if self.tls:
+            ctx = ssl.create_default_context(cafile=self.tls.ca)
+            if self.client_cert_auth:
+                ctx.load_cert_chain(self.tls.client_cert, self.tls.client_key)
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data)
+        if token:
+            req.add_header("Authorization", token)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
     def _healthy(self):
         if self.proc.poll() is not None:
             raise RuntimeError("etcd exited: %s" % self.log_tail())
         try:
-            status, body = harness.http_get("127.0.0.1:%d" % self.client_port, "/health", 1.0)
+            status, body = self.request("/health", timeout_s=1.0)
             return status == 200 and "true" in body
         except OSError:
             return False
@@ -101,14 +131,22 @@ class Etcd:
 class HaCluster(cc.Cluster):
     """etcd + 3 masters (one leads) + the clients of cc.Cluster, which get --master a,b,c."""
 
-    def __init__(self, masters=3, **kw):
+    def __init__(self, masters=3, etcd_tls=None, etcd_client_cert_auth=False,
+                 per_master_args=None, **kw):
         super().__init__(**kw)
         self.n_masters = masters
         self.masters = []
         self.etcd = None
+        self.etcd_tls = etcd_tls
+        self.etcd_client_cert_auth = etcd_client_cert_auth
+        self.per_master_args = per_master_args or {}
+
+    def prepare_etcd(self):
+        """Called once etcd answers, before the masters start (users, roles)."""
 
     def start_master(self, port=0):
-        self.etcd = Etcd()
+        self.etcd = Etcd(self.etcd_tls, self.etcd_client_cert_auth)
+        self.prepare_etcd()
         for i in range(self.n_masters):
             self.masters.append(self._start_one_master(i))
         self.master = self.wait_leader()
@@ -118,7 +156,8 @@ class HaCluster(cc.Cluster):
         args = ["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
                 "--etcd_endpoints", self.etcd.url, "--leader_ttl_s", str(LEADER_TTL_S),
                 "--maintenance_interval_ms", "50", "--client_ttl_ms", "3000",
-                "--heartbeat_interval_ms", "200", "--log_level", "info"] + self.master_args
+                "--heartbeat_interval_ms", "200", "--log_level", "info"] + self.master_args + \
+            self.per_master_args.get(i, [])
         return harness.Daemon("mc-master-%d" % i, harness.binary("master/mc-master"), args,
                               self.tmp).start()
 
