@@ -4,8 +4,8 @@
 # on (the default) and off, REPS times each. client1 has no memory (--segment_size 0), so its
 # puts land in client2's segments and each batch costs one INDEX frame to client2; client2's own
 # puts update its index directly. Per run: put GB/s and batch p50 of 4 KiB and 1 MiB values in
-# batches of 16,
-# remote (through client1) and local (through client2), and the CPU time both mc-clients spent
+# batches of 16, remote (through client1) and local (through client2), and the CPU time both
+# mc-clients spent
 # per put (utime+stime from /proc, which a busy shared machine disturbs far less than GB/s).
 # Prints every run and the medians with the ratio on/off (1.00 = free). Figures, never assertions.
 #   ./bench/index_cost.sh              REPS=5 ./bench/index_cost.sh
