@@ -259,6 +259,23 @@ def test_one_wrong_block_is_caught(engine_a, engine_b):
     assert len(mismatched) == 1
 
 
+def test_sync_loads_give_the_same_kv_and_tokens(env, workdir, models, cluster, prompts_file,
+                                                engine_a, engine_b):
+    """load_async=False: the connector loads inside start_load_kv, before the forward pass,
+    instead of overlapping steps. Same loads, same bytes, same tokens as the async engine B."""
+    res = run_engine(env, workdir, "B-sync", models["a"], address(cluster), prompts_file, "each",
+                     "--load-sync")
+    each = res["phases"]["each"]
+    loads = by_request(res, "each", "loaded")
+    for i, n in enumerate(NAMES):
+        assert len(loads[i]) == loadable_blocks(len(PROMPTS[n])), (n, loads[i])
+    assert each["worker"].get("load_error_blocks", 0) == 0
+    for _req, _block, h in each["loaded"]:
+        assert kv_of(res, "each", h) == kv_of(engine_a, "cold", h), h
+    assert each["outputs"] == engine_b["phases"]["each"]["outputs"]
+    assert each["outputs"] == engine_a["phases"]["warm"]["outputs"]
+
+
 def test_client_killed_during_loads_still_right_tokens(env, workdir, models, cluster,
                                                        prompts_file, engine_a, engine_b):
     """Last in the module: it kills the module's mc-client before B2's third load job. B2 runs
