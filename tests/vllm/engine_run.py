@@ -49,7 +49,82 @@ def make_llm(args):
                   num_gpu_blocks_override=args.num_blocks, enforce_eager=True)
     if not args.no_connector:
         kwargs["kv_transfer_config"] = ktc
+    if args.kv_events_port:
+        from vllm.config import KVEventsConfig
+        kwargs["kv_events_config"] = KVEventsConfig(
+            enable_kv_cache_events=True, publisher="zmq",
+            endpoint="tcp://127.0.0.1:%d" % args.kv_events_port, topic="kv")
     return LLM(**kwargs)
+
+
+class EventSubscriber:
+    """Collects what vLLM's own KV event publisher sends (ZMQ PUB: topic, sequence, msgpack of
+    a KVEventBatch) on a thread: the events a router consuming vLLM's stream would see."""
+
+    def __init__(self, port):
+        import threading
+        import zmq
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.SUB)
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sock.setsockopt(zmq.RCVTIMEO, 100)
+        # vLLM's PUB binds only wildcard endpoints and connects to others: the subscriber binds
+        # loopback and the engine connects to it (as a router collecting from engines would).
+        self.sock.bind("tcp://127.0.0.1:%d" % port)
+        self.events = []  # decoded event dicts, in order
+        self.lock = threading.Lock()
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        import msgspec
+        import zmq
+        while not self.stop:
+            try:
+                _topic, _seq, payload = self.sock.recv_multipart()
+            except zmq.Again:
+                continue
+            batch = msgspec.msgpack.decode(payload)  # [ts, [event, ...], ...] (array_like)
+            with self.lock:
+                self.events.extend(batch[1])
+
+    def settle(self, quiet_s=0.5, max_s=5.0):
+        """Waits until nothing new arrived for quiet_s (at most max_s); returns the count."""
+        end = time.monotonic() + max_s
+        last, since = -1, time.monotonic()
+        while time.monotonic() < end:
+            with self.lock:
+                n = len(self.events)
+            if n != last:
+                last, since = n, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                break
+            time.sleep(0.05)
+        return last
+
+    def take(self):
+        with self.lock:
+            ev, self.events = self.events, []
+        return ev
+
+
+def summarize_events(events, saved_hex):
+    """What the publisher carried of the connector's events (medium MCSTORE): stored block
+    hashes, how many of them this phase did not save, removed hashes, and vLLM's own events."""
+    from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+    saved = {maybe_convert_block_hash(bytes.fromhex(h)) for h in saved_hex}
+    stored, removed, other = [], [], 0
+    for e in events:
+        if not isinstance(e, dict) or e.get("medium") != "MCSTORE":
+            other += 1
+        elif e.get("type") == "BlockStored":
+            stored += e["block_hashes"]
+        elif e.get("type") == "BlockRemoved":
+            removed += e["block_hashes"]
+    return {"mcstore_stored": len(stored), "mcstore_stored_distinct": len(set(map(repr, stored))),
+            "mcstore_stored_not_saved": sum(1 for h in stored if h not in saved),
+            "mcstore_removed": len(removed), "other_events": other}
 
 
 def worker_connector():
@@ -98,6 +173,9 @@ def main():
     ap.add_argument("--no-prefix-cache", action="store_true")
     ap.add_argument("--no-connector", action="store_true")
     ap.add_argument("--load-sync", action="store_true")
+    ap.add_argument("--kv-events-port", type=int, default=0,
+                    help="publish vLLM's KV events on tcp://127.0.0.1:PORT and record, per "
+                         "phase, what a subscriber received of the connector's")
     ap.add_argument("--dump", default="")
     ap.add_argument("--corrupt-nth-load", type=int, default=0,
                     help="fault injection: flip bytes of the Nth block loaded (1-based) after "
@@ -120,6 +198,7 @@ def main():
 
     with open(args.prompts) as f:
         prompts = json.load(f)
+    subscriber = EventSubscriber(args.kv_events_port) if args.kv_events_port else None
     t0 = time.perf_counter()
     llm = make_llm(args)
     startup_s = time.perf_counter() - t0
@@ -187,6 +266,10 @@ def main():
                     else:
                         raise SystemExit("%s block of unknown request %s" % (what, r))
                 ph[what + "_by_prompt"] = per
+            if subscriber is not None:
+                subscriber.settle()
+                ph["events"] = summarize_events(subscriber.take(),
+                                                [h for _r, _b, h in ph["saved"]])
             if args.dump:
                 for hx, data in CAPTURED.items():
                     with open(os.path.join(args.dump, "%s.%s.bin" % (phase, hx)), "wb") as f:

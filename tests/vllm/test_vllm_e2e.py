@@ -142,7 +142,16 @@ def address(cluster, i=0):
 
 @pytest.fixture(scope="module")
 def engine_a(env, workdir, models, cluster, prompts_file):
-    return run_engine(env, workdir, "A", models["a"], address(cluster), prompts_file, "cold,warm")
+    # A also publishes vLLM's KV events (ZMQ on loopback) and records what a subscriber got.
+    return run_engine(env, workdir, "A", models["a"], address(cluster), prompts_file, "cold,warm",
+                      "--kv-events-port", str(free_port()))
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +189,19 @@ def test_a_saves_every_full_prompt_block_once(engine_a):
     # the last saves' report may land in a later step, hence only a lower bound.
     reported = cold["sched"].get("stored_blocks_reported", 0)
     assert 0 < reported <= w["save_blocks"] + w.get("save_existing_blocks", 0)
+
+
+def test_block_stored_events_reach_vllms_publisher(engine_a):
+    """The connector's BlockStored events travel vLLM's own KV event stream (what a KV-aware
+    router subscribes to): one per reported block, medium MCSTORE, each naming a block this
+    engine saved, next to vLLM's own events."""
+    cold = engine_a["phases"]["cold"]
+    ev = cold["events"]
+    print("KV events on vLLM's publisher (cold phase): %s" % ev)
+    assert ev["mcstore_stored"] == cold["sched"]["stored_blocks_reported"] > 0
+    assert ev["mcstore_stored_distinct"] == ev["mcstore_stored"]
+    assert ev["mcstore_stored_not_saved"] == 0
+    assert ev["other_events"] > 0  # vLLM's own (GPU medium) events share the stream
 
 
 def test_b_loads_every_loadable_block_from_mcstore(engine_a, engine_b):
