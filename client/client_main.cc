@@ -102,9 +102,10 @@ ABSL_FLAG(int32_t, offload_files, 4, "SSD tier data files");
 ABSL_FLAG(int32_t, offload_queue_depth, 64, "io_uring queue depth of the SSD tier");
 ABSL_FLAG(bool, offload_direct_io, true, "O_DIRECT for SSD data files (falls back when refused)");
 ABSL_FLAG(bool, offload_force_posix, false, "pread/pwrite instead of io_uring");
-ABSL_FLAG(double, offload_high_watermark, 0.95,
-          "the SSD tier reclaims records above this fraction");
-ABSL_FLAG(double, offload_low_watermark, 0.90, "and down to this one");
+ABSL_FLAG(double, offload_high_watermark, 1.0,
+          "the SSD tier reclaims records when a write would take it above this fraction");
+ABSL_FLAG(double, offload_low_watermark, 0.99,
+          "and down to this one (the gap is the batch one reclaim round frees)");
 ABSL_FLAG(bool, object_index, true,
           "keep an index of the objects in this daemon's memory segments (writers notify the "
           "owners of their replicas) and report it to the master after every registration, so "
