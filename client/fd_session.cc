@@ -11,13 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/byte_order.h"
 
 namespace mc::client {
 
 std::string FdRequest(uint32_t op, uint64_t size) {
   std::string r = "MCF1";
-  for (int i = 0; i < 4; ++i) r.push_back(static_cast<char>((op >> (8 * i)) & 0xff));
-  for (int i = 0; i < 8; ++i) r.push_back(static_cast<char>((size >> (8 * i)) & 0xff));
+  AppendLe(r, op);
+  AppendLe(r, size);
   return r;
 }
 

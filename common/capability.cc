@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_order.h"
 #include "common/status.h"
 
 namespace mc::auth {
@@ -20,19 +21,6 @@ constexpr size_t kWrapNonceSize = 16;
 constexpr size_t kWrapTagSize = 16;
 constexpr uint8_t kWrapVersion = 1;
 constexpr size_t kWrappedSize = 1 + kWrapNonceSize + kOwnerKeySize + kWrapTagSize;
-
-template <typename T>
-void Put(uint8_t*& p, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i)
-    *p++ = static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i));
-}
-
-template <typename T>
-T Get(const uint8_t*& p) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<uint64_t>(*p++) << (8 * i);
-  return static_cast<T>(v);
-}
 
 std::string_view View(const Mac& mac) {
   return {reinterpret_cast<const char*>(mac.data()), mac.size()};
@@ -80,22 +68,22 @@ Mac OwnerKey::Sign(std::string_view message) const {
 std::string DeriveOwnerKey(std::string_view root, std::string_view client_id, uint64_t session) {
   std::string message = "mcstore/v1/capability-owner\n";
   message.append(client_id).append("\n");
-  for (int i = 0; i < 8; ++i) message.push_back(static_cast<char>(session >> (8 * i)));
+  AppendLe(message, session);
   return std::string(View(HmacSha256(root, message)));
 }
 
 CapabilityBytes MintCapability(const OwnerKey& key, const Capability& cap) {
   CapabilityBytes out{};
   uint8_t* p = out.data();
-  Put<uint8_t>(p, kCapabilityVersion);
-  Put<uint8_t>(p, static_cast<uint8_t>(cap.right));
-  Put<uint16_t>(p, 0);
-  Put<uint32_t>(p, cap.key_tag);
-  Put<uint64_t>(p, cap.segment_id);
-  Put<uint64_t>(p, cap.offset);
-  Put<uint64_t>(p, cap.length);
-  Put<uint64_t>(p, cap.generation);
-  Put<int64_t>(p, cap.expiry_ms);
+  PutLe<uint8_t>(p, kCapabilityVersion);
+  PutLe<uint8_t>(p, static_cast<uint8_t>(cap.right));
+  PutLe<uint16_t>(p, 0);
+  PutLe<uint32_t>(p, cap.key_tag);
+  PutLe<uint64_t>(p, cap.segment_id);
+  PutLe<uint64_t>(p, cap.offset);
+  PutLe<uint64_t>(p, cap.length);
+  PutLe<uint64_t>(p, cap.generation);
+  PutLe<uint64_t>(p, static_cast<uint64_t>(cap.expiry_ms));
   const Mac mac = key.Sign({reinterpret_cast<const char*>(out.data()), kCapabilityBodySize});
   std::memcpy(p, mac.data(), kCapabilityMacSize);
   return out;
@@ -106,9 +94,9 @@ absl::StatusOr<Capability> DecodeCapability(const uint8_t* data, size_t size) {
     return McError(Code::kInvalidArgument, absl::StrCat("capability of ", size, " bytes"));
   }
   const uint8_t* p = data;
-  const uint8_t version = Get<uint8_t>(p);
-  const uint8_t rights = Get<uint8_t>(p);
-  const uint16_t reserved = Get<uint16_t>(p);
+  const uint8_t version = GetLe<uint8_t>(p);
+  const uint8_t rights = GetLe<uint8_t>(p);
+  const uint16_t reserved = GetLe<uint16_t>(p);
   if (version != kCapabilityVersion) {
     return McError(Code::kInvalidArgument, absl::StrCat("capability version ", version));
   }
@@ -120,12 +108,12 @@ absl::StatusOr<Capability> DecodeCapability(const uint8_t* data, size_t size) {
   if (reserved != 0) return McError(Code::kInvalidArgument, "capability reserved bits set");
   Capability cap;
   cap.right = static_cast<Right>(rights);
-  cap.key_tag = Get<uint32_t>(p);
-  cap.segment_id = Get<uint64_t>(p);
-  cap.offset = Get<uint64_t>(p);
-  cap.length = Get<uint64_t>(p);
-  cap.generation = Get<uint64_t>(p);
-  cap.expiry_ms = Get<int64_t>(p);
+  cap.key_tag = GetLe<uint32_t>(p);
+  cap.segment_id = GetLe<uint64_t>(p);
+  cap.offset = GetLe<uint64_t>(p);
+  cap.length = GetLe<uint64_t>(p);
+  cap.generation = GetLe<uint64_t>(p);
+  cap.expiry_ms = static_cast<int64_t>(GetLe<uint64_t>(p));
   if (cap.key_tag != 0 && cap.right != Right::kReadDisk) {
     return McError(Code::kInvalidArgument, "capability key tag on a memory range");
   }

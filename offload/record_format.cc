@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/byte_order.h"
 #include "common/checksum.h"
 #include "common/status.h"
 #include "common/status_macros.h"
@@ -15,15 +16,11 @@ static_assert(kOffHeaderSum + 8 == kFixedHeaderSize);
 
 template <typename T>
 void Put(char* dst, size_t off, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) dst[off + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  StoreLe(dst + off, v);
 }
 template <typename T>
 T Get(const char* src, size_t off) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) {
-    v |= static_cast<T>(static_cast<T>(static_cast<unsigned char>(src[off + i])) << (8 * i));
-  }
-  return v;
+  return LoadLe<T>(src + off);
 }
 
 // XXH3 of the header block with the checksum field taken as zero.

@@ -1,21 +1,10 @@
 #include "transfer/tcp/frame.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_order.h"
 
 namespace mc::transfer::tcp {
 namespace {
-
-template <typename T>
-void Put(uint8_t*& p, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) *p++ = static_cast<uint8_t>(v >> (8 * i));
-}
-
-template <typename T>
-T Get(const uint8_t*& p) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(static_cast<T>(*p++) << (8 * i));
-  return v;
-}
 
 absl::Status Malformed(const std::string& what) {
   return McError(Code::kInvalidArgument, absl::StrCat("malformed frame: ", what));
@@ -25,15 +14,15 @@ absl::Status Malformed(const std::string& what) {
 
 void EncodeFrameHeader(const FrameHeader& h, uint8_t* out) {
   uint8_t* p = out;
-  Put(p, h.magic);
-  Put(p, h.version);
-  Put(p, h.op);
-  Put(p, h.request_id);
-  Put(p, h.segment_id);
-  Put(p, h.offset);
-  Put(p, h.length);
-  Put(p, h.code);
-  Put(p, h.reserved);
+  PutLe(p, h.magic);
+  PutLe(p, h.version);
+  PutLe(p, h.op);
+  PutLe(p, h.request_id);
+  PutLe(p, h.segment_id);
+  PutLe(p, h.offset);
+  PutLe(p, h.length);
+  PutLe(p, h.code);
+  PutLe(p, h.reserved);
 }
 
 FrameBytes EncodeFrameHeader(const FrameHeader& header) {
@@ -49,15 +38,15 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(const uint8_t* data, size_t size,
   }
   const uint8_t* p = data;
   FrameHeader h;
-  h.magic = Get<uint32_t>(p);
-  h.version = Get<uint16_t>(p);
-  h.op = Get<uint16_t>(p);
-  h.request_id = Get<uint64_t>(p);
-  h.segment_id = Get<uint64_t>(p);
-  h.offset = Get<uint64_t>(p);
-  h.length = Get<uint64_t>(p);
-  h.code = Get<uint32_t>(p);
-  h.reserved = Get<uint32_t>(p);
+  h.magic = GetLe<uint32_t>(p);
+  h.version = GetLe<uint16_t>(p);
+  h.op = GetLe<uint16_t>(p);
+  h.request_id = GetLe<uint64_t>(p);
+  h.segment_id = GetLe<uint64_t>(p);
+  h.offset = GetLe<uint64_t>(p);
+  h.length = GetLe<uint64_t>(p);
+  h.code = GetLe<uint32_t>(p);
+  h.reserved = GetLe<uint32_t>(p);
   if (h.magic != kFrameMagic) return Malformed(absl::StrCat("bad magic ", h.magic));
   if (h.version != kFrameVersion) return Malformed(absl::StrCat("bad version ", h.version));
   if (h.base_op() == 0 || h.base_op() > kMaxFrameOp) {

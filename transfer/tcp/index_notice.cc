@@ -3,15 +3,11 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_order.h"
 #include "common/status.h"
 
 namespace mc::transfer::tcp {
 namespace {
-
-template <typename T>
-void Put(std::string& out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
 
 // Reads little-endian integers and byte runs from a bounded buffer; every read checks room.
 class Reader {
@@ -20,9 +16,7 @@ class Reader {
   template <typename T>
   bool Get(T* v) {
     if (left_ < sizeof(T)) return false;
-    T x = 0;
-    for (size_t i = 0; i < sizeof(T); ++i) x |= static_cast<T>(static_cast<T>(p_[i]) << (8 * i));
-    *v = x;
+    *v = LoadLe<T>(p_);
     p_ += sizeof(T);
     left_ -= sizeof(T);
     return true;
@@ -61,14 +55,14 @@ absl::StatusOr<std::string> EncodeIndexNotice(std::span<const IndexNoticeEntry> 
   if (total > kMaxIndexNoticeBytes) return Malformed(absl::StrCat(total, " bytes"));
   std::string out;
   out.reserve(total);
-  Put<uint32_t>(out, static_cast<uint32_t>(entries.size()));
+  AppendLe<uint32_t>(out, static_cast<uint32_t>(entries.size()));
   for (const IndexNoticeEntry& e : entries) {
-    Put(out, e.segment_id);
-    Put(out, e.offset);
-    Put(out, e.length);
-    Put(out, e.generation);
-    Put(out, e.checksum);
-    Put<uint32_t>(out, static_cast<uint32_t>(e.key.size()));
+    AppendLe(out, e.segment_id);
+    AppendLe(out, e.offset);
+    AppendLe(out, e.length);
+    AppendLe(out, e.generation);
+    AppendLe(out, e.checksum);
+    AppendLe<uint32_t>(out, static_cast<uint32_t>(e.key.size()));
     out.append(e.key);
     out.append(reinterpret_cast<const char*>(e.capability.data()), e.capability.size());
   }
