@@ -164,7 +164,8 @@ absl::Status ClientServer::Start() {
   engine_ = std::make_unique<transfer::TransferEngine>(engine_opts, segment_table_);
   MC_RETURN_IF_ERROR(engine_->status());
   for (const auto& seg : pool_->segments()) {
-    MC_RETURN_IF_ERROR(engine_->RegisterMemory(seg.base, seg.size));
+    MC_RETURN_IF_ERROR(
+        engine_->RegisterMemory(seg.base, seg.size, transfer::MemoryAccess::kRemote));
   }
   rdma_serving_.store(engine_->rdma());  // segments registered: peers may connect now
 
