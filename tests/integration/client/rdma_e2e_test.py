@@ -72,6 +72,10 @@ class RdmaEndToEndTest(cc.ClusterTestMixin, unittest.TestCase):
     def setUp(self):
         self.c = self.cluster
         self.stubs = [self.c.stub(0), self.c.stub(1)]
+        self.t0 = time.monotonic()
+
+    def tearDown(self):
+        print("%s: %.1f s" % (self.id().rsplit(".", 1)[-1], time.monotonic() - self.t0))
 
     def put_shm(self, writer, keys_values, replicas):
         """Puts each value from a slice of a registered buffer of `writer`; returns results."""

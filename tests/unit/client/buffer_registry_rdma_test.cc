@@ -19,7 +19,6 @@ namespace mc::client {
 namespace {
 
 using transfer::LocalBuffer;
-using transfer::MemoryAccess;
 using transfer::OpKind;
 using transfer::TransferRequest;
 using transfer::TransferResult;
