@@ -19,7 +19,7 @@ import unittest
 import grpc
 
 from integration.client import client_cluster as cc
-from mcstore import Client, raise_for_results
+from mcstore import Client, UnavailableError, raise_for_results
 from mcstore.v1 import store_pb2 as spb
 
 MiB = cc.MiB
@@ -164,8 +164,12 @@ class RdmaEndToEndTest(cc.ClusterTestMixin, unittest.TestCase):
         sizes = [4 * KiB, 512 * KiB]
         total = sum(sizes)
         before = sum(transfer_bytes(self.c, i, "rdma") for i in (0, 1))
-        with Client(socks[0], timeout_s=RPC_DEADLINE_S) as a, \
-                Client(socks[1], timeout_s=RPC_DEADLINE_S) as b:
+        with Client(socks[0], timeout_s=3 * RPC_DEADLINE_S) as a, \
+                Client(socks[1], timeout_s=3 * RPC_DEADLINE_S) as b:
+            # A fresh channel's first connection can time out in a loaded TCG guest: retry.
+            for c in (a, b):
+                cc.harness.wait_until(lambda: self._answers(c), 90, interval_s=0.5,
+                                      what="the Python client's first answer")
             for w, r, tag in ((a, b, b"ab"), (b, a, b"ba")):
                 src, dst = w.create_buffer(total), r.create_buffer(total)
                 data = cc.payload(total, 4242 + len(tag) + tag[0])
@@ -182,6 +186,14 @@ class RdmaEndToEndTest(cc.ClusterTestMixin, unittest.TestCase):
                 dst.close()
         moved = sum(transfer_bytes(self.c, i, "rdma") for i in (0, 1)) - before
         self.assertGreaterEqual(moved, 2 * total)
+
+    @staticmethod
+    def _answers(client):
+        try:
+            client.exist([b"warm-up"])
+            return True
+        except UnavailableError:
+            return False
 
     def test_3_peer_killed_mid_transfer_fails_cleanly(self):
         # Values on client 1; client 0 reads them in a loop while client 1 is SIGKILLed.
@@ -216,7 +228,13 @@ class RdmaEndToEndTest(cc.ClusterTestMixin, unittest.TestCase):
 
         t = threading.Thread(target=reader)
         t.start()
-        time.sleep(1.0)
+        # Kill once reads are flowing (bounded: TCG under load is slow), so one is in flight.
+        try:
+            cc.harness.wait_until(lambda: outcomes["ok"] > 0, 60, what="a first good read")
+        except TimeoutError:
+            stop.set()
+            t.join(timeout=3 * RPC_DEADLINE_S)
+            raise
         self.c.clients[1].kill()
         time.sleep(2.0)
         stop.set()
@@ -228,7 +246,7 @@ class RdmaEndToEndTest(cc.ClusterTestMixin, unittest.TestCase):
         self.assertEqual(outcomes["rpc_error"], 0)
         self.assertGreater(outcomes["ok"], 0)
         self.assertGreater(outcomes["failed"], 0, "reads after the kill cannot succeed")
-        self.assertTrue(self.c.healthy(0))
+        cc.harness.wait_until(lambda: self.c.healthy(0), 20, what="client 0 healthy")
         # The survivor still stores and serves its own values.
         mine = [(b"after-kill", cc.payload(64 * KiB, 1))]
         self.assertCodes(self.put_shm(0, mine, 1), ["OK"])
