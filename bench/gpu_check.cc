@@ -97,7 +97,8 @@ int Daemon(int from_engine, int to_engine) {
   options.cuda_device = 0;
   mc::transfer::TransferEngine engine(options, table);
   if (engine.cuda() == nullptr) Fail("no cuda transport");
-  if (!engine.RegisterMemory(segment.data(), segment.size()).ok()) Fail("register segment");
+  const auto remote = mc::transfer::MemoryAccess::kRemote;
+  if (!engine.RegisterMemory(segment.data(), segment.size(), remote).ok()) Fail("register segment");
   mc::client::GpuBufferRegistry registry(engine.cuda()->api(), engine.cuda());
   uint64_t ids[2];
   for (int i = 0; i < 2; ++i) {

@@ -56,14 +56,14 @@ int main(int argc, char** argv) {
   }
   const uint64_t span = value * depth;
   std::vector<char> segment(span, 'x'), local(span, 'y');
-  if (!b.RegisterMemory(segment.data(), span).ok()) return 1;
+  if (!b.RegisterMemory(segment.data(), span, MemoryAccess::kRemote).ok()) return 1;
   b_table.Add(1, segment.data(), span);
   serving.store(b.rdma());
   TransferEngineOptions ao = o;
   ao.local_endpoint = "127.0.0.1:1";
   SegmentTable a_table;
   TransferEngine a(ao, a_table);
-  if (!a.RegisterMemory(local.data(), span).ok()) return 1;
+  if (!a.RegisterMemory(local.data(), span, MemoryAccess::kLocal).ok()) return 1;
 
   std::vector<TransferRequest> batch(depth);
   for (int i = 0; i < depth; ++i) {

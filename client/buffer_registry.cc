@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
+#include "transfer/rdma/rdma_transport.h"
 
 namespace mc::client {
 namespace {
@@ -203,6 +204,65 @@ absl::StatusOr<BufferRef> BufferRegistry::MapFd(int fd, uint64_t size, std::stri
                                               slot);
 }
 
+BufferRegistry::BufferRegistry(BufferRegistryOptions options) : options_(std::move(options)) {}
+
+uint64_t BufferRegistry::RdmaBytes() const { return rdma_budget_->bytes.load(); }
+uint64_t BufferRegistry::RdmaRefusals() const { return rdma_budget_->refusals.load(); }
+
+namespace {
+
+// Keeps a mapped buffer registered with the rdma transport: deregistered when the holder goes
+// (the last BufferRef), before the buffer it holds can be unmapped.
+struct RdmaRegisteredBuffer {
+  RdmaRegisteredBuffer(BufferRef b, transfer::rdma::RdmaTransport* r, std::shared_ptr<void> budget,
+                       std::atomic<uint64_t>* bytes)
+      : buffer(std::move(b)), rdma(r), budget_owner(std::move(budget)), budget_bytes(bytes) {}
+  ~RdmaRegisteredBuffer() {
+    rdma->UnregisterMemory(buffer->base());  // waits for the transport's in-flight users
+    budget_bytes->fetch_sub(buffer->size());
+  }
+  RdmaRegisteredBuffer(const RdmaRegisteredBuffer&) = delete;
+  RdmaRegisteredBuffer& operator=(const RdmaRegisteredBuffer&) = delete;
+
+  const BufferRef buffer;
+  transfer::rdma::RdmaTransport* const rdma;
+  const std::shared_ptr<void> budget_owner;  // keeps `budget_bytes` alive
+  std::atomic<uint64_t>* const budget_bytes;
+};
+
+}  // namespace
+
+BufferRef BufferRegistry::RegisterWithRdma(BufferRef buffer) {
+  transfer::rdma::RdmaTransport* rdma = rdma_.load();
+  if (rdma == nullptr || buffer == nullptr) return buffer;
+  const uint64_t size = buffer->size();
+  RdmaBudget& budget = *rdma_budget_;
+  uint64_t used = budget.bytes.load();
+  do {
+    if (size > options_.max_rdma_bytes || used > options_.max_rdma_bytes - size) {
+      budget.refusals.fetch_add(1);
+      Logger("client").info(
+          "buffer {} ({} bytes) not registered with rdma: {} bytes already are, the limit "
+          "(--rdma_buffer_bytes_total={}); its transfers use tcp",
+          buffer->name(), size, used, options_.max_rdma_bytes);
+      return buffer;
+    }
+  } while (!budget.bytes.compare_exchange_weak(used, used + size));
+  if (absl::Status s = rdma->RegisterMemory(buffer->base(), size, transfer::MemoryAccess::kLocal);
+      !s.ok()) {
+    budget.bytes.fetch_sub(size);
+    budget.refusals.fetch_add(1);
+    Logger("client").warn(
+        "buffer {} ({} bytes) not registered with rdma ({}); its transfers use tcp (raise "
+        "RLIMIT_MEMLOCK if the device ran out of lockable memory)",
+        buffer->name(), size, s.ToString());
+    return buffer;
+  }
+  auto holder = std::make_shared<RdmaRegisteredBuffer>(buffer, rdma, rdma_budget_, &budget.bytes);
+  const MappedBuffer* raw = holder->buffer.get();
+  return BufferRef(std::move(holder), raw);  // aliasing: shares the holder's lifetime
+}
+
 void BufferRegistry::CountRefusal(const char* limit) const {
   CountLimitRefusal(options_.metrics, limit);
 }
@@ -265,10 +325,19 @@ void BufferRegistry::RefundLocked(const std::string& owner, uint64_t size) {
 
 absl::StatusOr<std::string> BufferRegistry::Stage(BufferRef buffer, const std::string& owner) {
   MC_ASSIGN_OR_RETURN(std::string handle, RandomHexToken());
-  absl::MutexLock lock(&mu_);
-  MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, buffer->size()));
-  ChargeLocked(owner, buffer->size());
-  staged_.emplace(handle, Entry{std::move(buffer), owner});
+  {
+    absl::MutexLock lock(&mu_);
+    MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, buffer->size()));
+  }
+  // Outside the lock: pinning takes time; on a refusal below, `registered` is deregistered
+  // after the lock was released.
+  BufferRef registered = RegisterWithRdma(std::move(buffer));
+  {
+    absl::MutexLock lock(&mu_);
+    MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, registered->size()));
+    ChargeLocked(owner, registered->size());
+    staged_.emplace(handle, Entry{std::move(registered), owner});
+  }
   return handle;
 }
 
@@ -309,7 +378,8 @@ absl::StatusOr<uint64_t> BufferRegistry::Register(const std::string& shm_name, u
       return s;
     }
   }
-  MC_ASSIGN_OR_RETURN(BufferRef buffer, MapFd(fd, size, shm_name));
+  MC_ASSIGN_OR_RETURN(BufferRef mapped_buffer, MapFd(fd, size, shm_name));
+  BufferRef buffer = RegisterWithRdma(std::move(mapped_buffer));  // dropped after the lock
   absl::MutexLock lock(&mu_);
   MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, buffer->size()));
   ChargeLocked(owner, buffer->size());

@@ -19,6 +19,18 @@
 //    the copy can finish harmlessly, and marks the buffer broken. Every user checks Broken()
 //    once its copy has ended and fails that item; a broken buffer resolves no more (re-register).
 //    Faults outside registered buffers go to the previous handler (default: crash with a core).
+//
+// RDMA: with an rdma transport attached (AttachRdma), each buffer is also registered with it as
+// a memory region of LOCAL access only (never exposed to peers by rkey) when it is staged or
+// registered by name, within a daemon-wide byte budget (max_rdma_bytes); remote transfers from
+// and into its slices then run as one-sided RDMA verbs where the peer is reached over rdma.
+// The region lives exactly as long as the mapping: it is deregistered (before the munmap) when
+// the last BufferRef goes, i.e. after Unregister / ReleaseOwner and once every request that
+// resolved a slice of it ended; the transport itself also waits for its in-flight work
+// requests before deregistering. A buffer the budget or the device refuses stays usable: its
+// transfers go over tcp. Pinned pages and shrinking: the device keeps the pages it pinned at
+// registration; an RDMA READ into a buffer shrunk meanwhile lands in orphaned pages, and the
+// destination hash (a CPU read of the mapping) then faults into the guard above: the item fails.
 #pragma once
 
 #include <atomic>
@@ -33,6 +45,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+
+namespace mc::transfer::rdma {
+class RdmaTransport;
+}  // namespace mc::transfer::rdma
 
 namespace mc::client {
 
@@ -82,13 +98,26 @@ struct BufferRegistryOptions {
   // Counts refusals (mc_store_limit_refusals_total, mc_store_buffer_owner_mismatches_total)
   // when set; borrowed, must outlive the registry.
   MetricsRegistry* metrics = nullptr;
+  // Bytes of application buffers registered with the rdma transport at once
+  // (--rdma_buffer_bytes_total; their pages stay pinned while registered). Buffers past it
+  // are not registered (their transfers use tcp); 0 registers none.
+  uint64_t max_rdma_bytes = 64ull << 30;
 };
 
 class BufferRegistry {
  public:
   explicit BufferRegistry(size_t max_buffers = 4096)
       : BufferRegistry(BufferRegistryOptions{.max_buffers = max_buffers}) {}
-  explicit BufferRegistry(BufferRegistryOptions options) : options_(std::move(options)) {}
+  explicit BufferRegistry(BufferRegistryOptions options);
+
+  // From now on, buffers staged or registered by name are registered (local access only) with
+  // `rdma` (borrowed; null = none), which must outlive every BufferRef of this registry. Call
+  // before the first buffer arrives (buffers already held stay unregistered).
+  void AttachRdma(transfer::rdma::RdmaTransport* rdma) { rdma_.store(rdma); }
+  // Bytes of buffers registered with the rdma transport now, and registrations refused
+  // (budget or device) so far.
+  uint64_t RdmaBytes() const;
+  uint64_t RdmaRefusals() const;
 
   // Maps `size` bytes (0 = the whole object) of `fd`, which it takes (closed on every path).
   // Refused (INVALID_ARGUMENT): not a regular file on tmpfs or hugetlbfs (a shm object or a
@@ -137,8 +166,20 @@ class BufferRegistry {
   void RefundLocked(const std::string& owner, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRefusal(const char* limit) const;
   void CountMismatch() const;
+  // `buffer`, or, when an rdma transport is attached and the budget allows, the same buffer
+  // held through a holder that keeps it registered with the transport until the last reference
+  // goes (an aliasing BufferRef).
+  BufferRef RegisterWithRdma(BufferRef buffer);
+
+  struct RdmaBudget {
+    std::atomic<uint64_t> bytes{0};
+    std::atomic<uint64_t> refusals{0};
+  };
 
   const BufferRegistryOptions options_;
+  // Shared with the holders, which may outlive the registry by the length of a request.
+  const std::shared_ptr<RdmaBudget> rdma_budget_ = std::make_shared<RdmaBudget>();
+  std::atomic<transfer::rdma::RdmaTransport*> rdma_{nullptr};
   mutable std::atomic<uint64_t> owner_mismatches_{0};
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -95,6 +95,10 @@ ABSL_FLAG(int32_t, rdma_port, 1, "port of the verbs device");
 ABSL_FLAG(int32_t, rdma_gid_index, 1,
           "GID index (RoCEv2: the IPv4-mapped GID, 1 on rxe and usually 3 on mlx5; 0 on IB)");
 ABSL_FLAG(int32_t, rdma_qps_per_peer, 2, "RC queue pairs per peer");
+ABSL_FLAG(uint64_t, rdma_buffer_bytes_total, 64ull << 30,
+          "bytes of registered application buffers also registered with the rdma device (local "
+          "access only; their pages stay pinned while registered); buffers past it move over tcp; "
+          "0 = none");
 ABSL_FLAG(std::string, offload_dir, "",
           "SSD tier directory (data files live here); empty = no SSD tier");
 ABSL_FLAG(uint64_t, offload_capacity, 0, "SSD tier bytes (needed with --offload_dir)");
@@ -200,6 +204,7 @@ int main(int argc, char** argv) {
   o.buffers.max_buffers_per_owner = absl::GetFlag(FLAGS_store_max_buffers_per_caller);
   o.buffers.max_bytes_per_owner = absl::GetFlag(FLAGS_store_max_buffer_bytes_per_caller);
   o.buffers.max_bytes = absl::GetFlag(FLAGS_store_max_buffer_bytes_total);
+  o.buffers.max_rdma_bytes = absl::GetFlag(FLAGS_rdma_buffer_bytes_total);
   o.fd_channel.max_connections = absl::GetFlag(FLAGS_store_fd_max_connections);
   o.fd_channel.max_connections_per_uid = absl::GetFlag(FLAGS_store_fd_max_connections_per_uid);
   if (o.fd_channel.max_connections < 1 || o.fd_channel.max_connections_per_uid < 1 ||

@@ -164,9 +164,13 @@ absl::Status ClientServer::Start() {
   engine_ = std::make_unique<transfer::TransferEngine>(engine_opts, segment_table_);
   MC_RETURN_IF_ERROR(engine_->status());
   for (const auto& seg : pool_->segments()) {
-    MC_RETURN_IF_ERROR(engine_->RegisterMemory(seg.base, seg.size));
+    MC_RETURN_IF_ERROR(
+        engine_->RegisterMemory(seg.base, seg.size, transfer::MemoryAccess::kRemote));
   }
   rdma_serving_.store(engine_->rdma());  // segments registered: peers may connect now
+  // Application buffers (staged from the fd channel, which starts later) get local-only
+  // regions; the engine outlives buffers_ (declared before it).
+  buffers_.AttachRdma(engine_->rdma());
 
   uint64_t disk_capacity = tier_ ? tier_->GetStats().capacity : 0;
   session_ = std::make_unique<MasterSession>(MasterSessionOptions{.client_id = options_.client_id,
@@ -369,6 +373,15 @@ absl::Status ClientServer::StartAdmin() {
                              [this] { return static_cast<double>(session_->registrations()); });
   registry_.AddCallbackGauge("mc_client_buffers", "Registered application buffers",
                              [this] { return static_cast<double>(buffers_.Count()); });
+  registry_.AddCallbackGauge(
+      "mc_client_buffer_rdma_bytes",
+      "Bytes of registered application buffers that are rdma memory regions (local access only)",
+      [this] { return static_cast<double>(buffers_.RdmaBytes()); });
+  registry_.AddCallbackGauge(
+      "mc_client_buffer_rdma_refusals_total",
+      "Application buffers not registered with rdma (--rdma_buffer_bytes_total or the device "
+      "refused); their transfers use tcp",
+      [this] { return static_cast<double>(buffers_.RdmaRefusals()); });
   registry_.AddCallbackGauge(
       "mc_client_buffer_faults_total",
       "SIGBUS faults absorbed in registered buffers whose shm object was truncated while mapped",

@@ -114,9 +114,9 @@ std::vector<TransferResult> TransferEngine::Submit(std::span<const TransferReque
   return results;
 }
 
-absl::Status TransferEngine::RegisterMemory(void* base, uint64_t length) {
+absl::Status TransferEngine::RegisterMemory(void* base, uint64_t length, MemoryAccess access) {
   for (const auto& transport : registry_->transports()) {
-    if (absl::Status s = transport->RegisterMemory(base, length); !s.ok()) return s;
+    if (absl::Status s = transport->RegisterMemory(base, length, access); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

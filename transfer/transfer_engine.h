@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/auth.h"
 #include "common/metrics.h"
+#include "transfer/memory_access.h"
 
 namespace mc::transfer {
 
@@ -158,8 +159,10 @@ class TransferEngine {
   std::vector<TransferResult> Submit(std::span<const TransferRequest> requests,
                                      int64_t deadline_ms = 0);
 
-  // Hook for RDMA/CUDA memory registration; a no-op for local/tcp.
-  absl::Status RegisterMemory(void* base, uint64_t length);
+  // Hook for RDMA/CUDA memory registration; a no-op for local/tcp. `access`: kRemote for a
+  // segment peers may read and write (its rkey is served), kLocal for memory only our own
+  // requests use.
+  absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access);
   void UnregisterMemory(void* base);
 
   // The rdma transport, or null (transport "tcp", no usable device, built without ibverbs).

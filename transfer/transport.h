@@ -31,7 +31,8 @@ class Transport {
   // deadline (steady ms, 0 = none) passed.
   virtual void Submit(std::span<const TransferRequest* const> requests,
                       std::span<TransferResult> results, int64_t deadline_ms) = 0;
-  virtual absl::Status RegisterMemory(void* /*base*/, uint64_t /*length*/) {
+  virtual absl::Status RegisterMemory(void* /*base*/, uint64_t /*length*/,
+                                      MemoryAccess /*access*/) {
     return absl::OkStatus();
   }
   virtual void UnregisterMemory(void* /*base*/) {}

@@ -109,8 +109,8 @@ size_t TransportRegistry::Choose(const TransferRequest& request) const {
   if (rdma_ == nullptr || request.op == OpKind::kReadDisk || request.op == OpKind::kIndex) {
     return tcp_index_;
   }
-  // Local memory the device does not know (not yet: application shm buffers, inline payloads)
-  // cannot be an RDMA source or sink, even when rdma is forced.
+  // Local memory the device does not know (inline payloads, application buffers past the
+  // daemon's rdma budget) cannot be an RDMA source or sink, even when rdma is forced.
   if (!rdma_->LocalBuffersRegistered(request)) return tcp_index_;
   if (force_rdma_) return rdma_index_;
   return rdma_->PeerReachable(request.endpoint) ? rdma_index_ : tcp_index_;

@@ -1,13 +1,14 @@
 // A fake verbs layer (the seam of transfer/rdma/verbs.h) for unit tests of the rdma transport.
 // Devices created on one FakeVerbsNetwork reach each other's memory regions: a WR moves bytes
 // with memcpy between the local SGEs and the remote range named by (remote_addr, rkey), both
-// checked against registered regions. By default a WR executes when it is posted; on command
-// the device holds WRs (executed later by Release), fails the n-th WR posted from now (earlier
-// WRs of its chain move their bytes, later ones are flushed: a partial completion), forces a QP
-// into ERROR, reorders pending completions across queue pairs, or ignores ModifyToError.
-// Semantics kept from RC verbs: per-QP in-order execution; a completion on success only for
-// signalled WRs; an error completion for the failed WR and a flush completion for every later
-// WR of that QP (signalled or not); a QP in ERROR flushes whatever is posted to it.
+// checked against registered regions (the remote one must have remote access, as with ibv_mr
+// access flags: a local-only region's rkey fails the WR with a remote access error). By default a
+// WR executes when it is posted; on command the device holds WRs (executed later by Release), fails
+// the n-th WR posted from now (earlier WRs of its chain move their bytes, later ones are flushed: a
+// partial completion), forces a QP into ERROR, reorders pending completions across queue pairs, or
+// ignores ModifyToError. Semantics kept from RC verbs: per-QP in-order execution; a completion on
+// success only for signalled WRs; an error completion for the failed WR and a flush completion for
+// every later WR of that QP (signalled or not); a QP in ERROR flushes whatever is posted to it.
 // Thread-safe.
 #pragma once
 
@@ -30,23 +31,26 @@ class FakeVerbsNetwork {
   struct Region {
     uint64_t addr;
     uint64_t length;
+    bool remote;
   };
-  uint32_t AddRegion(uint64_t addr, uint64_t length) {
+  uint32_t AddRegion(uint64_t addr, uint64_t length, bool remote = true) {
     absl::MutexLock lock(&mu_);
     const uint32_t key = next_key_++;
-    regions_[key] = {addr, length};
+    regions_[key] = {addr, length, remote};
     return key;
   }
   void RemoveRegion(uint32_t key) {
     absl::MutexLock lock(&mu_);
     regions_.erase(key);
   }
-  // The range [addr, addr+length) when it lies inside region `key`.
-  bool Check(uint32_t key, uint64_t addr, uint64_t length) {
+  // The range [addr, addr+length) when it lies inside region `key` (one with remote access,
+  // with `remote`).
+  bool Check(uint32_t key, uint64_t addr, uint64_t length, bool remote = false) {
     absl::MutexLock lock(&mu_);
     auto it = regions_.find(key);
     if (it == regions_.end()) return false;
     const Region& r = it->second;
+    if (remote && !r.remote) return false;
     return addr >= r.addr && length <= r.length && addr - r.addr <= r.length - length;
   }
   uint32_t NextQpn() {
@@ -151,9 +155,10 @@ class FakeVerbsDevice final : public VerbsDevice {
 
   // --- VerbsDevice ---
   const DeviceAttributes& attributes() const override { return attributes_; }
-  absl::StatusOr<MemoryRegion> RegisterMemory(void* base, uint64_t length) override {
+  absl::StatusOr<MemoryRegion> RegisterMemory(void* base, uint64_t length,
+                                              MemoryAccess access) override {
     const uint64_t addr = reinterpret_cast<uint64_t>(base);
-    const uint32_t key = network_.AddRegion(addr, length);
+    const uint32_t key = network_.AddRegion(addr, length, access == MemoryAccess::kRemote);
     absl::MutexLock lock(&mu_);
     ++regions_;
     return MemoryRegion{addr, length, key, key, key};
@@ -275,7 +280,7 @@ class FakeVerbsDevice final : public VerbsDevice {
     uint64_t total = 0;
     for (const ScatterGather& g : w.sg) total += g.length;
     if (status == 0) {
-      bool ok = network_.Check(w.rkey, remote, total);
+      bool ok = network_.Check(w.rkey, remote, total, /*remote=*/true);
       for (const ScatterGather& g : w.sg) ok = ok && network_.Check(g.lkey, g.addr, g.length);
       if (!ok) status = kRemoteAccessStatus;
     }

@@ -38,7 +38,7 @@ class CudaTransport final : public Transport {
   void Submit(std::span<const TransferRequest* const> requests, std::span<TransferResult> results,
               int64_t deadline_ms) override;
   // Pins a host segment for DMA. A failure is logged and ignored: copies then go staged.
-  absl::Status RegisterMemory(void* base, uint64_t length) override;
+  absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access) override;
   void UnregisterMemory(void* base) override;
 
   // Device memory of this process that requests may name as local buffers.

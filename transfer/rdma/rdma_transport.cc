@@ -113,11 +113,11 @@ RdmaTransport::~RdmaTransport() {
   for (auto& [qpn, qp] : by_qpn_) device_->DestroyQp(qp->qp);
   for (auto& [remote, qp] : accepted_) device_->DestroyQp(qp);
   absl::MutexLock mrs(&mr_mu_);
-  for (auto& [addr, mr] : local_mrs_) device_->DeregisterMemory(mr);
+  for (auto& [addr, region] : local_mrs_) device_->DeregisterMemory(region.mr);
   for (auto& [id, mr] : exported_) device_->DeregisterMemory(mr);
 }
 
-absl::Status RdmaTransport::RegisterMemory(void* base, uint64_t length) {
+absl::Status RdmaTransport::RegisterMemory(void* base, uint64_t length, MemoryAccess access) {
   if (base == nullptr || length == 0) {
     return McError(Code::kInvalidArgument, "rdma: empty memory registration");
   }
@@ -126,18 +126,29 @@ absl::Status RdmaTransport::RegisterMemory(void* base, uint64_t length) {
   if (local_mrs_.contains(addr)) {
     return McError(Code::kAlreadyExists, "rdma: memory at this address already registered");
   }
-  absl::StatusOr<MemoryRegion> mr = device_->RegisterMemory(base, length);
+  absl::StatusOr<MemoryRegion> mr = device_->RegisterMemory(base, length, access);
   if (!mr.ok()) return mr.status();
-  local_mrs_[addr] = *mr;
+  local_mrs_[addr] = LocalRegion{.mr = *mr, .access = access};
   return absl::OkStatus();
 }
 
 void RdmaTransport::UnregisterMemory(void* base) {
   absl::MutexLock lock(&mr_mu_);
-  auto it = local_mrs_.find(reinterpret_cast<uint64_t>(base));
-  if (it == local_mrs_.end()) return;
-  device_->DeregisterMemory(it->second);
+  const uint64_t addr = reinterpret_cast<uint64_t>(base);
+  auto it = local_mrs_.find(addr);
+  if (it == local_mrs_.end() || it->second.closing) return;
+  it->second.closing = true;  // no new request takes it; the running ones end first
+  while (it->second.users > 0) {
+    mr_released_.Wait(&mr_mu_);
+    it = local_mrs_.find(addr);
+  }
+  device_->DeregisterMemory(it->second.mr);
   local_mrs_.erase(it);
+}
+
+size_t RdmaTransport::local_regions_for_test() const {
+  absl::MutexLock lock(&mr_mu_);
+  return local_mrs_.size();
 }
 
 absl::Status RdmaTransport::ExportSegment(uint64_t segment_id, char* base, uint64_t size) {
@@ -149,7 +160,7 @@ absl::Status RdmaTransport::ExportSegment(uint64_t segment_id, char* base, uint6
     return McError(Code::kAlreadyExists,
                    absl::StrCat("rdma: segment ", segment_id, " already exported"));
   }
-  absl::StatusOr<MemoryRegion> mr = device_->RegisterMemory(base, size);
+  absl::StatusOr<MemoryRegion> mr = device_->RegisterMemory(base, size, MemoryAccess::kRemote);
   if (!mr.ok()) return mr.status();
   exported_[segment_id] = *mr;
   return absl::OkStatus();
@@ -163,23 +174,46 @@ void RdmaTransport::UnexportSegment(uint64_t segment_id) {
   exported_.erase(it);
 }
 
-absl::StatusOr<uint32_t> RdmaTransport::LocalKey(const char* data, uint64_t length) const {
+const RdmaTransport::LocalRegion* RdmaTransport::FindLocal(const char* data, uint64_t length,
+                                                           bool any) const {
   const uint64_t addr = reinterpret_cast<uint64_t>(data);
-  absl::MutexLock lock(&mr_mu_);
   auto it = local_mrs_.upper_bound(addr);
-  if (it != local_mrs_.begin()) {
-    --it;
-    const MemoryRegion& mr = it->second;
-    if (addr >= mr.addr && length <= mr.length && addr - mr.addr <= mr.length - length) {
-      return mr.lkey;
-    }
+  if (it == local_mrs_.begin()) return nullptr;
+  --it;
+  const MemoryRegion& mr = it->second.mr;
+  if (addr < mr.addr || length > mr.length || addr - mr.addr > mr.length - length) return nullptr;
+  if (it->second.closing && !any) return nullptr;
+  return &it->second;
+}
+
+absl::StatusOr<uint32_t> RdmaTransport::PinLocal(const char* data, uint64_t length,
+                                                 std::vector<uint64_t>* held) {
+  absl::MutexLock lock(&mr_mu_);
+  const LocalRegion* region = FindLocal(data, length, false);
+  if (region == nullptr) {
+    return McError(Code::kInvalidArgument,
+                   "rdma: local buffer is not inside registered memory (or it is being "
+                   "unregistered)");
   }
-  return McError(Code::kInvalidArgument, "rdma: local buffer is not inside registered memory");
+  ++local_mrs_[region->mr.addr].users;
+  held->push_back(region->mr.addr);
+  return region->mr.lkey;
+}
+
+void RdmaTransport::UnpinLocal(const std::vector<uint64_t>& held) {
+  if (held.empty()) return;
+  absl::MutexLock lock(&mr_mu_);
+  for (uint64_t addr : held) {
+    auto it = local_mrs_.find(addr);
+    if (it != local_mrs_.end() && it->second.users > 0) --it->second.users;
+  }
+  mr_released_.SignalAll();
 }
 
 bool RdmaTransport::LocalBuffersRegistered(const TransferRequest& request) const {
+  absl::MutexLock lock(&mr_mu_);
   for (const LocalBuffer& b : request.local) {
-    if (b.length > 0 && !LocalKey(b.data, b.length).ok()) return false;
+    if (b.length > 0 && FindLocal(b.data, b.length, false) == nullptr) return false;
   }
   return true;
 }
@@ -226,13 +260,11 @@ absl::StatusOr<PeerHandshake> RdmaTransport::Accept(std::span<const QpAddress> r
   for (const auto& [id, mr] : exported_) out.segments[id] = {mr.addr, mr.length, mr.rkey};
   if (served_table_ != nullptr) {
     for (const SegmentTable::Entry& e : served_table_->List()) {
-      const uint64_t addr = reinterpret_cast<uint64_t>(e.base);
-      auto it = local_mrs_.upper_bound(addr);
-      if (it == local_mrs_.begin()) continue;
-      --it;
-      const MemoryRegion& mr = it->second;
-      if (addr < mr.addr || e.size > mr.length || addr - mr.addr > mr.length - e.size) continue;
-      out.segments.try_emplace(e.segment_id, RemoteSegment{addr, e.size, mr.rkey});
+      // Only remote-access regions: a local-only one (an application buffer) is never served.
+      const LocalRegion* region = FindLocal(e.base, e.size, false);
+      if (region == nullptr || region->access != MemoryAccess::kRemote) continue;
+      out.segments.try_emplace(
+          e.segment_id, RemoteSegment{reinterpret_cast<uint64_t>(e.base), e.size, region->mr.rkey});
     }
   }
   return out;
@@ -468,7 +500,9 @@ void RdmaTransport::Submit(std::span<const TransferRequest* const> requests,
   const uint64_t wr_limit = std::max<uint64_t>(1, std::min(options_.max_wr_bytes, kMaxSgeBytes));
   const uint32_t max_sge = std::max<uint32_t>(1, attr.max_sge);
 
-  // Plan: resolve segment and local keys, cut the request into WRs.
+  // Plan: resolve segment and local keys, cut the request into WRs. The local regions stay
+  // held until every WR of this call ended (UnpinLocal at the end).
+  std::vector<uint64_t> held;
   for (size_t i = 0; i < requests.size(); ++i) {
     const TransferRequest& request = *requests[i];
     TransferResult& result = results[i];
@@ -511,7 +545,7 @@ void RdmaTransport::Submit(std::span<const TransferRequest* const> requests,
     };
     for (const LocalBuffer& b : request.local) {
       if (b.length == 0) continue;
-      absl::StatusOr<uint32_t> lkey = LocalKey(b.data, b.length);
+      absl::StatusOr<uint32_t> lkey = PinLocal(b.data, b.length, &held);
       if (!lkey.ok()) {
         bad = lkey.status();
         break;
@@ -635,6 +669,8 @@ void RdmaTransport::Submit(std::span<const TransferRequest* const> requests,
     absl::MutexLock lock(&batch->mu);
     while (batch->pending > 0) batch->cv.Wait(&batch->mu);
   }
+
+  UnpinLocal(held);  // no WR of this call is outstanding any more
 
   absl::MutexLock lock(&batch->mu);
   for (size_t k = 0; k < plans.size(); ++k) {

@@ -1,6 +1,13 @@
 // The `rdma` transport: READ and WRITE requests as one-sided RDMA verbs between local memory
-// registered with the engine (RegisterMemory: segments and application buffers) and the
-// segments a peer exported (ExportSegment), over reliable-connected queue pairs.
+// registered with the engine (RegisterMemory: segments with remote access, application buffers
+// with local access only) and the segments a peer exported (ExportSegment, or served segments
+// registered with remote access), over reliable-connected queue pairs.
+//
+// Local memory regions and in-flight requests: every Submit holds the regions its requests'
+// local buffers lie in until all its WRs ended (completed, flushed, or their QP destroyed);
+// UnregisterMemory refuses the region to new requests at once (they fail, not OK), waits until
+// no Submit holds it any more, and only then deregisters it, so no WR ever names a deregistered
+// lkey.
 //
 // Connection setup is not this class's business: an RdmaConnector hands our queue pairs'
 // addresses (GID, LID, QPN, PSN, MTU) to the peer and brings back the peer's, plus the address,
@@ -89,8 +96,11 @@ class RdmaTransport final : public Transport {
   std::string_view name() const override { return "rdma"; }
   void Submit(std::span<const TransferRequest* const> requests, std::span<TransferResult> results,
               int64_t deadline_ms) override;
-  // Local memory that requests may use as their local buffers (a memory region each).
-  absl::Status RegisterMemory(void* base, uint64_t length) override;
+  // Local memory that requests may use as their local buffers (a memory region each). kRemote
+  // memory is also served to peers when it holds a segment of ServeSegments' table; kLocal
+  // memory never is, and its region grants the device no remote access.
+  absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access) override;
+  // Blocks until no Submit uses the region (see the header), then deregisters it.
   void UnregisterMemory(void* base) override;
 
   // Serving side. Registers a segment for remote READ/WRITE; peers learn its rkey in Accept.
@@ -110,6 +120,8 @@ class RdmaTransport final : public Transport {
 
   // True when every local buffer of `request` lies inside memory registered with us.
   bool LocalBuffersRegistered(const TransferRequest& request) const;
+  // Local memory regions registered (tests).
+  size_t local_regions_for_test() const;
   const DeviceAttributes& device_attributes() const { return device_->attributes(); }
   // Queue pairs created for active connections so far (tests: re-establishment).
   uint64_t qps_created_for_test() const { return qps_created_.load(); }
@@ -129,7 +141,19 @@ class RdmaTransport final : public Transport {
                                              uint64_t segment_id);
   absl::Status ConnectPeer(Peer& peer, const std::string& endpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(peers_mu_);
-  absl::StatusOr<uint32_t> LocalKey(const char* data, uint64_t length) const;
+  struct LocalRegion {
+    MemoryRegion mr;
+    MemoryAccess access = MemoryAccess::kLocal;
+    uint64_t users = 0;    // Submit calls holding the region (see PinLocal)
+    bool closing = false;  // UnregisterMemory waits for the users to end
+  };
+  // The region that holds [data, data+length), or null (closing ones too, with `any`).
+  const LocalRegion* FindLocal(const char* data, uint64_t length, bool any) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mr_mu_);
+  // The lkey for a local buffer; holds its region for the caller's Submit (its address is
+  // appended to `held`, released by UnpinLocal once the Submit's WRs all ended).
+  absl::StatusOr<uint32_t> PinLocal(const char* data, uint64_t length, std::vector<uint64_t>* held);
+  void UnpinLocal(const std::vector<uint64_t>& held);
   void RetireQp(const std::shared_ptr<Qp>& qp);
   void DestroyDrained();
 
@@ -143,7 +167,8 @@ class RdmaTransport final : public Transport {
   std::atomic<bool> stop_{false};
 
   mutable absl::Mutex mr_mu_;
-  std::map<uint64_t, MemoryRegion> local_mrs_ ABSL_GUARDED_BY(mr_mu_);            // by address
+  absl::CondVar mr_released_;                                                     // users fell
+  std::map<uint64_t, LocalRegion> local_mrs_ ABSL_GUARDED_BY(mr_mu_);             // by address
   absl::flat_hash_map<uint64_t, MemoryRegion> exported_ ABSL_GUARDED_BY(mr_mu_);  // by segment
 
   absl::Mutex peers_mu_;

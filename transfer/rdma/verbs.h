@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "transfer/memory_access.h"
 
 namespace mc::transfer::rdma {
 
@@ -85,7 +86,10 @@ class VerbsDevice {
   virtual ~VerbsDevice() = default;
   virtual const DeviceAttributes& attributes() const = 0;
 
-  virtual absl::StatusOr<MemoryRegion> RegisterMemory(void* base, uint64_t length) = 0;
+  // kLocal: local write only (no remote READ/WRITE through the region's rkey); kRemote: also
+  // remote READ and WRITE.
+  virtual absl::StatusOr<MemoryRegion> RegisterMemory(void* base, uint64_t length,
+                                                      MemoryAccess access) = 0;
   virtual void DeregisterMemory(const MemoryRegion& region) = 0;
 
   // A new RC queue pair on the device's CQ, in INIT (send queue of `max_send_wr` entries).

@@ -96,10 +96,13 @@ class IbvDevice final : public VerbsDevice {
 
   const DeviceAttributes& attributes() const override { return attr_; }
 
-  absl::StatusOr<MemoryRegion> RegisterMemory(void* base, uint64_t length) override {
-    ibv_mr* mr =
-        ibv_reg_mr(pd_, base, length,
-                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+  absl::StatusOr<MemoryRegion> RegisterMemory(void* base, uint64_t length,
+                                              MemoryAccess access) override {
+    const int flags =
+        access == MemoryAccess::kRemote
+            ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE
+            : IBV_ACCESS_LOCAL_WRITE;  // an RDMA READ's sink needs local write
+    ibv_mr* mr = ibv_reg_mr(pd_, base, length, flags);
     if (mr == nullptr) return Errno("ibv_reg_mr", errno);
     return MemoryRegion{reinterpret_cast<uint64_t>(base), length, mr->lkey, mr->rkey,
                         reinterpret_cast<uint64_t>(mr)};

@@ -31,7 +31,8 @@ class CudaTransportTest : public ::testing::Test {
       return api;
     };
     engine_ = std::make_unique<TransferEngine>(options, table_);
-    EXPECT_TRUE(engine_->RegisterMemory(segment_.data(), segment_.size()).ok());
+    EXPECT_TRUE(
+        engine_->RegisterMemory(segment_.data(), segment_.size(), MemoryAccess::kRemote).ok());
     gpu_ = fake_->AllocDevice(4 << 20);
     engine_->cuda()->AddDeviceRange(reinterpret_cast<uint64_t>(gpu_), 4 << 20);
   }

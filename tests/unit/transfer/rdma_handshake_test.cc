@@ -116,13 +116,13 @@ TEST_F(EngineOverFakeRdma, RdmaCarriesReadsAndWritesToPeersThatAnswer) {
   auto server = MakeEngine("127.0.0.1:3", server_table, "auto", nullptr);
   ASSERT_NE(server->rdma(), nullptr);
   std::vector<char> segment(1 << 16, 'q');
-  ASSERT_TRUE(server->RegisterMemory(segment.data(), segment.size()).ok());
+  ASSERT_TRUE(server->RegisterMemory(segment.data(), segment.size(), MemoryAccess::kRemote).ok());
   server_table.Add(42, segment.data(), segment.size());
   connector_.AddPeer("127.0.0.1:3", server->rdma());
   auto client = MakeEngine("127.0.0.1:4", client_table, "auto", &metrics);
 
   std::vector<char> buf(8192, 'w');
-  ASSERT_TRUE(client->RegisterMemory(buf.data(), buf.size()).ok());
+  ASSERT_TRUE(client->RegisterMemory(buf.data(), buf.size(), MemoryAccess::kLocal).ok());
   std::vector<TransferRequest> reqs(2);
   reqs[0] = {OpKind::kWrite, {{buf.data(), 4096}}, "127.0.0.1:3", 42, 100};
   reqs[1] = {OpKind::kRead, {{buf.data() + 4096, 4096}}, "127.0.0.1:3", 42, 0};

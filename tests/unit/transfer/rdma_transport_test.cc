@@ -54,7 +54,7 @@ class RdmaTransportTest : public ::testing::Test {
     for (size_t i = 0; i < segment_.size(); ++i) segment_[i] = static_cast<char>(i * 7 + 3);
     ASSERT_TRUE(server_->ExportSegment(kSegment, segment_.data(), segment_.size()).ok());
     local_.assign(kSegmentBytes, 0);
-    ASSERT_TRUE(client_->RegisterMemory(local_.data(), local_.size()).ok());
+    ASSERT_TRUE(client_->RegisterMemory(local_.data(), local_.size(), MemoryAccess::kLocal).ok());
   }
 
   TransferRequest Request(OpKind op, uint64_t offset, std::vector<LocalBuffer> local) {
@@ -328,11 +328,79 @@ TEST_F(RdmaTransportTest, ConcurrentSubmitsAllComplete) {
 
 TEST_F(RdmaTransportTest, RegistrationIsReleased) {
   Start();
-  EXPECT_EQ(ToCode(client_->RegisterMemory(local_.data(), 10)), Code::kAlreadyExists);
+  EXPECT_EQ(ToCode(client_->RegisterMemory(local_.data(), 10, MemoryAccess::kLocal)),
+            Code::kAlreadyExists);
   client_->UnregisterMemory(local_.data());
   EXPECT_EQ(client_dev_->live_regions(), 0u);
   auto r = Run({Request(OpKind::kRead, 0, {{local_.data(), 10}})});
   EXPECT_EQ(ToCode(r[0].status), Code::kInvalidArgument);
+}
+
+TEST_F(RdmaTransportTest, UnregisterWaitsForInFlightRequestsAndRefusesNewOnes) {
+  Start();
+  client_dev_->SetHold(true);
+  std::vector<TransferResult> first;
+  std::thread submit([&] { first = Run({Request(OpKind::kRead, 0, {{local_.data(), 4096}})}); });
+  ASSERT_TRUE(WaitHeld(1));
+  std::atomic<bool> unregistered{false};
+  std::thread unregister([&] {
+    client_->UnregisterMemory(local_.data());
+    unregistered.store(true);
+  });
+  // Once the region is closing, a new request on it fails at once (not OK), no WR posted.
+  const TransferRequest probe = Request(OpKind::kRead, 0, {{local_.data(), 1}});
+  for (int i = 0; i < 2000 && client_->LocalBuffersRegistered(probe); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_FALSE(client_->LocalBuffersRegistered(probe));
+  auto refused = Run({Request(OpKind::kRead, 8192, {{local_.data() + 8192, 100}})});
+  EXPECT_EQ(ToCode(refused[0].status), Code::kInvalidArgument) << refused[0].status;
+  EXPECT_EQ(client_dev_->held(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(unregistered.load());  // the held WR still names the region
+  EXPECT_EQ(client_dev_->live_regions(), 1u);
+  client_dev_->Release();
+  submit.join();
+  unregister.join();
+  ASSERT_TRUE(first[0].status.ok()) << first[0].status;
+  EXPECT_EQ(0, std::memcmp(local_.data(), segment_.data(), 4096));
+  EXPECT_EQ(client_dev_->live_regions(), 0u);
+  EXPECT_EQ(client_->local_regions_for_test(), 0u);
+}
+
+TEST_F(RdmaTransportTest, LocalOnlyMemoryIsNeverServedToPeers) {
+  Start();
+  // The server also holds memory of its own: a served segment (remote access) and an
+  // application buffer (local only) that a table entry wrongly names as a segment.
+  std::vector<char> served(8192, 's'), app(8192, 'a');
+  ASSERT_TRUE(server_->RegisterMemory(served.data(), served.size(), MemoryAccess::kRemote).ok());
+  ASSERT_TRUE(server_->RegisterMemory(app.data(), app.size(), MemoryAccess::kLocal).ok());
+  SegmentTable table;
+  table.Add(21, served.data(), served.size());
+  table.Add(22, app.data(), app.size());
+  server_->ServeSegments(&table);
+  auto r = Run({[&] {
+                  TransferRequest q = Request(OpKind::kRead, 0, {{local_.data(), 100}});
+                  q.segment_id = 21;
+                  return q;
+                }(),
+                [&] {
+                  TransferRequest q = Request(OpKind::kWrite, 0, {{local_.data(), 100}});
+                  q.segment_id = 22;
+                  return q;
+                }()});
+  EXPECT_TRUE(r[0].status.ok()) << r[0].status;
+  EXPECT_EQ(0, std::memcmp(local_.data(), served.data(), 100));
+  EXPECT_EQ(ToCode(r[1].status), Code::kNotFound) << r[1].status;
+  EXPECT_EQ(app[0], 'a');
+}
+
+TEST(FakeVerbs, LocalOnlyRegionRefusesRemoteAccess) {
+  FakeVerbsNetwork network;
+  std::vector<char> a(64, 'x');
+  const uint32_t local_only = network.AddRegion(reinterpret_cast<uint64_t>(a.data()), 64, false);
+  EXPECT_TRUE(network.Check(local_only, reinterpret_cast<uint64_t>(a.data()), 64));
+  EXPECT_FALSE(network.Check(local_only, reinterpret_cast<uint64_t>(a.data()), 64, true));
 }
 
 }  // namespace

@@ -72,8 +72,8 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
   for (auto& c : segment) c = static_cast<char>(rng());
   for (auto& c : local) c = static_cast<char>(rng());
   ASSERT_TRUE(server.ExportSegment(3, segment.data(), kBytes).ok());
-  ASSERT_TRUE(client.RegisterMemory(local.data(), kBytes).ok());
-  ASSERT_TRUE(client.RegisterMemory(back.data(), kBytes).ok());
+  ASSERT_TRUE(client.RegisterMemory(local.data(), kBytes, MemoryAccess::kLocal).ok());
+  ASSERT_TRUE(client.RegisterMemory(back.data(), kBytes, MemoryAccess::kLocal).ok());
 
   // WRITE the first half of `local` (in 13 uneven pieces) to the segment's second half.
   std::vector<LocalBuffer> pieces;
@@ -190,7 +190,7 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   std::vector<char> segment(2 << 20);
   std::mt19937_64 rng(3);
   for (auto& c : segment) c = static_cast<char>(rng());
-  ASSERT_TRUE(b.RegisterMemory(segment.data(), segment.size()).ok());
+  ASSERT_TRUE(b.RegisterMemory(segment.data(), segment.size(), MemoryAccess::kRemote).ok());
   b_table.Add(11, segment.data(), segment.size());
   serving.store(b.rdma());
 
@@ -201,7 +201,7 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   ao.metrics = &metrics;
   TransferEngine a(ao, a_table);
   std::vector<char> buf(1 << 20);
-  ASSERT_TRUE(a.RegisterMemory(buf.data(), buf.size()).ok());
+  ASSERT_TRUE(a.RegisterMemory(buf.data(), buf.size(), MemoryAccess::kLocal).ok());
   std::vector<TransferRequest> reqs(1);
   reqs[0] = {OpKind::kRead, {{buf.data(), 1 << 20}}, server.endpoint(), 11, 4096};
   reqs[0].want_checksum = true;
