@@ -21,6 +21,7 @@
 #include "common/metrics.h"
 #include "master/metadata_service.h"
 #include "master/object.h"
+#include "master/object_table.h"
 
 ABSL_FLAG(uint64_t, objects, 1'000'000, "objects reported");
 ABSL_FLAG(uint64_t, chunk, 4096, "objects per ReportObjects call");
@@ -126,9 +127,10 @@ int main(int argc, char** argv) {
   std::printf("per object            %.0f bytes (%.0f beyond the %zu-byte key)\n", per_object,
               per_object - static_cast<double>(key_size), key_size);
   std::printf(
-      "layout                sizeof(Object) %zu, sizeof(Replica) %zu (the table's slot "
-      "holds an Object and its key's std::string; the LRU list another copy of the key)\n",
-      sizeof(mc::master::Object), sizeof(mc::master::Replica));
+      "layout                sizeof(Object) %zu, sizeof(StoredReplica) %zu, node %zu bytes "
+      "(Object + key; the first replica inline, the table's slot a pointer to the node)\n",
+      sizeof(mc::master::Object), sizeof(mc::master::StoredReplica),
+      mc::master::ObjectMap::NodeBytes(key_size));
   std::printf("keys / mem used       %llu / %llu bytes\n",
               static_cast<unsigned long long>(service.KeyCount()),
               static_cast<unsigned long long>(service.Snapshot().mem_used));

@@ -9,8 +9,8 @@ namespace {
 
 uint64_t MemoryBytes(const Object& object) {
   uint64_t bytes = 0;
-  for (const Replica& r : object.replicas) {
-    if (r.tier == ReplicaTier::kMemory) bytes += r.location.length;
+  for (const StoredReplica& r : object.replicas) {
+    if (r.tier == ReplicaTier::kMemory) bytes += r.length;
   }
   return bytes;
 }
@@ -53,11 +53,12 @@ Evictor::Evictor(ObjectTable& table, SegmentManager& segments, const Clock& cloc
 
 bool Evictor::AwaitsWriteBack(const Object& object, int64_t now) const {
   if (!disk_capable_ || object.HasDiskReplica()) return false;
-  if (object.offload_failed_ms != 0 && now - object.offload_failed_ms < offload_retry_ms_) {
+  const int64_t failed_ms = object.offload_failed_ms();
+  if (failed_ms != 0 && now - failed_ms < offload_retry_ms_) {
     return false;  // its client's tier could not take it: no write-back is coming
   }
-  for (const Replica& r : object.replicas) {
-    if (r.tier == ReplicaTier::kMemory && disk_capable_(r.location.client_id)) return true;
+  for (const StoredReplica& r : object.replicas) {
+    if (r.tier == ReplicaTier::kMemory && disk_capable_(r.client_id())) return true;
   }
   return false;
 }
@@ -70,10 +71,10 @@ std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes, bool 
     shard.mu.AssertHeld();
     uint64_t found = 0;
     size_t walked = 0;
-    for (auto it = shard.lru.rbegin();
-         it != shard.lru.rend() && walked < options_.scan_limit_per_shard && found < bytes;
-         ++it, ++walked) {
-      const Object& object = shard.objects.at(*it);
+    for (const Object* it = shard.LruOldest();
+         it != nullptr && walked < options_.scan_limit_per_shard && found < bytes;
+         it = it->lru_newer(), ++walked) {
+      const Object& object = *it;
       uint64_t mem = MemoryBytes(object);
       if (mem == 0) continue;  // already only on disk
       if (persisted_only && !object.HasDiskReplica()) continue;
@@ -87,8 +88,8 @@ std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes, bool 
         skipped_write_back_.Inc();
         *waiting += mem;
       } else {
-        candidates.push_back(
-            {object.access_seq, object.key, object.generation, mem, object.HasDiskReplica()});
+        candidates.push_back({object.access_seq, std::string(object.key()), object.generation, mem,
+                              object.HasDiskReplica()});
         found += mem;
       }
     }
@@ -117,12 +118,14 @@ uint64_t Evictor::EvictCandidates(std::vector<Candidate>& candidates, uint64_t b
       continue;
     }
     uint64_t object_bytes = 0;
-    std::erase_if(object.replicas, [&](const Replica& r) {
-      if (r.tier != ReplicaTier::kMemory) return false;
-      to_free.push_back(r.location);
-      object_bytes += r.location.length;
-      return true;
-    });
+    object.replicas.erase(std::remove_if(object.replicas.begin(), object.replicas.end(),
+                                         [&](const StoredReplica& r) {
+                                           if (r.tier != ReplicaTier::kMemory) return false;
+                                           to_free.push_back(r.location());
+                                           object_bytes += r.length;
+                                           return true;
+                                         }),
+                          object.replicas.end());
     if (object.replicas.empty()) {
       evicted_unpersisted_.Inc();
       MC_LOG_EVERY(std::chrono::seconds(5), Logger("master"), warn,

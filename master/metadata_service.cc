@@ -290,14 +290,20 @@ void MetadataService::CleanupClient(const std::string& client_id) {
     shard.mu.AssertHeld();
     for (auto it = shard.objects.begin(); it != shard.objects.end();) {
       Object& object = it->second;
-      bool dead_writer = object.state == ObjectState::kPending && object.writer_client == client_id;
-      std::erase_if(object.replicas, [&](const Replica& r) {
-        if (r.location.client_id == client_id) return true;
-        if (dead_writer && r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
-        return dead_writer;
-      });
-      if (object.promotion && (object.promotion->writer == client_id || object.replicas.empty() ||
-                               object.promotion->location.client_id == client_id)) {
+      bool dead_writer =
+          object.state == ObjectState::kPending && object.writer_client() == client_id;
+      object.replicas.erase(std::remove_if(object.replicas.begin(), object.replicas.end(),
+                                           [&](const StoredReplica& r) {
+                                             if (r.client_id() == client_id) return true;
+                                             if (dead_writer && r.tier == ReplicaTier::kMemory) {
+                                               to_free.push_back(r.location());
+                                             }
+                                             return dead_writer;
+                                           }),
+                            object.replicas.end());
+      const Object::Promotion* promotion = object.promotion();
+      if (promotion && (promotion->writer == client_id || object.replicas.empty() ||
+                        promotion->location.client_id == client_id)) {
         DropPromotion(object, &to_free);
       }
       // No replica left: a dead writer's put (all dropped above), or the last replica was on the
@@ -305,7 +311,7 @@ void MetadataService::CleanupClient(const std::string& client_id) {
       // once the key is put again.
       if (object.replicas.empty()) {
         if (object.state == ObjectState::kPending) {
-          pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+          pending_.Remove(object.put_start_ms() + options_.put_timeout_ms, object.generation);
           ++puts_revoked;
         } else {
           ++objects_lost;
@@ -385,6 +391,7 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
   }
   // Phase 1: reserve each key as a PENDING object (ALREADY_EXISTS if stored or being stored).
   int64_t now = clock_.NowMs();
+  const uint32_t writer = PeerNames::Instance().Intern(client_id, "");
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
     shard.mu.AssertHeld();
     for (size_t i : indices) {
@@ -402,15 +409,14 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
         continue;
       }
       Object object;
-      object.key = key;
       object.size = items[i].size;
       object.generation = generation;
-      object.writer_client = client_id;
-      object.put_start_ms = now;
-      object.last_access_ms = now;
-      object.replicas_asked = replicas;
+      object.writer = writer;
+      Object::Transient& put = object.MutableTransient();
+      put.put_start_ms = now;
+      put.replicas_asked = replicas;
       out[i].generation = object.generation;
-      shard.Insert(std::move(object));
+      shard.Insert(key, std::move(object));
       pending_.Add(now + options_.put_timeout_ms, out[i].generation, std::move(key));
     }
   });
@@ -450,8 +456,8 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
       for (MemoryLocation& loc : placed[i]) {
         loc.generation = out[i].generation;
         Replica replica{ReplicaTier::kMemory, std::move(loc)};
-        out[i].replicas.push_back(replica);
-        it->second.replicas.push_back(std::move(replica));
+        it->second.replicas.push_back(StoredReplica::Of(replica));
+        out[i].replicas.push_back(std::move(replica));
       }
     }
   });
@@ -461,7 +467,6 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
 
 std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
                                                   const std::vector<PutEndItem>& items) {
-  int64_t now = clock_.NowMs();
   std::vector<MemoryLocation> to_free;
   std::vector<absl::Status> out =
       ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
@@ -473,7 +478,7 @@ std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
         // key's current generation: a put is ended or revoked only by the client that started
         // it (PutRevoke answers the same).
         if (it == shard.objects.end() || it->second.generation != items[i].generation ||
-            it->second.writer_client != client_id) {
+            it->second.writer_client() != client_id) {
           return McError(Code::kNotFound,
                          "no pending put of this key and generation by this client (revoked "
                          "or timed out?)");
@@ -489,13 +494,13 @@ std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
         // never answer OK for fewer replicas than asked. The put fails; the caller may retry.
         const size_t held = static_cast<size_t>(
             std::count_if(object.replicas.begin(), object.replicas.end(),
-                          [](const Replica& r) { return r.tier == ReplicaTier::kMemory; }));
-        if (held < object.replicas_asked) {
-          pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
-          for (const Replica& r : object.replicas) {
-            if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
+                          [](const StoredReplica& r) { return r.tier == ReplicaTier::kMemory; }));
+        if (held < object.replicas_asked()) {
+          pending_.Remove(object.put_start_ms() + options_.put_timeout_ms, object.generation);
+          for (const StoredReplica& r : object.replicas) {
+            if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location());
           }
-          const uint32_t asked = object.replicas_asked;
+          const uint32_t asked = object.replicas_asked();
           shard.Erase(it);
           return McError(
               Code::kUnavailable,
@@ -505,8 +510,13 @@ std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
         }
         object.state = ObjectState::kComplete;
         object.checksum = items[i].checksum;
-        shard.Touch(object, now);
-        pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+        shard.Touch(object);
+        pending_.Remove(object.put_start_ms() + options_.put_timeout_ms, object.generation);
+        // The put is over: what only it needed goes (the writer stays, for a repeated PutEnd).
+        Object::Transient& put = object.MutableTransient();
+        put.put_start_ms = 0;
+        put.replicas_asked = 0;
+        object.TrimTransient();
         return absl::OkStatus();
       });
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);
@@ -521,17 +531,17 @@ std::vector<absl::Status> MetadataService::PutRevoke(const std::string& client_i
         shard.mu.AssertHeld();
         auto it = shard.objects.find(AsKey(items[i].key));
         if (it == shard.objects.end() || it->second.generation != items[i].generation ||
-            it->second.writer_client != client_id) {
+            it->second.writer_client() != client_id) {
           return McError(Code::kNotFound, "no pending put of this generation by this client");
         }
         Object& object = it->second;
         if (object.state != ObjectState::kPending) {
           return McError(Code::kInvalidArgument, "the put has ended: remove the key instead");
         }
-        for (const Replica& r : object.replicas) {
-          if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
+        for (const StoredReplica& r : object.replicas) {
+          if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location());
         }
-        pending_.Remove(object.put_start_ms + options_.put_timeout_ms, object.generation);
+        pending_.Remove(object.put_start_ms() + options_.put_timeout_ms, object.generation);
         shard.Erase(it);
         return absl::OkStatus();
       });
@@ -548,19 +558,19 @@ void MetadataService::RevokeTimedOutPuts() {
     auto it = shard.objects.find(entry.key);
     if (it == shard.objects.end() || it->second.generation != entry.generation) continue;
     if (it->second.state == ObjectState::kComplete) {
-      if (it->second.promotion) {
+      if (it->second.promotion()) {
         Log().warn("promotion of {} (generation {}) by client {} timed out; revoked",
-                   KeyForLog(entry.key), entry.generation, it->second.promotion->writer);
+                   KeyForLog(entry.key), entry.generation, it->second.promotion()->writer);
         DropPromotion(it->second, &to_free);
         puts_timed_out_.Inc();
       }
       continue;
     }
-    for (const Replica& r : it->second.replicas) {
-      if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location);
+    for (const StoredReplica& r : it->second.replicas) {
+      if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location());
     }
     Log().warn("put of {} (generation {}) by client {} timed out after {} ms; revoked",
-               KeyForLog(entry.key), entry.generation, it->second.writer_client,
+               KeyForLog(entry.key), entry.generation, it->second.writer_client(),
                options_.put_timeout_ms);
     shard.Erase(it);
     puts_timed_out_.Inc();
@@ -569,12 +579,13 @@ void MetadataService::RevokeTimedOutPuts() {
 }
 
 void MetadataService::DropPromotion(Object& object, std::vector<MemoryLocation>* to_free) {
-  if (!object.promotion) return;
-  if (object.promotion->location.length > 0) {
-    to_free->push_back(object.promotion->location);
-    pending_.Remove(object.promotion->start_ms + options_.put_timeout_ms, object.generation);
+  const Object::Promotion* promotion = object.promotion();
+  if (promotion == nullptr) return;
+  if (promotion->location.length > 0) {
+    to_free->push_back(promotion->location);
+    pending_.Remove(promotion->start_ms + options_.put_timeout_ms, object.generation);
   }
-  object.promotion.reset();
+  object.EndPromotion();
 }
 
 void MetadataService::KickPlanner() {
@@ -607,6 +618,17 @@ size_t MetadataService::KeyCount() {
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
     n += shard.objects.size();
+  });
+  return n;
+}
+
+size_t MetadataService::TransientCountForTest() {
+  size_t n = 0;
+  table_.ForEachShard([&](ObjectTable::Shard& shard) {
+    shard.mu.AssertHeld();
+    for (auto it = shard.objects.begin(); it != shard.objects.end(); ++it) {
+      n += it->second.has_transient() ? 1 : 0;
+    }
   });
   return n;
 }

@@ -265,6 +265,9 @@ class MetadataService {
     return segments_.IsHeld(client_id);
   }
   size_t KeyCount();
+  // Objects holding an Object::Transient record (a put, promotion, offload or lease in
+  // progress, or leases not yet swept).
+  size_t TransientCountForTest();
   // Live read leases over all objects (a scan of the leased keys only).
   size_t ActiveLeaseCount();
 
@@ -317,7 +320,7 @@ class MetadataService {
   // locked; a non-OK answer leaves the range to be freed by the caller.
   absl::Status ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,
                              const ReportedObjectItem& item, const MemoryLocation& location,
-                             int64_t now, bool* restored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+                             bool* restored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
   // Releases the held segments of clients whose report outlived object_report_timeout_ms.
   void ReleaseTimedOutReports();
 

@@ -17,7 +17,6 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
   std::optional<ClientInfo> client = clients_.Get(client_id);
   std::vector<std::string_view> keys;
   for (const auto& item : items) keys.push_back(item.key);
-  int64_t now = clock_.NowMs();
   uint64_t max_generation = 0;
   size_t created = 0;
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
@@ -60,14 +59,12 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
           continue;
         }
         Object object;
-        object.key = std::string(item.key);
         object.size = item.length;
         object.checksum = item.checksum;
         object.generation = item.generation;
         object.state = ObjectState::kComplete;
-        object.last_access_ms = now;
-        object.replicas.push_back(std::move(replica));
-        shard.Insert(std::move(object));
+        object.replicas.push_back(StoredReplica::Of(replica));
+        shard.Insert(item.key, std::move(object));
         max_generation = std::max(max_generation, item.generation);
         ++created;
         continue;
@@ -83,9 +80,12 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
         out[i] = McError(Code::kInvalidArgument, "record length or checksum differ from the object");
         if (recovered) disk_reports_refused_.Inc();
       } else if (!object.HasDiskReplicaOn(client_id)) {
-        object.replicas.push_back(std::move(replica));
+        object.replicas.push_back(StoredReplica::Of(replica));
       }
-      if (!recovered) object.offload_queued_ms = 0;
+      if (!recovered && object.has_transient()) {
+        object.MutableTransient().offload_queued_ms = 0;
+        object.TrimTransient();
+      }
     }
   });
   // Generations stay unique: never issue one a recovered record already carries.
@@ -110,8 +110,9 @@ void MetadataService::MarkOffloadsFailed(const std::string& client_id,
     if (it == shard.objects.end() || it->second.generation != failed[i].generation) {
       return absl::OkStatus();
     }
-    it->second.offload_failed_ms = now;
-    it->second.offload_queued_ms = 0;
+    Object::Transient& offload = it->second.MutableTransient();
+    offload.offload_failed_ms = now;
+    offload.offload_queued_ms = 0;
     ++marked;
     return absl::OkStatus();
   });
@@ -136,9 +137,12 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
         if (!corrupt && it->second.HasLiveLease(now)) {
           return McError(Code::kHasLease, "a reader holds a lease on this object");
         }
-        size_t dropped = std::erase_if(it->second.replicas, [&](const Replica& r) {
-          return r.tier == ReplicaTier::kDisk && r.location.client_id == client_id;
+        Object::Replicas& replicas = it->second.replicas;
+        auto kept = std::remove_if(replicas.begin(), replicas.end(), [&](const StoredReplica& r) {
+          return r.tier == ReplicaTier::kDisk && r.client_id() == client_id;
         });
+        const size_t dropped = static_cast<size_t>(replicas.end() - kept);
+        replicas.erase(kept, replicas.end());
         if (corrupt && dropped > 0) {
           corrupt_records_.Inc();
           Logger("master").error(
@@ -181,10 +185,10 @@ std::vector<PutStartOutcome> MetadataService::PromoteStart(
       if (it == shard.objects.end() || it->second.generation != items[i].generation ||
           it->second.state != ObjectState::kComplete) {
         s = McError(Code::kNotFound, "no complete object of this generation");
-      } else if (it->second.HasMemoryReplica() || it->second.promotion) {
+      } else if (it->second.HasMemoryReplica() || it->second.promotion()) {
         s = McError(Code::kAlreadyExists, "already in memory or being promoted");
       } else {
-        it->second.promotion = Object::Promotion{{}, client_id, now};
+        it->second.StartPromotion(Object::Promotion{{}, client_id, now});
         sizes[i] = it->second.size;
       }
     }
@@ -214,19 +218,20 @@ std::vector<PutStartOutcome> MetadataService::PromoteStart(
     for (size_t i : indices) {
       if (sizes[i] == 0) continue;  // never reserved
       auto it = shard.objects.find(AsKey(items[i].key));
-      bool ours = it != shard.objects.end() && it->second.generation == items[i].generation &&
-                  it->second.promotion && it->second.promotion->writer == client_id &&
-                  it->second.promotion->start_ms == now &&
-                  it->second.promotion->location.length == 0;
+      const Object::Promotion* promotion =
+          it != shard.objects.end() ? it->second.promotion() : nullptr;
+      bool ours = promotion != nullptr && it->second.generation == items[i].generation &&
+                  promotion->writer == client_id && promotion->start_ms == now &&
+                  promotion->location.length == 0;
       if (!out[i].status.ok() || !ours) {
-        if (ours) it->second.promotion.reset();
+        if (ours) it->second.EndPromotion();
         if (placed[i].length > 0) to_free.push_back(placed[i]);
         if (out[i].status.ok()) out[i].status = McError(Code::kNotFound, "object changed");
         continue;
       }
       placed[i].generation = items[i].generation;
-      it->second.promotion->location = placed[i];
-      pending_.Add(now + options_.put_timeout_ms, items[i].generation, it->first);
+      it->second.promotion()->location = placed[i];
+      pending_.Add(now + options_.put_timeout_ms, items[i].generation, std::string(it->first));
       out[i].generation = items[i].generation;
       out[i].replicas.push_back(Replica{ReplicaTier::kMemory, placed[i]});
     }
@@ -244,17 +249,18 @@ std::vector<absl::Status> MetadataService::PromoteEnd(const std::string& client_
         shard.mu.AssertHeld();
         auto it = shard.objects.find(AsKey(items[i].key));
         if (it == shard.objects.end() || it->second.generation != items[i].generation ||
-            !it->second.promotion || it->second.promotion->writer != client_id ||
-            it->second.promotion->location.length == 0) {
+            !it->second.promotion() || it->second.promotion()->writer != client_id ||
+            it->second.promotion()->location.length == 0) {
           return McError(Code::kNotFound, "no promotion of this generation by this client");
         }
         Object& object = it->second;
         if (i < written.size() && written[i]) {
-          pending_.Remove(object.promotion->start_ms + options_.put_timeout_ms,
+          pending_.Remove(object.promotion()->start_ms + options_.put_timeout_ms,
                           object.generation);
-          object.replicas.insert(object.replicas.begin(),
-                                 Replica{ReplicaTier::kMemory, object.promotion->location});
-          object.promotion.reset();
+          object.replicas.insert(
+              object.replicas.begin(),
+              StoredReplica::Of(ReplicaTier::kMemory, object.promotion()->location));
+          object.EndPromotion();
         } else {
           DropPromotion(object, &to_free);
         }

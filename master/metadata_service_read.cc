@@ -60,21 +60,19 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
         r.checksum = object.checksum;
         r.generation = object.generation;
         if (options.with_replicas) {
-          r.replicas = object.replicas;
+          r.replicas.reserve(object.replicas.size());
+          for (const StoredReplica& s : object.replicas) r.replicas.push_back(s.ToReplica());
           auto in_memory = [](const Replica& x) { return x.tier == ReplicaTier::kMemory; };
           // Usually already in order; stable_partition would allocate a buffer per key.
           if (!std::is_partitioned(r.replicas.begin(), r.replicas.end(), in_memory)) {
             std::stable_partition(r.replicas.begin(), r.replicas.end(), in_memory);
           }
         }
-        if (options.touch) shard.Touch(object, now);
+        if (options.touch) shard.Touch(object);
         if (options.grant_lease) {
           expired += object.PruneLeases(now);
-          object.leases.push_back({lease_id, now + ttl, options.lease_owner});
-          if (!object.lease_indexed) {
-            shard.leased.insert(object.key);
-            object.lease_indexed = true;
-          }
+          object.AddLease({lease_id, now + ttl, options.lease_owner});
+          shard.IndexLease(object);
           ++granted;
         }
       });
@@ -144,10 +142,11 @@ void MetadataService::SweepLeases() {
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
     for (auto it = shard.leased.begin(); it != shard.leased.end();) {
-      auto obj = shard.objects.find(*it);
-      if (obj != shard.objects.end()) expired += obj->second.PruneLeases(now);
-      if (obj == shard.objects.end() || obj->second.leases.empty()) {
-        if (obj != shard.objects.end()) obj->second.lease_indexed = false;
+      Object& object = **it;
+      expired += object.PruneLeases(now);
+      if (object.leases().empty()) {
+        object.lease_indexed = false;
+        object.TrimTransient();
         shard.leased.erase(it++);
       } else {
         ++it;
@@ -162,10 +161,8 @@ size_t MetadataService::ActiveLeaseCount() {
   size_t n = 0;
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
-    for (const std::string& key : shard.leased) {
-      auto it = shard.objects.find(key);
-      if (it == shard.objects.end()) continue;
-      for (const Lease& l : it->second.leases) n += l.expiry_ms > now ? 1 : 0;
+    for (const Object* object : shard.leased) {
+      for (const Lease& l : object->leases()) n += l.expiry_ms > now ? 1 : 0;
     }
   });
   return n;
@@ -201,14 +198,14 @@ std::vector<absl::Status> MetadataService::Remove(const std::vector<std::string_
         out[i] = McError(Code::kHasLease, "key is leased by a reader");
       } else {
         DropPromotion(it->second, &to_free);
-        for (const Replica& r : it->second.replicas) {
+        for (const StoredReplica& r : it->second.replicas) {
           if (r.tier == ReplicaTier::kMemory) {
-            to_free.push_back(r.location);
+            to_free.push_back(r.location());
           } else {  // the owning client deletes the record
-            offload_queue_.Push(r.location.client_id,
-                                OffloadTask{OffloadTask::Kind::kDrop, it->first,
-                                            it->second.generation, it->second.size,
-                                            it->second.checksum, 0, 0, r.location.offset});
+            offload_queue_.Push(
+                r.client_id(),
+                OffloadTask{OffloadTask::Kind::kDrop, std::string(it->first), it->second.generation,
+                            it->second.size, it->second.checksum, 0, 0, r.offset});
           }
         }
         shard.Erase(it);

@@ -39,8 +39,7 @@ absl::Status MetadataService::ValidateReported(const ReportedObjectItem& item) c
 
 absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,
                                             const ReportedObjectItem& item,
-                                            const MemoryLocation& location, int64_t now,
-                                            bool* restored) {
+                                            const MemoryLocation& location, bool* restored) {
   auto it = shard.objects.find(AsKey(item.key));
   if (it == shard.objects.end()) {
     // Removed while this client was away, with its SSD record still to be deleted.
@@ -48,14 +47,12 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
       return McError(Code::kNotFound, "superseded: the key was removed");
     }
     Object object;
-    object.key = std::string(item.key);
     object.size = item.size;
     object.checksum = item.checksum;
     object.generation = item.generation;
     object.state = ObjectState::kComplete;
-    object.last_access_ms = now;
-    object.replicas.push_back(Replica{ReplicaTier::kMemory, location});
-    shard.Insert(std::move(object));
+    object.replicas.push_back(StoredReplica::Of(ReplicaTier::kMemory, location));
+    shard.Insert(item.key, std::move(object));
     *restored = true;
     return absl::OkStatus();
   }
@@ -69,15 +66,16 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
     return McError(Code::kInvalidArgument,
                    "size or checksum differ from the known object of this generation");
   }
-  for (const Replica& r : object.replicas) {
-    if (r.tier == ReplicaTier::kMemory && r.location.client_id == client_id) {
+  for (const StoredReplica& r : object.replicas) {
+    if (r.tier == ReplicaTier::kMemory && r.client_id() == client_id) {
       return McError(Code::kNotFound, "superseded: this client already holds a replica of it");
     }
   }
   // Memory replicas first (lookups answer them in order).
-  auto first_disk = std::find_if(object.replicas.begin(), object.replicas.end(),
-                                 [](const Replica& r) { return r.tier == ReplicaTier::kDisk; });
-  object.replicas.insert(first_disk, Replica{ReplicaTier::kMemory, location});
+  auto first_disk =
+      std::find_if(object.replicas.begin(), object.replicas.end(),
+                   [](const StoredReplica& r) { return r.tier == ReplicaTier::kDisk; });
+  object.replicas.insert(first_disk, StoredReplica::Of(ReplicaTier::kMemory, location));
   return absl::OkStatus();
 }
 
@@ -123,7 +121,6 @@ absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
   std::vector<std::string_view> keys;
   keys.reserve(items.size());
   for (const auto& item : items) keys.push_back(item.key);
-  const int64_t now = clock_.NowMs();
   uint64_t restored = 0;
   uint64_t joined = 0;
   std::vector<MemoryLocation> to_free;
@@ -132,7 +129,7 @@ absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
     for (size_t i : indices) {
       if (range_of[i] == kNone) continue;
       bool created = false;
-      out[i] = ApplyReported(shard, client_id, items[i], ranges[range_of[i]], now, &created);
+      out[i] = ApplyReported(shard, client_id, items[i], ranges[range_of[i]], &created);
       if (!out[i].ok()) {
         to_free.push_back(ranges[range_of[i]]);
       } else {
@@ -169,7 +166,7 @@ absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
           "client {} reported {} object(s): restored {}, joined {}, refused {}; its segments "
           "were held for {} ms",
           client_id, ended->reported, ended->restored, ended->joined, ended->refused,
-          now - ended->start_ms);
+          clock_.NowMs() - ended->start_ms);
     } else {
       Log().info(
           "client {} ended an object report ({} in its last chunk: restored {}, joined "

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <new>
 
 #include "absl/hash/hash.h"
+#include "common/status_macros.h"
 
 namespace mc::master {
 
@@ -12,26 +15,82 @@ namespace {
 std::atomic<uint64_t> g_access_seq{1};
 }  // namespace
 
-Object& ObjectTable::Shard::Insert(Object object) {
-  object.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
-  std::string key = object.key;
-  lru.push_front(key);
-  object.lru_pos = lru.begin();
-  auto [it, inserted] = objects.emplace(std::move(key), std::move(object));
-  (void)inserted;
-  return it->second;
+ObjectMap::~ObjectMap() {
+  for (Object* object : nodes_) Free(object);
 }
 
-void ObjectTable::Shard::Erase(absl::flat_hash_map<std::string, Object>::iterator it) {
-  lru.erase(it->second.lru_pos);
-  leased.erase(it->first);
-  objects.erase(it);
+Object& ObjectMap::Emplace(std::string_view key, Object&& fields) {
+  MC_CHECK(key.size() <= UINT32_MAX);
+  void* memory = ::operator new(NodeBytes(key.size()));
+  Object* object = new (memory) Object(std::move(fields));
+  object->key_size_ = static_cast<uint32_t>(key.size());
+  if (!key.empty()) std::memcpy(reinterpret_cast<char*>(object + 1), key.data(), key.size());
+  nodes_.insert(object);
+  return *object;
 }
 
-void ObjectTable::Shard::Touch(Object& object, int64_t now_ms) {
-  object.last_access_ms = now_ms;
+void ObjectMap::Erase(Object* object) {
+  nodes_.erase(object);
+  Free(object);
+}
+
+void ObjectMap::Free(Object* object) {
+  object->~Object();
+  ::operator delete(static_cast<void*>(object));
+}
+
+Object& ObjectTable::Shard::Insert(std::string_view key, Object fields) {
+  fields.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
+  Object& object = objects.Emplace(key, std::move(fields));
+  PushFront(object);
+  return object;
+}
+
+void ObjectTable::Shard::Erase(Object* object) {
+  Unlink(*object);
+  if (object->lease_indexed) leased.erase(object);
+  objects.Erase(object);
+}
+
+void ObjectTable::Shard::Touch(Object& object) {
   object.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
-  lru.splice(lru.begin(), lru, object.lru_pos);
+  if (lru_newest_ == &object) return;
+  Unlink(object);
+  PushFront(object);
+}
+
+void ObjectTable::Shard::IndexLease(Object& object) {
+  if (object.lease_indexed) return;
+  leased.insert(&object);
+  object.lease_indexed = true;
+}
+
+void ObjectTable::Shard::Unlink(Object& object) {
+  Object* newer = object.lru_newer_;
+  Object* older = object.lru_older_;
+  if (newer != nullptr) {
+    newer->lru_older_ = older;
+  } else {
+    lru_newest_ = older;
+  }
+  if (older != nullptr) {
+    older->lru_newer_ = newer;
+  } else {
+    lru_oldest_ = newer;
+  }
+  object.lru_newer_ = nullptr;
+  object.lru_older_ = nullptr;
+}
+
+void ObjectTable::Shard::PushFront(Object& object) {
+  object.lru_newer_ = nullptr;
+  object.lru_older_ = lru_newest_;
+  if (lru_newest_ != nullptr) {
+    lru_newest_->lru_newer_ = &object;
+  } else {
+    lru_oldest_ = &object;
+  }
+  lru_newest_ = &object;
 }
 
 ObjectTable::ObjectTable(size_t shard_count) {

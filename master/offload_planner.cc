@@ -89,27 +89,27 @@ size_t OffloadPlanner::Plan() {
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
     size_t walked = 0;
-    for (auto it = shard.lru.rbegin();
-         it != shard.lru.rend() && walked < options_.scan_limit_per_shard; ++it, ++walked) {
-      Object& object = shard.objects.at(*it);
-      bool in_flight = object.offload_queued_ms != 0 &&
-                       now - object.offload_queued_ms < options_.task_timeout_ms;
-      bool failed_lately = object.offload_failed_ms != 0 &&
-                           now - object.offload_failed_ms < options_.task_timeout_ms;
+    for (Object* it = shard.LruOldest(); it != nullptr && walked < options_.scan_limit_per_shard;
+         it = it->lru_newer(), ++walked) {
+      Object& object = *it;
+      const int64_t queued_ms = object.offload_queued_ms();
+      const int64_t failed_ms = object.offload_failed_ms();
+      bool in_flight = queued_ms != 0 && now - queued_ms < options_.task_timeout_ms;
+      bool failed_lately = failed_ms != 0 && now - failed_ms < options_.task_timeout_ms;
       if (object.state != ObjectState::kComplete || in_flight || failed_lately ||
           !object.HasMemoryReplica() || object.HasDiskReplica()) {
         continue;
       }
-      for (const Replica& r : object.replicas) {
+      for (const StoredReplica& r : object.replicas) {
         if (r.tier != ReplicaTier::kMemory) continue;
-        size_t& left = room_of(r.location.client_id);
+        size_t& left = room_of(r.client_id());
         if (left == 0) continue;
         --left;
-        queue_.Push(r.location.client_id,
-                    OffloadTask{OffloadTask::Kind::kOffload, object.key, object.generation,
-                                object.size, object.checksum, r.location.segment_id,
-                                r.location.offset, 0});
-        object.offload_queued_ms = now;
+        queue_.Push(
+            r.client_id(),
+            OffloadTask{OffloadTask::Kind::kOffload, std::string(object.key()), object.generation,
+                        object.size, object.checksum, r.segment_id, r.offset, 0});
+        object.MutableTransient().offload_queued_ms = now;
         ++queued;
         break;
       }

@@ -13,7 +13,7 @@ void OffsetAllocator::InsertFree(uint64_t offset, uint64_t size) {
   free_by_size_.emplace(size, offset);
 }
 
-void OffsetAllocator::EraseFree(std::map<uint64_t, uint64_t>::iterator it) {
+void OffsetAllocator::EraseFree(absl::btree_map<uint64_t, uint64_t>::iterator it) {
   free_by_size_.erase({it->second, it->first});
   free_by_offset_.erase(it);
 }

@@ -254,5 +254,34 @@ TEST_F(Leases, LookupWithoutReplicasAnswersSizeChecksumAndGeneration) {
   EXPECT_EQ(bare.results[0].generation, full.results[0].generation);
 }
 
+// Issue 16 (master memory per object): leases live in the object's transient record, which the
+// lease sweep frees once no lease is left (a release alone keeps it, like the leased index).
+TEST_F(Leases, LeasesComeAndGoWithTheirTransientState) {
+  m_.Put("c1", "k", 100);
+  m_.Put("c1", "other", 100);
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
+  LookupBatch first = m_.svc().GetReplicas({"k"}, {});
+  LookupBatch second = m_.svc().GetReplicas({"k"}, {});
+  ASSERT_TRUE(first.results[0].status.ok());
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 1u);
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 2u);
+  EXPECT_EQ(m_.svc().ReleaseLeases(first.lease_id, {"k"}), 1u);
+  m_.svc().RunMaintenance();
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 1u) << "one lease is still live";
+  EXPECT_EQ(CodeOf(m_.svc().Remove({"k"})[0]), Code::kHasLease);
+  EXPECT_EQ(m_.svc().ReleaseLeases(second.lease_id, {"k"}), 1u);
+  m_.svc().RunMaintenance();
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 0u);
+  // Expiry instead of release: the sweep frees it too, and the key can be leased again.
+  ASSERT_TRUE(m_.svc().GetReplicas({"other"}, {}).results[0].status.ok());
+  m_.clock().AdvanceMs(m_.svc().options().lease_ttl_ms + 1);
+  m_.svc().RunMaintenance();
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
+  ASSERT_TRUE(m_.svc().GetReplicas({"other"}, {}).results[0].status.ok());
+  EXPECT_EQ(m_.svc().ActiveLeaseCount(), 1u);
+  EXPECT_TRUE(m_.svc().Remove({"k"})[0].ok()) << "unleased now";
+}
+
 }  // namespace
 }  // namespace mc::master

@@ -1,5 +1,7 @@
 // ObjectTable::ForKeys: every position visited exactly once, grouped by shard (each shard locked
-// once), ascending within a shard, for empty, single-key and large batches.
+// once), ascending within a shard, for empty, single-key and large batches. The layout of a
+// stored object (issue 16: master memory per object): sizes, the key stored once in the node,
+// the intrusive LRU list.
 #include "master/object_table.h"
 
 #include <gtest/gtest.h>
@@ -39,6 +41,154 @@ TEST(ObjectTable, ForKeysVisitsEveryPositionOnceGroupedByShard) {
   CheckVisits(table, many);
   many.push_back("key-0");  // a repeated key is visited at both positions
   CheckVisits(table, many);
+}
+
+// The per-object budget (issue 16: <= 200 bytes beyond the key at 10 M objects, measured by
+// bench/recovery_bench.cc): a node is an Object plus the key's bytes; the table slot adds ~15
+// bytes and the segment allocator's B-tree entry ~20. Growing these types breaks the budget.
+static_assert(sizeof(StoredReplica) == 40, "compact replica: 4 numbers, a peer index, the tier");
+static_assert(sizeof(Object::Replicas) == 48, "one replica inline");
+static_assert(sizeof(Object) <= 120, "the hot part of an object; rare state goes in Transient");
+static_assert(ObjectMap::NodeBytes(64) <= 184);
+
+std::vector<std::string> LruOrder(ObjectTable::Shard& shard) {
+  absl::MutexLock lock(&shard.mu);
+  std::vector<std::string> oldest_first;
+  for (const Object* o = shard.LruOldest(); o != nullptr; o = o->lru_newer()) {
+    oldest_first.emplace_back(o->key());
+  }
+  std::vector<std::string> newest_first;
+  for (const Object* o = shard.LruNewest(); o != nullptr; o = o->lru_older()) {
+    newest_first.emplace_back(o->key());
+  }
+  EXPECT_EQ(std::vector<std::string>(newest_first.rbegin(), newest_first.rend()), oldest_first)
+      << "the list's links disagree";
+  return oldest_first;
+}
+
+TEST(ObjectTable, NodesKeepTheirKeyAndFieldsAndAreFoundByAnyStringType) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("x");
+  const std::string long_key(4096, 'k');
+  {
+    absl::MutexLock lock(&shard.mu);
+    Object fields;
+    fields.size = 7;
+    fields.generation = 3;
+    fields.replicas.push_back(StoredReplica::Of(
+        ReplicaTier::kMemory, MemoryLocation{"client", "10.0.0.1:1", 9, 64, 7, 3}));
+    EXPECT_EQ(fields.key(), "") << "an object outside the table has no key";
+    Object& stored = shard.Insert("short", std::move(fields));
+    EXPECT_EQ(stored.key(), "short");
+    shard.Insert(long_key, Object{});
+    shard.Insert("", Object{});
+    ASSERT_EQ(shard.objects.size(), 3u);
+    Object* found = shard.objects.find(std::string_view("short")).object();
+    ASSERT_EQ(found, &stored);
+    EXPECT_EQ(found->size, 7u);
+    MemoryLocation loc = found->replicas[0].location();
+    EXPECT_EQ(loc.client_id, "client");
+    EXPECT_EQ(loc.endpoint, "10.0.0.1:1");
+    EXPECT_EQ(loc.segment_id, 9u);
+    EXPECT_EQ(loc.offset, 64u);
+    EXPECT_EQ(loc.length, 7u);
+    EXPECT_EQ(loc.generation, 3u);
+    EXPECT_EQ(found->replicas[0].client_id(), "client");
+    EXPECT_EQ(shard.objects.find(long_key)->first, long_key);
+    EXPECT_TRUE(shard.objects.contains(absl::string_view("")));
+    EXPECT_FALSE(shard.objects.contains(std::string("absent")));
+    EXPECT_EQ(shard.objects.find(std::string_view("absent")), shard.objects.end());
+    shard.Erase(shard.objects.find(long_key));
+    EXPECT_FALSE(shard.objects.contains(long_key));
+    EXPECT_EQ(shard.objects.size(), 2u);
+  }  // the rest is freed with the table (ASan would report a leak)
+}
+
+TEST(ObjectTable, IntrusiveLruKeepsExactRecencyThroughTouchAndErase) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("a");
+  EXPECT_TRUE(LruOrder(shard).empty());
+  {
+    absl::MutexLock lock(&shard.mu);
+    for (const char* key : {"a", "b", "c", "d"}) shard.Insert(key, Object{});
+  }
+  EXPECT_EQ(LruOrder(shard), (std::vector<std::string>{"a", "b", "c", "d"}));
+  uint64_t seq_before = 0;
+  {
+    absl::MutexLock lock(&shard.mu);
+    seq_before = shard.LruNewest()->access_seq;
+    Object& a = shard.objects.find(std::string_view("a"))->second;
+    shard.Touch(a);  // oldest to newest
+    EXPECT_GT(a.access_seq, seq_before);
+    shard.Touch(a);                                                  // already the newest
+    shard.Touch(shard.objects.find(std::string_view("c"))->second);  // from the middle
+  }
+  EXPECT_EQ(LruOrder(shard), (std::vector<std::string>{"b", "d", "a", "c"}));
+  {
+    absl::MutexLock lock(&shard.mu);
+    shard.Erase(shard.objects.find(std::string_view("b")));  // the oldest
+    shard.Erase(shard.objects.find(std::string_view("c")));  // the newest
+  }
+  EXPECT_EQ(LruOrder(shard), (std::vector<std::string>{"d", "a"}));
+  {
+    absl::MutexLock lock(&shard.mu);
+    shard.Erase(shard.objects.find(std::string_view("d")));
+    shard.Erase(shard.objects.find(std::string_view("a")));
+    EXPECT_EQ(shard.LruOldest(), nullptr);
+    EXPECT_EQ(shard.LruNewest(), nullptr);
+    shard.Insert("e", Object{});
+  }
+  EXPECT_EQ(LruOrder(shard), (std::vector<std::string>{"e"}));
+}
+
+TEST(ObjectTable, LeasedIndexForgetsErasedObjects) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("k");
+  absl::MutexLock lock(&shard.mu);
+  Object& o = shard.Insert("k", Object{});
+  o.AddLease({1, 100, 0});
+  shard.IndexLease(o);
+  shard.IndexLease(o);
+  EXPECT_EQ(shard.leased.size(), 1u);
+  EXPECT_TRUE(o.has_transient());
+  shard.Erase(&o);
+  EXPECT_TRUE(shard.leased.empty());
+}
+
+TEST(Object, TransientStateIsAllocatedOnDemandAndTrimmedWhenEmpty) {
+  Object o;
+  EXPECT_FALSE(o.has_transient());
+  EXPECT_EQ(o.promotion(), nullptr);
+  EXPECT_TRUE(o.leases().empty());
+  EXPECT_EQ(o.ReleaseLease(1, 0, 0), LeaseRelease::kNotHeld);
+  EXPECT_EQ(o.PruneLeases(0), 0u);
+  EXPECT_FALSE(o.has_transient()) << "reads allocate nothing";
+  o.StartPromotion(Object::Promotion{{}, "writer", 5});
+  ASSERT_NE(o.promotion(), nullptr);
+  EXPECT_EQ(o.promotion()->writer, "writer");
+  o.AddLease({1, 100, 0});
+  o.EndPromotion();
+  EXPECT_TRUE(o.has_transient()) << "the lease still needs it";
+  EXPECT_EQ(o.ReleaseLease(1, 0, 50), LeaseRelease::kReleased);
+  o.TrimTransient();
+  EXPECT_FALSE(o.has_transient());
+  o.MutableTransient().offload_failed_ms = 9;
+  o.TrimTransient();
+  EXPECT_EQ(o.offload_failed_ms(), 9);
+}
+
+TEST(PeerNames, InternsEachPairOnceAndKeepsIndicesStable) {
+  PeerNames& names = PeerNames::Instance();
+  EXPECT_EQ(names.Intern("", ""), 0u);
+  const uint32_t a = names.Intern("peer-names-test", "10.0.0.1:1");
+  const uint32_t b = names.Intern("peer-names-test", "10.0.0.1:2");
+  EXPECT_NE(a, b);
+  EXPECT_EQ(names.Intern("peer-names-test", "10.0.0.1:1"), a);
+  const PeerNames::Peer& p = names.Get(a);
+  for (int i = 0; i < 600; ++i) names.Intern("peer-names-test-" + std::to_string(i), "e");
+  EXPECT_EQ(&names.Get(a), &p) << "entries never move";
+  EXPECT_EQ(p.client_id, "peer-names-test");
+  EXPECT_EQ(names.Get(b).endpoint, "10.0.0.1:2");
 }
 
 }  // namespace

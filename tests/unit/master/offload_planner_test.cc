@@ -47,27 +47,25 @@ class OffloadPlannerTest : public ::testing::Test {
   void Add(const std::string& key, const std::string& client, ObjectState state = ObjectState::kComplete,
            bool disk_replica = false, const std::string& second_client = "") {
     Object o;
-    o.key = key;
     o.size = kObject;
     o.checksum = 0xC0FFEE00 + key.size();
     o.generation = ++generation_;
     o.state = state;
-    o.last_access_ms = clock_.NowMs();
     for (const std::string& c : {client, second_client}) {
       if (c.empty()) continue;
       auto placed = segments_.Place(kObject, 1, c);
       ASSERT_TRUE(placed.ok()) << placed.status();
       ASSERT_EQ((*placed)[0].client_id, c);
-      o.replicas.push_back(Replica{ReplicaTier::kMemory, (*placed)[0]});
+      o.replicas.push_back(StoredReplica::Of(ReplicaTier::kMemory, (*placed)[0]));
     }
     if (disk_replica) {
-      o.replicas.push_back(
-          Replica{ReplicaTier::kDisk, MemoryLocation{"disk", "10.0.0.1:1", 0, 4096, kObject}});
+      o.replicas.push_back(StoredReplica::Of(
+          ReplicaTier::kDisk, MemoryLocation{"disk", "10.0.0.1:1", 0, 4096, kObject}));
     }
     generations_[key] = o.generation;
     table_.ForKeys({key}, [&](ObjectTable::Shard& shard, const std::vector<size_t>&) {
       shard.mu.AssertHeld();
-      shard.Insert(std::move(o));
+      shard.Insert(key, std::move(o));
     });
   }
 

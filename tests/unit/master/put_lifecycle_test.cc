@@ -408,5 +408,32 @@ TEST_F(PutLifecycle, MoreReplicasThanClientsIsNoSpaceAndReservesNothing) {
   EXPECT_EQ(m_.CounterValue("mc_put_no_space_total"), 1u);
 }
 
+// Issue 16 (master memory per object): what only a put in progress needs lives in a transient
+// record that the end of the put frees; the writer stays, so a repeated PutEnd still answers.
+TEST_F(PutLifecycle, EndedPutFreesItsTransientStateAndStillAnswersARepeatedEnd) {
+  PutStartOutcome o = m_.Start("c1", "k", 100);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 1u) << "a pending put holds its transient state";
+  ASSERT_TRUE(m_.End("c1", "k", o.generation).ok());
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
+  EXPECT_TRUE(m_.End("c1", "k", o.generation).ok()) << "repeated PutEnd by the writer";
+  EXPECT_EQ(CodeOf(m_.End("c2", "k", o.generation)), Code::kNotFound) << "another writer";
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
+}
+
+TEST_F(PutLifecycle, RevokedOrFailedPutsLeaveNoTransientState) {
+  PutStartOutcome a = m_.Start("c1", "a", 100);
+  ASSERT_TRUE(a.status.ok());
+  ASSERT_TRUE(m_.svc().PutRevoke("c1", {{"a", a.generation}})[0].ok());
+  PutStartOutcome b = m_.Start("c1", "b", 100);
+  ASSERT_TRUE(b.status.ok());
+  m_.clock().AdvanceMs(m_.svc().options().put_timeout_ms + 1);
+  m_.HeartbeatAll();
+  m_.svc().RunMaintenance();  // b times out
+  EXPECT_EQ(m_.CounterValue("mc_puts_timed_out_total"), 1u);
+  EXPECT_EQ(m_.svc().KeyCount(), 0u);
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
+}
+
 }  // namespace
 }  // namespace mc::master
