@@ -126,9 +126,9 @@ class EtcdHttpKv final : public EtcdKv {
 
   absl::Status AuthenticateLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     token_.clear();
-    const std::string request = absl::StrCat("{\"name\":\"", JsonEscape(options_.user),
-                                             "\",\"password\":\"",
-                                             JsonEscape(options_.password), "\"}");
+    const std::string request =
+        absl::StrCat("{\"name\":\"", JsonEscape(options_.user), "\",\"password\":\"",
+                     JsonEscape(options_.password), "\"}");
     absl::StatusOr<std::string> body =
         PostLocked("/v3/auth/authenticate", request, /*with_token=*/false);
     if (!body.ok()) {
@@ -179,12 +179,14 @@ class EtcdHttpKv final : public EtcdKv {
           absl::StrAppend(&errors, endpoint, ": ", httplib::to_string(res.error()));
           if (res.error() == httplib::Error::SSLServerVerification) {
             absl::StrAppend(&errors, " (etcd's certificate did not verify",
-                            options_.ca_file.empty() ? " against the system's CAs; set --etcd_ca_file"
-                                                     : absl::StrCat(" against ", options_.ca_file),
+                            options_.ca_file.empty()
+                                ? " against the system's CAs; set --etcd_ca_file"
+                                : absl::StrCat(" against ", options_.ca_file),
                             ")");
           } else if (endpoint.rfind("https://", 0) == 0 && options_.cert_file.empty() &&
                      (res.error() == httplib::Error::SSLConnection ||
-                      res.error() == httplib::Error::Read || res.error() == httplib::Error::Write)) {
+                      res.error() == httplib::Error::Read ||
+                      res.error() == httplib::Error::Write)) {
             absl::StrAppend(&errors,
                             " (the TLS session failed: if etcd runs with --client-cert-auth, set "
                             "--etcd_cert_file and --etcd_key_file)");
@@ -194,8 +196,8 @@ class EtcdHttpKv final : public EtcdKv {
         }
         if (res->status != 200) {
           // etcd answers 401 (gRPC UNAUTHENTICATED) for a missing, invalid or expired token.
-          if (with_token && (res->status == 401 ||
-                             res->body.find("invalid auth token") != std::string::npos)) {
+          if (with_token &&
+              (res->status == 401 || res->body.find("invalid auth token") != std::string::npos)) {
             token_refused_ = true;
           }
           absl::StrAppend(&errors, endpoint, ": HTTP ", res->status, " ", res->body, "; ");
@@ -249,7 +251,8 @@ absl::StatusOr<std::unique_ptr<EtcdKv>> CreateEtcdHttpKv(const EtcdHttpOptions& 
     }
   }
   if (options.cert_file.empty() != options.key_file.empty()) {
-    return absl::InvalidArgumentError("an etcd client certificate needs both its cert and key file");
+    return absl::InvalidArgumentError(
+        "an etcd client certificate needs both its cert and key file");
   }
   if (options.user.empty() && !options.password.empty()) {
     return absl::InvalidArgumentError("an etcd password without an etcd user");

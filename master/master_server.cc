@@ -131,8 +131,9 @@ absl::Status MasterServer::StartElection() {
     }
   }
   if (etcd.user.empty()) {
-    Logger("master").info("etcd without authentication: whoever reaches etcd can take the leadership "
-               "(--etcd_user / --etcd_password_file)");
+    Logger("master").info(
+        "etcd without authentication: whoever reaches etcd can take the leadership "
+        "(--etcd_user / --etcd_password_file)");
   }
   LeaderElectionOptions eo;
   eo.key = options_.etcd_prefix + "leader";
