@@ -7,7 +7,8 @@
 # buffer), with the rdma bytes from client2's /metrics. Without a NIC it runs itself inside one boot of the
 # Soft-RoCE VM (../shared/tools/run-in-rxe-vm.sh); with MC_RDMA_DEVICE set (a real RoCE/IB
 # device, MC_RDMA_GID_INDEX its GID) it runs here. Prints figures; never asserts on time.
-#   bench/rdma.sh [build-dir]      env: SECONDS_EACH (default 3), SIZES ("1048576 4194304")
+#   bench/rdma.sh [build-dir]      env: SECONDS_EACH (default 3), SIZES ("1048576 4194304"),
+#                                  PERFTEST_ITERS (perftest iterations per size, default 16)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${1:-build}"
@@ -23,15 +24,18 @@ dev="$MC_RDMA_DEVICE"
 gid="${MC_RDMA_GID_INDEX:-1}"
 secs="${SECONDS_EACH:-3}"
 sizes="${SIZES:-1048576 4194304}"
+iters="${PERFTEST_ITERS:-16}"
 echo "device $dev gid $gid, ${secs}s each"
 for size in $sizes; do
   for op in read write; do
     tool="ib_${op}_bw"
     if command -v "$tool" >/dev/null; then
-      "$tool" -d "$dev" -x "$gid" -s "$size" -D "$secs" -F >/dev/null 2>&1 &
+      # A fixed number of iterations, not -D: in duration mode perftest printed 0.00 for 1 MiB
+      # under rxe (too few completions in the measured window).
+      "$tool" -d "$dev" -x "$gid" -s "$size" -n "$iters" -F >/dev/null 2>&1 &
       srv=$!
       sleep 1
-      line=$("$tool" -d "$dev" -x "$gid" -s "$size" -D "$secs" -F 127.0.0.1 2>/dev/null |
+      line=$("$tool" -d "$dev" -x "$gid" -s "$size" -n "$iters" -F 127.0.0.1 2>/dev/null |
              awk '$1 == '"$size"' {print $4}' | tail -1)
       wait "$srv" 2>/dev/null || true
       echo "perftest $tool size=$size: ${line:-?} MB/s (BW average)"
