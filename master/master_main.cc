@@ -18,7 +18,8 @@
 #include "master/master_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC HOST:PORT (port 0 = pick a free port)");
-ABSL_FLAG(std::string, http, "127.0.0.1:0", "admin HTTP HOST:PORT (/metrics /status /healthz); empty = off");
+ABSL_FLAG(std::string, http, "127.0.0.1:0",
+          "admin HTTP HOST:PORT (/metrics /status /healthz); empty = off");
 ABSL_FLAG(std::string, ready_file, "", "write {\"grpc\":..., \"http\":...} here once serving");
 ABSL_FLAG(int64_t, lease_ttl_ms, 5000, "default read-lease TTL");
 ABSL_FLAG(int64_t, max_lease_ttl_ms, 600000, "longest read-lease TTL a caller may ask for");
@@ -37,7 +38,8 @@ ABSL_FLAG(uint64_t, max_segment_size, 1ull << 46, "largest segment a client may 
 ABSL_FLAG(uint64_t, max_segments_per_client, 256, "most segments one client may register");
 ABSL_FLAG(uint32_t, max_replicas, 8, "most memory replicas one put may ask for");
 ABSL_FLAG(uint32_t, shards, 32, "object table shards");
-ABSL_FLAG(int64_t, maintenance_interval_ms, 200, "period of liveness/timeout/lease/eviction sweeps");
+ABSL_FLAG(int64_t, maintenance_interval_ms, 200,
+          "period of liveness/timeout/lease/eviction sweeps");
 ABSL_FLAG(uint64_t, max_batch_items, 100000, "most keys in one batched RPC");
 ABSL_FLAG(int32_t, http_max_connections, 64, "admin HTTP: most open connections");
 ABSL_FLAG(int32_t, http_max_connections_per_peer, 16,

@@ -35,7 +35,7 @@ struct MasterServerOptions {
   std::string http = "127.0.0.1:0";        // admin HTTP; empty disables it
   std::string ready_file;                  // written as JSON once serving
   int64_t maintenance_interval_ms = 200;
-  size_t max_batch_items = 100'000;        // per batched RPC
+  size_t max_batch_items = 100'000;  // per batched RPC
   int max_message_bytes = 256 << 20;
   MasterOptions master;
   AdminServerOptions admin;  // limits; host, port and metrics come from `http`

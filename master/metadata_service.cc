@@ -164,9 +164,9 @@ uint64_t MetadataService::NextGeneration() {
 absl::Status MetadataService::ValidateKey(std::string_view key) const {
   if (key.empty()) return McError(Code::kInvalidArgument, "empty key");
   if (key.size() > options_.max_key_size) {
-    return McError(Code::kInvalidArgument, absl::StrCat("key of ", key.size(),
-                                                        " bytes exceeds the limit of ",
-                                                        options_.max_key_size));
+    return McError(
+        Code::kInvalidArgument,
+        absl::StrCat("key of ", key.size(), " bytes exceeds the limit of ", options_.max_key_size));
   }
   return absl::OkStatus();
 }
@@ -385,8 +385,8 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
       s = McError(Code::kInvalidArgument,
                   absl::StrCat("size ", items[i].size, " outside 1..", options_.max_object_size));
     } else if (replicas > options_.max_replicas) {
-      s = McError(Code::kInvalidArgument, absl::StrCat(replicas, " replicas exceed the limit of ",
-                                                       options_.max_replicas));
+      s = McError(Code::kInvalidArgument,
+                  absl::StrCat(replicas, " replicas exceed the limit of ", options_.max_replicas));
     }
   }
   // Phase 1: reserve each key as a PENDING object (ALREADY_EXISTS if stored or being stored).

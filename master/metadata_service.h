@@ -47,23 +47,23 @@ inline constexpr uint64_t kGenerationLimit = 1ull << 63;
 absl::Status UnknownClient(const std::string& client_id);
 
 struct MasterOptions {
-  int64_t lease_ttl_ms = 5000;          // default read-lease TTL
-  int64_t max_lease_ttl_ms = 600'000;   // longest TTL a caller may ask for
-  int64_t client_ttl_ms = 10'000;       // a client silent this long is dead
-  int64_t heartbeat_interval_ms = 1000; // told to clients
-  int64_t put_timeout_ms = 60'000;      // PENDING puts older than this are revoked
+  int64_t lease_ttl_ms = 5000;           // default read-lease TTL
+  int64_t max_lease_ttl_ms = 600'000;    // longest TTL a caller may ask for
+  int64_t client_ttl_ms = 10'000;        // a client silent this long is dead
+  int64_t heartbeat_interval_ms = 1000;  // told to clients
+  int64_t put_timeout_ms = 60'000;       // PENDING puts older than this are revoked
   uint64_t max_object_size = 1ull << 30;
   size_t max_key_size = 4096;
   uint32_t max_replicas = 8;
   size_t shards = 32;
-  uint64_t alignment = 64;              // allocation granularity inside segments
+  uint64_t alignment = 64;  // allocation granularity inside segments
   // Segments a client may register: each at least min_segment_size and at most
   // max_segment_size bytes, at most max_segments_per_client of them. Keeps placement cost
   // independent of junk (tiny or countless) segments and every capacity sum far from 2^64.
   uint64_t min_segment_size = 64 << 10;
   uint64_t max_segment_size = 1ull << 46;  // 64 TiB
   size_t max_segments_per_client = 256;
-  int sync_eviction_rounds = 8;         // PutStart evicts and retries this often before NO_SPACE
+  int sync_eviction_rounds = 8;  // PutStart evicts and retries this often before NO_SPACE
   // Authenticated registrations only (RegistrationAuth::bound): a registration for an id with a
   // live session that does not present that session's token (a restarted daemon, or a second
   // daemon configured with the same --client_id) replaces it only once the session has been
@@ -83,7 +83,7 @@ struct MasterOptions {
 struct Registration {
   uint64_t session = 0;
   uint64_t epoch = 0;  // this master run's (MetadataService::epoch())
-  std::string token;  // the session's bearer token (ClientRegistry)
+  std::string token;   // the session's bearer token (ClientRegistry)
   std::vector<uint64_t> segment_ids;
 };
 
@@ -120,7 +120,7 @@ struct LookupOptions {
   int64_t lease_ttl_ms = 0;         // 0 = default
   bool stop_at_first_miss = false;  // prefix match
   bool grant_lease = true;
-  bool with_replicas = true;        // false: code, size, checksum, generation only
+  bool with_replicas = true;  // false: code, size, checksum, generation only
   // A read: moves the found keys to the LRU front. A count-only probe (unleased MatchPrefix)
   // is not a read, as Exist is not: it leaves recency alone.
   bool touch = true;
@@ -197,8 +197,7 @@ class MetadataService {
 
   // Puts.
   std::vector<PutStartOutcome> PutStart(const std::string& client_id,
-                                        const std::vector<PutStartItem>& items,
-                                        uint32_t replicas);
+                                        const std::vector<PutStartItem>& items, uint32_t replicas);
   std::vector<absl::Status> PutEnd(const std::string& client_id,
                                    const std::vector<PutEndItem>& items);
   std::vector<absl::Status> PutRevoke(const std::string& client_id,
@@ -256,9 +255,7 @@ class MetadataService {
   // "Mem Storage: 1.00 GB / 2.00 GB (50.0%) | Keys: 3 | Clients: 2 | Eviction: ..." (one line).
   std::string StatusLine();
   std::vector<ClientInfo> Clients() const { return clients_.List(); }
-  SegmentStats ClientSegmentStats(const std::string& id) const {
-    return segments_.ClientStats(id);
-  }
+  SegmentStats ClientSegmentStats(const std::string& id) const { return segments_.ClientStats(id); }
   const MasterOptions& options() const { return options_; }
   uint32_t epoch() const { return epoch_; }
   bool SegmentsHeldForTest(const std::string& client_id) const {

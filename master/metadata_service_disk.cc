@@ -77,7 +77,8 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
         out[i] = McError(Code::kNotFound, "superseded by another generation of the key");
         if (recovered) disk_reports_refused_.Inc();
       } else if (object.size != item.length || object.checksum != item.checksum) {
-        out[i] = McError(Code::kInvalidArgument, "record length or checksum differ from the object");
+        out[i] =
+            McError(Code::kInvalidArgument, "record length or checksum differ from the object");
         if (recovered) disk_reports_refused_.Inc();
       } else if (!object.HasDiskReplicaOn(client_id)) {
         object.replicas.push_back(StoredReplica::Of(replica));
@@ -94,8 +95,7 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
          !next_generation_.compare_exchange_weak(next, max_generation + 1)) {
   }
   if (created > 0) {
-    Logger("master").info("client {} recovered {} object(s) from its SSD tier", client_id,
-                          created);
+    Logger("master").info("client {} recovered {} object(s) from its SSD tier", client_id, created);
   }
   return out;
 }

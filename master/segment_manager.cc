@@ -254,11 +254,11 @@ absl::Status SegmentManager::CouldEverPlace(uint64_t size, uint32_t replicas,
                                 " more client(s) whose segments are held while they report "
                                 "their objects (after a registration); retry shortly"));
   }
-  return McError(Code::kNoSpace,
-                 absl::StrCat(replicas, " replica(s) of ", size,
-                              " bytes need as many clients with a segment that large; ", able,
-                              " of ", by_client_.size(), " client(s) have one (largest segment ",
-                              largest, " bytes)"));
+  return McError(
+      Code::kNoSpace,
+      absl::StrCat(replicas, " replica(s) of ", size,
+                   " bytes need as many clients with a segment that large; ", able, " of ",
+                   by_client_.size(), " client(s) have one (largest segment ", largest, " bytes)"));
 }
 
 SegmentStats SegmentManager::Stats() const {

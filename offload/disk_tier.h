@@ -78,7 +78,6 @@ struct DiskTierOptions {
   std::function<std::vector<bool>(const std::vector<DiskTierVictim>&)> reclaim_guard;
 };
 
-
 // locator packs the file index (high 16 bits) and byte offset (low 48 bits); length is the payload
 // length.
 struct RecordRef {

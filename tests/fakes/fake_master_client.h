@@ -57,8 +57,8 @@ class FakeMasterClient final : public MasterClient {
   FakeClock& clock() { return clock_; }
 
   // The next `n` calls of `rpc` fail with `status` without reaching the master.
-  void FailNext(Rpc rpc, int n, absl::Status status = McError(Code::kUnavailable,
-                                                              "injected: master unreachable")) {
+  void FailNext(Rpc rpc, int n,
+                absl::Status status = McError(Code::kUnavailable, "injected: master unreachable")) {
     std::lock_guard<std::mutex> lock(mu_);
     fail_count_[Index(rpc)] = n;
     fail_status_[Index(rpc)] = std::move(status);

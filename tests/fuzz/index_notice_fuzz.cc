@@ -17,8 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (e.key.empty() || e.key.size() > tcp::kMaxIndexKeySize) abort();
   }
   auto again = tcp::EncodeIndexNotice(std::span<const tcp::IndexNoticeEntry>(*entries));
-  if (!again.ok() || again->size() != size ||
-      std::memcmp(again->data(), data, size) != 0) {
+  if (!again.ok() || again->size() != size || std::memcmp(again->data(), data, size) != 0) {
     abort();  // the format has one encoding per entry list
   }
   return 0;

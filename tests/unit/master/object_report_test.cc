@@ -257,10 +257,8 @@ TEST_F(Report, AReturningClientsStaleObjectsAreSupersededAndFreed) {
   bool more = true;
   ASSERT_TRUE(m_.svc().Heartbeat("c1", back.session, 0, &forgotten, &more));
   EXPECT_FALSE(more);
-  std::vector<ReplicaRef> want{{seg, offset, old_gen},
-                               {seg, 8192, old_gen},
-                               {seg, 16384, same_gen},
-                               {seg, 32768, same_gen}};
+  std::vector<ReplicaRef> want{
+      {seg, offset, old_gen}, {seg, 8192, old_gen}, {seg, 16384, same_gen}, {seg, 32768, same_gen}};
   std::sort(forgotten.begin(), forgotten.end(),
             [](const ReplicaRef& a, const ReplicaRef& b) { return a.offset < b.offset; });
   std::sort(want.begin(), want.end(),
