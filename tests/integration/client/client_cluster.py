@@ -288,7 +288,8 @@ class MetadataInterceptor(grpc.UnaryUnaryClientInterceptor):
 
 class ClusterTestMixin:
     """For unittest.TestCase classes that keep their Cluster in `cluster`: the daemons' logs are
-    printed when a test fails, and assertCodes compares per-item codes by name."""
+    printed when a test fails, assertCodes compares per-item codes by name, assert_exact reads
+    keys back byte-exact."""
 
     def run(self, result=None):
         result = super().run(result)
@@ -299,6 +300,21 @@ class ClusterTestMixin:
     def assertCodes(self, results, want):
         self.assertEqual([code_name(r.code) for r in results], want,
                          [r.message for r in results])
+
+    def assert_exact(self, stub, kvs, what):
+        """Every (key, value) of `kvs` reads back through `stub` with exactly its bytes (gets of
+        64 keys); fails naming the keys served wrong, then those not OK."""
+        lost, wrong = [], []
+        for start in range(0, len(kvs), 64):
+            chunk = kvs[start:start + 64]
+            got = get_inline(stub, [k for k, _ in chunk])
+            for (k, v), r in zip(chunk, got):
+                if r.code != spb.OK:
+                    lost.append((k, code_name(r.code), r.message))
+                elif r.data != v:
+                    wrong.append(k)
+        self.assertEqual(wrong, [], "%s: served with wrong bytes" % what)
+        self.assertEqual(lost, [], "%s: acknowledged keys lost" % what)
 
 
 # -- Store call helpers ----------------------------------------------------------------------

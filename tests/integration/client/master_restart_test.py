@@ -62,19 +62,6 @@ class RestartTestBase(cc.ClusterTestMixin, unittest.TestCase):
                 return False
             raise
 
-    def assert_exact(self, stub, kvs, what):
-        keys = [k for k, _ in kvs]
-        lost, wrong = [], []
-        for start in range(0, len(keys), 64):
-            got = cc.get_inline(stub, keys[start:start + 64])
-            for (k, v), r in zip(kvs[start:start + 64], got):
-                if r.code != spb.OK:
-                    lost.append((k, cc.code_name(r.code), r.message))
-                elif r.data != v:
-                    wrong.append(k)
-        self.assertEqual(wrong, [], "%s: served with wrong bytes" % what)
-        self.assertEqual(lost, [], "%s: acknowledged keys lost" % what)
-
 
 class MasterRestartUnderLoadTest(RestartTestBase):
     CLUSTER = dict(clients=2, pure_clients=1, segment_size=64 * MiB)

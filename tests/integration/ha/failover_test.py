@@ -268,19 +268,6 @@ class FailoverTestBase(cc.ClusterTestMixin, unittest.TestCase):
         self.assertTrue(first, "no put acknowledged after the failover")
         return min(first) - t0
 
-    def assert_exact(self, stub, kvs, what):
-        lost, wrong = [], []
-        for start in range(0, len(kvs), 64):
-            chunk = kvs[start:start + 64]
-            got = cc.get_inline(stub, [k for k, _ in chunk])
-            for (k, v), r in zip(chunk, got):
-                if r.code != spb.OK:
-                    lost.append((k, cc.code_name(r.code), r.message))
-                elif r.data != v:
-                    wrong.append(k)
-        self.assertEqual(wrong, [], "%s: served with wrong bytes" % what)
-        self.assertEqual(lost, [], "%s: acknowledged keys lost" % what)
-
     def wait_readable(self, kvs, timeout_s=30):
         reader = self.cluster.stub(2)
         keys = [k for k, _ in kvs]
