@@ -85,6 +85,48 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
   return out;
 }
 
+void BatchPutter::NotifyOwners(const std::vector<PutRequestItem>& items,
+                               const std::vector<size_t>& started,
+                               const v1::PutStartResponse& placed,
+                               const std::vector<uint64_t>& checksums, int64_t deadline_ms,
+                               std::vector<absl::Status>& write_status) {
+  std::vector<WrittenReplica> notices;
+  std::vector<size_t> notice_owner;  // position in `started`
+  for (size_t k = 0; k < started.size(); ++k) {
+    const v1::PutStartResult& r = placed.results(static_cast<int>(k));
+    const size_t i = started[k];
+    if (r.code() != v1::OK || !write_status[k].ok()) continue;
+    for (const auto& rep : r.replicas()) {
+      notices.push_back({.key = items[i].key,
+                         .generation = r.generation(),
+                         .size = TotalLength(items[i].pieces),
+                         .checksum = checksums[i],
+                         .endpoint = rep.data_endpoint(),
+                         .segment_id = rep.segment_id(),
+                         .offset = rep.offset(),
+                         .capability = rep.capability()});
+      notice_owner.push_back(k);
+    }
+  }
+  if (notices.empty()) return;
+  // The owners learn what they hold before the objects become COMPLETE.
+  const std::vector<IndexNotifier::Outcome> outcomes = notifier_->Notify(notices, deadline_ms);
+  std::vector<uint8_t> recorded(started.size(), 0), failed(started.size(), 0);
+  for (size_t n = 0; n < outcomes.size(); ++n) {
+    if (outcomes[n] == IndexNotifier::Outcome::kRecorded) recorded[notice_owner[n]] = 1;
+    if (outcomes[n] == IndexNotifier::Outcome::kFailed) failed[notice_owner[n]] = 1;
+  }
+  for (size_t k = 0; k < started.size(); ++k) {
+    if (!failed[k] || recorded[k]) continue;
+    metrics_.put_index_failed.Inc();
+    write_status[k] =
+        McError(Code::kTransferFailed,
+                "no owner of its replicas recorded the object in its index (see the "
+                "index-notice warning in this daemon's log): it would not survive a master "
+                "restart, so the put is revoked; retry it");
+  }
+}
+
 void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
                           const std::vector<size_t>& started, uint32_t replicas,
                           const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
@@ -145,6 +187,13 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
         absl::StrCat("writing the replica on ", writes[w].endpoint, ": ",
                      res.status.ok() ? "short transfer" : std::string(res.status.message())));
   }
+  // A source buffer truncated during the writes makes the replicas void: never end them.
+  for (size_t k = 0; k < started.size(); ++k) {
+    if (placed.results(k).code() == v1::OK && write_status[k].ok()) {
+      write_status[k] = CheckBuffersIntact(items[started[k]].buffers);
+    }
+  }
+  if (notifier_ != nullptr) NotifyOwners(items, started, placed, checksums, deadline, write_status);
   v1::PutEndRequest end;
   v1::PutRevokeRequest revoke;
   end.set_client_id(options_.client_id);
@@ -154,8 +203,6 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
     const v1::PutStartResult& r = placed.results(k);
     size_t i = started[k];
     if (r.code() != v1::OK) continue;
-    // A source buffer truncated during the writes makes the replicas void: never end them.
-    if (write_status[k].ok()) write_status[k] = CheckBuffersIntact(items[i].buffers);
     if (write_status[k].ok()) {
       auto* e = end.add_items();
       e->set_key(items[i].key.data(), items[i].key.size());
@@ -169,26 +216,6 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
       revoked.push_back(i);
       out[i] = write_status[k];
     }
-  }
-  if (notifier_ != nullptr && !ended.empty()) {
-    // The owners learn what they hold before the objects become COMPLETE.
-    std::vector<WrittenReplica> notices;
-    for (size_t k = 0; k < started.size(); ++k) {
-      const v1::PutStartResult& r = placed.results(k);
-      const size_t i = started[k];
-      if (r.code() != v1::OK || !write_status[k].ok()) continue;
-      for (const auto& rep : r.replicas()) {
-        notices.push_back({.key = items[i].key,
-                           .generation = r.generation(),
-                           .size = TotalLength(items[i].pieces),
-                           .checksum = checksums[i],
-                           .endpoint = rep.data_endpoint(),
-                           .segment_id = rep.segment_id(),
-                           .offset = rep.offset(),
-                           .capability = rep.capability()});
-      }
-    }
-    notifier_->Notify(notices, deadline);
   }
   if (!revoked.empty()) {
     v1::PutRevokeResponse resp;

@@ -59,6 +59,14 @@ class BatchPutter {
                uint32_t replicas, const std::vector<uint64_t>& checksums,
                std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind);
 
+  // Tells the owners of the written replicas of items[started[k]] (write_status[k] OK) what they
+  // hold. An item none of whose owners recorded it while some owner keeping an index failed to
+  // gets write_status[k] TRANSFER_FAILED: it would be readable now but forgotten by a master
+  // restart, so it is revoked rather than acknowledged.
+  void NotifyOwners(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
+                    const v1::PutStartResponse& placed, const std::vector<uint64_t>& checksums,
+                    int64_t deadline_ms, std::vector<absl::Status>& write_status);
+
   const BatchPutOptions options_;
   MasterClient& master_;
   transfer::TransferEngine& engine_;

@@ -19,6 +19,10 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
       put_write_back_waits(registry.GetCounter(
           "mc_client_put_write_back_waits_total",
           "Put items tried again because memory waits for write-back to an SSD tier")),
+      put_index_failed(registry.GetCounter(
+          "mc_client_put_index_failed_total",
+          "Put items revoked (TRANSFER_FAILED) because no owner of their replicas recorded them "
+          "in its object index, so a master restart would have forgotten them")),
       registry_(registry) {}
 
 ClientMetrics::Rpc& ClientMetrics::For(const char* rpc) {
@@ -37,8 +41,7 @@ ClientMetrics::Rpc& ClientMetrics::For(const char* rpc) {
           {{"rpc", rpc}, {"code", std::string(CodeName(static_cast<Code>(c)))}});
     }
     slot = std::make_unique<Rpc>(Rpc{
-        registry_.GetCounter("mc_client_rpc_requests_total", "Store RPCs received",
-                             {{"rpc", rpc}}),
+        registry_.GetCounter("mc_client_rpc_requests_total", "Store RPCs received", {{"rpc", rpc}}),
         registry_.GetHistogram("mc_client_rpc_latency_seconds", "Store RPC latency",
                                {{"rpc", rpc}}),
         items});

@@ -28,14 +28,15 @@ class ClientMetrics {
   MetricsRegistry& registry() { return registry_; }
   Rpc& For(const char* rpc);
 
-  Counter& bytes_in;            // payload bytes put by applications
-  Counter& bytes_out;           // payload bytes handed to applications
-  Counter& duplicate_keys;      // get items served from another item's transfer
+  Counter& bytes_in;        // payload bytes put by applications
+  Counter& bytes_out;       // payload bytes handed to applications
+  Counter& duplicate_keys;  // get items served from another item's transfer
   Counter& checksum_mismatches;
-  Counter& lease_expiries;      // transfers that outlived their lease
-  Counter& replica_fallbacks;   // a failed replica replaced by another
+  Counter& lease_expiries;        // transfers that outlived their lease
+  Counter& replica_fallbacks;     // a failed replica replaced by another
   Counter& put_no_space_retries;  // put items tried again after a NO_SPACE answer
   Counter& put_write_back_waits;  // put items tried again while memory waits for write-back
+  Counter& put_index_failed;      // put items revoked because no owner recorded them
 
  private:
   MetricsRegistry& registry_;

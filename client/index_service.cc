@@ -34,23 +34,28 @@ void IndexNotifier::Failed(size_t entries, std::string_view owner, std::string_v
                entries, owner, why);
 }
 
-size_t IndexNotifier::Notify(std::span<const WrittenReplica> replicas, int64_t deadline_ms) {
-  size_t failed = 0;
-  std::map<std::string_view, std::vector<IndexNoticeEntry>> remote;
-  for (const WrittenReplica& r : replicas) {
+std::vector<IndexNotifier::Outcome> IndexNotifier::Notify(std::span<const WrittenReplica> replicas,
+                                                          int64_t deadline_ms) {
+  std::vector<Outcome> out(replicas.size(), Outcome::kRecorded);
+  // Per owner: the entries and the positions in `replicas` they stand for.
+  std::map<std::string_view, std::pair<std::vector<IndexNoticeEntry>, std::vector<size_t>>> remote;
+  for (size_t k = 0; k < replicas.size(); ++k) {
+    const WrittenReplica& r = replicas[k];
     if (r.endpoint == local_endpoint_) {
+      if (local_index_ == nullptr) {
+        out[k] = Outcome::kNoIndex;
+        continue;
+      }
       absl::Status s;
       std::optional<size_t> local = resolve_ ? resolve_(r.segment_id) : std::nullopt;
-      if (local_index_ == nullptr) {
-        s = McError(Code::kNotReady, "this daemon keeps no object index");
-      } else if (!local.has_value()) {
+      if (!local.has_value()) {
         s = McError(Code::kNotFound, absl::StrCat("segment ", r.segment_id, " not published"));
       } else {
         s = local_index_->Insert(*local, r.offset,
                                  {std::string(r.key), r.generation, r.size, r.checksum});
       }
       if (!s.ok()) {
-        ++failed;
+        out[k] = Outcome::kFailed;
         Failed(1, "this daemon", std::string(s.message()));
       }
       continue;
@@ -64,13 +69,16 @@ size_t IndexNotifier::Notify(std::span<const WrittenReplica> replicas, int64_t d
     if (r.capability.size() == e.capability.size()) {
       std::copy(r.capability.begin(), r.capability.end(), e.capability.begin());
     }
-    remote[r.endpoint].push_back(std::move(e));
+    auto& [entries, positions] = remote[r.endpoint];
+    entries.push_back(std::move(e));
+    positions.push_back(k);
   }
-  // Payloads per owner, cut at the notice bounds.
+  // Payloads per owner, cut at the notice bounds; each with the positions it carries.
   std::vector<std::string> payloads;
   std::vector<std::string_view> owners;
-  std::vector<size_t> counts;
-  for (const auto& [endpoint, entries] : remote) {
+  std::vector<std::span<const size_t>> carried;
+  for (const auto& [endpoint, owned] : remote) {
+    const auto& [entries, positions] = owned;
     size_t start = 0;
     while (start < entries.size()) {
       size_t bytes = 4, n = 0;
@@ -81,20 +89,21 @@ size_t IndexNotifier::Notify(std::span<const WrittenReplica> replicas, int64_t d
         ++n;
       }
       n = std::max<size_t>(n, 1);  // an entry too large alone fails to encode below
+      const std::span<const size_t> these(positions.data() + start, n);
       absl::StatusOr<std::string> payload = transfer::tcp::EncodeIndexNotice(
           std::span<const IndexNoticeEntry>(entries.data() + start, n));
       if (payload.ok()) {
         payloads.push_back(*std::move(payload));
         owners.push_back(endpoint);
-        counts.push_back(n);
+        carried.push_back(these);
       } else {
-        failed += n;
+        for (size_t k : these) out[k] = Outcome::kFailed;
         Failed(n, endpoint, std::string(payload.status().message()));
       }
       start += n;
     }
   }
-  if (payloads.empty()) return failed;
+  if (payloads.empty()) return out;
   std::vector<transfer::TransferRequest> requests;
   requests.reserve(payloads.size());
   for (size_t k = 0; k < payloads.size(); ++k) {
@@ -107,12 +116,17 @@ size_t IndexNotifier::Notify(std::span<const WrittenReplica> replicas, int64_t d
   std::vector<transfer::TransferResult> results = engine_.Submit(requests, deadline_ms);
   for (size_t k = 0; k < requests.size(); ++k) {
     sent_.Inc();
-    if (!results[k].status.ok()) {
-      failed += counts[k];
-      Failed(counts[k], owners[k], std::string(results[k].status.message()));
+    if (results[k].status.ok()) continue;
+    if (ToCode(results[k].status) == Code::kNotReady) {
+      // The owner runs with --object_index=false: its objects are not restart-safe by the
+      // operator's choice, which is not this put's failure.
+      for (size_t i : carried[k]) out[i] = Outcome::kNoIndex;
+      continue;
     }
+    for (size_t i : carried[k]) out[i] = Outcome::kFailed;
+    Failed(carried[k].size(), owners[k], std::string(results[k].status.message()));
   }
-  return failed;
+  return out;
 }
 
 IndexNoticeHandler::IndexNoticeHandler(ObjectIndex& index, SegmentResolver resolve,

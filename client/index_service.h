@@ -57,9 +57,16 @@ class IndexNotifier {
   IndexNotifier(std::string local_endpoint, ObjectIndex* local_index, SegmentResolver resolve,
                 transfer::TransferEngine& engine, MetricsRegistry& metrics);
 
+  // What became of one replica's notice.
+  enum class Outcome : uint8_t {
+    kRecorded,  // its owner's index holds it: a master restart finds it in the owner's report
+    kNoIndex,   // its owner keeps no index (--object_index=false there, NOT_READY): not an error
+    kFailed,    // refused, undelivered or past the deadline (counted and logged)
+  };
+
   // Tells every owner of `replicas` about them; blocks until the notices are answered or
-  // `deadline_ms` (steady ms, 0 = none) passed. Returns how many replicas were not recorded.
-  size_t Notify(std::span<const WrittenReplica> replicas, int64_t deadline_ms);
+  // `deadline_ms` (steady ms, 0 = none) passed. Returns one outcome per replica, in order.
+  std::vector<Outcome> Notify(std::span<const WrittenReplica> replicas, int64_t deadline_ms);
 
   uint64_t failed_notices() const { return failed_.Value(); }
 

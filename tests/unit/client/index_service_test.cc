@@ -160,17 +160,24 @@ class IndexNotices : public ClientFixture {
     o.listen_address = "127.0.0.1:0";
     o.socket_buffer_bytes = 1 << 20;
     remote_server_ = std::make_unique<transfer::tcp::TcpDataServer>(o, remote_table_);
-    ASSERT_TRUE(remote_server_
-                    ->RegisterOpHandler(
-                        transfer::tcp::FrameOp::kIndex,
-                        [this](const transfer::tcp::FrameHeader& h,
-                               transfer::tcp::ServerStream& s) { return handler_->Serve(h, s); })
-                    .ok());
+    ASSERT_TRUE(
+        remote_server_
+            ->RegisterOpHandler(
+                transfer::tcp::FrameOp::kIndex,
+                [this](const transfer::tcp::FrameHeader& h, transfer::tcp::ServerStream& s) {
+                  if (remote_no_index_) {  // as mc-client --object_index=false answers
+                    if (!s.Skip(h.length).ok()) return McError(Code::kInternal, "skip");
+                    return s.Respond(h, Code::kNotReady);
+                  }
+                  return handler_->Serve(h, s);
+                })
+            .ok());
     ASSERT_TRUE(remote_server_->Start().ok());
     remote_ = Register("client-b", remote_server_->endpoint(), remote_table_, 1, 1 << 20);
     notifier_ = std::make_unique<IndexNotifier>(
         kLocalEndpoint, local_index_.get(),
         [this](uint64_t id) -> std::optional<size_t> {
+          if (refuse_local_) return std::nullopt;
           for (size_t i = 0; i < local_->ids.size(); ++i) {
             if (local_->ids[i] == id) return i;
           }
@@ -195,6 +202,8 @@ class IndexNotices : public ClientFixture {
   std::unique_ptr<IndexNoticeHandler> handler_;
   std::unique_ptr<IndexNotifier> notifier_;
   std::atomic<bool> refuse_remote_{false};
+  std::atomic<bool> refuse_local_{false};
+  std::atomic<bool> remote_no_index_{false};
 };
 
 TEST_F(IndexNotices, EveryReplicaOwnerLearnsWhatItHolds) {
@@ -239,6 +248,53 @@ TEST_F(IndexNotices, ARefusedNoticeIsCountedAndThePutSucceeds) {
   EXPECT_EQ(remote_index_->size(), 0u);
   EXPECT_EQ(local_index_->size(), 1u);
   EXPECT_EQ(Lookup("obj-3").code(), v1::OK);
+}
+
+TEST_F(IndexNotices, APutNoOwnerRecordedIsRevokedNotAcknowledged) {
+  // Both owners keep an index and both refuse: the bytes are in place, but a master restart
+  // would forget the object, so the put must not answer OK.
+  refuse_remote_ = true;
+  refuse_local_ = true;
+  std::vector<absl::Status> s = Put({"obj-5"}, {Payload(3000, 5)}, /*replicas=*/2);
+  EXPECT_EQ(ToCode(s[0]), Code::kTransferFailed) << s[0];
+  EXPECT_NE(s[0].message().find("master restart"), std::string_view::npos) << s[0];
+  EXPECT_EQ(Lookup("obj-5").code(), v1::NOT_FOUND) << "revoked, not COMPLETE";
+  EXPECT_EQ(registry_.GetCounter("mc_client_put_index_failed_total", "").Value(), 1u);
+  EXPECT_EQ(notifier_->failed_notices(), 2u);
+  // The owners record again: the same key puts fine.
+  refuse_remote_ = false;
+  refuse_local_ = false;
+  s = Put({"obj-5"}, {Payload(3000, 6)}, /*replicas=*/2);
+  ASSERT_TRUE(s[0].ok()) << s[0];
+  EXPECT_EQ(Lookup("obj-5").code(), v1::OK);
+}
+
+TEST_F(IndexNotices, AnOwnerWithoutAnIndexIsNotAFailure) {
+  remote_no_index_ = true;
+  const std::string p = Payload(3000, 7);
+  std::vector<absl::Status> s = Put({"obj-6"}, {p}, /*replicas=*/2);
+  ASSERT_TRUE(s[0].ok()) << s[0];
+  EXPECT_EQ(notifier_->failed_notices(), 0u) << "NOT_READY: that owner keeps no index";
+  EXPECT_EQ(local_index_->size(), 1u);
+  // Directly: a replica on that owner alone is kNoIndex, not kFailed.
+  const std::string key = "obj-7";
+  const WrittenReplica only_remote{.key = key,
+                                   .generation = 1,
+                                   .size = 100,
+                                   .checksum = 1,
+                                   .endpoint = remote_server_->endpoint(),
+                                   .segment_id = remote_->ids[0],
+                                   .offset = 0,
+                                   .capability = {}};
+  const std::vector<IndexNotifier::Outcome> out =
+      notifier_->Notify(std::span<const WrittenReplica>(&only_remote, 1), 0);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], IndexNotifier::Outcome::kNoIndex);
+  // And a refused one is kFailed.
+  remote_no_index_ = false;
+  refuse_remote_ = true;
+  EXPECT_EQ(notifier_->Notify(std::span<const WrittenReplica>(&only_remote, 1), 0)[0],
+            IndexNotifier::Outcome::kFailed);
 }
 
 TEST_F(IndexNotices, AFailedWriteSendsNoNotice) {
