@@ -8,10 +8,12 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/caller_limits.h"
@@ -110,6 +112,34 @@ void ReleaseSlot(int i) {
   g_slot_used[i] = false;
 }
 
+// Maps, in this process, the pages of a fresh mapping that the shm object already has (the
+// application wrote them: a vLLM KV cache is allocated in full), so the first get into each page
+// pays no page fault on the hot path (measured: loads into never-touched pages of a 2,048-token
+// prompt took ~2x as long). Holes stay holes: only pages mincore() reports resident are
+// populated, so a sparse object costs no memory here. MADV_POPULATE_WRITE answers an error
+// rather than SIGBUS when the object shrinks meanwhile; any error just ends the prefault.
+void PrefaultResident(char* base, uint64_t size) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  constexpr uint64_t kChunkPages = 1 << 16;  // mincore vector of 64 KiB per round
+  std::vector<unsigned char> resident(kChunkPages);
+  for (uint64_t chunk = 0; chunk < size; chunk += kChunkPages * page) {
+    const uint64_t bytes = std::min<uint64_t>(size - chunk, kChunkPages * page);
+    const uint64_t pages = (bytes + page - 1) / page;
+    if (mincore(base + chunk, bytes, resident.data()) != 0) return;
+    for (uint64_t i = 0; i < pages;) {
+      if ((resident[i] & 1) == 0) {
+        ++i;
+        continue;
+      }
+      uint64_t j = i;
+      while (j < pages && (resident[j] & 1) != 0) ++j;
+      const uint64_t len = std::min<uint64_t>((j - i) * page, bytes - i * page);
+      if (madvise(base + chunk + i * page, len, MADV_POPULATE_WRITE) != 0) return;
+      i = j;
+    }
+  }
+}
+
 }  // namespace
 
 MappedBuffer::~MappedBuffer() {
@@ -200,6 +230,7 @@ absl::StatusOr<BufferRef> BufferRegistry::MapFd(int fd, uint64_t size, std::stri
     return refuse(Code::kNoSpace,
                   absl::StrCat("more than ", kGuardSlots, " buffers in this process"));
   }
+  PrefaultResident(static_cast<char*>(base), size);
   return std::make_shared<const MappedBuffer>(std::move(label), fd, static_cast<char*>(base), size,
                                               slot);
 }
@@ -432,9 +463,10 @@ size_t BufferRegistry::ReleaseOwner(const std::string& owner) {
   return doomed.size();
 }
 
-absl::StatusOr<char*> BufferRegistry::Resolve(uint64_t buffer_id, uint64_t offset, uint64_t length,
-                                              BufferRef* ref, std::string_view owner) const {
-  BufferRef held;
+absl::StatusOr<ResolvedBuffer> BufferRegistry::ResolveBuffer(uint64_t buffer_id,
+                                                             std::string_view owner) const {
+  ResolvedBuffer out;
+  out.id = buffer_id;
   {
     absl::MutexLock lock(&mu_);
     auto it = buffers_.find(buffer_id);
@@ -445,31 +477,43 @@ absl::StatusOr<char*> BufferRegistry::Resolve(uint64_t buffer_id, uint64_t offse
     if (it == buffers_.end()) {
       return McError(Code::kInvalidArgument, absl::StrCat("unknown buffer id ", buffer_id));
     }
-    held = it->second.buffer;
+    out.ref = it->second.buffer;
   }
-  const MappedBuffer& buf = *held;
-  if (offset > buf.size() || length > buf.size() - offset) {
-    return McError(Code::kInvalidArgument,
-                   absl::StrCat("slice [", offset, ", +", length, ") outside buffer ", buffer_id,
-                                " of ", buf.size(), " bytes"));
-  }
-  if (absl::Status s = buf.CheckIntact(); !s.ok()) return s;
+  if (absl::Status s = out.ref->CheckIntact(); !s.ok()) return s;
   // The application may have shrunk the object since it registered it: touching the mapping
   // past the object's end would fault. (A shrink after this check is the guard's business.)
-  absl::StatusOr<uint64_t> object_size = buf.ObjectSize();
+  absl::StatusOr<uint64_t> object_size = out.ref->ObjectSize();
   if (!object_size.ok()) return object_size.status();
-  if (offset + length > *object_size) {
+  out.object_size = *object_size;
+  return out;
+}
+
+absl::StatusOr<char*> ResolvedBuffer::Slice(uint64_t offset, uint64_t length) const {
+  const MappedBuffer& buf = *ref;
+  if (offset > buf.size() || length > buf.size() - offset) {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("slice [", offset, ", +", length, ") outside buffer ", id, " of ",
+                                buf.size(), " bytes"));
+  }
+  if (offset + length > object_size) {
     Logger("client").warn(
         "buffer {} ({}): slice [{}, +{}) beyond the shm object's {} bytes "
         "(truncated after registration)",
-        buffer_id, buf.name(), offset, length, *object_size);
+        id, buf.name(), offset, length, object_size);
     return McError(Code::kInvalidArgument,
-                   absl::StrCat("slice [", offset, ", +", length, ") of buffer ", buffer_id, " (",
-                                buf.name(), ") lies beyond its shm object, now ", *object_size,
+                   absl::StrCat("slice [", offset, ", +", length, ") of buffer ", id, " (",
+                                buf.name(), ") lies beyond its shm object, now ", object_size,
                                 " bytes (truncated after registration)"));
   }
-  *ref = std::move(held);
   return buf.base() + offset;
+}
+
+absl::StatusOr<char*> BufferRegistry::Resolve(uint64_t buffer_id, uint64_t offset, uint64_t length,
+                                              BufferRef* ref, std::string_view owner) const {
+  MC_ASSIGN_OR_RETURN(ResolvedBuffer b, ResolveBuffer(buffer_id, owner));
+  MC_ASSIGN_OR_RETURN(char* p, b.Slice(offset, length));
+  *ref = std::move(b.ref);
+  return p;
 }
 
 size_t BufferRegistry::Count() const {

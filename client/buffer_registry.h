@@ -82,6 +82,17 @@ class MappedBuffer {
 // Shared: a buffer stays mapped while any request still uses it.
 using BufferRef = std::shared_ptr<const MappedBuffer>;
 
+// A buffer checked for one request: held, not broken, and its shm object's size read once.
+struct ResolvedBuffer {
+  uint64_t id = 0;
+  BufferRef ref;
+  uint64_t object_size = 0;  // bytes of the shm object when it was resolved
+
+  // Memory for [offset, offset + length) of it; INVALID_ARGUMENT when the slice lies outside
+  // the mapping or beyond the object (truncated after registration).
+  absl::StatusOr<char*> Slice(uint64_t offset, uint64_t length) const;
+};
+
 // OK when none of `refs` is broken, else the first buffer's error.
 absl::Status CheckBuffersIntact(const std::vector<BufferRef>& refs);
 
@@ -143,6 +154,10 @@ class BufferRegistry {
   // outside the buffer, the shm object no longer backs it, or the buffer is broken.
   absl::StatusOr<char*> Resolve(uint64_t buffer_id, uint64_t offset, uint64_t length,
                                 BufferRef* ref, std::string_view owner = "") const;
+  // The buffer part of Resolve, for a request whose many slices name few buffers: look it up
+  // once, then ResolvedBuffer::Slice per slice (one fstat per buffer instead of per slice).
+  absl::StatusOr<ResolvedBuffer> ResolveBuffer(uint64_t buffer_id,
+                                               std::string_view owner = "") const;
   // Drops the owner's registered and staged buffers (unmapped once no request holds them);
   // returns how many.
   size_t ReleaseOwner(const std::string& owner);

@@ -101,17 +101,25 @@ absl::StatusOr<StoreGrpcService::Caller> StoreGrpcService::Admit(grpc::ServerCon
 
 absl::Status StoreGrpcService::ResolveSlices(
     const google::protobuf::RepeatedPtrField<sv1::Slice>& slices, std::string_view owner,
-    std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs) const {
+    ResolvedBuffers& seen, std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs) const {
   CheckedSum total;
   for (const sv1::Slice& slice : slices) {
     if (!total.Add(slice.length()).ok()) {
       return McError(Code::kInvalidArgument, "the slices' lengths overflow 64 bits");
     }
-    BufferRef ref;
-    auto mem = buffers_.Resolve(slice.buffer_id(), slice.offset(), slice.length(), &ref, owner);
-    if (!mem.ok()) return mem.status();
-    out->push_back({*mem, slice.length()});
-    refs->push_back(std::move(ref));
+    auto it = seen.find(slice.buffer_id());
+    if (it == seen.end()) {
+      MC_ASSIGN_OR_RETURN(ResolvedBuffer b, buffers_.ResolveBuffer(slice.buffer_id(), owner));
+      it = seen.emplace(slice.buffer_id(), SeenBuffer{.buffer = std::move(b)}).first;
+    }
+    SeenBuffer& b = it->second;
+    MC_ASSIGN_OR_RETURN(char* mem, b.buffer.Slice(slice.offset(), slice.length()));
+    out->push_back({mem, slice.length()});
+    // One reference per distinct buffer of the item (a vLLM block names one buffer ~9 times).
+    if (b.held_by != refs) {
+      refs->push_back(b.buffer.ref);
+      b.held_by = refs;
+    }
   }
   return absl::OkStatus();
 }
@@ -161,6 +169,7 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
     return TooMany(req->items_size(), options_.max_batch_items);
   }
   std::vector<PutRequestItem> items(req->items_size());
+  ResolvedBuffers seen;
   for (int i = 0; i < req->items_size(); ++i) {
     const sv1::PutItem& in = req->items(i);
     PutRequestItem& item = items[i];
@@ -173,7 +182,8 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
                                                        " bytes exceeds --max_inline_bytes=",
                                                        options_.max_inline_bytes, "; use slices"));
     } else if (in.slices_size() > 0) {
-      item.input_error = ResolveSlices(in.slices(), caller->owner, &item.pieces, &item.buffers);
+      item.input_error =
+          ResolveSlices(in.slices(), caller->owner, seen, &item.pieces, &item.buffers);
     } else if (!in.data().empty()) {
       // The putter only reads from the pieces.
       item.pieces.push_back({const_cast<char*>(in.data().data()), in.data().size()});
@@ -196,6 +206,7 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
     return TooMany(req->items_size(), options_.max_batch_items);
   }
   std::vector<GetRequestItem> items(req->items_size());
+  ResolvedBuffers seen;
   resp->mutable_results()->Reserve(req->items_size());
   for (int i = 0; i < req->items_size(); ++i) {
     const sv1::GetItem& in = req->items(i);
@@ -203,7 +214,7 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
     items[i].inline_data = in.slices_size() == 0;
     if (!items[i].inline_data) {
       items[i].input_error =
-          ResolveSlices(in.slices(), caller->owner, &items[i].slices, &items[i].buffers);
+          ResolveSlices(in.slices(), caller->owner, seen, &items[i].slices, &items[i].buffers);
     }
     resp->add_results();
   }

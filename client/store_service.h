@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "client/batch_get.h"
 #include "client/batch_put.h"
 #include "client/buffer_registry.h"
@@ -92,10 +93,18 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
                             mcstore::v1::GetReplicasRequest* mreq,
                             mcstore::v1::GetReplicasResponse* mresp, int64_t* sent_ms,
                             int64_t* wall_ms);
-  // Resolves slices into memory (holding the buffers in `refs`); an error names the bad slice.
+  // The buffers one request's slices named so far, each looked up and fstat()ed once per
+  // request; `held_by`: the item's refs that last took a reference to it.
+  struct SeenBuffer {
+    ResolvedBuffer buffer;
+    const std::vector<BufferRef>* held_by = nullptr;
+  };
+  using ResolvedBuffers = absl::flat_hash_map<uint64_t, SeenBuffer>;
+  // Resolves slices into memory (holding each distinct buffer once in `refs`); an error names
+  // the bad slice.
   absl::Status ResolveSlices(const google::protobuf::RepeatedPtrField<mcstore::v1::Slice>& slices,
-                             std::string_view owner, std::vector<LocalBuffer>* out,
-                             std::vector<BufferRef>* refs) const;
+                             std::string_view owner, ResolvedBuffers& seen,
+                             std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs) const;
 
   const StoreServiceOptions options_;
   BufferRegistry& buffers_;

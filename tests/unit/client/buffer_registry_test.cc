@@ -4,6 +4,8 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -79,8 +81,7 @@ TEST(BufferRegistry, BadNamesAreInvalidArgument) {
   BufferRegistry reg;
   EXPECT_EQ(ToCode(reg.Register("", 1).status()), Code::kInvalidArgument);
   EXPECT_EQ(ToCode(reg.Register("/a/b", 1).status()), Code::kInvalidArgument);
-  EXPECT_EQ(ToCode(reg.Register("/" + std::string(300, 'x'), 1).status()),
-            Code::kInvalidArgument);
+  EXPECT_EQ(ToCode(reg.Register("/" + std::string(300, 'x'), 1).status()), Code::kInvalidArgument);
 }
 
 TEST(BufferRegistry, SizeLargerThanTheObjectIsRejected) {
@@ -272,6 +273,33 @@ TEST(BufferRegistryOwners, StagedHandleIsClaimedOnce) {
   EXPECT_EQ(ToCode(reg.Claim(*handle).status()), Code::kNotFound);
   BufferRef ref;
   EXPECT_TRUE(reg.Resolve(*id, 0, 4096, &ref, "alice").ok());
+}
+
+// MapFd maps the pages the object already has (no page fault on the first get into them) and
+// allocates none of its holes.
+TEST(BufferRegistryMapping, PrefaultsWrittenPagesAndLeavesHoles) {
+  const long page = sysconf(_SC_PAGESIZE);
+  constexpr int kPages = 64, kWritten = 32;
+  int fd = memfd_create("mc-prefault", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kPages * page), 0);
+  std::vector<char> bytes(kWritten * page, 'w');  // pages [0, 32) through the fd; the rest: holes
+  ASSERT_EQ(pwrite(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  struct stat before {};
+  ASSERT_EQ(fstat(fd, &before), 0);
+  auto mapped = BufferRegistry::MapFd(fd, 0, "memfd");
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  struct stat after {};
+  ASSERT_EQ(fstat(fd, &after), 0);  // the buffer keeps the fd open
+  EXPECT_EQ(after.st_blocks, before.st_blocks) << "holes must stay holes";
+
+  rusage r0{};
+  ASSERT_EQ(getrusage(RUSAGE_THREAD, &r0), 0);
+  for (int i = 0; i < kWritten; ++i) (*mapped)->base()[i * page] = 'x';
+  rusage r1{};
+  ASSERT_EQ(getrusage(RUSAGE_THREAD, &r1), 0);
+  EXPECT_LT(r1.ru_minflt - r0.ru_minflt, kWritten / 4)
+      << "the written pages should already be mapped writable";
 }
 
 }  // namespace
