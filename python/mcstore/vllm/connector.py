@@ -68,6 +68,7 @@ _DEFAULTS = {
     "load": True,             # False: save only (a producer)
     "replicas": 0,            # 0 = the daemon's default
     "io_threads": 2,          # background threads for loads and saves
+    "idle_wait_ms": 20,       # a step that computes nothing waits up to this for a transfer
     "token_file": None,       # Store token over TCP (default: $MCSTORE_TOKEN_FILE)
     "fd_socket": None,        # where buffers are passed (default: <unix socket>.fd)
 }
@@ -81,6 +82,10 @@ def _config(vllm_config: "VllmConfig") -> dict[str, Any]:
                          % (sorted(unknown), sorted(_DEFAULTS)))
     cfg = dict(_DEFAULTS)
     cfg.update(extra)
+    wait = cfg["idle_wait_ms"]
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 1000:
+        raise ValueError("MCStoreConnector: idle_wait_ms must be a number of milliseconds in "
+                         "[0, 1000], got %r" % (wait,))
     if extra.get("socket") and not extra.get("address"):
         cfg["address"] = "unix:" + extra["socket"]
     if not cfg["address"]:
@@ -166,6 +171,7 @@ class MCStoreConnectorMetadata(KVConnectorMetadata):
     loads: list[LoadJob] = field(default_factory=list)
     saves: list[SaveJob] = field(default_factory=list)
     preempted: set[str] = field(default_factory=set)   # their blocks may be reused this step
+    idle: bool = False   # the step schedules no tokens: nothing but transfers is in flight
 
 
 @dataclass
@@ -261,7 +267,9 @@ class MCStoreConnector(KVConnectorBase_V1):
             self._worker.start_saves(self._get_connector_metadata())
 
     def get_finished(self, finished_req_ids: set[str]):
-        return self._worker.finished(finished_req_ids)
+        meta = getattr(self, "_connector_metadata", None)
+        idle = isinstance(meta, MCStoreConnectorMetadata) and meta.idle
+        return self._worker.finished(finished_req_ids, idle=idle)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return self._worker.take_load_errors()
@@ -453,7 +461,8 @@ class _SchedulerSide:
 
     def build_meta(self, out: "SchedulerOutput") -> KVConnectorMetadata:
         meta = MCStoreConnectorMetadata(loads=self.pending_loads,
-                                        preempted=set(out.preempted_req_ids or ()))
+                                        preempted=set(out.preempted_req_ids or ()),
+                                        idle=out.total_num_scheduled_tokens == 0)
         self.pending_loads = []
         if not self.cfg["save"]:
             return meta

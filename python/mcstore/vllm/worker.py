@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -363,9 +363,11 @@ class WorkerSide:
             f.exception()   # waits; errors are counted by the job itself
 
     # -- completion ------------------------------------------------------------------------
-    def finished(self, finished_req_ids: set[str]):
+    def finished(self, finished_req_ids: set[str], idle: bool = False):
         done_recving: set[str] = set()
         done_sending: set[str] = set()
+        if idle:
+            self._wait_while_idle()
         with self.lock:
             loads = [(rid, f) for rid, f in self.loads.items() if f.done()]
             for rid, _ in loads:
@@ -390,6 +392,24 @@ class WorkerSide:
             # Finished requests that never saved need no answer.
             self.finishing &= set(self.saves)
         return (done_sending or None), (done_recving or None)
+
+    def _wait_while_idle(self) -> None:
+        """A step that scheduled no tokens is vLLM polling for transfers: instead of returning
+        at once (the engine loop then spins, holding the GIL the transfer threads need to
+        finish), block until one transfer completes or idle_wait_ms passes. Returns at once
+        when one is already done or none is in flight."""
+        wait_s = float(self.cfg["idle_wait_ms"]) / 1e3
+        if wait_s <= 0:
+            return
+        with self.lock:
+            futs = list(self.loads.values())
+            for rid in self.finishing:
+                futs.extend(self.saves.get(rid, ()))
+        if not futs or any(f.done() for f in futs):
+            return
+        t0 = time.perf_counter()
+        wait(futs, timeout=wait_s, return_when=FIRST_COMPLETED)
+        self.totals["idle_wait_s"] += time.perf_counter() - t0
 
     def take_load_errors(self) -> set[int]:
         with self.lock:
