@@ -112,8 +112,9 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
           {{"reason", "corrupt"}})),
       registrations_refused_(metrics.GetCounter(
           "mc_master_registrations_refused_total",
-          "Registrations refused because their client id has a live session that they did not "
-          "prove to be theirs (client_takeover_after_ms not yet passed)")),
+          "Registrations refused: their client id has a live session that they did not prove "
+          "to be theirs (client_takeover_after_ms not yet passed), or the master's table of "
+          "(client id, data endpoint) pairs is full")),
       lease_releases_refused_(metrics.GetCounter(
           "mc_master_lease_releases_refused_total",
           "Lease releases that named another caller's lease (nothing released)")),
@@ -220,6 +221,17 @@ absl::StatusOr<Registration> MetadataService::RegisterClient(
     }
     Log().warn("client {}: a new registration takes over its session, silent for {} ms",
                info.client_id, silent_ms);
+  }
+  // Its replicas and its puts name it by index (PeerNames): a full table refuses the
+  // registration here, with nothing changed, rather than failing inside a later put.
+  for (const std::string_view endpoint : {std::string_view(info.endpoint), std::string_view()}) {
+    if (absl::StatusOr<uint32_t> peer = PeerNames::Instance().TryIntern(info.client_id, endpoint);
+        !peer.ok()) {
+      registrations_refused_.Inc();
+      Log().error("registration of client {} refused: {}", info.client_id,
+                  peer.status().ToString());
+      return peer.status();
+    }
   }
   if (live) CleanupClient(info.client_id);
   // Registrations are serialized by membership_mu_, so the total cannot change under us.

@@ -15,6 +15,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
 namespace mc::master {
@@ -29,13 +30,19 @@ class PeerNames {
   // The process's table.
   static PeerNames& Instance();
 
-  // The index of (client_id, endpoint), added if new.
+  // The index of (client_id, endpoint), added if new; NO_SPACE (nothing added) when the table
+  // holds its capacity of pairs already. Registration interns a client's pairs this way, so a
+  // full table refuses a registration instead of failing inside a later put.
+  absl::StatusOr<uint32_t> TryIntern(std::string_view client_id, std::string_view endpoint);
+  // TryIntern for pairs already interned at registration: a full table here is a bug (crash).
   uint32_t Intern(std::string_view client_id, std::string_view endpoint);
   // The pair at `index` (an index Intern returned).
   const Peer& Get(uint32_t index) const {
     return chunks_[index >> kChunkBits].load(std::memory_order_acquire)[index & (kChunkSize - 1)];
   }
   size_t SizeForTest() const;
+  // Lowers the capacity (at most kMaxChunks * kChunkSize) so a test can fill the table.
+  void SetCapacityForTest(uint32_t pairs);
 
   PeerNames();
   PeerNames(const PeerNames&) = delete;
@@ -52,6 +59,7 @@ class PeerNames {
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, uint32_t>> index_
       ABSL_GUARDED_BY(mu_);
   uint32_t size_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t capacity_ ABSL_GUARDED_BY(mu_) = kMaxChunks * kChunkSize;
 };
 
 }  // namespace mc::master

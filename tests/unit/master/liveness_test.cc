@@ -166,5 +166,26 @@ TEST(LivenessDisk, RemovedRecordDoesNotComeBackWhenItsClientReRegisters) {
   EXPECT_EQ((*tasks)[0].key, "k");
 }
 
+// A full PeerNames table refuses a registration with a new (client id, endpoint) and changes
+// nothing; clients already known keep working, and may register again.
+TEST(PeerNamesFull, RegistrationIsRefusedNotACrashLater) {
+  MasterFixture m;
+  m.Register("known", {1 << 20});
+  PeerNames& names = PeerNames::Instance();
+  names.SetCapacityForTest(static_cast<uint32_t>(names.SizeForTest()));
+  ClientInfo info;
+  info.client_id = "peer-names-newcomer";
+  info.host = "h";
+  info.endpoint = "10.0.0.7:7";
+  auto reg = m.svc().RegisterClient(info, {1 << 20});
+  EXPECT_EQ(ToCode(reg.status()), Code::kNoSpace) << reg.status();
+  EXPECT_EQ(m.CounterValue("mc_master_registrations_refused_total"), 1u);
+  EXPECT_TRUE(m.End("known", "k", m.Start("known", "k", 4096).generation).ok())
+      << "a known client puts as before";
+  m.Register("known", {1 << 20});  // its pairs are interned: re-registration is fine
+  names.SetCapacityForTest(UINT32_MAX);
+  EXPECT_TRUE(m.svc().RegisterClient(info, {1 << 20}).ok());
+}
+
 }  // namespace
 }  // namespace mc::master

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace mc::master {
 namespace {
 
@@ -189,6 +191,22 @@ TEST(PeerNames, InternsEachPairOnceAndKeepsIndicesStable) {
   EXPECT_EQ(&names.Get(a), &p) << "entries never move";
   EXPECT_EQ(p.client_id, "peer-names-test");
   EXPECT_EQ(names.Get(b).endpoint, "10.0.0.1:2");
+}
+
+TEST(PeerNames, AFullTableRefusesNewPairsAndStillFindsKnownOnes) {
+  PeerNames& names = PeerNames::Instance();
+  const uint32_t known = names.Intern("peer-names-full", "10.0.0.9:1");
+  names.SetCapacityForTest(static_cast<uint32_t>(names.SizeForTest()) + 1);
+  EXPECT_TRUE(names.TryIntern("peer-names-full", "10.0.0.9:2").ok()) << "the last free slot";
+  absl::StatusOr<uint32_t> refused = names.TryIntern("peer-names-full", "10.0.0.9:3");
+  EXPECT_EQ(ToCode(refused.status()), Code::kNoSpace);
+  EXPECT_NE(refused.status().message().find("restart or fail over the master"),
+            std::string_view::npos);
+  absl::StatusOr<uint32_t> again = names.TryIntern("peer-names-full", "10.0.0.9:1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, known);
+  names.SetCapacityForTest(UINT32_MAX);
+  EXPECT_TRUE(names.TryIntern("peer-names-full", "10.0.0.9:3").ok());
 }
 
 }  // namespace
