@@ -84,7 +84,9 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
         object.replicas.push_back(StoredReplica::Of(replica));
       }
       if (!recovered && object.has_transient()) {
-        object.MutableTransient().offload_queued_ms = 0;
+        Object::Transient& t = object.MutableTransient();
+        t.offload_queued_ms = 0;
+        t.offload_failed_ms = 0;  // persisted now: an earlier failure no longer matters
         object.TrimTransient();
       }
     }

@@ -96,6 +96,14 @@ size_t OffloadPlanner::Plan() {
       const int64_t failed_ms = object.offload_failed_ms();
       bool in_flight = queued_ms != 0 && now - queued_ms < options_.task_timeout_ms;
       bool failed_lately = failed_ms != 0 && now - failed_ms < options_.task_timeout_ms;
+      if ((queued_ms != 0 && !in_flight) || (failed_ms != 0 && !failed_lately)) {
+        // Expired marks read as none (here and in the evictor, which uses the same timeout):
+        // drop them, so the object's side record goes once nothing else is in it.
+        Object::Transient& t = object.MutableTransient();
+        if (!in_flight) t.offload_queued_ms = 0;
+        if (!failed_lately) t.offload_failed_ms = 0;
+        object.TrimTransient();
+      }
       if (object.state != ObjectState::kComplete || in_flight || failed_lately ||
           !object.HasMemoryReplica() || object.HasDiskReplica()) {
         continue;

@@ -3,6 +3,7 @@
 // (max pending per client, scan limit), and when a task is queued again (task timeout).
 #include "master/offload_planner.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -44,8 +45,9 @@ class OffloadPlannerTest : public ::testing::Test {
 
   // Allocates memory for an object on `client` and inserts it (state, extra replicas as given).
   // Objects inserted later are more recent (LRU front).
-  void Add(const std::string& key, const std::string& client, ObjectState state = ObjectState::kComplete,
-           bool disk_replica = false, const std::string& second_client = "") {
+  void Add(const std::string& key, const std::string& client,
+           ObjectState state = ObjectState::kComplete, bool disk_replica = false,
+           const std::string& second_client = "") {
     Object o;
     o.size = kObject;
     o.checksum = 0xC0FFEE00 + key.size();
@@ -168,9 +170,43 @@ TEST_F(OffloadPlannerTest, RequeuesAfterTaskTimeout) {
   EXPECT_EQ(TakeKeys("disk"), std::vector<std::string>{"k"});
 }
 
+// Expired offload marks (a task never reported, a failure past the retry time) are dropped
+// when the planner walks the object, so its side record goes once nothing else is in it.
+TEST_F(OffloadPlannerTest, ExpiredOffloadMarksAreCleared) {
+  auto planner = MakePlanner(Options());
+  Add("failed", "disk");
+  Add("nodisk", "nodisk");
+  auto with = [&](const std::string& key, const std::function<void(Object&)>& fn) {
+    table_.ForKeys({key}, [&](ObjectTable::Shard& shard, const std::vector<size_t>&) {
+      shard.mu.AssertHeld();
+      auto it = shard.objects.find(key);
+      ASSERT_NE(it, shard.objects.end());
+      fn(it->second);
+    });
+  };
+  for (const std::string key : {"failed", "nodisk"}) {
+    with(key, [&](Object& o) { o.MutableTransient().offload_failed_ms = clock_.NowMs(); });
+  }
+  EXPECT_EQ(planner->Plan(), 0u) << "a fresh failure holds the object back";
+  with("failed", [](Object& o) { EXPECT_TRUE(o.has_transient()); });
+  clock_.AdvanceMs(10'000);
+  EXPECT_EQ(planner->Plan(), 1u) << "past the timeout it is tried again";
+  with("failed", [](Object& o) {
+    EXPECT_EQ(o.offload_failed_ms(), 0);
+    EXPECT_NE(o.offload_queued_ms(), 0);
+  });
+  with("nodisk", [](Object& o) { EXPECT_FALSE(o.has_transient()) << "nothing left in it"; });
+  // The task is never reported: past the timeout the mark goes and the object is queued again.
+  EXPECT_EQ(TakeKeys("disk"), std::vector<std::string>{"failed"});
+  clock_.AdvanceMs(10'000);
+  EXPECT_EQ(planner->Plan(), 1u);
+  with("failed", [&](Object& o) { EXPECT_EQ(o.offload_queued_ms(), clock_.NowMs()); });
+}
+
 TEST(OffloadQueue, FifoPerClientAndDropClientForgetsTheQueue) {
   OffloadQueue q;
-  for (int i = 0; i < 3; ++i) q.Push("a", OffloadTask{OffloadTask::Kind::kOffload, "a" + std::to_string(i)});
+  for (int i = 0; i < 3; ++i)
+    q.Push("a", OffloadTask{OffloadTask::Kind::kOffload, "a" + std::to_string(i)});
   q.Push("b", OffloadTask{OffloadTask::Kind::kDrop, "b0"});
   std::vector<OffloadTask> two = q.Take("a", 2);
   ASSERT_EQ(two.size(), 2u);
