@@ -31,6 +31,7 @@ _EXPORTS = {
     "BufferPool": "mcstore._pool",
     "Block": "mcstore._pool",
     "Slice": "mcstore._buffers",
+    "PreparedSlices": "mcstore._core",
     "Code": "mcstore._errors",
     "Result": "mcstore._errors",
     "GetResult": "mcstore._errors",
@@ -43,6 +44,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from mcstore._aio import AsyncClient, AsyncLease
     from mcstore._buffers import SharedBuffer, Slice
+    from mcstore._core import PreparedSlices
     from mcstore._client import Client, Lease
     from mcstore._pool import Block, BufferPool
     from mcstore._errors import (Code, GetResult, Result, StoreError, UnavailableError,

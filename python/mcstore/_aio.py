@@ -150,6 +150,10 @@ class AsyncClient:
             raise
         return True
 
+    def prepare_slices(self, slices: Any) -> "_core.PreparedSlices":
+        """Client.prepare_slices (no RPC)."""
+        return _core.PreparedSlices(slices, self._checker)
+
     async def create_buffer(self, nbytes: int) -> SharedBuffer:
         """See Client.create_buffer (registration runs in a worker thread)."""
         return await asyncio.get_running_loop().run_in_executor(

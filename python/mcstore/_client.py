@@ -278,6 +278,13 @@ class Client:
                                                           self.address))
 
     # -- buffers ---------------------------------------------------------------------------
+    def prepare_slices(self, slices: Any) -> "_core.PreparedSlices":
+        """Checks a Slice or list of Slices once and returns it ready to send: pass it as a put
+        value or a get destination any number of times. Worth it for many slices per item that
+        are reused (a vLLM block: one slice per layer and K/V); each use re-checks only that its
+        buffers are still registered and open."""
+        return _core.PreparedSlices(slices, self._checker)
+
     def create_buffer(self, nbytes: int) -> SharedBuffer:
         """Creates a shared-memory buffer of nbytes (mode 0600), registers it with the daemon
         and returns it. It is closed (unregistered, unlinked) by close() or with this Client."""

@@ -15,7 +15,7 @@ from mcstore._proto import store_pb2
 
 KeyLike = Union[bytes, bytearray, str]
 ValueLike = Any  # bytes | bytearray | memoryview | numpy.ndarray | torch.Tensor | Slice | list[Slice]
-IntoLike = Optional[Union[Slice, Sequence[Slice]]]
+IntoLike = Optional[Union[Slice, Sequence[Slice], "PreparedSlices"]]
 
 _UINT32_MAX = (1 << 32) - 1
 
@@ -79,6 +79,53 @@ class SliceChecker:
         for j, s in enumerate(items):
             self.check(s, "%s, slice %d" % (what, j))
         return items
+
+
+class PreparedSlices:
+    """The Slices of one item, checked once and kept as a ready request fragment, for callers
+    that move the same geometry again and again (the vLLM connector: a block id's slices never
+    change). Pass it where a list of Slices goes (`put` values, `get` into). Each use checks
+    only that its buffers are still registered, open and the same (per buffer, not per slice).
+    Made by Client.prepare_slices(); valid with the Client that made it."""
+
+    __slots__ = ("_owner", "length", "count", "_get", "_put", "_shared", "_registered")
+
+    def __init__(self, slices: Any, checker: "SliceChecker") -> None:
+        items = checker.slices(slices, "prepare_slices")
+        spb = store_pb2()
+        self._owner = checker.owner
+        self._get = spb.GetItem()
+        self._put = spb.PutItem()
+        self.length = _add_slices(self._get.slices, items)
+        self._put.slices.extend(self._get.slices)
+        self.count = len(items)
+        shared: Dict[int, Tuple[SharedBuffer, int]] = {}
+        registered: Dict[int, int] = {}
+        for sl in items:
+            if sl.buffer is not None:
+                shared[id(sl.buffer)] = (sl.buffer, sl.buffer_id)
+            else:
+                registered[sl.buffer_id] = checker.sizes[sl.buffer_id]
+        self._shared = list(shared.values())
+        self._registered = list(registered.items())
+
+    def check(self, checker: "SliceChecker", what: str) -> None:
+        """Raises ValueError unless every buffer is still as when it was prepared."""
+        if self._owner is not checker.owner:
+            raise ValueError("%s: slices prepared by another client (buffer ids are per "
+                             "daemon)" % what)
+        for buf, buffer_id in self._shared:
+            if buf.closed or buf.id != buffer_id:
+                raise ValueError("%s: prepared slices name buffer %s (id %d), which is now "
+                                 "closed or re-registered: prepare them again"
+                                 % (what, buf.name, buffer_id))
+        for buffer_id, size in self._registered:
+            if checker.sizes.get(buffer_id) != size:
+                raise ValueError("%s: prepared slices name buffer id %d, which is no longer "
+                                 "registered through this client" % (what, buffer_id))
+
+    def __repr__(self) -> str:
+        return "PreparedSlices(%d slices, %d bytes)" % (self.count, self.length)
 
 
 def _is_torch_tensor(v: Any) -> bool:
@@ -169,6 +216,10 @@ def build_put(keys: Sequence[KeyLike], values: Sequence[ValueLike], replicas: Op
             items.add(key=k, data=v)
             continue
         what = "put item %d" % i
+        if type(v) is PreparedSlices:
+            v.check(checker, what)
+            items.add(key=k).MergeFrom(v._put)
+            continue
         try:
             slices = _is_slices(v)
         except (TypeError, ValueError) as e:
@@ -199,8 +250,14 @@ def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease
         if dest is None:
             continue
         what = "get item %d" % i
+        if type(dest) is PreparedSlices:
+            dest.check(checker, what)
+            item.MergeFrom(dest._get)
+            lengths[i] = dest.length
+            continue
         if not isinstance(dest, (Slice, list, tuple)):
-            raise TypeError("%s: `into` entries must be a Slice, a list of Slices or None, got %s"
+            raise TypeError("%s: `into` entries must be a Slice, a list of Slices, "
+                            "PreparedSlices or None, got %s"
                             % (what, type(dest).__name__))
         lengths[i] = _add_slices(item.slices, checker.slices(dest, what))
     return req, bkeys, lengths

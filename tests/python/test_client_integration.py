@@ -109,6 +109,52 @@ def test_zero_copy_round_trip_across_daemons(c0, c1):
     dst.close()
 
 
+def test_prepared_slices_send_the_same_request_and_are_rechecked_per_use(c0, c1):
+    n = 64 << 10
+    src = c0.create_buffer(4 * n)
+    src.numpy(np.uint8, 4 * n)[:] = np.random.default_rng(3).integers(0, 255, 4 * n,
+                                                                       dtype=np.uint8)
+    # one object scattered over a shared buffer and a buffer registered by hand (by id)
+    raw = c0.create_buffer(2 * n)
+    raw.numpy(np.uint8, 2 * n)[:] = 5
+    bid = c0.register_buffer(raw.name, 2 * n)
+    slices = [src.slice(3 * n, n), Slice(bid, n, n), src.slice(0, n)]
+    prepared = c0.prepare_slices(slices)
+    assert prepared.length == 3 * n and prepared.count == 3
+    k1, k2 = uniq("prep"), uniq("prep")
+    raise_for_results(c0.put([k1, k2], [prepared, slices]))
+    expect = bytes(src.numpy(np.uint8, n, offset=3 * n)) + b"\x05" * n + bytes(
+        src.numpy(np.uint8, n))
+    assert c0.get([k1])[0].data == expect and c0.get([k2])[0].data == expect
+    # as a destination, twice: the same bytes land where plain slices put them
+    dst = c0.create_buffer(3 * n)
+    into = c0.prepare_slices([dst.slice(2 * n, n), dst.slice(0, 2 * n)])
+    for key in (k1, k2):
+        dst.numpy(np.uint8, 3 * n)[:] = 0
+        res = c0.get([key], into=[into])
+        raise_for_results(res)
+        assert res[0].bytes_written == 3 * n
+        got = bytes(dst.numpy(np.uint8, 3 * n))
+        assert got[2 * n:] + got[:2 * n] == expect
+    # too small a destination is the daemon's SIZE_MISMATCH, as for plain slices
+    small = c0.prepare_slices([dst.slice(0, n)])
+    assert c0.get([k1], into=[small])[0].code is Code.SIZE_MISMATCH
+    # another client's prepared slices, an unregistered id, a closed buffer: refused before
+    # anything is sent
+    with pytest.raises(ValueError, match="another client"):
+        c1.get([k1], into=[into])
+    c0.unregister_buffer(bid)
+    with pytest.raises(ValueError, match="no longer registered"):
+        c0.put([uniq()], [prepared])
+    dst.close()
+    with pytest.raises(ValueError, match="closed or re-registered"):
+        c0.get([k1], into=[into])
+    with pytest.raises(ValueError, match="not registered through this client"):
+        c0.prepare_slices([Slice(bid, 0, 16)])
+    src.close()
+    raw.close()
+
+
 def test_zero_copy_torch(c0, c1):
     torch = pytest.importorskip("torch")
     src = c0.create_buffer(1 << 20)

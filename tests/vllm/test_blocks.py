@@ -89,6 +89,20 @@ def test_runs_follow_strides_not_assumptions():
         (0, 0, 15), (1, 15, 1), (0, 15, 2)]
 
 
+@pytest.mark.parametrize("shape,strides,offset", [
+    ((4, 2, 32, 128), (2 * 32 * 128, 32 * 128, 128, 1), 10),           # dense
+    ((4, 2, 32, 128), (32 * 128, 4 * 32 * 128, 128, 1), 0),            # heads outermost
+    ((6, 2, 2, 16, 8), (2 * 16 * 8, 6 * 2 * 2 * 16 * 8, 6 * 16 * 8, 8, 1), 3),  # K/V and heads apart
+])
+def test_a_blocks_runs_are_block_zeros_shifted(shape, strides, offset):
+    # The connector computes block b's runs as block 0's shifted by b * stride[0] bytes.
+    esize = 2
+    block0 = B.block_runs(shape, strides, esize, offset, 0)
+    for b in range(shape[0]):
+        shifted = [(o + b * strides[0] * esize, n) for o, n in block0]
+        assert B.block_runs(shape, strides, esize, offset, b) == shifted
+
+
 def test_runs_reject_bad_geometry():
     with pytest.raises(ValueError):
         B.block_runs((4, 8), (8, 1), 4, 0, 4)

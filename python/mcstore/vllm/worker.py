@@ -71,6 +71,11 @@ class KVMemory:
             self.layers.append((idx, t.element_size(), tuple(t.shape), tuple(t.stride()),
                                 t.storage_offset()))
         self.page_bytes = page_bytes
+        # Per layer: block 0's byte runs and the bytes between blocks (dim 0's stride): block b's
+        # runs are block 0's shifted by b strides, as block_runs would walk them.
+        self._layer_runs = [(idx, B.block_runs(shape, strides, esize, off, 0),
+                             strides[0] * esize)
+                            for idx, esize, shape, strides, off in self.layers]
         runs = self._runs_unregistered(0)
         total = sum(n for _, _, n in runs)
         if total != page_bytes * len(self.layers):
@@ -78,7 +83,6 @@ class KVMemory:
                              "%d x %d" % (total, len(self.layers), page_bytes))
         self.block_bytes = total
         self.runs_per_block = len(runs)
-        self._slice_cache: dict[tuple, list] = {}
 
     @staticmethod
     def _to_shared(t: torch.Tensor) -> tuple[str, int, int]:
@@ -110,23 +114,18 @@ class KVMemory:
 
     def _runs_unregistered(self, block: int) -> list[tuple[int, int, int]]:
         runs = []
-        for idx, esize, shape, strides, off in self.layers:
-            for o, n in B.block_runs(shape, strides, esize, off, block):
-                runs.append((idx, o, n))
+        for idx, block0, step in self._layer_runs:
+            shift = block * step
+            runs.extend((idx, o + shift, n) for o, n in block0)
         return B.merge_runs(runs)
 
     def block_slices(self, buffer_ids: list[int], block: int):
-        """The Slices of one block (memoized per block id and buffer ids: the geometry is fixed)."""
+        """The Slices of one block, read from the tensors' strides."""
         from mcstore import Slice
         if block < 0 or block >= self.num_blocks:
             raise ValueError("block id %d outside [0, %d)" % (block, self.num_blocks))
-        cache_key = (block, tuple(buffer_ids))
-        hit = self._slice_cache.get(cache_key)
-        if hit is None:
-            hit = [Slice(buffer_ids[i], self.storages[i][3] + o, n)
-                   for i, o, n in self._runs_unregistered(block)]
-            self._slice_cache[cache_key] = hit
-        return list(hit)
+        return [Slice(buffer_ids[i], self.storages[i][3] + o, n)
+                for i, o, n in self._runs_unregistered(block)]
 
     def views(self) -> dict[str, torch.Tensor]:
         return dict(zip(self.layer_names, self.tensors))
@@ -151,6 +150,8 @@ class WorkerSide:
         self.mem: Optional[KVMemory] = None
         self.buffer_ids: list[int] = []
         self.headers = None     # SharedBuffer: [load slots | save slots], HEADER_SIZE each
+        self._prepared_loads: dict[int, object] = {}   # block id -> PreparedSlices
+        self._prepared_saves: dict[int, object] = {}
         self.pool = ThreadPoolExecutor(max_workers=max(1, int(self.cfg["io_threads"])),
                                        thread_name_prefix="mcstore-kv")
         self.lock = threading.Lock()
@@ -175,6 +176,8 @@ class WorkerSide:
         self.buffer_ids = [self.client.register_buffer(name, size)
                            for _, size, name, _ in self.mem.storages]
         self.headers = self.client.create_buffer(2 * self.mem.num_blocks * B.HEADER_SIZE)
+        self._prepared_loads.clear()   # they name the buffers registered before, if any
+        self._prepared_saves.clear()
         self._check_bound_views()
         log.info("mcstore: %d KV layers, %d blocks of %d bytes in %d slice(s) each, shared "
                  "memory %s", len(self.mem.layers), self.mem.num_blocks, self.mem.block_bytes,
@@ -231,6 +234,18 @@ class WorkerSide:
     def _header_slot(self, block_id: int, save: bool) -> int:
         return ((self.mem.num_blocks if save else 0) + block_id) * B.HEADER_SIZE
 
+    def _prepared(self, block_id: int, save: bool):
+        """The block's header slot and KV runs as PreparedSlices, made once per block id and
+        direction (the geometry never changes; each use re-checks only the two buffers)."""
+        cache = self._prepared_saves if save else self._prepared_loads
+        p = cache.get(block_id)
+        if p is None:
+            p = self.client.prepare_slices(
+                [self.headers.slice(self._header_slot(block_id, save), B.HEADER_SIZE)]
+                + self.mem.block_slices(self.buffer_ids, block_id))
+            cache[block_id] = p
+        return p
+
     def _key(self, h: bytes) -> bytes:
         return B.block_key(self.prefix, h)
 
@@ -260,8 +275,7 @@ class WorkerSide:
         hdr_buf = self.headers
         try:
             keys = [self._key(r.block_hash) for r in job.blocks]
-            into = [[hdr_buf.slice(self._header_slot(r.block_id, False), B.HEADER_SIZE)]
-                    + self.mem.block_slices(self.buffer_ids, r.block_id) for r in job.blocks]
+            into = [self._prepared(r.block_id, False) for r in job.blocks]
             results = self.client.get(keys, into=into, lease=lease or None)
             for r, res in zip(job.blocks, results):
                 if self.fault_hook is not None:
@@ -331,8 +345,7 @@ class WorkerSide:
         stored: list[bytes] = []
         try:
             keys = [self._key(r.block_hash) for r in job.blocks]
-            values = [[self.headers.slice(self._header_slot(r.block_id, True), B.HEADER_SIZE)]
-                      + self.mem.block_slices(self.buffer_ids, r.block_id) for r in job.blocks]
+            values = [self._prepared(r.block_id, True) for r in job.blocks]
             results = self.client.put(keys, values, replicas=int(self.cfg["replicas"]) or None)
             for r, res in zip(job.blocks, results):
                 if res.ok:
