@@ -12,10 +12,14 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/caller_limits.h"
 #include "client/store_auth.h"
 #include "common/logging.h"
@@ -118,29 +122,95 @@ void ReleaseSlot(int i) {
 // prompt took ~2x as long). Holes stay holes: only pages mincore() reports resident are
 // populated, so a sparse object costs no memory here. MADV_POPULATE_WRITE answers an error
 // rather than SIGBUS when the object shrinks meanwhile; any error just ends the prefault.
-void PrefaultResident(char* base, uint64_t size) {
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  constexpr uint64_t kChunkPages = 1 << 16;  // mincore vector of 64 KiB per round
-  std::vector<unsigned char> resident(kChunkPages);
-  for (uint64_t chunk = 0; chunk < size; chunk += kChunkPages * page) {
-    const uint64_t bytes = std::min<uint64_t>(size - chunk, kChunkPages * page);
-    const uint64_t pages = (bytes + page - 1) / page;
-    if (mincore(base + chunk, bytes, resident.data()) != 0) return;
-    for (uint64_t i = 0; i < pages;) {
-      if ((resident[i] & 1) == 0) {
-        ++i;
-        continue;
+//
+// In the background, one buffer at a time, 64 Ki pages per step: populating costs about what
+// the faults would (2 GiB took 1.7 s on the dev VM), so registration must not wait for it. Each
+// step holds the buffer; one unmapped meanwhile (its last BufferRef gone) is dropped.
+class Prefaulter {
+ public:
+  static Prefaulter& Get() {
+    static Prefaulter p;  // its destructor stops the thread at exit, after the current step
+    return p;
+  }
+  void Add(std::weak_ptr<const MappedBuffer> buffer) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(buffer));
+  }
+  void WaitIdle() {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queue_.empty() && !busy_; };
+    mu_.Await(absl::Condition(&idle));
+  }
+  ~Prefaulter() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+ private:
+  Prefaulter() : thread_([this] { Loop(); }) {}
+
+  void Loop() {
+    while (true) {
+      std::weak_ptr<const MappedBuffer> next;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !queue_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (stop_) return;
+        next = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
       }
-      uint64_t j = i;
-      while (j < pages && (resident[j] & 1) != 0) ++j;
-      const uint64_t len = std::min<uint64_t>((j - i) * page, bytes - i * page);
-      if (madvise(base + chunk + i * page, len, MADV_POPULATE_WRITE) != 0) return;
-      i = j;
+      PrefaultResident(next);
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
     }
   }
-}
+
+  bool Stopping() {
+    absl::MutexLock lock(&mu_);
+    return stop_;
+  }
+
+  void PrefaultResident(const std::weak_ptr<const MappedBuffer>& weak) {
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    constexpr uint64_t kStepPages = 1 << 16;
+    std::vector<unsigned char> resident(kStepPages);
+    for (uint64_t step = 0;; step += kStepPages * page) {
+      BufferRef buffer = weak.lock();
+      if (buffer == nullptr || buffer->Broken() || step >= buffer->size() || Stopping()) return;
+      char* const base = buffer->base() + step;
+      const uint64_t bytes = std::min<uint64_t>(buffer->size() - step, kStepPages * page);
+      const uint64_t pages = (bytes + page - 1) / page;
+      if (mincore(base, bytes, resident.data()) != 0) return;
+      for (uint64_t i = 0; i < pages;) {
+        if ((resident[i] & 1) == 0) {
+          ++i;
+          continue;
+        }
+        uint64_t j = i;
+        while (j < pages && (resident[j] & 1) != 0) ++j;
+        const uint64_t len = std::min<uint64_t>((j - i) * page, bytes - i * page);
+        if (madvise(base + i * page, len, MADV_POPULATE_WRITE) != 0) return;
+        i = j;
+      }
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<std::weak_ptr<const MappedBuffer>> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
 
 }  // namespace
+
+void WaitForBufferPrefaults() { Prefaulter::Get().WaitIdle(); }
 
 MappedBuffer::~MappedBuffer() {
   ReleaseSlot(guard_slot_);
@@ -230,9 +300,10 @@ absl::StatusOr<BufferRef> BufferRegistry::MapFd(int fd, uint64_t size, std::stri
     return refuse(Code::kNoSpace,
                   absl::StrCat("more than ", kGuardSlots, " buffers in this process"));
   }
-  PrefaultResident(static_cast<char*>(base), size);
-  return std::make_shared<const MappedBuffer>(std::move(label), fd, static_cast<char*>(base), size,
-                                              slot);
+  auto mapped = std::make_shared<const MappedBuffer>(std::move(label), fd, static_cast<char*>(base),
+                                                     size, slot);
+  Prefaulter::Get().Add(mapped);
+  return mapped;
 }
 
 BufferRegistry::BufferRegistry(BufferRegistryOptions options) : options_(std::move(options)) {}

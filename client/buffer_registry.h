@@ -96,6 +96,10 @@ struct ResolvedBuffer {
 // OK when none of `refs` is broken, else the first buffer's error.
 absl::Status CheckBuffersIntact(const std::vector<BufferRef>& refs);
 
+// Buffers are prefaulted in the background after MapFd (their resident pages mapped, holes
+// left alone); this waits until every buffer queued so far is done (tests).
+void WaitForBufferPrefaults();
+
 // Number of SIGBUS faults the guard absorbed in registered buffers (for /metrics and tests).
 uint64_t BufferFaultsAbsorbed();
 

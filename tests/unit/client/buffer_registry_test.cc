@@ -275,8 +275,8 @@ TEST(BufferRegistryOwners, StagedHandleIsClaimedOnce) {
   EXPECT_TRUE(reg.Resolve(*id, 0, 4096, &ref, "alice").ok());
 }
 
-// MapFd maps the pages the object already has (no page fault on the first get into them) and
-// allocates none of its holes.
+// MapFd has the pages the object already has mapped (in the background; no page fault on the
+// first get into them) and allocates none of its holes.
 TEST(BufferRegistryMapping, PrefaultsWrittenPagesAndLeavesHoles) {
   const long page = sysconf(_SC_PAGESIZE);
   constexpr int kPages = 64, kWritten = 32;
@@ -289,6 +289,7 @@ TEST(BufferRegistryMapping, PrefaultsWrittenPagesAndLeavesHoles) {
   ASSERT_EQ(fstat(fd, &before), 0);
   auto mapped = BufferRegistry::MapFd(fd, 0, "memfd");
   ASSERT_TRUE(mapped.ok()) << mapped.status();
+  WaitForBufferPrefaults();  // done in the background
   struct stat after {};
   ASSERT_EQ(fstat(fd, &after), 0);  // the buffer keeps the fd open
   EXPECT_EQ(after.st_blocks, before.st_blocks) << "holes must stay holes";
