@@ -22,16 +22,16 @@ constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
 struct BatchGetter::KeyPlan {
   std::string key;
-  std::vector<size_t> items;  // request positions, ascending
-  absl::Status status;        // key-level outcome (lookup, transfer, verification)
+  std::vector<size_t> items;                // request positions, ascending
+  absl::Status status;                      // key-level outcome (lookup, transfer, verification)
   const v1::KeyReplicas* lookup = nullptr;  // in Batch's arena, or `pinned`; set when status ok
   std::optional<v1::KeyReplicas> pinned;    // a MatchPrefix lease's copy
-  int64_t deadline_ms = 0;    // lease end on the local clock
-  bool leased_here = false;   // this call took the lease (and releases it)
-  std::vector<int> order;     // replica indices, preferred first
-  size_t next = 0;            // next position in `order` to try
-  size_t primary = kNone;     // item receiving the transfer
-  uint64_t moved = 0;         // bytes moved into the primary by the last transfer
+  int64_t deadline_ms = 0;                  // lease end on the local clock
+  bool leased_here = false;                 // this call took the lease (and releases it)
+  std::vector<int> order;                   // replica indices, preferred first
+  size_t next = 0;                          // next position in `order` to try
+  size_t primary = kNone;                   // item receiving the transfer
+  uint64_t moved = 0;                       // bytes moved into the primary by the last transfer
   bool done = false;
 };
 
@@ -145,9 +145,9 @@ std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, 
     GetItemResult& r = batch.results[i];
     r.status = items[i].input_error;
     if (r.status.ok() && (items[i].key.empty() || items[i].key.size() > options_.max_key_size)) {
-      r.status = McError(Code::kInvalidArgument,
-                         absl::StrCat("key length ", items[i].key.size(), " outside 1..",
-                                      options_.max_key_size));
+      r.status = McError(
+          Code::kInvalidArgument,
+          absl::StrCat("key length ", items[i].key.size(), " outside 1..", options_.max_key_size));
     }
     if (!r.status.ok()) continue;
     auto [it, inserted] = plan_of.emplace(items[i].key, batch.plans.size());
@@ -245,16 +245,16 @@ void BatchGetter::AssignDestinations(Batch& batch, InlineSink* sink) {
       if (item.inline_data) {
         char* mem = sink == nullptr ? nullptr : sink->Allocate(i, size);
         if (mem == nullptr) {
-          r.status = McError(Code::kInvalidArgument,
-                             absl::StrCat("object of ", size,
-                                          " bytes exceeds the inline limit; use slices"));
+          r.status = McError(
+              Code::kInvalidArgument,
+              absl::StrCat("object of ", size, " bytes exceeds the inline limit; use slices"));
           continue;
         }
         batch.dest[i] = {LocalBuffer{mem, size}};
       } else if (TotalLength(item.slices) != size) {
-        r.status = McError(Code::kSizeMismatch,
-                           absl::StrCat("slices hold ", TotalLength(item.slices),
-                                        " bytes, object has ", size));
+        r.status = McError(
+            Code::kSizeMismatch,
+            absl::StrCat("slices hold ", TotalLength(item.slices), " bytes, object has ", size));
         continue;
       } else {
         batch.dest[i] = item.slices;
@@ -281,12 +281,11 @@ void BatchGetter::TransferRounds(Batch& batch) {
                         rep.segment_id(), rep.offset()});
       } else {
         // DISK: the owner reads and verifies the record (generation, locator, key tag).
-        reqs.push_back({transfer::OpKind::kReadDisk, batch.dest[plan.primary],
-                        rep.data_endpoint(), plan.lookup->generation(), rep.offset(),
-                        DiskKeyTag(plan.key)});
+        reqs.push_back({transfer::OpKind::kReadDisk, batch.dest[plan.primary], rep.data_endpoint(),
+                        plan.lookup->generation(), rep.offset(), DiskKeyTag(plan.key)});
       }
       reqs.back().capability = rep.capability();  // the master's read grant, if any
-      reqs.back().want_checksum = true;  // the transport hashes the bytes as they land
+      reqs.back().want_checksum = true;           // the transport hashes the bytes as they land
       owner.push_back(p);
       deadline = std::min(deadline, plan.deadline_ms);
     }
@@ -310,8 +309,8 @@ void BatchGetter::TransferRounds(Batch& batch) {
                                    res.status.message()));
           continue;
         }
-        plan.status = McError(Code::kLeaseExpired,
-                              "the transfer ended after the read lease expired");
+        plan.status =
+            McError(Code::kLeaseExpired, "the transfer ended after the read lease expired");
         metrics_.lease_expiries.Inc();
         continue;
       }
@@ -326,23 +325,22 @@ void BatchGetter::TransferRounds(Batch& batch) {
         continue;
       }
       if (!res.status.ok() || res.bytes != plan.lookup->size()) {
-        plan.status = McError(Code::kTransferFailed,
-                              absl::StrCat("replica on ", reqs[i].endpoint, ": ",
-                                           res.status.ok() ? "short transfer"
-                                                           : std::string(res.status.message())));
+        plan.status = McError(
+            Code::kTransferFailed,
+            absl::StrCat("replica on ", reqs[i].endpoint, ": ",
+                         res.status.ok() ? "short transfer" : std::string(res.status.message())));
         if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
         continue;
       }
       // The transport's hash is of the destination bytes as delivered; without one, hash here.
-      const uint64_t got = res.checksum.has_value() ? *res.checksum
-                                                    : ScatterChecksum(batch.dest[plan.primary]);
+      const uint64_t got =
+          res.checksum.has_value() ? *res.checksum : ScatterChecksum(batch.dest[plan.primary]);
       if (got != plan.lookup->checksum()) {
         metrics_.checksum_mismatches.Inc();
         Logger("client").error("checksum mismatch reading {} from {} (generation {})",
                                KeyForLog(plan.key), reqs[i].endpoint, plan.lookup->generation());
-        plan.status = McError(Code::kChecksumMismatch,
-                              absl::StrCat("replica on ", reqs[i].endpoint,
-                                           " failed the checksum"));
+        plan.status = McError(Code::kChecksumMismatch, absl::StrCat("replica on ", reqs[i].endpoint,
+                                                                    " failed the checksum"));
         if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
         continue;
       }
@@ -401,8 +399,8 @@ void BatchGetter::FanOut(Batch& batch) {
       if (i == plan.primary) {
         r.bytes_written = plan.moved;  // verified in TransferRounds
       } else {
-        const uint64_t sum = ScatterCopyChecksum(batch.dest[plan.primary], batch.dest[i],
-                                                 &r.bytes_written);
+        const uint64_t sum =
+            ScatterCopyChecksum(batch.dest[plan.primary], batch.dest[i], &r.bytes_written);
         metrics_.duplicate_keys.Inc();
         if (r.bytes_written != plan.lookup->size() || sum != plan.lookup->checksum()) {
           r.status = McError(Code::kInternal, "destination failed verification after copy");
@@ -436,8 +434,8 @@ void BatchGetter::PromoteDiskHits(Batch& batch) {
   for (const KeyPlan& plan : batch.plans) {
     if (!plan.done || plan.next == 0) continue;
     if (plan.lookup->replicas(plan.order[plan.next - 1]).tier() != v1::DISK) continue;
-    hits.push_back({plan.key, plan.lookup->generation(), plan.lookup->checksum(),
-                    batch.dest[plan.primary]});
+    hits.push_back(
+        {plan.key, plan.lookup->generation(), plan.lookup->checksum(), batch.dest[plan.primary]});
   }
   promoter_->Promote(hits);
 }
