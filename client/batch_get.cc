@@ -259,9 +259,49 @@ void BatchGetter::AssignDestinations(Batch& batch, InlineSink* sink) {
       } else {
         batch.dest[i] = item.slices;
       }
+      if (absl::Status gpu = CheckGpuFanOut(batch, plan, i); !gpu.ok()) {
+        r.status = std::move(gpu);
+        batch.dest[i].clear();
+        continue;
+      }
       if (plan.primary == kNone) plan.primary = i;
     }
+    if (plan.primary != kNone && batch.items[plan.primary].gpu != nullptr) {
+      KeepLocalMemoryReplicas(plan, batch.results[plan.primary]);
+    }
   }
+}
+
+absl::Status BatchGetter::CheckGpuFanOut(const Batch& batch, const KeyPlan& plan, size_t i) const {
+  if (plan.primary == kNone) return absl::OkStatus();  // the first destination: transferred into
+  // Further destinations are copied from the first by the CPU (FanOut), which can neither read
+  // nor write device memory.
+  if (batch.items[i].gpu != nullptr) {
+    return McError(Code::kInvalidArgument,
+                   "a GPU destination must be its key's first destination in the batch: copies "
+                   "to further destinations run on the CPU, which cannot write device memory");
+  }
+  if (batch.items[plan.primary].gpu != nullptr) {
+    return McError(Code::kInvalidArgument,
+                   "this key's first destination in the batch is GPU memory: copies to further "
+                   "destinations run on the CPU, which cannot read it");
+  }
+  return absl::OkStatus();
+}
+
+void BatchGetter::KeepLocalMemoryReplicas(KeyPlan& plan, GetItemResult& primary) const {
+  // The cuda transport moves local segments only, and an SSD record is written into its
+  // destination by the CPU: neither may serve a GPU destination.
+  std::erase_if(plan.order, [&](int r) {
+    const auto& rep = plan.lookup->replicas(r);
+    return rep.tier() != v1::MEMORY || rep.data_endpoint() != options_.local_endpoint;
+  });
+  if (!plan.order.empty()) return;
+  plan.status = McError(Code::kInvalidArgument,
+                        "no replica in this daemon's memory: a GPU destination is served only "
+                        "from local memory (remote and SSD replicas need the staging ring, not "
+                        "implemented yet)");
+  primary.status = plan.status;
 }
 
 void BatchGetter::TransferRounds(Batch& batch) {
@@ -332,7 +372,15 @@ void BatchGetter::TransferRounds(Batch& batch) {
         if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
         continue;
       }
-      // The transport's hash is of the destination bytes as delivered; without one, hash here.
+      // The transport's hash is of the destination bytes as delivered; without one, hash here,
+      // but never GPU memory: the CPU cannot read it, and only the device hash proves it.
+      if (!res.checksum.has_value() && batch.items[plan.primary].gpu != nullptr) {
+        plan.status =
+            McError(Code::kTransferFailed, absl::StrCat("replica on ", reqs[i].endpoint,
+                                                        ": no device hash of the GPU destination"));
+        if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
+        continue;
+      }
       const uint64_t got =
           res.checksum.has_value() ? *res.checksum : ScatterChecksum(batch.dest[plan.primary]);
       if (got != plan.lookup->checksum()) {
