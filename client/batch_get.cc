@@ -22,16 +22,16 @@ constexpr size_t kNone = std::numeric_limits<size_t>::max();
 
 struct BatchGetter::KeyPlan {
   std::string key;
-  std::vector<size_t> items;  // request positions, ascending
-  absl::Status status;        // key-level outcome (lookup, transfer, verification)
+  std::vector<size_t> items;                // request positions, ascending
+  absl::Status status;                      // key-level outcome (lookup, transfer, verification)
   const v1::KeyReplicas* lookup = nullptr;  // in Batch's arena, or `pinned`; set when status ok
   std::optional<v1::KeyReplicas> pinned;    // a MatchPrefix lease's copy
-  int64_t deadline_ms = 0;    // lease end on the local clock
-  bool leased_here = false;   // this call took the lease (and releases it)
-  std::vector<int> order;     // replica indices, preferred first
-  size_t next = 0;            // next position in `order` to try
-  size_t primary = kNone;     // item receiving the transfer
-  uint64_t moved = 0;         // bytes moved into the primary by the last transfer
+  int64_t deadline_ms = 0;                  // lease end on the local clock
+  bool leased_here = false;                 // this call took the lease (and releases it)
+  std::vector<int> order;                   // replica indices, preferred first
+  size_t next = 0;                          // next position in `order` to try
+  size_t primary = kNone;                   // item receiving the transfer
+  uint64_t moved = 0;                       // bytes moved into the primary by the last transfer
   bool done = false;
 };
 
@@ -145,9 +145,9 @@ std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, 
     GetItemResult& r = batch.results[i];
     r.status = items[i].input_error;
     if (r.status.ok() && (items[i].key.empty() || items[i].key.size() > options_.max_key_size)) {
-      r.status = McError(Code::kInvalidArgument,
-                         absl::StrCat("key length ", items[i].key.size(), " outside 1..",
-                                      options_.max_key_size));
+      r.status = McError(
+          Code::kInvalidArgument,
+          absl::StrCat("key length ", items[i].key.size(), " outside 1..", options_.max_key_size));
     }
     if (!r.status.ok()) continue;
     auto [it, inserted] = plan_of.emplace(items[i].key, batch.plans.size());
@@ -245,23 +245,63 @@ void BatchGetter::AssignDestinations(Batch& batch, InlineSink* sink) {
       if (item.inline_data) {
         char* mem = sink == nullptr ? nullptr : sink->Allocate(i, size);
         if (mem == nullptr) {
-          r.status = McError(Code::kInvalidArgument,
-                             absl::StrCat("object of ", size,
-                                          " bytes exceeds the inline limit; use slices"));
+          r.status = McError(
+              Code::kInvalidArgument,
+              absl::StrCat("object of ", size, " bytes exceeds the inline limit; use slices"));
           continue;
         }
         batch.dest[i] = {LocalBuffer{mem, size}};
       } else if (TotalLength(item.slices) != size) {
-        r.status = McError(Code::kSizeMismatch,
-                           absl::StrCat("slices hold ", TotalLength(item.slices),
-                                        " bytes, object has ", size));
+        r.status = McError(
+            Code::kSizeMismatch,
+            absl::StrCat("slices hold ", TotalLength(item.slices), " bytes, object has ", size));
         continue;
       } else {
         batch.dest[i] = item.slices;
       }
+      if (absl::Status gpu = CheckGpuFanOut(batch, plan, i); !gpu.ok()) {
+        r.status = std::move(gpu);
+        batch.dest[i].clear();
+        continue;
+      }
       if (plan.primary == kNone) plan.primary = i;
     }
+    if (plan.primary != kNone && batch.items[plan.primary].gpu != nullptr) {
+      KeepLocalMemoryReplicas(plan, batch.results[plan.primary]);
+    }
   }
+}
+
+absl::Status BatchGetter::CheckGpuFanOut(const Batch& batch, const KeyPlan& plan, size_t i) const {
+  if (plan.primary == kNone) return absl::OkStatus();  // the first destination: transferred into
+  // Further destinations are copied from the first by the CPU (FanOut), which can neither read
+  // nor write device memory.
+  if (batch.items[i].gpu != nullptr) {
+    return McError(Code::kInvalidArgument,
+                   "a GPU destination must be its key's first destination in the batch: copies "
+                   "to further destinations run on the CPU, which cannot write device memory");
+  }
+  if (batch.items[plan.primary].gpu != nullptr) {
+    return McError(Code::kInvalidArgument,
+                   "this key's first destination in the batch is GPU memory: copies to further "
+                   "destinations run on the CPU, which cannot read it");
+  }
+  return absl::OkStatus();
+}
+
+void BatchGetter::KeepLocalMemoryReplicas(KeyPlan& plan, GetItemResult& primary) const {
+  // The cuda transport moves local segments only, and an SSD record is written into its
+  // destination by the CPU: neither may serve a GPU destination.
+  std::erase_if(plan.order, [&](int r) {
+    const auto& rep = plan.lookup->replicas(r);
+    return rep.tier() != v1::MEMORY || rep.data_endpoint() != options_.local_endpoint;
+  });
+  if (!plan.order.empty()) return;
+  plan.status = McError(Code::kInvalidArgument,
+                        "no replica in this daemon's memory: a GPU destination is served only "
+                        "from local memory (remote and SSD replicas need the staging ring, not "
+                        "implemented yet)");
+  primary.status = plan.status;
 }
 
 void BatchGetter::TransferRounds(Batch& batch) {
@@ -281,12 +321,11 @@ void BatchGetter::TransferRounds(Batch& batch) {
                         rep.segment_id(), rep.offset()});
       } else {
         // DISK: the owner reads and verifies the record (generation, locator, key tag).
-        reqs.push_back({transfer::OpKind::kReadDisk, batch.dest[plan.primary],
-                        rep.data_endpoint(), plan.lookup->generation(), rep.offset(),
-                        DiskKeyTag(plan.key)});
+        reqs.push_back({transfer::OpKind::kReadDisk, batch.dest[plan.primary], rep.data_endpoint(),
+                        plan.lookup->generation(), rep.offset(), DiskKeyTag(plan.key)});
       }
       reqs.back().capability = rep.capability();  // the master's read grant, if any
-      reqs.back().want_checksum = true;  // the transport hashes the bytes as they land
+      reqs.back().want_checksum = true;           // the transport hashes the bytes as they land
       owner.push_back(p);
       deadline = std::min(deadline, plan.deadline_ms);
     }
@@ -310,8 +349,8 @@ void BatchGetter::TransferRounds(Batch& batch) {
                                    res.status.message()));
           continue;
         }
-        plan.status = McError(Code::kLeaseExpired,
-                              "the transfer ended after the read lease expired");
+        plan.status =
+            McError(Code::kLeaseExpired, "the transfer ended after the read lease expired");
         metrics_.lease_expiries.Inc();
         continue;
       }
@@ -326,23 +365,30 @@ void BatchGetter::TransferRounds(Batch& batch) {
         continue;
       }
       if (!res.status.ok() || res.bytes != plan.lookup->size()) {
-        plan.status = McError(Code::kTransferFailed,
-                              absl::StrCat("replica on ", reqs[i].endpoint, ": ",
-                                           res.status.ok() ? "short transfer"
-                                                           : std::string(res.status.message())));
+        plan.status = McError(
+            Code::kTransferFailed,
+            absl::StrCat("replica on ", reqs[i].endpoint, ": ",
+                         res.status.ok() ? "short transfer" : std::string(res.status.message())));
         if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
         continue;
       }
-      // The transport's hash is of the destination bytes as delivered; without one, hash here.
-      const uint64_t got = res.checksum.has_value() ? *res.checksum
-                                                    : ScatterChecksum(batch.dest[plan.primary]);
+      // The transport's hash is of the destination bytes as delivered; without one, hash here,
+      // but never GPU memory: the CPU cannot read it, and only the device hash proves it.
+      if (!res.checksum.has_value() && batch.items[plan.primary].gpu != nullptr) {
+        plan.status =
+            McError(Code::kTransferFailed, absl::StrCat("replica on ", reqs[i].endpoint,
+                                                        ": no device hash of the GPU destination"));
+        if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
+        continue;
+      }
+      const uint64_t got =
+          res.checksum.has_value() ? *res.checksum : ScatterChecksum(batch.dest[plan.primary]);
       if (got != plan.lookup->checksum()) {
         metrics_.checksum_mismatches.Inc();
         Logger("client").error("checksum mismatch reading {} from {} (generation {})",
                                KeyForLog(plan.key), reqs[i].endpoint, plan.lookup->generation());
-        plan.status = McError(Code::kChecksumMismatch,
-                              absl::StrCat("replica on ", reqs[i].endpoint,
-                                           " failed the checksum"));
+        plan.status = McError(Code::kChecksumMismatch, absl::StrCat("replica on ", reqs[i].endpoint,
+                                                                    " failed the checksum"));
         if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
         continue;
       }
@@ -401,8 +447,8 @@ void BatchGetter::FanOut(Batch& batch) {
       if (i == plan.primary) {
         r.bytes_written = plan.moved;  // verified in TransferRounds
       } else {
-        const uint64_t sum = ScatterCopyChecksum(batch.dest[plan.primary], batch.dest[i],
-                                                 &r.bytes_written);
+        const uint64_t sum =
+            ScatterCopyChecksum(batch.dest[plan.primary], batch.dest[i], &r.bytes_written);
         metrics_.duplicate_keys.Inc();
         if (r.bytes_written != plan.lookup->size() || sum != plan.lookup->checksum()) {
           r.status = McError(Code::kInternal, "destination failed verification after copy");
@@ -436,8 +482,8 @@ void BatchGetter::PromoteDiskHits(Batch& batch) {
   for (const KeyPlan& plan : batch.plans) {
     if (!plan.done || plan.next == 0) continue;
     if (plan.lookup->replicas(plan.order[plan.next - 1]).tier() != v1::DISK) continue;
-    hits.push_back({plan.key, plan.lookup->generation(), plan.lookup->checksum(),
-                    batch.dest[plan.primary]});
+    hits.push_back(
+        {plan.key, plan.lookup->generation(), plan.lookup->checksum(), batch.dest[plan.primary]});
   }
   promoter_->Promote(hits);
 }

@@ -7,6 +7,9 @@
 //    fails; SSD reads run under the same lease and checksum rules as memory reads;
 //  - each unique key is transferred once, into its first valid destination, then copied into
 //    every other destination of that key;
+//  - a GPU destination (GetRequestItem::gpu) is never read or written by the CPU: it must be its
+//    key's only destination in the batch, is served from this daemon's memory replicas only,
+//    and is OK only when the transport's device hash equals the recorded checksum (docs/gpu.md);
 //  - an item is OK only when its own destination received exactly `size` bytes from this get and
 //    their XXH3 equals the checksum recorded at put; a transfer that finished after its lease
 //    expired is LEASE_EXPIRED; destinations that overlap each other are rejected up front;
@@ -56,6 +59,13 @@ class BatchGetter {
   struct Batch;
   void Lookup(Batch& batch, uint64_t lease_id);
   void AssignDestinations(Batch& batch, InlineSink* sink);
+  // GPU destinations (GetRequestItem::gpu): INVALID_ARGUMENT for item `i` of `plan` when it or
+  // the key's first destination is GPU memory and `i` is not that first one (FanOut copies on
+  // the CPU).
+  absl::Status CheckGpuFanOut(const Batch& batch, const KeyPlan& plan, size_t i) const;
+  // A GPU first destination is read from this daemon's memory replicas only; with none, the key
+  // fails INVALID_ARGUMENT (into `primary`'s result).
+  void KeepLocalMemoryReplicas(KeyPlan& plan, GetItemResult& primary) const;
   void TransferRounds(Batch& batch);
   // Runs one round of reads: engine transfers, and our own SSD records through the DiskReader.
   std::vector<transfer::TransferResult> SubmitReads(const Batch& batch,

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "client/buffer_registry.h"
+#include "client/gpu_buffers.h"
 #include "common/checked_math.h"
 #include "transfer/transfer_engine.h"
 
@@ -31,6 +32,10 @@ struct GetRequestItem {
   std::vector<LocalBuffer> slices;
   absl::Status input_error;
   std::vector<BufferRef> buffers;  // as PutRequestItem::buffers
+  // Set: `slices` is one range of registered GPU memory (client/gpu_buffers.h), held for the
+  // request. The CPU never touches it: it is read only through the cuda transport, from this
+  // daemon's own memory, and is OK only with the transport's device hash (see BatchGetter).
+  GpuBufferRef gpu;
 };
 
 struct GetItemResult {

@@ -95,6 +95,10 @@ ABSL_FLAG(int32_t, rdma_port, 1, "port of the verbs device");
 ABSL_FLAG(int32_t, rdma_gid_index, 1,
           "GID index (RoCEv2: the IPv4-mapped GID, 1 on rxe and usually 3 on mlx5; 0 on IB)");
 ABSL_FLAG(int32_t, rdma_qps_per_peer, 2, "RC queue pairs per peer");
+ABSL_FLAG(int32_t, cuda_device, -1,
+          "CUDA ordinal whose memory applications may lend with GpuBuffers.RegisterGpuBuffer and "
+          "name in BatchPut/BatchGet slices (docs/gpu.md); -1 = none (GpuBuffers not served)");
+ABSL_FLAG(int32_t, cuda_streams, 4, "CUDA streams of the GPU mover (1..64), with --cuda_device");
 ABSL_FLAG(uint64_t, rdma_buffer_bytes_total, 64ull << 30,
           "bytes of registered application buffers also registered with the rdma device (local "
           "access only; their pages stay pinned while registered); buffers past it move over tcp; "
@@ -298,6 +302,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "--rdma_qps_per_peer must be in 1..64, --rdma_port >= 1, "
                  "--rdma_gid_index >= 0\n");
+    return 2;
+  }
+  o.transfer.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  o.transfer.cuda_streams = absl::GetFlag(FLAGS_cuda_streams);
+  if (o.transfer.cuda_device < -1 || o.transfer.cuda_device > 1023 || o.transfer.cuda_streams < 1 ||
+      o.transfer.cuda_streams > 64) {
+    std::fprintf(stderr,
+                 "--cuda_device must be -1 (no GPU) or a CUDA ordinal in 0..1023, "
+                 "--cuda_streams in 1..64\n");
     return 2;
   }
   o.offload.dir = mc::AbsolutePath(absl::GetFlag(FLAGS_offload_dir));

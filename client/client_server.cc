@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "common/util.h"
+#include "transfer/cuda/cuda_transport.h"
 #include "transfer/rdma/handshake.h"
 
 namespace mc::client {
@@ -237,6 +238,18 @@ absl::Status ClientServer::Start() {
       registry_);
   MC_RETURN_IF_ERROR(StartFdChannel());
   store_->SetAccess(store_auth_.get(), fd_channel_.get());
+  if (transfer::cuda::CudaTransport* cuda = engine_->cuda(); cuda != nullptr) {
+    // GPU buffers: served next to Store, admitted exactly as Store's callers (docs/gpu.md).
+    gpu_buffers_ = std::make_unique<GpuBufferRegistry>(cuda->api(), cuda);
+    gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, cuda->api());
+    gpu_service_->SetAccess(store_auth_.get(), fd_channel_.get());
+    store_->SetGpuBuffers(gpu_buffers_.get());
+  } else if (options_.transfer.cuda_device >= 0) {
+    Logger("client").error(
+        "--cuda_device={} asked for, but there is no cuda transport (see the transfer log "
+        "above): GpuBuffers is not served and GPU slices are refused",
+        options_.transfer.cuda_device);
+  }
   MC_RETURN_IF_ERROR(StartGrpc());
   MC_RETURN_IF_ERROR(StartAdmin());
   if (!options_.ready_file.empty()) {
@@ -321,6 +334,7 @@ absl::Status ClientServer::StartGrpc() {
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.RegisterService(store_.get());
+  if (gpu_service_) builder.RegisterService(gpu_service_.get());
   // gRPC binds the Unix socket with the process umask: nobody else may connect until the mode
   // and group below are in place. (Startup is the only time the daemon creates files.)
   mode_t old_mask = umask(0177);

@@ -1,6 +1,7 @@
 // ClientServer: runs one mc-client daemon: its memory segments, the data-plane server, the
 // transfer engine, the session with the master (registration, heartbeats, re-registration), the
-// Store gRPC service on TCP and a Unix socket, and the HTTP admin endpoint. mc-client's main only
+// Store gRPC service on TCP and a Unix socket (GpuBuffers beside it when the engine has a cuda
+// transport), and the HTTP admin endpoint. mc-client's main only
 // turns flags into ClientServerOptions. Start() returns once everything serves and the ready file
 // is written; Shutdown() stops it all. Thread-safe.
 #pragma once
@@ -16,6 +17,8 @@
 #include "client/buffer_registry.h"
 #include "client/client_metrics.h"
 #include "client/fd_channel.h"
+#include "client/gpu_buffer_service.h"
+#include "client/gpu_buffers.h"
 #include "client/index_service.h"
 #include "client/master_client.h"
 #include "client/master_session.h"
@@ -132,6 +135,11 @@ class ClientServer {
   std::unique_ptr<BatchGetter> getter_;
   std::unique_ptr<Promoter> promoter_;
   std::unique_ptr<StoreGrpcService> store_;
+  // With a cuda transport: the GPU buffers Store's BatchGet may name, and their service.
+  // Declared after engine_ (its transport's CudaApi outlives every import) and destroyed before
+  // store_, which only uses them while serving.
+  std::unique_ptr<GpuBufferRegistry> gpu_buffers_;
+  std::unique_ptr<GpuBufferService> gpu_service_;
   std::unique_ptr<StoreAuth> store_auth_;
   std::unique_ptr<FdChannelServer> fd_channel_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -1,13 +1,37 @@
 #include "client/gpu_buffer_service.h"
 
 #include "common/status.h"
+#include "common/status_macros.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
 
+namespace {
+
+std::string_view Header(const grpc::ServerContext& context, std::string_view name) {
+  const auto& md = context.client_metadata();
+  auto it = md.find(grpc::string_ref(name.data(), name.size()));
+  if (it == md.end()) return {};
+  return std::string_view(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> GpuBufferService::Admit(grpc::ServerContext* context) const {
+  if (context == nullptr) return std::string();
+  const std::string peer = context->peer();
+  if (auth_ != nullptr) {
+    MC_RETURN_IF_ERROR(auth_->Check(peer, Header(*context, "authorization"),
+                                    Header(*context, "x-mc-store-token")));
+  }
+  return StoreAuth::OwnerOf(peer, Header(*context, "x-mc-owner"), sessions_);
+}
+
 grpc::Status GpuBufferService::RegisterGpuBuffer(
-    grpc::ServerContext* /*context*/, const mcstore::v1::RegisterGpuBufferRequest* request,
+    grpc::ServerContext* context, const mcstore::v1::RegisterGpuBufferRequest* request,
     mcstore::v1::RegisterGpuBufferResponse* response) {
+  absl::StatusOr<std::string> owner = Admit(context);
+  if (!owner.ok()) return ToGrpcStatus(owner.status());
   if (request->version() != 1) {
     return ToGrpcStatus(McError(Code::kInvalidArgument, "RegisterGpuBuffer: version must be 1"));
   }
@@ -29,7 +53,13 @@ grpc::Status GpuBufferService::RegisterGpuBuffer(
     default:
       return ToGrpcStatus(McError(Code::kInvalidArgument, "RegisterGpuBuffer: unknown kind"));
   }
-  absl::StatusOr<uint64_t> id = registry_.Register(spec);
+  if (!request->device_uuid().empty()) {
+    // Accepting it unchecked could import onto the wrong device; the seam has no UUID query yet.
+    return ToGrpcStatus(McError(Code::kInvalidArgument,
+                                "RegisterGpuBuffer: device_uuid is not checked by this mc-client "
+                                "yet; send the ordinal alone (see docs/gpu.md)"));
+  }
+  absl::StatusOr<uint64_t> id = registry_.Register(spec, *owner);
   if (!id.ok()) return ToGrpcStatus(id.status());
   response->set_buffer_id(*id);
   if (absl::StatusOr<std::string> name = api_.DeviceName(spec.device); name.ok()) {
@@ -39,9 +69,11 @@ grpc::Status GpuBufferService::RegisterGpuBuffer(
 }
 
 grpc::Status GpuBufferService::UnregisterGpuBuffer(
-    grpc::ServerContext* /*context*/, const mcstore::v1::UnregisterGpuBufferRequest* request,
+    grpc::ServerContext* context, const mcstore::v1::UnregisterGpuBufferRequest* request,
     mcstore::v1::UnregisterGpuBufferResponse* /*response*/) {
-  return ToGrpcStatus(registry_.Unregister(request->buffer_id()));
+  absl::StatusOr<std::string> owner = Admit(context);
+  if (!owner.ok()) return ToGrpcStatus(owner.status());
+  return ToGrpcStatus(registry_.Unregister(request->buffer_id(), *owner));
 }
 
 }  // namespace mc::client

@@ -15,7 +15,8 @@ GpuBuffer::~GpuBuffer() {
   api_.CloseImported(device_, memory_);
 }
 
-absl::StatusOr<uint64_t> GpuBufferRegistry::Register(const GpuBufferSpec& spec) {
+absl::StatusOr<uint64_t> GpuBufferRegistry::Register(const GpuBufferSpec& spec,
+                                                     const std::string& owner) {
   if (spec.size == 0) return McError(Code::kInvalidArgument, "gpu buffer: size 0");
   uint64_t end = 0;
   if (!CheckedAdd(spec.allocation_offset, spec.size, &end)) {
@@ -55,28 +56,33 @@ absl::StatusOr<uint64_t> GpuBufferRegistry::Register(const GpuBufferSpec& spec) 
   if (transport_ != nullptr) transport_->AddDeviceRange(buffer->base(), buffer->size());
   absl::MutexLock lock(&mu_);
   const uint64_t id = kGpuBufferIdBit | next_id_++;
-  buffers_[id] = std::move(buffer);
+  buffers_[id] = Entry{std::move(buffer), owner};
   return id;
 }
 
-absl::Status GpuBufferRegistry::Unregister(uint64_t buffer_id) {
+absl::Status GpuBufferRegistry::Unregister(uint64_t buffer_id, std::string_view owner) {
   GpuBufferRef dropped;  // released after the lock: the last reference closes the import
   absl::MutexLock lock(&mu_);
   auto it = buffers_.find(buffer_id);
-  if (it == buffers_.end()) return McError(Code::kNotFound, "gpu buffer: unknown id");
-  dropped = std::move(it->second);
+  if (it == buffers_.end() || it->second.owner != owner) {
+    return McError(Code::kNotFound, "gpu buffer: unknown id");
+  }
+  dropped = std::move(it->second.buffer);
   buffers_.erase(it);
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> GpuBufferRegistry::Resolve(uint64_t buffer_id, uint64_t offset,
-                                                    uint64_t length, GpuBufferRef* ref) const {
+                                                    uint64_t length, GpuBufferRef* ref,
+                                                    std::string_view owner) const {
   GpuBufferRef buffer;
   {
     absl::MutexLock lock(&mu_);
     auto it = buffers_.find(buffer_id);
-    if (it == buffers_.end()) return McError(Code::kInvalidArgument, "gpu buffer: unknown id");
-    buffer = it->second;
+    if (it == buffers_.end() || it->second.owner != owner) {
+      return McError(Code::kInvalidArgument, "gpu buffer: unknown id");
+    }
+    buffer = it->second.buffer;
   }
   if (offset > buffer->size() || length > buffer->size() - offset) {
     return McError(Code::kInvalidArgument, "gpu buffer: slice outside the buffer");

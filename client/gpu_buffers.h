@@ -8,6 +8,9 @@
 // Slice may name like a shm buffer id. Resolve turns (id, offset, length) into a device address
 // after an overflow-safe bounds check and holds the buffer (a GpuBufferRef): Unregister during
 // a transfer closes the import only once the in-flight use ends.
+// Each buffer belongs to the owner that registered it (the caller's owner key, as for shm
+// buffers in client/buffer_registry.h): Resolve and Unregister with another owner answer exactly
+// as for an unknown id, so one caller can neither use nor drop another's GPU memory.
 // What it does not do: no byte of GPU memory is read here, and an IPC handle is a capability
 // (whoever holds its 64 bytes can open the allocation); the fd path with peer credentials is
 // the authenticated one (docs/gpu.md).
@@ -18,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -81,11 +85,13 @@ class GpuBufferRegistry {
 
   // Errors: INVALID_ARGUMENT (bad device, handle, kind, size, or a range outside the import),
   // NO_SPACE (too many buffers), UNAVAILABLE (no device).
-  absl::StatusOr<uint64_t> Register(const GpuBufferSpec& spec);
-  absl::Status Unregister(uint64_t buffer_id);
-  // Device address of [offset, offset + length) of buffer `buffer_id`, holding it in `*ref`.
+  absl::StatusOr<uint64_t> Register(const GpuBufferSpec& spec, const std::string& owner = "");
+  // NOT_FOUND for an unknown id and for another owner's (the same answer: no oracle).
+  absl::Status Unregister(uint64_t buffer_id, std::string_view owner = "");
+  // Device address of [offset, offset + length) of buffer `buffer_id` of `owner`, holding it in
+  // `*ref`. INVALID_ARGUMENT for an unknown id, another owner's, or a slice outside the buffer.
   absl::StatusOr<uint64_t> Resolve(uint64_t buffer_id, uint64_t offset, uint64_t length,
-                                   GpuBufferRef* ref) const;
+                                   GpuBufferRef* ref, std::string_view owner = "") const;
   size_t Count() const;
 
  private:
@@ -95,7 +101,11 @@ class GpuBufferRegistry {
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::flat_hash_map<uint64_t, GpuBufferRef> buffers_ ABSL_GUARDED_BY(mu_);
+  struct Entry {
+    GpuBufferRef buffer;
+    std::string owner;
+  };
+  absl::flat_hash_map<uint64_t, Entry> buffers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mc::client

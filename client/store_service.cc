@@ -99,13 +99,47 @@ absl::StatusOr<StoreGrpcService::Caller> StoreGrpcService::Admit(grpc::ServerCon
   return caller;
 }
 
+namespace {
+
+// Whether an item may name a GPU buffer: a get destination of one slice, on a daemon serving GPU
+// buffers. Each refusal says why (docs/gpu.md, "Refused").
+absl::Status CheckGpuSlices(int slices, bool is_get, bool served) {
+  if (!is_get) {
+    return McError(Code::kInvalidArgument,
+                   "a GPU buffer cannot be a BatchPut source yet: the put checksum is computed on "
+                   "the CPU, which cannot read device memory; put from host memory");
+  }
+  if (!served) {
+    return McError(Code::kInvalidArgument,
+                   "this mc-client serves no GPU buffers (no --cuda_device, or its device could "
+                   "not be opened: see its log)");
+  }
+  if (slices != 1) {
+    return McError(Code::kInvalidArgument,
+                   "a GPU destination must be the item's only slice: the device hash that "
+                   "verifies it covers one contiguous range");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status StoreGrpcService::ResolveSlices(
     const google::protobuf::RepeatedPtrField<sv1::Slice>& slices, std::string_view owner,
-    ResolvedBuffers& seen, std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs) const {
+    ResolvedBuffers& seen, std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
+    GpuBufferRef* gpu) const {
   CheckedSum total;
   for (const sv1::Slice& slice : slices) {
     if (!total.Add(slice.length()).ok()) {
       return McError(Code::kInvalidArgument, "the slices' lengths overflow 64 bits");
+    }
+    if (IsGpuBufferId(slice.buffer_id())) {
+      MC_RETURN_IF_ERROR(CheckGpuSlices(slices.size(), gpu != nullptr, gpu_buffers_ != nullptr));
+      MC_ASSIGN_OR_RETURN(
+          const uint64_t addr,
+          gpu_buffers_->Resolve(slice.buffer_id(), slice.offset(), slice.length(), gpu, owner));
+      out->push_back({reinterpret_cast<char*>(addr), slice.length()});
+      continue;
     }
     auto it = seen.find(slice.buffer_id());
     if (it == seen.end()) {
@@ -183,7 +217,7 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
                                                        options_.max_inline_bytes, "; use slices"));
     } else if (in.slices_size() > 0) {
       item.input_error =
-          ResolveSlices(in.slices(), caller->owner, seen, &item.pieces, &item.buffers);
+          ResolveSlices(in.slices(), caller->owner, seen, &item.pieces, &item.buffers, nullptr);
     } else if (!in.data().empty()) {
       // The putter only reads from the pieces.
       item.pieces.push_back({const_cast<char*>(in.data().data()), in.data().size()});
@@ -213,8 +247,8 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
     items[i].key = in.key();
     items[i].inline_data = in.slices_size() == 0;
     if (!items[i].inline_data) {
-      items[i].input_error =
-          ResolveSlices(in.slices(), caller->owner, seen, &items[i].slices, &items[i].buffers);
+      items[i].input_error = ResolveSlices(in.slices(), caller->owner, seen, &items[i].slices,
+                                           &items[i].buffers, &items[i].gpu);
     }
     resp->add_results();
   }

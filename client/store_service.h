@@ -6,6 +6,9 @@
 // TCP), then its owner key and its in-flight slot (CallerLimits). Buffers and prefix leases are
 // the owner's: another caller's buffer id resolves as unknown, another caller's lease as none.
 // A null ServerContext (in-process calls, unit tests) is the trusted owner "".
+// GPU memory (docs/gpu.md): a BatchGet item may name one slice of a registered GPU buffer of its
+// caller; a BatchPut source in GPU memory is refused (INVALID_ARGUMENT): the put checksum is
+// computed on the CPU, which cannot read device memory.
 // Thread-safe.
 #pragma once
 
@@ -20,6 +23,7 @@
 #include "client/buffer_registry.h"
 #include "client/caller_limits.h"
 #include "client/client_metrics.h"
+#include "client/gpu_buffers.h"
 #include "client/master_client.h"
 #include "client/prefix_leases.h"
 #include "client/store_auth.h"
@@ -58,6 +62,9 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
     auth_ = auth;
     sessions_ = sessions;
   }
+  // The GPU buffers BatchGet slices may name (borrowed; null, the default: none, and a GPU
+  // buffer id is refused). Call before serving.
+  void SetGpuBuffers(const GpuBufferRegistry* gpu_buffers) { gpu_buffers_ = gpu_buffers; }
 
   grpc::Status RegisterBuffer(grpc::ServerContext*, const mcstore::v1::RegisterBufferRequest*,
                               mcstore::v1::RegisterBufferResponse*) override;
@@ -100,11 +107,13 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
     const std::vector<BufferRef>* held_by = nullptr;
   };
   using ResolvedBuffers = absl::flat_hash_map<uint64_t, SeenBuffer>;
-  // Resolves slices into memory (holding each distinct buffer once in `refs`); an error names
-  // the bad slice.
+  // Resolves slices into memory (holding each distinct buffer once in `refs`). A GPU buffer id
+  // (IsGpuBufferId) resolves through the GpuBufferRegistry into a device address held in
+  // `*gpu`; it must be the item's only slice, and `gpu` null (a put source) refuses it.
   absl::Status ResolveSlices(const google::protobuf::RepeatedPtrField<mcstore::v1::Slice>& slices,
                              std::string_view owner, ResolvedBuffers& seen,
-                             std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs) const;
+                             std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
+                             GpuBufferRef* gpu) const;
 
   const StoreServiceOptions options_;
   BufferRegistry& buffers_;
@@ -117,6 +126,7 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
   CallerLimits limits_;
   const StoreAuth* auth_ = nullptr;
   const CallerSessions* sessions_ = nullptr;
+  const GpuBufferRegistry* gpu_buffers_ = nullptr;
   // Until then MatchPrefix names its keys to the master one by one (it found an older master).
   std::atomic<int64_t> packed_keys_off_until_ms_{0};
 };

@@ -59,10 +59,13 @@ class ClientFixture : public ::testing::Test {
  protected:
   ClientFixture() : ClientFixture(FakeMasterClient::DefaultOptions()) {}
   explicit ClientFixture(master::MasterOptions options)
+      : ClientFixture(std::move(options), EngineOptions()) {}
+  // `engine`: EngineOptions() with changes (e.g. a fake CUDA device).
+  ClientFixture(master::MasterOptions options, transfer::TransferEngineOptions engine)
       // The engine's deadlines are on the real steady clock: start the fake clock there.
       : clock_(RealClock::Get().NowMs()),
         master_(clock_, options),
-        engine_(EngineOptions(), local_table_),
+        engine_(std::move(engine), local_table_),
         metrics_(registry_),
         prefix_leases_(clock_),
         putter_(PutOptions(0), master_, engine_, clock_, metrics_),

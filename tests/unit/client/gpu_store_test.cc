@@ -1,0 +1,365 @@
+// GPU buffers wired into the Store service (docs/gpu.md), against the fake CUDA device: a buffer
+// registered through GpuBuffers is a BatchGet destination whose bytes land in device memory and
+// are OK only with the matching device hash; unknown, out-of-bounds and other owners' GPU ids are
+// refused; the cases the batch paths cannot serve safely are refused INVALID_ARGUMENT, never a
+// wrong OK. GpuBuffers admits callers as Store does (a real gRPC server over loopback TCP).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "client/gpu_buffer_service.h"
+#include "client/gpu_buffers.h"
+#include "client/store_auth.h"
+#include "client/store_service.h"
+#include "gtest/gtest.h"
+#include "tests/fakes/fake_cuda.h"
+#include "tests/unit/client/client_test_util.h"
+#include "transfer/cuda/cuda_transport.h"
+
+namespace mc::client::testing {
+namespace {
+
+namespace sv1 = mcstore::v1;
+using transfer::cuda::FakeCudaApi;
+
+constexpr uint64_t kDeviceBytes = 1 << 20;
+
+class GpuStore : public ClientFixture {
+ protected:
+  GpuStore()
+      : ClientFixture(FakeMasterClient::DefaultOptions(), GpuEngineOptions()),
+        cuda_(*engine_.cuda()),
+        fake_(static_cast<FakeCudaApi&>(cuda_.api())),
+        gpu_(cuda_.api(), &cuda_),
+        gpu_service_(gpu_, cuda_.api()),
+        service_(StoreServiceOptions{.client_id = kLocalId}, buffers_, putter_, getter_, master_,
+                 prefix_leases_, clock_, metrics_) {
+    service_.SetGpuBuffers(&gpu_);
+    device_ = fake_.AllocDevice(kDeviceBytes);
+  }
+
+  static transfer::TransferEngineOptions GpuEngineOptions() {
+    transfer::TransferEngineOptions o = EngineOptions();
+    o.cuda_device = 0;
+    o.cuda_streams = 2;
+    o.cuda_api_factory = [] { return std::make_unique<FakeCudaApi>(1); };
+    return o;
+  }
+
+  // Registers [offset, offset + size) of the fake allocation through the service (owner "").
+  uint64_t RegisterGpu(uint64_t offset = 0, uint64_t size = kDeviceBytes) {
+    const std::vector<uint8_t> handle = fake_.ExportIpc(device_, kDeviceBytes);
+    sv1::RegisterGpuBufferRequest req;
+    req.set_version(1);
+    req.set_kind(sv1::GPU_HANDLE_CUDA_IPC);
+    req.set_handle(handle.data(), handle.size());
+    req.set_device(0);
+    req.set_allocation_offset(offset);
+    req.set_size(size);
+    sv1::RegisterGpuBufferResponse resp;
+    grpc::Status s = gpu_service_.RegisterGpuBuffer(nullptr, &req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_TRUE(IsGpuBufferId(resp.buffer_id()));
+    return resp.buffer_id();
+  }
+
+  struct SliceSpec {
+    uint64_t id, offset, length;
+  };
+  // One item per entry of `items` (key, slices; no slices = inline), through Store's BatchGet.
+  sv1::BatchGetResponse Get(
+      const std::vector<std::pair<std::string, std::vector<SliceSpec>>>& items) {
+    sv1::BatchGetRequest req;
+    for (const auto& [key, slices] : items) {
+      sv1::GetItem* item = req.add_items();
+      item->set_key(key);
+      for (const SliceSpec& s : slices) {
+        sv1::Slice* slice = item->add_slices();
+        slice->set_buffer_id(s.id);
+        slice->set_offset(s.offset);
+        slice->set_length(s.length);
+      }
+    }
+    sv1::BatchGetResponse resp;
+    EXPECT_TRUE(service_.BatchGet(nullptr, &req, &resp).ok());
+    EXPECT_EQ(resp.results_size(), req.items_size());
+    return resp;
+  }
+  bool DeviceUntouched(uint64_t offset, uint64_t length) const {
+    for (uint64_t i = 0; i < length; ++i) {
+      if (device_[offset + i] != 0) return false;
+    }
+    return true;
+  }
+
+  transfer::cuda::CudaTransport& cuda_;
+  FakeCudaApi& fake_;
+  GpuBufferRegistry gpu_;
+  GpuBufferService gpu_service_;
+  BufferRegistry buffers_;
+  StoreGrpcService service_;
+  char* device_ = nullptr;  // the fake's zeroed "device memory", kDeviceBytes
+};
+
+TEST_F(GpuStore, GetIntoARegisteredGpuBufferLandsTheBytesVerifiedByTheDeviceHash) {
+  const std::string pk = Payload(5000, 1);
+  PutOk("k", pk);
+  const uint64_t id = RegisterGpu(4096, 65536);
+  const uint64_t hashes = fake_.hash_launches();
+  sv1::BatchGetResponse resp = Get({{"k", {{id, 100, pk.size()}}}});
+  ASSERT_EQ(resp.results(0).code(), sv1::OK) << resp.results(0).message();
+  EXPECT_EQ(resp.results(0).bytes_written(), pk.size());
+  EXPECT_EQ(std::string(device_ + 4096 + 100, pk.size()), pk);
+  EXPECT_TRUE(DeviceUntouched(0, 4096 + 100));
+  EXPECT_GT(fake_.hash_launches(), hashes) << "a GPU destination is proven by the device hash";
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 0u);
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+}
+
+TEST_F(GpuStore, CorruptedDeviceHashIsChecksumMismatchNotOk) {
+  const std::string pk = Payload(3000, 2);
+  PutOk("k", pk);
+  const uint64_t id = RegisterGpu();
+  fake_.CorruptNextHash();  // the bytes land intact: only the CPU re-reading them would say OK
+  sv1::BatchGetResponse resp = Get({{"k", {{id, 0, pk.size()}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::CHECKSUM_MISMATCH) << resp.results(0).message();
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 1u);
+}
+
+TEST_F(GpuStore, ShortCopyReportedAsSuccessIsNeverOk) {
+  const std::string pk = Payload(3000, 3);
+  PutOk("k", pk);
+  const uint64_t id = RegisterGpu();
+  fake_.ShortenNextCopy(100);
+  sv1::BatchGetResponse resp = Get({{"k", {{id, 0, pk.size()}}}});
+  EXPECT_NE(resp.results(0).code(), sv1::OK);
+}
+
+TEST_F(GpuStore, UnknownUnregisteredAndOtherOwnersGpuIdsAreRefused) {
+  const std::string pk = Payload(2000, 4);
+  PutOk("k", pk);
+  // Bit 63 set, never registered.
+  EXPECT_EQ(Get({{"k", {{kGpuBufferIdBit | 77, 0, pk.size()}}}}).results(0).code(),
+            sv1::INVALID_ARGUMENT);
+  // Registered, then unregistered.
+  const uint64_t gone = RegisterGpu();
+  sv1::UnregisterGpuBufferRequest un;
+  un.set_buffer_id(gone);
+  sv1::UnregisterGpuBufferResponse un_resp;
+  ASSERT_TRUE(gpu_service_.UnregisterGpuBuffer(nullptr, &un, &un_resp).ok());
+  EXPECT_EQ(Get({{"k", {{gone, 0, pk.size()}}}}).results(0).code(), sv1::INVALID_ARGUMENT);
+  // Another caller's buffer: neither usable nor removable by this one (owner "").
+  const std::vector<uint8_t> handle = fake_.ExportIpc(device_, kDeviceBytes);
+  GpuBufferSpec spec;
+  spec.handle = handle;
+  spec.size = kDeviceBytes;
+  absl::StatusOr<uint64_t> theirs = gpu_.Register(spec, "anon:10.0.0.9");
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  sv1::BatchGetResponse resp = Get({{"k", {{*theirs, 0, pk.size()}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_EQ(resp.results(0).bytes_written(), 0u);
+  EXPECT_TRUE(DeviceUntouched(0, kDeviceBytes));
+  un.set_buffer_id(*theirs);
+  EXPECT_EQ(gpu_service_.UnregisterGpuBuffer(nullptr, &un, &un_resp).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(gpu_.Count(), 1u) << "another caller's buffer stays registered";
+  EXPECT_TRUE(gpu_.Unregister(*theirs, "anon:10.0.0.9").ok());
+}
+
+TEST_F(GpuStore, SlicesOutsideTheGpuBufferAreRefusedWithoutOverflow) {
+  const std::string pk = Payload(2000, 5);
+  PutOk("k", pk);
+  const uint64_t id = RegisterGpu(0, 4096);
+  const uint64_t huge = ~uint64_t{0};
+  for (SliceSpec s :
+       {SliceSpec{id, 4096 - pk.size() + 1, pk.size()}, SliceSpec{id, huge, pk.size()},
+        SliceSpec{id, huge - 10, pk.size()}, SliceSpec{id, 0, huge}}) {
+    sv1::BatchGetResponse resp = Get({{"k", {s}}});
+    EXPECT_NE(resp.results(0).code(), sv1::OK) << s.offset << "+" << s.length;
+  }
+  // The overflowing ones are refused at resolution, not later.
+  EXPECT_EQ(Get({{"k", {{id, huge, pk.size()}}}}).results(0).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_EQ(Get({{"k", {{id, 1, huge}}}}).results(0).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_TRUE(DeviceUntouched(0, kDeviceBytes));
+}
+
+TEST_F(GpuStore, GpuPutSourceIsRefusedBecauseItsChecksumNeedsTheCpu) {
+  const uint64_t id = RegisterGpu();
+  sv1::BatchPutRequest req;
+  sv1::PutItem* item = req.add_items();
+  item->set_key("from-gpu");
+  sv1::Slice* slice = item->add_slices();
+  slice->set_buffer_id(id);
+  slice->set_offset(0);
+  slice->set_length(4096);
+  sv1::BatchPutResponse resp;
+  ASSERT_TRUE(service_.BatchPut(nullptr, &req, &resp).ok());
+  EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_NE(resp.results(0).message().find("BatchPut source"), std::string::npos)
+      << resp.results(0).message();
+  EXPECT_EQ(Lookup("from-gpu").code(), v1::NOT_FOUND);
+}
+
+TEST_F(GpuStore, ScatteredGpuDestinationIsRefused) {
+  const std::string pk = Payload(4000, 6);
+  PutOk("k", pk);
+  const uint64_t id = RegisterGpu();
+  sv1::BatchGetResponse resp = Get({{"k", {{id, 0, 2000}, {id, 8192, 2000}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_NE(resp.results(0).message().find("only slice"), std::string::npos);
+  EXPECT_TRUE(DeviceUntouched(0, kDeviceBytes));
+}
+
+TEST_F(GpuStore, GpuDestinationMustBeTheKeysOnlyDestination) {
+  const std::string pk = Payload(3000, 7);
+  PutOk("k", pk);
+  const uint64_t id = RegisterGpu();
+  // Host first, GPU second: the GPU one would be filled by a CPU copy.
+  sv1::BatchGetResponse a = Get({{"k", {}}, {"k", {{id, 0, pk.size()}}}});
+  EXPECT_EQ(a.results(0).code(), sv1::OK);
+  EXPECT_EQ(a.results(0).data(), pk);
+  EXPECT_EQ(a.results(1).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_TRUE(DeviceUntouched(0, kDeviceBytes));
+  // GPU first, host second: the host one would be copied by the CPU out of device memory.
+  sv1::BatchGetResponse b = Get({{"k", {{id, 0, pk.size()}}}, {"k", {}}});
+  EXPECT_EQ(b.results(0).code(), sv1::OK) << b.results(0).message();
+  EXPECT_EQ(std::string(device_, pk.size()), pk);
+  EXPECT_EQ(b.results(1).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_TRUE(b.results(1).data().empty());
+  // Two GPU destinations of one key.
+  sv1::BatchGetResponse c = Get({{"k", {{id, 8192, pk.size()}}}, {"k", {{id, 16384, pk.size()}}}});
+  EXPECT_EQ(c.results(0).code(), sv1::OK);
+  EXPECT_EQ(c.results(1).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_TRUE(DeviceUntouched(16384, pk.size()));
+}
+
+TEST_F(GpuStore, DaemonWithoutGpuBuffersRefusesGpuIds) {
+  const std::string pk = Payload(1000, 8);
+  PutOk("k", pk);
+  const uint64_t id = RegisterGpu();
+  StoreGrpcService no_gpu(StoreServiceOptions{.client_id = kLocalId}, buffers_, putter_, getter_,
+                          master_, prefix_leases_, clock_, metrics_);
+  sv1::BatchGetRequest req;
+  sv1::GetItem* item = req.add_items();
+  item->set_key("k");
+  sv1::Slice* slice = item->add_slices();
+  slice->set_buffer_id(id);
+  slice->set_length(pk.size());
+  sv1::BatchGetResponse resp;
+  ASSERT_TRUE(no_gpu.BatchGet(nullptr, &req, &resp).ok());
+  EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_NE(resp.results(0).message().find("--cuda_device"), std::string::npos);
+}
+
+TEST_F(GpuStore, DeviceUuidIsRefusedUntilItCanBeChecked) {
+  const std::vector<uint8_t> handle = fake_.ExportIpc(device_, kDeviceBytes);
+  sv1::RegisterGpuBufferRequest req;
+  req.set_version(1);
+  req.set_kind(sv1::GPU_HANDLE_CUDA_IPC);
+  req.set_handle(handle.data(), handle.size());
+  req.set_size(kDeviceBytes);
+  req.set_device_uuid("GPU-00000000-0000-0000-0000-000000000000");
+  sv1::RegisterGpuBufferResponse resp;
+  EXPECT_EQ(gpu_service_.RegisterGpuBuffer(nullptr, &req, &resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(gpu_.Count(), 0u);
+  EXPECT_EQ(fake_.imports_open(), 0u);
+}
+
+// Only remote replicas: the cuda transport moves local segments only.
+class GpuStoreRemoteOnly : public GpuStore {
+ protected:
+  void SetUp() override {
+    local_ = Register(kLocalId, kLocalEndpoint, local_table_, 0, 0);  // a pure client
+    StartRemote();                                                    // every replica is remote
+  }
+};
+
+TEST_F(GpuStoreRemoteOnly, GpuDestinationWithOnlyRemoteReplicasIsRefused) {
+  const std::string pk = Payload(2000, 9);
+  PutOk("k", pk);
+  ASSERT_EQ(Lookup("k").replicas(0).data_endpoint(), remote_->endpoint);
+  const uint64_t id = RegisterGpu();
+  sv1::BatchGetResponse resp = Get({{"k", {{id, 0, pk.size()}}}, {"k2-missing", {}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT) << resp.results(0).message();
+  EXPECT_NE(resp.results(0).message().find("staging ring"), std::string::npos);
+  EXPECT_TRUE(DeviceUntouched(0, kDeviceBytes));
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u) << "the refused key's lease is released";
+  // A host destination of the same key is served from the remote replica.
+  EXPECT_EQ(Get({{"k", {}}}).results(0).data(), pk);
+}
+
+// GpuBuffers over a real gRPC server on loopback TCP: the Store token is required, and a caller's
+// buffer is its own.
+TEST(GpuBufferServiceAuth, RegistrationNeedsTheStoreTokenOverTcp) {
+  FakeCudaApi api(1);
+  char* mem = api.AllocDevice(4096);
+  GpuBufferRegistry registry(api, nullptr);
+  GpuBufferService service(registry, api);
+  MetricsRegistry metrics;
+  const std::string token(40, 't');
+  StoreAuth auth(StoreAuthOptions{.token = token, .tcp_auth = true}, metrics);
+  service.SetAccess(&auth, nullptr);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ASSERT_NE(port, 0);
+  auto stub = sv1::GpuBuffers::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  const std::vector<uint8_t> handle = api.ExportIpc(mem, 4096);
+  sv1::RegisterGpuBufferRequest req;
+  req.set_version(1);
+  req.set_kind(sv1::GPU_HANDLE_CUDA_IPC);
+  req.set_handle(handle.data(), handle.size());
+  req.set_size(4096);
+  sv1::RegisterGpuBufferResponse resp;
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub->RegisterGpuBuffer(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(registry.Count(), 0u) << "nothing imported for an unauthenticated caller";
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + std::string(39, 't'));
+    EXPECT_EQ(stub->RegisterGpuBuffer(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    grpc::Status s = stub->RegisterGpuBuffer(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  const uint64_t id = resp.buffer_id();
+  // The buffer is the TCP caller's (its anonymous bucket), not the in-process owner "".
+  GpuBufferRef ref;
+  EXPECT_FALSE(registry.Resolve(id, 0, 1, &ref).ok());
+  const std::string tcp_owner = StoreAuth::OwnerOf("ipv4:127.0.0.1:1", "", nullptr);
+  EXPECT_TRUE(registry.Resolve(id, 0, 1, &ref, tcp_owner).ok()) << tcp_owner;
+  ref.reset();
+  sv1::UnregisterGpuBufferRequest un;
+  un.set_buffer_id(id);
+  sv1::UnregisterGpuBufferResponse un_resp;
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub->UnregisterGpuBuffer(&ctx, un, &un_resp).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("x-mc-store-token", token);
+    EXPECT_TRUE(stub->UnregisterGpuBuffer(&ctx, un, &un_resp).ok());
+  }
+  EXPECT_EQ(registry.Count(), 0u);
+  server->Shutdown();
+}
+
+}  // namespace
+}  // namespace mc::client::testing
