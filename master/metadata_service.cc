@@ -401,6 +401,9 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
                   absl::StrCat(replicas, " replicas exceed the limit of ", options_.max_replicas));
     }
   }
+  // Every item of an unknown client failed above. Returning here also keeps a caller's made-up
+  // client ids out of PeerNames, which interns only registered clients' pairs.
+  if (!known_client) return out;
   // Phase 1: reserve each key as a PENDING object (ALREADY_EXISTS if stored or being stored).
   int64_t now = clock_.NowMs();
   const uint32_t writer = PeerNames::Instance().Intern(client_id, "");

@@ -166,6 +166,19 @@ TEST(LivenessDisk, RemovedRecordDoesNotComeBackWhenItsClientReRegisters) {
   EXPECT_EQ((*tasks)[0].key, "k");
 }
 
+// PutStart of a client id that never registered fails every item and interns nothing: made-up
+// ids cannot grow the table (nor, once it is full, reach its last-resort check).
+TEST(PeerNamesFull, PutStartOfAnUnknownClientInternsNothing) {
+  MasterFixture m;
+  PeerNames& names = PeerNames::Instance();
+  const size_t before = names.SizeForTest();
+  for (int i = 0; i < 3; ++i) {
+    PutStartOutcome o = m.Start("made-up-client-" + std::to_string(i), "k", 4096);
+    EXPECT_FALSE(o.status.ok());
+  }
+  EXPECT_EQ(names.SizeForTest(), before);
+}
+
 // A full PeerNames table refuses a registration with a new (client id, endpoint) and changes
 // nothing; clients already known keep working, and may register again.
 TEST(PeerNamesFull, RegistrationIsRefusedNotACrashLater) {
