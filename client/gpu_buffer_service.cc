@@ -1,30 +1,15 @@
 #include "client/gpu_buffer_service.h"
 
+#include "client/grpc_caller.h"
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
 
-namespace {
-
-std::string_view Header(const grpc::ServerContext& context, std::string_view name) {
-  const auto& md = context.client_metadata();
-  auto it = md.find(grpc::string_ref(name.data(), name.size()));
-  if (it == md.end()) return {};
-  return std::string_view(it->second.data(), it->second.size());
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> GpuBufferService::Admit(grpc::ServerContext* context) const {
   if (context == nullptr) return std::string();
-  const std::string peer = context->peer();
-  if (auth_ != nullptr) {
-    MC_RETURN_IF_ERROR(auth_->Check(peer, Header(*context, "authorization"),
-                                    Header(*context, "x-mc-store-token")));
-  }
-  return StoreAuth::OwnerOf(peer, Header(*context, "x-mc-owner"), sessions_);
+  return AdmitCaller(*context, auth_, sessions_);
 }
 
 grpc::Status GpuBufferService::RegisterGpuBuffer(

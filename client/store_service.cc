@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "client/grpc_caller.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -74,26 +75,10 @@ StoreGrpcService::StoreGrpcService(StoreServiceOptions options, BufferRegistry& 
       metrics_(metrics),
       limits_(options_.max_inflight_per_caller, &metrics.registry()) {}
 
-namespace {
-
-std::string_view Header(const grpc::ServerContext& context, std::string_view name) {
-  const auto& md = context.client_metadata();
-  auto it = md.find(grpc::string_ref(name.data(), name.size()));
-  if (it == md.end()) return {};
-  return std::string_view(it->second.data(), it->second.size());
-}
-
-}  // namespace
-
 absl::StatusOr<StoreGrpcService::Caller> StoreGrpcService::Admit(grpc::ServerContext* context) {
   Caller caller;
   if (context != nullptr) {
-    const std::string peer = context->peer();
-    if (auth_ != nullptr) {
-      MC_RETURN_IF_ERROR(auth_->Check(peer, Header(*context, "authorization"),
-                                      Header(*context, "x-mc-store-token")));
-    }
-    caller.owner = StoreAuth::OwnerOf(peer, Header(*context, "x-mc-owner"), sessions_);
+    MC_ASSIGN_OR_RETURN(caller.owner, AdmitCaller(*context, auth_, sessions_));
   }
   MC_ASSIGN_OR_RETURN(caller.admission, limits_.Enter(caller.owner));
   return caller;
