@@ -53,12 +53,12 @@ TransferEngine::TransferEngine(TransferEngineOptions options, SegmentTable& loca
     auto m = std::make_unique<TransportMetrics>();
     if (options_.metrics != nullptr) {
       const std::string name(transport->name());
-      m->read_bytes = &options_.metrics->GetCounter(
-          "mc_transfer_bytes_total", "Bytes moved by the transfer engine.",
-          {{"transport", name}, {"op", "read"}});
-      m->write_bytes = &options_.metrics->GetCounter(
-          "mc_transfer_bytes_total", "Bytes moved by the transfer engine.",
-          {{"transport", name}, {"op", "write"}});
+      m->read_bytes = &options_.metrics->GetCounter("mc_transfer_bytes_total",
+                                                    "Bytes moved by the transfer engine.",
+                                                    {{"transport", name}, {"op", "read"}});
+      m->write_bytes = &options_.metrics->GetCounter("mc_transfer_bytes_total",
+                                                     "Bytes moved by the transfer engine.",
+                                                     {{"transport", name}, {"op", "write"}});
       m->errors = &options_.metrics->GetCounter(
           "mc_transfer_errors_total", "Transfer requests that failed.", {{"transport", name}});
     }
@@ -94,9 +94,8 @@ std::vector<TransferResult> TransferEngine::Submit(std::span<const TransferReque
       const TransferRequest& request = *batch[t][k];
       TransferResult& r = part[k];
       if (r.status.ok() && r.bytes != TotalLength(request)) {  // defensive: never a short OK
-        r.status = McError(Code::kTransferFailed,
-                           absl::StrCat("short transfer: ", r.bytes, " of ",
-                                        TotalLength(request), " bytes"));
+        r.status = McError(Code::kTransferFailed, absl::StrCat("short transfer: ", r.bytes, " of ",
+                                                               TotalLength(request), " bytes"));
       }
       if (!r.status.ok() || !request.want_checksum) r.checksum.reset();
       if (m.errors != nullptr) {

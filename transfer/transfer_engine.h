@@ -53,8 +53,8 @@ struct TransferRequest {
   std::vector<LocalBuffer> local;  // scatter/gather list; total length = bytes moved
   std::string endpoint;            // data-plane "HOST:PORT" of the daemon owning the segment
   uint64_t segment_id;
-  uint64_t offset;                 // byte offset inside the remote segment
-  uint32_t tag = 0;                // opaque to the engine; sent in the frame's reserved field
+  uint64_t offset;   // byte offset inside the remote segment
+  uint32_t tag = 0;  // opaque to the engine; sent in the frame's reserved field
   // The master's grant for this range (common/capability.h), sent with every frame of a remote
   // request; empty where none is needed (local transport, --auth=false) or none was granted.
   std::string capability = {};
@@ -109,14 +109,15 @@ class CudaTransport;
 }  // namespace cuda
 
 struct TransferEngineOptions {
-  std::string local_endpoint;  // this daemon's data-plane endpoint; requests to it use `local`
-  int connections_per_peer = 4;                // tcp pool size per peer
-  int socket_buffer_bytes = 8 << 20;  // SO_SNDBUF / SO_RCVBUF of tcp connections; 0 = kernel autotuning
+  std::string local_endpoint;    // this daemon's data-plane endpoint; requests to it use `local`
+  int connections_per_peer = 4;  // tcp pool size per peer
+  // SO_SNDBUF / SO_RCVBUF of tcp connections; 0 = kernel autotuning.
+  int socket_buffer_bytes = 8 << 20;
   uint64_t parallel_copy_threshold = 8 << 20;  // local memcpy split across threads above this
   int copy_threads = 2;                        // helper threads of the local transport
   uint64_t tcp_frame_bytes = 4 << 20;          // a tcp request is cut into frames of this size
-  int tcp_receive_threads = 2;  // helper threads running tcp poll loops (connection groups)
-  MetricsRegistry* metrics = nullptr;          // optional: transfer bytes/errors by transport
+  int tcp_receive_threads = 2;         // helper threads running tcp poll loops (connection groups)
+  MetricsRegistry* metrics = nullptr;  // optional: transfer bytes/errors by transport
   // Cluster keys: tcp connections (and the rdma setup's) run the AUTH handshake; null = none.
   auth::ClusterKeysPtr cluster_keys;
   // Remote transport: "auto" (rdma for peers that answered an rdma connection setup, tcp for the

@@ -113,7 +113,8 @@ void Barrage(const std::string& endpoint, uint64_t seed, int frames,
       if (n == 0 || (n < 0 && errno != EAGAIN)) return;  // server closed: done
     }
     if (!shut && (p.revents & POLLOUT)) {
-      const ssize_t n = ::send(fd->get(), out.data() + sent, out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t n =
+          ::send(fd->get(), out.data() + sent, out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0 && errno != EAGAIN) return;
       if (n > 0) sent += n;
     }
@@ -144,8 +145,10 @@ TEST(FrameFuzz, LiveServerSurvivesRandomFrames) {
     });
   }
   for (auto& th : threads) th.join();
-  EXPECT_GT(server.malformed_frames(), 100u) << "frames sent: " << kThreads * kConnsPerThread * kFramesPerConn;
-  std::printf("malformed frames counted: %lu\n", static_cast<unsigned long>(server.malformed_frames()));
+  EXPECT_GT(server.malformed_frames(), 100u)
+      << "frames sent: " << kThreads * kConnsPerThread * kFramesPerConn;
+  std::printf("malformed frames counted: %lu\n",
+              static_cast<unsigned long>(server.malformed_frames()));
   EXPECT_EQ(metrics.GetCounter("mc_dataplane_malformed_frames_total", "").Value(),
             server.malformed_frames());
 
