@@ -86,77 +86,68 @@ class KillReplicaHolderTest(unittest.TestCase):
                 self.assertEqual(cc.code_name(r.code), "NOT_FOUND", r.message)
         self.assertTrue(self.c.healthy(2) and self.c.healthy(1))
 
-    def test_kill_during_batch_gets(self):
+    def run_through_holder_kill(self, step, what, start_timeout_s, after_timeout_s):
+        """Calls step(round) in a loop on a thread; step returns a list of what went wrong
+        (empty when nothing did). SIGKILLs client 0 once 3 rounds ran, lets 5 more rounds run,
+        then stops the loop and asserts that nothing went wrong and the thread ended."""
         stop = threading.Event()
-        errors = []
-        rounds = [0]
+        errors, rounds = [], [0]
 
         def loop():
             try:
                 while not stop.is_set():
-                    got = self.get_batch()
-                    for (k, v), r in zip(self.batch, got):
-                        if r.code == spb.OK and r.data != v:
-                            errors.append("%s OK with wrong bytes" % k)
-                        if k.startswith(b"survivor") and r.code != spb.OK:
-                            errors.append("%s failed: %s" % (k, r.message))
+                    errors.extend(step(rounds[0]))
                     rounds[0] += 1
             except Exception as e:  # surfaced below
                 errors.append(repr(e))
 
         t = threading.Thread(target=loop, daemon=True)
         t.start()
-        harness.wait_until(lambda: rounds[0] >= 3 or errors, 20, what="reader running")
+        harness.wait_until(lambda: rounds[0] >= 3 or errors, start_timeout_s,
+                           what="%s running" % what)
         self.c.clients[0].kill()
         killed_at = rounds[0]
-        harness.wait_until(lambda: rounds[0] >= killed_at + 5 or errors, 30,
-                           what="reads after the kill")
+        harness.wait_until(lambda: rounds[0] >= killed_at + 5 or errors, after_timeout_s,
+                           what="%s after the kill" % what)
         stop.set()
-        t.join(timeout=30)
+        t.join(timeout=after_timeout_s)
         self.assertFalse(t.is_alive())
         self.assertEqual(errors, [])
+
+    def test_kill_during_batch_gets(self):
+        def step(_round):
+            errors = []
+            for (k, v), r in zip(self.batch, self.get_batch()):
+                if r.code == spb.OK and r.data != v:
+                    errors.append("%s OK with wrong bytes" % k)
+                if k.startswith(b"survivor") and r.code != spb.OK:
+                    errors.append("%s failed: %s" % (k, r.message))
+            return errors
+
+        self.run_through_holder_kill(step, "reads", 20, 30)
         self.check(self.get_batch())
 
     def test_kill_during_batch_puts(self):
         """A holder SIGKILLed while puts with replicas=2 write to it: every put is answered
         within its deadline; every put answered OK had both replicas written, so it reads back
         exact from the survivor; the others fail with a code, never OK."""
-        stop = threading.Event()
-        errors, acked, failed = [], [], collections.Counter()
-        rounds = [0]
+        acked, failed = [], collections.Counter()
         writer = self.c.stub(2)
 
-        def loop():
-            try:
-                while not stop.is_set():
-                    n = rounds[0]
-                    kvs = [(b"mid-put-%d-%d" % (n, i), cc.payload(256 * KiB, 300 + 4 * n + i))
-                           for i in range(4)]
-                    t0 = time.monotonic()
-                    res = cc.put_inline(writer, kvs, replicas=2)
-                    took = time.monotonic() - t0
-                    if took > cc.RPC_TIMEOUT_S:
-                        errors.append("a put batch took %.1f s" % took)
-                    for kv, r in zip(kvs, res):
-                        if r.code == spb.OK:
-                            acked.append(kv)
-                        else:
-                            failed[cc.code_name(r.code)] += 1
-                    rounds[0] += 1
-            except Exception as e:  # surfaced below
-                errors.append(repr(e))
+        def step(n):
+            kvs = [(b"mid-put-%d-%d" % (n, i), cc.payload(256 * KiB, 300 + 4 * n + i))
+                   for i in range(4)]
+            t0 = time.monotonic()
+            res = cc.put_inline(writer, kvs, replicas=2)
+            took = time.monotonic() - t0
+            for kv, r in zip(kvs, res):
+                if r.code == spb.OK:
+                    acked.append(kv)
+                else:
+                    failed[cc.code_name(r.code)] += 1
+            return ["a put batch took %.1f s" % took] if took > cc.RPC_TIMEOUT_S else []
 
-        t = threading.Thread(target=loop, daemon=True)
-        t.start()
-        harness.wait_until(lambda: rounds[0] >= 3 or errors, 30, what="writer running")
-        self.c.clients[0].kill()
-        killed_at = rounds[0]
-        harness.wait_until(lambda: rounds[0] >= killed_at + 5 or errors, 60,
-                           what="puts after the kill")
-        stop.set()
-        t.join(timeout=60)
-        self.assertFalse(t.is_alive())
-        self.assertEqual(errors, [])
+        self.run_through_holder_kill(step, "puts", 30, 60)
         print("holder killed during puts: %d acknowledged, failures %s"
               % (len(acked), dict(failed)))
         self.assertGreater(len(acked), 0)
