@@ -112,20 +112,18 @@ uint64_t Evictor::EvictCandidates(std::vector<Candidate>& candidates, uint64_t b
     auto it = shard.objects.find(c.key);
     // Re-check: the object may have been leased, removed or replaced since it was collected.
     if (it == shard.objects.end() || it->second.generation != c.generation) continue;
-    Object& object = it->second;
+    const Object& object = it->second;
     if (object.state != ObjectState::kComplete || object.pinned || object.HasLiveLease(now) ||
         AwaitsWriteBack(object, now)) {
       continue;
     }
     uint64_t object_bytes = 0;
-    object.replicas.erase(std::remove_if(object.replicas.begin(), object.replicas.end(),
-                                         [&](const StoredReplica& r) {
-                                           if (r.tier != ReplicaTier::kMemory) return false;
-                                           to_free.push_back(r.location());
-                                           object_bytes += r.length;
-                                           return true;
-                                         }),
-                          object.replicas.end());
+    shard.RemoveReplicas(object, [&](const StoredReplica& r) {
+      if (r.tier != ReplicaTier::kMemory) return false;
+      to_free.push_back(r.location());
+      object_bytes += r.length;
+      return true;
+    });
     if (object.replicas.empty()) {
       evicted_unpersisted_.Inc();
       MC_LOG_EVERY(std::chrono::seconds(5), Logger("master"), warn,

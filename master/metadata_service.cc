@@ -301,22 +301,18 @@ void MetadataService::CleanupClient(const std::string& client_id) {
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
     for (auto it = shard.objects.begin(); it != shard.objects.end();) {
-      Object& object = it->second;
+      const Object& object = it->second;
       bool dead_writer =
           object.state == ObjectState::kPending && object.writer_client() == client_id;
-      object.replicas.erase(std::remove_if(object.replicas.begin(), object.replicas.end(),
-                                           [&](const StoredReplica& r) {
-                                             if (r.client_id() == client_id) return true;
-                                             if (dead_writer && r.tier == ReplicaTier::kMemory) {
-                                               to_free.push_back(r.location());
-                                             }
-                                             return dead_writer;
-                                           }),
-                            object.replicas.end());
+      shard.RemoveReplicas(object, [&](const StoredReplica& r) {
+        if (r.client_id() == client_id) return true;
+        if (dead_writer && r.tier == ReplicaTier::kMemory) to_free.push_back(r.location());
+        return dead_writer;
+      });
       const Object::Promotion* promotion = object.promotion();
       if (promotion && (promotion->writer == client_id || object.replicas.empty() ||
                         promotion->location.client_id == client_id)) {
-        DropPromotion(object, &to_free);
+        DropPromotion(shard, object, &to_free);
       }
       // No replica left: a dead writer's put (all dropped above), or the last replica was on the
       // dead client. A pending put so lost is revoked: its writer's PutEnd answers NOT_FOUND, even
@@ -427,11 +423,8 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
       object.size = items[i].size;
       object.generation = generation;
       object.writer = writer;
-      Object::Transient& put = object.MutableTransient();
-      put.put_start_ms = now;
-      put.replicas_asked = replicas;
-      out[i].generation = object.generation;
-      shard.Insert(key, std::move(object));
+      shard.BeginPut(shard.Insert(key, std::move(object)), now, replicas);
+      out[i].generation = generation;
       pending_.Add(now + options_.put_timeout_ms, out[i].generation, std::move(key));
     }
   });
@@ -471,7 +464,7 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
       for (MemoryLocation& loc : placed[i]) {
         loc.generation = out[i].generation;
         Replica replica{ReplicaTier::kMemory, std::move(loc)};
-        it->second.replicas.push_back(StoredReplica::Of(replica));
+        shard.AddReplica(it->second, StoredReplica::Of(replica));
         out[i].replicas.push_back(std::move(replica));
       }
     }
@@ -498,7 +491,7 @@ std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
                          "no pending put of this key and generation by this client (revoked "
                          "or timed out?)");
         }
-        Object& object = it->second;
+        const Object& object = it->second;
         if (object.state == ObjectState::kComplete) {
           if (object.checksum != items[i].checksum) {
             return McError(Code::kInvalidArgument, "put already ended with another checksum");
@@ -523,15 +516,8 @@ std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
                            " replicas remain: a replica's client was lost during the put; "
                            "the put is revoked, retry it"));
         }
-        object.state = ObjectState::kComplete;
-        object.checksum = items[i].checksum;
-        shard.Touch(object);
         pending_.Remove(object.put_start_ms() + options_.put_timeout_ms, object.generation);
-        // The put is over: what only it needed goes (the writer stays, for a repeated PutEnd).
-        Object::Transient& put = object.MutableTransient();
-        put.put_start_ms = 0;
-        put.replicas_asked = 0;
-        object.TrimTransient();
+        shard.CompletePut(object, items[i].checksum);
         return absl::OkStatus();
       });
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);
@@ -549,7 +535,7 @@ std::vector<absl::Status> MetadataService::PutRevoke(const std::string& client_i
             it->second.writer_client() != client_id) {
           return McError(Code::kNotFound, "no pending put of this generation by this client");
         }
-        Object& object = it->second;
+        const Object& object = it->second;
         if (object.state != ObjectState::kPending) {
           return McError(Code::kInvalidArgument, "the put has ended: remove the key instead");
         }
@@ -576,7 +562,7 @@ void MetadataService::RevokeTimedOutPuts() {
       if (it->second.promotion()) {
         Log().warn("promotion of {} (generation {}) by client {} timed out; revoked",
                    KeyForLog(entry.key), entry.generation, it->second.promotion()->writer);
-        DropPromotion(it->second, &to_free);
+        DropPromotion(shard, it->second, &to_free);
         puts_timed_out_.Inc();
       }
       continue;
@@ -593,14 +579,15 @@ void MetadataService::RevokeTimedOutPuts() {
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);
 }
 
-void MetadataService::DropPromotion(Object& object, std::vector<MemoryLocation>* to_free) {
+void MetadataService::DropPromotion(ObjectTable::Shard& shard, const Object& object,
+                                    std::vector<MemoryLocation>* to_free) {
   const Object::Promotion* promotion = object.promotion();
   if (promotion == nullptr) return;
   if (promotion->location.length > 0) {
     to_free->push_back(promotion->location);
     pending_.Remove(promotion->start_ms + options_.put_timeout_ms, object.generation);
   }
-  object.EndPromotion();
+  shard.EndPromotion(object);
 }
 
 void MetadataService::KickPlanner() {

@@ -306,7 +306,8 @@ class MetadataService {
   void KickPlanner();
   void RevokeTimedOutPuts();
   // Ends an object's promotion, if any, queueing its space in `to_free`.
-  void DropPromotion(Object& object, std::vector<MemoryLocation>* to_free);
+  void DropPromotion(ObjectTable::Shard& shard, const Object& object,
+                     std::vector<MemoryLocation>* to_free) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
   void SweepLeases();
   uint64_t NextGeneration();
   // Raises the next generation past `generation` (a reported one), never lowering it.

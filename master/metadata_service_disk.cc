@@ -69,7 +69,7 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
         ++created;
         continue;
       }
-      Object& object = it->second;
+      const Object& object = it->second;
       // A report about a key the master knows never changes that object: a record of another
       // generation, length or checksum is refused (counted when recovered: the record is stale
       // or forged; the known object is kept).
@@ -81,14 +81,10 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
             McError(Code::kInvalidArgument, "record length or checksum differ from the object");
         if (recovered) disk_reports_refused_.Inc();
       } else if (!object.HasDiskReplicaOn(client_id)) {
-        object.replicas.push_back(StoredReplica::Of(replica));
+        shard.AddReplica(object, StoredReplica::Of(replica));
       }
-      if (!recovered && object.has_transient()) {
-        Object::Transient& t = object.MutableTransient();
-        t.offload_queued_ms = 0;
-        t.offload_failed_ms = 0;  // persisted now: an earlier failure no longer matters
-        object.TrimTransient();
-      }
+      // Persisted now: the queued task is over and an earlier failure no longer matters.
+      if (!recovered) shard.ClearOffloadMarks(object);
     }
   });
   // Generations stay unique: never issue one a recovered record already carries.
@@ -112,9 +108,7 @@ void MetadataService::MarkOffloadsFailed(const std::string& client_id,
     if (it == shard.objects.end() || it->second.generation != failed[i].generation) {
       return absl::OkStatus();
     }
-    Object::Transient& offload = it->second.MutableTransient();
-    offload.offload_failed_ms = now;
-    offload.offload_queued_ms = 0;
+    shard.MarkOffloadFailed(it->second, now);
     ++marked;
     return absl::OkStatus();
   });
@@ -139,12 +133,9 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
         if (!corrupt && it->second.HasLiveLease(now)) {
           return McError(Code::kHasLease, "a reader holds a lease on this object");
         }
-        Object::Replicas& replicas = it->second.replicas;
-        auto kept = std::remove_if(replicas.begin(), replicas.end(), [&](const StoredReplica& r) {
+        const size_t dropped = shard.RemoveReplicas(it->second, [&](const StoredReplica& r) {
           return r.tier == ReplicaTier::kDisk && r.client_id() == client_id;
         });
-        const size_t dropped = static_cast<size_t>(replicas.end() - kept);
-        replicas.erase(kept, replicas.end());
         if (corrupt && dropped > 0) {
           corrupt_records_.Inc();
           Logger("master").error(
@@ -155,7 +146,7 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
         if (it->second.replicas.empty()) {
           // The tier reclaims its coldest records only when it is full: the last copy goes.
           (corrupt ? corrupt_lost_ : disk_reclaimed_lost_).Inc();
-          DropPromotion(it->second, &to_free);
+          DropPromotion(shard, it->second, &to_free);
           shard.Erase(it);
         }
         return absl::OkStatus();
@@ -190,7 +181,7 @@ std::vector<PutStartOutcome> MetadataService::PromoteStart(
       } else if (it->second.HasMemoryReplica() || it->second.promotion()) {
         s = McError(Code::kAlreadyExists, "already in memory or being promoted");
       } else {
-        it->second.StartPromotion(Object::Promotion{{}, client_id, now});
+        shard.StartPromotion(it->second, Object::Promotion{{}, client_id, now});
         sizes[i] = it->second.size;
       }
     }
@@ -226,13 +217,13 @@ std::vector<PutStartOutcome> MetadataService::PromoteStart(
                   promotion->writer == client_id && promotion->start_ms == now &&
                   promotion->location.length == 0;
       if (!out[i].status.ok() || !ours) {
-        if (ours) it->second.EndPromotion();
+        if (ours) shard.EndPromotion(it->second);
         if (placed[i].length > 0) to_free.push_back(placed[i]);
         if (out[i].status.ok()) out[i].status = McError(Code::kNotFound, "object changed");
         continue;
       }
       placed[i].generation = items[i].generation;
-      it->second.promotion()->location = placed[i];
+      shard.PlacePromotion(it->second, placed[i]);
       pending_.Add(now + options_.put_timeout_ms, items[i].generation, std::string(it->first));
       out[i].generation = items[i].generation;
       out[i].replicas.push_back(Replica{ReplicaTier::kMemory, placed[i]});
@@ -255,16 +246,13 @@ std::vector<absl::Status> MetadataService::PromoteEnd(const std::string& client_
             it->second.promotion()->location.length == 0) {
           return McError(Code::kNotFound, "no promotion of this generation by this client");
         }
-        Object& object = it->second;
+        const Object& object = it->second;
         if (i < written.size() && written[i]) {
           pending_.Remove(object.promotion()->start_ms + options_.put_timeout_ms,
                           object.generation);
-          object.replicas.insert(
-              object.replicas.begin(),
-              StoredReplica::Of(ReplicaTier::kMemory, object.promotion()->location));
-          object.EndPromotion();
+          shard.CompletePromotion(object);
         } else {
-          DropPromotion(object, &to_free);
+          DropPromotion(shard, object, &to_free);
         }
         return absl::OkStatus();
       });

@@ -51,7 +51,7 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
           r.status = McError(Code::kNotFound, "no such key");
           return;
         }
-        Object& object = it->second;
+        const Object& object = it->second;
         if (object.state != ObjectState::kComplete) {
           r.status = McError(Code::kNotReady, "key is being written");
           return;
@@ -70,9 +70,7 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
         }
         if (options.touch) shard.Touch(object);
         if (options.grant_lease) {
-          expired += object.PruneLeases(now);
-          object.AddLease({lease_id, now + ttl, options.lease_owner});
-          shard.IndexLease(object);
+          expired += shard.GrantLease(object, {lease_id, now + ttl, options.lease_owner}, now);
           ++granted;
         }
       });
@@ -109,7 +107,7 @@ size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::
                                       uint64_t owner) {
   size_t released = 0;
   size_t refused = 0;
-  uint64_t expired = 0;
+  size_t expired = 0;
   int64_t now = clock_.NowMs();
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
     shard.mu.AssertHeld();
@@ -117,8 +115,7 @@ size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::
       shard.mu.AssertHeld();
       if (it == shard.objects.end()) return;
       // Expired leases go first (counted as expired), so releasing one is not lost silently.
-      expired += it->second.PruneLeases(now);
-      switch (it->second.ReleaseLease(lease_id, owner, now)) {
+      switch (shard.ReleaseLease(it->second, lease_id, owner, now, &expired)) {
         case LeaseRelease::kReleased:
           ++released;
           break;
@@ -141,17 +138,7 @@ void MetadataService::SweepLeases() {
   uint64_t expired = 0;
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
-    for (auto it = shard.leased.begin(); it != shard.leased.end();) {
-      Object& object = **it;
-      expired += object.PruneLeases(now);
-      if (object.leases().empty()) {
-        object.lease_indexed = false;
-        object.TrimTransient();
-        shard.leased.erase(it++);
-      } else {
-        ++it;
-      }
-    }
+    expired += shard.SweepLeases(now);
   });
   leases_expired_.Inc(expired);
 }
@@ -161,7 +148,7 @@ size_t MetadataService::ActiveLeaseCount() {
   size_t n = 0;
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
-    for (const Object* object : shard.leased) {
+    for (const Object* object : shard.leased()) {
       for (const Lease& l : object->leases()) n += l.expiry_ms > now ? 1 : 0;
     }
   });
@@ -197,7 +184,7 @@ std::vector<absl::Status> MetadataService::Remove(const std::vector<std::string_
       } else if (it->second.HasLiveLease(now)) {
         out[i] = McError(Code::kHasLease, "key is leased by a reader");
       } else {
-        DropPromotion(it->second, &to_free);
+        DropPromotion(shard, it->second, &to_free);
         for (const StoredReplica& r : it->second.replicas) {
           if (r.tier == ReplicaTier::kMemory) {
             to_free.push_back(r.location());

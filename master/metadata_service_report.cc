@@ -56,7 +56,7 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
     *restored = true;
     return absl::OkStatus();
   }
-  Object& object = it->second;
+  const Object& object = it->second;
   // The known object always wins: a report never changes its generation, size or checksum.
   if (object.generation != item.generation || object.state != ObjectState::kComplete) {
     return McError(Code::kNotFound,
@@ -71,11 +71,7 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
       return McError(Code::kNotFound, "superseded: this client already holds a replica of it");
     }
   }
-  // Memory replicas first (lookups answer them in order).
-  auto first_disk =
-      std::find_if(object.replicas.begin(), object.replicas.end(),
-                   [](const StoredReplica& r) { return r.tier == ReplicaTier::kDisk; });
-  object.replicas.insert(first_disk, StoredReplica::Of(ReplicaTier::kMemory, location));
+  shard.AddReplica(object, StoredReplica::Of(ReplicaTier::kMemory, location));
   return absl::OkStatus();
 }
 

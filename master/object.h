@@ -13,6 +13,13 @@
 // after the Object (ObjectTable allocates the node; key() is valid only for an Object there).
 // What only a put, promotion, offload or lease in progress needs lives in a Transient record
 // allocated on demand and freed (TrimTransient) once it holds nothing.
+//
+// One writer (issue 16): a stored Object is changed only by its ObjectTable shard's named
+// operations (ObjectTable::Shard: Insert, Erase, Touch, AddReplica, CompletePut, GrantLease...).
+// Everyone else sees `const Object&` (the table's iterators and LRU walks hand out nothing
+// else) and the mutators below are private to the table, so the compiler refuses any other
+// writer. The public fields are read freely, and set directly only on a fresh Object that is
+// about to be handed to Shard::Insert.
 #pragma once
 
 #include <cstdint>
@@ -121,40 +128,41 @@ class Object {
 
   // The transient record, if any.
   const Transient* transient() const { return transient_.get(); }
-  // The transient record, allocated if there is none.
-  Transient& MutableTransient();
-  // Frees the transient record once nothing in it is set.
-  void TrimTransient();
   bool has_transient() const { return transient_ != nullptr; }
   int64_t put_start_ms() const { return transient_ ? transient_->put_start_ms : 0; }
   uint32_t replicas_asked() const { return transient_ ? transient_->replicas_asked : 0; }
   int64_t offload_queued_ms() const { return transient_ ? transient_->offload_queued_ms : 0; }
   int64_t offload_failed_ms() const { return transient_ ? transient_->offload_failed_ms : 0; }
   // The promotion in progress, or null.
-  Promotion* promotion() const { return transient_ ? transient_->promotion.get() : nullptr; }
-  void StartPromotion(Promotion promotion);
-  void EndPromotion();
+  const Promotion* promotion() const { return transient_ ? transient_->promotion.get() : nullptr; }
   const std::vector<Lease>& leases() const;
-  void AddLease(const Lease& lease) { MutableTransient().leases.push_back(lease); }
-
-  // Drops expired leases; returns how many.
-  size_t PruneLeases(int64_t now_ms);
   bool HasLiveLease(int64_t now_ms) const;
-  // Ends lease `id` if `owner` holds it: kReleased when it was live, kNotHeld when there is no
-  // such lease (or it had expired), kNotOwner (nothing changes) when another owner holds it.
-  LeaseRelease ReleaseLease(uint64_t id, uint64_t owner, int64_t now_ms);
   bool HasMemoryReplica() const;
   bool HasDiskReplicaOn(const std::string& client_id) const;
   bool HasDiskReplica() const;
 
   // The shard's LRU list (ObjectTable): the next more recently used object, and the next less
   // recently used one (null at the ends).
-  Object* lru_newer() const { return lru_newer_; }
-  Object* lru_older() const { return lru_older_; }
+  const Object* lru_newer() const { return lru_newer_; }
+  const Object* lru_older() const { return lru_older_; }
 
  private:
   friend class ObjectMap;
   friend class ObjectTable;
+
+  // The mutators, for ObjectTable::Shard only (see "One writer" above).
+  // The transient record, allocated if there is none.
+  Transient& MutableTransient();
+  // Frees the transient record once nothing in it is set.
+  void TrimTransient();
+  void StartPromotion(Promotion promotion);
+  void EndPromotion();
+  void AddLease(const Lease& lease) { MutableTransient().leases.push_back(lease); }
+  // Drops expired leases; returns how many.
+  size_t PruneLeases(int64_t now_ms);
+  // Ends lease `id` if `owner` holds it: kReleased when it was live, kNotHeld when there is no
+  // such lease (or it had expired), kNotOwner (nothing changes) when another owner holds it.
+  LeaseRelease ReleaseLease(uint64_t id, uint64_t owner, int64_t now_ms);
 
   // Links and key length of the table's node. A moved Object starts unlinked and keyless.
   template <typename T>

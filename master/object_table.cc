@@ -29,9 +29,11 @@ Object& ObjectMap::Emplace(std::string_view key, Object&& fields) {
   return *object;
 }
 
-void ObjectMap::Erase(Object* object) {
-  nodes_.erase(object);
-  Free(object);
+void ObjectMap::Erase(const Object* object) {
+  // The node was allocated non-const by Emplace.
+  Object* node = const_cast<Object*>(object);
+  nodes_.erase(node);
+  Free(node);
 }
 
 void ObjectMap::Free(Object* object) {
@@ -39,29 +41,141 @@ void ObjectMap::Free(Object* object) {
   ::operator delete(static_cast<void*>(object));
 }
 
-Object& ObjectTable::Shard::Insert(std::string_view key, Object fields) {
+const Object& ObjectTable::Shard::Insert(std::string_view key, Object&& fields) {
   fields.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
   Object& object = objects.Emplace(key, std::move(fields));
   PushFront(object);
   return object;
 }
 
-void ObjectTable::Shard::Erase(Object* object) {
-  Unlink(*object);
-  if (object->lease_indexed) leased.erase(object);
+void ObjectTable::Shard::Erase(const Object* object) {
+  Object& node = Mutable(*object);
+  Unlink(node);
+  if (node.lease_indexed) leased_.erase(&node);
   objects.Erase(object);
 }
 
-void ObjectTable::Shard::Touch(Object& object) {
-  object.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
-  if (lru_newest_ == &object) return;
-  Unlink(object);
-  PushFront(object);
+void ObjectTable::Shard::Touch(const Object& object) {
+  Object& node = Mutable(object);
+  node.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
+  if (lru_newest_ == &node) return;
+  Unlink(node);
+  PushFront(node);
+}
+
+void ObjectTable::Shard::AddReplica(const Object& object, const StoredReplica& replica) {
+  Object::Replicas& replicas = Mutable(object).replicas;
+  auto at = replicas.end();
+  if (replica.tier == ReplicaTier::kMemory) {
+    at = std::find_if(replicas.begin(), replicas.end(),
+                      [](const StoredReplica& r) { return r.tier == ReplicaTier::kDisk; });
+  }
+  replicas.insert(at, replica);
+}
+
+void ObjectTable::Shard::BeginPut(const Object& object, int64_t start_ms, uint32_t replicas_asked) {
+  Object::Transient& put = Mutable(object).MutableTransient();
+  put.put_start_ms = start_ms;
+  put.replicas_asked = replicas_asked;
+}
+
+void ObjectTable::Shard::CompletePut(const Object& object, uint64_t checksum) {
+  Object& node = Mutable(object);
+  node.state = ObjectState::kComplete;
+  node.checksum = checksum;
+  Touch(node);
+  if (node.transient_) {
+    node.transient_->put_start_ms = 0;
+    node.transient_->replicas_asked = 0;
+    node.TrimTransient();
+  }
+}
+
+void ObjectTable::Shard::StartPromotion(const Object& object, Object::Promotion promotion) {
+  Mutable(object).StartPromotion(std::move(promotion));
+}
+
+void ObjectTable::Shard::PlacePromotion(const Object& object, const MemoryLocation& location) {
+  Object& node = Mutable(object);
+  MC_CHECK(node.transient_ && node.transient_->promotion);
+  node.transient_->promotion->location = location;
+}
+
+void ObjectTable::Shard::CompletePromotion(const Object& object) {
+  const Object::Promotion* promotion = object.promotion();
+  MC_CHECK(promotion != nullptr && promotion->location.length > 0);
+  AddReplica(object, StoredReplica::Of(ReplicaTier::kMemory, promotion->location));
+  EndPromotion(object);
+}
+
+void ObjectTable::Shard::EndPromotion(const Object& object) { Mutable(object).EndPromotion(); }
+
+void ObjectTable::Shard::MarkOffloadQueued(const Object& object, int64_t now_ms) {
+  Mutable(object).MutableTransient().offload_queued_ms = now_ms;
+}
+
+void ObjectTable::Shard::MarkOffloadFailed(const Object& object, int64_t now_ms) {
+  Object::Transient& offload = Mutable(object).MutableTransient();
+  offload.offload_failed_ms = now_ms;
+  offload.offload_queued_ms = 0;  // the task queued for it, if any, is over
+}
+
+void ObjectTable::Shard::ClearOffloadMarks(const Object& object) {
+  Object& node = Mutable(object);
+  if (!node.transient_) return;
+  node.transient_->offload_queued_ms = 0;
+  node.transient_->offload_failed_ms = 0;
+  node.TrimTransient();
+}
+
+void ObjectTable::Shard::ExpireOffloadMarks(const Object& object, int64_t now_ms,
+                                            int64_t timeout_ms) {
+  Object& node = Mutable(object);
+  if (!node.transient_) return;
+  Object::Transient& t = *node.transient_;
+  if (t.offload_queued_ms != 0 && now_ms - t.offload_queued_ms >= timeout_ms) {
+    t.offload_queued_ms = 0;
+  }
+  if (t.offload_failed_ms != 0 && now_ms - t.offload_failed_ms >= timeout_ms) {
+    t.offload_failed_ms = 0;
+  }
+  node.TrimTransient();
+}
+
+size_t ObjectTable::Shard::GrantLease(const Object& object, const Lease& lease, int64_t now_ms) {
+  Object& node = Mutable(object);
+  const size_t expired = node.PruneLeases(now_ms);
+  node.AddLease(lease);
+  IndexLease(node);
+  return expired;
+}
+
+LeaseRelease ObjectTable::Shard::ReleaseLease(const Object& object, uint64_t id, uint64_t owner,
+                                              int64_t now_ms, size_t* expired) {
+  Object& node = Mutable(object);
+  *expired += node.PruneLeases(now_ms);
+  return node.ReleaseLease(id, owner, now_ms);
+}
+
+size_t ObjectTable::Shard::SweepLeases(int64_t now_ms) {
+  size_t expired = 0;
+  for (auto it = leased_.begin(); it != leased_.end();) {
+    Object& object = **it;
+    expired += object.PruneLeases(now_ms);
+    if (object.leases().empty()) {
+      object.lease_indexed = false;
+      object.TrimTransient();
+      leased_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return expired;
 }
 
 void ObjectTable::Shard::IndexLease(Object& object) {
   if (object.lease_indexed) return;
-  leased.insert(&object);
+  leased_.insert(&object);
   object.lease_indexed = true;
 }
 

@@ -6,11 +6,18 @@
 // Lock order: a shard lock may be held while taking SegmentManager's lock, never the reverse.
 // Thread-safe.
 //
+// One writer (issue 16): the table is the only writer of object state. Every change of a stored
+// object is one of Shard's named operations below (create, erase, touch, replicas, put end,
+// promotion, offload marks, leases); its iterators and LRU walks hand out `const Object&` only,
+// and Object's mutators are private to the table, so any other writer fails to compile. A
+// journal, an audit counter or a consistency check of object state hooks in here, in one place.
+//
 // Memory (issue 16): an object is one heap node, an Object followed by its key's bytes (the key
 // is stored once); a shard's map is a flat set of pointers to the nodes, found by key, and its
 // LRU list is intrusive (the links are in the Object). See object.h for the Object's layout.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,8 +37,8 @@ namespace mc::master {
 inline absl::string_view AsKey(std::string_view key) { return {key.data(), key.size()}; }
 
 // One shard's objects by key: owns the nodes (Object + key bytes). Map-like: find() answers an
-// iterator whose `->first` is the key and `->second` the Object. Not thread-safe (its shard's
-// lock guards it).
+// iterator whose `->first` is the key and `->second` the Object (const: changes go through
+// ObjectTable::Shard). Not thread-safe (its shard's lock guards it).
 class ObjectMap {
  private:
   struct NodeHash {
@@ -54,7 +61,7 @@ class ObjectMap {
   // What an iterator points at: the node's key and Object.
   struct Entry {
     std::string_view first;
-    Object& second;
+    const Object& second;
   };
   class iterator {
    public:
@@ -66,7 +73,7 @@ class ObjectMap {
       const Entry* operator->() const { return &entry; }
     };
     Arrow operator->() const { return Arrow{**this}; }
-    Object* object() const { return *it_; }
+    const Object* object() const { return *it_; }
     iterator& operator++() {
       ++it_;
       return *this;
@@ -102,15 +109,15 @@ class ObjectMap {
   void prefetch(std::string_view key) const { nodes_.prefetch(AsKey(key)); }
   size_t size() const { return nodes_.size(); }
 
-  // Stores a node for `key` (absent) holding `fields`; returns it.
-  Object& Emplace(std::string_view key, Object&& fields);
-  // Removes and frees the node.
-  void Erase(Object* object);
-
   // Bytes of one node for a key of `key_size` bytes (before the allocator's rounding).
   static constexpr size_t NodeBytes(size_t key_size) { return sizeof(Object) + key_size; }
 
  private:
+  friend class ObjectTable;  // its Shard creates and erases nodes
+  // Stores a node for `key` (absent) holding `fields`; returns it.
+  Object& Emplace(std::string_view key, Object&& fields);
+  // Removes and frees the node.
+  void Erase(const Object* object);
   static void Free(Object* object);
   Set nodes_;
 };
@@ -121,23 +128,76 @@ class ObjectTable {
   struct Shard {
     absl::Mutex mu;
     ObjectMap objects ABSL_GUARDED_BY(mu);
-    // Objects that hold or recently held leases (a superset of the leased objects: releases
-    // leave them here and the lease sweep drops those without live leases). An object leaves it
-    // when erased.
-    absl::flat_hash_set<Object*> leased ABSL_GUARDED_BY(mu);
 
-    // Inserts a new object for `key` (absent) at the LRU front.
-    Object& Insert(std::string_view key, Object fields) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // --- The writes (the only ones): each changes one object of this shard. ---
+    // Inserts a new object for `key` (absent) at the LRU front, with the fields set on
+    // `fields` (a fresh Object: size, checksum, generation, state, writer, replicas).
+    const Object& Insert(std::string_view key, Object&& fields) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void Erase(ObjectMap::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { Erase(it.object()); }
-    void Erase(Object* object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    void Erase(const Object* object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     // Moves the object to the LRU front (most recently used).
-    void Touch(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    void Touch(const Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Adds a replica: a memory replica before the first disk one, a disk replica last (lookups
+    // hand out memory replicas first).
+    void AddReplica(const Object& object, const StoredReplica& replica)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Removes the replicas for which pred(replica) is true (called once per replica, in order);
+    // returns how many.
+    template <typename Pred>
+    size_t RemoveReplicas(const Object& object, Pred&& pred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      Object::Replicas& replicas = Mutable(object).replicas;
+      const size_t before = replicas.size();
+      replicas.erase(std::remove_if(replicas.begin(), replicas.end(), pred), replicas.end());
+      return before - replicas.size();
+    }
+    // A put started (PENDING): when, and how many memory replicas it placed.
+    void BeginPut(const Object& object, int64_t start_ms, uint32_t replicas_asked)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // The put ended: COMPLETE with `checksum`, most recently used, its put marks gone (the
+    // writer stays, so a repeated PutEnd is answered again).
+    void CompletePut(const Object& object, uint64_t checksum) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    void StartPromotion(const Object& object, Object::Promotion promotion)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // The memory placed for the promotion in progress (it has one).
+    void PlacePromotion(const Object& object, const MemoryLocation& location)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // The promotion in progress (it has one, placed) wrote its bytes: its memory becomes a
+    // replica and the promotion ends.
+    void CompletePromotion(const Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Ends the promotion in progress, if any (its memory, if placed, is the caller's to free).
+    void EndPromotion(const Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Offload marks (Object::Transient): an OFFLOAD task queued at `now_ms`; a client could not
+    // persist it at `now_ms` (which ends the queued task); both cleared (a disk replica arrived,
+    // or the marks expired).
+    void MarkOffloadQueued(const Object& object, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    void MarkOffloadFailed(const Object& object, int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    void ClearOffloadMarks(const Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Drops each offload mark set `timeout_ms` or longer before `now_ms`.
+    void ExpireOffloadMarks(const Object& object, int64_t now_ms, int64_t timeout_ms)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Grants `lease` after dropping the object's expired ones (returns how many were dropped),
+    // and indexes the object among the leased.
+    size_t GrantLease(const Object& object, const Lease& lease, int64_t now_ms)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Drops the object's expired leases (adds how many to *expired), then ends lease `id` if
+    // `owner` holds it (Object::ReleaseLease's answers).
+    LeaseRelease ReleaseLease(const Object& object, uint64_t id, uint64_t owner, int64_t now_ms,
+                              size_t* expired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Drops every expired lease of the shard and un-indexes the objects left without a lease;
+    // returns how many leases expired.
+    size_t SweepLeases(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+    // --- Reads. ---
     // The least and most recently used objects (null when the shard is empty); walk with
     // Object::lru_newer() / lru_older().
-    Object* LruOldest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lru_oldest_; }
-    Object* LruNewest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lru_newest_; }
-    // Adds the object to `leased` once (Object::lease_indexed).
-    void IndexLease(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    const Object* LruOldest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lru_oldest_; }
+    const Object* LruNewest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lru_newest_; }
+    // Objects that hold or recently held leases (a superset of the leased objects: releases
+    // leave them here and SweepLeases drops those without live leases). An object leaves it
+    // when erased.
+    const absl::flat_hash_set<Object*>& leased() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return leased_;
+    }
 
     // Calls fn(i, it) for each i in `indices`, in order, with it = objects.find(keys[i]) (end()
     // when absent), while prefetching the table entries of the keys a few positions ahead: a
@@ -157,9 +217,15 @@ class ObjectTable {
     }
 
    private:
+    // The writable object behind a `const Object&` of this shard. Every node was created
+    // non-const by ObjectMap::Emplace, so this is the one sanctioned way back to it.
+    static Object& Mutable(const Object& object) { return const_cast<Object&>(object); }
+    // Adds the object to `leased_` once (Object::lease_indexed).
+    void IndexLease(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void Unlink(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void PushFront(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
+    absl::flat_hash_set<Object*> leased_ ABSL_GUARDED_BY(mu);
     Object* lru_newest_ ABSL_GUARDED_BY(mu) = nullptr;
     Object* lru_oldest_ ABSL_GUARDED_BY(mu) = nullptr;
   };

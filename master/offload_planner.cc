@@ -89,21 +89,14 @@ size_t OffloadPlanner::Plan() {
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
     size_t walked = 0;
-    for (Object* it = shard.LruOldest(); it != nullptr && walked < options_.scan_limit_per_shard;
-         it = it->lru_newer(), ++walked) {
-      Object& object = *it;
-      const int64_t queued_ms = object.offload_queued_ms();
-      const int64_t failed_ms = object.offload_failed_ms();
-      bool in_flight = queued_ms != 0 && now - queued_ms < options_.task_timeout_ms;
-      bool failed_lately = failed_ms != 0 && now - failed_ms < options_.task_timeout_ms;
-      if ((queued_ms != 0 && !in_flight) || (failed_ms != 0 && !failed_lately)) {
-        // Expired marks read as none (here and in the evictor, which uses the same timeout):
-        // drop them, so the object's side record goes once nothing else is in it.
-        Object::Transient& t = object.MutableTransient();
-        if (!in_flight) t.offload_queued_ms = 0;
-        if (!failed_lately) t.offload_failed_ms = 0;
-        object.TrimTransient();
-      }
+    for (const Object* it = shard.LruOldest();
+         it != nullptr && walked < options_.scan_limit_per_shard; it = it->lru_newer(), ++walked) {
+      const Object& object = *it;
+      // Expired marks read as none (here and in the evictor, which uses the same timeout): drop
+      // them, so the object's side record goes once nothing else is in it.
+      shard.ExpireOffloadMarks(object, now, options_.task_timeout_ms);
+      const bool in_flight = object.offload_queued_ms() != 0;
+      const bool failed_lately = object.offload_failed_ms() != 0;
       if (object.state != ObjectState::kComplete || in_flight || failed_lately ||
           !object.HasMemoryReplica() || object.HasDiskReplica()) {
         continue;
@@ -117,7 +110,7 @@ size_t OffloadPlanner::Plan() {
             r.client_id(),
             OffloadTask{OffloadTask::Kind::kOffload, std::string(object.key()), object.generation,
                         object.size, object.checksum, r.segment_id, r.offset, 0});
-        object.MutableTransient().offload_queued_ms = now;
+        shard.MarkOffloadQueued(object, now);
         ++queued;
         break;
       }

@@ -8,6 +8,8 @@
 
 #include <set>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -80,12 +82,12 @@ TEST(ObjectTable, NodesKeepTheirKeyAndFieldsAndAreFoundByAnyStringType) {
     fields.replicas.push_back(StoredReplica::Of(
         ReplicaTier::kMemory, MemoryLocation{"client", "10.0.0.1:1", 9, 64, 7, 3}));
     EXPECT_EQ(fields.key(), "") << "an object outside the table has no key";
-    Object& stored = shard.Insert("short", std::move(fields));
+    const Object& stored = shard.Insert("short", std::move(fields));
     EXPECT_EQ(stored.key(), "short");
     shard.Insert(long_key, Object{});
     shard.Insert("", Object{});
     ASSERT_EQ(shard.objects.size(), 3u);
-    Object* found = shard.objects.find(std::string_view("short")).object();
+    const Object* found = shard.objects.find(std::string_view("short")).object();
     ASSERT_EQ(found, &stored);
     EXPECT_EQ(found->size, 7u);
     MemoryLocation loc = found->replicas[0].location();
@@ -119,7 +121,7 @@ TEST(ObjectTable, IntrusiveLruKeepsExactRecencyThroughTouchAndErase) {
   {
     absl::MutexLock lock(&shard.mu);
     seq_before = shard.LruNewest()->access_seq;
-    Object& a = shard.objects.find(std::string_view("a"))->second;
+    const Object& a = shard.objects.find(std::string_view("a"))->second;
     shard.Touch(a);  // oldest to newest
     EXPECT_GT(a.access_seq, seq_before);
     shard.Touch(a);                                                  // already the newest
@@ -147,36 +149,150 @@ TEST(ObjectTable, LeasedIndexForgetsErasedObjects) {
   ObjectTable table(1);
   ObjectTable::Shard& shard = table.ShardOf("k");
   absl::MutexLock lock(&shard.mu);
-  Object& o = shard.Insert("k", Object{});
-  o.AddLease({1, 100, 0});
-  shard.IndexLease(o);
-  shard.IndexLease(o);
-  EXPECT_EQ(shard.leased.size(), 1u);
+  const Object& o = shard.Insert("k", Object{});
+  EXPECT_EQ(shard.GrantLease(o, {1, 100, 0}, 0), 0u);
+  EXPECT_EQ(shard.GrantLease(o, {2, 100, 0}, 0), 0u);
+  EXPECT_EQ(shard.leased().size(), 1u) << "indexed once";
   EXPECT_TRUE(o.has_transient());
   shard.Erase(&o);
-  EXPECT_TRUE(shard.leased.empty());
+  EXPECT_TRUE(shard.leased().empty());
 }
 
 TEST(Object, TransientStateIsAllocatedOnDemandAndTrimmedWhenEmpty) {
-  Object o;
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("k");
+  absl::MutexLock lock(&shard.mu);
+  const Object& o = shard.Insert("k", Object{});
   EXPECT_FALSE(o.has_transient());
   EXPECT_EQ(o.promotion(), nullptr);
   EXPECT_TRUE(o.leases().empty());
-  EXPECT_EQ(o.ReleaseLease(1, 0, 0), LeaseRelease::kNotHeld);
-  EXPECT_EQ(o.PruneLeases(0), 0u);
-  EXPECT_FALSE(o.has_transient()) << "reads allocate nothing";
-  o.StartPromotion(Object::Promotion{{}, "writer", 5});
+  size_t expired = 0;
+  EXPECT_EQ(shard.ReleaseLease(o, 1, 0, 0, &expired), LeaseRelease::kNotHeld);
+  EXPECT_EQ(shard.SweepLeases(0), 0u);
+  shard.EndPromotion(o);
+  shard.ClearOffloadMarks(o);
+  EXPECT_FALSE(o.has_transient()) << "nothing to record allocates nothing";
+  shard.StartPromotion(o, Object::Promotion{{}, "writer", 5});
   ASSERT_NE(o.promotion(), nullptr);
   EXPECT_EQ(o.promotion()->writer, "writer");
-  o.AddLease({1, 100, 0});
-  o.EndPromotion();
+  shard.GrantLease(o, {1, 100, 0}, 0);
+  shard.EndPromotion(o);
   EXPECT_TRUE(o.has_transient()) << "the lease still needs it";
-  EXPECT_EQ(o.ReleaseLease(1, 0, 50), LeaseRelease::kReleased);
-  o.TrimTransient();
-  EXPECT_FALSE(o.has_transient());
-  o.MutableTransient().offload_failed_ms = 9;
-  o.TrimTransient();
+  EXPECT_EQ(shard.ReleaseLease(o, 1, 7, 50, &expired), LeaseRelease::kNotOwner);
+  EXPECT_EQ(shard.ReleaseLease(o, 1, 0, 50, &expired), LeaseRelease::kReleased);
+  EXPECT_EQ(expired, 0u);
+  EXPECT_EQ(shard.SweepLeases(50), 0u);
+  EXPECT_FALSE(o.has_transient()) << "the sweep trims what the release left";
+  EXPECT_TRUE(shard.leased().empty());
+  shard.MarkOffloadFailed(o, 9);
   EXPECT_EQ(o.offload_failed_ms(), 9);
+  shard.ClearOffloadMarks(o);
+  EXPECT_FALSE(o.has_transient());
+}
+
+// The contract of issue 16: the table is the only writer of object state. What its iterators
+// and LRU walks hand out is const, and Object's mutators are not reachable from outside it.
+// (Each line fails to compile, or the assertion fails, if a write path is opened again.)
+template <typename T>
+concept CanTrimTransient = requires(T& t) {
+  t.TrimTransient();
+};
+template <typename T>
+concept CanReleaseLease = requires(T& t) {
+  t.ReleaseLease(uint64_t{1}, uint64_t{0}, int64_t{0});
+};
+template <typename T>
+concept CanWriteSize = requires(T&& entry) {
+  entry.second.size = 1;
+};
+static_assert(!CanTrimTransient<Object>, "Object's mutators are the table's alone");
+static_assert(!CanReleaseLease<Object>, "Object's mutators are the table's alone");
+static_assert(!CanWriteSize<ObjectMap::Entry>, "iterators hand out const objects");
+static_assert(
+    std::is_same_v<decltype(std::declval<ObjectMap::iterator>().object()), const Object*>);
+static_assert(
+    std::is_same_v<decltype(std::declval<ObjectTable::Shard&>().LruOldest()), const Object*>);
+static_assert(std::is_same_v<decltype(std::declval<const Object&>().lru_newer()), const Object*>);
+
+TEST(ObjectTable, ReplicasKeepMemoryBeforeDisk) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("k");
+  absl::MutexLock lock(&shard.mu);
+  const Object& o = shard.Insert("k", Object{});
+  auto replica = [](ReplicaTier tier, uint64_t segment) {
+    return StoredReplica::Of(tier, MemoryLocation{"c", "10.0.0.1:1", segment, 0, 8, 1});
+  };
+  shard.AddReplica(o, replica(ReplicaTier::kDisk, 1));
+  shard.AddReplica(o, replica(ReplicaTier::kMemory, 2));
+  shard.AddReplica(o, replica(ReplicaTier::kDisk, 3));
+  shard.AddReplica(o, replica(ReplicaTier::kMemory, 4));
+  std::vector<uint64_t> order;
+  for (const StoredReplica& r : o.replicas) order.push_back(r.segment_id);
+  EXPECT_EQ(order, (std::vector<uint64_t>{2, 4, 1, 3}));
+  EXPECT_EQ(shard.RemoveReplicas(o, [](const StoredReplica& r) { return r.segment_id % 2 == 0; }),
+            2u);
+  EXPECT_FALSE(o.HasMemoryReplica());
+  EXPECT_EQ(o.replicas.size(), 2u);
+}
+
+TEST(ObjectTable, CompletePutEndsThePutAndTouches) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("a");
+  absl::MutexLock lock(&shard.mu);
+  Object fields;
+  fields.size = 5;
+  fields.generation = 11;
+  const Object& a = shard.Insert("a", std::move(fields));
+  shard.BeginPut(a, 100, 2);
+  shard.Insert("b", Object{});
+  EXPECT_EQ(a.put_start_ms(), 100);
+  EXPECT_EQ(a.replicas_asked(), 2u);
+  EXPECT_EQ(a.state, ObjectState::kPending);
+  EXPECT_NE(shard.LruNewest(), &a);
+  shard.CompletePut(a, 0xfeed);
+  EXPECT_EQ(a.state, ObjectState::kComplete);
+  EXPECT_EQ(a.checksum, 0xfeedu);
+  EXPECT_EQ(a.generation, 11u);
+  EXPECT_EQ(shard.LruNewest(), &a);
+  EXPECT_FALSE(a.has_transient()) << "the put's marks go with it";
+}
+
+TEST(ObjectTable, PromotionBecomesAMemoryReplicaBeforeDiskOnes) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("k");
+  absl::MutexLock lock(&shard.mu);
+  const Object& o = shard.Insert("k", Object{});
+  shard.AddReplica(
+      o, StoredReplica::Of(ReplicaTier::kDisk, MemoryLocation{"c", "10.0.0.1:1", 0, 4096, 8, 1}));
+  shard.StartPromotion(o, Object::Promotion{{}, "c", 5});
+  shard.PlacePromotion(o, MemoryLocation{"c", "10.0.0.1:1", 7, 64, 8, 1});
+  shard.CompletePromotion(o);
+  EXPECT_EQ(o.promotion(), nullptr);
+  ASSERT_EQ(o.replicas.size(), 2u);
+  EXPECT_EQ(o.replicas[0].tier, ReplicaTier::kMemory);
+  EXPECT_EQ(o.replicas[0].segment_id, 7u);
+  EXPECT_EQ(o.replicas[1].tier, ReplicaTier::kDisk);
+  EXPECT_FALSE(o.has_transient());
+}
+
+TEST(ObjectTable, OffloadMarksExpireEachOnItsOwn) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("k");
+  absl::MutexLock lock(&shard.mu);
+  const Object& o = shard.Insert("k", Object{});
+  shard.MarkOffloadQueued(o, 100);
+  EXPECT_EQ(o.offload_queued_ms(), 100);
+  shard.MarkOffloadFailed(o, 150);
+  EXPECT_EQ(o.offload_queued_ms(), 0) << "a failure ends the queued task";
+  shard.MarkOffloadQueued(o, 120);
+  shard.ExpireOffloadMarks(o, 219, 100);
+  EXPECT_EQ(o.offload_queued_ms(), 120);
+  shard.ExpireOffloadMarks(o, 220, 100);
+  EXPECT_EQ(o.offload_queued_ms(), 0);
+  EXPECT_EQ(o.offload_failed_ms(), 150);
+  shard.ExpireOffloadMarks(o, 250, 100);
+  EXPECT_EQ(o.offload_failed_ms(), 0);
+  EXPECT_FALSE(o.has_transient());
 }
 
 TEST(PeerNames, InternsEachPairOnceAndKeepsIndicesStable) {

@@ -176,31 +176,39 @@ TEST_F(OffloadPlannerTest, ExpiredOffloadMarksAreCleared) {
   auto planner = MakePlanner(Options());
   Add("failed", "disk");
   Add("nodisk", "nodisk");
-  auto with = [&](const std::string& key, const std::function<void(Object&)>& fn) {
+  auto with = [&](const std::string& key,
+                  const std::function<void(ObjectTable::Shard&, const Object&)>& fn) {
     table_.ForKeys({key}, [&](ObjectTable::Shard& shard, const std::vector<size_t>&) {
       shard.mu.AssertHeld();
       auto it = shard.objects.find(key);
       ASSERT_NE(it, shard.objects.end());
-      fn(it->second);
+      fn(shard, it->second);
     });
   };
   for (const std::string key : {"failed", "nodisk"}) {
-    with(key, [&](Object& o) { o.MutableTransient().offload_failed_ms = clock_.NowMs(); });
+    with(key, [&](ObjectTable::Shard& shard, const Object& o) {
+      shard.mu.AssertHeld();
+      shard.MarkOffloadFailed(o, clock_.NowMs());
+    });
   }
   EXPECT_EQ(planner->Plan(), 0u) << "a fresh failure holds the object back";
-  with("failed", [](Object& o) { EXPECT_TRUE(o.has_transient()); });
+  with("failed", [](ObjectTable::Shard&, const Object& o) { EXPECT_TRUE(o.has_transient()); });
   clock_.AdvanceMs(10'000);
   EXPECT_EQ(planner->Plan(), 1u) << "past the timeout it is tried again";
-  with("failed", [](Object& o) {
+  with("failed", [](ObjectTable::Shard&, const Object& o) {
     EXPECT_EQ(o.offload_failed_ms(), 0);
     EXPECT_NE(o.offload_queued_ms(), 0);
   });
-  with("nodisk", [](Object& o) { EXPECT_FALSE(o.has_transient()) << "nothing left in it"; });
+  with("nodisk", [](ObjectTable::Shard&, const Object& o) {
+    EXPECT_FALSE(o.has_transient()) << "nothing left in it";
+  });
   // The task is never reported: past the timeout the mark goes and the object is queued again.
   EXPECT_EQ(TakeKeys("disk"), std::vector<std::string>{"failed"});
   clock_.AdvanceMs(10'000);
   EXPECT_EQ(planner->Plan(), 1u);
-  with("failed", [&](Object& o) { EXPECT_EQ(o.offload_queued_ms(), clock_.NowMs()); });
+  with("failed", [&](ObjectTable::Shard&, const Object& o) {
+    EXPECT_EQ(o.offload_queued_ms(), clock_.NowMs());
+  });
 }
 
 TEST(OffloadQueue, FifoPerClientAndDropClientForgetsTheQueue) {
