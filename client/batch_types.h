@@ -23,6 +23,10 @@ struct PutRequestItem {
   // The registered buffers `pieces` lie in (none for inline data): checked once the copies
   // ended, since a buffer whose shm object shrank mid-copy yields void bytes (see BufferRegistry).
   std::vector<BufferRef> buffers;
+  // Set: `pieces` is one range of registered GPU memory (client/gpu_buffers.h), held for the
+  // request. The put path never reads it: GpuPutStager replaces it with a verified host copy
+  // (or fails the item) before the put starts.
+  GpuBufferRef gpu;
 };
 
 // One get: destination slices, or (inline) memory the sink provides once the size is known.

@@ -99,6 +99,10 @@ ABSL_FLAG(int32_t, cuda_device, -1,
           "CUDA ordinal whose memory applications may lend with GpuBuffers.RegisterGpuBuffer and "
           "name in BatchPut/BatchGet slices (docs/gpu.md); -1 = none (GpuBuffers not served)");
 ABSL_FLAG(int32_t, cuda_streams, 4, "CUDA streams of the GPU mover (1..64), with --cuda_device");
+ABSL_FLAG(uint64_t, gpu_put_staging_bytes, 1ull << 30,
+          "host memory that BatchPut items from GPU buffers are staged through, all requests "
+          "together (a larger item fails INVALID_ARGUMENT, one that does not fit beside others "
+          "UNAVAILABLE); >= 1 MiB, with --cuda_device");
 ABSL_FLAG(uint64_t, rdma_buffer_bytes_total, 64ull << 30,
           "bytes of registered application buffers also registered with the rdma device (local "
           "access only; their pages stay pinned while registered); buffers past it move over tcp; "
@@ -311,6 +315,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "--cuda_device must be -1 (no GPU) or a CUDA ordinal in 0..1023, "
                  "--cuda_streams in 1..64\n");
+    return 2;
+  }
+  o.gpu_put.max_staging_bytes = absl::GetFlag(FLAGS_gpu_put_staging_bytes);
+  if (o.gpu_put.max_staging_bytes < (1u << 20)) {
+    std::fprintf(stderr, "--gpu_put_staging_bytes must be at least 1 MiB\n");
     return 2;
   }
   o.offload.dir = mc::AbsolutePath(absl::GetFlag(FLAGS_offload_dir));

@@ -243,7 +243,9 @@ absl::Status ClientServer::Start() {
     gpu_buffers_ = std::make_unique<GpuBufferRegistry>(cuda->api(), cuda);
     gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, cuda->api());
     gpu_service_->SetAccess(store_auth_.get(), fd_channel_.get());
-    store_->SetGpuBuffers(gpu_buffers_.get());
+    gpu_put_stager_ =
+        std::make_unique<GpuPutStager>(cuda->mover(), options_.gpu_put, RealClock::Get());
+    store_->SetGpuBuffers(gpu_buffers_.get(), gpu_put_stager_.get());
   } else if (options_.transfer.cuda_device >= 0) {
     Logger("client").error(
         "--cuda_device={} asked for, but there is no cuda transport (see the transfer log "

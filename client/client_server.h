@@ -19,6 +19,7 @@
 #include "client/fd_channel.h"
 #include "client/gpu_buffer_service.h"
 #include "client/gpu_buffers.h"
+#include "client/gpu_put_stager.h"
 #include "client/index_service.h"
 #include "client/master_client.h"
 #include "client/master_session.h"
@@ -84,6 +85,7 @@ struct ClientServerOptions {
   bool object_index = true;
   bool promote_on_hit = false;                                      // write SSD hits back to memory
   uint64_t promote_staging_bytes = Promoter::kDefaultStagingBytes;  // private copies per round
+  GpuPutStagerOptions gpu_put;  // with a cuda transport: how GPU put sources are staged
 };
 
 class ClientServer {
@@ -135,11 +137,13 @@ class ClientServer {
   std::unique_ptr<BatchGetter> getter_;
   std::unique_ptr<Promoter> promoter_;
   std::unique_ptr<StoreGrpcService> store_;
-  // With a cuda transport: the GPU buffers Store's BatchGet may name, and their service.
+  // With a cuda transport: the GPU buffers Store's BatchGet and BatchPut may name, their
+  // service, and the stager of GPU put sources.
   // Declared after engine_ (its transport's CudaApi outlives every import) and destroyed before
   // store_, which only uses them while serving.
   std::unique_ptr<GpuBufferRegistry> gpu_buffers_;
   std::unique_ptr<GpuBufferService> gpu_service_;
+  std::unique_ptr<GpuPutStager> gpu_put_stager_;
   std::unique_ptr<StoreAuth> store_auth_;
   std::unique_ptr<FdChannelServer> fd_channel_;
   std::unique_ptr<grpc::Server> grpc_server_;

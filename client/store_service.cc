@@ -86,14 +86,9 @@ absl::StatusOr<StoreGrpcService::Caller> StoreGrpcService::Admit(grpc::ServerCon
 
 namespace {
 
-// Whether an item may name a GPU buffer: a get destination of one slice, on a daemon serving GPU
-// buffers. Each refusal says why (docs/gpu.md, "Refused").
+// Whether an item may name a GPU buffer: one slice (a get destination or a put source), on a
+// daemon serving GPU buffers. Each refusal says why (docs/gpu.md, "Refused").
 absl::Status CheckGpuSlices(int slices, bool is_get, bool served) {
-  if (!is_get) {
-    return McError(Code::kInvalidArgument,
-                   "a GPU buffer cannot be a BatchPut source yet: the put checksum is computed on "
-                   "the CPU, which cannot read device memory; put from host memory");
-  }
   if (!served) {
     return McError(Code::kInvalidArgument,
                    "this mc-client serves no GPU buffers (no --cuda_device, or its device could "
@@ -101,8 +96,10 @@ absl::Status CheckGpuSlices(int slices, bool is_get, bool served) {
   }
   if (slices != 1) {
     return McError(Code::kInvalidArgument,
-                   "a GPU destination must be the item's only slice: the device hash that "
-                   "verifies it covers one contiguous range");
+                   is_get ? "a GPU destination must be the item's only slice: the device hash "
+                            "that verifies it covers one contiguous range"
+                          : "a GPU source must be the item's only slice: it is staged and "
+                            "verified as one contiguous range");
   }
   return absl::OkStatus();
 }
@@ -112,14 +109,15 @@ absl::Status CheckGpuSlices(int slices, bool is_get, bool served) {
 absl::Status StoreGrpcService::ResolveSlices(
     const google::protobuf::RepeatedPtrField<sv1::Slice>& slices, std::string_view owner,
     ResolvedBuffers& seen, std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
-    GpuBufferRef* gpu) const {
+    GpuBufferRef* gpu, bool is_get) const {
   CheckedSum total;
   for (const sv1::Slice& slice : slices) {
     if (!total.Add(slice.length()).ok()) {
       return McError(Code::kInvalidArgument, "the slices' lengths overflow 64 bits");
     }
     if (IsGpuBufferId(slice.buffer_id())) {
-      MC_RETURN_IF_ERROR(CheckGpuSlices(slices.size(), gpu != nullptr, gpu_buffers_ != nullptr));
+      const bool served = gpu_buffers_ != nullptr && (is_get || gpu_stager_ != nullptr);
+      MC_RETURN_IF_ERROR(CheckGpuSlices(slices.size(), is_get, served));
       MC_ASSIGN_OR_RETURN(
           const uint64_t addr,
           gpu_buffers_->Resolve(slice.buffer_id(), slice.offset(), slice.length(), gpu, owner));
@@ -202,12 +200,17 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
                                                        options_.max_inline_bytes, "; use slices"));
     } else if (in.slices_size() > 0) {
       item.input_error =
-          ResolveSlices(in.slices(), caller->owner, seen, &item.pieces, &item.buffers, nullptr);
+          ResolveSlices(in.slices(), caller->owner, seen, &item.pieces, &item.buffers, &item.gpu,
+                        /*is_get=*/false);
     } else if (!in.data().empty()) {
       // The putter only reads from the pieces.
       item.pieces.push_back({const_cast<char*>(in.data().data()), in.data().size()});
     }
   }
+  // GPU sources are copied into host memory and proved equal there first (held until the put
+  // ends); an item whose staging failed fails alone.
+  const GpuPutStager::Staged staged =
+      gpu_stager_ != nullptr ? gpu_stager_->Stage(items) : GpuPutStager::Staged();
   uint32_t replicas = req->replicas() == 0 ? options_.default_replicas : req->replicas();
   for (const absl::Status& s : putter_.Put(items, replicas)) {
     SetResult(s, resp->add_results());
@@ -233,7 +236,7 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
     items[i].inline_data = in.slices_size() == 0;
     if (!items[i].inline_data) {
       items[i].input_error = ResolveSlices(in.slices(), caller->owner, seen, &items[i].slices,
-                                           &items[i].buffers, &items[i].gpu);
+                                           &items[i].buffers, &items[i].gpu, /*is_get=*/true);
     }
     resp->add_results();
   }

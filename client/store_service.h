@@ -24,6 +24,7 @@
 #include "client/caller_limits.h"
 #include "client/client_metrics.h"
 #include "client/gpu_buffers.h"
+#include "client/gpu_put_stager.h"
 #include "client/master_client.h"
 #include "client/prefix_leases.h"
 #include "client/store_auth.h"
@@ -63,8 +64,12 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
     sessions_ = sessions;
   }
   // The GPU buffers BatchGet slices may name (borrowed; null, the default: none, and a GPU
-  // buffer id is refused). Call before serving.
-  void SetGpuBuffers(const GpuBufferRegistry* gpu_buffers) { gpu_buffers_ = gpu_buffers; }
+  // buffer id is refused), and the stager that lets BatchPut take them as sources (borrowed;
+  // null: GPU put sources are refused). Call before serving.
+  void SetGpuBuffers(const GpuBufferRegistry* gpu_buffers, GpuPutStager* stager = nullptr) {
+    gpu_buffers_ = gpu_buffers;
+    gpu_stager_ = stager;
+  }
 
   grpc::Status RegisterBuffer(grpc::ServerContext*, const mcstore::v1::RegisterBufferRequest*,
                               mcstore::v1::RegisterBufferResponse*) override;
@@ -109,11 +114,12 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
   using ResolvedBuffers = absl::flat_hash_map<uint64_t, SeenBuffer>;
   // Resolves slices into memory (holding each distinct buffer once in `refs`). A GPU buffer id
   // (IsGpuBufferId) resolves through the GpuBufferRegistry into a device address held in
-  // `*gpu`; it must be the item's only slice, and `gpu` null (a put source) refuses it.
+  // `*gpu`; it must be the item's only slice, and a put source (`is_get` false) needs the GPU
+  // put stager.
   absl::Status ResolveSlices(const google::protobuf::RepeatedPtrField<mcstore::v1::Slice>& slices,
                              std::string_view owner, ResolvedBuffers& seen,
                              std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
-                             GpuBufferRef* gpu) const;
+                             GpuBufferRef* gpu, bool is_get) const;
 
   const StoreServiceOptions options_;
   BufferRegistry& buffers_;
@@ -127,6 +133,7 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
   const StoreAuth* auth_ = nullptr;
   const CallerSessions* sessions_ = nullptr;
   const GpuBufferRegistry* gpu_buffers_ = nullptr;
+  GpuPutStager* gpu_stager_ = nullptr;
   // Until then MatchPrefix names its keys to the master one by one (it found an older master).
   std::atomic<int64_t> packed_keys_off_until_ms_{0};
 };

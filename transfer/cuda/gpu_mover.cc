@@ -169,8 +169,10 @@ void GpuMover::Enqueue(Plan& plan, size_t lane_index, std::span<const GpuMoveReq
     absl::Status s = EnsureHashCapacity(lane, static_cast<uint32_t>(lp.hashed.size()));
     if (s.ok()) {
       for (size_t i = 0; i < lp.hashed.size(); ++i) {
-        const CopyOp& c = requests[lp.hashed[i]].copies[0];
-        lane.ranges[i] = HashRange{reinterpret_cast<uint64_t>(c.dst), c.length};
+        const GpuMoveRequest& r = requests[lp.hashed[i]];
+        const CopyOp& c = r.copies[0];
+        const void* hashed = r.hash_source ? c.src : c.dst;
+        lane.ranges[i] = HashRange{reinterpret_cast<uint64_t>(hashed), c.length};
         lane.out[i] = 0;
       }
       s = api_.HashAsync(lane.stream, lane.ranges, lane.out,
@@ -241,9 +243,14 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
   size_t valid = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const GpuMoveRequest& r = requests[i];
-    if (r.hash_destination && r.copies.size() != 1) {
+    if (r.hash_destination && r.hash_source) {
       plan.invalid[i] =
-          McError(Code::kInvalidArgument, "device hash needs exactly one contiguous destination");
+          McError(Code::kInvalidArgument, "device hash of the source or the destination, not both");
+      continue;
+    }
+    if ((r.hash_destination || r.hash_source) && r.copies.size() != 1) {
+      plan.invalid[i] =
+          McError(Code::kInvalidArgument, "device hash needs exactly one contiguous copy to hash");
       continue;
     }
     for (const CopyOp& c : r.copies) total += c.length;
@@ -280,7 +287,7 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
       lp.ops.push_back(Op{i, c});
       in_lane += c.length;
     }
-    if (requests[i].hash_destination) lp.hashed.push_back(i);
+    if (requests[i].hash_destination || requests[i].hash_source) lp.hashed.push_back(i);
   }
   for (size_t l = 0; l < lanes.size(); ++l) {
     plan.lanes[l].lane = lanes[l];
@@ -341,7 +348,7 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
       res.status = plan.invalid[i];
       continue;
     }
-    const bool hashed = requests[i].hash_destination;
+    const bool hashed = requests[i].hash_destination || requests[i].hash_source;
     const bool complete = missing[i] == 0 && (!hashed || res.checksum.has_value());
     if (!complete) {
       res.checksum.reset();
@@ -359,7 +366,9 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
     }
     if (hashed && requests[i].expected_checksum.has_value() &&
         *requests[i].expected_checksum != *res.checksum) {
-      res.status = McError(Code::kChecksumMismatch, "device checksum of the destination differs");
+      res.status = McError(Code::kChecksumMismatch,
+                           requests[i].hash_source ? "device checksum of the source differs"
+                                                   : "device checksum of the destination differs");
       continue;
     }
     res.status = absl::OkStatus();

@@ -3,12 +3,12 @@
 // destinations by hashing them on the device.
 //
 // A Move() call takes a batch of requests, each a list of copies (device <-> host) and,
-// optionally, a device-side XXH3-64 of its destination (one contiguous device range) to return
-// or to compare with an expected value. The copies are spread over up to `streams_per_move`
-// streams, contiguous runs of requests per stream balanced by bytes, and enqueued as batched
-// submissions of up to `max_ops_per_batch` copies (one cudaMemcpyBatchAsync each); then one
-// kernel launch per stream hashes every destination that asked for it. An event after each
-// submission tells which copies are known to have landed.
+// optionally, a device-side XXH3-64 of its destination (one contiguous device range), or of its
+// source (a copy out of device memory), to return or to compare with an expected value. The copies
+// are spread over up to `streams_per_move` streams, contiguous runs of requests per stream balanced
+// by bytes, and enqueued as batched submissions of up to `max_ops_per_batch` copies (one
+// cudaMemcpyBatchAsync each); then one kernel launch per stream hashes every destination that asked
+// for it. An event after each submission tells which copies are known to have landed.
 //
 // What a result promises: `bytes` is the sum of the request's copies whose submission
 // completed without error (a failed submission counts nothing of its copies: CUDA does not say
@@ -55,14 +55,19 @@ struct GpuMoveRequest {
   std::vector<CopyOp> copies;  // destination bytes = the sum of their lengths
   // Hash the destination on the device: requires exactly one copy whose dst is device memory.
   bool hash_destination = false;
-  // With hash_destination: the result is OK only when the hash equals this.
+  // Hash the source on the device instead (a copy out of device memory, e.g. a put staged into
+  // host memory): requires exactly one copy whose src is device memory; not with
+  // hash_destination. The hash runs after the copy, on the same stream.
+  bool hash_source = false;
+  // With a hash: the result is OK only when the hash equals this.
   std::optional<uint64_t> expected_checksum;
 };
 
 struct GpuMoveResult {
   absl::Status status;
   uint64_t bytes = 0;
-  std::optional<uint64_t> checksum;  // the device hash of the destination, when OK and asked
+  // The device hash of the destination (or source, with hash_source), when OK and asked.
+  std::optional<uint64_t> checksum;
 };
 
 class GpuMover {

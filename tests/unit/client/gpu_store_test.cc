@@ -1,8 +1,10 @@
 // GPU buffers wired into the Store service (docs/gpu.md), against the fake CUDA device: a buffer
 // registered through GpuBuffers is a BatchGet destination whose bytes land in device memory and
 // are OK only with the matching device hash; unknown, out-of-bounds and other owners' GPU ids are
-// refused; the cases the batch paths cannot serve safely are refused INVALID_ARGUMENT, never a
-// wrong OK. GpuBuffers admits callers as Store does (a real gRPC server over loopback TCP).
+// refused; a GPU put source is staged into host memory and stored only when the staged bytes
+// hash to the device's hash of the source; the cases the batch paths cannot serve safely are
+// refused INVALID_ARGUMENT, never a wrong OK. GpuBuffers admits callers as Store does (a real gRPC
+// server over loopback TCP).
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,6 +14,7 @@
 
 #include "client/gpu_buffer_service.h"
 #include "client/gpu_buffers.h"
+#include "client/gpu_put_stager.h"
 #include "client/store_auth.h"
 #include "client/store_service.h"
 #include "gtest/gtest.h"
@@ -35,9 +38,11 @@ class GpuStore : public ClientFixture {
         fake_(static_cast<FakeCudaApi&>(cuda_.api())),
         gpu_(cuda_.api(), &cuda_),
         gpu_service_(gpu_, cuda_.api()),
+        stager_(cuda_.mover(), GpuPutStagerOptions{.max_staging_bytes = kStagingBytes},
+                RealClock::Get()),
         service_(StoreServiceOptions{.client_id = kLocalId}, buffers_, putter_, getter_, master_,
                  prefix_leases_, clock_, metrics_) {
-    service_.SetGpuBuffers(&gpu_);
+    service_.SetGpuBuffers(&gpu_, &stager_);
     device_ = fake_.AllocDevice(kDeviceBytes);
   }
 
@@ -95,10 +100,37 @@ class GpuStore : public ClientFixture {
     return true;
   }
 
+  // One BatchPut item per entry (key, slices), through Store's BatchPut.
+  sv1::BatchPutResponse Put(
+      const std::vector<std::pair<std::string, std::vector<SliceSpec>>>& items) {
+    sv1::BatchPutRequest req;
+    for (const auto& [key, slices] : items) {
+      sv1::PutItem* item = req.add_items();
+      item->set_key(key);
+      for (const SliceSpec& s : slices) {
+        sv1::Slice* slice = item->add_slices();
+        slice->set_buffer_id(s.id);
+        slice->set_offset(s.offset);
+        slice->set_length(s.length);
+      }
+    }
+    sv1::BatchPutResponse resp;
+    EXPECT_TRUE(service_.BatchPut(nullptr, &req, &resp).ok());
+    EXPECT_EQ(resp.results_size(), req.items_size());
+    return resp;
+  }
+  // The inline bytes of `key` (empty when the get fails).
+  std::string GetInline(const std::string& key) {
+    sv1::BatchGetResponse resp = Get({{key, {}}});
+    return resp.results(0).code() == sv1::OK ? resp.results(0).data() : std::string();
+  }
+
+  static constexpr uint64_t kStagingBytes = 256 << 10;
   transfer::cuda::CudaTransport& cuda_;
   FakeCudaApi& fake_;
   GpuBufferRegistry gpu_;
   GpuBufferService gpu_service_;
+  GpuPutStager stager_;
   BufferRegistry buffers_;
   StoreGrpcService service_;
   char* device_ = nullptr;  // the fake's zeroed "device memory", kDeviceBytes
@@ -186,21 +218,104 @@ TEST_F(GpuStore, SlicesOutsideTheGpuBufferAreRefusedWithoutOverflow) {
   EXPECT_TRUE(DeviceUntouched(0, kDeviceBytes));
 }
 
-TEST_F(GpuStore, GpuPutSourceIsRefusedBecauseItsChecksumNeedsTheCpu) {
+TEST_F(GpuStore, PutFromAGpuBufferStoresTheDeviceBytesProvedEqualOnTheHost) {
+  const std::string pk = Payload(70000, 21);
+  std::memcpy(device_ + 8192, pk.data(), pk.size());
   const uint64_t id = RegisterGpu();
+  const uint64_t hashes = fake_.hash_launches();
+  sv1::BatchPutResponse resp = Put({{"from-gpu", {{id, 8192, pk.size()}}}});
+  ASSERT_EQ(resp.results(0).code(), sv1::OK) << resp.results(0).message();
+  EXPECT_GT(fake_.hash_launches(), hashes) << "the source is hashed on the device";
+  EXPECT_EQ(GetInline("from-gpu"), pk);
+  v1::KeyReplicas kr = Lookup("from-gpu");
+  ASSERT_EQ(kr.code(), v1::OK);
+  EXPECT_EQ(kr.size(), pk.size());
+  EXPECT_EQ(stager_.staged_bytes_in_use(), 0u) << "staging memory goes with the request";
+  // And back into the GPU buffer, elsewhere, by the device-verified get path.
+  sv1::BatchGetResponse back = Get({{"from-gpu", {{id, 131072, pk.size()}}}});
+  ASSERT_EQ(back.results(0).code(), sv1::OK) << back.results(0).message();
+  EXPECT_EQ(std::string(device_ + 131072, pk.size()), pk);
+}
+
+TEST_F(GpuStore, GpuPutSourceWhoseHostCopyDiffersIsNeverStored) {
+  const std::string pk = Payload(5000, 22);
+  std::memcpy(device_, pk.data(), pk.size());
+  const uint64_t id = RegisterGpu();
+  // The copy "succeeds" one hundred bytes short: the staged bytes are not the device's.
+  fake_.ShortenNextCopy(100);
+  sv1::BatchPutResponse short_copy = Put({{"short", {{id, 0, pk.size()}}}});
+  EXPECT_EQ(short_copy.results(0).code(), sv1::CHECKSUM_MISMATCH)
+      << short_copy.results(0).message();
+  EXPECT_EQ(Lookup("short").code(), v1::NOT_FOUND);
+  // A corrupted device hash: the bytes arrived, the proof did not.
+  fake_.CorruptNextHash();
+  sv1::BatchPutResponse bad_hash = Put({{"bad-hash", {{id, 0, pk.size()}}}});
+  EXPECT_EQ(bad_hash.results(0).code(), sv1::CHECKSUM_MISMATCH);
+  EXPECT_EQ(Lookup("bad-hash").code(), v1::NOT_FOUND);
+  // A failed copy.
+  fake_.FailNthCopy(0);
+  sv1::BatchPutResponse failed = Put({{"failed", {{id, 0, pk.size()}}}});
+  EXPECT_EQ(failed.results(0).code(), sv1::TRANSFER_FAILED) << failed.results(0).message();
+  EXPECT_EQ(Lookup("failed").code(), v1::NOT_FOUND);
+  EXPECT_EQ(stager_.staged_bytes_in_use(), 0u);
+  // The same source staged intact is stored.
+  ASSERT_EQ(Put({{"short", {{id, 0, pk.size()}}}}).results(0).code(), sv1::OK);
+  EXPECT_EQ(GetInline("short"), pk);
+}
+
+TEST_F(GpuStore, GpuPutSourcesAreBoundedAndOneRangeEach) {
+  const uint64_t id = RegisterGpu();
+  sv1::BatchPutResponse big = Put({{"big", {{id, 0, kStagingBytes + 1}}}});
+  EXPECT_EQ(big.results(0).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_NE(big.results(0).message().find("--gpu_put_staging_bytes"), std::string::npos);
+  sv1::BatchPutResponse two = Put({{"two", {{id, 0, 100}, {id, 4096, 100}}}});
+  EXPECT_EQ(two.results(0).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_NE(two.results(0).message().find("only slice"), std::string::npos);
+  const uint64_t huge = ~uint64_t{0};
+  EXPECT_EQ(Put({{"oob", {{id, 1, huge}}}}).results(0).code(), sv1::INVALID_ARGUMENT);
+  for (const char* key : {"big", "two", "oob"}) EXPECT_EQ(Lookup(key).code(), v1::NOT_FOUND);
+  // A daemon with GPU buffers but no stager refuses GPU put sources.
+  StoreGrpcService no_stager(StoreServiceOptions{.client_id = kLocalId}, buffers_, putter_, getter_,
+                             master_, prefix_leases_, clock_, metrics_);
+  no_stager.SetGpuBuffers(&gpu_);
   sv1::BatchPutRequest req;
   sv1::PutItem* item = req.add_items();
-  item->set_key("from-gpu");
+  item->set_key("no-stager");
   sv1::Slice* slice = item->add_slices();
   slice->set_buffer_id(id);
-  slice->set_offset(0);
-  slice->set_length(4096);
+  slice->set_length(100);
   sv1::BatchPutResponse resp;
-  ASSERT_TRUE(service_.BatchPut(nullptr, &req, &resp).ok());
+  ASSERT_TRUE(no_stager.BatchPut(nullptr, &req, &resp).ok());
   EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT);
-  EXPECT_NE(resp.results(0).message().find("BatchPut source"), std::string::npos)
-      << resp.results(0).message();
-  EXPECT_EQ(Lookup("from-gpu").code(), v1::NOT_FOUND);
+}
+
+TEST_F(GpuStore, StagingBudgetIsSharedAndReturned) {
+  const uint64_t id = RegisterGpu();
+  auto item_of = [&](uint64_t offset, uint64_t length) {
+    PutRequestItem item;
+    absl::StatusOr<uint64_t> addr = gpu_.Resolve(id, offset, length, &item.gpu, "");
+    EXPECT_TRUE(addr.ok()) << addr.status();
+    item.pieces.push_back({reinterpret_cast<char*>(*addr), length});
+    return item;
+  };
+  std::vector<PutRequestItem> first;
+  first.push_back(item_of(0, kStagingBytes - 1000));
+  GpuPutStager::Staged held = stager_.Stage(first);
+  ASSERT_TRUE(first[0].input_error.ok()) << first[0].input_error;
+  EXPECT_EQ(stager_.staged_bytes_in_use(), kStagingBytes - 1000);
+  EXPECT_NE(first[0].pieces[0].data, reinterpret_cast<char*>(device_)) << "now a host copy";
+  std::vector<PutRequestItem> second;
+  second.push_back(item_of(0, 2000));
+  second.push_back(item_of(4096, 1000));
+  {
+    GpuPutStager::Staged other = stager_.Stage(second);
+    EXPECT_EQ(ToCode(second[0].input_error), Code::kUnavailable) << "does not fit beside";
+    EXPECT_TRUE(second[1].input_error.ok()) << "fits in what is left";
+    EXPECT_EQ(stager_.staged_bytes_in_use(), kStagingBytes);
+  }
+  EXPECT_EQ(stager_.staged_bytes_in_use(), kStagingBytes - 1000);
+  { GpuPutStager::Staged gone = std::move(held); }
+  EXPECT_EQ(stager_.staged_bytes_in_use(), 0u);
 }
 
 TEST_F(GpuStore, ScatteredGpuDestinationIsRefused) {

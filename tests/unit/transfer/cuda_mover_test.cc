@@ -2,6 +2,7 @@
 // failed and short copies, device hashes, deadlines and a lost device.
 #include "transfer/cuda/gpu_mover.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -139,6 +140,43 @@ TEST_F(GpuMoverTest, ADeviceHashNeedsOneContiguousDestination) {
   auto results = mover->Move(std::vector<GpuMoveRequest>{r}, 0);
   EXPECT_EQ(ToCode(results[0].status), Code::kInvalidArgument);
   EXPECT_EQ(api_.copies(), 0u);
+}
+
+TEST_F(GpuMoverTest, HashesTheDeviceSourceOfADeviceToHostCopy) {
+  auto mover = Make();
+  Fill(2, 4096);
+  std::memcpy(device_, host_.data(), host_.size());  // the device holds the blocks
+  std::vector<char> staged(host_.size(), 0);
+  std::vector<GpuMoveRequest> reqs(2);
+  for (size_t i = 0; i < 2; ++i) {
+    reqs[i].copies.push_back(CopyOp{staged.data() + i * 4096, device_ + i * 4096, 4096});
+    reqs[i].hash_source = true;
+  }
+  reqs[1].expected_checksum = Checksum(host_.data() + 4096, 4096);
+  auto results = mover->Move(reqs, 0);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status;
+    EXPECT_EQ(results[i].checksum, Checksum(host_.data() + i * 4096, 4096));
+    EXPECT_EQ(results[i].bytes, 4096u);
+  }
+  EXPECT_EQ(staged, host_);
+  // A short copy leaves the source intact: its device hash is still the source's, and only a
+  // check of the staged bytes against it (client/gpu_put_stager.h) catches the short copy.
+  std::fill(staged.begin(), staged.end(), 0);
+  api_.ShortenNextCopy(1);
+  results = mover->Move(std::vector<GpuMoveRequest>{reqs[0]}, 0);
+  ASSERT_TRUE(results[0].status.ok());
+  EXPECT_EQ(results[0].checksum, Checksum(host_.data(), 4096));
+  EXPECT_NE(Checksum(staged.data(), 4096), *results[0].checksum);
+  // A mismatch with the expected value is never OK; both hashes at once are refused.
+  reqs[0].expected_checksum = 1;
+  EXPECT_EQ(ToCode(mover->Move(std::vector<GpuMoveRequest>{reqs[0]}, 0)[0].status),
+            Code::kChecksumMismatch);
+  reqs[0].hash_destination = true;
+  const uint64_t copies = api_.copies();
+  EXPECT_EQ(ToCode(mover->Move(std::vector<GpuMoveRequest>{reqs[0]}, 0)[0].status),
+            Code::kInvalidArgument);
+  EXPECT_EQ(api_.copies(), copies);
 }
 
 TEST_F(GpuMoverTest, DeadlineFailsUnfinishedWorkAfterItDrained) {
