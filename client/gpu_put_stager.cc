@@ -7,12 +7,27 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/checksum.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "transfer/cuda/gpu_mover.h"
 
 namespace mc::client {
+
+namespace {
+
+// Host memory left to a lost device (it may still write into it): kept reachable for the life
+// of the process, never freed.
+void LeaveToLostDevice(std::vector<std::unique_ptr<char[]>>& buffers) {
+  static absl::Mutex mu;
+  static auto* kept = new std::vector<std::unique_ptr<char[]>>();
+  absl::MutexLock lock(&mu);
+  for (std::unique_ptr<char[]>& buffer : buffers) kept->push_back(std::move(buffer));
+  buffers.clear();
+}
+
+}  // namespace
 
 GpuPutStager::Staged::~Staged() {
   if (in_use_ != nullptr && bytes_ > 0) in_use_->fetch_sub(bytes_);
@@ -79,6 +94,16 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
   if (requests.empty()) return staged;
   const std::vector<transfer::cuda::GpuMoveResult> results =
       mover_.Move(requests, clock_.NowMs() + options_.copy_timeout_ms);
+  if (mover_.device_lost()) {
+    // Streams that never drained may still write into the staging memory: it is never freed
+    // (nor its budget returned); every later Move fails at once, so this happens once.
+    LeaveToLostDevice(staged.buffers_);
+    staged.in_use_ = nullptr;
+    Logger("client").error(
+        "GPU device lost while staging {} put source(s): {} bytes of host staging memory are "
+        "left to the device, never freed; GPU puts and gets now fail (restart mc-client)",
+        requests.size(), staged.bytes_);
+  }
   for (size_t r = 0; r < requests.size(); ++r) {
     PutRequestItem& item = items[which[r]];
     const transfer::cuda::GpuMoveResult& result = results[r];

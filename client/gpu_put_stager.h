@@ -12,7 +12,8 @@
 // Bounds: the host memory staged at once, over all requests, is at most `max_staging_bytes`;
 // an item that does not fit beside the staging in progress fails UNAVAILABLE (retry) and one
 // larger than the whole budget fails INVALID_ARGUMENT. The memory is released when the Staged
-// returned by Stage() goes (after the put).
+// returned by Stage() goes (after the put), except when the device was declared lost during the
+// copies (GpuMover: streams that never drained may still write into it): then it is never freed.
 //
 // Cost: one extra copy (device -> staging -> segment) and two hashes (device and CPU) per
 // item; a put straight from device memory into a pinned local segment would save the copy and

@@ -18,6 +18,7 @@
 #include "client/store_auth.h"
 #include "client/store_service.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_cuda.h"
 #include "tests/unit/client/client_test_util.h"
 #include "transfer/cuda/cuda_transport.h"
@@ -118,6 +119,14 @@ class GpuStore : public ClientFixture {
     EXPECT_TRUE(service_.BatchPut(nullptr, &req, &resp).ok());
     EXPECT_EQ(resp.results_size(), req.items_size());
     return resp;
+  }
+  // A put item whose source is [offset, offset + length) of GPU buffer `id`, resolved.
+  PutRequestItem GpuItem(uint64_t id, uint64_t offset, uint64_t length) {
+    PutRequestItem item;
+    absl::StatusOr<uint64_t> addr = gpu_.Resolve(id, offset, length, &item.gpu, "");
+    EXPECT_TRUE(addr.ok()) << addr.status();
+    item.pieces.push_back({reinterpret_cast<char*>(addr.value_or(0)), length});
+    return item;
   }
   // The inline bytes of `key` (empty when the get fails).
   std::string GetInline(const std::string& key) {
@@ -291,13 +300,7 @@ TEST_F(GpuStore, GpuPutSourcesAreBoundedAndOneRangeEach) {
 
 TEST_F(GpuStore, StagingBudgetIsSharedAndReturned) {
   const uint64_t id = RegisterGpu();
-  auto item_of = [&](uint64_t offset, uint64_t length) {
-    PutRequestItem item;
-    absl::StatusOr<uint64_t> addr = gpu_.Resolve(id, offset, length, &item.gpu, "");
-    EXPECT_TRUE(addr.ok()) << addr.status();
-    item.pieces.push_back({reinterpret_cast<char*>(*addr), length});
-    return item;
-  };
+  auto item_of = [&](uint64_t offset, uint64_t length) { return GpuItem(id, offset, length); };
   std::vector<PutRequestItem> first;
   first.push_back(item_of(0, kStagingBytes - 1000));
   GpuPutStager::Staged held = stager_.Stage(first);
@@ -316,6 +319,35 @@ TEST_F(GpuStore, StagingBudgetIsSharedAndReturned) {
   EXPECT_EQ(stager_.staged_bytes_in_use(), kStagingBytes - 1000);
   { GpuPutStager::Staged gone = std::move(held); }
   EXPECT_EQ(stager_.staged_bytes_in_use(), 0u);
+}
+
+TEST_F(GpuStore, StagingMemoryIsNeverFreedUnderALostDevice) {
+  // A mover of its own on a fake clock, whose streams never drain.
+  FakeClock clock;
+  transfer::cuda::GpuMoverOptions o;
+  o.clock = &clock;
+  o.poll_interval_us = 0;
+  o.drain_grace_ms = 10;
+  o.streams = 1;
+  o.streams_per_move = 1;
+  auto mover = transfer::cuda::GpuMover::Create(fake_, o);
+  ASSERT_TRUE(mover.ok()) << mover.status();
+  GpuPutStager stager(**mover,
+                      GpuPutStagerOptions{.max_staging_bytes = kStagingBytes, .copy_timeout_ms = 5},
+                      clock);
+  const uint64_t id = RegisterGpu();
+  std::vector<PutRequestItem> items;
+  items.push_back(GpuItem(id, 0, 4096));
+  fake_.SetHold(true);
+  fake_.AdvanceClockOnPoll(&clock, 1);
+  { GpuPutStager::Staged staged = stager.Stage(items); }
+  EXPECT_EQ(ToCode(items[0].input_error), Code::kTransferFailed) << items[0].input_error;
+  EXPECT_TRUE((*mover)->device_lost());
+  EXPECT_EQ(stager.staged_bytes_in_use(), 4096u) << "left to the device, not reused";
+  // The held copy lands now: into memory still allocated (ASan would report a write into freed
+  // memory otherwise).
+  fake_.SetHold(false);
+  fake_.RunPending();
 }
 
 TEST_F(GpuStore, ScatteredGpuDestinationIsRefused) {
