@@ -134,7 +134,7 @@ absl::Status ClientServer::Start() {
       transfer::tcp::FrameOp::kIndex,
       [this](const transfer::tcp::FrameHeader& h, transfer::tcp::ServerStream& stream) {
         if (index_handler_) return index_handler_->Serve(h, stream);
-        if (h.length > transfer::tcp::kMaxIndexNoticeBytes) {
+        if (h.length > transfer::kMaxIndexNoticeBytes) {
           return McError(Code::kInvalidArgument, "index notice above the limit");
         }
         MC_RETURN_IF_ERROR(stream.Skip(h.length));

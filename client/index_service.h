@@ -29,7 +29,7 @@
 #include "client/object_index.h"
 #include "common/capability.h"
 #include "common/metrics.h"
-#include "transfer/tcp/index_notice.h"
+#include "transfer/index_notice.h"
 #include "transfer/tcp/server.h"
 #include "transfer/transfer_engine.h"
 
@@ -92,10 +92,10 @@ class IndexNoticeHandler {
                      transfer::tcp::ServerStream& stream);
   // Records the entries it may; OK, or the first refusal (PERMISSION_DENIED, NOT_FOUND,
   // INVALID_ARGUMENT). Every acceptable entry is recorded even when another is refused.
-  absl::Status Apply(std::span<const transfer::tcp::IndexNoticeEntry> entries);
+  absl::Status Apply(std::span<const transfer::IndexNoticeEntry> entries);
 
  private:
-  absl::Status ApplyOne(const transfer::tcp::IndexNoticeEntry& entry);
+  absl::Status ApplyOne(const transfer::IndexNoticeEntry& entry);
 
   ObjectIndex& index_;
   const SegmentResolver resolve_;

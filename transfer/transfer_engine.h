@@ -43,7 +43,7 @@ struct LocalBuffer {
 // kReadDisk: a record of the remote daemon's SSD tier -> local buffers, read whole and verified
 // by its owner (segment_id carries the generation, offset the record locator, tag the low 32
 // bits of the key's XXH3). Only remote transports serve kReadDisk.
-// kIndex: local buffers (an encoded index notice, transfer/tcp/index_notice.h) -> the remote
+// kIndex: local buffers (an encoded index notice, transfer/index_notice.h) -> the remote
 // daemon's object index, in one INDEX frame; segment_id and offset are unused. Only the tcp
 // transport serves it (rdma hands it to tcp, like kReadDisk).
 enum class OpKind { kRead, kWrite, kReadDisk, kIndex };

@@ -10,11 +10,11 @@
 namespace mc::client::testing {
 namespace {
 
-using transfer::tcp::IndexNoticeEntry;
+using transfer::IndexNoticeEntry;
 
 constexpr int64_t kMasterNow = 5'000'000;
 
-transfer::tcp::IndexNoticeEntry Entry(uint64_t segment, uint64_t offset, uint64_t generation) {
+transfer::IndexNoticeEntry Entry(uint64_t segment, uint64_t offset, uint64_t generation) {
   return {.segment_id = segment,
           .offset = offset,
           .length = 100,
@@ -125,17 +125,17 @@ TEST_F(IndexHandler, ServesFramesAndAnswersHostilePayloads) {
     return engine.Submit({&r, 1})[0];
   };
   std::vector<IndexNoticeEntry> entries = {Entry(kSegA, 0, 1), Entry(kSegA, 200, 2)};
-  transfer::TransferResult ok = send(*transfer::tcp::EncodeIndexNotice(entries));
+  transfer::TransferResult ok = send(*transfer::EncodeIndexNotice(entries));
   EXPECT_TRUE(ok.status.ok()) << ok.status;
   EXPECT_EQ(index_.size(), 2u);
   transfer::TransferResult bad = send("garbage that is no notice");
   EXPECT_EQ(ToCode(bad.status), Code::kInvalidArgument) << bad.status;
   std::vector<IndexNoticeEntry> unknown = {Entry(12345, 0, 1)};
-  transfer::TransferResult refused = send(*transfer::tcp::EncodeIndexNotice(unknown));
+  transfer::TransferResult refused = send(*transfer::EncodeIndexNotice(unknown));
   EXPECT_EQ(ToCode(refused.status), Code::kNotFound) << refused.status;
   // The connection survived both refusals.
   EXPECT_EQ(server.malformed_frames(), 0u);
-  EXPECT_TRUE(send(*transfer::tcp::EncodeIndexNotice(entries)).status.ok());
+  EXPECT_TRUE(send(*transfer::EncodeIndexNotice(entries)).status.ok());
   server.Stop();
 }
 

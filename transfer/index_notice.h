@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "common/capability.h"
 
-namespace mc::transfer::tcp {
+namespace mc::transfer {
 
 inline constexpr size_t kMaxIndexNoticeEntries = 4096;
 inline constexpr size_t kMaxIndexKeySize = 4096;
@@ -45,4 +45,4 @@ absl::StatusOr<std::string> EncodeIndexNotice(std::span<const IndexNoticeEntry> 
 // The entries of a payload, or INVALID_ARGUMENT naming what is malformed.
 absl::StatusOr<std::vector<IndexNoticeEntry>> DecodeIndexNotice(const uint8_t* data, size_t size);
 
-}  // namespace mc::transfer::tcp
+}  // namespace mc::transfer
