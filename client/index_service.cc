@@ -141,11 +141,11 @@ IndexNoticeHandler::IndexNoticeHandler(ObjectIndex& index, SegmentResolver resol
       refused_(metrics.GetCounter("mc_client_index_entries_total",
                                   "index notice entries served, by result",
                                   {{"result", "refused"}})),
-      unknown_segment_(metrics.GetCounter(transfer::tcp::kUnknownSegmentMetric,
-                                          transfer::tcp::kUnknownSegmentHelp, {{"op", "index"}})) {}
+      unknown_segment_(metrics.GetCounter(transfer::kUnknownSegmentMetric,
+                                          transfer::kUnknownSegmentHelp, {{"op", "index"}})) {}
 
-absl::Status IndexNoticeHandler::Serve(const transfer::tcp::FrameHeader& request,
-                                       transfer::tcp::ServerStream& stream) {
+absl::Status IndexNoticeHandler::Serve(const transfer::DataRequest& request,
+                                       transfer::RequestStream& stream) {
   if (request.length > transfer::kMaxIndexNoticeBytes) {
     // Not a notice any writer sends: the peer is not trusted further (closes the connection).
     refused_.Inc();
@@ -160,10 +160,19 @@ absl::Status IndexNoticeHandler::Serve(const transfer::tcp::FrameHeader& request
     refused_.Inc();
     MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn, "index notice refused: {}",
                  std::string(entries.status().message()));
-    return stream.Respond(request, Code::kInvalidArgument);
+    return stream.Respond(Code::kInvalidArgument);
   }
   const absl::Status s = Apply(*entries);
-  return stream.Respond(request, s.ok() ? Code::kOk : ToCode(s));
+  return stream.Respond(s.ok() ? Code::kOk : ToCode(s));
+}
+
+absl::Status IndexNoticeHandler::ServeWithoutIndex(const transfer::DataRequest& request,
+                                                   transfer::RequestStream& stream) {
+  if (request.length > transfer::kMaxIndexNoticeBytes) {
+    return McError(Code::kInvalidArgument, "index notice above the limit");
+  }
+  MC_RETURN_IF_ERROR(stream.Skip(request.length));
+  return stream.Respond(Code::kNotReady);
 }
 
 absl::Status IndexNoticeHandler::Apply(std::span<const IndexNoticeEntry> entries) {
