@@ -38,9 +38,9 @@ int main(int argc, char** argv) {
   tcp::TcpDataServer server(so, b_table);
   std::atomic<rdma::RdmaTransport*> serving{nullptr};
   if (!server
-           .RegisterOpHandler(tcp::FrameOp::kRdmaConnect,
-                              [&](const tcp::FrameHeader& h, tcp::ServerStream& s) {
-                                return rdma::ServeRdmaConnect(serving.load(), h, s);
+           .RegisterOpHandler(DataOp::kRdmaConnect,
+                              [&](const DataRequest& r, RequestStream& s) {
+                                return rdma::ServeRdmaConnect(serving.load(), r, s);
                               })
            .ok() ||
       !server.Start().ok()) {

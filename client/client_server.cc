@@ -128,29 +128,26 @@ absl::Status ClientServer::Start() {
     index_handler_ =
         std::make_unique<IndexNoticeHandler>(*index_, resolve, capabilities_.get(), registry_);
   }
-  // Served even without an index, so a writer that keeps one learns (NOT_READY)
-  // rather than losing its connection to an unserved op.
+  // The data plane's own ops go to their components, through the transport-neutral seam
+  // (transfer/data_server.h). INDEX is served even without an index, so a writer that keeps one
+  // learns (NOT_READY) rather than losing its connection to an unserved op.
   MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(
-      transfer::tcp::FrameOp::kIndex,
-      [this](const transfer::tcp::FrameHeader& h, transfer::tcp::ServerStream& stream) {
-        if (index_handler_) return index_handler_->Serve(h, stream);
-        if (h.length > transfer::tcp::kMaxIndexNoticeBytes) {
-          return McError(Code::kInvalidArgument, "index notice above the limit");
-        }
-        MC_RETURN_IF_ERROR(stream.Skip(h.length));
-        return stream.Respond(h, Code::kNotReady);
+      transfer::DataOp::kIndex,
+      [this](const transfer::DataRequest& request, transfer::RequestStream& stream) {
+        if (index_handler_) return index_handler_->Serve(request, stream);
+        return IndexNoticeHandler::ServeWithoutIndex(request, stream);
       }));
   if (tier_) {
     MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(
-        transfer::tcp::FrameOp::kReadDisk,
-        [this](const transfer::tcp::FrameHeader& h, transfer::tcp::ServerStream& stream) {
-          return offload_->ServeReadDisk(h, stream);
+        transfer::DataOp::kReadDisk,
+        [this](const transfer::DataRequest& request, transfer::RequestStream& stream) {
+          return offload_->ServeReadDisk(request, stream);
         }));
   }
   MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(
-      transfer::tcp::FrameOp::kRdmaConnect,
-      [this](const transfer::tcp::FrameHeader& h, transfer::tcp::ServerStream& stream) {
-        return transfer::rdma::ServeRdmaConnect(rdma_serving_.load(), h, stream);
+      transfer::DataOp::kRdmaConnect,
+      [this](const transfer::DataRequest& request, transfer::RequestStream& stream) {
+        return transfer::rdma::ServeRdmaConnect(rdma_serving_.load(), request, stream);
       }));
   MC_RETURN_IF_ERROR(data_server_->Start());
   auto bound = ParseHostPort(data_server_->endpoint());

@@ -32,6 +32,7 @@
 #include "common/auth.h"
 #include "common/http_admin.h"
 #include "common/metrics.h"
+#include "transfer/data_server.h"
 #include "transfer/tcp/server.h"
 #include "transfer/transfer_engine.h"
 
@@ -124,7 +125,7 @@ class ClientServer {
   std::unique_ptr<OffloadDriver> offload_;
   // With cluster_keys: checks the capability of every data-plane frame (outlives data_server_).
   std::unique_ptr<auth::CapabilityVerifier> capabilities_;
-  std::unique_ptr<transfer::tcp::TcpDataServer> data_server_;
+  std::unique_ptr<transfer::DataServer> data_server_;  // a tcp::TcpDataServer
   std::unique_ptr<transfer::TransferEngine> engine_;
   // The engine's rdma transport once it exists: answers peers' rdma connection setups
   // (kRdmaConnect frames on the data plane); null before and when there is no rdma.

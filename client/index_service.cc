@@ -10,7 +10,7 @@
 
 namespace mc::client {
 
-using transfer::tcp::IndexNoticeEntry;
+using transfer::IndexNoticeEntry;
 
 IndexNotifier::IndexNotifier(std::string local_endpoint, ObjectIndex* local_index,
                              SegmentResolver resolve, transfer::TransferEngine& engine,
@@ -82,16 +82,16 @@ std::vector<IndexNotifier::Outcome> IndexNotifier::Notify(std::span<const Writte
     size_t start = 0;
     while (start < entries.size()) {
       size_t bytes = 4, n = 0;
-      while (start + n < entries.size() && n < transfer::tcp::kMaxIndexNoticeEntries &&
-             bytes + transfer::tcp::IndexEntryBytes(entries[start + n]) <=
-                 transfer::tcp::kMaxIndexNoticeBytes) {
-        bytes += transfer::tcp::IndexEntryBytes(entries[start + n]);
+      while (start + n < entries.size() && n < transfer::kMaxIndexNoticeEntries &&
+             bytes + transfer::IndexEntryBytes(entries[start + n]) <=
+                 transfer::kMaxIndexNoticeBytes) {
+        bytes += transfer::IndexEntryBytes(entries[start + n]);
         ++n;
       }
       n = std::max<size_t>(n, 1);  // an entry too large alone fails to encode below
       const std::span<const size_t> these(positions.data() + start, n);
-      absl::StatusOr<std::string> payload = transfer::tcp::EncodeIndexNotice(
-          std::span<const IndexNoticeEntry>(entries.data() + start, n));
+      absl::StatusOr<std::string> payload =
+          transfer::EncodeIndexNotice(std::span<const IndexNoticeEntry>(entries.data() + start, n));
       if (payload.ok()) {
         payloads.push_back(*std::move(payload));
         owners.push_back(endpoint);
@@ -141,12 +141,12 @@ IndexNoticeHandler::IndexNoticeHandler(ObjectIndex& index, SegmentResolver resol
       refused_(metrics.GetCounter("mc_client_index_entries_total",
                                   "index notice entries served, by result",
                                   {{"result", "refused"}})),
-      unknown_segment_(metrics.GetCounter(transfer::tcp::kUnknownSegmentMetric,
-                                          transfer::tcp::kUnknownSegmentHelp, {{"op", "index"}})) {}
+      unknown_segment_(metrics.GetCounter(transfer::kUnknownSegmentMetric,
+                                          transfer::kUnknownSegmentHelp, {{"op", "index"}})) {}
 
-absl::Status IndexNoticeHandler::Serve(const transfer::tcp::FrameHeader& request,
-                                       transfer::tcp::ServerStream& stream) {
-  if (request.length > transfer::tcp::kMaxIndexNoticeBytes) {
+absl::Status IndexNoticeHandler::Serve(const transfer::DataRequest& request,
+                                       transfer::RequestStream& stream) {
+  if (request.length > transfer::kMaxIndexNoticeBytes) {
     // Not a notice any writer sends: the peer is not trusted further (closes the connection).
     refused_.Inc();
     return McError(Code::kInvalidArgument,
@@ -154,16 +154,25 @@ absl::Status IndexNoticeHandler::Serve(const transfer::tcp::FrameHeader& request
   }
   std::string payload(request.length, '\0');
   MC_RETURN_IF_ERROR(stream.ReadExact(payload.data(), payload.size()));
-  absl::StatusOr<std::vector<IndexNoticeEntry>> entries = transfer::tcp::DecodeIndexNotice(
-      reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
+  absl::StatusOr<std::vector<IndexNoticeEntry>> entries =
+      transfer::DecodeIndexNotice(reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
   if (!entries.ok()) {
     refused_.Inc();
     MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn, "index notice refused: {}",
                  std::string(entries.status().message()));
-    return stream.Respond(request, Code::kInvalidArgument);
+    return stream.Respond(Code::kInvalidArgument);
   }
   const absl::Status s = Apply(*entries);
-  return stream.Respond(request, s.ok() ? Code::kOk : ToCode(s));
+  return stream.Respond(s.ok() ? Code::kOk : ToCode(s));
+}
+
+absl::Status IndexNoticeHandler::ServeWithoutIndex(const transfer::DataRequest& request,
+                                                   transfer::RequestStream& stream) {
+  if (request.length > transfer::kMaxIndexNoticeBytes) {
+    return McError(Code::kInvalidArgument, "index notice above the limit");
+  }
+  MC_RETURN_IF_ERROR(stream.Skip(request.length));
+  return stream.Respond(Code::kNotReady);
 }
 
 absl::Status IndexNoticeHandler::Apply(std::span<const IndexNoticeEntry> entries) {

@@ -9,10 +9,11 @@
 // logged, rate-limited; the put goes on: its bytes are in place, the object only would not
 // survive a master restart.
 //
-// IndexNoticeHandler (the owner's side): serves INDEX frames for the data-plane server. Per
-// entry: with authentication, the capability must grant WRITE on exactly that segment, offset,
-// length and generation (checked as a WRITE frame's is); the segment id must be one this daemon
-// publishes now (an id of an earlier registration or master run is refused and counted in
+// IndexNoticeHandler (the owner's side): serves INDEX requests for the data-plane server
+// (transfer/data_server.h; they come over tcp). Per entry: with authentication, the capability
+// must grant WRITE on exactly that segment, offset, length and generation (checked as a WRITE
+// frame's is); the segment id must be one this daemon publishes now (an id of an earlier
+// registration or master run is refused and counted in
 // mc_dataplane_unknown_segment_total{op="index"}); then the entry goes into the ObjectIndex.
 // Thread-safe.
 #pragma once
@@ -29,8 +30,8 @@
 #include "client/object_index.h"
 #include "common/capability.h"
 #include "common/metrics.h"
-#include "transfer/tcp/index_notice.h"
-#include "transfer/tcp/server.h"
+#include "transfer/data_server.h"
+#include "transfer/index_notice.h"
 #include "transfer/transfer_engine.h"
 
 namespace mc::client {
@@ -87,15 +88,19 @@ class IndexNoticeHandler {
   IndexNoticeHandler(ObjectIndex& index, SegmentResolver resolve,
                      const auth::CapabilityVerifier* verifier, MetricsRegistry& metrics);
 
-  // The data-plane server's handler for FrameOp::kIndex.
-  absl::Status Serve(const transfer::tcp::FrameHeader& request,
-                     transfer::tcp::ServerStream& stream);
+  // The data-plane server's handler for DataOp::kIndex: the payload is an index notice
+  // (transfer/index_notice.h). One above kMaxIndexNoticeBytes closes the connection.
+  absl::Status Serve(const transfer::DataRequest& request, transfer::RequestStream& stream);
+  // The handler for DataOp::kIndex of a daemon that keeps no index: drains the payload and
+  // answers NOT_READY, so a writer learns that rather than losing its connection.
+  static absl::Status ServeWithoutIndex(const transfer::DataRequest& request,
+                                        transfer::RequestStream& stream);
   // Records the entries it may; OK, or the first refusal (PERMISSION_DENIED, NOT_FOUND,
   // INVALID_ARGUMENT). Every acceptable entry is recorded even when another is refused.
-  absl::Status Apply(std::span<const transfer::tcp::IndexNoticeEntry> entries);
+  absl::Status Apply(std::span<const transfer::IndexNoticeEntry> entries);
 
  private:
-  absl::Status ApplyOne(const transfer::tcp::IndexNoticeEntry& entry);
+  absl::Status ApplyOne(const transfer::IndexNoticeEntry& entry);
 
   ObjectIndex& index_;
   const SegmentResolver resolve_;

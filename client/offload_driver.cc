@@ -1,10 +1,10 @@
 #include "client/offload_driver.h"
 
-#include <chrono>
 #include <sys/uio.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 
@@ -150,8 +150,8 @@ void OffloadDriver::ReportAll() {
     v1::AddDiskReplicasResponse resp;
     absl::Status s = master_.AddDiskReplicas(req, &resp);
     if (!s.ok() || resp.results_size() != req.items_size()) {
-      Log().warn("reporting {} record(s) to the master failed: {}; will retry",
-                 req.items_size(), s.ToString());
+      Log().warn("reporting {} record(s) to the master failed: {}; will retry", req.items_size(),
+                 s.ToString());
       report_pending_ = true;
       return;
     }
@@ -390,25 +390,25 @@ void OffloadDriver::DropCorrupt() {
   }
 }
 
-absl::Status OffloadDriver::ServeReadDisk(const transfer::tcp::FrameHeader& request,
-                                          transfer::tcp::ServerStream& stream) {
+absl::Status OffloadDriver::ServeReadDisk(const transfer::DataRequest& request,
+                                          transfer::RequestStream& stream) {
   std::string key;
   {
     absl::MutexLock lock(&keys_mu_);
     auto it = keys_.find(request.segment_id);
     if (it != keys_.end()) key = it->second;
   }
-  if (key.empty() || DiskKeyTag(key) != request.reserved) {
+  if (key.empty() || DiskKeyTag(key) != request.key_tag) {
     disk_read_failures_.Inc();
-    return stream.Respond(request, Code::kNotFound);
+    return stream.Respond(Code::kNotFound);
   }
   std::unique_ptr<char[]> buffer(new (std::nothrow) char[request.length]);
-  if (!buffer) return stream.Respond(request, Code::kNoSpace);
+  if (!buffer) return stream.Respond(Code::kNoSpace);
   absl::Status s = ReadLocal(key, request.segment_id, request.offset, request.length,
                              {{buffer.get(), request.length}}, /*checksum=*/nullptr);
-  if (!s.ok()) return stream.Respond(request, ToCode(s));
+  if (!s.ok()) return stream.Respond(ToCode(s));
   iovec payload{buffer.get(), request.length};
-  return stream.Respond(request, Code::kOk, {&payload, 1});
+  return stream.Respond(Code::kOk, {&payload, 1});
 }
 
 }  // namespace mc::client

@@ -12,7 +12,8 @@
 //   persisted objects survive a client or master restart.
 // - Guards the tier's own eviction: a record may be reclaimed only after the master agreed to
 //   drop its DISK replica, which it refuses while a reader holds a lease.
-// - Serves kReadDisk frames of the data plane (remote readers) and local DISK reads (DiskReader).
+// - Serves READ_DISK requests of the data plane (remote readers, over tcp; it sees them through
+//   transfer/data_server.h) and local DISK reads (DiskReader).
 //   A record that fails verification answers CHECKSUM_MISMATCH (to a remote reader too: the frame
 //   carries the code), and is dropped: the master is told first (RemoveDiskReplicas, corrupt),
 //   so later gets fall to another replica or NOT_FOUND, then the record is deleted.
@@ -34,7 +35,7 @@
 #include "client/master_client.h"
 #include "common/metrics.h"
 #include "offload/disk_tier.h"
-#include "transfer/tcp/server.h"
+#include "transfer/data_server.h"
 #include "transfer/transfer_engine.h"
 
 namespace mc::client {
@@ -43,7 +44,7 @@ struct OffloadDriverOptions {
   std::string client_id;
   int64_t poll_interval_ms = 100;  // TakeOffloadTasks period
   uint32_t max_tasks_per_poll = 64;
-  size_t report_batch = 1000;      // records per AddDiskReplicas call when re-reporting
+  size_t report_batch = 1000;  // records per AddDiskReplicas call when re-reporting
   // After a failed RemoveDiskReplicas (master unreachable or hung), the reclaim guard refuses
   // without asking for this long: an offload write then waits for at most one RPC timeout,
   // not one per reclaim round.
@@ -70,9 +71,10 @@ class OffloadDriver final : public DiskReader {
 
   // The DiskTier's reclaim guard.
   std::vector<bool> MayReclaim(const std::vector<offload::DiskTierVictim>& victims);
-  // The data plane's kReadDisk handler.
-  absl::Status ServeReadDisk(const transfer::tcp::FrameHeader& request,
-                             transfer::tcp::ServerStream& stream);
+  // The data plane's handler for DataOp::kReadDisk: the record of generation
+  // `request.segment_id` at locator `request.offset`, `request.length` bytes, whose key has
+  // `request.key_tag`. A record we do not hold (or of another key) answers NOT_FOUND.
+  absl::Status ServeReadDisk(const transfer::DataRequest& request, transfer::RequestStream& stream);
   absl::Status ReadLocal(std::string_view key, uint64_t generation, uint64_t locator,
                          uint64_t length, const std::vector<transfer::LocalBuffer>& dst,
                          uint64_t* checksum) override;

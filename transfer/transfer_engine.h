@@ -8,7 +8,7 @@
 // is our own data-plane endpoint, otherwise `tcp` (our framed protocol, see transfer/tcp/).
 // It does not know keys, leases, recorded checksums or replicas: those belong to the batch paths
 // above (on request a read also returns the XXH3 of the bytes it delivered, for them to compare);
-// the serving side of tcp (TcpDataServer) lives in transfer/tcp/server.h.
+// the serving side is a DataServer (transfer/data_server.h; for tcp, transfer/tcp/server.h).
 // Thread-safety: SegmentTable and TransferEngine are thread-safe; Submit() may run concurrently
 // from many threads. Local buffers must stay valid and untouched by others until Submit returns;
 // a segment must stay mapped while any transfer may touch it (Remove() does not wait).
@@ -43,7 +43,7 @@ struct LocalBuffer {
 // kReadDisk: a record of the remote daemon's SSD tier -> local buffers, read whole and verified
 // by its owner (segment_id carries the generation, offset the record locator, tag the low 32
 // bits of the key's XXH3). Only remote transports serve kReadDisk.
-// kIndex: local buffers (an encoded index notice, transfer/tcp/index_notice.h) -> the remote
+// kIndex: local buffers (an encoded index notice, transfer/index_notice.h) -> the remote
 // daemon's object index, in one INDEX frame; segment_id and offset are unused. Only the tcp
 // transport serves it (rdma hands it to tcp, like kReadDisk).
 enum class OpKind { kRead, kWrite, kReadDisk, kIndex };

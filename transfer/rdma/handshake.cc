@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/status_macros.h"
+#include "transfer/tcp/frame.h"
 #include "transfer/tcp/handshake.h"
 #include "transfer/tcp/socket_util.h"
 
@@ -163,22 +164,22 @@ absl::StatusOr<PeerHandshake> TcpRdmaConnector::Connect(const std::string& endpo
   return DecodeHandshake(body);
 }
 
-absl::Status ServeRdmaConnect(RdmaTransport* transport, const tcp::FrameHeader& request,
-                              tcp::ServerStream& stream) {
+absl::Status ServeRdmaConnect(RdmaTransport* transport, const DataRequest& request,
+                              RequestStream& stream) {
   constexpr uint64_t kMaxRequestBytes = 8 + 2 * kMaxHandshakeQps * kQpBytes;
   if (request.length > kMaxRequestBytes) {
     return Malformed("request too long");  // closes the connection
   }
   std::string body(request.length, '\0');
   MC_RETURN_IF_ERROR(stream.ReadExact(body.data(), body.size()));
-  if (transport == nullptr) return stream.Respond(request, Code::kUnavailable);
+  if (transport == nullptr) return stream.Respond(Code::kUnavailable);
   auto decoded = DecodeConnectRequest(body);
   if (!decoded.ok()) return decoded.status();
   auto answer = transport->Accept(decoded->qps, decoded->retired);
-  if (!answer.ok()) return stream.Respond(request, Code::kUnavailable);
+  if (!answer.ok()) return stream.Respond(Code::kUnavailable);
   std::string out = EncodeHandshake(*answer);
   iovec iov{out.data(), out.size()};
-  return stream.Respond(request, Code::kOk, std::span<const iovec>(&iov, 1));
+  return stream.Respond(Code::kOk, std::span<const iovec>(&iov, 1));
 }
 
 }  // namespace mc::transfer::rdma

@@ -24,9 +24,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/auth.h"
+#include "transfer/data_server.h"
 #include "transfer/rdma/rdma_transport.h"
-#include "transfer/tcp/frame.h"
-#include "transfer/tcp/server.h"
 
 namespace mc::transfer::rdma {
 
@@ -57,9 +56,9 @@ class TcpRdmaConnector final : public RdmaConnector {
   const auth::ClusterKeysPtr keys_;  // null: no handshake
 };
 
-// The serving side: answers one kRdmaConnect request (for TcpDataServer::RegisterOpHandler).
-// `transport` null (no rdma here) answers kUnavailable.
-absl::Status ServeRdmaConnect(RdmaTransport* transport, const tcp::FrameHeader& request,
-                              tcp::ServerStream& stream);
+// The serving side: answers one kRdmaConnect request (a DataServer's handler for
+// DataOp::kRdmaConnect). `transport` null (no rdma here) answers kUnavailable.
+absl::Status ServeRdmaConnect(RdmaTransport* transport, const DataRequest& request,
+                              RequestStream& stream);
 
 }  // namespace mc::transfer::rdma

@@ -4,7 +4,7 @@
 // without authentication); then a payload of `length` bytes, if any.
 //
 // INDEX requests (a writer tells a replica's owner which object it wrote where, for the owner's
-// object index; transfer/tcp/index_notice.h) carry no capability block in the frame: each entry
+// object index; transfer/index_notice.h) carry no capability block in the frame: each entry
 // of the payload carries the WRITE capability of its own replica. segment_id, offset and
 // reserved are 0; length = payload bytes (at most kMaxIndexNoticeBytes). Payload, little-endian:
 //   u32 count (1..kMaxIndexNoticeEntries), then `count` entries of

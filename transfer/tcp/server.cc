@@ -21,6 +21,16 @@
 #include "common/status_macros.h"
 
 namespace mc::transfer::tcp {
+
+// The handler ops are the frame ops of the same value (DataRequest carries them across).
+static_assert(static_cast<uint16_t>(DataOp::kRead) == static_cast<uint16_t>(FrameOp::kRead));
+static_assert(static_cast<uint16_t>(DataOp::kWrite) == static_cast<uint16_t>(FrameOp::kWrite));
+static_assert(static_cast<uint16_t>(DataOp::kReadDisk) ==
+              static_cast<uint16_t>(FrameOp::kReadDisk));
+static_assert(static_cast<uint16_t>(DataOp::kRdmaConnect) ==
+              static_cast<uint16_t>(FrameOp::kRdmaConnect));
+static_assert(static_cast<uint16_t>(DataOp::kIndex) == static_cast<uint16_t>(FrameOp::kIndex));
+
 namespace {
 
 spdlog::logger& Log() {
@@ -50,28 +60,49 @@ void SetIoTimeout(int fd, int64_t ms) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
-}  // namespace
-
-absl::Status ServerStream::ReadExact(void* data, uint64_t length) {
-  return RecvAll(fd_, data, length);
+// The handler's view of a decoded, valid request frame.
+DataRequest ToDataRequest(const FrameHeader& header) {
+  DataRequest r;
+  r.op = static_cast<DataOp>(header.base_op());
+  r.segment_id = header.segment_id;
+  r.offset = header.offset;
+  r.length = header.length;
+  r.key_tag = r.op == DataOp::kReadDisk ? header.reserved : 0;
+  r.payload_length = RequestPayloadLength(r.op, header.length);
+  return r;
 }
 
-absl::Status ServerStream::Skip(uint64_t length) { return SkipBytes(fd_, length); }
+// One request's I/O on its connection: the payload from the socket, the response frame to it.
+class TcpRequestStream final : public RequestStream {
+ public:
+  TcpRequestStream(int fd, const FrameHeader& request, uint64_t payload_length)
+      : RequestStream(payload_length), fd_(fd), request_(request) {}
 
-absl::Status ServerStream::Respond(const FrameHeader& request, Code code,
-                                   std::span<const iovec> payload) {
-  uint64_t total = 0;
-  std::vector<iovec> iov;
-  iov.reserve(payload.size() + 1);
-  FrameBytes header{};
-  iov.push_back({header.data(), header.size()});
-  for (const iovec& v : payload) {
-    total += v.iov_len;
-    iov.push_back(v);
+ private:
+  absl::Status DoReadExact(void* data, uint64_t length) override {
+    return RecvAll(fd_, data, length);
   }
-  EncodeFrameHeader(MakeResponse(request, code, total), header.data());
-  return SendAll(fd_, iov.data(), static_cast<int>(iov.size()));
-}
+  absl::Status DoSkip(uint64_t length) override { return SkipBytes(fd_, length); }
+  // Header + payload in one sendmsg.
+  absl::Status DoRespond(Code code, std::span<const iovec> payload) override {
+    uint64_t total = 0;
+    std::vector<iovec> iov;
+    iov.reserve(payload.size() + 1);
+    FrameBytes header{};
+    iov.push_back({header.data(), header.size()});
+    for (const iovec& v : payload) {
+      total += v.iov_len;
+      iov.push_back(v);
+    }
+    EncodeFrameHeader(MakeResponse(request_, code, total), header.data());
+    return SendAll(fd_, iov.data(), static_cast<int>(iov.size()));
+  }
+
+  const int fd_;
+  const FrameHeader& request_;
+};
+
+}  // namespace
 
 TcpDataServer::TcpDataServer(TcpDataServerOptions options, SegmentTable& segments)
     : options_(std::move(options)), segments_(segments) {
@@ -106,19 +137,16 @@ TcpDataServer::TcpDataServer(TcpDataServerOptions options, SegmentTable& segment
         "Data-plane frames refused (PERMISSION_DENIED, no byte touched): no valid capability.",
         {{"reason", std::string(auth::DenialName(static_cast<auth::Denial>(r)))}});
   }
-  handlers_[static_cast<uint16_t>(FrameOp::kRead)] = [this](const FrameHeader& h,
-                                                           ServerStream& s) {
-    return HandleRead(h, s);
+  handlers_[static_cast<uint16_t>(DataOp::kRead)] = [this](const DataRequest& r, RequestStream& s) {
+    return HandleRead(r, s);
   };
-  handlers_[static_cast<uint16_t>(FrameOp::kWrite)] = [this](const FrameHeader& h,
-                                                            ServerStream& s) {
-    return HandleWrite(h, s);
-  };
+  handlers_[static_cast<uint16_t>(DataOp::kWrite)] =
+      [this](const DataRequest& r, RequestStream& s) { return HandleWrite(r, s); };
 }
 
 TcpDataServer::~TcpDataServer() { Stop(); }
 
-absl::Status TcpDataServer::RegisterOpHandler(FrameOp op, OpHandler handler) {
+absl::Status TcpDataServer::RegisterOpHandler(DataOp op, DataOpHandler handler) {
   if (started_) return McError(Code::kInternal, "RegisterOpHandler after Start");
   handlers_[static_cast<uint16_t>(op)] = std::move(handler);
   return absl::OkStatus();
@@ -272,7 +300,6 @@ bool TcpDataServer::Authenticate(Conn& conn) {
 }
 
 void TcpDataServer::ServeConnection(Conn* conn) {
-  ServerStream stream(conn->fd.get());
   bool closed = options_.cluster_keys != nullptr && !Authenticate(*conn);
   while (!closed) {
     // Idle between requests: wait for the next header at most idle_timeout_ms.
@@ -288,7 +315,7 @@ void TcpDataServer::ServeConnection(Conn* conn) {
                    options_.idle_timeout_ms);
       break;
     }
-    if (absl::Status s = ServeOne(*conn, stream, &closed); !s.ok()) {
+    if (absl::Status s = ServeOne(*conn, &closed); !s.ok()) {
       MC_LOG_EVERY(std::chrono::seconds(1), Log(), warn, "data-plane connection closed: {}",
                    std::string(s.message()));
       break;
@@ -299,36 +326,41 @@ void TcpDataServer::ServeConnection(Conn* conn) {
 }
 
 // One request: header, validation, dispatch. `closed` is set on a clean EOF between frames.
-absl::Status TcpDataServer::ServeOne(Conn& conn, ServerStream& stream, bool* closed) {
+absl::Status TcpDataServer::ServeOne(Conn& conn, bool* closed) {
   uint8_t buf[kFrameHeaderSize];
-  if (absl::Status s = RecvAll(stream.fd(), buf, sizeof(buf)); !s.ok()) {
+  if (absl::Status s = RecvAll(conn.fd.get(), buf, sizeof(buf)); !s.ok()) {
     *closed = true;  // peer went away (or Stop()); not an error of the peer's frames
     return absl::OkStatus();
   }
-  absl::StatusOr<FrameHeader> header = DecodeFrameHeader(buf, sizeof(buf), options_.max_frame_length);
+  absl::StatusOr<FrameHeader> header =
+      DecodeFrameHeader(buf, sizeof(buf), options_.max_frame_length);
   if (header.ok() && header->is_response()) {
     header = McError(Code::kInvalidArgument, "malformed frame: response sent to server");
   }
   auto it = header.ok() ? handlers_.find(header->base_op()) : handlers_.end();
   if (header.ok() && it == handlers_.end()) {
-    header = McError(Code::kInvalidArgument, absl::StrCat("malformed frame: unserved op ", header->op));
+    header =
+        McError(Code::kInvalidArgument, absl::StrCat("malformed frame: unserved op ", header->op));
   }
   if (!header.ok()) {
     malformed_->Inc();
     return header.status();
   }
+  const DataRequest request = ToDataRequest(*header);
+  TcpRequestStream stream(conn.fd.get(), *header, request.payload_length);
   if (CarriesCapability(header->base_op())) {
     bool refused = false;
     MC_RETURN_IF_ERROR(CheckCapability(conn, *header, stream, &refused));
-    if (refused) return absl::OkStatus();
+    if (refused) return stream.CheckFinished();
   }
-  return it->second(*header, stream);
+  MC_RETURN_IF_ERROR(it->second(request, stream));
+  return stream.CheckFinished();
 }
 
 absl::Status TcpDataServer::CheckCapability(Conn& conn, const FrameHeader& request,
-                                            ServerStream& stream, bool* refused) {
-  auth::CapabilityBytes cap;
-  MC_RETURN_IF_ERROR(stream.ReadExact(cap.data(), cap.size()));
+                                            RequestStream& stream, bool* refused) {
+  auth::CapabilityBytes cap;  // between the header and the payload, apart from the payload
+  MC_RETURN_IF_ERROR(RecvAll(conn.fd.get(), cap.data(), cap.size()));
   if (options_.cluster_keys == nullptr) return absl::OkStatus();  // --auth=false
   auth::FrameAccess access{
       .segment_id = request.segment_id, .offset = request.offset, .length = request.length};
@@ -353,31 +385,29 @@ absl::Status TcpDataServer::CheckCapability(Conn& conn, const FrameHeader& reque
                "data-plane frame from {} refused ({}): op {} segment {} offset {} length {}",
                conn.peer, auth::DenialName(denial), request.op, request.segment_id, request.offset,
                request.length);
-  if (request.base_op() == static_cast<uint16_t>(FrameOp::kWrite)) {
-    MC_RETURN_IF_ERROR(stream.Skip(request.length));
-  }
-  return stream.Respond(request, Code::kPermissionDenied);
+  MC_RETURN_IF_ERROR(stream.Skip(stream.payload_left()));  // a WRITE's payload; 0 otherwise
+  return stream.Respond(Code::kPermissionDenied);
 }
 
-absl::Status TcpDataServer::HandleRead(const FrameHeader& request, ServerStream& stream) {
+absl::Status TcpDataServer::HandleRead(const DataRequest& request, RequestStream& stream) {
   absl::StatusOr<char*> mem = segments_.Resolve(request.segment_id, request.offset, request.length);
   if (!mem.ok()) {
     if (ToCode(mem.status()) == Code::kNotFound) unknown_read_->Inc();
-    return stream.Respond(request, ToCode(mem.status()));
+    return stream.Respond(ToCode(mem.status()));
   }
   const iovec payload{*mem, request.length};
-  return stream.Respond(request, Code::kOk, {&payload, 1});
+  return stream.Respond(Code::kOk, {&payload, 1});
 }
 
-absl::Status TcpDataServer::HandleWrite(const FrameHeader& request, ServerStream& stream) {
+absl::Status TcpDataServer::HandleWrite(const DataRequest& request, RequestStream& stream) {
   absl::StatusOr<char*> mem = segments_.Resolve(request.segment_id, request.offset, request.length);
   if (!mem.ok()) {
     if (ToCode(mem.status()) == Code::kNotFound) unknown_write_->Inc();
     if (absl::Status s = stream.Skip(request.length); !s.ok()) return s;
-    return stream.Respond(request, ToCode(mem.status()));
+    return stream.Respond(ToCode(mem.status()));
   }
   if (absl::Status s = stream.ReadExact(*mem, request.length); !s.ok()) return s;
-  return stream.Respond(request, Code::kOk);
+  return stream.Respond(Code::kOk);
 }
 
 }  // namespace mc::transfer::tcp

@@ -1,5 +1,8 @@
-// TcpDataServer: the serving side of the tcp data plane. Listens on HOST:PORT and answers
-// READ/WRITE frames (transfer/tcp/frame.h) against a SegmentTable.
+// TcpDataServer: the serving side of the tcp data plane, the DataServer (transfer/data_server.h)
+// that peers reach. Listens on HOST:PORT and answers READ/WRITE frames (transfer/tcp/frame.h)
+// against a SegmentTable; the handlers registered for other ops get each frame as a DataRequest
+// (its header fields; a READ_DISK frame's reserved word as the key tag) and a RequestStream over
+// the connection, so they depend on no tcp type. READ_DISK and INDEX are served only here.
 //
 // Bounds are checked (overflow-safe) before memory is touched; an out-of-range or unknown
 // segment gets an error response (a WRITE's payload is drained first), the connection stays
@@ -11,7 +14,9 @@
 // requests and after an I/O timeout mid-frame. accept() failures (fd exhaustion) back off
 // exponentially instead of spinning, are counted (mc_dataplane_accept_errors_total) and make
 // Health() report the data plane unhealthy until an accept succeeds again. Other components add ops
-// with RegisterOpHandler() (e.g. the SSD tier's READ_DISK, the object index's INDEX).
+// with RegisterOpHandler() (e.g. the SSD tier's READ_DISK, the object index's INDEX); a handler
+// that returns an error, reads past its frame's payload, leaves some of it unread or does not
+// respond exactly once closes its connection (RequestStream keeps that contract).
 // A READ/WRITE naming a segment id the table does not hold is answered NOT_FOUND and counted
 // (mc_dataplane_unknown_segment_total{op}): a reader or writer of an earlier registration or
 // master run, whose segment ids are gone (with authentication such a frame is usually refused
@@ -26,15 +31,11 @@
 // Start.
 #pragma once
 
-#include <sys/uio.h>
-
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <list>
 #include <memory>
-#include <span>
 #include <string>
 #include <thread>
 
@@ -45,19 +46,13 @@
 #include "common/auth.h"
 #include "common/capability.h"
 #include "common/metrics.h"
+#include "transfer/data_server.h"
 #include "transfer/tcp/frame.h"
 #include "transfer/tcp/handshake.h"
 #include "transfer/tcp/socket_util.h"
 #include "transfer/transfer_engine.h"
 
 namespace mc::transfer::tcp {
-
-// The counter of frames naming an unknown segment (label op = read, write, index); handlers of
-// other ops count theirs under the same name.
-inline constexpr const char* kUnknownSegmentMetric = "mc_dataplane_unknown_segment_total";
-inline constexpr const char* kUnknownSegmentHelp =
-    "Data-plane frames naming a segment id this daemon does not publish (a reader or writer of "
-    "an earlier registration or master run), by op.";
 
 struct TcpDataServerOptions {
   std::string listen_address = "0.0.0.0:0";  // HOST:PORT; port 0 picks a free port
@@ -84,41 +79,21 @@ struct TcpDataServerOptions {
   int64_t handshake_timeout_ms = 5000;
 };
 
-// The blocking I/O of one server connection, handed to op handlers for the current request.
-class ServerStream {
- public:
-  explicit ServerStream(int fd) : fd_(fd) {}
-  int fd() const { return fd_; }
-  // Exactly `length` bytes of the request payload into `data`.
-  absl::Status ReadExact(void* data, uint64_t length);
-  // Discards `length` bytes of the request payload.
-  absl::Status Skip(uint64_t length);
-  // The response to `request`: header with `code` and the payload of `payload` (sum of lengths).
-  absl::Status Respond(const FrameHeader& request, Code code, std::span<const iovec> payload = {});
-
- private:
-  const int fd_;
-};
-
-// Serves one request whose header is decoded and valid. The handler must consume exactly the
-// request's payload and send exactly one response; a non-OK return closes the connection.
-using OpHandler = std::function<absl::Status(const FrameHeader& request, ServerStream& stream)>;
-
-class TcpDataServer {
+class TcpDataServer final : public DataServer {
  public:
   TcpDataServer(TcpDataServerOptions options, SegmentTable& segments);
-  ~TcpDataServer();  // Stop()s
+  ~TcpDataServer() override;  // Stop()s
   TcpDataServer(const TcpDataServer&) = delete;
   TcpDataServer& operator=(const TcpDataServer&) = delete;
 
-  // Serves `op` (a FrameOp other than READ/WRITE, or to replace them). Before Start() only.
-  absl::Status RegisterOpHandler(FrameOp op, OpHandler handler);
+  // Serves `op` (one other than READ/WRITE, or to replace them). Before Start() only.
+  absl::Status RegisterOpHandler(DataOp op, DataOpHandler handler) override;
 
-  absl::Status Start();
+  absl::Status Start() override;
   // The bound "HOST:PORT" (after Start).
-  const std::string& endpoint() const { return endpoint_; }
+  const std::string& endpoint() const override { return endpoint_; }
   // Closes the listener and every connection, joins all threads. Idempotent.
-  void Stop();
+  void Stop() override;
 
   uint64_t malformed_frames() const { return malformed_->Value(); }
   uint64_t accept_errors() const { return accept_errors_->Value(); }
@@ -134,7 +109,7 @@ class TcpDataServer {
   }
   size_t connection_count() const;
   // OK, or why the data plane cannot take connections now (accept failing recently).
-  absl::Status Health() const;
+  absl::Status Health() const override;
 
  private:
   struct Conn {
@@ -148,15 +123,16 @@ class TcpDataServer {
   bool WaitForStop(int64_t ms);
   void AcceptLoop();
   void ServeConnection(Conn* conn);
-  absl::Status ServeOne(Conn& conn, ServerStream& stream, bool* closed);
+  absl::Status ServeOne(Conn& conn, bool* closed);
   // With keys: the handshake; false closes the connection (counted, logged).
   bool Authenticate(Conn& conn);
   // The capability block of a data-op request: reads it and, with keys, checks it. A refusal is
-  // answered (WRITE payload drained) and *refused set; a non-OK return closes the connection.
-  absl::Status CheckCapability(Conn& conn, const FrameHeader& request, ServerStream& stream,
+  // answered on `stream` (WRITE payload drained) and *refused set; a non-OK return closes the
+  // connection.
+  absl::Status CheckCapability(Conn& conn, const FrameHeader& request, RequestStream& stream,
                                bool* refused);
-  absl::Status HandleRead(const FrameHeader& request, ServerStream& stream);
-  absl::Status HandleWrite(const FrameHeader& request, ServerStream& stream);
+  absl::Status HandleRead(const DataRequest& request, RequestStream& stream);
+  absl::Status HandleWrite(const DataRequest& request, RequestStream& stream);
   void ReapFinished() ABSL_LOCKS_EXCLUDED(mu_);
 
   const TcpDataServerOptions options_;
@@ -173,7 +149,7 @@ class TcpDataServer {
   std::array<Counter*, static_cast<int>(auth::Denial::kCount)> denials_{};
   std::atomic<int64_t> last_accept_error_ms_{0};  // 0: none since the last success
   std::atomic<int> last_accept_errno_{0};
-  absl::flat_hash_map<uint16_t, OpHandler> handlers_;  // fixed once started
+  absl::flat_hash_map<uint16_t, DataOpHandler> handlers_;  // fixed once started
   std::string endpoint_;
   UniqueFd listen_fd_;
   UniqueFd wake_fd_;  // eventfd that wakes the accept loop on Stop()

@@ -6,15 +6,17 @@
 #include "client_test_util.h"
 #include "common/checksum.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/loopback_data_server.h"
+#include "transfer/data_server.h"
 
 namespace mc::client::testing {
 namespace {
 
-using transfer::tcp::IndexNoticeEntry;
+using transfer::IndexNoticeEntry;
 
 constexpr int64_t kMasterNow = 5'000'000;
 
-transfer::tcp::IndexNoticeEntry Entry(uint64_t segment, uint64_t offset, uint64_t generation) {
+transfer::IndexNoticeEntry Entry(uint64_t segment, uint64_t offset, uint64_t generation) {
   return {.segment_id = segment,
           .offset = offset,
           .length = 100,
@@ -44,6 +46,17 @@ class IndexHandler : public ::testing::Test {
                              {right, 0, e.segment_id, e.offset, e.length,
                               generation ? generation : e.generation, kMasterNow + 1000});
   }
+  // `server` serving INDEX requests with `handler`, whichever transport it has.
+  static void StartServing(transfer::DataServer& server, IndexNoticeHandler& handler) {
+    ASSERT_TRUE(server
+                    .RegisterOpHandler(
+                        transfer::DataOp::kIndex,
+                        [&handler](const transfer::DataRequest& r, transfer::RequestStream& s) {
+                          return handler.Serve(r, s);
+                        })
+                    .ok());
+    ASSERT_TRUE(server.Start().ok());
+  }
   uint64_t CounterValue(const std::string& name, const Labels& labels) {
     return metrics_.GetCounter(name, "", labels).Value();
   }
@@ -64,7 +77,7 @@ TEST_F(IndexHandler, WithoutAuthRecordsPublishedSegmentsAndRefusesUnknownOnes) {
   absl::Status s = handler.Apply(entries);
   EXPECT_EQ(ToCode(s), Code::kNotFound) << s;
   EXPECT_EQ(index_.size(), 2u) << "the acceptable entries are recorded";
-  EXPECT_EQ(CounterValue(transfer::tcp::kUnknownSegmentMetric, {{"op", "index"}}), 1u);
+  EXPECT_EQ(CounterValue(transfer::kUnknownSegmentMetric, {{"op", "index"}}), 1u);
   EXPECT_EQ(CounterValue("mc_client_index_entries_total", {{"result", "recorded"}}), 2u);
   EXPECT_EQ(CounterValue("mc_client_index_entries_total", {{"result", "refused"}}), 1u);
   std::vector<ObjectIndex::Entry> snap = index_.Snapshot();
@@ -108,13 +121,7 @@ TEST_F(IndexHandler, ServesFramesAndAnswersHostilePayloads) {
   o.listen_address = "127.0.0.1:0";
   o.metrics = &metrics_;
   transfer::tcp::TcpDataServer server(o, table);
-  ASSERT_TRUE(
-      server
-          .RegisterOpHandler(transfer::tcp::FrameOp::kIndex,
-                             [&](const transfer::tcp::FrameHeader& h,
-                                 transfer::tcp::ServerStream& s) { return handler.Serve(h, s); })
-          .ok());
-  ASSERT_TRUE(server.Start().ok());
+  StartServing(server, handler);
   transfer::TransferEngineOptions eo;
   eo.local_endpoint = "127.0.0.1:1";
   eo.transport = "tcp";
@@ -125,18 +132,70 @@ TEST_F(IndexHandler, ServesFramesAndAnswersHostilePayloads) {
     return engine.Submit({&r, 1})[0];
   };
   std::vector<IndexNoticeEntry> entries = {Entry(kSegA, 0, 1), Entry(kSegA, 200, 2)};
-  transfer::TransferResult ok = send(*transfer::tcp::EncodeIndexNotice(entries));
+  transfer::TransferResult ok = send(*transfer::EncodeIndexNotice(entries));
   EXPECT_TRUE(ok.status.ok()) << ok.status;
   EXPECT_EQ(index_.size(), 2u);
   transfer::TransferResult bad = send("garbage that is no notice");
   EXPECT_EQ(ToCode(bad.status), Code::kInvalidArgument) << bad.status;
   std::vector<IndexNoticeEntry> unknown = {Entry(12345, 0, 1)};
-  transfer::TransferResult refused = send(*transfer::tcp::EncodeIndexNotice(unknown));
+  transfer::TransferResult refused = send(*transfer::EncodeIndexNotice(unknown));
   EXPECT_EQ(ToCode(refused.status), Code::kNotFound) << refused.status;
   // The connection survived both refusals.
   EXPECT_EQ(server.malformed_frames(), 0u);
-  EXPECT_TRUE(send(*transfer::tcp::EncodeIndexNotice(entries)).status.ok());
+  EXPECT_TRUE(send(*transfer::EncodeIndexNotice(entries)).status.ok());
   server.Stop();
+}
+
+// The handler behind a data server without a transport (tests/fakes/loopback_data_server.h): it
+// reads its payload only through the transport-neutral stream, consumes all of it and answers
+// once, whatever the payload; only a notice above the limit closes the connection, unread.
+TEST_F(IndexHandler, ServesRequestsOfAnyDataServer) {
+  IndexNoticeHandler handler(index_, Resolver(), nullptr, metrics_);
+  transfer::LoopbackDataServer server;
+  StartServing(server, handler);
+  auto serve = [&](const std::string& payload) {
+    return server.Serve({.op = transfer::DataOp::kIndex, .length = payload.size()}, payload);
+  };
+  std::vector<IndexNoticeEntry> entries = {Entry(kSegA, 0, 1), Entry(kSegB, 200, 2)};
+  transfer::LoopbackResponse ok = serve(*transfer::EncodeIndexNotice(entries));
+  ASSERT_TRUE(ok.status.ok()) << ok.status;
+  EXPECT_EQ(ok.code, Code::kOk);
+  EXPECT_TRUE(ok.payload.empty());
+  EXPECT_EQ(index_.size(), 2u);
+
+  transfer::LoopbackResponse garbage = serve("garbage that is no notice");
+  ASSERT_TRUE(garbage.status.ok()) << garbage.status;
+  EXPECT_EQ(garbage.code, Code::kInvalidArgument);
+  std::vector<IndexNoticeEntry> unknown = {Entry(12345, 0, 1)};
+  transfer::LoopbackResponse refused = serve(*transfer::EncodeIndexNotice(unknown));
+  ASSERT_TRUE(refused.status.ok()) << refused.status;
+  EXPECT_EQ(refused.code, Code::kNotFound);
+  EXPECT_EQ(CounterValue(transfer::kUnknownSegmentMetric, {{"op", "index"}}), 1u);
+  EXPECT_EQ(server.closed_connections(), 0);
+
+  transfer::LoopbackResponse huge = serve(std::string(transfer::kMaxIndexNoticeBytes + 1, 'x'));
+  EXPECT_EQ(ToCode(huge.status), Code::kInvalidArgument);
+  EXPECT_FALSE(huge.responded);
+  EXPECT_EQ(server.closed_connections(), 1);
+  EXPECT_EQ(index_.size(), 2u);
+}
+
+// A daemon without an index drains the notice and answers NOT_READY (the writer's put goes on).
+TEST_F(IndexHandler, WithoutAnIndexDrainsTheNoticeAndAnswersNotReady) {
+  transfer::LoopbackDataServer server;
+  ASSERT_TRUE(
+      server.RegisterOpHandler(transfer::DataOp::kIndex, IndexNoticeHandler::ServeWithoutIndex)
+          .ok());
+  ASSERT_TRUE(server.Start().ok());
+  const std::string notice = *transfer::EncodeIndexNotice(std::vector{Entry(kSegA, 0, 1)});
+  transfer::LoopbackResponse out =
+      server.Serve({.op = transfer::DataOp::kIndex, .length = notice.size()}, notice);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.code, Code::kNotReady);
+  EXPECT_EQ(out.payload_left, 0u);
+  const std::string huge(transfer::kMaxIndexNoticeBytes + 1, 'x');
+  EXPECT_FALSE(
+      server.Serve({.op = transfer::DataOp::kIndex, .length = huge.size()}, huge).status.ok());
 }
 
 // The writer's side, against the real master and a remote owner over loopback TCP.
@@ -160,18 +219,16 @@ class IndexNotices : public ClientFixture {
     o.listen_address = "127.0.0.1:0";
     o.socket_buffer_bytes = 1 << 20;
     remote_server_ = std::make_unique<transfer::tcp::TcpDataServer>(o, remote_table_);
-    ASSERT_TRUE(
-        remote_server_
-            ->RegisterOpHandler(
-                transfer::tcp::FrameOp::kIndex,
-                [this](const transfer::tcp::FrameHeader& h, transfer::tcp::ServerStream& s) {
-                  if (remote_no_index_) {  // as mc-client --object_index=false answers
-                    if (!s.Skip(h.length).ok()) return McError(Code::kInternal, "skip");
-                    return s.Respond(h, Code::kNotReady);
-                  }
-                  return handler_->Serve(h, s);
-                })
-            .ok());
+    ASSERT_TRUE(remote_server_
+                    ->RegisterOpHandler(
+                        transfer::DataOp::kIndex,
+                        [this](const transfer::DataRequest& r, transfer::RequestStream& s) {
+                          if (remote_no_index_) {  // as mc-client --object_index=false answers
+                            return IndexNoticeHandler::ServeWithoutIndex(r, s);
+                          }
+                          return handler_->Serve(r, s);
+                        })
+                    .ok());
     ASSERT_TRUE(remote_server_->Start().ok());
     remote_ = Register("client-b", remote_server_->endpoint(), remote_table_, 1, 1 << 20);
     notifier_ = std::make_unique<IndexNotifier>(

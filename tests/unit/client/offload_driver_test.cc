@@ -1,11 +1,9 @@
 // OffloadDriver against the real master in-process (FakeMasterClient on a FakeClock) and a real
 // DiskTier in a temp dir: OFFLOAD tasks persist and report, changed memory is never persisted,
-// DROP deletes, the reclaim guard refuses leased records, kReadDisk frames check the key tag,
-// records are re-reported after a (master) restart, and a get falls back to the DISK replica.
+// DROP deletes, the reclaim guard refuses leased records, READ_DISK requests check the key tag
+// and the range (served by a data server without a transport), records are re-reported after a
+// (master) restart, and a get falls back to the DISK replica.
 #include "client/offload_driver.h"
-
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -19,10 +17,10 @@
 
 #include "common/checksum.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/loopback_data_server.h"
 #include "tests/unit/client/client_test_util.h"
 #include "tests/unit/offload/offload_test_util.h"
-#include "transfer/tcp/frame.h"
-#include "transfer/tcp/server.h"
+#include "transfer/data_server.h"
 
 namespace mc::client {
 namespace {
@@ -332,66 +330,74 @@ TEST_F(OffloadDriverTest, MayReclaimRefusesEverythingWhileUnregistered) {
             std::vector<bool>{false});
 }
 
-// Sends `request` to ServeReadDisk over a socketpair; returns the response header and payload.
-struct DiskResponse {
-  transfer::tcp::FrameHeader header;
-  std::string payload;
-};
-DiskResponse ServeOne(OffloadDriver& driver, const transfer::tcp::FrameHeader& request) {
-  int fds[2];
-  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
-  // Big enough for the whole response, so ServeReadDisk never blocks on us.
-  int size = 4 << 20;
-  ::setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-  ::setsockopt(fds[1], SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-  DiskResponse out;
-  std::thread server([&] {
-    transfer::tcp::ServerStream stream(fds[0]);
-    EXPECT_TRUE(driver.ServeReadDisk(request, stream).ok());
-    ::shutdown(fds[0], SHUT_WR);
-  });
-  std::string all;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(fds[1], buf, sizeof(buf));
-    if (n <= 0) break;
-    all.append(buf, static_cast<size_t>(n));
-  }
-  server.join();
-  ::close(fds[0]);
-  ::close(fds[1]);
-  EXPECT_GE(all.size(), transfer::tcp::kFrameHeaderSize);
-  if (all.size() < transfer::tcp::kFrameHeaderSize) return out;
-  auto h = transfer::tcp::DecodeFrameHeader(reinterpret_cast<const uint8_t*>(all.data()),
-                                            transfer::tcp::kFrameHeaderSize);
-  EXPECT_TRUE(h.ok()) << h.status();
-  if (h.ok()) out.header = *h;
-  out.payload = all.substr(transfer::tcp::kFrameHeaderSize);
-  return out;
+// The driver's READ_DISK handler behind a data server without a transport
+// (tests/fakes/loopback_data_server.h): it sees only the transport-neutral request and stream.
+transfer::LoopbackDataServer ServingReadDisk(OffloadDriver& driver) {
+  transfer::LoopbackDataServer server;
+  EXPECT_TRUE(
+      server
+          .RegisterOpHandler(transfer::DataOp::kReadDisk,
+                             [&driver](const transfer::DataRequest& r, transfer::RequestStream& s) {
+                               return driver.ServeReadDisk(r, s);
+                             })
+          .ok());
+  EXPECT_TRUE(server.Start().ok());
+  return server;
+}
+
+transfer::DataRequest ReadDisk(const offload::DiskTier::Entry& e, uint32_t key_tag) {
+  return {.op = transfer::DataOp::kReadDisk,
+          .segment_id = e.generation,
+          .offset = e.ref.locator,
+          .length = e.ref.length,
+          .key_tag = key_tag};
 }
 
 TEST_F(OffloadDriverTest, ServeReadDiskChecksTheKeyTag) {
   const std::string p = Payload(20'000, 8);
   PutAndOffload("k1", p);
   offload::DiskTier::Entry e = tier_->List().at(0);
-  transfer::tcp::FrameHeader req = transfer::tcp::MakeRequest(
-      transfer::tcp::FrameOp::kReadDisk, 7, e.generation, e.ref.locator, e.ref.length);
+  transfer::LoopbackDataServer server = ServingReadDisk(*driver_);
 
-  req.reserved = DiskKeyTag("k1");
-  DiskResponse ok = ServeOne(*driver_, req);
-  EXPECT_EQ(static_cast<Code>(ok.header.code), Code::kOk);
+  transfer::LoopbackResponse ok = server.Serve(ReadDisk(e, DiskKeyTag("k1")));
+  ASSERT_TRUE(ok.status.ok()) << ok.status;
+  EXPECT_EQ(ok.code, Code::kOk);
   EXPECT_EQ(ok.payload, p);
 
-  req.reserved = DiskKeyTag("k1") ^ 1;
-  DiskResponse wrong_tag = ServeOne(*driver_, req);
-  EXPECT_EQ(static_cast<Code>(wrong_tag.header.code), Code::kNotFound);
+  transfer::LoopbackResponse wrong_tag = server.Serve(ReadDisk(e, DiskKeyTag("k1") ^ 1));
+  ASSERT_TRUE(wrong_tag.status.ok()) << wrong_tag.status;
+  EXPECT_EQ(wrong_tag.code, Code::kNotFound);
   EXPECT_TRUE(wrong_tag.payload.empty());
 
-  req.reserved = DiskKeyTag("k1");
-  req.segment_id = e.generation + 1;  // a generation we hold no record of
-  DiskResponse wrong_gen = ServeOne(*driver_, req);
-  EXPECT_EQ(static_cast<Code>(wrong_gen.header.code), Code::kNotFound);
+  transfer::DataRequest other = ReadDisk(e, DiskKeyTag("k1"));
+  other.segment_id = e.generation + 1;  // a generation we hold no record of
+  transfer::LoopbackResponse wrong_gen = server.Serve(other);
+  ASSERT_TRUE(wrong_gen.status.ok()) << wrong_gen.status;
+  EXPECT_EQ(wrong_gen.code, Code::kNotFound);
   EXPECT_TRUE(wrong_gen.payload.empty());
+  EXPECT_EQ(server.closed_connections(), 0);
+}
+
+// A reader may name any locator and length: a range that is not the record's is refused with an
+// error response (the connection stays usable), never read past the record.
+TEST_F(OffloadDriverTest, ServeReadDiskRefusesARangeThatIsNotTheRecord) {
+  const std::string p = Payload(20'000, 10);
+  PutAndOffload("k1", p);
+  offload::DiskTier::Entry e = tier_->List().at(0);
+  transfer::LoopbackDataServer server = ServingReadDisk(*driver_);
+  for (auto [locator, length] :
+       {std::pair{e.ref.locator, e.ref.length - 1}, std::pair{e.ref.locator, e.ref.length + 4096},
+        std::pair{e.ref.locator + 4096, e.ref.length}}) {
+    transfer::DataRequest r = ReadDisk(e, DiskKeyTag("k1"));
+    r.offset = locator;
+    r.length = length;
+    transfer::LoopbackResponse out = server.Serve(r);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_NE(out.code, Code::kOk) << locator << " " << length;
+    EXPECT_TRUE(out.payload.empty());
+  }
+  EXPECT_EQ(server.closed_connections(), 0);
+  EXPECT_EQ(server.Serve(ReadDisk(e, DiskKeyTag("k1"))).payload, p);
 }
 
 TEST_F(OffloadDriverTest, GetFallsBackToTheDiskReplicaWhenMemoryIsCorrupt) {

@@ -1,6 +1,6 @@
 // The INDEX frame's payload: round trips, bounds on encode, and a decoder that refuses every
 // truncated, oversized or garbled payload without crashing (seeded random mutations).
-#include "transfer/tcp/index_notice.h"
+#include "transfer/index_notice.h"
 
 #include <random>
 
@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "transfer/tcp/frame.h"
 
-namespace mc::transfer::tcp {
+namespace mc::transfer {
 namespace {
 
 IndexNoticeEntry Entry(uint64_t i, size_t key_len = 10) {
@@ -131,14 +131,14 @@ TEST(IndexNotice, RandomMutationsNeverCrash) {
 }
 
 TEST(IndexNotice, FrameOpIsAcceptedAndCarriesNoCapabilityBlock) {
-  FrameHeader h = MakeRequest(FrameOp::kIndex, 1, 0, 0, 100);
-  FrameBytes bytes = EncodeFrameHeader(h);
-  absl::StatusOr<FrameHeader> back = DecodeFrameHeader(bytes.data(), bytes.size());
+  tcp::FrameHeader h = tcp::MakeRequest(tcp::FrameOp::kIndex, 1, 0, 0, 100);
+  tcp::FrameBytes bytes = tcp::EncodeFrameHeader(h);
+  absl::StatusOr<tcp::FrameHeader> back = tcp::DecodeFrameHeader(bytes.data(), bytes.size());
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->base_op(), static_cast<uint16_t>(FrameOp::kIndex));
-  EXPECT_FALSE(CarriesCapability(back->base_op()));
-  EXPECT_TRUE(SendsPayload(back->base_op()));
+  EXPECT_EQ(back->base_op(), static_cast<uint16_t>(tcp::FrameOp::kIndex));
+  EXPECT_FALSE(tcp::CarriesCapability(back->base_op()));
+  EXPECT_TRUE(tcp::SendsPayload(back->base_op()));
 }
 
 }  // namespace
-}  // namespace mc::transfer::tcp
+}  // namespace mc::transfer

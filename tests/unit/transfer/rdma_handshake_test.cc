@@ -188,9 +188,9 @@ TEST(RdmaHandshake, SetupNeedsTheAuthenticatedConnection) {
   o.capabilities = &verifier;
   tcp::TcpDataServer server(o, table);
   ASSERT_TRUE(server
-                  .RegisterOpHandler(tcp::FrameOp::kRdmaConnect,
-                                     [](const tcp::FrameHeader& h, tcp::ServerStream& s) {
-                                       return ServeRdmaConnect(nullptr, h, s);
+                  .RegisterOpHandler(DataOp::kRdmaConnect,
+                                     [](const DataRequest& r, RequestStream& s) {
+                                       return ServeRdmaConnect(nullptr, r, s);
                                      })
                   .ok());
   ASSERT_TRUE(server.Start().ok());

@@ -177,9 +177,9 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   tcp::TcpDataServer server(server_opts, b_table);
   std::atomic<RdmaTransport*> serving{nullptr};
   ASSERT_TRUE(server
-                  .RegisterOpHandler(tcp::FrameOp::kRdmaConnect,
-                                     [&](const tcp::FrameHeader& h, tcp::ServerStream& s) {
-                                       return ServeRdmaConnect(serving.load(), h, s);
+                  .RegisterOpHandler(DataOp::kRdmaConnect,
+                                     [&](const DataRequest& r, RequestStream& s) {
+                                       return ServeRdmaConnect(serving.load(), r, s);
                                      })
                   .ok());
   ASSERT_TRUE(server.Start().ok());

@@ -62,10 +62,10 @@ class AuthTest : public ::testing::Test {
     o.handshake_timeout_ms = handshake_timeout_ms;
     server_ = std::make_unique<tcp::TcpDataServer>(o, table_);
     ASSERT_TRUE(server_
-                    ->RegisterOpHandler(FrameOp::kReadDisk,
-                                        [this](const FrameHeader& h, tcp::ServerStream& s) {
+                    ->RegisterOpHandler(DataOp::kReadDisk,
+                                        [this](const DataRequest&, RequestStream& s) {
                                           ++disk_reads_;
-                                          return s.Respond(h, Code::kNotFound);
+                                          return s.Respond(Code::kNotFound);
                                         })
                     .ok());
     ASSERT_TRUE(server_->Start().ok());

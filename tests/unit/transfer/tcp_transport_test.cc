@@ -72,8 +72,10 @@ TEST_F(TcpTransportTest, PipelinedBatchRoundTripsAcrossPeers) {
       const int pieces = 1 + static_cast<int>(i % 4);
       sources.push_back(Pattern(sizes[i], peer * 100 + i));
       sinks.emplace_back(sizes[i]);
-      writes.push_back(Request(OpKind::kWrite, Split(sources.back(), pieces), Endpoint(peer), 5, offset));
-      reads.push_back(Request(OpKind::kRead, Split(sinks.back(), 5 - pieces), Endpoint(peer), 5, offset));
+      writes.push_back(
+          Request(OpKind::kWrite, Split(sources.back(), pieces), Endpoint(peer), 5, offset));
+      reads.push_back(
+          Request(OpKind::kRead, Split(sinks.back(), 5 - pieces), Endpoint(peer), 5, offset));
       offset += sizes[i] + 13;
     }
   }
@@ -88,7 +90,10 @@ TEST_F(TcpTransportTest, PipelinedBatchRoundTripsAcrossPeers) {
     EXPECT_EQ(rr[i].bytes, sinks[i].size());
     EXPECT_TRUE(sinks[i] == sources[i]) << "request " << i;
   }
-  EXPECT_GT(metrics_.GetCounter("mc_transfer_bytes_total", "", {{"transport", "tcp"}, {"op", "read"}}).Value(), 0u);
+  EXPECT_GT(
+      metrics_.GetCounter("mc_transfer_bytes_total", "", {{"transport", "tcp"}, {"op", "read"}})
+          .Value(),
+      0u);
 }
 
 TEST_F(TcpTransportTest, OutOfBoundsFailsAloneInItsBatch) {
@@ -113,7 +118,8 @@ TEST_F(TcpTransportTest, OutOfBoundsFailsAloneInItsBatch) {
   EXPECT_FALSE(rr[0].status.ok());
   ASSERT_TRUE(rr[1].status.ok()) << rr[1].status;
   EXPECT_TRUE(dst == src);
-  EXPECT_GE(metrics_.GetCounter("mc_transfer_errors_total", "", {{"transport", "tcp"}}).Value(), 3u);
+  EXPECT_GE(metrics_.GetCounter("mc_transfer_errors_total", "", {{"transport", "tcp"}}).Value(),
+            3u);
 }
 
 TEST_F(TcpTransportTest, FramesForAnUnpublishedSegmentAreRefusedAndCounted) {
@@ -127,10 +133,8 @@ TEST_F(TcpTransportTest, FramesForAnUnpublishedSegmentAreRefusedAndCounted) {
   auto res = engine_->Submit(reqs);
   for (const auto& r : res) EXPECT_EQ(ToCode(r.status), Code::kNotFound) << r.status;
   EXPECT_EQ(peers_[0]->server->unknown_segment_frames(), 3u);
-  EXPECT_EQ(server_metrics_.GetCounter(tcp::kUnknownSegmentMetric, "", {{"op", "read"}}).Value(),
-            2u);
-  EXPECT_EQ(server_metrics_.GetCounter(tcp::kUnknownSegmentMetric, "", {{"op", "write"}}).Value(),
-            1u);
+  EXPECT_EQ(server_metrics_.GetCounter(kUnknownSegmentMetric, "", {{"op", "read"}}).Value(), 2u);
+  EXPECT_EQ(server_metrics_.GetCounter(kUnknownSegmentMetric, "", {{"op", "write"}}).Value(), 1u);
   // The connection stays usable.
   std::vector<TransferRequest> again = {Request(OpKind::kWrite, Split(src, 1), Endpoint(0), 5, 0)};
   auto ok = engine_->Submit(again);
@@ -221,8 +225,8 @@ TEST_F(TcpTransportTest, ReportsLoopbackThroughput) {
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(engine_->Submit(r)[0].status.ok());
   const double secs = testing::SecondsSince(start);
-  Logger("transfer").info("tcp loopback 16 MiB read: {:.2f} GB/s",
-                          kRounds * double(16 << 20) / secs / 1e9);
+  Logger("transfer")
+      .info("tcp loopback 16 MiB read: {:.2f} GB/s", kRounds * double(16 << 20) / secs / 1e9);
 }
 
 // A peer that answers the first READ with a response for another request id.
@@ -255,7 +259,6 @@ TEST(TcpTransportProtocol, MismatchedResponseFailsTheRequest) {
   EXPECT_EQ(dst[0], 0);  // no byte of the foreign payload landed
 }
 
-
 TEST_F(TcpTransportTest, HashedReadsChecksumTheDeliveredBytesFrameByFrame) {
   // Small frames: a hashed request spans many frames, which must all ride one connection in
   // order; an unhashed one may spread over several. Several peers, scattered destinations.
@@ -272,8 +275,10 @@ TEST_F(TcpTransportTest, HashedReadsChecksumTheDeliveredBytesFrameByFrame) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       sources.push_back(Pattern(sizes[i], 500 + peer * 10 + i));
       sinks.emplace_back(sizes[i]);
-      writes.push_back(Request(OpKind::kWrite, Split(sources.back(), 1), Endpoint(peer), 5, offset));
-      reads.push_back(Request(OpKind::kRead, Split(sinks.back(), 1 + i % 3), Endpoint(peer), 5, offset));
+      writes.push_back(
+          Request(OpKind::kWrite, Split(sources.back(), 1), Endpoint(peer), 5, offset));
+      reads.push_back(
+          Request(OpKind::kRead, Split(sinks.back(), 1 + i % 3), Endpoint(peer), 5, offset));
       reads.back().want_checksum = i != 4;
       offset += sizes[i] + 11;
     }

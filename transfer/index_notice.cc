@@ -1,4 +1,4 @@
-#include "transfer/tcp/index_notice.h"
+#include "transfer/index_notice.h"
 
 #include <cstring>
 
@@ -6,7 +6,7 @@
 #include "common/byte_order.h"
 #include "common/status.h"
 
-namespace mc::transfer::tcp {
+namespace mc::transfer {
 namespace {
 
 // Reads little-endian integers and byte runs from a bounded buffer; every read checks room.
@@ -105,4 +105,4 @@ absl::StatusOr<std::vector<IndexNoticeEntry>> DecodeIndexNotice(const uint8_t* d
   return entries;
 }
 
-}  // namespace mc::transfer::tcp
+}  // namespace mc::transfer

@@ -3,8 +3,9 @@
 // checksum), with the replica's WRITE capability, so the owner can keep an index of its
 // segments and report it to a restarted master. This file only encodes and decodes; the owner's
 // checks (capability, segment) live with its handler (client/index_service.h).
-// Decoding is defensive: any count, length or key size out of bounds, a truncated entry or
-// trailing bytes reject the whole payload. Thread-safe: pure functions.
+// The payload is the same whichever data plane carries it (today INDEX is served over tcp,
+// transfer/data_server.h). Decoding is defensive: any count, length or key size out of bounds, a
+// truncated entry or trailing bytes reject the whole payload. Thread-safe: pure functions.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "common/capability.h"
 
-namespace mc::transfer::tcp {
+namespace mc::transfer {
 
 inline constexpr size_t kMaxIndexNoticeEntries = 4096;
 inline constexpr size_t kMaxIndexKeySize = 4096;
@@ -45,4 +46,4 @@ absl::StatusOr<std::string> EncodeIndexNotice(std::span<const IndexNoticeEntry> 
 // The entries of a payload, or INVALID_ARGUMENT naming what is malformed.
 absl::StatusOr<std::vector<IndexNoticeEntry>> DecodeIndexNotice(const uint8_t* data, size_t size);
 
-}  // namespace mc::transfer::tcp
+}  // namespace mc::transfer
