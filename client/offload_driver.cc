@@ -59,7 +59,7 @@ OffloadDriver::OffloadDriver(OffloadDriverOptions options, offload::DiskTier& ti
       corrupt_dropped_(metrics.GetCounter(
           "mc_client_disk_corrupt_dropped_total",
           "SSD records that failed verification when read, reported to the master and deleted")) {
-  for (const auto& e : tier_.List()) Remember(e.key, e.generation);
+  for (const auto& e : tier_.List()) Remember(e.key, e.generation, e.ref.length);
 }
 
 OffloadDriver::~OffloadDriver() { Stop(); }
@@ -95,9 +95,9 @@ void OffloadDriver::Loop() {
   }
 }
 
-void OffloadDriver::Remember(const std::string& key, uint64_t generation) {
+void OffloadDriver::Remember(const std::string& key, uint64_t generation, uint64_t length) {
   absl::MutexLock lock(&keys_mu_);
-  keys_[generation] = key;
+  keys_[generation] = KnownRecord{key, length};
 }
 
 void OffloadDriver::Forget(uint64_t generation) {
@@ -178,7 +178,7 @@ absl::Status OffloadDriver::Offload(const v1::OffloadTask& task, v1::DiskReplica
   absl::StatusOr<offload::RecordRef> ref =
       tier_.Write(task.key(), task.generation(), {{*mem, task.size()}}, task.checksum());
   if (!ref.ok()) return ref.status();
-  Remember(task.key(), task.generation());
+  Remember(task.key(), task.generation(), ref->length);
   item->set_key(task.key());
   item->set_generation(task.generation());
   item->set_locator(ref->locator);
@@ -393,14 +393,24 @@ void OffloadDriver::DropCorrupt() {
 absl::Status OffloadDriver::ServeReadDisk(const transfer::DataRequest& request,
                                           transfer::RequestStream& stream) {
   std::string key;
+  uint64_t length = 0;
   {
     absl::MutexLock lock(&keys_mu_);
     auto it = keys_.find(request.segment_id);
-    if (it != keys_.end()) key = it->second;
+    if (it != keys_.end()) {
+      key = it->second.key;
+      length = it->second.length;
+    }
   }
   if (key.empty() || DiskKeyTag(key) != request.key_tag) {
     disk_read_failures_.Inc();
     return stream.Respond(Code::kNotFound);
+  }
+  // Checked before the buffer is allocated: a request's length is the peer's word (up to the
+  // frame limit), the record's is ours.
+  if (request.length != length) {
+    disk_read_failures_.Inc();
+    return stream.Respond(Code::kSizeMismatch);
   }
   std::unique_ptr<char[]> buffer(new (std::nothrow) char[request.length]);
   if (!buffer) return stream.Respond(Code::kNoSpace);

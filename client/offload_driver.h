@@ -99,7 +99,7 @@ class OffloadDriver final : public DiskReader {
   absl::Status Offload(const v1::OffloadTask& task, v1::DiskReplicaItem* item);
   // Tells the master about records that failed verification, then deletes them.
   void DropCorrupt();
-  void Remember(const std::string& key, uint64_t generation);
+  void Remember(const std::string& key, uint64_t generation, uint64_t length);
   void Forget(uint64_t generation);
 
   const OffloadDriverOptions options_;
@@ -120,9 +120,14 @@ class OffloadDriver final : public DiskReader {
   std::atomic<bool> report_pending_{true};
   std::atomic<int64_t> reclaim_blocked_until_ms_{0};  // steady clock
 
-  // generation -> key of every record we hold: a kReadDisk frame names only the generation.
+  // generation -> key and payload length of every record we hold: a kReadDisk frame names only
+  // the generation, and its length is checked before any memory is taken for it.
+  struct KnownRecord {
+    std::string key;
+    uint64_t length = 0;
+  };
   mutable absl::Mutex keys_mu_;
-  absl::flat_hash_map<uint64_t, std::string> keys_ ABSL_GUARDED_BY(keys_mu_);
+  absl::flat_hash_map<uint64_t, KnownRecord> keys_ ABSL_GUARDED_BY(keys_mu_);
 
   // DROP tasks that found their record busy, retried on the next poll.
   absl::Mutex retry_mu_;

@@ -396,6 +396,11 @@ TEST_F(OffloadDriverTest, ServeReadDiskRefusesARangeThatIsNotTheRecord) {
     EXPECT_NE(out.code, Code::kOk) << locator << " " << length;
     EXPECT_TRUE(out.payload.empty());
   }
+  // A length that is not the record's is refused before any memory is taken for it (a huge one
+  // used to reach the allocation, and answer NO_SPACE when it failed).
+  transfer::DataRequest huge = ReadDisk(e, DiskKeyTag("k1"));
+  huge.length = uint64_t{1} << 62;
+  EXPECT_EQ(server.Serve(huge).code, Code::kSizeMismatch);
   EXPECT_EQ(server.closed_connections(), 0);
   EXPECT_EQ(server.Serve(ReadDisk(e, DiskKeyTag("k1"))).payload, p);
 }
