@@ -75,12 +75,13 @@ class GpuStore : public ClientFixture {
   struct SliceSpec {
     uint64_t id, offset, length;
   };
-  // One item per entry of `items` (key, slices; no slices = inline), through Store's BatchGet.
-  sv1::BatchGetResponse Get(
-      const std::vector<std::pair<std::string, std::vector<SliceSpec>>>& items) {
-    sv1::BatchGetRequest req;
+  using Items = std::vector<std::pair<std::string, std::vector<SliceSpec>>>;
+  // A BatchGet or BatchPut request of one item per entry of `items` (key, slices).
+  template <typename Request>
+  static Request Build(const Items& items) {
+    Request req;
     for (const auto& [key, slices] : items) {
-      sv1::GetItem* item = req.add_items();
+      auto* item = req.add_items();
       item->set_key(key);
       for (const SliceSpec& s : slices) {
         sv1::Slice* slice = item->add_slices();
@@ -89,6 +90,11 @@ class GpuStore : public ClientFixture {
         slice->set_length(s.length);
       }
     }
+    return req;
+  }
+  // Through Store's BatchGet (an item without slices is inline).
+  sv1::BatchGetResponse Get(const Items& items) {
+    const auto req = Build<sv1::BatchGetRequest>(items);
     sv1::BatchGetResponse resp;
     EXPECT_TRUE(service_.BatchGet(nullptr, &req, &resp).ok());
     EXPECT_EQ(resp.results_size(), req.items_size());
@@ -101,20 +107,9 @@ class GpuStore : public ClientFixture {
     return true;
   }
 
-  // One BatchPut item per entry (key, slices), through Store's BatchPut.
-  sv1::BatchPutResponse Put(
-      const std::vector<std::pair<std::string, std::vector<SliceSpec>>>& items) {
-    sv1::BatchPutRequest req;
-    for (const auto& [key, slices] : items) {
-      sv1::PutItem* item = req.add_items();
-      item->set_key(key);
-      for (const SliceSpec& s : slices) {
-        sv1::Slice* slice = item->add_slices();
-        slice->set_buffer_id(s.id);
-        slice->set_offset(s.offset);
-        slice->set_length(s.length);
-      }
-    }
+  // Through Store's BatchPut.
+  sv1::BatchPutResponse Put(const Items& items) {
+    const auto req = Build<sv1::BatchPutRequest>(items);
     sv1::BatchPutResponse resp;
     EXPECT_TRUE(service_.BatchPut(nullptr, &req, &resp).ok());
     EXPECT_EQ(resp.results_size(), req.items_size());
@@ -287,12 +282,7 @@ TEST_F(GpuStore, GpuPutSourcesAreBoundedAndOneRangeEach) {
   StoreGrpcService no_stager(StoreServiceOptions{.client_id = kLocalId}, buffers_, putter_, getter_,
                              master_, prefix_leases_, clock_, metrics_);
   no_stager.SetGpuBuffers(&gpu_);
-  sv1::BatchPutRequest req;
-  sv1::PutItem* item = req.add_items();
-  item->set_key("no-stager");
-  sv1::Slice* slice = item->add_slices();
-  slice->set_buffer_id(id);
-  slice->set_length(100);
+  const auto req = Build<sv1::BatchPutRequest>({{"no-stager", {{id, 0, 100}}}});
   sv1::BatchPutResponse resp;
   ASSERT_TRUE(no_stager.BatchPut(nullptr, &req, &resp).ok());
   EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT);
