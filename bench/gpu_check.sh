@@ -8,8 +8,9 @@
 #   3. mc-gpu-check roundtrip: an "engine" process shares two GPU buffers by CUDA IPC; they are
 #      registered (GpuBufferRegistry), 4096 x 16 KiB blocks are put from one into a pinned
 #      segment and got back into the other through the cuda transport, each get proven by the
-#      device XXH3 against the recorded checksum, a corrupted block caught; the engine compares
-#      every byte. (Not yet through two mc-client daemons: RegisterGpuBuffer is not served.)
+#      device XXH3 against the recorded checksum, a corrupted block caught, then the first
+#      buffer's blocks staged as GPU put sources (GpuPutStager, each proven by the source's device
+#      hash); the engine compares every byte. (In one process, not through mc-client daemons.)
 #   4. mc-gpu-check bench: GB/s of batched copies for 16 KiB, 256 KiB and 4 MiB blocks beside one
 #      plain cudaMemcpy of the same bytes (goal >= 0.9x from 256 KiB), and with the device hash.
 # Any byte or checksum mismatch fails the script (exit status 1) with a FAIL line.
