@@ -233,13 +233,11 @@ absl::Status ClientServer::Start() {
   store_auth_ = std::make_unique<StoreAuth>(
       StoreAuthOptions{.token = options_.store_token, .tcp_auth = options_.store_tcp_auth},
       registry_);
-  MC_RETURN_IF_ERROR(StartFdChannel());
-  store_->SetAccess(store_auth_.get(), fd_channel_.get());
   if (transfer::cuda::CudaTransport* cuda = engine_->cuda(); cuda != nullptr) {
-    // GPU buffers: served next to Store, admitted exactly as Store's callers (docs/gpu.md).
+    // GPU buffers: served next to Store, admitted exactly as Store's callers (docs/gpu.md), and
+    // released with their fd session as its shm buffers are (StartFdChannel).
     gpu_buffers_ = std::make_unique<GpuBufferRegistry>(cuda->api(), cuda);
     gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, cuda->api());
-    gpu_service_->SetAccess(store_auth_.get(), fd_channel_.get());
     gpu_put_stager_ =
         std::make_unique<GpuPutStager>(cuda->mover(), options_.gpu_put, RealClock::Get());
     store_->SetGpuBuffers(gpu_buffers_.get(), gpu_put_stager_.get());
@@ -249,6 +247,9 @@ absl::Status ClientServer::Start() {
         "above): GpuBuffers is not served and GPU slices are refused",
         options_.transfer.cuda_device);
   }
+  MC_RETURN_IF_ERROR(StartFdChannel());
+  store_->SetAccess(store_auth_.get(), fd_channel_.get());
+  if (gpu_service_) gpu_service_->SetAccess(store_auth_.get(), fd_channel_.get());
   MC_RETURN_IF_ERROR(StartGrpc());
   MC_RETURN_IF_ERROR(StartAdmin());
   if (!options_.ready_file.empty()) {
@@ -303,6 +304,10 @@ absl::Status ClientServer::StartFdChannel() {
   opts.mode = options_.unix_socket_mode;
   opts.group = options_.unix_socket_group;
   fd_channel_ = std::make_unique<FdChannelServer>(opts, buffers_, registry_);
+  if (gpu_buffers_) {
+    fd_channel_->AddSessionEndHook(
+        [gpu = gpu_buffers_.get()](const std::string& owner) { return gpu->ReleaseOwner(owner); });
+  }
   return fd_channel_->Start();
 }
 

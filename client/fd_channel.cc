@@ -133,6 +133,7 @@ void FdChannelServer::Close(Conn& conn) {
     live_owners_.erase(conn.owner);
   }
   size_t released = buffers_.ReleaseOwner(conn.owner);
+  for (const SessionEndHook& hook : session_end_hooks_) released += hook(conn.owner);
   if (released > 0) {
     Logger("client").info("fd session of pid {} uid {} ended: released its {} buffer(s)", conn.pid,
                           conn.uid, released);

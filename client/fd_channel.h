@@ -28,10 +28,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -59,6 +61,12 @@ class FdChannelServer final : public CallerSessions {
   // `buffers` and `metrics` are borrowed and must outlive this object.
   FdChannelServer(FdChannelOptions options, BufferRegistry& buffers, MetricsRegistry& metrics);
   ~FdChannelServer() override;
+
+  // Also called with the owner of every session that ends (after its shm buffers went),
+  // returning how many of the owner's other resources it released (e.g. GPU buffers). Before
+  // Start only.
+  using SessionEndHook = std::function<size_t(const std::string& owner)>;
+  void AddSessionEndHook(SessionEndHook hook) { session_end_hooks_.push_back(std::move(hook)); }
 
   // Binds (replacing a stale socket), applies mode and group, listens, starts the thread.
   absl::Status Start();
@@ -88,6 +96,7 @@ class FdChannelServer final : public CallerSessions {
   const FdChannelOptions options_;
   BufferRegistry& buffers_;
   MetricsRegistry& metrics_;
+  std::vector<SessionEndHook> session_end_hooks_;  // fixed once started
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: Stop wakes the loop
   std::thread thread_;

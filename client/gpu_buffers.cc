@@ -92,6 +92,20 @@ absl::StatusOr<uint64_t> GpuBufferRegistry::Resolve(uint64_t buffer_id, uint64_t
   return addr;
 }
 
+size_t GpuBufferRegistry::ReleaseOwner(std::string_view owner) {
+  std::vector<GpuBufferRef> dropped;  // released after the lock, as in Unregister
+  absl::MutexLock lock(&mu_);
+  for (auto it = buffers_.begin(); it != buffers_.end();) {
+    if (it->second.owner == owner) {
+      dropped.push_back(std::move(it->second.buffer));
+      buffers_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return dropped.size();
+}
+
 size_t GpuBufferRegistry::Count() const {
   absl::MutexLock lock(&mu_);
   return buffers_.size();

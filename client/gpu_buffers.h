@@ -92,6 +92,9 @@ class GpuBufferRegistry {
   // `*ref`. INVALID_ARGUMENT for an unknown id, another owner's, or a slice outside the buffer.
   absl::StatusOr<uint64_t> Resolve(uint64_t buffer_id, uint64_t offset, uint64_t length,
                                    GpuBufferRef* ref, std::string_view owner = "") const;
+  // Drops every buffer of `owner` (its fd session ended); returns how many. A buffer still used
+  // by a request stays imported until that request ends.
+  size_t ReleaseOwner(std::string_view owner);
   size_t Count() const;
 
  private:

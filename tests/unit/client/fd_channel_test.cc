@@ -12,12 +12,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
 
@@ -244,6 +246,37 @@ TEST_F(FdChannel, ClosingTheSessionReleasesItsBuffers) {
   EXPECT_TRUE(Eventually([&] { return registry_->CountOwned(OwnerOf(reply)) == 0; }));
   EXPECT_EQ(registry_->Count(), 0u);
   EXPECT_FALSE(server_->IsLive(OwnerOf(reply)));
+}
+
+TEST_F(FdChannel, SessionEndHooksReleaseTheOwnersOtherResources) {
+  // What the GPU buffers registry hangs here (client_server.cc): called with the session's owner
+  // once it ends, its count added to the log line.
+  std::atomic<int> calls{0};
+  std::string seen_owner;
+  absl::Mutex mu;
+  FdChannelOptions options;
+  options.path = ::testing::TempDir() + "/mc-fd-" + std::to_string(getpid()) + ".sock";
+  path_ = options.path;
+  registry_ = std::make_unique<BufferRegistry>(BufferRegistryOptions{.metrics = &metrics_});
+  server_ = std::make_unique<FdChannelServer>(options, *registry_, metrics_);
+  server_->AddSessionEndHook([&](const std::string& owner) {
+    absl::MutexLock lock(&mu);
+    seen_owner = owner;
+    ++calls;
+    return size_t{3};
+  });
+  ASSERT_TRUE(server_->Start().ok());
+  int sock = Connect();
+  const int mem = Memfd(4096);
+  std::string reply = Ask(sock, Request(kFdOpRegister, 0), {mem});
+  close(mem);
+  const std::string owner = OwnerOf(reply);
+  EXPECT_EQ(calls.load(), 0);
+  close(sock);
+  socks_.clear();
+  EXPECT_TRUE(Eventually([&] { return calls.load() == 1; }));
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(seen_owner, owner);
 }
 
 TEST_F(FdChannel, SilentConnectionsAreClosedAndSessionsBounded) {

@@ -114,6 +114,26 @@ TEST_F(GpuBuffersTest, UnregisterClosesTheImportOnlyAfterTheLastUse) {
   EXPECT_EQ(ToCode(registry_.Unregister(*id)), Code::kNotFound);
 }
 
+TEST_F(GpuBuffersTest, ReleaseOwnerDropsThatOwnersBuffersOnlyAfterTheirLastUse) {
+  const auto handle = api_.ExportIpc(alloc_, 1 << 20);
+  auto a1 = registry_.Register(Ipc(handle, 0, 4096), "alice");
+  auto a2 = registry_.Register(Ipc(handle, 4096, 4096), "alice");
+  auto b1 = registry_.Register(Ipc(handle, 8192, 4096), "bob");
+  ASSERT_TRUE(a1.ok() && a2.ok() && b1.ok());
+  GpuBufferRef in_flight;
+  ASSERT_TRUE(registry_.Resolve(*a1, 0, 4096, &in_flight, "alice").ok());
+  EXPECT_EQ(registry_.ReleaseOwner("alice"), 2u);
+  EXPECT_EQ(registry_.Count(), 1u);
+  GpuBufferRef ref;
+  EXPECT_FALSE(registry_.Resolve(*a2, 0, 1, &ref, "alice").ok());
+  EXPECT_TRUE(registry_.Resolve(*b1, 0, 1, &ref, "bob").ok()) << "another owner's stays";
+  ref.reset();
+  EXPECT_EQ(api_.imports_open(), 2u) << "bob's, and alice's buffer still in use";
+  in_flight.reset();
+  EXPECT_EQ(api_.imports_open(), 1u);
+  EXPECT_EQ(registry_.ReleaseOwner("alice"), 0u);
+}
+
 TEST_F(GpuBuffersTest, TooManyBuffersIsNoSpace) {
   const auto handle = api_.ExportIpc(alloc_, 1 << 20);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(registry_.Register(Ipc(handle, i * 10, 10)).ok());
