@@ -43,7 +43,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
       out[i] = McError(Code::kInvalidArgument, absl::StrCat(replicas, " replicas asked"));
     }
     if (!out[i].ok()) continue;
-    checksums[i] = ScatterChecksum(items[i].pieces);
+    checksums[i] = items[i].checksum ? *items[i].checksum : ScatterChecksum(items[i].pieces);
     out[i] = CheckBuffersIntact(items[i].buffers);  // the checksum may have read void bytes
     if (out[i].ok()) todo.push_back(i);
   }

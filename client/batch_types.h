@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +28,9 @@ struct PutRequestItem {
   // request. The put path never reads it: GpuPutStager replaces it with a verified host copy
   // (or fails the item) before the put starts.
   GpuBufferRef gpu;
+  // Set by GpuPutStager with that copy: the XXH3-64 of exactly `pieces`, which the putter then
+  // uses instead of hashing them again.
+  std::optional<uint64_t> checksum;
 };
 
 // One get: destination slices, or (inline) memory the sink provides once the size is known.

@@ -55,6 +55,7 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
       continue;
     }
     const uint64_t length = item.pieces[0].length;
+    if (length == 0) continue;  // nothing to stage; the putter refuses an empty payload
     if (length > options_.max_staging_bytes) {
       item.input_error = McError(
           Code::kInvalidArgument,
@@ -79,7 +80,7 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
       continue;
     }
     staged.bytes_ += length;
-    std::unique_ptr<char[]> buffer(new (std::nothrow) char[length == 0 ? 1 : length]);
+    std::unique_ptr<char[]> buffer(new (std::nothrow) char[length]);
     if (buffer == nullptr) {
       item.input_error = McError(Code::kUnavailable, "out of host memory to stage a GPU source");
       continue;
@@ -129,6 +130,7 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
       continue;
     }
     item.pieces[0] = LocalBuffer{host, copy.length};
+    item.checksum = on_host;  // the putter need not hash the same bytes again
   }
   return staged;
 }

@@ -17,6 +17,7 @@
 #include "client/gpu_put_stager.h"
 #include "client/store_auth.h"
 #include "client/store_service.h"
+#include "common/checksum.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_cuda.h"
@@ -297,6 +298,8 @@ TEST_F(GpuStore, StagingBudgetIsSharedAndReturned) {
   ASSERT_TRUE(first[0].input_error.ok()) << first[0].input_error;
   EXPECT_EQ(stager_.staged_bytes_in_use(), kStagingBytes - 1000);
   EXPECT_NE(first[0].pieces[0].data, reinterpret_cast<char*>(device_)) << "now a host copy";
+  EXPECT_EQ(first[0].checksum, Checksum(first[0].pieces[0].data, first[0].pieces[0].length))
+      << "hashed once, for the putter too";
   std::vector<PutRequestItem> second;
   second.push_back(item_of(0, 2000));
   second.push_back(item_of(4096, 1000));
