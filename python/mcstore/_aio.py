@@ -76,7 +76,7 @@ class AsyncClient:
                 ("ReleaseLease", spb.ReleaseLeaseRequest, spb.ReleaseLeaseResponse),
                 ("BatchRemove", spb.BatchRemoveRequest, spb.BatchRemoveResponse)):
             self._rpc[name] = self._channel.unary_unary(
-                SERVICE + name, request_serializer=req.SerializeToString,
+                SERVICE + name, request_serializer=_core.serialize,
                 response_deserializer=resp.FromString)
         # buffers and their fd session; no connection until used
         self._control = Client(address, timeout_s, token=token, token_file=token_file,

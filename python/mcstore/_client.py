@@ -103,7 +103,7 @@ class Client:
                 ("ReleaseLease", spb.ReleaseLeaseRequest, spb.ReleaseLeaseResponse),
                 ("BatchRemove", spb.BatchRemoveRequest, spb.BatchRemoveResponse)):
             self._rpc[name] = self._channel.unary_unary(
-                SERVICE + name, request_serializer=req.SerializeToString,
+                SERVICE + name, request_serializer=_core.serialize,
                 response_deserializer=resp.FromString)
         self._checker = _core.SliceChecker(self)
         self._buffers: List[SharedBuffer] = []

@@ -18,6 +18,40 @@ ValueLike = Any  # bytes | bytearray | memoryview | numpy.ndarray | torch.Tensor
 IntoLike = Optional[Union[Slice, Sequence[Slice], "PreparedSlices"]]
 
 _UINT32_MAX = (1 << 32) - 1
+_UINT64_MAX = (1 << 64) - 1
+
+
+def _varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of an unsigned 64-bit integer."""
+    if n < 0x80:
+        return _SMALL_VARINTS[n]
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
+
+
+def _slice_body(buffer_id: int, offset: int, length: int) -> bytes:
+    """A Slice message's bytes, as protobuf writes them (fields in order, zeros left out)."""
+    return ((b"\x08" + _varint(buffer_id) if buffer_id else b"")
+            + (b"\x10" + _varint(offset) if offset else b"")
+            + (b"\x18" + _varint(length) if length else b""))
+
+
+def _field(tag: int, body: bytes) -> bytes:
+    """One length-delimited field (`tag` is the field's key byte, number << 3 | 2)."""
+    return bytes((tag,)) + _varint(len(body)) + body
+
+
+def serialize(req: Any) -> bytes:
+    """The request serializer of the Store stubs: a message, or a request already written as
+    bytes by build_get/build_put's prepared-slices path."""
+    return req if type(req) is bytes else req.SerializeToString()
 
 
 def encode_key(key: Any) -> bytes:
@@ -88,24 +122,29 @@ class PreparedSlices:
     only that its buffers are still registered, open and the same (per buffer, not per slice).
     Made by Client.prepare_slices(); valid with the Client that made it."""
 
-    __slots__ = ("_owner", "length", "count", "_get", "_put", "_shared", "_registered")
+    __slots__ = ("_owner", "length", "count", "_shared", "_registered", "_get_raw", "_put_raw")
 
     def __init__(self, slices: Any, checker: "SliceChecker") -> None:
         items = checker.slices(slices, "prepare_slices")
-        spb = store_pb2()
         self._owner = checker.owner
-        self._get = spb.GetItem()
-        self._put = spb.PutItem()
-        self.length = _add_slices(self._get.slices, items)
-        self._put.slices.extend(self._get.slices)
         self.count = len(items)
+        # Kept as the repeated Slice field's wire bytes (GetItem field 2, PutItem field 3):
+        # a batch of prepared items is then written as bytes (build_get/build_put), not built
+        # message by message, and a mixed batch merges them in (MergeFromString).
+        bodies = []
+        total = 0
         shared: Dict[int, Tuple[SharedBuffer, int]] = {}
         registered: Dict[int, int] = {}
         for sl in items:
+            bodies.append(_slice_body(sl.buffer_id, sl.offset, sl.length))
+            total += sl.length
             if sl.buffer is not None:
                 shared[id(sl.buffer)] = (sl.buffer, sl.buffer_id)
             else:
                 registered[sl.buffer_id] = checker.sizes[sl.buffer_id]
+        self.length = total
+        self._get_raw = b"".join([_field(0x12, b) for b in bodies])
+        self._put_raw = b"".join([_field(0x1A, b) for b in bodies])
         self._shared = list(shared.values())
         self._registered = list(registered.items())
 
@@ -209,7 +248,10 @@ def build_put(keys: Sequence[KeyLike], values: Sequence[ValueLike], replicas: Op
     values = list(values)
     if len(values) != len(bkeys):
         raise ValueError("put: %d keys but %d values" % (len(bkeys), len(values)))
-    req = spb.BatchPutRequest(replicas=check_replicas(replicas))
+    n_replicas = check_replicas(replicas)
+    if values and all(type(v) is PreparedSlices for v in values):
+        return _put_prepared(bkeys, values, n_replicas, checker), bkeys
+    req = spb.BatchPutRequest(replicas=n_replicas)
     items = req.items
     for i, (k, v) in enumerate(zip(bkeys, values)):
         if isinstance(v, bytes):  # the common inline case first
@@ -218,7 +260,7 @@ def build_put(keys: Sequence[KeyLike], values: Sequence[ValueLike], replicas: Op
         what = "put item %d" % i
         if type(v) is PreparedSlices:
             v.check(checker, what)
-            items.add(key=k).MergeFrom(v._put)
+            items.add(key=k).MergeFromString(v._put_raw)
             continue
         try:
             slices = _is_slices(v)
@@ -237,13 +279,16 @@ def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease
     spb = store_pb2()
     bkeys = encode_keys(keys)
     lengths: List[Optional[int]] = [None] * len(bkeys)
-    req = spb.BatchGetRequest(lease_id=lease_id_of(lease))
-    items = req.items
+    lease_id = lease_id_of(lease)
     if into is not None:
         into = list(into)
         if len(into) != len(bkeys):
             raise ValueError("get: %d keys but %d destinations in `into`"
                              % (len(bkeys), len(into)))
+        if into and all(type(d) is PreparedSlices for d in into):
+            return _get_prepared(bkeys, into, lease_id, checker)
+    req = spb.BatchGetRequest(lease_id=lease_id)
+    items = req.items
     for i, k in enumerate(bkeys):
         item = items.add(key=k)
         dest = None if into is None else into[i]
@@ -252,7 +297,7 @@ def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease
         what = "get item %d" % i
         if type(dest) is PreparedSlices:
             dest.check(checker, what)
-            item.MergeFrom(dest._get)
+            item.MergeFromString(dest._get_raw)
             lengths[i] = dest.length
             continue
         if not isinstance(dest, (Slice, list, tuple)):
@@ -263,6 +308,36 @@ def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease
     return req, bkeys, lengths
 
 
+def _get_prepared(bkeys: List[bytes], into: List["PreparedSlices"], lease_id: int,
+                  checker: SliceChecker) -> Tuple[bytes, List[bytes], List[Optional[int]]]:
+    """build_get for a batch whose every destination is PreparedSlices: the BatchGetRequest
+    written directly as bytes (items = field 1: key = field 1 then the prepared slices field;
+    lease_id = field 2), byte for byte what the message path serializes."""
+    parts = []
+    lengths: List[Optional[int]] = []
+    for i, (k, dest) in enumerate(zip(bkeys, into)):
+        dest.check(checker, "get item %d" % i)
+        parts.append(_field(0x0A, (_field(0x0A, k) if k else b"") + dest._get_raw))
+        lengths.append(dest.length)
+    if lease_id:
+        parts.append(b"\x10" + _varint(lease_id))
+    return b"".join(parts), bkeys, lengths
+
+
+def _put_prepared(bkeys: List[bytes], values: List["PreparedSlices"], replicas: int,
+                  checker: SliceChecker) -> bytes:
+    """build_put for a batch whose every value is PreparedSlices, written directly as the
+    BatchPutRequest's bytes (items = field 1: key = field 1, slices = field 3; replicas =
+    field 2)."""
+    parts = []
+    for i, (k, v) in enumerate(zip(bkeys, values)):
+        v.check(checker, "put item %d" % i)
+        parts.append(_field(0x0A, (_field(0x0A, k) if k else b"") + v._put_raw))
+    if replicas:
+        parts.append(b"\x10" + _varint(replicas))
+    return b"".join(parts)
+
+
 def lease_id_of(lease: Any) -> int:
     if lease is None:
         return 0
@@ -270,6 +345,8 @@ def lease_id_of(lease: Any) -> int:
     if isinstance(lease_id, bool) or not isinstance(lease_id, int) or lease_id < 0:
         raise TypeError("lease must be a Lease, a lease id (int >= 0) or None, got %r"
                         % (lease,))
+    if lease_id > _UINT64_MAX:
+        raise ValueError("lease id %d does not fit in 64 bits" % lease_id)
     return lease_id
 
 
@@ -307,25 +384,32 @@ def parse_get(resp: Any, keys: List[bytes], lengths: List[Optional[int]],
               address: str) -> List[GetResult]:
     _count_check(len(resp.results), len(keys), "BatchGet", address)
     out: List[GetResult] = []
+    append = out.append
+    from_wire = Code.from_wire
+    ok = Code.OK
     for r, k, want in zip(resp.results, keys, lengths):
-        code = Code.from_wire(r.code)
-        message = r.message
+        code = from_wire(r.code)
+        size = r.size
+        written = r.bytes_written
         data: Optional[bytes] = None
-        if code == Code.OK:
+        if code is ok:
             # Never hand out an OK the answer does not back up byte for byte.
             problem = None
             if want is None:
                 data = r.data
-                if len(data) != r.size:
-                    problem = "%d inline bytes for an object of %d" % (len(data), r.size)
-            elif r.size != want:
-                problem = "object of %d bytes into slices of %d" % (r.size, want)
-            elif r.bytes_written != r.size:
-                problem = "%d bytes written of %d" % (r.bytes_written, r.size)
+                if len(data) != size:
+                    problem = "%d inline bytes for an object of %d" % (len(data), size)
+            elif size != want:
+                problem = "object of %d bytes into slices of %d" % (size, want)
+            elif written != size:
+                problem = "%d bytes written of %d" % (written, size)
             if problem is not None:
-                code, message, data = Code.INTERNAL, "daemon answered OK but " + problem, None
-        out.append(GetResult(code, message, k, size=r.size, bytes_written=r.bytes_written,
-                             data=data))
+                append(GetResult(Code.INTERNAL, "daemon answered OK but " + problem, k,
+                                 size=size, bytes_written=written))
+                continue
+            append(GetResult(code, r.message, k, size=size, bytes_written=written, data=data))
+        else:
+            append(GetResult(code, r.message, k, size=size, bytes_written=written))
     return out
 
 

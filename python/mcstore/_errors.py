@@ -36,10 +36,11 @@ class Code(enum.IntEnum):
     @classmethod
     def from_wire(cls, value: int) -> "Code":
         """The Code of a wire integer; values this client does not know become INTERNAL."""
-        try:
-            return cls(value)
-        except ValueError:
-            return cls.INTERNAL
+        return _CODES.get(value, cls.INTERNAL)
+
+
+# Code by wire value: a dict lookup, not Enum's call (per result item on every batch).
+_CODES = {c.value: c for c in Code}
 
 
 def _key_text(key: Optional[bytes]) -> str:

@@ -458,3 +458,57 @@ def test_slice_requests_carry_no_payload():
                                           [b.slice(0, 2 << 20), [b.slice(2 << 20)], None],
                                           7, checker)
         assert get.ByteSize() < 100 and get.lease_id == 7 and lengths == [2 << 20, 2 << 20, None]
+
+
+def test_prepared_batches_are_written_as_the_same_bytes_as_messages():
+    """A batch of PreparedSlices is written as bytes by hand (no message per item); the bytes
+    must be exactly what protobuf writes for the same request, for any sizes and offsets."""
+    owner = FakeOwner()
+    with owner.buffer(1 << 20) as b:
+        checker = _core.SliceChecker(owner)
+        big = 1 << 40
+        checker.sizes[77] = big   # a buffer registered by id (Client.register_buffer)
+        rng = np.random.default_rng(11)
+        geometries = [[b.slice(0, 1)], [b.slice(127, 129), b.slice(0, 0)],
+                      [Slice(77, 0, 5), Slice(77, big - 300, 300), b.slice(1 << 19, 1 << 19)]]
+        for _ in range(20):
+            n = int(rng.integers(1, 6))
+            geometries.append([Slice(77, int(o), int(ln)) for o, ln in
+                               zip(rng.integers(0, big // 2, n), rng.integers(0, 1 << 30, n))])
+        keys = [b"", b"k" * 200] + [os.urandom(int(rng.integers(1, 300)))
+                                     for _ in geometries[2:]]
+        prepared = [_core.PreparedSlices(g, checker) for g in geometries]
+        for p, g in zip(prepared, geometries):
+            msg = store_pb2.GetItem()
+            for s in g:
+                msg.slices.add(buffer_id=s.buffer_id, offset=s.offset, length=s.length)
+            assert p._get_raw == msg.SerializeToString()
+            assert p.length == sum(s.length for s in g) and p.count == len(g)
+        for lease in (None, 1, 300, (1 << 64) - 1):
+            raw, bkeys, lengths = _core.build_get(keys, prepared, lease, checker)
+            ref, _, ref_lengths = _core.build_get(keys, geometries, lease, checker)
+            assert type(raw) is bytes and raw == ref.SerializeToString()
+            assert lengths == ref_lengths and bkeys == keys
+            assert store_pb2.BatchGetRequest.FromString(raw) == ref
+            assert _core.serialize(raw) is raw and _core.serialize(ref) == raw
+        for replicas in (None, 1, 1000):
+            raw, _ = _core.build_put(keys, prepared, replicas, checker)
+            ref, _ = _core.build_put(keys, geometries, replicas, checker)
+            assert raw == ref.SerializeToString()
+        # a mixed batch goes through messages and merges the prepared bytes in
+        mixed, _, _ = _core.build_get(keys[:3], [prepared[0], geometries[1], None], 5, checker)
+        ref, _, _ = _core.build_get(keys[:3], [geometries[0], geometries[1], None], 5, checker)
+        assert mixed == ref
+        mixed_put, _ = _core.build_put(keys[:2], [prepared[0], b"inline"], None, checker)
+        assert mixed_put.items[0].slices == ref.items[0].slices
+        assert mixed_put.items[1].data == b"inline"
+        # the per-use checks still run on the bytes path
+        with pytest.raises(ValueError, match="lease id .* 64 bits"):
+            _core.build_get(keys[:1], prepared[:1], 1 << 64, checker)
+        del checker.sizes[77]
+        with pytest.raises(ValueError, match="get item 2: .*no longer registered"):
+            _core.build_get(keys[:3], prepared[:3], None, checker)
+        with pytest.raises(ValueError, match="put item 2: .*no longer registered"):
+            _core.build_put(keys[:3], prepared[:3], None, checker)
+    with pytest.raises(ValueError, match="closed or re-registered"):
+        _core.build_get(keys[:1], prepared[:1], None, checker)
