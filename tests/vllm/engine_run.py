@@ -37,7 +37,7 @@ def make_llm(args):
     from vllm import LLM
     from vllm.config import KVTransferConfig
     extra = {"address": args.address, "namespace": args.namespace,
-             "load_async": not args.load_sync}
+             "load_async": not args.load_sync, "record_blocks": True}
     ktc = KVTransferConfig(kv_connector="MCStoreConnector",
                            kv_connector_module_path="mcstore.vllm", kv_role="kv_both",
                            kv_load_failure_policy="recompute",

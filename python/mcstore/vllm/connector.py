@@ -69,6 +69,7 @@ _DEFAULTS = {
     "replicas": 0,            # 0 = the daemon's default
     "io_threads": 2,          # background threads for loads and saves
     "idle_wait_ms": 20,       # a step that computes nothing waits up to this for a transfer
+    "record_blocks": False,   # keep (request, block id, hash) of every block moved: tests only
     "token_file": None,       # Store token over TCP (default: $MCSTORE_TOKEN_FILE)
     "fd_socket": None,        # where buffers are passed (default: <unix socket>.fd)
 }

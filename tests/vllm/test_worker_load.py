@@ -1,0 +1,171 @@
+"""Unit tests of the worker's load path (python/mcstore/vllm/worker.py WorkerSide._load) against
+a fake Store client: each stored block's header is checked (one compare in the common case, the
+reason named on a mismatch), the MatchPrefix lease is released off the load's completion path,
+and the per-block logs are kept only when asked for. Logic only, no timing assertions."""
+
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+
+from mcstore import Code, GetResult  # noqa: E402
+from mcstore.vllm import blocks as B  # noqa: E402
+from mcstore.vllm.connector import BlockRef, LoadJob  # noqa: E402
+from mcstore.vllm.worker import WorkerSide  # noqa: E402
+
+NUM_BLOCKS = 8
+BLOCK_BYTES = 4096
+NS = B.digest16(b"namespace")
+
+
+class FakeHeaders:
+    """The header buffer: load slots first (block b at b * HEADER_SIZE), then save slots."""
+
+    def __init__(self):
+        self.data = bytearray(2 * NUM_BLOCKS * B.HEADER_SIZE)
+
+    def memoryview(self, offset, length):
+        return memoryview(self.data)[offset:offset + length]
+
+
+class FakeMem:
+    num_blocks = NUM_BLOCKS
+    block_bytes = BLOCK_BYTES
+
+
+class FakeClient:
+    """get() 'lands' each block: writes the header the test chose into its load slot."""
+
+    def __init__(self, headers, stored):
+        self.headers, self.stored = headers, stored
+        self.released = []
+        self.release_gate = threading.Event()
+        self.release_gate.set()
+
+    def get(self, keys, into=None, lease=None):
+        out = []
+        for key, block_id in zip(keys, into):
+            header = self.stored.get(key)
+            if header is None:
+                out.append(GetResult(Code.NOT_FOUND, "gone", key))
+                continue
+            slot = block_id * B.HEADER_SIZE
+            self.headers.data[slot:slot + B.HEADER_SIZE] = header
+            out.append(GetResult(Code.OK, "", key, size=BLOCK_BYTES + B.HEADER_SIZE,
+                                 bytes_written=BLOCK_BYTES + B.HEADER_SIZE))
+        return out
+
+    def release_lease(self, lease_id):
+        self.release_gate.wait(30)
+        self.released.append(lease_id)
+        return True
+
+
+def worker(record_blocks=False):
+    w = object.__new__(WorkerSide)
+    w.cfg = {"record_blocks": record_blocks}
+    w.record_blocks = record_blocks
+    w.mem = FakeMem()
+    w.headers = FakeHeaders()
+    w.prefix = b"ns/m/tp0of1/0123456789abcdef/"
+    w.ns_digest = NS
+    w.lease_index = 0
+    w.fault_hook = None
+    w.loaded_log = []
+    w._prepared = lambda block_id, save: block_id   # the fake client gets the block id
+    w.pool = ThreadPoolExecutor(max_workers=2)
+    w.stored = {}
+    w.client = FakeClient(w.headers, w.stored)
+    return w
+
+
+def refs(n):
+    out, parent = [], b"\0" * 32
+    for i in range(n):
+        h = B.digest16(b"block %d" % i) * 2
+        out.append(BlockRef(block_id=i + 1, block_hash=h, parent_hash=parent,
+                            tokens=B.token_digest(list(range(i * 4, i * 4 + 4))), num_tokens=4))
+        parent = h
+    return out
+
+
+def store(w, ref, **change):
+    """Stores the block's header as a saver would write it, with fields optionally changed."""
+    fields = dict(namespace_digest=NS, block_hash=ref.block_hash, parent_hash=ref.parent_hash,
+                  tokens=ref.tokens, num_tokens=ref.num_tokens, payload_bytes=BLOCK_BYTES)
+    fields.update(change)
+    w.stored[w._key(ref.block_hash)] = B.BlockHeader(**fields).pack()
+
+
+def test_each_header_is_checked_and_a_mismatch_names_the_field():
+    w = worker()
+    r = refs(5)
+    store(w, r[0])
+    store(w, r[1], tokens=B.token_digest([9, 9, 9, 9]))       # a hash collision
+    store(w, r[2], namespace_digest=B.digest16(b"other model"))
+    store(w, r[3], parent_hash=b"\1" * 32)
+    # r[4] not stored: the daemon answers NOT_FOUND
+    failed, st, removed = w._load(LoadJob("req", r, [0]))
+    assert failed == {r[1].block_id, r[2].block_id, r[3].block_id, r[4].block_id}
+    assert st["load_blocks"] == 1 and st["load_bytes"] == BLOCK_BYTES
+    assert st["load_header_mismatch_blocks"] == 3 and st["load_error_blocks"] == 4
+    assert removed == [r[1].block_hash, r[2].block_hash, r[3].block_hash, r[4].block_hash]
+    assert w.loaded_log == []   # record_blocks is off: nothing kept per block
+    # the reasons, as check() gives them for the stored headers
+    assert B.BlockHeader(NS, r[1].block_hash, r[1].parent_hash, r[1].tokens, 4,
+                         BLOCK_BYTES).check(w.stored[w._key(r[1].block_hash)]).startswith(
+                             "token digest mismatch")
+    # a single flipped padding byte is caught too (the compare covers all 128 bytes)
+    key = w._key(r[0].block_hash)
+    bad = bytearray(w.stored[key])
+    bad[B.HEADER_SIZE - 1] ^= 1
+    w.stored[key] = bytes(bad)
+    failed, st, _ = w._load(LoadJob("req2", r[:1], [0]))
+    assert failed == {r[0].block_id} and st["load_header_mismatch_blocks"] == 1
+    w.pool.shutdown(wait=True)
+
+
+def test_loaded_blocks_are_logged_only_with_record_blocks():
+    w = worker(record_blocks=True)
+    r = refs(3)
+    for ref in r:
+        store(w, ref)
+    failed, st, _ = w._load(LoadJob("req", r, [0]))
+    assert not failed and st["load_blocks"] == 3
+    assert w.loaded_log == [("req", ref.block_id, ref.block_hash) for ref in r]
+    w.pool.shutdown(wait=True)
+
+
+def test_the_lease_is_released_after_the_load_returns():
+    w = worker()
+    r = refs(2)
+    for ref in r:
+        store(w, ref)
+    w.client.release_gate.clear()   # the release blocks until the test lets it go
+    failed, st, _ = w._load(LoadJob("req", r, [77]))
+    # The load is complete (the request may resume) while the release is still pending.
+    assert not failed and st["load_blocks"] == 2
+    assert w.client.released == []
+    w.client.release_gate.set()
+    w.pool.shutdown(wait=True)
+    assert w.client.released == [77]
+
+
+def test_the_lease_is_released_inline_once_the_pool_is_shut_down():
+    w = worker()
+    r = refs(1)
+    store(w, r[0])
+    w.pool.shutdown(wait=True)
+    failed, _, _ = w._load(LoadJob("req", r, [5]))
+    assert not failed and w.client.released == [5]
+
+
+def test_no_lease_means_no_release():
+    w = worker()
+    r = refs(1)
+    store(w, r[0])
+    w._load(LoadJob("req", r, [0]))
+    w.pool.shutdown(wait=True)
+    assert w.client.released == []
