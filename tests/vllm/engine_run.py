@@ -47,6 +47,10 @@ def make_llm(args):
                   enable_prefix_caching=not args.no_prefix_cache, max_num_seqs=args.max_num_seqs,
                   max_num_batched_tokens=args.max_num_batched_tokens, seed=0,
                   num_gpu_blocks_override=args.num_blocks, enforce_eager=True)
+    if args.tp > 1:
+        # Workers in their own processes: the connector's worker side is not in this one
+        # (only the scheduler side's counters are read here).
+        kwargs.update(tensor_parallel_size=args.tp, distributed_executor_backend="mp")
     if not args.no_connector:
         kwargs["kv_transfer_config"] = ktc
     if args.kv_events_port:
@@ -173,6 +177,9 @@ def main():
     ap.add_argument("--no-prefix-cache", action="store_true")
     ap.add_argument("--no-connector", action="store_true")
     ap.add_argument("--load-sync", action="store_true")
+    ap.add_argument("--tp", type=int, default=1,
+                    help="tensor parallel size (>1: worker processes; set "
+                         "VLLM_CPU_OMP_THREADS_BIND, e.g. '0|1', on a one-NUMA-node machine)")
     ap.add_argument("--kv-events-port", type=int, default=0,
                     help="publish vLLM's KV events on tcp://127.0.0.1:PORT and record, per "
                          "phase, what a subscriber received of the connector's")
@@ -248,10 +255,11 @@ def main():
               "outputs": [list(o.outputs[0].token_ids) for o in outs],
               "margins": [min_margin(o) for o in outs],
               "req_ids": [o.request_id for o in outs]}
+        if sconn is not None:
+            ph["sched"] = {k: v - sbefore.get(k, 0) for k, v in sconn.totals.items()}
         if conn is not None:
             after = conn.totals
             ph["worker"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-            ph["sched"] = {k: v - sbefore.get(k, 0) for k, v in (sconn.totals if sconn else {}).items()}
             ph["loaded"] = [[r, b, h.hex()] for r, b, h in conn._worker.loaded_log[w0:]]
             ph["saved"] = [[r, b, h.hex()] for r, b, h in conn._worker.saved_log[s0:]]
             # Per prompt, in order (the engine core's request ids extend the output's).

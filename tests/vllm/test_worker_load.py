@@ -169,3 +169,35 @@ def test_no_lease_means_no_release():
     w._load(LoadJob("req", r, [0]))
     w.pool.shutdown(wait=True)
     assert w.client.released == []
+
+
+def test_registration_is_retried_while_the_daemon_is_unavailable():
+    from mcstore import StoreError, UnavailableError
+    w = worker()
+    w.cfg.update(connect_wait_s=30, address="unix:/nowhere.sock")
+    calls = []
+
+    def flaky(name, size):
+        calls.append(name)
+        if len(calls) < 3:
+            raise UnavailableError("connection attempt timed out before receiving SETTINGS")
+        return 42
+
+    assert w._while_unavailable(flaky, "/kv", 4096) == 42 and calls == ["/kv"] * 3
+    # other errors are not retried; with no wait configured UNAVAILABLE stands at once
+    def denied(*_):
+        calls.append("denied")
+        raise StoreError(Code.PERMISSION_DENIED, "no")
+    try:
+        w._while_unavailable(denied)
+        raise AssertionError("PERMISSION_DENIED was swallowed")
+    except StoreError as e:
+        assert e.code is Code.PERMISSION_DENIED and calls[-1] == "denied"
+    w.cfg["connect_wait_s"] = 0
+    calls.clear()
+    try:
+        w._while_unavailable(flaky, "/kv", 4096)
+        raise AssertionError("UNAVAILABLE was swallowed")
+    except UnavailableError:
+        assert calls == ["/kv"]
+    w.pool.shutdown(wait=True)

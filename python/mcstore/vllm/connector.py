@@ -70,6 +70,7 @@ _DEFAULTS = {
     "io_threads": 2,          # background threads for loads and saves
     "idle_wait_ms": 20,       # a step that computes nothing waits up to this for a transfer
     "record_blocks": False,   # keep (request, block id, hash) of every block moved: tests only
+    "connect_wait_s": 60.0,   # start-up: retry registering while the daemon is UNAVAILABLE
     "token_file": None,       # Store token over TCP (default: $MCSTORE_TOKEN_FILE)
     "fd_socket": None,        # where buffers are passed (default: <unix socket>.fd)
 }
@@ -87,6 +88,11 @@ def _config(vllm_config: "VllmConfig") -> dict[str, Any]:
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 1000:
         raise ValueError("MCStoreConnector: idle_wait_ms must be a number of milliseconds in "
                          "[0, 1000], got %r" % (wait,))
+    connect_wait = cfg["connect_wait_s"]
+    if (isinstance(connect_wait, bool) or not isinstance(connect_wait, (int, float))
+            or not 0 <= connect_wait <= 3600):
+        raise ValueError("MCStoreConnector: connect_wait_s must be a number of seconds in "
+                         "[0, 3600], got %r" % (connect_wait,))
     if extra.get("socket") and not extra.get("address"):
         cfg["address"] = "unix:" + extra["socket"]
     if not cfg["address"]:

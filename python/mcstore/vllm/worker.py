@@ -176,9 +176,10 @@ class WorkerSide:
         group, spec = _attention_spec(kcc)
         self.mem = KVMemory(kv_caches, list(group.layer_names), kcc.num_blocks,
                              spec.page_size_bytes)
-        self.buffer_ids = [self.client.register_buffer(name, size)
+        self.buffer_ids = [self._while_unavailable(self.client.register_buffer, name, size)
                            for _, size, name, _ in self.mem.storages]
-        self.headers = self.client.create_buffer(2 * self.mem.num_blocks * B.HEADER_SIZE)
+        self.headers = self._while_unavailable(self.client.create_buffer,
+                                               2 * self.mem.num_blocks * B.HEADER_SIZE)
         self._prepared_loads.clear()   # they name the buffers registered before, if any
         self._prepared_saves.clear()
         self._check_bound_views()
@@ -186,6 +187,22 @@ class WorkerSide:
                  "memory %s", len(self.mem.layers), self.mem.num_blocks, self.mem.block_bytes,
                  self.mem.runs_per_block, [s[2] for s in self.mem.storages])
         self._probe_layout()
+
+    def _while_unavailable(self, fn, *args):
+        """fn(*args), retried while the daemon answers UNAVAILABLE (starting, restarting, or
+        too busy to finish a connection) for up to connect_wait_s; then its error stands."""
+        from mcstore import UnavailableError
+        deadline = time.monotonic() + float(self.cfg["connect_wait_s"])
+        while True:
+            try:
+                return fn(*args)
+            except UnavailableError as e:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("mcstore: daemon %s unavailable at start-up (%s); retrying for up "
+                            "to %.0f s more", self.cfg["address"], e,
+                            deadline - time.monotonic())
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
     def _probe_layout(self) -> None:
         """Measures, not assumes, that the slices name the tensors' bytes: block 0 (vLLM's

@@ -1,0 +1,100 @@
+"""End to end with tensor parallelism: real vLLM engines (CPU build) with tensor_parallel_size=2,
+each rank a worker process with its own half of the KV heads, saving and loading through one
+real mc-client.
+
+  A (TP=2)  cold generate of every prompt (each rank saves its blocks under its own namespace,
+            tp0of2 / tp1of2), then the same prompts again from vLLM's local prefix cache: the
+            reference outputs
+  B (TP=2)  a fresh engine, empty local cache, each prompt alone: both ranks load every loadable
+            block (the daemon answers 2 x that many get items OK), no rank reports a block it
+            could not load, and the outputs equal A's warm ones
+  C (TP=1)  same model and prompts: never hits the TP=2 blocks (the TP layout is part of the
+            namespace); it saves all its blocks itself
+
+vLLM's CPU build binds each rank's OpenMP threads to cores; on a machine with one NUMA node it
+needs them named (VLLM_CPU_OMP_THREADS_BIND="0|1"), which the test does with two of its CPUs.
+The worker side of the connector lives in the rank processes, so this test reads the scheduler
+side's counters and the daemon's metrics instead of the workers' block logs (the TP=1 suite,
+test_vllm_e2e.py, checks those, and the KV bytes).
+"""
+
+import os
+
+import pytest
+
+from test_vllm_e2e import (BS, NAMES, PROMPTS, address, cluster, env, loadable_blocks,  # noqa: F401
+                           prompts_file, run_engine, workdir)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def tp_env(env):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("tensor parallelism needs two CPUs to bind the ranks to; this process "
+                    "may use %s" % cpus)
+    e = dict(env)
+    e["VLLM_CPU_OMP_THREADS_BIND"] = "%d|%d" % (cpus[0], cpus[1])
+    e["OMP_NUM_THREADS"] = "1"
+    return e
+
+
+@pytest.fixture(scope="module")
+def model(env, workdir):
+    import subprocess
+    import sys
+    path = os.path.join(workdir, "model-tp")
+    subprocess.run([sys.executable, os.path.join(HERE, "tiny_model.py"), path, "--seed", "3"],
+                   env=env, check=True, timeout=300)
+    return path
+
+
+def get_items(cluster, code="OK"):
+    from client_cluster import metric
+    return metric(cluster.clients[0].ready["http"], "mc_client_items_total", rpc="BatchGet",
+                  code=code)
+
+
+@pytest.fixture(scope="module")
+def engines(tp_env, env, workdir, model, cluster, prompts_file):
+    addr = address(cluster)
+    a = run_engine(tp_env, workdir, "tpA", model, addr, prompts_file, "cold,warm", "--tp", "2")
+    ok0, missing0 = get_items(cluster), get_items(cluster, "NOT_FOUND")
+    b = run_engine(tp_env, workdir, "tpB", model, addr, prompts_file, "each", "--tp", "2")
+    ok1, missing1 = get_items(cluster), get_items(cluster, "NOT_FOUND")
+    c = run_engine(env, workdir, "tp1", model, addr, prompts_file, "each")
+    return {"A": a, "B": b, "C": c, "b_gets_ok": ok1 - ok0, "b_gets_missing": missing1 - missing0}
+
+
+def test_both_ranks_load_every_loadable_block_and_the_tokens_match(engines):
+    a, b = engines["A"], engines["B"]
+    loadable = sum(loadable_blocks(len(PROMPTS[n])) for n in NAMES)
+    each = b["phases"]["each"]
+    sched = each["sched"]
+    # Each rank read each loadable block of its own namespace once (plus the layout probe each
+    # rank reads back at start-up), and found every one.
+    assert engines["b_gets_ok"] == 2 * loadable + 2, engines
+    assert engines["b_gets_missing"] == 0
+    # No rank reported a block it could not load (a header, namespace or byte-size mismatch
+    # on either rank would be one; vLLM would then recompute it).
+    assert sched.get("removed_blocks_reported", 0) == 0, sched
+    assert sched.get("lookup_errors", 0) == 0
+    assert sched["lookup_hit_blocks"] >= loadable
+    assert sched.get("lookup_miss_blocks", 0) == 0
+    # Greedy outputs: B (KV from both ranks' stores) equals A reading its local prefix cache.
+    assert each["outputs"] == a["phases"]["warm"]["outputs"]
+    assert len(each["outputs"]) == len(NAMES)
+
+
+def test_a_tp1_engine_never_hits_tp2_blocks(engines):
+    """C saves every distinct block itself (none was there for its namespace: no ALREADY_EXISTS)
+    and the only blocks it loads are its own, saved by an earlier prompt of its run (shared-b
+    and diverge reuse shared-a's first two blocks)."""
+    c = engines["C"]["phases"]["each"]
+    w = c["worker"]
+    assert w["save_blocks"] > 0 and w.get("save_existing_blocks", 0) == 0
+    own = {h for _r, _b, h in c["saved"]}
+    loaded = [h for _r, _b, h in c["loaded"]]
+    assert set(loaded) <= own and len(loaded) == 4
+    assert c["sched"]["lookup_hit_blocks"] == 4
