@@ -10,6 +10,10 @@ real mc-client.
             could not load, and the outputs equal A's warm ones
   C (TP=1)  same model and prompts: never hits the TP=2 blocks (the TP layout is part of the
             namespace); it saves all its blocks itself
+  MLA       the same three with a tiny DeepSeek-V2 (block size 16): the TP=2 ranks hold the same
+            latent KV, so rank 0 alone saves one shared copy and both ranks load every block of
+            it with no load error; a TP=1 engine loads that copy too (its header checks pass).
+            Tokens are not compared for MLA (see the test)
 
 vLLM's CPU build binds each rank's OpenMP threads to cores; on a machine with one NUMA node it
 needs them named (VLLM_CPU_OMP_THREADS_BIND="0|1"), which the test does with two of its CPUs.
@@ -98,3 +102,71 @@ def test_a_tp1_engine_never_hits_tp2_blocks(engines):
     loaded = [h for _r, _b, h in c["loaded"]]
     assert set(loaded) <= own and len(loaded) == 4
     assert c["sched"]["lookup_hit_blocks"] == 4
+
+
+# -- MLA: every rank holds the same latent KV; one shared copy ------------------------------
+MLA_BS = 16   # vLLM's CPU MLA kernel works on blocks of 16
+
+
+def mla_loadable():
+    return sum(min(len(PROMPTS[n]) // MLA_BS, (len(PROMPTS[n]) - 1) // MLA_BS) for n in NAMES)
+
+
+def put_items(cluster):
+    from client_cluster import metric
+    return metric(cluster.clients[0].ready["http"], "mc_client_items_total", rpc="BatchPut",
+                  code="OK")
+
+
+@pytest.fixture(scope="module")
+def mla_model(env, workdir):
+    import subprocess
+    import sys
+    path = os.path.join(workdir, "model-mla")
+    subprocess.run([sys.executable, os.path.join(HERE, "tiny_model.py"), path, "--arch",
+                    "deepseek_v2"], env=env, check=True, timeout=300)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mla_engines(tp_env, env, workdir, mla_model, cluster, prompts_file):
+    addr = address(cluster)
+    bs = ["--block-size", str(MLA_BS)]
+    puts0 = put_items(cluster)
+    a = run_engine(tp_env, workdir, "mlaA", mla_model, addr, prompts_file, "cold,warm",
+                   "--tp", "2", *bs)
+    puts1, ok1 = put_items(cluster), get_items(cluster)
+    b = run_engine(tp_env, workdir, "mlaB", mla_model, addr, prompts_file, "each", "--tp", "2",
+                   *bs)
+    ok2 = get_items(cluster)
+    c = run_engine(env, workdir, "mla1", mla_model, addr, prompts_file, "each", *bs)
+    return {"A": a, "B": b, "C": c, "a_puts_ok": puts1 - puts0, "b_gets_ok": ok2 - ok1}
+
+
+def test_mla_ranks_share_one_copy_and_both_load_it(mla_engines):
+    a, b = mla_engines["A"], mla_engines["B"]
+    full = sum(len(PROMPTS[n]) // MLA_BS for n in NAMES)
+    shared = 2 * (2 * 32 // MLA_BS)   # shared-b and diverge reuse shared-a's first 64 tokens
+    # Only rank 0 saved (each distinct block once), plus each rank's start-up layout probe.
+    assert mla_engines["a_puts_ok"] == (full - shared) + 2, mla_engines
+    # Both ranks loaded every loadable block from the one shared copy (plus their probes).
+    assert mla_engines["b_gets_ok"] == 2 * mla_loadable() + 2, mla_engines
+    each = b["phases"]["each"]
+    assert each["sched"].get("removed_blocks_reported", 0) == 0, each["sched"]
+    assert each["sched"].get("lookup_miss_blocks", 0) == 0
+    assert len(each["outputs"]) == len(a["phases"]["warm"]["outputs"]) == len(NAMES)
+    # No token comparison here: vLLM's CPU MLA path gives this random-weight model different
+    # tokens for the same prompts between its own batch compositions, without any connector
+    # (one TP=1 engine, prompts one by one vs all at once: 8 of 10 first tokens differed), so
+    # equal tokens would prove nothing. The Llama suites compare tokens and KV bytes.
+
+
+def test_an_mla_tp1_engine_loads_the_tp2_copy(mla_engines):
+    """The latent KV does not depend on the TP size, so the MLA namespace leaves it out: a TP=1
+    engine loads what the TP=2 engines stored, and its header checks pass."""
+    c = mla_engines["C"]["phases"]["each"]
+    w = c["worker"]
+    assert w["load_blocks"] == mla_loadable(), w
+    assert w.get("load_error_blocks", 0) == 0 and w.get("load_header_mismatch_blocks", 0) == 0
+    assert c["sched"]["lookup_hit_blocks"] >= mla_loadable()
+    assert w.get("save_blocks", 0) == 0   # everything was there already
