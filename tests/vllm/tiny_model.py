@@ -12,6 +12,32 @@ import json
 import os
 
 
+def _written(out_dir, params):
+    """True when out_dir already holds a checkpoint written with these parameters."""
+    stamp = os.path.join(out_dir, "mcstore-tiny.json")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            return json.load(f) == params
+    return False
+
+
+def _save(model_cls, cfg, seed, out_dir, params):
+    """Random weights (seeded, larger than the default init so that attention is not uniform and
+    outputs depend on the KV), saved as safetensors with the parameters' stamp."""
+    import torch
+    torch.manual_seed(seed)
+    model = model_cls(cfg).to(torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.08)
+    os.makedirs(out_dir, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    with open(os.path.join(out_dir, "mcstore-tiny.json"), "w") as f:
+        json.dump(params, f)
+    return out_dir
+
+
 def write_tiny_llama(out_dir, seed=0, layers=2, hidden=256, heads=None, kv_heads=2, vocab=2048,
                      max_positions=4096):
     """Writes config.json + model.safetensors into out_dir (skipped when already there with the
@@ -19,12 +45,8 @@ def write_tiny_llama(out_dir, seed=0, layers=2, hidden=256, heads=None, kv_heads
     heads = heads or hidden // 64
     params = dict(seed=seed, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
                   vocab=vocab, max_positions=max_positions)
-    stamp = os.path.join(out_dir, "mcstore-tiny.json")
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if json.load(f) == params:
-                return out_dir
-    import torch
+    if _written(out_dir, params):
+        return out_dir
     from transformers import LlamaConfig, LlamaForCausalLM
 
     head_dim = hidden // heads
@@ -35,18 +57,7 @@ def write_tiny_llama(out_dir, seed=0, layers=2, hidden=256, heads=None, kv_heads
                       max_position_embeddings=max_positions, rms_norm_eps=1e-5,
                       tie_word_embeddings=False, torch_dtype="float32",
                       bos_token_id=1, eos_token_id=2)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).to(torch.float32)
-    # Larger-than-default init so attention is not uniform and outputs depend on the KV.
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.08)
-    os.makedirs(out_dir, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    with open(stamp, "w") as f:
-        json.dump(params, f)
-    return out_dir
+    return _save(LlamaForCausalLM, cfg, seed, out_dir, params)
 
 
 def write_tiny_deepseek(out_dir, seed=0, layers=2, hidden=256, vocab=2048, max_positions=4096):
@@ -54,12 +65,8 @@ def write_tiny_deepseek(out_dir, seed=0, layers=2, hidden=256, vocab=2048, max_p
     size vLLM's CPU MLA kernel compiles for; MoE with 2 routed experts, both layers dense)."""
     params = dict(arch="deepseek_v2", seed=seed, layers=layers, hidden=hidden, vocab=vocab,
                   max_positions=max_positions)
-    stamp = os.path.join(out_dir, "mcstore-tiny.json")
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if json.load(f) == params:
-                return out_dir
-    import torch
+    if _written(out_dir, params):
+        return out_dir
     from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
 
     cfg = DeepseekV2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
@@ -71,17 +78,7 @@ def write_tiny_deepseek(out_dir, seed=0, layers=2, hidden=256, vocab=2048, max_p
                            max_position_embeddings=max_positions, rms_norm_eps=1e-5,
                            tie_word_embeddings=False, torch_dtype="float32", bos_token_id=1,
                            eos_token_id=2, rope_scaling=None)
-    torch.manual_seed(seed)
-    model = DeepseekV2ForCausalLM(cfg).to(torch.float32)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.08)
-    os.makedirs(out_dir, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    with open(stamp, "w") as f:
-        json.dump(params, f)
-    return out_dir
+    return _save(DeepseekV2ForCausalLM, cfg, seed, out_dir, params)
 
 
 if __name__ == "__main__":
