@@ -215,6 +215,8 @@ def main():
         install_faults(conn, args)
         if args.dump:
             install_capture(conn)
+    elif args.tp > 1 and args.dump and not args.no_connector:
+        llm.collective_rpc(_rank_install_capture)
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True,
                         logprobs=2)
     result = {"block_size": llm.llm_engine.vllm_config.cache_config.block_size,
@@ -283,6 +285,13 @@ def main():
                     with open(os.path.join(args.dump, "%s.%s.bin" % (phase, hx)), "wb") as f:
                         f.write(data)
         CAPTURED.clear()
+        if conn is None and args.tp > 1 and args.dump and not args.no_connector:
+            # Per rank: <phase>.<load|save>.<hash>.r<rank>.bin
+            for rank, got in llm.collective_rpc(_rank_take_captured):
+                for (what, hx), data in got.items():
+                    name = "%s.%s.%s.r%d.bin" % (phase, what, hx, rank)
+                    with open(os.path.join(args.dump, name), "wb") as f:
+                        f.write(data)
         result["phases"][phase] = ph
     result["fault_log"] = FAULT_LOG
     with open(args.out, "w") as f:
@@ -353,6 +362,48 @@ def install_capture(conn):
             CAPTURED[r.block_hash.hex()] = block_bytes(conn, r.block_id)
         return save(job)
     w._load, w._save = load_and_capture, capture_and_save
+
+def _rank_install_capture(_worker):
+    """Runs in each TP rank process (LLM.collective_rpc): records the KV bytes of each block this
+    rank loaded (after its checks passed) and of each block it was asked to save, whether or not
+    it saves (MLA: only rank 0 does), keyed (what, block hash hex). State lives on the worker
+    connector, which persists in that process."""
+    import ctypes
+
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+    w = get_kv_transfer_group()._worker
+    w.mc_captured = {}
+
+    def grab(block_id):
+        return b"".join(ctypes.string_at(w.mem.storages[idx][0] + off, n)
+                        for idx, off, n in w.mem._runs_unregistered(block_id))
+
+    load, start_saves = w._load, w.start_saves
+
+    def load_and_capture(job):
+        out = load(job)
+        for r in job.blocks:
+            if r.block_id not in out[0]:
+                w.mc_captured[("load", r.block_hash.hex())] = grab(r.block_id)
+        return out
+
+    def capture_and_start_saves(meta):
+        for job in meta.saves or ():
+            for r in job.blocks:
+                w.mc_captured[("save", r.block_hash.hex())] = grab(r.block_id)
+        return start_saves(meta)
+    w._load, w.start_saves = load_and_capture, capture_and_start_saves
+
+
+def _rank_take_captured(_worker):
+    """Runs in each TP rank: (rank, the blocks captured since the last call), then forgets them."""
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+    w = get_kv_transfer_group()._worker
+    got, w.mc_captured = w.mc_captured, {}
+    return get_tensor_model_parallel_rank(), got   # w.rank is 0 on every MLA rank
+
+
 FAULT_LOG = []
 
 

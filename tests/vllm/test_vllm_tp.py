@@ -18,8 +18,8 @@ real mc-client.
 vLLM's CPU build binds each rank's OpenMP threads to cores; on a machine with one NUMA node it
 needs them named (VLLM_CPU_OMP_THREADS_BIND="0|1"), which the test does with two of its CPUs.
 The worker side of the connector lives in the rank processes, so this test reads the scheduler
-side's counters and the daemon's metrics instead of the workers' block logs (the TP=1 suite,
-test_vllm_e2e.py, checks those, and the KV bytes).
+side's counters, the daemon's metrics, and each rank's KV bytes of the blocks it loaded or was
+asked to save, which engine_run.py collects through vLLM's LLM.collective_rpc (--dump).
 """
 
 import os
@@ -54,6 +54,20 @@ def model(env, workdir):
     return path
 
 
+def rank_kv(res, phase, what):
+    """{(block hash hex, rank): KV bytes} a TP engine's ranks captured in a phase (engine_run.py
+    --dump with --tp: each rank's bytes of each block it loaded, or was asked to save)."""
+    out = {}
+    suffix = ".bin"
+    head = "%s.%s." % (phase, what)
+    for name in os.listdir(res["dump"]):
+        if name.startswith(head) and name.endswith(suffix):
+            hx, rank = name[len(head):-len(suffix)].rsplit(".r", 1)
+            with open(os.path.join(res["dump"], name), "rb") as f:
+                out[(hx, int(rank))] = f.read()
+    return out
+
+
 def get_items(cluster, code="OK"):
     from client_cluster import metric
     return metric(cluster.clients[0].ready["http"], "mc_client_items_total", rpc="BatchGet",
@@ -86,6 +100,14 @@ def test_both_ranks_load_every_loadable_block_and_the_tokens_match(engines):
     assert sched.get("lookup_errors", 0) == 0
     assert sched["lookup_hit_blocks"] >= loadable
     assert sched.get("lookup_miss_blocks", 0) == 0
+    # Byte for byte, per rank: every block B loaded equals what A's same rank computed and saved;
+    # the two ranks' halves differ (one KV head each).
+    saved, loaded = rank_kv(a, "cold", "save"), rank_kv(b, "each", "load")
+    # (shared-b and diverge reload shared-a's first two blocks: 4 loads of blocks seen before)
+    assert len(loaded) == 2 * len({hx for hx, _ in loaded}) == 2 * (loadable - 4)
+    for (hx, rank), data in loaded.items():
+        assert data == saved[(hx, rank)], "rank %d loaded other bytes for block %s" % (rank, hx)
+    assert any(loaded[(hx, 0)] != loaded[(hx, 1)] for hx, _ in loaded)
     # Greedy outputs: B (KV from both ranks' stores) equals A reading its local prefix cache.
     assert each["outputs"] == a["phases"]["warm"]["outputs"]
     assert len(each["outputs"]) == len(NAMES)
@@ -155,6 +177,15 @@ def test_mla_ranks_share_one_copy_and_both_load_it(mla_engines):
     assert each["sched"].get("removed_blocks_reported", 0) == 0, each["sched"]
     assert each["sched"].get("lookup_miss_blocks", 0) == 0
     assert len(each["outputs"]) == len(a["phases"]["warm"]["outputs"]) == len(NAMES)
+    # The premise of one shared copy, measured: in A both ranks computed the same latent bytes
+    # for every block (rank 1 was asked to save too, and skipped it); B's ranks loaded those.
+    computed, loaded = rank_kv(a, "cold", "save"), rank_kv(b, "each", "load")
+    hashes = {hx for hx, _ in computed}
+    assert hashes and all(computed[(hx, 0)] == computed[(hx, 1)] for hx in hashes)
+    # (shared-b and diverge reload shared-a's first four blocks: 8 loads of blocks seen before)
+    assert len(loaded) == 2 * len({hx for hx, _ in loaded}) == 2 * (mla_loadable() - shared)
+    for (hx, rank), data in loaded.items():
+        assert data == computed[(hx, 0)], "rank %d loaded other bytes for block %s" % (rank, hx)
     # No token comparison here: vLLM's CPU MLA path gives this random-weight model different
     # tokens for the same prompts between its own batch compositions, without any connector
     # (one TP=1 engine, prompts one by one vs all at once: 8 of 10 first tokens differed), so
