@@ -214,7 +214,7 @@ def main():
     if conn is not None:
         install_faults(conn, args)
         if args.dump:
-            install_capture(conn)
+            install_capture(conn, lambda _what, hx, data: CAPTURED.__setitem__(hx, data))
     elif args.tp > 1 and args.dump and not args.no_connector:
         llm.collective_rpc(_rank_install_capture)
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True,
@@ -343,56 +343,37 @@ ARMED = {"corrupt": False}
 CAPTURED = {}   # block hash hex -> KV bytes of the current phase, taken when loaded / saved
 
 
-def install_capture(conn):
-    """Records each block's KV bytes the moment it was loaded (before vLLM runs on it) or is
-    about to be saved: later the block may be freed and reused by another request."""
+def install_capture(conn, record):
+    """Calls record(what, block hash hex, KV bytes) for each block the moment it was loaded
+    ("load", after the connector's checks, before vLLM runs on it) or is handed to the saves
+    ("save", whether or not this rank saves: MLA ranks other than 0 do not). Later the block may
+    be freed and reused by another request."""
     w = conn._worker
-    load, save = w._load, w._save
-
-    def load_and_capture(job):
-        out = load(job)
-        failed = out[0]
-        for r in job.blocks:
-            if r.block_id not in failed:
-                CAPTURED[r.block_hash.hex()] = block_bytes(conn, r.block_id)
-        return out
-
-    def capture_and_save(job):
-        for r in job.blocks:
-            CAPTURED[r.block_hash.hex()] = block_bytes(conn, r.block_id)
-        return save(job)
-    w._load, w._save = load_and_capture, capture_and_save
-
-def _rank_install_capture(_worker):
-    """Runs in each TP rank process (LLM.collective_rpc): records the KV bytes of each block this
-    rank loaded (after its checks passed) and of each block it was asked to save, whether or not
-    it saves (MLA: only rank 0 does), keyed (what, block hash hex). State lives on the worker
-    connector, which persists in that process."""
-    import ctypes
-
-    from vllm.distributed.kv_transfer import get_kv_transfer_group
-    w = get_kv_transfer_group()._worker
-    w.mc_captured = {}
-
-    def grab(block_id):
-        return b"".join(ctypes.string_at(w.mem.storages[idx][0] + off, n)
-                        for idx, off, n in w.mem._runs_unregistered(block_id))
-
     load, start_saves = w._load, w.start_saves
 
     def load_and_capture(job):
         out = load(job)
         for r in job.blocks:
             if r.block_id not in out[0]:
-                w.mc_captured[("load", r.block_hash.hex())] = grab(r.block_id)
+                record("load", r.block_hash.hex(), block_bytes(conn, r.block_id))
         return out
 
     def capture_and_start_saves(meta):
         for job in meta.saves or ():
             for r in job.blocks:
-                w.mc_captured[("save", r.block_hash.hex())] = grab(r.block_id)
+                record("save", r.block_hash.hex(), block_bytes(conn, r.block_id))
         return start_saves(meta)
     w._load, w.start_saves = load_and_capture, capture_and_start_saves
+
+
+def _rank_install_capture(_worker):
+    """Runs in each TP rank process (LLM.collective_rpc): install_capture into a dict kept on the
+    worker connector, which persists in that process, keyed (what, block hash hex)."""
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+    conn = get_kv_transfer_group()
+    conn._worker.mc_captured = {}
+    install_capture(conn, lambda what, hx, data: conn._worker.mc_captured.__setitem__(
+        (what, hx), data))
 
 
 def _rank_take_captured(_worker):
