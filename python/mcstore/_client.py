@@ -93,15 +93,16 @@ class Client:
         self._channel = grpc.insecure_channel(_core.channel_target(address),
                                               options=_core.CHANNEL_OPTIONS)
         self._rpc: Dict[str, Any] = {}
-        for name, req, resp in (
-                ("RegisterBuffer", spb.RegisterBufferRequest, spb.RegisterBufferResponse),
-                ("UnregisterBuffer", spb.UnregisterBufferRequest, spb.UnregisterBufferResponse),
-                ("BatchPut", spb.BatchPutRequest, spb.BatchPutResponse),
-                ("BatchGet", spb.BatchGetRequest, spb.BatchGetResponse),
-                ("BatchExist", spb.BatchExistRequest, spb.BatchExistResponse),
-                ("MatchPrefix", spb.MatchPrefixRequest, spb.MatchPrefixResponse),
-                ("ReleaseLease", spb.ReleaseLeaseRequest, spb.ReleaseLeaseResponse),
-                ("BatchRemove", spb.BatchRemoveRequest, spb.BatchRemoveResponse)):
+        # Requests go through _core.serialize: a message, or bytes already written.
+        for name, resp in (
+                ("RegisterBuffer", spb.RegisterBufferResponse),
+                ("UnregisterBuffer", spb.UnregisterBufferResponse),
+                ("BatchPut", spb.BatchPutResponse),
+                ("BatchGet", spb.BatchGetResponse),
+                ("BatchExist", spb.BatchExistResponse),
+                ("MatchPrefix", spb.MatchPrefixResponse),
+                ("ReleaseLease", spb.ReleaseLeaseResponse),
+                ("BatchRemove", spb.BatchRemoveResponse)):
             self._rpc[name] = self._channel.unary_unary(
                 SERVICE + name, request_serializer=_core.serialize,
                 response_deserializer=resp.FromString)
