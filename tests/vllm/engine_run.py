@@ -31,6 +31,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+# The in-process executor skips the OpenMP set-up vLLM's supported multiprocess path makes for its
+# CPU workers (vllm/utils/ompmultiprocessing.py sets these two with Intel OpenMP). Without it an
+# OpenMP worker spins for Intel's default 200 ms after every forward: on a 2-core machine it holds
+# a core through the connector's next load, which then shares one core with the daemon's copy
+# (measured: 4.0-4.5 ms per load instead of 2.7; docs/vllm.md "Tuning").
+os.environ.setdefault("KMP_BLOCKTIME", "5")
+os.environ.setdefault("KMP_TPAUSE", "0")
 
 
 def make_llm(args):
