@@ -120,3 +120,14 @@ def test_fingerprint_differs_for_other_weights(tmp_path):
         (d / "model.safetensors").write_bytes(bytes([seed]) * 300000)
     assert B.model_fingerprint(str(tmp_path / "a")) != B.model_fingerprint(str(tmp_path / "b"))
     assert B.model_fingerprint("org/model", "r1") != B.model_fingerprint("org/model", "r2")
+
+
+def test_pack_header_is_what_the_header_packs():
+    """The worker packs from digests (pack_header); it must write and expect exactly the bytes
+    BlockHeader.pack() gives, padding zero."""
+    h = _hdr()
+    raw = B.pack_header(h.namespace_digest, B.digest16(h.block_hash), B.digest16(h.parent_hash),
+                        h.tokens, h.num_tokens, h.payload_bytes)
+    assert raw == h.pack() and len(raw) == B.HEADER_SIZE
+    assert h.check(raw) is None
+    assert raw[-40:] == bytes(40)

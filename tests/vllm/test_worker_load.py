@@ -127,6 +127,25 @@ def test_each_header_is_checked_and_a_mismatch_names_the_field():
     w.pool.shutdown(wait=True)
 
 
+def test_headers_of_blocks_whose_parent_is_not_the_block_before():
+    """The expected headers reuse a block's key digest as the next block's parent digest only
+    when that block is its parent: a job whose blocks are not a chain (a load starting after a
+    local prefix, blocks listed out of order) still expects each block's own parent."""
+    w = worker()
+    r = refs(6)
+    for ref in r:
+        store(w, ref)
+    job = [r[3], r[1], r[2], r[5]]      # r[1]'s parent is r[0], r[5]'s is r[4]
+    assert w._packed_headers(job) == [w._header(x).pack() for x in job]
+    failed, st, _ = w._load(LoadJob("req", job, [0]))
+    assert failed == set() and st["load_blocks"] == 4
+    # and a stored parent that differs is still caught when the previous block is the parent
+    store(w, r[2], parent_hash=r[0].block_hash)
+    failed, st, _ = w._load(LoadJob("req2", r[1:3], [0]))
+    assert failed == {r[2].block_id} and st["load_header_mismatch_blocks"] == 1
+    w.pool.shutdown(wait=True)
+
+
 def test_loaded_blocks_are_logged_only_with_record_blocks():
     w = worker(record_blocks=True)
     r = refs(3)

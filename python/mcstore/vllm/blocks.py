@@ -24,6 +24,7 @@ HEADER_SIZE = 128
 _MAGIC = b"MCKVBLK1"
 # magic, version, num_tokens, payload bytes, then four 16-byte digests; the rest is zero.
 _HEADER = struct.Struct("<8sIIQ16s16s16s16s")
+_PACKED = struct.Struct("<8sIIQ16s16s16s16s%dx" % (HEADER_SIZE - _HEADER.size))  # + zero padding
 _VERSION = 1
 _FINGERPRINT_SAMPLES = 16
 _FINGERPRINT_CHUNK = 64 << 10
@@ -98,6 +99,15 @@ def block_key(prefix: bytes, block_hash: bytes) -> bytes:
     return prefix + bytes(block_hash).hex().encode()
 
 
+def pack_header(namespace_digest: bytes, key_digest: bytes, parent_digest: bytes, tokens: bytes,
+                num_tokens: int, payload_bytes: int) -> bytes:
+    """The HEADER_SIZE bytes stored in front of a block, from digest16() of its block hash and of
+    its parent's (what BlockHeader.pack() writes). For callers packing a chain of blocks, where a
+    block's parent digest is the key digest of the block before it."""
+    return _PACKED.pack(_MAGIC, _VERSION, num_tokens, payload_bytes, namespace_digest, key_digest,
+                        parent_digest, tokens)
+
+
 @dataclass(frozen=True)
 class BlockHeader:
     namespace_digest: bytes
@@ -108,10 +118,9 @@ class BlockHeader:
     payload_bytes: int
 
     def pack(self) -> bytes:
-        raw = _HEADER.pack(_MAGIC, _VERSION, self.num_tokens, self.payload_bytes,
-                           self.namespace_digest, digest16(bytes(self.block_hash)),
-                           digest16(bytes(self.parent_hash)), self.tokens)
-        return raw + bytes(HEADER_SIZE - len(raw))
+        return pack_header(self.namespace_digest, digest16(bytes(self.block_hash)),
+                           digest16(bytes(self.parent_hash)), self.tokens, self.num_tokens,
+                           self.payload_bytes)
 
     def check(self, stored: bytes | memoryview) -> str | None:
         """None when `stored` is this header; otherwise why not (a load error, never KV)."""

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
     from mcstore.vllm.connector import MCStoreConnector
 
+_NO_BLOCK = object()    # before the first block of a job: no parent digest to reuse
+
 
 class KVMemory:
     """The paged KV tensors, moved into shared memory registered with the daemon, and the byte
@@ -273,6 +275,22 @@ class WorkerSide:
         return B.BlockHeader(self.ns_digest, ref.block_hash, ref.parent_hash, ref.tokens,
                              ref.num_tokens, self.mem.block_bytes)
 
+    def _packed_headers(self, refs: list[BlockRef]) -> list[bytes]:
+        """The header each block is stored with (what _header(ref).pack() gives), in order. A
+        block's parent is usually the block before it in the job, whose key digest is then its
+        parent digest: one digest per block instead of two."""
+        ns, payload, pack, digest = self.ns_digest, self.mem.block_bytes, B.pack_header, B.digest16
+        out = []
+        prev_hash: object = _NO_BLOCK
+        prev_digest = b""
+        for r in refs:
+            key_digest = digest(bytes(r.block_hash))
+            parent_digest = (prev_digest if r.parent_hash == prev_hash
+                             else digest(bytes(r.parent_hash)))
+            out.append(pack(ns, key_digest, parent_digest, r.tokens, r.num_tokens, payload))
+            prev_hash, prev_digest = r.block_hash, key_digest
+        return out
+
     # -- loads -----------------------------------------------------------------------------
     def start_loads(self, meta: MCStoreConnectorMetadata) -> None:
         if not meta.loads:
@@ -298,24 +316,24 @@ class WorkerSide:
             results = self.client.get(keys, into=into, lease=lease or None)
             # Load slots come first in the header buffer: block b's at b * HEADER_SIZE.
             headers = self.headers.memoryview(0, self.mem.num_blocks * B.HEADER_SIZE)
-            for r, res in zip(job.blocks, results):
+            size = B.HEADER_SIZE
+            loaded = 0
+            for r, res, expected in zip(job.blocks, results, self._packed_headers(job.blocks)):
                 if self.fault_hook is not None:
                     self.fault_hook(self, r.block_id)
                 why = None
                 if not res.ok:
                     why = "%s: %s" % (res.code.name, res.message)
                 else:
-                    slot = r.block_id * B.HEADER_SIZE
-                    raw = headers[slot:slot + B.HEADER_SIZE]
-                    header = self._header(r)
+                    slot = r.block_id * size
+                    raw = headers[slot:slot + size]
                     # The common case is one compare with the header this block is saved with;
                     # only a mismatch is parsed, to say which field differs.
-                    if raw != header.pack():
-                        why = header.check(raw) or "header differs"
+                    if raw != expected:
+                        why = self._header(r).check(raw) or "header differs"
                         st["load_header_mismatch_blocks"] += 1
                 if why is None:
-                    st["load_blocks"] += 1
-                    st["load_bytes"] += self.mem.block_bytes
+                    loaded += 1
                     if self.record_blocks:
                         self.loaded_log.append((job.req_id, r.block_id, r.block_hash))
                 else:
@@ -323,6 +341,8 @@ class WorkerSide:
                     removed.append(r.block_hash)
                     log.warning("mcstore: block %d of request %s not loaded (%s); vLLM "
                                 "recomputes it", r.block_id, job.req_id, why)
+            st["load_blocks"] += loaded
+            st["load_bytes"] += loaded * self.mem.block_bytes
         except Exception as e:
             failed.update(r.block_id for r in job.blocks)
             log.warning("mcstore: load of %d blocks for request %s failed (%s); vLLM recomputes "
@@ -366,9 +386,9 @@ class WorkerSide:
                 fut.set_result(({}, []))
             else:
                 # The headers are written now, on this thread: the job's slots are its own.
-                for r in job.blocks:
+                for r, packed in zip(job.blocks, self._packed_headers(job.blocks)):
                     self.headers.memoryview(self._header_slot(r.block_id, True),
-                                            B.HEADER_SIZE)[:] = self._header(r).pack()
+                                            B.HEADER_SIZE)[:] = packed
                 fut = self.pool.submit(self._save, job)
             with self.lock:
                 self.saves[job.req_id].append(fut)
