@@ -36,6 +36,9 @@ ABSL_FLAG(double, hit_ratio, 1, "fraction of get items naming stored keys (other
 ABSL_FLAG(int32_t, threads, 1, "worker threads, each with its own connection and slices");
 ABSL_FLAG(int32_t, iterations, 20, "get RPCs per thread per run");
 ABSL_FLAG(double, seconds, 0, "> 0: run gets this long per thread per run instead of --iterations");
+ABSL_FLAG(double, get_gap_ms, 0,
+          "each thread sleeps this long before each get (0-60000): gets spaced as an inference "
+          "engine's loads are, each from an idle daemon; GB/s and latencies count only the RPCs");
 ABSL_FLAG(std::string, mode, "both",
           "put | get | both: which phases to report (put always runs); match_prefix: time "
           "MatchPrefix over a chain of --prefix_keys keys");
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.iterations = absl::GetFlag(FLAGS_iterations);
   o.seconds = absl::GetFlag(FLAGS_seconds);
+  o.get_gap_ms = absl::GetFlag(FLAGS_get_gap_ms);
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "match_prefix") {
     mc::bench::PrefixBenchOptions p;

@@ -351,6 +351,9 @@ class Runner {
       }
       Tally scratch;
       Tally* into = it >= 0 ? tally : &scratch;
+      if (o_.get_gap_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o_.get_gap_ms));
+      }
       std::vector<int64_t> ids = PlanBatch(rng, &next_miss);
       v1::BatchGetRequest req;
       for (int j = 0; j < o_.batch; ++j) {
@@ -441,11 +444,11 @@ class Runner {
     const Tally& t = r.total;
     std::fprintf(out_,
                  "mc-bench run=%d op=%s value_size=%llu batch=%d threads=%d dest=%s dup=%.2f "
-                 "hit=%.2f rpcs=%llu items=%llu ok=%llu miss=%llu err=%llu verify_fail=%llu "
-                 "wall_s=%.3f GB/s=%.3f wall_GB/s=%.3f items/s=%.1f p50_ms=%.3f p90_ms=%.3f "
-                 "p99_ms=%.3f max_ms=%.3f\n",
+                 "hit=%.2f gap_ms=%g rpcs=%llu items=%llu ok=%llu miss=%llu err=%llu "
+                 "verify_fail=%llu wall_s=%.3f GB/s=%.3f wall_GB/s=%.3f items/s=%.1f p50_ms=%.3f "
+                 "p90_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
                  run, op, static_cast<unsigned long long>(o_.value_size), o_.batch, o_.threads,
-                 o_.shm ? "shm" : "inline", o_.duplicate_ratio, o_.hit_ratio,
+                 o_.shm ? "shm" : "inline", o_.duplicate_ratio, o_.hit_ratio, o_.get_gap_ms,
                  static_cast<unsigned long long>(t.rpcs), static_cast<unsigned long long>(t.items),
                  static_cast<unsigned long long>(t.ok), static_cast<unsigned long long>(t.miss),
                  static_cast<unsigned long long>(t.err),
@@ -470,12 +473,12 @@ class Runner {
     }
     std::fprintf(out_,
                  "mc-bench summary op=%s runs=%zu value_size=%llu batch=%d threads=%d dest=%s "
-                 "GB/s=%.3f items/s=%.1f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f err=%llu "
-                 "verify_fail=%llu\n",
+                 "gap_ms=%g GB/s=%.3f items/s=%.1f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f "
+                 "max_ms=%.3f err=%llu verify_fail=%llu\n",
                  op, runs.size(), static_cast<unsigned long long>(o_.value_size), o_.batch,
-                 o_.threads, o_.shm ? "shm" : "inline", Median(gbps), Median(items), Median(p50),
-                 Median(p90), Median(p99), max_ms, static_cast<unsigned long long>(err),
-                 static_cast<unsigned long long>(vfail));
+                 o_.threads, o_.shm ? "shm" : "inline", o_.get_gap_ms, Median(gbps), Median(items),
+                 Median(p50), Median(p90), Median(p99), max_ms,
+                 static_cast<unsigned long long>(err), static_cast<unsigned long long>(vfail));
   }
 
   const StoreBenchOptions& o_;
@@ -497,6 +500,10 @@ int RunStoreBench(const StoreBenchOptions& options, FILE* out) {
   if (options.value_size == 0 || options.batch <= 0 || options.keys <= 0 || options.threads <= 0 ||
       options.runs <= 0) {
     std::fprintf(out, "mc-bench: --value_size, --batch, --keys, --threads, --runs must be > 0\n");
+    return 2;
+  }
+  if (!(options.get_gap_ms >= 0 && options.get_gap_ms <= 60'000)) {
+    std::fprintf(out, "mc-bench: --get_gap_ms must be within 0..60000\n");
     return 2;
   }
   Runner runner(options, out);

@@ -25,6 +25,7 @@ struct StoreBenchOptions {
   int threads = 1;
   int iterations = 20;                 // get RPCs per thread per run (when seconds == 0)
   double seconds = 0;                  // > 0: run gets this long per thread per run instead
+  double get_gap_ms = 0;               // idle time before each get (an engine's loads are apart)
   bool measure_put = true;             // report the put phase
   bool measure_get = true;             // run and report the get phase
   bool shm = true;                     // slices of a registered shm buffer; false: inline bytes

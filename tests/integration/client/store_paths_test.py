@@ -1,10 +1,14 @@
 """mc-client Store paths with real daemons: cross-host (TCP data plane), local, Unix socket, pure
 client (remote writes), inline and shared-memory slices, and duplicate keys in one BatchGet."""
 
+import re
+import subprocess
+import time
 import unittest
 
 import grpc
 
+from integration import harness
 from integration.client import client_cluster as cc
 from mcstore.v1 import store_pb2 as spb
 
@@ -193,6 +197,33 @@ class StorePathsTest(cc.ClusterTestMixin, unittest.TestCase):
         removed = self.s0.BatchRemove(spb.BatchRemoveRequest(keys=[keys[i] for i in present]),
                                       timeout=cc.RPC_TIMEOUT_S)
         self.assertCodes(removed.results, ["OK"] * len(present))
+
+    def test_mc_bench_spaces_its_gets_by_get_gap_ms(self):
+        """mc-bench --get_gap_ms: each get follows that much idle time (as an engine's loads do);
+        the reported latencies count only the RPCs. Out-of-range gaps are refused."""
+        bench = harness.binary("tools/mc-bench")
+        base = [bench, "--client", "unix:" + self.c.clients[0].ready["unix_socket"],
+                "--value_size", "4096", "--batch", "2", "--keys", "4", "--iterations", "5",
+                "--runs", "1", "--mode", "get"]
+        t0 = time.monotonic()
+        out = subprocess.run(base + ["--get_gap_ms", "40"], capture_output=True, text=True,
+                             timeout=120)
+        elapsed = time.monotonic() - t0
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        line = [l for l in out.stdout.splitlines() if l.startswith("mc-bench run=1 op=get")][0]
+        fields = dict(re.findall(r"(\S+)=(\S+)", line))
+        self.assertEqual((fields["gap_ms"], fields["ok"], fields["err"], fields["verify_fail"]),
+                         ("40", "10", "0", "0"), line)
+        # 5 timed gets and 1 warm-up, each after 40 ms: the run took at least 0.24 s, and the
+        # wall time of the timed part (0.2 s of gaps) is not counted as RPC time.
+        self.assertGreaterEqual(elapsed, 0.24)
+        self.assertGreaterEqual(float(fields["wall_s"]), 0.2)
+        self.assertLess(float(fields["p50_ms"]), 40.0 * 0.9 * 5, line)
+        for bad in ("-1", "60001", "nan"):
+            r = subprocess.run(base + ["--get_gap_ms", bad], capture_output=True, text=True,
+                               timeout=60)
+            self.assertEqual(r.returncode, 2, (bad, r.stdout, r.stderr))
+            self.assertIn("--get_gap_ms", r.stdout + r.stderr)
 
 
 if __name__ == "__main__":
