@@ -126,6 +126,14 @@ def main():
             print("connector load: %.2f GB/s (%d bytes in %.1f ms over %d requests)"
                   % (hw["load_bytes"] / hw["load_s"] / 1e9, hw["load_bytes"],
                      1e3 * hw["load_s"], a.reps))
+            lt = hit["phases"]["each"].get("load_times_s", [])
+            if lt and block_bytes:
+                # The first loads also prepare each block id's slices (once per id in an
+                # engine's life): the mean above includes them, the median is a warm load.
+                print("connector load per request: median %.2f ms (%.2f GB/s), first three %s ms"
+                      % (1e3 * statistics.median(lt),
+                         loads_per_req * block_bytes / statistics.median(lt) / 1e9,
+                         ", ".join("%.2f" % (1e3 * t) for t in lt[:3])))
         n_gets = gets_after[0] - gets_before[0]
         if n_gets > 0:
             # Inside the daemon (its RPC latency histogram): where the connector's time goes.

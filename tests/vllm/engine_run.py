@@ -233,6 +233,7 @@ def main():
     for phase in args.phases.split(","):
         w0 = len(conn._worker.loaded_log) if conn else 0
         s0 = len(conn._worker.saved_log) if conn else 0
+        l0 = len(conn._worker.load_times) if conn else 0
         before = conn.totals if conn else {}
         sbefore = sconn.totals if sconn else {}
         t0 = time.perf_counter()
@@ -271,6 +272,7 @@ def main():
             ph["worker"] = {k: after.get(k, 0) - before.get(k, 0) for k in after}
             ph["loaded"] = [[r, b, h.hex()] for r, b, h in conn._worker.loaded_log[w0:]]
             ph["saved"] = [[r, b, h.hex()] for r, b, h in conn._worker.saved_log[s0:]]
+            ph["load_times_s"] = conn._worker.load_times[l0:]
             # Per prompt, in order (the engine core's request ids extend the output's).
             ids = [o.request_id for o in outs]
             for what in ("loaded", "saved"):

@@ -74,6 +74,7 @@ def worker(record_blocks=False):
     w.lease_index = 0
     w.fault_hook = None
     w.loaded_log = []
+    w.load_times = []
     w._prepared = lambda block_id, save: block_id   # the fake client gets the block id
     w.pool = ThreadPoolExecutor(max_workers=2)
     w.stored = {}
@@ -112,7 +113,7 @@ def test_each_header_is_checked_and_a_mismatch_names_the_field():
     assert st["load_blocks"] == 1 and st["load_bytes"] == BLOCK_BYTES
     assert st["load_header_mismatch_blocks"] == 3 and st["load_error_blocks"] == 4
     assert removed == [r[1].block_hash, r[2].block_hash, r[3].block_hash, r[4].block_hash]
-    assert w.loaded_log == []   # record_blocks is off: nothing kept per block
+    assert w.loaded_log == [] and w.load_times == []   # record_blocks off: nothing kept
     # the reasons, as check() gives them for the stored headers
     assert B.BlockHeader(NS, r[1].block_hash, r[1].parent_hash, r[1].tokens, 4,
                          BLOCK_BYTES).check(w.stored[w._key(r[1].block_hash)]).startswith(
@@ -154,6 +155,7 @@ def test_loaded_blocks_are_logged_only_with_record_blocks():
     failed, st, _ = w._load(LoadJob("req", r, [0]))
     assert not failed and st["load_blocks"] == 3
     assert w.loaded_log == [("req", ref.block_id, ref.block_hash) for ref in r]
+    assert len(w.load_times) == 1 and 0 < w.load_times[0] <= st["load_s"]
     w.pool.shutdown(wait=True)
 
 

@@ -170,6 +170,7 @@ class WorkerSide:
         self.record_blocks = bool(self.cfg["record_blocks"])
         self.loaded_log: list[tuple[str, int, bytes]] = []
         self.saved_log: list[tuple[str, int, bytes]] = []
+        self.load_times: list[float] = []   # seconds of each load job, likewise
         self.fault_hook = None      # tests: called with (block_id) after a load, before checks
 
     # -- setup -----------------------------------------------------------------------------
@@ -347,7 +348,10 @@ class WorkerSide:
             failed.update(r.block_id for r in job.blocks)
             log.warning("mcstore: load of %d blocks for request %s failed (%s); vLLM recomputes "
                         "them", len(job.blocks), job.req_id, e)
-        st["load_s"] += time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        st["load_s"] += elapsed
+        if self.record_blocks:
+            self.load_times.append(elapsed)
         if lease:
             # Off the load's completion path: the request may resume now; the keys stay
             # pinned a moment longer (at most the lease TTL if the release fails).
