@@ -185,7 +185,8 @@ def alone(addr, http, n, block_bytes, parts, gap_ms, reps=100):
 
     with Client(addr) as c:
         kv, hd = c.create_buffer(parts * blocks * part), c.create_buffer(blocks * 128)
-        kv.memoryview()[:] = os.urandom(64) * (parts * blocks * part // 64)
+        size = parts * blocks * part
+        kv.memoryview()[:] = (os.urandom(4096) * (size // 4096 + 1))[:size]
 
         def block(b):
             return c.prepare_slices([kv.slice((p * blocks + b) * part, part) for p in range(parts)]
@@ -206,7 +207,7 @@ def alone(addr, http, n, block_bytes, parts, gap_ms, reps=100):
     t = statistics.median(times)
     print("python client alone, the connector's request (%d keys x %d slices + header, under a "
           "lease, %d gets, gap %.1f ms): median %.2f ms, %.2f GB/s; daemon-side mean %.2f ms"
-          % (n, parts, reps, gap_ms, 1e3 * t, n * block_bytes / t / 1e9,
+          % (n, parts, reps, gap_ms, 1e3 * t, n * (parts * part + 128) / t / 1e9,
              1e3 * (after[1] - before[1]) / max(1.0, after[0] - before[0])))
 
 
