@@ -21,18 +21,22 @@
 #include "tools/mc_bench_store.h"
 #include "tools/store_channel.h"
 
-ABSL_FLAG(std::string, client, "", "mc-client Store address gets go through: HOST:PORT or unix:PATH");
-ABSL_FLAG(std::string, put_client, "", "mc-client Store address puts go through (default --client)");
+ABSL_FLAG(std::string, client, "",
+          "mc-client Store address gets go through: HOST:PORT or unix:PATH");
+ABSL_FLAG(std::string, put_client, "",
+          "mc-client Store address puts go through (default --client)");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the Store token, needed over TCP (default: $MCSTORE_TOKEN_FILE)");
 ABSL_FLAG(std::string, fd_socket, "",
           "--client's fd socket for shm buffers (default: <PATH>.fd of --client unix:PATH)");
 ABSL_FLAG(std::string, put_fd_socket, "", "--put_client's fd socket (default: likewise)");
-ABSL_FLAG(std::string, value_size, "1048576", "bytes per value; K/M/G or KiB/MiB/GiB suffixes (1024-based)");
+ABSL_FLAG(std::string, value_size, "1048576",
+          "bytes per value; K/M/G or KiB/MiB/GiB suffixes (1024-based)");
 ABSL_FLAG(int32_t, batch, 16, "items per RPC");
 ABSL_FLAG(int32_t, keys, 64, "distinct keys put per run");
 ABSL_FLAG(double, duplicate_ratio, 0, "fraction of get items repeating a key already in the batch");
-ABSL_FLAG(double, hit_ratio, 1, "fraction of get items naming stored keys (others: never-put keys)");
+ABSL_FLAG(double, hit_ratio, 1,
+          "fraction of get items naming stored keys (others: never-put keys)");
 ABSL_FLAG(int32_t, threads, 1, "worker threads, each with its own connection and slices");
 ABSL_FLAG(int32_t, iterations, 20, "get RPCs per thread per run");
 ABSL_FLAG(double, seconds, 0, "> 0: run gets this long per thread per run instead of --iterations");

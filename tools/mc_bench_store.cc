@@ -358,8 +358,9 @@ class Runner {
       v1::BatchGetRequest req;
       for (int j = 0; j < o_.batch; ++j) {
         v1::GetItem* item = req.add_items();
-        item->set_key(ids[j] >= 0 ? Key(run, ids[j])
-                                  : absl::StrCat(prefix_, "-r", run, "-miss-t", t, "-", -1 - ids[j]));
+        item->set_key(ids[j] >= 0
+                          ? Key(run, ids[j])
+                          : absl::StrCat(prefix_, "-r", run, "-miss-t", t, "-", -1 - ids[j]));
         if (o_.shm) {
           if (o_.verify) PoisonPages(Slot(t, j), o_.value_size);
           v1::Slice* s = item->add_slices();
@@ -396,7 +397,8 @@ class Runner {
         ++tally->miss;
       } else {
         ++tally->err;
-        ReportError(run, "get", key, absl::StrCat("expected NOT_FOUND, got ", v1::Code_Name(r.code())));
+        ReportError(run, "get", key,
+                    absl::StrCat("expected NOT_FOUND, got ", v1::Code_Name(r.code())));
       }
       return;
     }
@@ -434,7 +436,8 @@ class Runner {
       for (int i = 0; i < resp.results_size(); ++i) {
         const v1::Result& r = resp.results(i);
         if (r.code() != v1::OK && r.code() != v1::NOT_FOUND) {
-          ReportError(run, "remove", req.keys(i), absl::StrCat(v1::Code_Name(r.code()), ": ", r.message()));
+          ReportError(run, "remove", req.keys(i),
+                      absl::StrCat(v1::Code_Name(r.code()), ": ", r.message()));
         }
       }
     }
