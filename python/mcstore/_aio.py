@@ -14,7 +14,7 @@ from mcstore._buffers import SharedBuffer
 from mcstore._client import Client
 from mcstore._core import IntoLike, KeyLike, ValueLike
 from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
-from mcstore._proto import SERVICE, store_pb2
+from mcstore._proto import store_pb2
 
 
 class AsyncLease:
@@ -64,21 +64,10 @@ class AsyncClient:
         self.timeout_s = float(timeout_s)
         if self.timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
-        spb = store_pb2()
         self._channel = grpc.aio.insecure_channel(_core.channel_target(address),
                                                   options=_core.CHANNEL_OPTIONS)
-        self._rpc: Dict[str, Any] = {}
-        # Requests go through _core.serialize: a message, or bytes already written.
-        for name, resp in (
-                ("BatchPut", spb.BatchPutResponse),
-                ("BatchGet", spb.BatchGetResponse),
-                ("BatchExist", spb.BatchExistResponse),
-                ("MatchPrefix", spb.MatchPrefixResponse),
-                ("ReleaseLease", spb.ReleaseLeaseResponse),
-                ("BatchRemove", spb.BatchRemoveResponse)):
-            self._rpc[name] = self._channel.unary_unary(
-                SERVICE + name, request_serializer=_core.serialize,
-                response_deserializer=resp.FromString)
+        self._rpc: Dict[str, Any] = _core.unary_stubs(self._channel, (
+            "BatchPut", "BatchGet", "BatchExist", "MatchPrefix", "ReleaseLease", "BatchRemove"))
         # buffers and their fd session; no connection until used
         self._control = Client(address, timeout_s, token=token, token_file=token_file,
                                fd_socket=fd_socket)

@@ -15,7 +15,7 @@ from mcstore._buffers import SharedBuffer, check_shm_name
 from mcstore._core import IntoLike, KeyLike, ValueLike
 from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
 from mcstore._fdchannel import FdSession, default_fd_socket
-from mcstore._proto import SERVICE, store_pb2
+from mcstore._proto import store_pb2
 
 T = TypeVar("T")
 
@@ -89,23 +89,11 @@ class Client:
         self.fd_socket = (fd_socket or default_fd_socket(address)
                           or os.environ.get("MCSTORE_FD_SOCKET") or None)
         self._fd_session: Optional[FdSession] = None
-        spb = store_pb2()
         self._channel = grpc.insecure_channel(_core.channel_target(address),
                                               options=_core.CHANNEL_OPTIONS)
-        self._rpc: Dict[str, Any] = {}
-        # Requests go through _core.serialize: a message, or bytes already written.
-        for name, resp in (
-                ("RegisterBuffer", spb.RegisterBufferResponse),
-                ("UnregisterBuffer", spb.UnregisterBufferResponse),
-                ("BatchPut", spb.BatchPutResponse),
-                ("BatchGet", spb.BatchGetResponse),
-                ("BatchExist", spb.BatchExistResponse),
-                ("MatchPrefix", spb.MatchPrefixResponse),
-                ("ReleaseLease", spb.ReleaseLeaseResponse),
-                ("BatchRemove", spb.BatchRemoveResponse)):
-            self._rpc[name] = self._channel.unary_unary(
-                SERVICE + name, request_serializer=_core.serialize,
-                response_deserializer=resp.FromString)
+        self._rpc: Dict[str, Any] = _core.unary_stubs(self._channel, (
+            "RegisterBuffer", "UnregisterBuffer", "BatchPut", "BatchGet", "BatchExist",
+            "MatchPrefix", "ReleaseLease", "BatchRemove"))
         self._checker = _core.SliceChecker(self)
         self._buffers: List[SharedBuffer] = []
         self._lock = threading.Lock()

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from mcstore._buffers import Slice, SharedBuffer
 from mcstore._errors import Code, GetResult, Result, StoreError
-from mcstore._proto import store_pb2
+from mcstore._proto import SERVICE, store_pb2
 
 KeyLike = Union[bytes, bytearray, str]
 ValueLike = Any  # bytes | bytearray | memoryview | numpy.ndarray | torch.Tensor | Slice | list[Slice]
@@ -46,6 +46,16 @@ def _slice_body(buffer_id: int, offset: int, length: int) -> bytes:
 def _field(tag: int, body: bytes) -> bytes:
     """One length-delimited field (`tag` is the field's key byte, number << 3 | 2)."""
     return bytes((tag,)) + _varint(len(body)) + body
+
+
+def unary_stubs(channel: Any, names: Sequence[str]) -> Dict[str, Any]:
+    """The Store RPCs `names` on a grpc (or grpc.aio) channel: requests go through serialize (a
+    message, or bytes already written), answers are parsed as <name>Response."""
+    spb = store_pb2()
+    return {name: channel.unary_unary(
+                SERVICE + name, request_serializer=serialize,
+                response_deserializer=getattr(spb, name + "Response").FromString)
+            for name in names}
 
 
 def serialize(req: Any) -> bytes:
@@ -250,7 +260,7 @@ def build_put(keys: Sequence[KeyLike], values: Sequence[ValueLike], replicas: Op
         raise ValueError("put: %d keys but %d values" % (len(bkeys), len(values)))
     n_replicas = check_replicas(replicas)
     if values and all(type(v) is PreparedSlices for v in values):
-        return _put_prepared(bkeys, values, n_replicas, checker), bkeys
+        return _prepared_request(bkeys, values, False, n_replicas, checker), bkeys
     req = spb.BatchPutRequest(replicas=n_replicas)
     items = req.items
     for i, (k, v) in enumerate(zip(bkeys, values)):
@@ -286,7 +296,8 @@ def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease
             raise ValueError("get: %d keys but %d destinations in `into`"
                              % (len(bkeys), len(into)))
         if into and all(type(d) is PreparedSlices for d in into):
-            return _get_prepared(bkeys, into, lease_id, checker)
+            return (_prepared_request(bkeys, into, True, lease_id, checker), bkeys,
+                    [d.length for d in into])
     req = spb.BatchGetRequest(lease_id=lease_id)
     items = req.items
     for i, k in enumerate(bkeys):
@@ -308,33 +319,20 @@ def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease
     return req, bkeys, lengths
 
 
-def _get_prepared(bkeys: List[bytes], into: List["PreparedSlices"], lease_id: int,
-                  checker: SliceChecker) -> Tuple[bytes, List[bytes], List[Optional[int]]]:
-    """build_get for a batch whose every destination is PreparedSlices: the BatchGetRequest
-    written directly as bytes (items = field 1: key = field 1 then the prepared slices field;
-    lease_id = field 2), byte for byte what the message path serializes."""
+def _prepared_request(bkeys: List[bytes], items: List["PreparedSlices"], get: bool,
+                      field2: int, checker: SliceChecker) -> bytes:
+    """A BatchGetRequest (get) or BatchPutRequest whose every item is PreparedSlices, written
+    directly as bytes, byte for byte what the message path serializes: items = field 1 (key =
+    field 1, then the prepared slices: GetItem field 2 / PutItem field 3); field 2 is lease_id in
+    the one and replicas in the other, a varint left out when zero."""
+    what = "get item %d" if get else "put item %d"
     parts = []
-    lengths: List[Optional[int]] = []
-    for i, (k, dest) in enumerate(zip(bkeys, into)):
-        dest.check(checker, "get item %d" % i)
-        parts.append(_field(0x0A, (_field(0x0A, k) if k else b"") + dest._get_raw))
-        lengths.append(dest.length)
-    if lease_id:
-        parts.append(b"\x10" + _varint(lease_id))
-    return b"".join(parts), bkeys, lengths
-
-
-def _put_prepared(bkeys: List[bytes], values: List["PreparedSlices"], replicas: int,
-                  checker: SliceChecker) -> bytes:
-    """build_put for a batch whose every value is PreparedSlices, written directly as the
-    BatchPutRequest's bytes (items = field 1: key = field 1, slices = field 3; replicas =
-    field 2)."""
-    parts = []
-    for i, (k, v) in enumerate(zip(bkeys, values)):
-        v.check(checker, "put item %d" % i)
-        parts.append(_field(0x0A, (_field(0x0A, k) if k else b"") + v._put_raw))
-    if replicas:
-        parts.append(b"\x10" + _varint(replicas))
+    for i, (k, p) in enumerate(zip(bkeys, items)):
+        p.check(checker, what % i)
+        parts.append(_field(0x0A, (_field(0x0A, k) if k else b"")
+                            + (p._get_raw if get else p._put_raw)))
+    if field2:
+        parts.append(b"\x10" + _varint(field2))
     return b"".join(parts)
 
 
