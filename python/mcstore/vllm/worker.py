@@ -315,9 +315,7 @@ class WorkerSide:
             keys = [self._key(r.block_hash) for r in job.blocks]
             into = [self._prepared(r.block_id, False) for r in job.blocks]
             results = self.client.get(keys, into=into, lease=lease or None)
-            # Load slots come first in the header buffer: block b's at b * HEADER_SIZE.
-            headers = self.headers.memoryview(0, self.mem.num_blocks * B.HEADER_SIZE)
-            size = B.HEADER_SIZE
+            headers = self.headers.memoryview(0, self.mem.num_blocks * B.HEADER_SIZE)  # load slots
             loaded = 0
             for r, res, expected in zip(job.blocks, results, self._packed_headers(job.blocks)):
                 if self.fault_hook is not None:
@@ -326,8 +324,8 @@ class WorkerSide:
                 if not res.ok:
                     why = "%s: %s" % (res.code.name, res.message)
                 else:
-                    slot = r.block_id * size
-                    raw = headers[slot:slot + size]
+                    slot = self._header_slot(r.block_id, False)
+                    raw = headers[slot:slot + B.HEADER_SIZE]
                     # The common case is one compare with the header this block is saved with;
                     # only a mismatch is parsed, to say which field differs.
                     if raw != expected:
