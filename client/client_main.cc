@@ -49,6 +49,8 @@ ABSL_FLAG(uint32_t, store_max_leases_per_caller, 4096,
 ABSL_FLAG(uint32_t, store_max_inflight_per_caller, 256,
           "Store requests one caller may have in flight at once; 0 = unlimited");
 ABSL_FLAG(uint32_t, store_max_lease_ttl_ms, 600000, "longest prefix lease MatchPrefix grants");
+ABSL_FLAG(uint64_t, store_max_request_slices, 4ull << 20,
+          "most slices one BatchPut/BatchGet may name, block-layout runs x block items included");
 ABSL_FLAG(int32_t, store_fd_max_connections, 128, "fd socket: most open sessions");
 ABSL_FLAG(int32_t, store_fd_max_connections_per_uid, 32, "fd socket: most sessions of one uid");
 ABSL_FLAG(std::string, http, "127.0.0.1:0", "admin HTTP HOST:PORT; empty = off");
@@ -209,6 +211,7 @@ int main(int argc, char** argv) {
   o.store.max_leases_per_caller = absl::GetFlag(FLAGS_store_max_leases_per_caller);
   o.store.max_inflight_per_caller = absl::GetFlag(FLAGS_store_max_inflight_per_caller);
   o.store.max_prefix_lease_ttl_ms = absl::GetFlag(FLAGS_store_max_lease_ttl_ms);
+  o.store.max_request_slices = absl::GetFlag(FLAGS_store_max_request_slices);
   o.buffers.max_buffers_per_owner = absl::GetFlag(FLAGS_store_max_buffers_per_caller);
   o.buffers.max_bytes_per_owner = absl::GetFlag(FLAGS_store_max_buffer_bytes_per_caller);
   o.buffers.max_bytes = absl::GetFlag(FLAGS_store_max_buffer_bytes_total);
@@ -216,10 +219,11 @@ int main(int argc, char** argv) {
   o.fd_channel.max_connections = absl::GetFlag(FLAGS_store_fd_max_connections);
   o.fd_channel.max_connections_per_uid = absl::GetFlag(FLAGS_store_fd_max_connections_per_uid);
   if (o.fd_channel.max_connections < 1 || o.fd_channel.max_connections_per_uid < 1 ||
-      o.buffers.max_buffers_per_owner < 1 || o.store.max_prefix_lease_ttl_ms < 1) {
+      o.buffers.max_buffers_per_owner < 1 || o.store.max_prefix_lease_ttl_ms < 1 ||
+      o.store.max_request_slices < 1) {
     std::fprintf(stderr,
-                 "--store_fd_max_connections*, --store_max_buffers_per_caller and "
-                 "--store_max_lease_ttl_ms must be >= 1\n");
+                 "--store_fd_max_connections*, --store_max_buffers_per_caller, "
+                 "--store_max_lease_ttl_ms and --store_max_request_slices must be >= 1\n");
     return 2;
   }
   o.http = absl::GetFlag(FLAGS_http);

@@ -106,37 +106,89 @@ absl::Status CheckGpuSlices(int slices, bool is_get, bool served) {
 
 }  // namespace
 
+absl::Status StoreGrpcService::ResolveSlice(uint64_t buffer_id, uint64_t offset, uint64_t length,
+                                            int count, std::string_view owner,
+                                            ResolvedBuffers& seen, std::vector<LocalBuffer>* out,
+                                            std::vector<BufferRef>* refs, GpuBufferRef* gpu,
+                                            bool is_get) const {
+  if (IsGpuBufferId(buffer_id)) {
+    const bool served = gpu_buffers_ != nullptr && (is_get || gpu_stager_ != nullptr);
+    MC_RETURN_IF_ERROR(CheckGpuSlices(count, is_get, served));
+    MC_ASSIGN_OR_RETURN(const uint64_t addr,
+                        gpu_buffers_->Resolve(buffer_id, offset, length, gpu, owner));
+    out->push_back({reinterpret_cast<char*>(addr), length});
+    return absl::OkStatus();
+  }
+  auto it = seen.find(buffer_id);
+  if (it == seen.end()) {
+    MC_ASSIGN_OR_RETURN(ResolvedBuffer b, buffers_.ResolveBuffer(buffer_id, owner));
+    it = seen.emplace(buffer_id, SeenBuffer{.buffer = std::move(b)}).first;
+  }
+  SeenBuffer& b = it->second;
+  MC_ASSIGN_OR_RETURN(char* mem, b.buffer.Slice(offset, length));
+  out->push_back({mem, length});
+  // One reference per distinct buffer of the item (a vLLM block names one buffer ~9 times).
+  if (b.held_by != refs) {
+    refs->push_back(b.buffer.ref);
+    b.held_by = refs;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StoreGrpcService::ResolveSlices(
     const google::protobuf::RepeatedPtrField<sv1::Slice>& slices, std::string_view owner,
     ResolvedBuffers& seen, std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
     GpuBufferRef* gpu, bool is_get) const {
   CheckedSum total;
+  out->reserve(slices.size());
   for (const sv1::Slice& slice : slices) {
     if (!total.Add(slice.length()).ok()) {
       return McError(Code::kInvalidArgument, "the slices' lengths overflow 64 bits");
     }
-    if (IsGpuBufferId(slice.buffer_id())) {
-      const bool served = gpu_buffers_ != nullptr && (is_get || gpu_stager_ != nullptr);
-      MC_RETURN_IF_ERROR(CheckGpuSlices(slices.size(), is_get, served));
-      MC_ASSIGN_OR_RETURN(
-          const uint64_t addr,
-          gpu_buffers_->Resolve(slice.buffer_id(), slice.offset(), slice.length(), gpu, owner));
-      out->push_back({reinterpret_cast<char*>(addr), slice.length()});
-      continue;
+    MC_RETURN_IF_ERROR(ResolveSlice(slice.buffer_id(), slice.offset(), slice.length(),
+                                    slices.size(), owner, seen, out, refs, gpu, is_get));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StoreGrpcService::ResolveBlock(
+    const google::protobuf::RepeatedPtrField<sv1::StridedSlice>& layout, uint64_t block,
+    std::string_view owner, ResolvedBuffers& seen, std::vector<LocalBuffer>* out,
+    std::vector<BufferRef>* refs, GpuBufferRef* gpu, bool is_get) const {
+  if (layout.empty()) {
+    return McError(Code::kInvalidArgument, absl::StrCat("the item names block ", block,
+                                                        " but the request has no block_layout"));
+  }
+  CheckedSum total;
+  out->reserve(layout.size());
+  for (const sv1::StridedSlice& run : layout) {
+    if (!total.Add(run.length()).ok()) {
+      return McError(Code::kInvalidArgument, "the layout's run lengths overflow 64 bits");
     }
-    auto it = seen.find(slice.buffer_id());
-    if (it == seen.end()) {
-      MC_ASSIGN_OR_RETURN(ResolvedBuffer b, buffers_.ResolveBuffer(slice.buffer_id(), owner));
-      it = seen.emplace(slice.buffer_id(), SeenBuffer{.buffer = std::move(b)}).first;
+    uint64_t shift = 0;
+    uint64_t offset = 0;
+    if (__builtin_mul_overflow(block, run.stride(), &shift) ||
+        __builtin_add_overflow(run.offset(), shift, &offset)) {
+      return McError(Code::kInvalidArgument,
+                     absl::StrCat("block ", block, " of the layout (offset ", run.offset(),
+                                  ", stride ", run.stride(), ") overflows 64 bits"));
     }
-    SeenBuffer& b = it->second;
-    MC_ASSIGN_OR_RETURN(char* mem, b.buffer.Slice(slice.offset(), slice.length()));
-    out->push_back({mem, slice.length()});
-    // One reference per distinct buffer of the item (a vLLM block names one buffer ~9 times).
-    if (b.held_by != refs) {
-      refs->push_back(b.buffer.ref);
-      b.held_by = refs;
-    }
+    MC_RETURN_IF_ERROR(ResolveSlice(run.buffer_id(), offset, run.length(), layout.size(), owner,
+                                    seen, out, refs, gpu, is_get));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StoreGrpcService::CheckSliceCount(uint64_t explicit_slices, int layout_runs,
+                                               uint64_t block_items) const {
+  // Each factor is below 2^31 (a repeated field's size): the product fits in 64 bits.
+  const uint64_t total = explicit_slices + static_cast<uint64_t>(layout_runs) * block_items;
+  if (total > options_.max_request_slices) {
+    return McError(
+        Code::kInvalidArgument,
+        absl::StrCat("the request names ", total, " slices (", block_items, " block items x ",
+                     layout_runs, " layout runs + ", explicit_slices,
+                     " explicit), over --store_max_request_slices=", options_.max_request_slices));
   }
   return absl::OkStatus();
 }
@@ -185,13 +237,29 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return TooMany(req->items_size(), options_.max_batch_items);
   }
+  uint64_t explicit_slices = 0;
+  uint64_t block_items = 0;
+  for (const sv1::PutItem& in : req->items()) {
+    explicit_slices += static_cast<uint64_t>(in.slices_size());
+    block_items += in.has_block() ? 1 : 0;
+  }
+  if (absl::Status s = CheckSliceCount(explicit_slices, req->block_layout_size(), block_items);
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   std::vector<PutRequestItem> items(req->items_size());
   ResolvedBuffers seen;
   for (int i = 0; i < req->items_size(); ++i) {
     const sv1::PutItem& in = req->items(i);
     PutRequestItem& item = items[i];
     item.key = in.key();
-    if (!in.data().empty() && in.slices_size() > 0) {
+    if (in.has_block()) {
+      item.input_error =
+          !in.data().empty() || in.slices_size() > 0
+              ? McError(Code::kInvalidArgument, "give a block, data or slices, not two")
+              : ResolveBlock(req->block_layout(), in.block().index(), caller->owner, seen,
+                             &item.pieces, &item.buffers, &item.gpu, /*is_get=*/false);
+    } else if (!in.data().empty() && in.slices_size() > 0) {
       item.input_error = McError(Code::kInvalidArgument, "give data or slices, not both");
     } else if (in.data().size() > options_.max_inline_bytes) {
       item.input_error =
@@ -227,14 +295,30 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return TooMany(req->items_size(), options_.max_batch_items);
   }
+  uint64_t explicit_slices = 0;
+  uint64_t block_items = 0;
+  for (const sv1::GetItem& in : req->items()) {
+    explicit_slices += static_cast<uint64_t>(in.slices_size());
+    block_items += in.has_block() ? 1 : 0;
+  }
+  if (absl::Status s = CheckSliceCount(explicit_slices, req->block_layout_size(), block_items);
+      !s.ok()) {
+    return ToGrpcStatus(s);
+  }
   std::vector<GetRequestItem> items(req->items_size());
   ResolvedBuffers seen;
   resp->mutable_results()->Reserve(req->items_size());
   for (int i = 0; i < req->items_size(); ++i) {
     const sv1::GetItem& in = req->items(i);
     items[i].key = in.key();
-    items[i].inline_data = in.slices_size() == 0;
-    if (!items[i].inline_data) {
+    items[i].inline_data = in.slices_size() == 0 && !in.has_block();
+    if (in.has_block()) {
+      items[i].input_error =
+          in.slices_size() > 0
+              ? McError(Code::kInvalidArgument, "give a block or slices, not both")
+              : ResolveBlock(req->block_layout(), in.block().index(), caller->owner, seen,
+                             &items[i].slices, &items[i].buffers, &items[i].gpu, /*is_get=*/true);
+    } else if (!items[i].inline_data) {
       items[i].input_error = ResolveSlices(in.slices(), caller->owner, seen, &items[i].slices,
                                            &items[i].buffers, &items[i].gpu, /*is_get=*/true);
     }

@@ -37,6 +37,10 @@ struct StoreServiceOptions {
   uint64_t max_inline_bytes = 64ull << 20;  // per inline payload, put or get
   uint32_t default_replicas = 1;
   size_t max_batch_items = 65536;
+  // Most slices one BatchPut/BatchGet may name, explicit plus block-layout runs x block items
+  // (--store_max_request_slices): a layout of R runs makes each block item R slices, so this,
+  // not the message size, bounds what one small request costs to resolve.
+  uint64_t max_request_slices = 4ull << 20;
   uint32_t max_prefix_lease_ttl_ms = 600'000;  // --store_max_lease_ttl_ms
   // RegisterBuffer by shm_name opens the object with the daemon's rights: off unless
   // --store_allow_named_buffers (see docs/security.md).
@@ -120,6 +124,20 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
                              std::string_view owner, ResolvedBuffers& seen,
                              std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
                              GpuBufferRef* gpu, bool is_get) const;
+  // Block `block` of a request's block layout: its runs at offset + block * stride, resolved
+  // exactly like the explicit slices they stand for (an offset that overflows is refused).
+  absl::Status ResolveBlock(
+      const google::protobuf::RepeatedPtrField<mcstore::v1::StridedSlice>& layout, uint64_t block,
+      std::string_view owner, ResolvedBuffers& seen, std::vector<LocalBuffer>* out,
+      std::vector<BufferRef>* refs, GpuBufferRef* gpu, bool is_get) const;
+  // One slice of an item that has `count` slices.
+  absl::Status ResolveSlice(uint64_t buffer_id, uint64_t offset, uint64_t length, int count,
+                            std::string_view owner, ResolvedBuffers& seen,
+                            std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
+                            GpuBufferRef* gpu, bool is_get) const;
+  // A request's slices once expanded, against max_request_slices.
+  absl::Status CheckSliceCount(uint64_t explicit_slices, int layout_runs,
+                               uint64_t block_items) const;
 
   const StoreServiceOptions options_;
   BufferRegistry& buffers_;

@@ -1,7 +1,8 @@
 // libFuzzer target: the Store service's request validation, fed from the proto types. The first
 // byte picks an RPC, the rest is parsed as its request and served by an in-process mc-client
 // Store service (StoreGrpcService over BatchPutter/BatchGetter, the local transfer transport and
-// the in-process master), with one registered 64 KiB memfd buffer (id 1) that slices may name.
+// the in-process master), with one registered 64 KiB memfd buffer (id 1) that slices and block
+// layouts may name.
 // Requests are untrusted: every one must get an answer, never a crash; a get that answers OK must
 // carry exactly the bytes put under its key (each key's value is derived from the key).
 #include <sys/mman.h>
@@ -65,8 +66,10 @@ struct Node {
     getter = std::make_unique<mc::client::BatchGetter>(
         BatchGetOptions{kId, kEndpoint, 0, 4096, 8}, master, *engine, leases, clock, metrics);
     service = std::make_unique<mc::client::StoreGrpcService>(
-        mc::client::StoreServiceOptions{.client_id = kId, .max_inline_bytes = 1 << 20,
-                                        .max_batch_items = 256},
+        mc::client::StoreServiceOptions{.client_id = kId,
+                                        .max_inline_bytes = 1 << 20,
+                                        .max_batch_items = 256,
+                                        .max_request_slices = 4096},
         buffers, *putter, *getter, master, leases, clock, metrics);
     v1::RegisterClientRequest req;
     req.set_client_id(kId);
@@ -117,7 +120,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       v1::BatchPutRequest req;
       if (!Parse(data, size, &req)) return 0;
       for (auto& item : *req.mutable_items()) {
-        if (item.slices_size() == 0) {
+        if (item.slices_size() == 0 && !item.has_block()) {
           item.set_data(ValueFor(item.key()));
         } else {
           node->slice_keys.insert(item.key());  // holds whatever the buffer held
@@ -137,7 +140,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const auto& r = resp.results(i);
         const auto& item = req.items(i);
         // An inline OK answer of a key only ever put inline carries exactly its value.
-        if (r.code() == v1::OK && item.slices_size() == 0 &&
+        if (r.code() == v1::OK && item.slices_size() == 0 && !item.has_block() &&
             !node->slice_keys.contains(item.key()) && r.data() != ValueFor(item.key())) {
           abort();
         }
