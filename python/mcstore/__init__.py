@@ -7,7 +7,8 @@
         c.put([b"k"], [[buf.slice(0, arr.nbytes)]])     # zero-copy put
         c.get([b"k"], into=[[buf.slice(0, arr.nbytes)]])  # zero-copy get into `arr`
 
-Exports: Client, AsyncClient, Lease, AsyncLease, SharedBuffer, Slice, BufferPool, Block, Code,
+Exports: Client, AsyncClient, Lease, AsyncLease, SharedBuffer, Slice, PreparedSlices,
+BlockLayout, LayoutBlocks, BufferPool, Block, Code,
 Result, GetResult, StoreError, UnavailableError, raise_for_results. See docs/python.md.
 """
 
@@ -32,6 +33,8 @@ _EXPORTS = {
     "Block": "mcstore._pool",
     "Slice": "mcstore._buffers",
     "PreparedSlices": "mcstore._core",
+    "BlockLayout": "mcstore._core",
+    "LayoutBlocks": "mcstore._core",
     "Code": "mcstore._errors",
     "Result": "mcstore._errors",
     "GetResult": "mcstore._errors",
@@ -44,7 +47,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from mcstore._aio import AsyncClient, AsyncLease
     from mcstore._buffers import SharedBuffer, Slice
-    from mcstore._core import PreparedSlices
+    from mcstore._core import BlockLayout, LayoutBlocks, PreparedSlices
     from mcstore._client import Client, Lease
     from mcstore._pool import Block, BufferPool
     from mcstore._errors import (Code, GetResult, Result, StoreError, UnavailableError,

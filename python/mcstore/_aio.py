@@ -4,13 +4,13 @@ loads and saves with compute."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grpc
 import grpc.aio
 
 from mcstore import _core
-from mcstore._buffers import SharedBuffer
+from mcstore._buffers import SharedBuffer, Slice
 from mcstore._client import Client
 from mcstore._core import IntoLike, KeyLike, ValueLike
 from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
@@ -143,6 +143,10 @@ class AsyncClient:
     def prepare_slices(self, slices: Any) -> "_core.PreparedSlices":
         """Client.prepare_slices (no RPC)."""
         return _core.PreparedSlices(slices, self._checker)
+
+    def block_layout(self, runs: Sequence[Tuple[Slice, int]]) -> "_core.BlockLayout":
+        """Client.block_layout (no RPC)."""
+        return _core.BlockLayout(runs, self._checker)
 
     async def create_buffer(self, nbytes: int) -> SharedBuffer:
         """See Client.create_buffer (registration runs in a worker thread)."""

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 import grpc
 
 from mcstore import _core
-from mcstore._buffers import SharedBuffer, check_shm_name
+from mcstore._buffers import SharedBuffer, Slice, check_shm_name
 from mcstore._core import IntoLike, KeyLike, ValueLike
 from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
 from mcstore._fdchannel import FdSession, default_fd_socket
@@ -273,6 +273,13 @@ class Client:
         are reused (a vLLM block: one slice per layer and K/V); each use re-checks only that its
         buffers are still registered and open."""
         return _core.PreparedSlices(slices, self._checker)
+
+    def block_layout(self, runs: Sequence[Tuple[Slice, int]]) -> "_core.BlockLayout":
+        """A paged layout: `runs` are (Slice of block 0, stride) pairs, block i being each
+        run's slice shifted by i * stride, in run order. Pass `layout.blocks(indices)` as get's
+        `into` or put's `values`: the request then carries the runs once and one index per
+        key, and nothing is prepared per block (see docs/python.md, "Block layouts")."""
+        return _core.BlockLayout(runs, self._checker)
 
     def create_buffer(self, nbytes: int) -> SharedBuffer:
         """Creates a shared-memory buffer of nbytes (mode 0600), registers it with the daemon

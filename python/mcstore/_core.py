@@ -16,6 +16,7 @@ from mcstore._proto import SERVICE, store_pb2
 KeyLike = Union[bytes, bytearray, str]
 ValueLike = Any  # bytes | bytearray | memoryview | numpy.ndarray | torch.Tensor | Slice | list[Slice]
 IntoLike = Optional[Union[Slice, Sequence[Slice], "PreparedSlices"]]
+# get's `into` and put's `values` for a whole batch: a Sequence of the above, or LayoutBlocks.
 
 _UINT32_MAX = (1 << 32) - 1
 _UINT64_MAX = (1 << 64) - 1
@@ -177,6 +178,127 @@ class PreparedSlices:
         return "PreparedSlices(%d slices, %d bytes)" % (self.count, self.length)
 
 
+class BlockLayout:
+    """Slices that repeat for every block of paged buffers (a vLLM KV cache: one run per layer
+    and K/V, block i at offset + i * stride). A batch of such blocks is sent as the runs once
+    plus one block index per item (BatchGetRequest/BatchPutRequest.block_layout): nothing is
+    prepared or kept per block, and the daemon expands each item into exactly the slices it
+    stands for, with the same checks. Made by Client.block_layout(); valid with that Client.
+    Pass `layout.blocks(indices)` as get's `into` or put's `values`.
+
+    Needs an mc-client that knows block layouts: an older one answers a layout get with
+    bytes_written 0 (an INTERNAL result here, never OK) and stores a layout put as an empty
+    object, so prove it once (put then get one block) where an older daemon may run."""
+
+    __slots__ = ("_prepared", "strides", "block_length", "num_blocks", "_raw", "_runs")
+
+    def __init__(self, runs: Any, checker: "SliceChecker") -> None:
+        runs = list(runs)
+        if not runs:
+            raise ValueError("block_layout: no runs")
+        firsts = []
+        strides = []
+        for j, run in enumerate(runs):
+            if not isinstance(run, tuple) or len(run) != 2:
+                raise TypeError("block_layout run %d: expected (Slice of block 0, stride), got %r"
+                                % (j, run))
+            sl, stride = run
+            if isinstance(stride, bool) or not isinstance(stride, int):
+                raise TypeError("block_layout run %d: stride must be an int" % j)
+            if stride < 0 or stride > _UINT64_MAX:
+                raise ValueError("block_layout run %d: stride %d outside [0, 2^64)" % (j, stride))
+            firsts.append(sl)
+            strides.append(stride)
+        # Checks every run's block 0 (type, buffer, bounds) and keeps the per-request check.
+        self._prepared = PreparedSlices(firsts, checker)
+        self.strides = tuple(strides)
+        self.block_length = self._prepared.length
+        # Blocks [0, num_blocks) lie inside every run's buffer.
+        limit: Optional[int] = None
+        for sl, stride in zip(firsts, strides):
+            size = sl.buffer.size if sl.buffer is not None else checker.sizes[sl.buffer_id]
+            if stride:
+                n = (size - sl.offset - sl.length) // stride + 1
+                limit = n if limit is None else min(limit, n)
+        self.num_blocks = limit if limit is not None else _UINT64_MAX + 1
+        self._runs = [(sl.buffer_id, sl.offset, sl.length, st) for sl, st in zip(firsts, strides)]
+        self._raw = b"".join(
+            _field(0x1A, _slice_body(b, o, n) + (b"\x20" + _varint(st) if st else b""))
+            for b, o, n, st in self._runs)
+
+    def blocks(self, indices: Sequence[int]) -> "LayoutBlocks":
+        """The blocks `indices` (one per key, in order), as get's `into` or put's `values`."""
+        return LayoutBlocks(self, indices)
+
+    def slices(self, index: int) -> List[Slice]:
+        """Block `index` as the Slices it stands for (what the daemon reads or writes)."""
+        i = self._index(index, "block_layout")
+        return [Slice(b, o + i * st, n) for b, o, n, st in self._runs]
+
+    def _index(self, i: Any, what: str) -> int:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError("%s: a block index must be an int, got %s" % (what, type(i).__name__))
+        if i < 0 or i >= self.num_blocks:
+            raise ValueError("%s: block %d outside the layout's [0, %d)"
+                             % (what, i, self.num_blocks))
+        return i
+
+    def __repr__(self) -> str:
+        return "BlockLayout(%d runs, %d bytes per block, %d blocks)" % (
+            len(self.strides), self.block_length, self.num_blocks)
+
+
+class LayoutBlocks:
+    """Blocks of one BlockLayout, one per key: BlockLayout.blocks(indices)."""
+
+    __slots__ = ("layout", "indices")
+
+    def __init__(self, layout: BlockLayout, indices: Sequence[int]) -> None:
+        if isinstance(indices, (bytes, str, int)):
+            raise TypeError("blocks: indices must be a sequence of ints")
+        self.layout = layout
+        index = layout._index
+        self.indices = [index(i, "blocks item %d" % j) for j, i in enumerate(indices)]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __repr__(self) -> str:
+        return "LayoutBlocks(%d blocks of %r)" % (len(self.indices), self.layout)
+
+
+_BLOCK_BODIES = [b"\x00"] + [bytes((2, 8, i)) for i in range(1, 0x80)]
+
+
+def _layout_request(bkeys: List[bytes], blocks: LayoutBlocks, get: bool, field2: int,
+                    checker: SliceChecker) -> bytes:
+    """A BatchGetRequest (get) or BatchPutRequest naming each item's block of one layout,
+    written as bytes: items = field 1 (key = field 1, block = GetItem field 3 / PutItem field 4,
+    a LayoutBlock whose index is field 1), field 2 (lease_id / replicas) when not zero, then the
+    layout's runs (field 3)."""
+    if len(blocks) != len(bkeys):
+        raise ValueError("%s: %d keys but %d blocks" % ("get" if get else "put", len(bkeys),
+                                                         len(blocks)))
+    layout = blocks.layout
+    layout._prepared.check(checker, "block layout")
+    tag = b"\x1a" if get else b"\x22"
+    small = _BLOCK_BODIES
+    parts = []
+    append = parts.append
+    for k, i in zip(bkeys, blocks.indices):
+        if i < 0x80:
+            body = small[i]
+        else:
+            v = _varint(i)
+            body = bytes((len(v) + 1, 8)) + v
+        item = (_field(0x0A, k) if k else b"") + tag + body
+        append(b"\x0a" + _varint(len(item)) + item)
+    if field2:
+        append(b"\x10" + _varint(field2))
+    append(layout._raw)
+    return b"".join(parts)
+
+
 def _is_torch_tensor(v: Any) -> bool:
     return type(v).__module__.startswith("torch") and hasattr(v, "data_ptr")
 
@@ -255,6 +377,8 @@ def build_put(keys: Sequence[KeyLike], values: Sequence[ValueLike], replicas: Op
     bkeys = encode_keys(keys)
     if isinstance(values, (bytes, bytearray, str, memoryview)):
         raise TypeError("values must be a sequence with one value per key")
+    if type(values) is LayoutBlocks:
+        return _layout_request(bkeys, values, False, check_replicas(replicas), checker), bkeys
     values = list(values)
     if len(values) != len(bkeys):
         raise ValueError("put: %d keys but %d values" % (len(bkeys), len(values)))
@@ -290,6 +414,9 @@ def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease
     bkeys = encode_keys(keys)
     lengths: List[Optional[int]] = [None] * len(bkeys)
     lease_id = lease_id_of(lease)
+    if type(into) is LayoutBlocks:
+        return (_layout_request(bkeys, into, True, lease_id, checker), bkeys,
+                [into.layout.block_length] * len(bkeys))
     if into is not None:
         into = list(into)
         if len(into) != len(bkeys):

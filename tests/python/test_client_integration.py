@@ -155,6 +155,66 @@ def test_prepared_slices_send_the_same_request_and_are_rechecked_per_use(c0, c1)
     raw.close()
 
 
+def test_block_layout_moves_the_same_bytes_as_its_slices(c0, c1):
+    """A paged buffer of 8 blocks with two runs each (a K run and a V run 64 KiB apart): blocks
+    put through the layout read back inline as their runs; gets into other blocks land where
+    the expanded slices say, also from the other daemon; a too-small layout is SIZE_MISMATCH and
+    bad input is refused before anything is sent."""
+    run, blocks = 4096, 8
+    buf = c0.create_buffer(2 * run * blocks)
+    mem = buf.numpy(np.uint8, 2 * run * blocks)
+    mem[:] = np.random.default_rng(5).integers(0, 255, mem.size, dtype=np.uint8)
+    layout = c0.block_layout([(buf.slice(0, run), run), (buf.slice(run * blocks, run), run)])
+    assert layout.num_blocks == blocks and layout.block_length == 2 * run
+    keys = [uniq("layout") for _ in range(3)]
+    src = [1, 0, 7]
+    expect = [bytes(mem[i * run:(i + 1) * run]) + bytes(mem[(blocks + i) * run:(blocks + i + 1)
+                                                             * run]) for i in src]
+    raise_for_results(c0.put(keys, layout.blocks(src)))
+    assert [r.data for r in c0.get(keys)] == expect
+    # into blocks 2, 3, 4: exactly what the same Slices would have written
+    dst = [2, 3, 4]
+    for i in dst:
+        for sl in layout.slices(i):
+            mem[sl.offset:sl.end] = 0
+    res = c0.get(keys, into=layout.blocks(dst), lease=None)
+    raise_for_results(res)
+    assert [r.bytes_written for r in res] == [2 * run] * 3
+    for i, e in zip(dst, expect):
+        assert b"".join(bytes(mem[sl.offset:sl.end]) for sl in layout.slices(i)) == e
+    # the other daemon's client reads c0's blocks into its own layout (remote path)
+    other = c1.create_buffer(2 * run * 2)
+    olayout = c1.block_layout([(other.slice(0, run), run), (other.slice(2 * run, run), run)])
+    raise_for_results(c1.get(keys[:2], into=olayout.blocks([1, 0])))
+    view = other.numpy(np.uint8, 4 * run)
+    assert bytes(view[run:2 * run]) + bytes(view[3 * run:]) == expect[0]
+    assert bytes(view[:run]) + bytes(view[2 * run:3 * run]) == expect[1]
+    # a layout whose blocks are smaller than the object: the daemon's SIZE_MISMATCH
+    half = c0.block_layout([(buf.slice(0, run), run)])
+    assert c0.get(keys[:1], into=half.blocks([5]))[0].code is Code.SIZE_MISMATCH
+    # bad input never reaches the daemon
+    with pytest.raises(ValueError, match="outside the layout"):
+        c0.get(keys[:1], into=layout.blocks([blocks]))
+    with pytest.raises(ValueError, match="another client"):
+        c1.get(keys[:1], into=layout.blocks([0]))
+
+    async def main():
+        async with AsyncClient(c0.address) as a:
+            abuf = await a.create_buffer(2 * run)
+            alayout = a.block_layout([(abuf.slice(0, run), run)])
+            got = await a.get(keys[:1], into=alayout.blocks([0]))
+            assert got[0].code is Code.SIZE_MISMATCH   # 1 run of 4 KiB for an 8 KiB object
+            k = uniq("alayout")
+            raise_for_results(await a.put([k], alayout.blocks([1])))
+            assert (await a.get([k]))[0].data == bytes(abuf.numpy(np.uint8, 2 * run)[run:])
+
+    asyncio.run(main())
+    buf.close()
+    with pytest.raises(ValueError, match="closed or re-registered"):
+        c0.get(keys[:1], into=layout.blocks([0]))
+    other.close()
+
+
 def test_zero_copy_torch(c0, c1):
     torch = pytest.importorskip("torch")
     src = c0.create_buffer(1 << 20)

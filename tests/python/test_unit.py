@@ -445,6 +445,68 @@ def test_async_client_bad_input_and_daemon_down():
     asyncio.run(main())
 
 
+def test_layout_batches_are_written_as_the_same_bytes_as_messages():
+    """A batch of one BlockLayout's blocks is written as bytes by hand; they must be exactly
+    what protobuf writes for the same request (runs once, one LayoutBlock per item), and
+    BlockLayout.slices(i) must be what the daemon expands block i into."""
+    owner = FakeOwner()
+    with owner.buffer(1 << 20) as b:
+        checker = _core.SliceChecker(owner)
+        big = 1 << 40
+        checker.sizes[77] = big
+        runs = [(b.slice(0, 100), 1000), (Slice(77, 5, 300), 1 << 20), (b.slice(500, 0), 0),
+                (Slice(77, big - (1 << 30), 7), 0)]
+        layout = _core.BlockLayout(runs, checker)
+        assert layout.block_length == 407 and layout.num_blocks == ((1 << 20) - 100) // 1000 + 1
+        keys = [b"", b"k" * 200, b"x", b"y", b"z"]
+        indices = [0, 1, 127, 128, layout.num_blocks - 1]
+        for lease in (None, 1, (1 << 64) - 1):
+            raw, bkeys, lengths = _core.build_get(keys, layout.blocks(indices), lease, checker)
+            ref = store_pb2.BatchGetRequest(lease_id=_core.lease_id_of(lease))
+            for k, i in zip(keys, indices):
+                ref.items.add(key=k).block.index = i
+            for (sl, st) in runs:
+                ref.block_layout.add(buffer_id=sl.buffer_id, offset=sl.offset,
+                                     length=sl.length, stride=st)
+            assert type(raw) is bytes and raw == ref.SerializeToString()
+            assert store_pb2.BatchGetRequest.FromString(raw) == ref
+            assert lengths == [407] * len(keys) and bkeys == keys
+        for replicas in (None, 3):
+            raw, _ = _core.build_put(keys, layout.blocks(indices), replicas, checker)
+            ref = store_pb2.BatchPutRequest(replicas=replicas or 0)
+            for k, i in zip(keys, indices):
+                ref.items.add(key=k).block.index = i
+            ref.block_layout.extend(store_pb2.BatchGetRequest.FromString(
+                _core.build_get([], layout.blocks([]), None, checker)[0]).block_layout)
+            assert raw == ref.SerializeToString()
+        assert layout.slices(3) == [Slice(b.id, 3000, 100), Slice(77, 5 + 3 * (1 << 20), 300),
+                                    Slice(b.id, 500, 0), Slice(77, big - (1 << 30), 7)]
+        # bad input, refused before anything is sent
+        with pytest.raises(ValueError, match="block 1049 outside"):
+            layout.blocks([1, layout.num_blocks])
+        with pytest.raises(TypeError, match="must be an int"):
+            layout.blocks([1, True])
+        with pytest.raises(TypeError, match="sequence of ints"):
+            layout.blocks(3)
+        with pytest.raises(ValueError, match="2 keys but 1 blocks"):
+            _core.build_get([b"a", b"b"], layout.blocks([1]), None, checker)
+        with pytest.raises(ValueError, match="no runs"):
+            _core.BlockLayout([], checker)
+        with pytest.raises(TypeError, match="stride"):
+            _core.BlockLayout([(b.slice(0, 1), 1.5)], checker)
+        with pytest.raises(ValueError, match="stride -1"):
+            _core.BlockLayout([(b.slice(0, 1), -1)], checker)
+        with pytest.raises(TypeError, match="Slice of block 0, stride"):
+            _core.BlockLayout([b.slice(0, 1)], checker)
+        with pytest.raises(ValueError, match="outside buffer"):
+            _core.BlockLayout([(Slice(77, big, 1), 1)], checker)
+        del checker.sizes[77]
+        with pytest.raises(ValueError, match="no longer registered"):
+            _core.build_put([b"a"], layout.blocks([0]), None, checker)
+    with pytest.raises(ValueError, match="closed or re-registered"):
+        _core.build_get([b"a"], layout.blocks([0]), None, checker)
+
+
 def test_slice_requests_carry_no_payload():
     owner = FakeOwner()
     with owner.buffer(4 << 20) as b:

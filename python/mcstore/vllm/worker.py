@@ -129,6 +129,22 @@ class KVMemory:
         return [Slice(buffer_ids[i], self.storages[i][3] + o, n)
                 for i, o, n in self._runs_unregistered(block)]
 
+    def layout_runs(self, buffer_ids: list[int]):
+        """Block 0's runs, each with the bytes between blocks: block b is every run shifted by
+        b strides. Runs merge only where they continue each other for every block (same
+        storage, same stride), so a block's bytes come in block_slices' order."""
+        from mcstore import Slice
+        runs: list[list[int]] = []   # [storage index, offset, length, stride]
+        for idx, block0, step in self._layer_runs:
+            for o, n in block0:
+                last = runs[-1] if runs else None
+                if last and last[0] == idx and last[3] == step and last[1] + last[2] == o:
+                    last[2] += n
+                else:
+                    runs.append([idx, o, n, step])
+        return [(Slice(buffer_ids[i], self.storages[i][3] + o, n), step)
+                for i, o, n, step in runs]
+
     def views(self) -> dict[str, torch.Tensor]:
         return dict(zip(self.layer_names, self.tensors))
 
@@ -152,6 +168,11 @@ class WorkerSide:
         self.mem: Optional[KVMemory] = None
         self.buffer_ids: list[int] = []
         self.headers = None     # SharedBuffer: [load slots | save slots], HEADER_SIZE each
+        # Block layouts (header slot + KV runs) for loads and saves: one request names the runs
+        # once and each block by its id. None when the daemon predates block layouts (the
+        # probe says so): then PreparedSlices per block id, made on first use.
+        self._load_layout = None
+        self._save_layout = None
         self._prepared_loads: dict[int, object] = {}   # block id -> PreparedSlices
         self._prepared_saves: dict[int, object] = {}
         self.pool = ThreadPoolExecutor(max_workers=max(1, int(self.cfg["io_threads"])),
@@ -185,6 +206,13 @@ class WorkerSide:
                                                2 * self.mem.num_blocks * B.HEADER_SIZE)
         self._prepared_loads.clear()   # they name the buffers registered before, if any
         self._prepared_saves.clear()
+        kv_runs = self.mem.layout_runs(self.buffer_ids)
+        self._load_layout = self.client.block_layout(
+            [(self.headers.slice(self._header_slot(0, False), B.HEADER_SIZE), B.HEADER_SIZE)]
+            + kv_runs)
+        self._save_layout = self.client.block_layout(
+            [(self.headers.slice(self._header_slot(0, True), B.HEADER_SIZE), B.HEADER_SIZE)]
+            + kv_runs)
         self._check_bound_views()
         log.info("mcstore: %d KV layers, %d blocks of %d bytes in %d slice(s) each, shared "
                  "memory %s", len(self.mem.layers), self.mem.num_blocks, self.mem.block_bytes,
@@ -231,13 +259,38 @@ class WorkerSide:
                 raise RuntimeError("layout probe: the bytes mcstore read through the slices "
                                    "differ from the KV tensors' (%s); refusing to run"
                                    % (got.code.name if not got.ok else "content"))
+            self._probe_block_layouts(key + b"-layout", expected)
         finally:
             for t, v in zip(tensors, saved):
                 t[0].copy_(v)
             try:
-                self.client.remove([key])
+                self.client.remove([key, key + b"-layout"])
             except Exception:
                 pass
+
+    def _probe_block_layouts(self, key: bytes, expected: bytes) -> None:
+        """Block 0 through the block layouts: put through the save layout, it must read back
+        inline as its save header slot and KV bytes, and a get through the load layout must
+        write it whole. An mc-client older than block layouts fails this (it stores an empty
+        object, answers the get inline): the layouts are then dropped for per-block slices."""
+        hdr = bytes(self.headers.memoryview(self._header_slot(0, True), B.HEADER_SIZE))
+        put = self.client.put([key], self._save_layout.blocks([0]))[0]
+        if not put.ok:
+            why = "put: %s %s" % (put.code.name, put.message)
+        else:
+            got = self.client.get([key])[0]
+            if not got.ok or got.data != hdr + expected:
+                why = "read back: %s" % (got.code.name if not got.ok else
+                                         "%d bytes differ from the block's" % len(got.data))
+            else:
+                back = self.client.get([key], into=self._load_layout.blocks([0]))[0]
+                if back.ok:
+                    return
+                why = "get: %s %s" % (back.code.name, back.message)
+        log.warning("mcstore: daemon %s does not serve block layouts (%s; an mc-client older "
+                    "than this connector?): loads and saves name each block's slices instead, "
+                    "at a higher cost per block", self.cfg["address"], why)
+        self._load_layout = self._save_layout = None
 
     def _check_bound_views(self) -> None:
         """Every KV tensor the attention layers use must now live in the shared storage."""
@@ -256,6 +309,14 @@ class WorkerSide:
 
     def _header_slot(self, block_id: int, save: bool) -> int:
         return ((self.mem.num_blocks if save else 0) + block_id) * B.HEADER_SIZE
+
+    def _blocks(self, block_ids: list[int], save: bool):
+        """The destinations (a load) or sources (a save) of these blocks, header slot first:
+        the block layout's blocks, or each block's PreparedSlices without one."""
+        layout = self._save_layout if save else self._load_layout
+        if layout is not None:
+            return layout.blocks(block_ids)
+        return [self._prepared(b, save) for b in block_ids]
 
     def _prepared(self, block_id: int, save: bool):
         """The block's header slot and KV runs as PreparedSlices, made once per block id and
@@ -313,7 +374,7 @@ class WorkerSide:
         lease = job.lease_ids[self.lease_index] if self.lease_index < len(job.lease_ids) else 0
         try:
             keys = [self._key(r.block_hash) for r in job.blocks]
-            into = [self._prepared(r.block_id, False) for r in job.blocks]
+            into = self._blocks([r.block_id for r in job.blocks], False)
             results = self.client.get(keys, into=into, lease=lease or None)
             headers = self.headers.memoryview(0, self.mem.num_blocks * B.HEADER_SIZE)  # load slots
             loaded = 0
@@ -401,7 +462,7 @@ class WorkerSide:
         stored: list[bytes] = []
         try:
             keys = [self._key(r.block_hash) for r in job.blocks]
-            values = [self._prepared(r.block_id, True) for r in job.blocks]
+            values = self._blocks([r.block_id for r in job.blocks], True)
             results = self.client.put(keys, values, replicas=int(self.cfg["replicas"]) or None)
             for r, res in zip(job.blocks, results):
                 if res.ok:
