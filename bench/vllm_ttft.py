@@ -168,10 +168,10 @@ def main():
 
 
 def alone(addr, http, n, block_bytes, parts, gap_ms, reps=100):
-    """The connector's request without the engine: n keys of block_bytes + a 128-byte header,
-    each scattered over `parts` slices of one buffer laid out [part][block] (as vLLM's per-layer
-    K and V tensors are) and a header slot, got under a MatchPrefix lease, from this process,
-    gap_ms apart."""
+    """The connector's request without the engine: n keys of a 128-byte header slot + block_bytes
+    scattered over `parts` slices of one buffer laid out [part][block] (as vLLM's per-layer K
+    and V tensors are), named through a block layout as the connector does, got under a
+    MatchPrefix lease, from this process, gap_ms apart."""
     import time
     from mcstore import Client, raise_for_results
     from client_cluster import metrics as daemon_metrics
@@ -188,25 +188,24 @@ def alone(addr, http, n, block_bytes, parts, gap_ms, reps=100):
         size = parts * blocks * part
         kv.memoryview()[:] = (os.urandom(4096) * (size // 4096 + 1))[:size]
 
-        def block(b):
-            return c.prepare_slices([kv.slice((p * blocks + b) * part, part) for p in range(parts)]
-                                    + [hd.slice(b * 128, 128)])
+        layout = c.block_layout([(hd.slice(0, 128), 128)]
+                                + [(kv.slice(p * blocks * part, part), part) for p in range(parts)])
         keys = [b"mc-vllm-bench-alone/%d" % i for i in range(n)]
-        raise_for_results(c.put(keys, [block(i) for i in range(n)]))
-        into = [block(n + i) for i in range(n)]
+        raise_for_results(c.put(keys, layout.blocks(range(n))))
+        into = list(range(n, 2 * n))
         with c.match_prefix(keys, 60000) as lease:
-            raise_for_results(c.get(keys, into=into, lease=lease))
+            raise_for_results(c.get(keys, into=layout.blocks(into), lease=lease))
             before, times = daemon_side(), []
             for _ in range(reps):
                 time.sleep(gap_ms / 1e3)
                 t0 = time.perf_counter()
-                raise_for_results(c.get(keys, into=into, lease=lease))
+                raise_for_results(c.get(keys, into=layout.blocks(into), lease=lease))
                 times.append(time.perf_counter() - t0)
             after = daemon_side()
         c.remove(keys)
     t = statistics.median(times)
-    print("python client alone, the connector's request (%d keys x %d slices + header, under a "
-          "lease, %d gets, gap %.1f ms): median %.2f ms, %.2f GB/s; daemon-side mean %.2f ms"
+    print("python client alone, the connector's request (%d keys x header + %d layout runs, "
+          "under a lease, %d gets, gap %.1f ms): median %.2f ms, %.2f GB/s; daemon-side mean %.2f ms"
           % (n, parts, reps, gap_ms, 1e3 * t, n * (parts * part + 128) / t / 1e9,
              1e3 * (after[1] - before[1]) / max(1.0, after[0] - before[0])))
 

@@ -75,7 +75,8 @@ def worker(record_blocks=False):
     w.fault_hook = None
     w.loaded_log = []
     w.load_times = []
-    w._prepared = lambda block_id, save: block_id   # the fake client gets the block id
+    w._load_layout = w._save_layout = None   # per-block destinations...
+    w._prepared = lambda block_id, save: block_id   # ...and the fake client gets the block id
     w.pool = ThreadPoolExecutor(max_workers=2)
     w.stored = {}
     w.client = FakeClient(w.headers, w.stored)
@@ -222,3 +223,39 @@ def test_registration_is_retried_while_the_daemon_is_unavailable():
     except UnavailableError:
         assert calls == ["/kv"]
     w.pool.shutdown(wait=True)
+
+
+class OldDaemonClient:
+    """An mc-client older than block layouts: a layout put stores an empty object (it sees
+    items with neither data nor slices) and a layout get answers inline."""
+
+    def __init__(self):
+        self.objects = {}
+
+    def put(self, keys, values, replicas=None):
+        for k in keys:
+            self.objects[k] = b""
+        return [GetResult(Code.OK, "", k) for k in keys]
+
+    def get(self, keys, into=None, lease=None):
+        if into is not None:   # inline answer, nothing written: parse_get makes it INTERNAL
+            return [GetResult(Code.INTERNAL, "daemon answered OK but 0 bytes written of 0", k)
+                    for k in keys]
+        return [GetResult(Code.OK, "", k, size=0, data=self.objects[k]) for k in keys]
+
+
+class FakeLayout:
+    def blocks(self, ids):
+        return ("layout", list(ids))
+
+
+def test_a_daemon_without_block_layouts_falls_back_to_per_block_slices(caplog):
+    w = worker()
+    w.cfg["address"] = "unix:/old.sock"
+    w.client = OldDaemonClient()
+    w._load_layout = w._save_layout = FakeLayout()
+    assert w._blocks([3, 4], False) == ("layout", [3, 4])
+    w._probe_block_layouts(b"probe", b"kv bytes")
+    assert w._load_layout is None and w._save_layout is None
+    assert "does not serve block layouts (read back: 0 bytes" in caplog.text
+    assert w._blocks([3, 4], False) == [3, 4] and w._blocks([5], True) == [5]
