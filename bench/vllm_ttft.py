@@ -128,8 +128,8 @@ def main():
                      1e3 * hw["load_s"], a.reps))
             lt = hit["phases"]["each"].get("load_times_s", [])
             if lt and block_bytes:
-                # The first loads also prepare each block id's slices (once per id in an
-                # engine's life): the mean above includes them, the median is a warm load.
+                # The first loads land in block ids not used before (their pages cold in the
+                # caches): the mean above includes them, the median is a warm load.
                 print("connector load per request: median %.2f ms (%.2f GB/s), first three %s ms"
                       % (1e3 * statistics.median(lt),
                          loads_per_req * block_bytes / statistics.median(lt) / 1e9,
@@ -153,18 +153,42 @@ def main():
             value = int(block_bytes) + 128
             n = int(loads_per_req)
             # The same keys each get (source and destination stay in the L3); a working set of
-            # 256 MiB; the same, spaced like the engine's loads.
-            for keys, gap in ((n, 0.0), (max(n, (256 << 20) // value), 0.0),
-                              (max(n, (256 << 20) // value), gap_ms)):
+            # 256 MiB; each spaced like the engine's loads. The connector's own pattern is the
+            # last: the same objects (one prompt) loaded once per request, a TTFT apart.
+            big = max(n, (256 << 20) // value)
+            configs = (("same keys, back to back", n, 0.0), ("256 MiB, back to back", big, 0.0),
+                       ("256 MiB, spaced", big, gap_ms), ("same keys, spaced", n, gap_ms))
+            summaries = []
+            for label, keys, gap in configs:
                 cmd = [bench, "--client", addr, "--value_size", str(value), "--batch", str(n),
                        "--keys", str(keys), "--iterations", "20", "--runs", "3", "--dest", "shm",
                        "--get_gap_ms", str(gap)]
                 print("$ " + " ".join(cmd[1:]))
                 p = subprocess.run(cmd, capture_output=True, text=True)
                 print(p.stdout.strip() or p.stderr.strip()[-2000:])
+                summaries.append((label, mc_bench_get_summary(p.stdout)))
+            lt = hit["phases"]["each"].get("load_times_s", [])
+            if hw.get("load_s") and lt:
+                mean_gbs = hw["load_bytes"] / hw["load_s"] / 1e9
+                med_ms = 1e3 * statistics.median(lt)
+                for label, (gbs, p50) in summaries:
+                    if gbs and p50:
+                        print("connector / mc-bench (%s, gap %.1f ms): %.2fx on the mean GB/s, "
+                              "%.2fx on the median load vs p50" % (
+                                  label, gap_ms if "spaced" in label else 0.0, mean_gbs / gbs,
+                                  p50 / med_ms))
     finally:
         cluster.stop()
         subprocess.run(["rm", "-rf", tmp])
+
+
+def mc_bench_get_summary(out):
+    """(GB/s, p50 ms) of mc-bench's `summary op=get` line, or (None, None)."""
+    for line in out.splitlines():
+        if line.startswith("mc-bench summary op=get"):
+            f = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+            return float(f.get("GB/s", 0)) or None, float(f.get("p50_ms", 0)) or None
+    return None, None
 
 
 def alone(addr, http, n, block_bytes, parts, gap_ms, reps=100):
