@@ -1,6 +1,7 @@
 """Unit tests of the worker's idle wait (python/mcstore/vllm/worker.py): a step that schedules
 no tokens blocks until a transfer completes instead of letting vLLM's engine loop spin on the
-GIL the transfer threads need. Logic only, no timing assertions."""
+GIL the transfer threads need; a lone load in such a step runs on the calling thread itself.
+Logic only, no timing assertions."""
 
 import os
 import sys
@@ -84,3 +85,43 @@ def test_the_wait_is_bounded():
     w._wait_while_idle()   # returns after ~20 ms though the load never completes
     assert not w.loads["never"].done()
     assert w.totals["idle_wait_s"] > 0
+
+
+class Job:
+    def __init__(self, req_id):
+        self.req_id = req_id
+
+
+class Meta:
+    def __init__(self, loads, idle):
+        self.loads, self.idle = [Job(r) for r in loads], idle
+
+
+def loading_worker(load_async=True):
+    """A WorkerSide whose _load records the thread it ran on."""
+    from concurrent.futures import ThreadPoolExecutor
+    w = worker(idle_wait_ms=1000)
+    w.cfg["load_async"] = load_async
+    w.pool = ThreadPoolExecutor(max_workers=2)
+    w.ran_on = []
+
+    def load(job):
+        w.ran_on.append((job.req_id, threading.get_ident()))
+        return set(), {}, []
+    w._load = load
+    return w
+
+
+def test_a_lone_load_in_an_idle_step_runs_on_the_calling_thread():
+    w = loading_worker()
+    w.start_loads(Meta(["a"], idle=True))
+    assert w.ran_on == [("a", threading.get_ident())]
+    assert w.loads["a"].done() and w.loads["a"].result() == (set(), {}, [])
+    # beside a forward, or several loads in one idle step: the pool, the caller goes on
+    w.start_loads(Meta(["b"], idle=False))
+    w.start_loads(Meta(["c", "d"], idle=True))
+    for rid in "bcd":
+        w.loads[rid].result(timeout=30)
+    assert all(t != threading.get_ident() for job, t in w.ran_on[1:])
+    assert sorted(job for job, _ in w.ran_on) == ["a", "b", "c", "d"]
+    w.pool.shutdown()

@@ -358,8 +358,19 @@ class WorkerSide:
         if not meta.loads:
             return
         sync = not self.cfg["load_async"]
+        # A step that computes nothing has this thread idle until a transfer completes
+        # (_wait_while_idle): a lone load then runs here, without the hand-off to a pool
+        # thread and back. Loads beside a forward, or several at once, go to the pool.
+        inline = not sync and meta.idle and len(meta.loads) == 1
         for job in meta.loads:
-            fut = self.pool.submit(self._load, job)
+            if inline:
+                fut = Future()
+                try:
+                    fut.set_result(self._load(job))
+                except Exception as e:   # _load reports its own errors; this is a bug
+                    fut.set_exception(e)
+            else:
+                fut = self.pool.submit(self._load, job)
             if sync:
                 self._finish_load(job.req_id, fut)
             else:
