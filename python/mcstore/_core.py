@@ -236,8 +236,11 @@ class BlockLayout:
         return [Slice(b, o + i * st, n) for b, o, n, st in self._runs]
 
     def _index(self, i: Any, what: str) -> int:
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise TypeError("%s: a block index must be an int, got %s" % (what, type(i).__name__))
+        if type(i) is not int:   # numpy integers are fine; bools, floats and strings are not
+            if isinstance(i, bool) or not hasattr(i, "__index__"):
+                raise TypeError("%s: a block index must be an int, got %s"
+                                % (what, type(i).__name__))
+            i = i.__index__()
         if i < 0 or i >= self.num_blocks:
             raise ValueError("%s: block %d outside the layout's [0, %d)"
                              % (what, i, self.num_blocks))

@@ -486,6 +486,9 @@ def test_layout_batches_are_written_as_the_same_bytes_as_messages():
             layout.blocks([1, layout.num_blocks])
         with pytest.raises(TypeError, match="must be an int"):
             layout.blocks([1, True])
+        with pytest.raises(TypeError, match="must be an int, got float"):
+            layout.blocks([1.0])
+        assert layout.blocks(np.arange(3, 6)).indices == [3, 4, 5]   # numpy ints are ints
         with pytest.raises(TypeError, match="sequence of ints"):
             layout.blocks(3)
         with pytest.raises(ValueError, match="2 keys but 1 blocks"):
