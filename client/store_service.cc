@@ -179,8 +179,15 @@ absl::Status StoreGrpcService::ResolveBlock(
   return absl::OkStatus();
 }
 
-absl::Status StoreGrpcService::CheckSliceCount(uint64_t explicit_slices, int layout_runs,
-                                               uint64_t block_items) const {
+template <typename Item>
+absl::Status StoreGrpcService::CheckSliceCount(
+    const google::protobuf::RepeatedPtrField<Item>& items, int layout_runs) const {
+  uint64_t explicit_slices = 0;
+  uint64_t block_items = 0;
+  for (const Item& in : items) {
+    explicit_slices += static_cast<uint64_t>(in.slices_size());
+    block_items += in.has_block() ? 1 : 0;
+  }
   // Each factor is below 2^31 (a repeated field's size): the product fits in 64 bits.
   const uint64_t total = explicit_slices + static_cast<uint64_t>(layout_runs) * block_items;
   if (total > options_.max_request_slices) {
@@ -237,14 +244,7 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return TooMany(req->items_size(), options_.max_batch_items);
   }
-  uint64_t explicit_slices = 0;
-  uint64_t block_items = 0;
-  for (const sv1::PutItem& in : req->items()) {
-    explicit_slices += static_cast<uint64_t>(in.slices_size());
-    block_items += in.has_block() ? 1 : 0;
-  }
-  if (absl::Status s = CheckSliceCount(explicit_slices, req->block_layout_size(), block_items);
-      !s.ok()) {
+  if (absl::Status s = CheckSliceCount(req->items(), req->block_layout_size()); !s.ok()) {
     return ToGrpcStatus(s);
   }
   std::vector<PutRequestItem> items(req->items_size());
@@ -295,14 +295,7 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return TooMany(req->items_size(), options_.max_batch_items);
   }
-  uint64_t explicit_slices = 0;
-  uint64_t block_items = 0;
-  for (const sv1::GetItem& in : req->items()) {
-    explicit_slices += static_cast<uint64_t>(in.slices_size());
-    block_items += in.has_block() ? 1 : 0;
-  }
-  if (absl::Status s = CheckSliceCount(explicit_slices, req->block_layout_size(), block_items);
-      !s.ok()) {
+  if (absl::Status s = CheckSliceCount(req->items(), req->block_layout_size()); !s.ok()) {
     return ToGrpcStatus(s);
   }
   std::vector<GetRequestItem> items(req->items_size());

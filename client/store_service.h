@@ -135,9 +135,11 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
                             std::string_view owner, ResolvedBuffers& seen,
                             std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
                             GpuBufferRef* gpu, bool is_get) const;
-  // A request's slices once expanded, against max_request_slices.
-  absl::Status CheckSliceCount(uint64_t explicit_slices, int layout_runs,
-                               uint64_t block_items) const;
+  // A request's slices once expanded (its items' own plus layout_runs per block item), against
+  // max_request_slices. Item: PutItem or GetItem.
+  template <typename Item>
+  absl::Status CheckSliceCount(const google::protobuf::RepeatedPtrField<Item>& items,
+                               int layout_runs) const;
 
   const StoreServiceOptions options_;
   BufferRegistry& buffers_;
