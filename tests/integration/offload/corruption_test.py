@@ -175,7 +175,11 @@ class CorruptionTest(unittest.TestCase):
                 records = self.c.ssd_records(0)
                 self.c.wait_reported(0, records)
                 for stub in (self.c.stub(0), self.c.stub(1)):
-                    ok = sc.assert_never_wrong(self, stub, keys, values)
+                    # A read whose transfer outlasts its lease (the owner restarting, a busy
+                    # machine) is refused as LEASE_EXPIRED: not served, never wrong bytes.
+                    ok = sc.assert_never_wrong(self, stub, keys, values,
+                                               allowed=(sc.NOT_FOUND, sc.CHECKSUM_MISMATCH,
+                                                        sc.LEASE_EXPIRED))
                     self.assertGreater(ok, 0, "some offloaded values survive")
                 self.assertGreater(records, 0)
         except Exception:

@@ -21,6 +21,7 @@ KiB = cc.KiB
 OK = spb.OK
 NOT_FOUND = spb.NOT_FOUND
 CHECKSUM_MISMATCH = spb.CHECKSUM_MISMATCH
+LEASE_EXPIRED = spb.LEASE_EXPIRED
 
 
 def value(i, size=MiB, salt=0):
