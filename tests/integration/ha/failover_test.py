@@ -176,6 +176,19 @@ class HaCluster(cc.Cluster):
                 pass
         return out
 
+    def wait_clients_alive(self, n, timeout_s=20):
+        """As cc.Cluster's, asking the leader of the moment: on a loaded machine a leader whose
+        lease refresh ran late exits (fail-stop, by design) and another takes over."""
+        def alive():
+            if not self.master.alive():
+                self.master = self.wait_leader()
+            try:
+                return cc.metric(self.master.ready["http"], "mc_clients_alive") == n
+            except OSError:   # exiting just now: the next poll finds it dead
+                return False
+        harness.wait_until(alive, timeout_s, interval_s=0.05,
+                           what="%d clients alive at the master" % n)
+
     def wait_leader(self, exclude=(), timeout_s=30):
         got = harness.wait_until(lambda: self.leaders(exclude), timeout_s, interval_s=0.05,
                                  what="a leader elected")
