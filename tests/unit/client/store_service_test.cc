@@ -190,9 +190,7 @@ TEST_F(StoreService, MalformedPackedAnswerFailsTheMatch) {
 // there.
 TEST_F(StoreService, MatchBeyondTheAnswersFoundRowsFailsTheMatch) {
   for (uint32_t extra : {1u, 2u}) {
-    spoil_ = [extra](v1::GetReplicasResponse* resp) {
-      resp->set_matched(resp->matched() + extra);
-    };
+    spoil_ = [extra](v1::GetReplicasResponse* resp) { resp->set_matched(resp->matched() + extra); };
     v1::MatchPrefixResponse resp;
     grpc::Status s = Match(60'000, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL) << extra << ": " << s.error_message();
