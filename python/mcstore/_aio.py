@@ -12,7 +12,7 @@ import grpc.aio
 from mcstore import _core
 from mcstore._buffers import SharedBuffer, Slice
 from mcstore._client import Client
-from mcstore._core import IntoLike, KeyLike, ValueLike
+from mcstore._core import IntoArg, KeyLike, ValuesArg
 from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
 from mcstore._proto import store_pb2
 
@@ -85,7 +85,7 @@ class AsyncClient:
         except grpc.RpcError as e:
             raise error_from_rpc(e, rpc, self.address) from None
 
-    async def put(self, keys: Sequence[KeyLike], values: Sequence[ValueLike],
+    async def put(self, keys: Sequence[KeyLike], values: ValuesArg,
                   replicas: Optional[int] = None, *,
                   timeout_s: Optional[float] = None) -> List[Result]:
         """See Client.put."""
@@ -93,7 +93,7 @@ class AsyncClient:
         return _core.parse_results(await self._call("BatchPut", req, timeout_s), bkeys,
                                    "BatchPut", self.address)
 
-    async def get(self, keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]] = None,
+    async def get(self, keys: Sequence[KeyLike], into: IntoArg = None,
                   lease: Any = None, *, timeout_s: Optional[float] = None) -> List[GetResult]:
         """See Client.get."""
         req, bkeys, lengths = _core.build_get(keys, into, lease, self._checker)

@@ -12,7 +12,7 @@ import grpc
 
 from mcstore import _core
 from mcstore._buffers import SharedBuffer, Slice, check_shm_name
-from mcstore._core import IntoLike, KeyLike, ValueLike
+from mcstore._core import IntoArg, KeyLike, ValuesArg
 from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
 from mcstore._fdchannel import FdSession, default_fd_socket
 from mcstore._proto import store_pb2
@@ -165,7 +165,7 @@ class Client:
         return out
 
     # -- data ------------------------------------------------------------------------------
-    def put(self, keys: Sequence[KeyLike], values: Sequence[ValueLike],
+    def put(self, keys: Sequence[KeyLike], values: ValuesArg,
             replicas: Optional[int] = None, *, timeout_s: Optional[float] = None) -> List[Result]:
         """Stores values[i] under keys[i]; one Result per item, in order.
 
@@ -178,7 +178,7 @@ class Client:
         return _core.parse_results(self._call("BatchPut", req, timeout_s), bkeys, "BatchPut",
                                    self.address)
 
-    def get(self, keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]] = None,
+    def get(self, keys: Sequence[KeyLike], into: IntoArg = None,
             lease: Any = None, *, timeout_s: Optional[float] = None) -> List[GetResult]:
         """Reads keys; one GetResult per key, in order (duplicates included).
 
@@ -234,7 +234,7 @@ class Client:
         return True
 
     # -- futures (overlap calls from threads without asyncio) ------------------------------
-    def put_async(self, keys: Sequence[KeyLike], values: Sequence[ValueLike],
+    def put_async(self, keys: Sequence[KeyLike], values: ValuesArg,
                   replicas: Optional[int] = None, *,
                   timeout_s: Optional[float] = None) -> "concurrent.futures.Future[List[Result]]":
         """put() as a concurrent.futures.Future. Bad input raises at once; RPC errors come out
@@ -243,7 +243,7 @@ class Client:
         return self._future("BatchPut", req, timeout_s,
                             lambda r: _core.parse_results(r, bkeys, "BatchPut", self.address))
 
-    def get_async(self, keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]] = None,
+    def get_async(self, keys: Sequence[KeyLike], into: IntoArg = None,
                   lease: Any = None, *, timeout_s: Optional[float] = None
                   ) -> "concurrent.futures.Future[List[GetResult]]":
         """get() as a concurrent.futures.Future (see put_async)."""

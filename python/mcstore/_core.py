@@ -16,7 +16,9 @@ from mcstore._proto import SERVICE, store_pb2
 KeyLike = Union[bytes, bytearray, str]
 ValueLike = Any  # bytes | bytearray | memoryview | numpy.ndarray | torch.Tensor | Slice | list[Slice]
 IntoLike = Optional[Union[Slice, Sequence[Slice], "PreparedSlices"]]
-# get's `into` and put's `values` for a whole batch: a Sequence of the above, or LayoutBlocks.
+# get's `into` and put's `values` for a whole batch: one per key, or a LayoutBlocks.
+IntoArg = Optional[Union[Sequence[IntoLike], "LayoutBlocks"]]
+ValuesArg = Union[Sequence[ValueLike], "LayoutBlocks"]
 
 _UINT32_MAX = (1 << 32) - 1
 _UINT64_MAX = (1 << 64) - 1
@@ -235,20 +237,26 @@ class BlockLayout:
         i = self._index(index, "block_layout")
         return [Slice(b, o + i * st, n) for b, o, n, st in self._runs]
 
-    def _index(self, i: Any, what: str) -> int:
+    def _index(self, i: Any, what: Any) -> int:
+        """i as a block index of this layout; `what` (or what % j for a (format, j) pair,
+        formatted only on an error) names it in the exception."""
         if type(i) is not int:   # numpy integers are fine; bools, floats and strings are not
             if isinstance(i, bool) or not hasattr(i, "__index__"):
                 raise TypeError("%s: a block index must be an int, got %s"
-                                % (what, type(i).__name__))
+                                % (_what(what), type(i).__name__))
             i = i.__index__()
         if i < 0 or i >= self.num_blocks:
             raise ValueError("%s: block %d outside the layout's [0, %d)"
-                             % (what, i, self.num_blocks))
+                             % (_what(what), i, self.num_blocks))
         return i
 
     def __repr__(self) -> str:
         return "BlockLayout(%d runs, %d bytes per block, %d blocks)" % (
             len(self.strides), self.block_length, self.num_blocks)
+
+
+def _what(what: Any) -> str:
+    return what[0] % what[1] if isinstance(what, tuple) else what
 
 
 class LayoutBlocks:
@@ -261,7 +269,7 @@ class LayoutBlocks:
             raise TypeError("blocks: indices must be a sequence of ints")
         self.layout = layout
         index = layout._index
-        self.indices = [index(i, "blocks item %d" % j) for j, i in enumerate(indices)]
+        self.indices = [index(i, ("blocks item %d", j)) for j, i in enumerate(indices)]
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -374,7 +382,7 @@ def check_replicas(replicas: Optional[int]) -> int:
     return replicas
 
 
-def build_put(keys: Sequence[KeyLike], values: Sequence[ValueLike], replicas: Optional[int],
+def build_put(keys: Sequence[KeyLike], values: ValuesArg, replicas: Optional[int],
               checker: SliceChecker) -> Tuple[Any, List[bytes]]:
     spb = store_pb2()
     bkeys = encode_keys(keys)
@@ -410,7 +418,7 @@ def build_put(keys: Sequence[KeyLike], values: Sequence[ValueLike], replicas: Op
     return req, bkeys
 
 
-def build_get(keys: Sequence[KeyLike], into: Optional[Sequence[IntoLike]], lease: Any,
+def build_get(keys: Sequence[KeyLike], into: IntoArg, lease: Any,
               checker: SliceChecker) -> Tuple[Any, List[bytes], List[Optional[int]]]:
     """The request, the keys, and per item the total length of its slices (None = inline)."""
     spb = store_pb2()
