@@ -10,7 +10,9 @@
 #      segment and got back into the other through the cuda transport, each get proven by the
 #      device XXH3 against the recorded checksum, a corrupted block caught, then the first
 #      buffer's blocks staged as GPU put sources (GpuPutStager, each proven by the source's device
-#      hash); the engine compares every byte. (In one process, not through mc-client daemons.)
+#      hash), then the second buffer cleared and filled again from pinned staging memory as a
+#      staged get does (GpuGetStager, each block proven by the device hash, the corrupted one
+#      caught); the engine compares every byte. (In one process, not through mc-client daemons.)
 #   4. mc-gpu-check bench: GB/s of batched copies for 16 KiB, 256 KiB and 4 MiB blocks beside one
 #      plain cudaMemcpy of the same bytes (goal >= 0.9x from 256 KiB), and with the device hash.
 # Any byte or checksum mismatch fails the script (exit status 1) with a FAIL line.

@@ -33,6 +33,11 @@ struct BatchGetter::KeyPlan {
   size_t primary = kNone;                   // item receiving the transfer
   uint64_t moved = 0;                       // bytes moved into the primary by the last transfer
   bool done = false;
+  // GPU destinations that need staging (GpuGetStager): the key is read into `staging` (pinned
+  // host memory held by `staging_lease`) and every destination is filled from there in FanOut.
+  // Empty: the key is read into the primary's own destination.
+  GpuGetStager::Lease staging_lease;
+  std::vector<LocalBuffer> staging;
 };
 
 struct BatchGetter::Batch {
@@ -47,6 +52,11 @@ struct BatchGetter::Batch {
   // batch, freed at once); plans point into it.
   google::protobuf::Arena arena;
 };
+
+// Where a key's transfer lands: its staging memory, else its primary destination.
+const std::vector<LocalBuffer>& BatchGetter::ReadInto(const Batch& batch, const KeyPlan& plan) {
+  return plan.staging.empty() ? batch.dest[plan.primary] : plan.staging;
+}
 
 BatchGetter::BatchGetter(BatchGetOptions options, MasterClient& master,
                          transfer::TransferEngine& engine, PrefixLeases& prefix_leases,
@@ -259,49 +269,58 @@ void BatchGetter::AssignDestinations(Batch& batch, InlineSink* sink) {
       } else {
         batch.dest[i] = item.slices;
       }
-      if (absl::Status gpu = CheckGpuFanOut(batch, plan, i); !gpu.ok()) {
-        r.status = std::move(gpu);
-        batch.dest[i].clear();
-        continue;
-      }
       if (plan.primary == kNone) plan.primary = i;
     }
-    if (plan.primary != kNone && batch.items[plan.primary].gpu != nullptr) {
-      KeepLocalMemoryReplicas(plan, batch.results[plan.primary]);
+    if (plan.primary != kNone) PlanGpuDestinations(batch, plan);
+  }
+}
+
+void BatchGetter::PlanGpuDestinations(Batch& batch, KeyPlan& plan) const {
+  size_t valid = 0;
+  bool gpu = false;
+  for (size_t i : plan.items) {
+    if (!batch.results[i].status.ok()) continue;
+    ++valid;
+    gpu |= batch.items[i].gpu != nullptr;
+  }
+  if (!gpu) return;
+  auto local_memory = [&](int r) {
+    const auto& rep = plan.lookup->replicas(r);
+    return rep.tier() == v1::MEMORY && rep.data_endpoint() == options_.local_endpoint;
+  };
+  if (valid == 1 && std::any_of(plan.order.begin(), plan.order.end(), local_memory)) {
+    // Direct: the cuda transport copies a local segment into the GPU destination and hashes it
+    // there. Other replicas would need staging, which this plan does not hold.
+    std::erase_if(plan.order, [&](int r) { return !local_memory(r); });
+    return;
+  }
+  // Staged: the key's replica may be anywhere (remote memory, an SSD tier), or the key has
+  // further destinations, which the CPU fills from staging memory, never from GPU memory.
+  absl::Status refused =
+      McError(Code::kInvalidArgument,
+              "this GPU destination needs staging (a further destination of its key, or no "
+              "replica in this daemon's memory) and this mc-client has no GPU get staging");
+  if (gpu_stager_ != nullptr) {
+    absl::StatusOr<GpuGetStager::Lease> lease = gpu_stager_->Reserve(plan.lookup->size());
+    if (lease.ok()) {
+      plan.staging_lease = *std::move(lease);
+      plan.staging = {LocalBuffer{plan.staging_lease.data(), plan.staging_lease.length()}};
+      return;
+    }
+    refused = lease.status();
+  }
+  // No staging: the key's GPU destinations fail, its host destinations go on.
+  plan.primary = kNone;
+  for (size_t i : plan.items) {
+    GetItemResult& r = batch.results[i];
+    if (!r.status.ok()) continue;
+    if (batch.items[i].gpu != nullptr) {
+      r.status = refused;
+      batch.dest[i].clear();
+    } else if (plan.primary == kNone) {
+      plan.primary = i;
     }
   }
-}
-
-absl::Status BatchGetter::CheckGpuFanOut(const Batch& batch, const KeyPlan& plan, size_t i) const {
-  if (plan.primary == kNone) return absl::OkStatus();  // the first destination: transferred into
-  // Further destinations are copied from the first by the CPU (FanOut), which can neither read
-  // nor write device memory.
-  if (batch.items[i].gpu != nullptr) {
-    return McError(Code::kInvalidArgument,
-                   "a GPU destination must be its key's first destination in the batch: copies "
-                   "to further destinations run on the CPU, which cannot write device memory");
-  }
-  if (batch.items[plan.primary].gpu != nullptr) {
-    return McError(Code::kInvalidArgument,
-                   "this key's first destination in the batch is GPU memory: copies to further "
-                   "destinations run on the CPU, which cannot read it");
-  }
-  return absl::OkStatus();
-}
-
-void BatchGetter::KeepLocalMemoryReplicas(KeyPlan& plan, GetItemResult& primary) const {
-  // The cuda transport moves local segments only, and an SSD record is written into its
-  // destination by the CPU: neither may serve a GPU destination.
-  std::erase_if(plan.order, [&](int r) {
-    const auto& rep = plan.lookup->replicas(r);
-    return rep.tier() != v1::MEMORY || rep.data_endpoint() != options_.local_endpoint;
-  });
-  if (!plan.order.empty()) return;
-  plan.status = McError(Code::kInvalidArgument,
-                        "no replica in this daemon's memory: a GPU destination is served only "
-                        "from local memory (remote and SSD replicas need the staging ring, not "
-                        "implemented yet)");
-  primary.status = plan.status;
 }
 
 void BatchGetter::TransferRounds(Batch& batch) {
@@ -317,11 +336,11 @@ void BatchGetter::TransferRounds(Batch& batch) {
       if (plan.next >= plan.order.size()) continue;  // status already says why
       const auto& rep = plan.lookup->replicas(plan.order[plan.next]);
       if (rep.tier() == v1::MEMORY) {
-        reqs.push_back({transfer::OpKind::kRead, batch.dest[plan.primary], rep.data_endpoint(),
+        reqs.push_back({transfer::OpKind::kRead, ReadInto(batch, plan), rep.data_endpoint(),
                         rep.segment_id(), rep.offset()});
       } else {
         // DISK: the owner reads and verifies the record (generation, locator, key tag).
-        reqs.push_back({transfer::OpKind::kReadDisk, batch.dest[plan.primary], rep.data_endpoint(),
+        reqs.push_back({transfer::OpKind::kReadDisk, ReadInto(batch, plan), rep.data_endpoint(),
                         plan.lookup->generation(), rep.offset(), DiskKeyTag(plan.key)});
       }
       reqs.back().capability = rep.capability();  // the master's read grant, if any
@@ -374,7 +393,8 @@ void BatchGetter::TransferRounds(Batch& batch) {
       }
       // The transport's hash is of the destination bytes as delivered; without one, hash here,
       // but never GPU memory: the CPU cannot read it, and only the device hash proves it.
-      if (!res.checksum.has_value() && batch.items[plan.primary].gpu != nullptr) {
+      if (!res.checksum.has_value() && plan.staging.empty() &&
+          batch.items[plan.primary].gpu != nullptr) {
         plan.status =
             McError(Code::kTransferFailed, absl::StrCat("replica on ", reqs[i].endpoint,
                                                         ": no device hash of the GPU destination"));
@@ -382,7 +402,7 @@ void BatchGetter::TransferRounds(Batch& batch) {
         continue;
       }
       const uint64_t got =
-          res.checksum.has_value() ? *res.checksum : ScatterChecksum(batch.dest[plan.primary]);
+          res.checksum.has_value() ? *res.checksum : ScatterChecksum(ReadInto(batch, plan));
       if (got != plan.lookup->checksum()) {
         metrics_.checksum_mismatches.Inc();
         Logger("client").error("checksum mismatch reading {} from {} (generation {})",
@@ -434,28 +454,59 @@ std::vector<transfer::TransferResult> BatchGetter::SubmitReads(
 }
 
 void BatchGetter::FanOut(Batch& batch) {
+  // GPU destinations of staged keys, copied and proved on the device in one batch at the end.
+  std::vector<GpuGetStager::Copy> gpu_copies;
+  std::vector<size_t> gpu_items;
   for (KeyPlan& plan : batch.plans) {
+    const bool staged = !plan.staging.empty();
     for (size_t i : plan.items) {
       GetItemResult& r = batch.results[i];
       if (!r.status.ok()) continue;
       if (!plan.done) {
         r.status = plan.status.ok() ? McError(Code::kTransferFailed, "no replica could be read")
                                     : plan.status;
-        r.bytes_written = i == plan.primary ? plan.moved : 0;
+        r.bytes_written = i == plan.primary && !staged ? plan.moved : 0;
         continue;
       }
-      if (i == plan.primary) {
+      if (i != plan.primary) metrics_.duplicate_keys.Inc();
+      if (i == plan.primary && !staged) {
         r.bytes_written = plan.moved;  // verified in TransferRounds
+      } else if (batch.items[i].gpu != nullptr) {
+        // Staged (PlanGpuDestinations): the verified staging bytes go to the device. A GPU
+        // destination is one slice (CheckGpuSlices).
+        if (batch.dest[i].size() != 1) {
+          r.status = McError(Code::kInternal, "a GPU destination must be one range");
+          continue;
+        }
+        gpu_copies.push_back({batch.dest[i][0].data, plan.staging[0].data, plan.lookup->size(),
+                              plan.lookup->checksum()});
+        gpu_items.push_back(i);
+        continue;
       } else {
         const uint64_t sum =
-            ScatterCopyChecksum(batch.dest[plan.primary], batch.dest[i], &r.bytes_written);
-        metrics_.duplicate_keys.Inc();
+            ScatterCopyChecksum(ReadInto(batch, plan), batch.dest[i], &r.bytes_written);
         if (r.bytes_written != plan.lookup->size() || sum != plan.lookup->checksum()) {
           r.status = McError(Code::kInternal, "destination failed verification after copy");
           continue;
         }
       }
       metrics_.bytes_out.Inc(r.bytes_written);
+    }
+  }
+  if (gpu_copies.empty()) return;
+  const std::vector<GpuGetStager::Result> copied = gpu_stager_->CopyToDevice(gpu_copies);
+  for (size_t k = 0; k < gpu_items.size(); ++k) {
+    GetItemResult& r = batch.results[gpu_items[k]];
+    r.status = copied[k].status;
+    r.bytes_written = copied[k].bytes;
+    if (r.status.ok()) {
+      metrics_.bytes_out.Inc(r.bytes_written);
+    } else if (ToCode(r.status) == Code::kChecksumMismatch) {
+      metrics_.checksum_mismatches.Inc();
+      Logger("client").error(
+          "GPU destination of {} failed the device checksum after its copy "
+          "from staging: {}",
+          KeyForLog(batch.items[gpu_items[k]].key), std::string(r.status.message()));
     }
   }
 }
@@ -483,7 +534,7 @@ void BatchGetter::PromoteDiskHits(Batch& batch) {
     if (!plan.done || plan.next == 0) continue;
     if (plan.lookup->replicas(plan.order[plan.next - 1]).tier() != v1::DISK) continue;
     hits.push_back(
-        {plan.key, plan.lookup->generation(), plan.lookup->checksum(), batch.dest[plan.primary]});
+        {plan.key, plan.lookup->generation(), plan.lookup->checksum(), ReadInto(batch, plan)});
   }
   promoter_->Promote(hits);
 }

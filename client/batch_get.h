@@ -7,9 +7,12 @@
 //    fails; SSD reads run under the same lease and checksum rules as memory reads;
 //  - each unique key is transferred once, into its first valid destination, then copied into
 //    every other destination of that key;
-//  - a GPU destination (GetRequestItem::gpu) is never read or written by the CPU: it must be its
-//    key's only destination in the batch, is served from this daemon's memory replicas only,
-//    and is OK only when the transport's device hash equals the recorded checksum (docs/gpu.md);
+//  - a GPU destination (GetRequestItem::gpu) is never read or written by the CPU. The key's only
+//    destination, with a replica in this daemon's memory: read into it by the cuda transport from
+//    local memory replicas. Otherwise the key is read into pinned staging memory (GpuGetStager)
+//    under the usual checks and copied from there into each of its destinations, GPU ones by
+//    the device. Either way a GPU destination is OK only when the device hash of the bytes that
+//    landed equals the recorded checksum (docs/gpu.md);
 //  - an item is OK only when its own destination received exactly `size` bytes from this get and
 //    their XXH3 equals the checksum recorded at put; a transfer that finished after its lease
 //    expired is LEASE_EXPIRED; destinations that overlap each other are rejected up front;
@@ -24,6 +27,7 @@
 #include "client/batch_types.h"
 #include "client/client_metrics.h"
 #include "client/disk_reader.h"
+#include "client/gpu_get_stager.h"
 #include "client/master_client.h"
 #include "client/prefix_leases.h"
 #include "client/promoter.h"
@@ -53,19 +57,21 @@ class BatchGetter {
   void SetDiskReader(DiskReader* reader) { disk_reader_ = reader; }
   // Writes SSD hits back to memory after they were verified (null: never). Set before use.
   void SetPromoter(Promoter* promoter) { promoter_ = promoter; }
+  // Stages GPU destinations that the cuda transport cannot fill directly (null: they fail
+  // INVALID_ARGUMENT). Set before use.
+  void SetGpuStager(GpuGetStager* stager) { gpu_stager_ = stager; }
 
  private:
   struct KeyPlan;
   struct Batch;
   void Lookup(Batch& batch, uint64_t lease_id);
   void AssignDestinations(Batch& batch, InlineSink* sink);
-  // GPU destinations (GetRequestItem::gpu): INVALID_ARGUMENT for item `i` of `plan` when it or
-  // the key's first destination is GPU memory and `i` is not that first one (FanOut copies on
-  // the CPU).
-  absl::Status CheckGpuFanOut(const Batch& batch, const KeyPlan& plan, size_t i) const;
-  // A GPU first destination is read from this daemon's memory replicas only; with none, the key
-  // fails INVALID_ARGUMENT (into `primary`'s result).
-  void KeepLocalMemoryReplicas(KeyPlan& plan, GetItemResult& primary) const;
+  // GPU destinations (GetRequestItem::gpu) of `plan`: a key whose only destination is GPU
+  // memory and that has a replica in this daemon's memory is read straight into it (cuda
+  // transport, from local memory replicas only); any other key with a GPU destination reserves
+  // staging memory from the GpuGetStager, and without it its GPU destinations fail alone.
+  void PlanGpuDestinations(Batch& batch, KeyPlan& plan) const;
+  static const std::vector<LocalBuffer>& ReadInto(const Batch& batch, const KeyPlan& plan);
   void TransferRounds(Batch& batch);
   // Runs one round of reads: engine transfers, and our own SSD records through the DiskReader.
   std::vector<transfer::TransferResult> SubmitReads(const Batch& batch,
@@ -85,6 +91,7 @@ class BatchGetter {
   ClientMetrics& metrics_;
   DiskReader* disk_reader_ = nullptr;
   Promoter* promoter_ = nullptr;
+  GpuGetStager* gpu_stager_ = nullptr;
 };
 
 // Copies `from` (scattered) into `to` (scattered); returns bytes copied (min of both totals).

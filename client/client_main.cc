@@ -105,6 +105,12 @@ ABSL_FLAG(uint64_t, gpu_put_staging_bytes, 1ull << 30,
           "host memory that BatchPut items from GPU buffers are staged through, all requests "
           "together (a larger item fails INVALID_ARGUMENT, one that does not fit beside others "
           "UNAVAILABLE); >= 1 MiB, with --cuda_device");
+ABSL_FLAG(uint64_t, gpu_get_staging_bytes, 256ull << 20,
+          "pinned host memory that BatchGet reads objects into before copying them into GPU "
+          "buffers, when the object has no replica in this daemon's memory or further "
+          "destinations in the batch; allocated on the first such get, all requests together "
+          "(a larger object fails INVALID_ARGUMENT, one that does not fit beside others "
+          "UNAVAILABLE); >= 1 MiB, with --cuda_device");
 ABSL_FLAG(uint64_t, rdma_buffer_bytes_total, 64ull << 30,
           "bytes of registered application buffers also registered with the rdma device (local "
           "access only; their pages stay pinned while registered); buffers past it move over tcp; "
@@ -324,6 +330,11 @@ int main(int argc, char** argv) {
   o.gpu_put.max_staging_bytes = absl::GetFlag(FLAGS_gpu_put_staging_bytes);
   if (o.gpu_put.max_staging_bytes < (1u << 20)) {
     std::fprintf(stderr, "--gpu_put_staging_bytes must be at least 1 MiB\n");
+    return 2;
+  }
+  o.gpu_get.pool_bytes = absl::GetFlag(FLAGS_gpu_get_staging_bytes);
+  if (o.gpu_get.pool_bytes < (1u << 20)) {
+    std::fprintf(stderr, "--gpu_get_staging_bytes must be at least 1 MiB\n");
     return 2;
   }
   o.offload.dir = mc::AbsolutePath(absl::GetFlag(FLAGS_offload_dir));

@@ -241,6 +241,9 @@ absl::Status ClientServer::Start() {
     gpu_put_stager_ =
         std::make_unique<GpuPutStager>(cuda->mover(), options_.gpu_put, RealClock::Get());
     store_->SetGpuBuffers(gpu_buffers_.get(), gpu_put_stager_.get());
+    gpu_get_stager_ = std::make_unique<GpuGetStager>(cuda->api(), cuda->mover(), options_.gpu_get,
+                                                     RealClock::Get());
+    getter_->SetGpuStager(gpu_get_stager_.get());
   } else if (options_.transfer.cuda_device >= 0) {
     Logger("client").error(
         "--cuda_device={} asked for, but there is no cuda transport (see the transfer log "

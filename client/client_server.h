@@ -19,6 +19,7 @@
 #include "client/fd_channel.h"
 #include "client/gpu_buffer_service.h"
 #include "client/gpu_buffers.h"
+#include "client/gpu_get_stager.h"
 #include "client/gpu_put_stager.h"
 #include "client/index_service.h"
 #include "client/master_client.h"
@@ -87,6 +88,7 @@ struct ClientServerOptions {
   bool promote_on_hit = false;                                      // write SSD hits back to memory
   uint64_t promote_staging_bytes = Promoter::kDefaultStagingBytes;  // private copies per round
   GpuPutStagerOptions gpu_put;  // with a cuda transport: how GPU put sources are staged
+  GpuGetStagerOptions gpu_get;  // with a cuda transport: how GPU get destinations are staged
 };
 
 class ClientServer {
@@ -145,6 +147,7 @@ class ClientServer {
   std::unique_ptr<GpuBufferRegistry> gpu_buffers_;
   std::unique_ptr<GpuBufferService> gpu_service_;
   std::unique_ptr<GpuPutStager> gpu_put_stager_;
+  std::unique_ptr<GpuGetStager> gpu_get_stager_;
   std::unique_ptr<StoreAuth> store_auth_;
   std::unique_ptr<FdChannelServer> fd_channel_;
   std::unique_ptr<grpc::Server> grpc_server_;

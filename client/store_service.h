@@ -6,9 +6,10 @@
 // TCP), then its owner key and its in-flight slot (CallerLimits). Buffers and prefix leases are
 // the owner's: another caller's buffer id resolves as unknown, another caller's lease as none.
 // A null ServerContext (in-process calls, unit tests) is the trusted owner "".
-// GPU memory (docs/gpu.md): a BatchGet item may name one slice of a registered GPU buffer of its
-// caller; a BatchPut source in GPU memory is refused (INVALID_ARGUMENT): the put checksum is
-// computed on the CPU, which cannot read device memory.
+// GPU memory (docs/gpu.md): a BatchGet or BatchPut item may name one slice of a registered GPU
+// buffer of its caller; a get lands there through the cuda transport (BatchGetter, staged through
+// pinned host memory when needed), a put source is staged into host memory and proved equal
+// there first (GpuPutStager).
 // Thread-safe.
 #pragma once
 

@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -67,6 +68,14 @@ class FakeCudaApi final : public CudaApi {
   void FailNthCopy(uint64_t n) {
     absl::MutexLock lock(&mu_);
     fail_copy_at_ = copies_ + n;
+  }
+  void FailNextAllocPinned() {
+    absl::MutexLock lock(&mu_);
+    fail_alloc_pinned_ = true;
+  }
+  uint64_t pinned_allocations() const {
+    absl::MutexLock l(&mu_);
+    return pinned_.size();
   }
   void FailNextBatchCall() {
     absl::MutexLock lock(&mu_);
@@ -174,6 +183,9 @@ class FakeCudaApi final : public CudaApi {
   absl::StatusOr<void*> AllocPinned(uint64_t length) override {
     absl::MutexLock lock(&mu_);
     if (lost_) return Lost();
+    if (std::exchange(fail_alloc_pinned_, false)) {
+      return McError(Code::kUnavailable, "cudaHostAlloc: out of memory (injected)");
+    }
     auto block = std::make_unique<char[]>(length);
     void* p = block.get();
     pinned_[p] = std::move(block);
@@ -331,6 +343,7 @@ class FakeCudaApi final : public CudaApi {
   bool hold_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_ ABSL_GUARDED_BY(mu_) = false;
   bool fail_batch_call_ ABSL_GUARDED_BY(mu_) = false;
+  bool fail_alloc_pinned_ ABSL_GUARDED_BY(mu_) = false;
   bool corrupt_hash_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t fail_copy_at_ ABSL_GUARDED_BY(mu_) = ~uint64_t{0};
   uint64_t shorten_next_ ABSL_GUARDED_BY(mu_) = 0;

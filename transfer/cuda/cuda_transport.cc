@@ -84,8 +84,9 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
     if (r.op == OpKind::kReadDisk || r.op == OpKind::kIndex || options_.local_endpoint.empty() ||
         r.endpoint != options_.local_endpoint) {
       results[i].status = McError(Code::kTransferFailed,
-                                  "cuda: GPU memory to a remote segment or SSD record needs the "
-                                  "staging ring, not implemented yet");
+                                  "cuda: moves GPU memory to and from this daemon's memory "
+                                  "segments only (BatchGet stages other replicas through host "
+                                  "memory; GPUDirect RDMA is not done)");
       continue;
     }
     const uint64_t total = TotalLength(r);

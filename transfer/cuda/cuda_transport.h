@@ -2,11 +2,12 @@
 // AddDeviceRange, e.g. imported by client/gpu_buffers.h) and whose segment is one of this
 // process's own (pinned with RegisterMemory), moved by the GpuMover: batched copies over a few
 // streams, and a READ asking for a checksum is hashed on the device, from the destination.
-// Not done: a remote segment (a TCP staging ring or GPUDirect RDMA would serve it) and kReadDisk
-// answer kTransferFailed at once, without touching memory; a READ that wants a checksum into a
-// scattered (several pieces) device destination is rejected (INVALID_ARGUMENT): the device hash
-// covers one contiguous range.
-// Thread-safety: all methods may be called concurrently.
+// A remote segment and kReadDisk answer kTransferFailed at once, without touching memory: the
+// BatchGetter reads such keys into pinned staging memory with the other transports and copies
+// them into GPU memory itself (client/gpu_get_stager.h); GPUDirect RDMA is not done; a READ that
+// wants a checksum into a scattered (several pieces) device destination is rejected
+// (INVALID_ARGUMENT): the device hash covers one contiguous range. Thread-safety: all methods may
+// be called concurrently.
 #pragma once
 
 #include <map>

@@ -14,7 +14,7 @@
 // completed without error (a failed submission counts nothing of its copies: CUDA does not say
 // which of them landed); the status is OK only when every copy of the request completed and,
 // where a hash was asked for, the hash kernel completed (and matched `expected_checksum` when
-// given). Failures: kTransferFailed ("cuda: ..." or "deadline"), kDataCorrupted on a checksum
+// given). Failures: kTransferFailed ("cuda: ..." or "deadline"), kChecksumMismatch on a checksum
 // mismatch, kUnavailable once the device was declared lost.
 //
 // Deadlines: Move() returns the deadline error for unfinished requests once `deadline_ms`

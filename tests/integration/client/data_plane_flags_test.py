@@ -88,7 +88,8 @@ class BadFlagsTest(unittest.TestCase):
         for flag, value in [("tcp_frame_bytes", "0"), ("tcp_frame_bytes", str((1 << 30) + 1)),
                             ("tcp_receive_threads", "-1"), ("copy_threads", "-2"),
                             ("tcp_socket_buffer_bytes", "-1"),
-                            ("gpu_put_staging_bytes", "1000"), ("cuda_streams", "0")]:
+                            ("gpu_put_staging_bytes", "1000"), ("gpu_get_staging_bytes", "1000"),
+                            ("cuda_streams", "0")]:
             with self.subTest(flag=flag, value=value):
                 proc = self.start_client(flag, value)
                 self.assertEqual(proc.returncode, 2, proc.stderr)

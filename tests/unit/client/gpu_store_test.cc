@@ -14,6 +14,7 @@
 
 #include "client/gpu_buffer_service.h"
 #include "client/gpu_buffers.h"
+#include "client/gpu_get_stager.h"
 #include "client/gpu_put_stager.h"
 #include "client/store_auth.h"
 #include "client/store_service.h"
@@ -42,9 +43,12 @@ class GpuStore : public ClientFixture {
         gpu_service_(gpu_, cuda_.api()),
         stager_(cuda_.mover(), GpuPutStagerOptions{.max_staging_bytes = kStagingBytes},
                 RealClock::Get()),
+        get_stager_(cuda_.api(), cuda_.mover(), GpuGetStagerOptions{.pool_bytes = kGetStagingBytes},
+                    RealClock::Get()),
         service_(StoreServiceOptions{.client_id = kLocalId}, buffers_, putter_, getter_, master_,
                  prefix_leases_, clock_, metrics_) {
     service_.SetGpuBuffers(&gpu_, &stager_);
+    getter_.SetGpuStager(&get_stager_);
     device_ = fake_.AllocDevice(kDeviceBytes);
   }
 
@@ -131,11 +135,13 @@ class GpuStore : public ClientFixture {
   }
 
   static constexpr uint64_t kStagingBytes = 256 << 10;
+  static constexpr uint64_t kGetStagingBytes = 64 << 10;
   transfer::cuda::CudaTransport& cuda_;
   FakeCudaApi& fake_;
   GpuBufferRegistry gpu_;
   GpuBufferService gpu_service_;
   GpuPutStager stager_;
+  GpuGetStager get_stager_;
   BufferRegistry buffers_;
   StoreGrpcService service_;
   char* device_ = nullptr;  // the fake's zeroed "device memory", kDeviceBytes
@@ -154,6 +160,17 @@ TEST_F(GpuStore, GetIntoARegisteredGpuBufferLandsTheBytesVerifiedByTheDeviceHash
   EXPECT_GT(fake_.hash_launches(), hashes) << "a GPU destination is proven by the device hash";
   EXPECT_EQ(metrics_.checksum_mismatches.Value(), 0u);
   EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+  EXPECT_EQ(get_stager_.bytes_in_use(), 0u);
+  EXPECT_EQ(metrics_.duplicate_keys.Value(), 0u);
+}
+
+TEST_F(GpuStore, AKeysOnlyGpuDestinationWithALocalReplicaIsReadDirectlyNotStaged) {
+  const std::string pk = Payload(2000, 11);
+  PutOk("k", pk);
+  const uint64_t id = RegisterGpu();
+  const uint64_t pinned = fake_.pinned_allocations();
+  ASSERT_EQ(Get({{"k", {{id, 0, pk.size()}}}}).results(0).code(), sv1::OK);
+  EXPECT_EQ(fake_.pinned_allocations(), pinned) << "the staging pool was never needed";
 }
 
 TEST_F(GpuStore, CorruptedDeviceHashIsChecksumMismatchNotOk) {
@@ -353,27 +370,88 @@ TEST_F(GpuStore, ScatteredGpuDestinationIsRefused) {
   EXPECT_TRUE(DeviceUntouched(0, kDeviceBytes));
 }
 
-TEST_F(GpuStore, GpuDestinationMustBeTheKeysOnlyDestination) {
+TEST_F(GpuStore, EveryDestinationOfAKeyWithAGpuOneIsFilledThroughStaging) {
   const std::string pk = Payload(3000, 7);
   PutOk("k", pk);
   const uint64_t id = RegisterGpu();
-  // Host first, GPU second: the GPU one would be filled by a CPU copy.
+  // Host first, GPU second; GPU first, host second; two GPU destinations and a host one: the key
+  // is read once into staging memory and copied from there, GPU ones by the device.
   sv1::BatchGetResponse a = Get({{"k", {}}, {"k", {{id, 0, pk.size()}}}});
-  EXPECT_EQ(a.results(0).code(), sv1::OK);
+  ASSERT_EQ(a.results(0).code(), sv1::OK) << a.results(0).message();
   EXPECT_EQ(a.results(0).data(), pk);
-  EXPECT_EQ(a.results(1).code(), sv1::INVALID_ARGUMENT);
-  EXPECT_TRUE(DeviceUntouched(0, kDeviceBytes));
-  // GPU first, host second: the host one would be copied by the CPU out of device memory.
-  sv1::BatchGetResponse b = Get({{"k", {{id, 0, pk.size()}}}, {"k", {}}});
-  EXPECT_EQ(b.results(0).code(), sv1::OK) << b.results(0).message();
+  ASSERT_EQ(a.results(1).code(), sv1::OK) << a.results(1).message();
+  EXPECT_EQ(a.results(1).bytes_written(), pk.size());
   EXPECT_EQ(std::string(device_, pk.size()), pk);
-  EXPECT_EQ(b.results(1).code(), sv1::INVALID_ARGUMENT);
-  EXPECT_TRUE(b.results(1).data().empty());
-  // Two GPU destinations of one key.
-  sv1::BatchGetResponse c = Get({{"k", {{id, 8192, pk.size()}}}, {"k", {{id, 16384, pk.size()}}}});
-  EXPECT_EQ(c.results(0).code(), sv1::OK);
-  EXPECT_EQ(c.results(1).code(), sv1::INVALID_ARGUMENT);
-  EXPECT_TRUE(DeviceUntouched(16384, pk.size()));
+  const uint64_t hashes = fake_.hash_launches();
+  sv1::BatchGetResponse b = Get({{"k", {{id, 8192, pk.size()}}},
+                                 {"k", {}},
+                                 {"k", {{id, 16384, pk.size()}}},
+                                 {"other-missing", {{id, 32768, 10}}}});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(b.results(i).code(), sv1::OK) << i << ": " << b.results(i).message();
+    EXPECT_EQ(b.results(i).bytes_written(), pk.size());
+  }
+  EXPECT_EQ(b.results(1).data(), pk);
+  EXPECT_EQ(b.results(3).code(), sv1::NOT_FOUND);
+  EXPECT_EQ(std::string(device_ + 8192, pk.size()), pk);
+  EXPECT_EQ(std::string(device_ + 16384, pk.size()), pk);
+  EXPECT_TRUE(DeviceUntouched(32768, 4096));
+  EXPECT_GT(fake_.hash_launches(), hashes) << "the GPU copies are proven by the device hash";
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 0u);
+  EXPECT_EQ(get_stager_.bytes_in_use(), 0u) << "staging returned when the get ended";
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+}
+
+TEST_F(GpuStore, StagedGpuDestinationFailingTheDeviceHashFailsAloneNeverOk) {
+  const std::string pk = Payload(3000, 12);
+  PutOk("k", pk);
+  const uint64_t id = RegisterGpu();
+  fake_.CorruptNextHash();  // the bytes land intact: only the CPU re-reading them would say OK
+  sv1::BatchGetResponse resp = Get({{"k", {}}, {"k", {{id, 0, pk.size()}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::OK) << "the host destination was verified on its own";
+  EXPECT_EQ(resp.results(0).data(), pk);
+  EXPECT_EQ(resp.results(1).code(), sv1::CHECKSUM_MISMATCH) << resp.results(1).message();
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 1u);
+  // A copy that failed on the device.
+  fake_.FailNthCopy(0);
+  resp = Get({{"k", {{id, 8192, pk.size()}}}, {"k", {}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::TRANSFER_FAILED) << resp.results(0).message();
+  EXPECT_EQ(resp.results(1).code(), sv1::OK);
+  EXPECT_TRUE(DeviceUntouched(8192, pk.size()));
+  EXPECT_EQ(get_stager_.bytes_in_use(), 0u);
+}
+
+TEST_F(GpuStore, WithoutStagingMemoryOnlyTheGpuDestinationsFail) {
+  const std::string pk = Payload(3000, 13);
+  PutOk("k", pk);
+  const uint64_t id = RegisterGpu();
+  {
+    // Other gets hold the whole pool: retryable.
+    absl::StatusOr<GpuGetStager::Lease> all = get_stager_.Reserve(kGetStagingBytes);
+    ASSERT_TRUE(all.ok()) << all.status();
+    sv1::BatchGetResponse resp = Get({{"k", {{id, 0, pk.size()}}}, {"k", {}}});
+    EXPECT_EQ(resp.results(0).code(), sv1::UNAVAILABLE) << resp.results(0).message();
+    EXPECT_NE(resp.results(0).message().find("--gpu_get_staging_bytes"), std::string::npos);
+    EXPECT_EQ(resp.results(1).code(), sv1::OK) << resp.results(1).message();
+    EXPECT_EQ(resp.results(1).data(), pk);
+    // The key's only destination with a local replica needs no staging.
+    EXPECT_EQ(Get({{"k", {{id, 8192, pk.size()}}}}).results(0).code(), sv1::OK);
+  }
+  EXPECT_TRUE(DeviceUntouched(0, pk.size()));
+  // An object larger than the pool.
+  const std::string big = Payload(kGetStagingBytes + 1, 14);
+  PutOk("big", big);
+  sv1::BatchGetResponse resp = Get({{"big", {}}, {"big", {{id, 0, big.size()}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::OK);
+  EXPECT_EQ(resp.results(1).code(), sv1::INVALID_ARGUMENT) << resp.results(1).message();
+  // A getter without staging (no cuda transport behind it).
+  getter_.SetGpuStager(nullptr);
+  resp = Get({{"k", {}}, {"k", {{id, 0, pk.size()}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::OK);
+  EXPECT_EQ(resp.results(1).code(), sv1::INVALID_ARGUMENT);
+  EXPECT_NE(resp.results(1).message().find("staging"), std::string::npos);
+  EXPECT_TRUE(DeviceUntouched(0, 8192));
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
 }
 
 TEST_F(GpuStore, DaemonWithoutGpuBuffersRefusesGpuIds) {
@@ -418,18 +496,24 @@ class GpuStoreRemoteOnly : public GpuStore {
   }
 };
 
-TEST_F(GpuStoreRemoteOnly, GpuDestinationWithOnlyRemoteReplicasIsRefused) {
+TEST_F(GpuStoreRemoteOnly, GpuDestinationWithOnlyRemoteReplicasIsStagedThroughHostMemory) {
   const std::string pk = Payload(2000, 9);
   PutOk("k", pk);
   ASSERT_EQ(Lookup("k").replicas(0).data_endpoint(), remote_->endpoint);
   const uint64_t id = RegisterGpu();
+  const uint64_t hashes = fake_.hash_launches();
   sv1::BatchGetResponse resp = Get({{"k", {{id, 0, pk.size()}}}, {"k2-missing", {}}});
-  EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT) << resp.results(0).message();
-  EXPECT_NE(resp.results(0).message().find("staging ring"), std::string::npos);
-  EXPECT_TRUE(DeviceUntouched(0, kDeviceBytes));
-  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u) << "the refused key's lease is released";
-  // A host destination of the same key is served from the remote replica.
-  EXPECT_EQ(Get({{"k", {}}}).results(0).data(), pk);
+  ASSERT_EQ(resp.results(0).code(), sv1::OK) << resp.results(0).message();
+  EXPECT_EQ(resp.results(0).bytes_written(), pk.size());
+  EXPECT_EQ(std::string(device_, pk.size()), pk);
+  EXPECT_EQ(resp.results(1).code(), sv1::NOT_FOUND);
+  EXPECT_GT(fake_.hash_launches(), hashes) << "proven by the device hash";
+  EXPECT_EQ(get_stager_.bytes_in_use(), 0u);
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+  // The device hash still decides.
+  fake_.CorruptNextHash();
+  resp = Get({{"k", {{id, 8192, pk.size()}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::CHECKSUM_MISMATCH) << resp.results(0).message();
 }
 
 // GpuBuffers over a real gRPC server on loopback TCP: the Store token is required, and a caller's
