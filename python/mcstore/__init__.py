@@ -7,7 +7,7 @@
         c.put([b"k"], [[buf.slice(0, arr.nbytes)]])     # zero-copy put
         c.get([b"k"], into=[[buf.slice(0, arr.nbytes)]])  # zero-copy get into `arr`
 
-Exports: Client, AsyncClient, Lease, AsyncLease, SharedBuffer, Slice, PreparedSlices,
+Exports: Client, AsyncClient, Lease, AsyncLease, SharedBuffer, GpuBuffer, Slice, PreparedSlices,
 BlockLayout, LayoutBlocks, BufferPool, Block, Code,
 Result, GetResult, StoreError, UnavailableError, raise_for_results. See docs/python.md.
 """
@@ -29,6 +29,7 @@ _EXPORTS = {
     "AsyncClient": "mcstore._aio",
     "AsyncLease": "mcstore._aio",
     "SharedBuffer": "mcstore._buffers",
+    "GpuBuffer": "mcstore._gpu",
     "BufferPool": "mcstore._pool",
     "Block": "mcstore._pool",
     "Slice": "mcstore._buffers",
@@ -47,6 +48,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from mcstore._aio import AsyncClient, AsyncLease
     from mcstore._buffers import SharedBuffer, Slice
+    from mcstore._gpu import GpuBuffer
     from mcstore._core import BlockLayout, LayoutBlocks, PreparedSlices
     from mcstore._client import Client, Lease
     from mcstore._pool import Block, BufferPool

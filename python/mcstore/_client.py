@@ -11,11 +11,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 import grpc
 
 from mcstore import _core
-from mcstore._buffers import SharedBuffer, Slice, check_shm_name
+from mcstore._buffers import SharedBuffer, Slice, _check_int, check_shm_name
 from mcstore._core import IntoArg, KeyLike, ValuesArg
 from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
 from mcstore._fdchannel import FdSession, default_fd_socket
-from mcstore._proto import store_pb2
+from mcstore._gpu import (CUDA_IPC_HANDLE_BYTES, GPU_BUFFER_ID_BIT, GpuBuffer,
+                          export_cuda_tensor)
+from mcstore._proto import GPU_SERVICE, gpu_pb2, store_pb2
 
 T = TypeVar("T")
 
@@ -96,6 +98,8 @@ class Client:
             "MatchPrefix", "ReleaseLease", "BatchRemove"))
         self._checker = _core.SliceChecker(self)
         self._buffers: List[SharedBuffer] = []
+        self._gpu_buffers: List[GpuBuffer] = []
+        self._gpu_rpc: Optional[Dict[str, Any]] = None
         self._lock = threading.Lock()
         self._packed_match = True
         self.closed = False
@@ -342,6 +346,86 @@ class Client:
             handle = self._session(fresh=True).register_path(path, size)
         return self._claim(handle)
 
+    # -- GPU memory (docs/gpu.md) -----------------------------------------------------------
+    def register_cuda(self, tensor: Any, *, device: Optional[int] = None) -> GpuBuffer:
+        """Lends the daemon a contiguous torch CUDA tensor's memory (CUDA IPC; the daemon must
+        run with --cuda_device on the same GPU) and returns its GpuBuffer: `buf.slice(off, n)`
+        names bytes of it in get's `into` and put's `values`, one GPU slice per item. The
+        buffer keeps the tensor alive and is unregistered by its close() or this Client's.
+        `device`: the GPU's ordinal as mc-client numbers them, when it differs from the
+        tensor's (other CUDA_VISIBLE_DEVICES); by default the tensor's."""
+        export = export_cuda_tensor(tensor)
+        return self.register_gpu_handle(
+            export.handle, export.size, device=export.device if device is None else device,
+            allocation_offset=export.allocation_offset, keep=tensor)
+
+    def register_gpu_handle(self, handle: bytes, size: int, *, device: int = 0,
+                            allocation_offset: int = 0, keep: Any = None) -> GpuBuffer:
+        """Registers `size` bytes at `allocation_offset` of the device allocation whose
+        cudaIpcMemHandle_t (64 bytes) is `handle`. The caller keeps the memory allocated until
+        the returned GpuBuffer is closed (`keep` is held by it until then)."""
+        if not isinstance(handle, (bytes, bytearray)) or len(handle) != CUDA_IPC_HANDLE_BYTES:
+            raise ValueError("handle must be the %d bytes of a cudaIpcMemHandle_t"
+                             % CUDA_IPC_HANDLE_BYTES)
+        size = _check_int(size, "size")
+        device = _check_int(device, "device")
+        allocation_offset = _check_int(allocation_offset, "allocation_offset")
+        if size <= 0 or size >= 1 << 64:
+            raise ValueError("size must be in 1..2^64-1, got %d" % size)
+        if not 0 <= device <= 1023:
+            raise ValueError("device must be a CUDA ordinal in 0..1023, got %d" % device)
+        if not 0 <= allocation_offset < 1 << 64:
+            raise ValueError("allocation_offset must be in 0..2^64-1")
+        gpb = gpu_pb2()
+        req = gpb.RegisterGpuBufferRequest(
+            version=1, kind=gpb.GPU_HANDLE_CUDA_IPC, handle=bytes(handle), device=device,
+            allocation_offset=allocation_offset, size=size)
+        resp = self._gpu_call("RegisterGpuBuffer", req)
+        buffer_id = resp.buffer_id
+        if not buffer_id & GPU_BUFFER_ID_BIT:
+            self._unregister_gpu_quiet(buffer_id)
+            raise StoreError(Code.INTERNAL, "the daemon answered buffer id %#x for a GPU buffer, "
+                             "without bit 63" % buffer_id, address=self.address)
+        buf = GpuBuffer(buffer_id, size, device, resp.device_name, self._unregister_gpu_quiet,
+                        keep)
+        with self._lock:
+            self._checker.sizes[buffer_id] = size
+            self._gpu_buffers = [b for b in self._gpu_buffers if not b.closed]
+            self._gpu_buffers.append(buf)
+        return buf
+
+    def _gpu_call(self, rpc: str, req: Any) -> Any:
+        if self.closed:
+            raise ValueError("the mcstore Client for %s is closed" % self.address)
+        with self._lock:
+            if self._gpu_rpc is None:
+                gpb = gpu_pb2()
+                self._gpu_rpc = {name: self._channel.unary_unary(
+                    GPU_SERVICE + name, request_serializer=_core.serialize,
+                    response_deserializer=getattr(gpb, name + "Response").FromString)
+                    for name in ("RegisterGpuBuffer", "UnregisterGpuBuffer")}
+            stub = self._gpu_rpc[rpc]
+        try:
+            return stub(req, timeout=self.timeout_s, metadata=self._metadata())
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise StoreError(Code.INVALID_ARGUMENT,
+                                 "%s: this mc-client serves no GPU buffers: start it with "
+                                 "--cuda_device=N on a host with that CUDA device (docs/gpu.md)"
+                                 % rpc, address=self.address) from None
+            raise error_from_rpc(e, rpc, self.address) from None
+
+    def _unregister_gpu_quiet(self, buffer_id: int) -> None:
+        with self._lock:
+            self._checker.sizes.pop(buffer_id, None)
+        if self.closed:
+            return
+        try:
+            self._gpu_call("UnregisterGpuBuffer",
+                           gpu_pb2().UnregisterGpuBufferRequest(buffer_id=buffer_id))
+        except StoreError:
+            pass  # gone or restarted: nothing to unregister there (NOT_FOUND alike)
+
     def _unregister_quiet(self, buffer_id: int) -> None:
         if self.closed:
             return
@@ -359,8 +443,11 @@ class Client:
             return
         with self._lock:
             buffers, self._buffers = self._buffers, []
+            gpu_buffers, self._gpu_buffers = self._gpu_buffers, []
         for b in buffers:
             b.close()
+        for g in gpu_buffers:
+            g.close()
         self.closed = True
         self._channel.close()
         with self._lock:

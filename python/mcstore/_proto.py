@@ -16,4 +16,16 @@ def store_pb2() -> ModuleType:
     return spb
 
 
+def gpu_pb2() -> ModuleType:
+    try:
+        from mcstore.v1 import gpu_pb2 as gpb
+    except ImportError as e:
+        raise ImportError(
+            "mcstore: the generated gRPC stubs of the GpuBuffers service (mcstore.v1.gpu_pb2) "
+            "are missing: reinstall the package (pip install --no-build-isolation ./python) "
+            "(%s)" % e) from e
+    return gpb
+
+
 SERVICE = "/mcstore.v1.Store/"
+GPU_SERVICE = "/mcstore.v1.GpuBuffers/"

@@ -10,7 +10,7 @@ import glob
 import os
 import sys
 
-PROTO_FILES = ("mcstore/v1/store.proto", "mcstore/v1/master.proto")
+PROTO_FILES = ("mcstore/v1/store.proto", "mcstore/v1/master.proto", "mcstore/v1/gpu.proto")
 
 
 def find_proto_dir(package_root):
@@ -28,7 +28,7 @@ def find_proto_dir(package_root):
 
 
 def generate(proto_dir, out_dir):
-    """Runs grpc_tools.protoc: writes out_dir/mcstore/v1/{store,master}_pb2{,_grpc}.py and an
+    """Runs grpc_tools.protoc: writes out_dir/mcstore/v1/{store,master,gpu}_pb2{,_grpc}.py and an
     __init__.py. Raises RuntimeError when protoc fails."""
     try:
         from grpc_tools import protoc

@@ -371,6 +371,25 @@ def test_register_buffer_errors_and_raw_slices(c0):
     buf.close()
 
 
+def test_gpu_buffers_on_a_daemon_without_cuda_device(c0):
+    """mc-client without --cuda_device does not serve GpuBuffers: registering says how to get
+    it; a GPU buffer id in a slice is refused by the daemon per item, never served."""
+    with pytest.raises(StoreError, match="--cuda_device") as info:
+        c0.register_gpu_handle(bytes(64), 4096)
+    assert info.value.code is Code.INVALID_ARGUMENT
+    k = uniq()
+    raise_for_results(c0.put([k], [b"x" * 4096]))
+    gpu_id = (1 << 63) | 1
+    c0._checker.sizes[gpu_id] = 4096  # past the client's own check, to reach the daemon's
+    try:
+        [r] = c0.get([k], into=[Slice(gpu_id, 0, 4096)])
+        assert r.code is Code.INVALID_ARGUMENT and "--cuda_device" in r.message, r
+        [p] = c0.put([uniq()], [Slice(gpu_id, 0, 4096)])
+        assert p.code is Code.INVALID_ARGUMENT, p
+    finally:
+        c0._checker.sizes.pop(gpu_id)
+
+
 def test_daemon_rejects_bad_items_per_key(c0):
     good = uniq()
     res = c0.put([b"", good, uniq(), b"x" * 5000], [b"v", b"v", b"", b"v"])
