@@ -1,11 +1,16 @@
 #include "client/gpu_buffer_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "client/grpc_caller.h"
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
+
+namespace {
+constexpr size_t kMaxUuidChars = 64;  // "GPU-" + 36, with room for other spellings
+}  // namespace
 
 absl::StatusOr<std::string> GpuBufferService::Admit(grpc::ServerContext* context) const {
   if (context == nullptr) return std::string();
@@ -39,10 +44,26 @@ grpc::Status GpuBufferService::RegisterGpuBuffer(
       return ToGrpcStatus(McError(Code::kInvalidArgument, "RegisterGpuBuffer: unknown kind"));
   }
   if (!request->device_uuid().empty()) {
-    // Accepting it unchecked could import onto the wrong device; the seam has no UUID query yet.
-    return ToGrpcStatus(McError(Code::kInvalidArgument,
-                                "RegisterGpuBuffer: device_uuid is not checked by this mc-client "
-                                "yet; send the ordinal alone (see docs/gpu.md)"));
+    // The caller's ordinal may name another GPU here (other CUDA_VISIBLE_DEVICES): its UUID
+    // must be the one of the device the handle would be opened on.
+    if (request->device_uuid().size() > kMaxUuidChars) {
+      return ToGrpcStatus(
+          McError(Code::kInvalidArgument, "RegisterGpuBuffer: device_uuid longer than a GPU UUID"));
+    }
+    absl::StatusOr<std::string> uuid = api_.DeviceUuid(spec.device);
+    if (!uuid.ok()) {
+      return ToGrpcStatus(McError(Code::kInvalidArgument,
+                                  absl::StrCat("RegisterGpuBuffer: cannot read the UUID of device ",
+                                               spec.device, ": ", uuid.status().message())));
+    }
+    if (!transfer::cuda::SameGpuUuid(request->device_uuid(), *uuid)) {
+      return ToGrpcStatus(McError(
+          Code::kInvalidArgument,
+          absl::StrCat(
+              "RegisterGpuBuffer: device ", spec.device, " of this mc-client is ", *uuid, ", not ",
+              request->device_uuid(),
+              ": send this mc-client's ordinal of that GPU (CUDA_VISIBLE_DEVICES differ?)")));
+    }
   }
   absl::StatusOr<uint64_t> id = registry_.Register(spec, *owner);
   if (!id.ok()) return ToGrpcStatus(id.status());

@@ -347,20 +347,24 @@ class Client:
         return self._claim(handle)
 
     # -- GPU memory (docs/gpu.md) -----------------------------------------------------------
-    def register_cuda(self, tensor: Any, *, device: Optional[int] = None) -> GpuBuffer:
+    def register_cuda(self, tensor: Any, *, device: Optional[int] = None,
+                      device_uuid: Optional[str] = None) -> GpuBuffer:
         """Lends the daemon a contiguous torch CUDA tensor's memory (CUDA IPC; the daemon must
         run with --cuda_device on the same GPU) and returns its GpuBuffer: `buf.slice(off, n)`
         names bytes of it in get's `into` and put's `values`, one GPU slice per item. The
         buffer keeps the tensor alive and is unregistered by its close() or this Client's.
         `device`: the GPU's ordinal as mc-client numbers them, when it differs from the
-        tensor's (other CUDA_VISIBLE_DEVICES); by default the tensor's."""
+        tensor's (other CUDA_VISIBLE_DEVICES); by default the tensor's. `device_uuid` (e.g.
+        str(torch.cuda.get_device_properties(i).uuid)): the daemon then refuses the
+        registration unless its `device` is that GPU."""
         export = export_cuda_tensor(tensor)
         return self.register_gpu_handle(
             export.handle, export.size, device=export.device if device is None else device,
-            allocation_offset=export.allocation_offset, keep=tensor)
+            allocation_offset=export.allocation_offset, device_uuid=device_uuid, keep=tensor)
 
     def register_gpu_handle(self, handle: bytes, size: int, *, device: int = 0,
-                            allocation_offset: int = 0, keep: Any = None) -> GpuBuffer:
+                            allocation_offset: int = 0, device_uuid: Optional[str] = None,
+                            keep: Any = None) -> GpuBuffer:
         """Registers `size` bytes at `allocation_offset` of the device allocation whose
         cudaIpcMemHandle_t (64 bytes) is `handle`. The caller keeps the memory allocated until
         the returned GpuBuffer is closed (`keep` is held by it until then)."""
@@ -376,10 +380,13 @@ class Client:
             raise ValueError("device must be a CUDA ordinal in 0..1023, got %d" % device)
         if not 0 <= allocation_offset < 1 << 64:
             raise ValueError("allocation_offset must be in 0..2^64-1")
+        if device_uuid is not None and (not isinstance(device_uuid, str)
+                                        or not 0 < len(device_uuid) <= 64):
+            raise ValueError("device_uuid must be a GPU UUID string (\"GPU-xxxxxxxx-...\")")
         gpb = gpu_pb2()
         req = gpb.RegisterGpuBufferRequest(
             version=1, kind=gpb.GPU_HANDLE_CUDA_IPC, handle=bytes(handle), device=device,
-            allocation_offset=allocation_offset, size=size)
+            allocation_offset=allocation_offset, size=size, device_uuid=device_uuid or "")
         resp = self._gpu_call("RegisterGpuBuffer", req)
         buffer_id = resp.buffer_id
         if not buffer_id & GPU_BUFFER_ID_BIT:

@@ -142,6 +142,15 @@ class FakeCudaApi final : public CudaApi {
     if (device < 0 || device >= devices_) return McError(Code::kInvalidArgument, "no device");
     return std::string("FakeGPU sm_90");
   }
+  // "GPU-00000fa4-0000-4000-8000-00000000000N" for device N.
+  absl::StatusOr<std::string> DeviceUuid(int device) override {
+    absl::MutexLock lock(&mu_);
+    if (lost_) return Lost();
+    if (device < 0 || device >= devices_) return McError(Code::kInvalidArgument, "no device");
+    std::vector<uint8_t> bytes = {0,    0, 0x0f, 0xa4, 0, 0, 0x40, 0,
+                                  0x80, 0, 0,    0,    0, 0, 0,    static_cast<uint8_t>(device)};
+    return FormatGpuUuid(bytes);
+  }
   absl::StatusOr<ImportedMemory> Import(int device, GpuHandleKind kind,
                                         std::span<const uint8_t> handle, int fd,
                                         uint64_t size) override {

@@ -146,8 +146,10 @@ def test_register_cuda_sends_the_export_and_close_unregisters(gpu_server):
             buf.slice()
         with pytest.raises(ValueError, match="not registered"):
             c.get([b"k"], into=[[s]])
-        other = c.register_cuda(FakeCudaTensor())  # the tensor's own ordinal by default
-        assert service.registered[-1].device == 1
+        assert req.device_uuid == ""
+        other = c.register_cuda(FakeCudaTensor(), device_uuid="GPU-1234")
+        assert service.registered[-1].device == 1, "the tensor's own ordinal by default"
+        assert service.registered[-1].device_uuid == "GPU-1234"
     assert service.unregistered == [buf.buffer_id, other.buffer_id], "closed with the Client"
     assert other.closed
 
@@ -165,6 +167,8 @@ def test_register_gpu_handle_checks_its_arguments(gpu_server):
             c.register_gpu_handle(HANDLE, 4096.0)
         with pytest.raises(ValueError, match="allocation_offset"):
             c.register_gpu_handle(HANDLE, 4096, allocation_offset=1 << 64)
+        with pytest.raises(ValueError, match="device_uuid"):
+            c.register_gpu_handle(HANDLE, 4096, device_uuid="x" * 65)
     assert service.registered == []
 
 

@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -57,6 +58,9 @@ class CudaApi {
   virtual absl::StatusOr<int> DeviceCount() = 0;
   // Name and compute capability of `device`, for logs ("NVIDIA H200 sm_90").
   virtual absl::StatusOr<std::string> DeviceName(int device) = 0;
+  // The device's UUID as nvidia-smi prints it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  // (lowercase hex). Unlike the ordinal it does not depend on CUDA_VISIBLE_DEVICES.
+  virtual absl::StatusOr<std::string> DeviceUuid(int device) = 0;
 
   // Opens another process's allocation on `device`. kCudaIpc: `handle` holds the 64 bytes of a
   // cudaIpcMemHandle_t; kPosixFd: `fd` is the shareable handle (the caller keeps and closes
@@ -92,6 +96,12 @@ class CudaApi {
   // Blocks until the stream is idle (or fails).
   virtual absl::Status SynchronizeStream(Stream stream) = 0;
 };
+
+// 16 UUID bytes as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (nvidia-smi's form).
+std::string FormatGpuUuid(std::span<const uint8_t> bytes);
+// Whether `given` names the UUID `canonical` (FormatGpuUuid's form): case-insensitive, with or
+// without the "GPU-" prefix.
+bool SameGpuUuid(std::string_view given, std::string_view canonical);
 
 // The cudart implementation (device lost / no driver: the error). Built only with MC_WITH_CUDA;
 // otherwise kUnavailable.

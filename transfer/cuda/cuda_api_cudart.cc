@@ -22,6 +22,35 @@
 
 namespace mc::transfer::cuda {
 
+std::string FormatGpuUuid(std::span<const uint8_t> bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "GPU-";
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out.push_back('-');
+    out.push_back(kHex[bytes[i] >> 4]);
+    out.push_back(kHex[bytes[i] & 0xf]);
+  }
+  return out;
+}
+
+bool SameGpuUuid(std::string_view given, std::string_view canonical) {
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  auto same = [&](std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (lower(a[i]) != lower(b[i])) return false;
+    }
+    return true;
+  };
+  auto strip = [&](std::string_view u) {
+    if (u.size() >= 4 && same(u.substr(0, 4), "gpu-")) u.remove_prefix(4);
+    return u;
+  };
+  given = strip(given);
+  canonical = strip(canonical);
+  return !given.empty() && same(given, canonical);
+}
+
 #if !MC_WITH_CUDA
 
 absl::StatusOr<std::unique_ptr<CudaApi>> OpenCudaApi() {
@@ -95,6 +124,13 @@ class CudartApi final : public CudaApi {
     MC_CUDA_RETURN(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
     return std::string(prop.name) + " sm_" + std::to_string(prop.major) +
            std::to_string(prop.minor);
+  }
+
+  absl::StatusOr<std::string> DeviceUuid(int device) override {
+    cudaDeviceProp prop;
+    MC_CUDA_RETURN(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    return FormatGpuUuid(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(prop.uuid.bytes),
+                                                  sizeof(prop.uuid.bytes)));
   }
 
   absl::StatusOr<ImportedMemory> Import(int device, GpuHandleKind kind,

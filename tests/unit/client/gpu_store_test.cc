@@ -472,19 +472,46 @@ TEST_F(GpuStore, DaemonWithoutGpuBuffersRefusesGpuIds) {
   EXPECT_NE(resp.results(0).message().find("--cuda_device"), std::string::npos);
 }
 
-TEST_F(GpuStore, DeviceUuidIsRefusedUntilItCanBeChecked) {
+TEST_F(GpuStore, DeviceUuidMustBeTheOrdinalsUuid) {
   const std::vector<uint8_t> handle = fake_.ExportIpc(device_, kDeviceBytes);
-  sv1::RegisterGpuBufferRequest req;
-  req.set_version(1);
-  req.set_kind(sv1::GPU_HANDLE_CUDA_IPC);
-  req.set_handle(handle.data(), handle.size());
-  req.set_size(kDeviceBytes);
-  req.set_device_uuid("GPU-00000000-0000-0000-0000-000000000000");
-  sv1::RegisterGpuBufferResponse resp;
-  EXPECT_EQ(gpu_service_.RegisterGpuBuffer(nullptr, &req, &resp).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(gpu_.Count(), 0u);
-  EXPECT_EQ(fake_.imports_open(), 0u);
+  auto registration = [&](const std::string& uuid) {
+    sv1::RegisterGpuBufferRequest req;
+    req.set_version(1);
+    req.set_kind(sv1::GPU_HANDLE_CUDA_IPC);
+    req.set_handle(handle.data(), handle.size());
+    req.set_size(kDeviceBytes);
+    req.set_device_uuid(uuid);
+    sv1::RegisterGpuBufferResponse resp;
+    grpc::Status s = gpu_service_.RegisterGpuBuffer(nullptr, &req, &resp);
+    return std::make_pair(s, resp.buffer_id());
+  };
+  const absl::StatusOr<std::string> mine = fake_.DeviceUuid(0);
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ(*mine, "GPU-00000fa4-0000-4000-8000-000000000000");
+  // Another GPU's UUID (the engine's ordinal 0 is another device here), a malformed one, and
+  // one longer than any UUID: refused, nothing imported.
+  const std::vector<std::string> refused = {
+      "GPU-00000fa4-0000-4000-8000-000000000001", "GPU-", "x",
+      "GPU-00000fa4-0000-4000-8000-000000000000" + std::string(40, '0')};
+  for (const std::string& bad : refused) {
+    auto [s, id] = registration(bad);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(gpu_.Count(), 0u);
+    EXPECT_EQ(fake_.imports_open(), 0u);
+  }
+  EXPECT_NE(registration("GPU-00000fa4-0000-4000-8000-000000000001")
+                .first.error_message()
+                .find("CUDA_VISIBLE_DEVICES"),
+            std::string::npos);
+  // The same UUID, as nvidia-smi prints it, upper case, or without "GPU-".
+  const std::vector<std::string> accepted = {*mine, "GPU-00000FA4-0000-4000-8000-000000000000",
+                                             "00000fa4-0000-4000-8000-000000000000"};
+  for (const std::string& good : accepted) {
+    auto [s, id] = registration(good);
+    EXPECT_TRUE(s.ok()) << good << ": " << s.error_message();
+    EXPECT_TRUE(IsGpuBufferId(id));
+  }
+  EXPECT_EQ(gpu_.Count(), 3u);
 }
 
 // Only remote replicas: the cuda transport moves local segments only.

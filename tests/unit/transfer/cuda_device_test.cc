@@ -4,6 +4,7 @@
 // (bench/gpu_check.sh sets it). Label `gpu`.
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -42,6 +43,18 @@ class CudaDeviceTest : public ::testing::Test {
   std::unique_ptr<CudaApi> api_;
   std::vector<void*> allocations_;
 };
+
+TEST_F(CudaDeviceTest, DeviceUuidIsNvidiaSmisForm) {
+  absl::StatusOr<std::string> uuid = api_->DeviceUuid(0);
+  ASSERT_TRUE(uuid.ok()) << uuid.status();
+  ASSERT_EQ(uuid->size(), 40u) << *uuid;
+  EXPECT_EQ(uuid->substr(0, 4), "GPU-");
+  cudaDeviceProp prop;
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  EXPECT_EQ(*uuid, FormatGpuUuid(std::span<const uint8_t>(
+                       reinterpret_cast<const uint8_t*>(prop.uuid.bytes), 16)));
+  std::printf("device 0: %s\n", uuid->c_str());
+}
 
 TEST_F(CudaDeviceTest, KernelHashEqualsLibxxhashForEveryLengthClassAndAlignment) {
   std::mt19937_64 rng(7);

@@ -56,6 +56,20 @@ class CudaTransportTest : public ::testing::Test {
   char* gpu_ = nullptr;
 };
 
+TEST(GpuUuid, FormattedAsNvidiaSmiAndComparedInEitherSpelling) {
+  std::vector<uint8_t> bytes(16);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(0xa0 + i);
+  const std::string uuid = FormatGpuUuid(bytes);
+  EXPECT_EQ(uuid, "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf");
+  EXPECT_TRUE(SameGpuUuid(uuid, uuid));
+  EXPECT_TRUE(SameGpuUuid("gpu-A0A1A2A3-A4A5-A6A7-A8A9-AAABACADAEAF", uuid));
+  EXPECT_TRUE(SameGpuUuid("a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf", uuid));
+  EXPECT_FALSE(SameGpuUuid("a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeae", uuid));
+  EXPECT_FALSE(SameGpuUuid("GPU-", uuid));
+  EXPECT_FALSE(SameGpuUuid("", uuid));
+  EXPECT_FALSE(SameGpuUuid("GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf0", uuid));
+}
+
 TEST_F(CudaTransportTest, ReadsIntoGpuMemoryInBatchesWithDeviceChecksums) {
   ASSERT_NE(engine_->cuda(), nullptr);
   EXPECT_EQ(fake_->host_registered(), 1u);  // the segment was pinned
