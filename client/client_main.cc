@@ -111,6 +111,12 @@ ABSL_FLAG(uint64_t, gpu_get_staging_bytes, 256ull << 20,
           "destinations in the batch; allocated on the first such get, all requests together "
           "(a larger object fails INVALID_ARGUMENT, one that does not fit beside others "
           "UNAVAILABLE); >= 1 MiB, with --cuda_device");
+ABSL_FLAG(uint64_t, gpu_max_buffers, 1024,
+          "GPU buffers (RegisterGpuBuffer) registered at once, all callers together; past it "
+          "NO_SPACE (>= 1, with --cuda_device)");
+ABSL_FLAG(uint64_t, gpu_max_buffers_per_caller, 256,
+          "GPU buffers one caller (owner key) may hold registered at once; past it NO_SPACE "
+          "(>= 1, with --cuda_device)");
 ABSL_FLAG(uint64_t, rdma_buffer_bytes_total, 64ull << 30,
           "bytes of registered application buffers also registered with the rdma device (local "
           "access only; their pages stay pinned while registered); buffers past it move over tcp; "
@@ -330,6 +336,12 @@ int main(int argc, char** argv) {
   o.gpu_put.max_staging_bytes = absl::GetFlag(FLAGS_gpu_put_staging_bytes);
   if (o.gpu_put.max_staging_bytes < (1u << 20)) {
     std::fprintf(stderr, "--gpu_put_staging_bytes must be at least 1 MiB\n");
+    return 2;
+  }
+  o.gpu_max_buffers = absl::GetFlag(FLAGS_gpu_max_buffers);
+  o.gpu_max_buffers_per_caller = absl::GetFlag(FLAGS_gpu_max_buffers_per_caller);
+  if (o.gpu_max_buffers < 1 || o.gpu_max_buffers_per_caller < 1) {
+    std::fprintf(stderr, "--gpu_max_buffers and --gpu_max_buffers_per_caller must be >= 1\n");
     return 2;
   }
   o.gpu_get.pool_bytes = absl::GetFlag(FLAGS_gpu_get_staging_bytes);

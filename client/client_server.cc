@@ -236,7 +236,8 @@ absl::Status ClientServer::Start() {
   if (transfer::cuda::CudaTransport* cuda = engine_->cuda(); cuda != nullptr) {
     // GPU buffers: served next to Store, admitted exactly as Store's callers (docs/gpu.md), and
     // released with their fd session as its shm buffers are (StartFdChannel).
-    gpu_buffers_ = std::make_unique<GpuBufferRegistry>(cuda->api(), cuda);
+    gpu_buffers_ = std::make_unique<GpuBufferRegistry>(cuda->api(), cuda, options_.gpu_max_buffers,
+                                                       options_.gpu_max_buffers_per_caller);
     gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, cuda->api());
     gpu_put_stager_ =
         std::make_unique<GpuPutStager>(cuda->mover(), options_.gpu_put, RealClock::Get());

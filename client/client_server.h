@@ -87,8 +87,10 @@ struct ClientServerOptions {
   bool object_index = true;
   bool promote_on_hit = false;                                      // write SSD hits back to memory
   uint64_t promote_staging_bytes = Promoter::kDefaultStagingBytes;  // private copies per round
-  GpuPutStagerOptions gpu_put;  // with a cuda transport: how GPU put sources are staged
-  GpuGetStagerOptions gpu_get;  // with a cuda transport: how GPU get destinations are staged
+  GpuPutStagerOptions gpu_put;    // with a cuda transport: how GPU put sources are staged
+  GpuGetStagerOptions gpu_get;    // with a cuda transport: how GPU get destinations are staged
+  size_t gpu_max_buffers = 1024;  // GPU buffers registered at once, all callers
+  size_t gpu_max_buffers_per_caller = 256;  // of one caller (owner key)
 };
 
 class ClientServer {

@@ -1,5 +1,6 @@
 #include "client/gpu_buffers.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -38,18 +39,20 @@ absl::StatusOr<uint64_t> GpuBufferRegistry::Register(const GpuBufferSpec& spec,
   if (spec.device < 0 || spec.device >= devices) {
     return McError(Code::kInvalidArgument, "gpu buffer: no device " + std::to_string(spec.device));
   }
-  {
+  MC_RETURN_IF_ERROR(Reserve(owner));
+  absl::StatusOr<transfer::cuda::ImportedMemory> imported =
+      api_.Import(spec.device, spec.kind, spec.handle, spec.fd, end);
+  if (imported.ok() && imported->size < end) {
+    // The seam promises this; a wrong answer must not widen the range.
+    api_.CloseImported(spec.device, *imported);
+    imported = McError(Code::kInvalidArgument, "gpu buffer: range outside the exported allocation");
+  }
+  if (!imported.ok()) {
     absl::MutexLock lock(&mu_);
-    if (buffers_.size() >= max_buffers_) {
-      return McError(Code::kNoSpace, "gpu buffer: too many registered buffers");
-    }
+    UnreserveLocked(owner);
+    return imported.status();
   }
-  MC_ASSIGN_OR_RETURN(transfer::cuda::ImportedMemory memory,
-                      api_.Import(spec.device, spec.kind, spec.handle, spec.fd, end));
-  if (memory.size < end) {  // the seam promises this; a wrong answer must not widen the range
-    api_.CloseImported(spec.device, memory);
-    return McError(Code::kInvalidArgument, "gpu buffer: range outside the exported allocation");
-  }
+  const transfer::cuda::ImportedMemory memory = *imported;
   auto buffer =
       std::make_shared<const GpuBuffer>(api_, transport_, spec.device, memory,
                                         memory.device_addr + spec.allocation_offset, spec.size);
@@ -60,6 +63,30 @@ absl::StatusOr<uint64_t> GpuBufferRegistry::Register(const GpuBufferSpec& spec,
   return id;
 }
 
+absl::Status GpuBufferRegistry::Reserve(const std::string& owner) {
+  absl::MutexLock lock(&mu_);
+  if (slots_ >= max_buffers_) {
+    return McError(Code::kNoSpace,
+                   absl::StrCat("gpu buffer: ", max_buffers_,
+                                " buffers registered with this mc-client (--gpu_max_buffers)"));
+  }
+  size_t& mine = owner_slots_[owner];
+  if (mine >= max_per_owner_) {
+    return McError(Code::kNoSpace,
+                   absl::StrCat("gpu buffer: this caller has ", mine,
+                                " buffers registered (--gpu_max_buffers_per_caller)"));
+  }
+  ++mine;
+  ++slots_;
+  return absl::OkStatus();
+}
+
+void GpuBufferRegistry::UnreserveLocked(const std::string& owner) {
+  --slots_;
+  auto it = owner_slots_.find(owner);
+  if (it != owner_slots_.end() && --it->second == 0) owner_slots_.erase(it);
+}
+
 absl::Status GpuBufferRegistry::Unregister(uint64_t buffer_id, std::string_view owner) {
   GpuBufferRef dropped;  // released after the lock: the last reference closes the import
   absl::MutexLock lock(&mu_);
@@ -68,6 +95,7 @@ absl::Status GpuBufferRegistry::Unregister(uint64_t buffer_id, std::string_view 
     return McError(Code::kNotFound, "gpu buffer: unknown id");
   }
   dropped = std::move(it->second.buffer);
+  UnreserveLocked(it->second.owner);
   buffers_.erase(it);
   return absl::OkStatus();
 }
@@ -98,6 +126,7 @@ size_t GpuBufferRegistry::ReleaseOwner(std::string_view owner) {
   for (auto it = buffers_.begin(); it != buffers_.end();) {
     if (it->second.owner == owner) {
       dropped.push_back(std::move(it->second.buffer));
+      UnreserveLocked(it->second.owner);
       buffers_.erase(it++);
     } else {
       ++it;

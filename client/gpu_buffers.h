@@ -78,13 +78,18 @@ using GpuBufferRef = std::shared_ptr<const GpuBuffer>;
 class GpuBufferRegistry {
  public:
   // `transport` (nullable) learns each buffer's device range; `api` must outlive the registry
-  // and every GpuBufferRef.
+  // and every GpuBufferRef. At most `max_buffers` buffers in all (mc-client --gpu_max_buffers)
+  // and `max_buffers_per_owner` of one owner (--gpu_max_buffers_per_caller), registrations in
+  // progress included.
   GpuBufferRegistry(transfer::cuda::CudaApi& api, transfer::cuda::CudaTransport* transport,
-                    size_t max_buffers = 1024)
-      : api_(api), transport_(transport), max_buffers_(max_buffers) {}
+                    size_t max_buffers = 1024, size_t max_buffers_per_owner = 256)
+      : api_(api),
+        transport_(transport),
+        max_buffers_(max_buffers),
+        max_per_owner_(max_buffers_per_owner) {}
 
   // Errors: INVALID_ARGUMENT (bad device, handle, kind, size, or a range outside the import),
-  // NO_SPACE (too many buffers), UNAVAILABLE (no device).
+  // NO_SPACE (too many buffers in all or of this owner), UNAVAILABLE (no device).
   absl::StatusOr<uint64_t> Register(const GpuBufferSpec& spec, const std::string& owner = "");
   // NOT_FOUND for an unknown id and for another owner's (the same answer: no oracle).
   absl::Status Unregister(uint64_t buffer_id, std::string_view owner = "");
@@ -100,10 +105,18 @@ class GpuBufferRegistry {
  private:
   transfer::cuda::CudaApi& api_;
   transfer::cuda::CudaTransport* const transport_;
+  // Takes one of the caps' slots for a registration of `owner`, or NO_SPACE; Unreserve gives
+  // it back (the registration failed, or the buffer went).
+  absl::Status Reserve(const std::string& owner);
+  void UnreserveLocked(const std::string& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const size_t max_buffers_;
+  const size_t max_per_owner_;
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  size_t slots_ ABSL_GUARDED_BY(mu_) = 0;  // buffers + registrations in progress
+  absl::flat_hash_map<std::string, size_t> owner_slots_ ABSL_GUARDED_BY(mu_);
   struct Entry {
     GpuBufferRef buffer;
     std::string owner;

@@ -137,7 +137,36 @@ TEST_F(GpuBuffersTest, ReleaseOwnerDropsThatOwnersBuffersOnlyAfterTheirLastUse) 
 TEST_F(GpuBuffersTest, TooManyBuffersIsNoSpace) {
   const auto handle = api_.ExportIpc(alloc_, 1 << 20);
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(registry_.Register(Ipc(handle, i * 10, 10)).ok());
-  EXPECT_EQ(ToCode(registry_.Register(Ipc(handle, 100, 10)).status()), Code::kNoSpace);
+  absl::StatusOr<uint64_t> fifth = registry_.Register(Ipc(handle, 100, 10));
+  EXPECT_EQ(ToCode(fifth.status()), Code::kNoSpace);
+  EXPECT_NE(fifth.status().message().find("--gpu_max_buffers"), std::string::npos);
+  EXPECT_EQ(api_.imports_open(), 4u) << "refused before importing";
+}
+
+TEST_F(GpuBuffersTest, OneCallerCannotTakeEveryBuffer) {
+  GpuBufferRegistry registry(api_, nullptr, /*max_buffers=*/5, /*max_buffers_per_owner=*/2);
+  const auto handle = api_.ExportIpc(alloc_, 1 << 20);
+  ASSERT_TRUE(registry.Register(Ipc(handle, 0, 10), "alice").ok());
+  absl::StatusOr<uint64_t> a2 = registry.Register(Ipc(handle, 10, 10), "alice");
+  ASSERT_TRUE(a2.ok());
+  absl::StatusOr<uint64_t> a3 = registry.Register(Ipc(handle, 20, 10), "alice");
+  EXPECT_EQ(ToCode(a3.status()), Code::kNoSpace);
+  EXPECT_NE(a3.status().message().find("--gpu_max_buffers_per_caller"), std::string::npos);
+  // Others still register; alice's slot comes back when she unregisters, and after a failed
+  // registration (the import failed) nobody's count moved.
+  ASSERT_TRUE(registry.Register(Ipc(handle, 30, 10), "bob").ok());
+  std::vector<uint8_t> bogus(64, 0xee);
+  EXPECT_FALSE(registry.Register(Ipc(bogus, 0, 10), "bob").ok());
+  ASSERT_TRUE(registry.Register(Ipc(handle, 40, 10), "bob").ok());
+  EXPECT_EQ(ToCode(registry.Register(Ipc(handle, 50, 10), "bob").status()), Code::kNoSpace);
+  ASSERT_TRUE(registry.Unregister(*a2, "alice").ok());
+  ASSERT_TRUE(registry.Register(Ipc(handle, 60, 10), "alice").ok());
+  // The total cap counts everyone: 5 in all.
+  ASSERT_TRUE(registry.Register(Ipc(handle, 70, 10), "carol").ok());
+  EXPECT_EQ(ToCode(registry.Register(Ipc(handle, 80, 10), "carol").status()), Code::kNoSpace);
+  EXPECT_EQ(registry.Count(), 5u);
+  EXPECT_EQ(registry.ReleaseOwner("bob"), 2u);
+  EXPECT_TRUE(registry.Register(Ipc(handle, 80, 10), "carol").ok());
 }
 
 TEST(GpuBuffersTransport, RegisteredBuffersAreRoutedToTheCudaTransport) {
