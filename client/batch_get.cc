@@ -284,31 +284,16 @@ void BatchGetter::PlanGpuDestinations(Batch& batch, KeyPlan& plan) const {
     gpu |= batch.items[i].gpu != nullptr;
   }
   if (!gpu) return;
-  auto local_memory = [&](int r) {
-    const auto& rep = plan.lookup->replicas(r);
-    return rep.tier() == v1::MEMORY && rep.data_endpoint() == options_.local_endpoint;
-  };
-  if (valid == 1 && std::any_of(plan.order.begin(), plan.order.end(), local_memory)) {
+  if (valid == 1 && !plan.order.empty() && IsLocalMemory(plan, plan.order.front())) {
     // Direct: the cuda transport copies a local segment into the GPU destination and hashes it
-    // there. Other replicas would need staging, which this plan does not hold.
-    std::erase_if(plan.order, [&](int r) { return !local_memory(r); });
+    // there (local memory replicas come first in `order`). Should they all fail, TransferRounds
+    // stages the key for the remaining replicas.
     return;
   }
   // Staged: the key's replica may be anywhere (remote memory, an SSD tier), or the key has
   // further destinations, which the CPU fills from staging memory, never from GPU memory.
-  absl::Status refused =
-      McError(Code::kInvalidArgument,
-              "this GPU destination needs staging (a further destination of its key, or no "
-              "replica in this daemon's memory) and this mc-client has no GPU get staging");
-  if (gpu_stager_ != nullptr) {
-    absl::StatusOr<GpuGetStager::Lease> lease = gpu_stager_->Reserve(plan.lookup->size());
-    if (lease.ok()) {
-      plan.staging_lease = *std::move(lease);
-      plan.staging = {LocalBuffer{plan.staging_lease.data(), plan.staging_lease.length()}};
-      return;
-    }
-    refused = lease.status();
-  }
+  const absl::Status refused = ReserveStaging(plan);
+  if (refused.ok()) return;
   // No staging: the key's GPU destinations fail, its host destinations go on.
   plan.primary = kNone;
   for (size_t i : plan.items) {
@@ -323,6 +308,24 @@ void BatchGetter::PlanGpuDestinations(Batch& batch, KeyPlan& plan) const {
   }
 }
 
+bool BatchGetter::IsLocalMemory(const KeyPlan& plan, int replica) const {
+  const auto& rep = plan.lookup->replicas(replica);
+  return rep.tier() == v1::MEMORY && rep.data_endpoint() == options_.local_endpoint;
+}
+
+absl::Status BatchGetter::ReserveStaging(KeyPlan& plan) const {
+  if (gpu_stager_ == nullptr) {
+    return McError(Code::kInvalidArgument,
+                   "this GPU destination needs staging (a further destination of its key, or no "
+                   "replica in this daemon's memory) and this mc-client has no GPU get staging");
+  }
+  absl::StatusOr<GpuGetStager::Lease> lease = gpu_stager_->Reserve(plan.lookup->size());
+  if (!lease.ok()) return lease.status();
+  plan.staging_lease = *std::move(lease);
+  plan.staging = {LocalBuffer{plan.staging_lease.data(), plan.staging_lease.length()}};
+  return absl::OkStatus();
+}
+
 void BatchGetter::TransferRounds(Batch& batch) {
   for (int round = 0; round < options_.max_replica_rounds; ++round) {
     std::vector<transfer::TransferRequest> reqs;
@@ -334,6 +337,17 @@ void BatchGetter::TransferRounds(Batch& batch) {
       KeyPlan& plan = batch.plans[p];
       if (!plan.status.ok() || plan.done || plan.primary == kNone) continue;
       if (plan.next >= plan.order.size()) continue;  // status already says why
+      if (plan.staging.empty() && batch.items[plan.primary].gpu != nullptr &&
+          !IsLocalMemory(plan, plan.order[plan.next])) {
+        // A direct GPU read whose local replicas all failed: the rest go through staging.
+        if (absl::Status s = ReserveStaging(plan); !s.ok()) {
+          plan.status = McError(ToCode(s), absl::StrCat("this daemon's replicas failed and the "
+                                                        "others need staging: ",
+                                                        s.message()));
+          plan.next = plan.order.size();
+          continue;
+        }
+      }
       const auto& rep = plan.lookup->replicas(plan.order[plan.next]);
       if (rep.tier() == v1::MEMORY) {
         reqs.push_back({transfer::OpKind::kRead, ReadInto(batch, plan), rep.data_endpoint(),

@@ -9,7 +9,8 @@
 //    every other destination of that key;
 //  - a GPU destination (GetRequestItem::gpu) is never read or written by the CPU. The key's only
 //    destination, with a replica in this daemon's memory: read into it by the cuda transport from
-//    local memory replicas. Otherwise the key is read into pinned staging memory (GpuGetStager)
+//    local memory replicas (the other replicas through staging, should those fail). Otherwise
+//    the key is read into pinned staging memory (GpuGetStager)
 //    under the usual checks and copied from there into each of its destinations, GPU ones by
 //    the device. Either way a GPU destination is OK only when the device hash of the bytes that
 //    landed equals the recorded checksum (docs/gpu.md);
@@ -68,9 +69,13 @@ class BatchGetter {
   void AssignDestinations(Batch& batch, InlineSink* sink);
   // GPU destinations (GetRequestItem::gpu) of `plan`: a key whose only destination is GPU
   // memory and that has a replica in this daemon's memory is read straight into it (cuda
-  // transport, from local memory replicas only); any other key with a GPU destination reserves
-  // staging memory from the GpuGetStager, and without it its GPU destinations fail alone.
+  // transport; should its local replicas fail, the others are read through staging); any other
+  // key with a GPU destination reserves staging memory from the GpuGetStager, and without it
+  // its GPU destinations fail alone.
   void PlanGpuDestinations(Batch& batch, KeyPlan& plan) const;
+  // Reserves `plan`'s staging memory (the object's size), or the reason it cannot.
+  absl::Status ReserveStaging(KeyPlan& plan) const;
+  bool IsLocalMemory(const KeyPlan& plan, int replica) const;
   static const std::vector<LocalBuffer>& ReadInto(const Batch& batch, const KeyPlan& plan);
   void TransferRounds(Batch& batch);
   // Runs one round of reads: engine transfers, and our own SSD records through the DiskReader.

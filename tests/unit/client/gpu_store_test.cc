@@ -402,6 +402,28 @@ TEST_F(GpuStore, EveryDestinationOfAKeyWithAGpuOneIsFilledThroughStaging) {
   EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
 }
 
+TEST_F(GpuStore, DirectReadFailingOnTheLocalReplicaFallsBackToARemoteOneThroughStaging) {
+  StartRemote();
+  const std::string pk = Payload(5000, 15);
+  PutOk("k", pk, /*replicas=*/2);
+  v1::KeyReplicas kr = Lookup("k");
+  ASSERT_EQ(kr.replicas_size(), 2);
+  ASSERT_TRUE(Scribble("k", *local_, 100)) << "one replica here, one on the remote daemon";
+  const uint64_t id = RegisterGpu();
+  sv1::BatchGetResponse resp = Get({{"k", {{id, 4096, pk.size()}}}});
+  ASSERT_EQ(resp.results(0).code(), sv1::OK) << resp.results(0).message();
+  EXPECT_EQ(std::string(device_ + 4096, pk.size()), pk) << "the remote replica's bytes";
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 1u) << "the local replica, by the device hash";
+  EXPECT_EQ(metrics_.replica_fallbacks.Value(), 1u);
+  EXPECT_EQ(get_stager_.bytes_in_use(), 0u);
+  // Without staging memory the fallback cannot happen: the key fails, never OK.
+  absl::StatusOr<GpuGetStager::Lease> all = get_stager_.Reserve(kGetStagingBytes);
+  ASSERT_TRUE(all.ok());
+  resp = Get({{"k", {{id, 16384, pk.size()}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::UNAVAILABLE) << resp.results(0).message();
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+}
+
 TEST_F(GpuStore, StagedGpuDestinationFailingTheDeviceHashFailsAloneNeverOk) {
   const std::string pk = Payload(3000, 12);
   PutOk("k", pk);
