@@ -4,6 +4,7 @@ loads and saves with compute."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import grpc
@@ -14,6 +15,7 @@ from mcstore._buffers import SharedBuffer, Slice
 from mcstore._client import Client
 from mcstore._core import IntoArg, KeyLike, ValuesArg
 from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
+from mcstore._gpu import GpuBuffer
 from mcstore._proto import store_pb2
 
 
@@ -157,6 +159,23 @@ class AsyncClient:
         """See Client.register_buffer."""
         return await asyncio.get_running_loop().run_in_executor(
             None, self._control.register_buffer, shm_name, size)
+
+    async def register_cuda(self, tensor: Any, *, device: Optional[int] = None,
+                            device_uuid: Optional[str] = None) -> GpuBuffer:
+        """See Client.register_cuda (registration runs in a worker thread; the GpuBuffer is
+        closed with this client)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(self._control.register_cuda, tensor, device=device,
+                                    device_uuid=device_uuid))
+
+    async def register_gpu_handle(self, handle: bytes, size: int, *, device: int = 0,
+                                  allocation_offset: int = 0, device_uuid: Optional[str] = None,
+                                  keep: Any = None) -> GpuBuffer:
+        """See Client.register_gpu_handle."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(self._control.register_gpu_handle, handle, size,
+                                    device=device, allocation_offset=allocation_offset,
+                                    device_uuid=device_uuid, keep=keep))
 
     async def close(self) -> None:
         """Closes the buffers and both channels. Idempotent."""

@@ -5,13 +5,14 @@ needed: tensors are stand-ins with torch's attributes, the GpuBuffers service an
 gRPC server (the real one is tested in C++ on the fake device and on a GPU by
 bench/gpu_check.sh)."""
 
+import asyncio
 import threading
 from concurrent import futures
 
 import grpc
 import pytest
 
-from mcstore import Client, Code, GpuBuffer, StoreError
+from mcstore import AsyncClient, Client, Code, GpuBuffer, StoreError
 from mcstore._gpu import GPU_BUFFER_ID_BIT, export_cuda_tensor
 from mcstore.v1 import gpu_pb2, gpu_pb2_grpc
 
@@ -152,6 +153,23 @@ def test_register_cuda_sends_the_export_and_close_unregisters(gpu_server):
         assert service.registered[-1].device_uuid == "GPU-1234"
     assert service.unregistered == [buf.buffer_id, other.buffer_id], "closed with the Client"
     assert other.closed
+
+
+def test_async_client_registers_through_its_control_client(gpu_server):
+    service, address = gpu_server()
+
+    async def main():
+        async with AsyncClient(address) as c:
+            buf = await c.register_cuda(FakeCudaTensor(), device_uuid="GPU-5")
+            assert buf.buffer_id & GPU_BUFFER_ID_BIT
+            c._checker.check(buf.slice(0, 16), "item 0")  # shared with the async calls
+            raw = await c.register_gpu_handle(HANDLE, 4096, device=0)
+            assert raw.size == 4096
+            return buf, raw
+
+    buf, raw = asyncio.run(main())
+    assert [r.device_uuid for r in service.registered] == ["GPU-5", ""]
+    assert sorted(service.unregistered) == sorted([buf.buffer_id, raw.buffer_id])
 
 
 def test_register_gpu_handle_checks_its_arguments(gpu_server):
