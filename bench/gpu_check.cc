@@ -175,8 +175,10 @@ int Daemon(int from_engine, int to_engine) {
                                     mc::RealClock::Get());
     std::vector<mc::client::PutRequestItem> items(kBlocks);
     for (uint64_t b = 0; b < kBlocks; ++b) {
-      auto addr = registry.Resolve(ids[0], b * kBlock, kBlock, &items[b].gpu);
+      mc::client::GpuBufferRef ref;
+      auto addr = registry.Resolve(ids[0], b * kBlock, kBlock, &ref);
       if (!addr.ok()) Fail("resolve");
+      items[b].gpu.Add(0, std::move(ref));
       items[b].pieces = {{reinterpret_cast<char*>(*addr), kBlock}};
     }
     auto t4 = std::chrono::steady_clock::now();

@@ -281,10 +281,11 @@ void BatchGetter::PlanGpuDestinations(Batch& batch, KeyPlan& plan) const {
   for (size_t i : plan.items) {
     if (!batch.results[i].status.ok()) continue;
     ++valid;
-    gpu |= batch.items[i].gpu != nullptr;
+    gpu |= !batch.items[i].gpu.empty();
   }
   if (!gpu) return;
-  if (valid == 1 && !plan.order.empty() && IsLocalMemory(plan, plan.order.front())) {
+  if (valid == 1 && batch.items[plan.primary].gpu.single() && !plan.order.empty() &&
+      IsLocalMemory(plan, plan.order.front())) {
     // Direct: the cuda transport copies a local segment into the GPU destination and hashes it
     // there (local memory replicas come first in `order`). Should they all fail, TransferRounds
     // stages the key for the remaining replicas.
@@ -299,7 +300,7 @@ void BatchGetter::PlanGpuDestinations(Batch& batch, KeyPlan& plan) const {
   for (size_t i : plan.items) {
     GetItemResult& r = batch.results[i];
     if (!r.status.ok()) continue;
-    if (batch.items[i].gpu != nullptr) {
+    if (!batch.items[i].gpu.empty()) {
       r.status = refused;
       batch.dest[i].clear();
     } else if (plan.primary == kNone) {
@@ -337,7 +338,7 @@ void BatchGetter::TransferRounds(Batch& batch) {
       KeyPlan& plan = batch.plans[p];
       if (!plan.status.ok() || plan.done || plan.primary == kNone) continue;
       if (plan.next >= plan.order.size()) continue;  // status already says why
-      if (plan.staging.empty() && batch.items[plan.primary].gpu != nullptr &&
+      if (plan.staging.empty() && !batch.items[plan.primary].gpu.empty() &&
           !IsLocalMemory(plan, plan.order[plan.next])) {
         // A direct GPU read whose local replicas all failed: the rest go through staging.
         if (absl::Status s = ReserveStaging(plan); !s.ok()) {
@@ -408,7 +409,7 @@ void BatchGetter::TransferRounds(Batch& batch) {
       // The transport's hash is of the destination bytes as delivered; without one, hash here,
       // but never GPU memory: the CPU cannot read it, and only the device hash proves it.
       if (!res.checksum.has_value() && plan.staging.empty() &&
-          batch.items[plan.primary].gpu != nullptr) {
+          !batch.items[plan.primary].gpu.empty()) {
         plan.status =
             McError(Code::kTransferFailed, absl::StrCat("replica on ", reqs[i].endpoint,
                                                         ": no device hash of the GPU destination"));
@@ -468,9 +469,9 @@ std::vector<transfer::TransferResult> BatchGetter::SubmitReads(
 }
 
 void BatchGetter::FanOut(Batch& batch) {
-  // GPU destinations of staged keys, copied and proved on the device in one batch at the end.
+  // GPU slices of staged keys, copied and proved on the device in one batch at the end.
   std::vector<GpuGetStager::Copy> gpu_copies;
-  std::vector<size_t> gpu_items;
+  std::vector<size_t> gpu_items;  // item of each copy
   for (KeyPlan& plan : batch.plans) {
     const bool staged = !plan.staging.empty();
     for (size_t i : plan.items) {
@@ -485,17 +486,13 @@ void BatchGetter::FanOut(Batch& batch) {
       if (i != plan.primary) metrics_.duplicate_keys.Inc();
       if (i == plan.primary && !staged) {
         r.bytes_written = plan.moved;  // verified in TransferRounds
-      } else if (batch.items[i].gpu != nullptr) {
-        // Staged (PlanGpuDestinations): the verified staging bytes go to the device. A GPU
-        // destination is one slice (CheckGpuSlices).
-        if (batch.dest[i].size() != 1) {
-          r.status = McError(Code::kInternal, "a GPU destination must be one range");
-          continue;
-        }
-        gpu_copies.push_back({batch.dest[i][0].data, plan.staging[0].data, plan.lookup->size(),
-                              plan.lookup->checksum()});
-        gpu_items.push_back(i);
-        continue;
+      } else if (!batch.items[i].gpu.empty()) {
+        // Staged (PlanGpuDestinations): the staging bytes were verified against the object's
+        // checksum; each slice is filled from its range of them and proved equal to it.
+        const size_t copies = gpu_copies.size();
+        r.status = StageOut(plan, batch.items[i], batch.dest[i], &r.bytes_written, &gpu_copies);
+        gpu_items.resize(gpu_copies.size(), i);
+        if (!r.status.ok() || gpu_copies.size() > copies) continue;  // counted once copied
       } else {
         const uint64_t sum =
             ScatterCopyChecksum(ReadInto(batch, plan), batch.dest[i], &r.bytes_written);
@@ -511,18 +508,49 @@ void BatchGetter::FanOut(Batch& batch) {
   const std::vector<GpuGetStager::Result> copied = gpu_stager_->CopyToDevice(gpu_copies);
   for (size_t k = 0; k < gpu_items.size(); ++k) {
     GetItemResult& r = batch.results[gpu_items[k]];
-    r.status = copied[k].status;
-    r.bytes_written = copied[k].bytes;
-    if (r.status.ok()) {
-      metrics_.bytes_out.Inc(r.bytes_written);
-    } else if (ToCode(r.status) == Code::kChecksumMismatch) {
-      metrics_.checksum_mismatches.Inc();
-      Logger("client").error(
-          "GPU destination of {} failed the device checksum after its copy "
-          "from staging: {}",
-          KeyForLog(batch.items[gpu_items[k]].key), std::string(r.status.message()));
+    r.bytes_written += copied[k].bytes;
+    if (!copied[k].status.ok() && r.status.ok()) {
+      r.status = copied[k].status;
+      if (ToCode(r.status) == Code::kChecksumMismatch) {
+        metrics_.checksum_mismatches.Inc();
+        Logger("client").error(
+            "a GPU destination of {} failed the device checksum after its copy from staging: {}",
+            KeyForLog(batch.items[gpu_items[k]].key), std::string(r.status.message()));
+      }
     }
+    const bool last_of_item = k + 1 == gpu_items.size() || gpu_items[k + 1] != gpu_items[k];
+    if (last_of_item && r.status.ok()) metrics_.bytes_out.Inc(r.bytes_written);
   }
+}
+
+absl::Status BatchGetter::StageOut(const KeyPlan& plan, const GetRequestItem& item,
+                                   const std::vector<LocalBuffer>& dest, uint64_t* bytes_written,
+                                   std::vector<GpuGetStager::Copy>* gpu_copies) const {
+  *bytes_written = 0;
+  if (item.gpu.on_device.size() != dest.size() || TotalLength(dest) != plan.lookup->size()) {
+    return McError(Code::kInternal, "a GPU destination's slices do not match its item");
+  }
+  const char* from = plan.staging[0].data;
+  if (item.gpu.single()) {  // the whole object: the recorded checksum is the proof
+    gpu_copies->push_back({dest[0].data, from, dest[0].length, plan.lookup->checksum()});
+    return absl::OkStatus();
+  }
+  uint64_t host_bytes = 0;
+  for (size_t s = 0; s < dest.size(); ++s) {
+    const LocalBuffer& d = dest[s];
+    if (d.length > 0 && item.gpu.on_device[s]) {
+      gpu_copies->push_back({d.data, from, d.length, Checksum(from, d.length)});
+    } else if (d.length > 0) {
+      std::memcpy(d.data, from, d.length);
+      if (std::memcmp(d.data, from, d.length) != 0) {
+        return McError(Code::kInternal, "destination failed verification after copy");
+      }
+      host_bytes += d.length;
+    }
+    from += d.length;
+  }
+  *bytes_written = host_bytes;
+  return absl::OkStatus();
 }
 
 void BatchGetter::ReleaseLeases(Batch& batch) {

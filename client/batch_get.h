@@ -7,13 +7,14 @@
 //    fails; SSD reads run under the same lease and checksum rules as memory reads;
 //  - each unique key is transferred once, into its first valid destination, then copied into
 //    every other destination of that key;
-//  - a GPU destination (GetRequestItem::gpu) is never read or written by the CPU. The key's only
-//    destination, with a replica in this daemon's memory: read into it by the cuda transport from
-//    local memory replicas (the other replicas through staging, should those fail). Otherwise
-//    the key is read into pinned staging memory (GpuGetStager)
-//    under the usual checks and copied from there into each of its destinations, GPU ones by
-//    the device. Either way a GPU destination is OK only when the device hash of the bytes that
-//    landed equals the recorded checksum (docs/gpu.md);
+//  - GPU memory (GetRequestItem::gpu) is never read or written by the CPU. A key whose only
+//    destination is one GPU slice, with a replica in this daemon's memory, is read into it by
+//    the cuda transport from local memory replicas (the others through staging, should those
+//    fail). Otherwise the key is read into pinned staging memory (GpuGetStager) under the usual
+//    checks and copied from there into each of its destinations, GPU slices by the device.
+//    Either way a GPU slice is OK only with a device hash of the bytes that landed: equal to
+//    the recorded checksum (a whole object), or to the hash of its range of the verified
+//    staging bytes (a scattered destination) (docs/gpu.md);
 //  - an item is OK only when its own destination received exactly `size` bytes from this get and
 //    their XXH3 equals the checksum recorded at put; a transfer that finished after its lease
 //    expired is LEASE_EXPIRED; destinations that overlap each other are rejected up front;
@@ -84,6 +85,13 @@ class BatchGetter {
                                                     const std::vector<size_t>& owner,
                                                     int64_t deadline_ms);
   void FanOut(Batch& batch);
+  // Fills item `item` (destination `dest`, with GPU slices) of staged key `plan` from its
+  // staging memory: host slices copied and compared here, GPU slices appended to `gpu_copies`
+  // with the hash their bytes must have (the object's checksum for a lone GPU slice, else the
+  // XXH3-64 of their range of the verified staging bytes). `*bytes_written`: host bytes.
+  absl::Status StageOut(const KeyPlan& plan, const GetRequestItem& item,
+                        const std::vector<LocalBuffer>& dest, uint64_t* bytes_written,
+                        std::vector<GpuGetStager::Copy>* gpu_copies) const;
   void ReleaseLeases(Batch& batch);
   // Hands the keys served from an SSD tier to the promoter (while their leases still hold).
   void PromoteDiskHits(Batch& batch);

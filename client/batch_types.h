@@ -16,6 +16,24 @@ namespace mc::client {
 
 using transfer::LocalBuffer;
 
+// The slices of one item that lie in registered GPU memory (client/gpu_buffers.h), their
+// buffers held for the request. The CPU never reads or writes those slices.
+struct GpuSlices {
+  std::vector<GpuBufferRef> refs;  // one per GPU slice
+  // Once the item has a GPU slice: per slice of the item (in order), whether it is GPU memory.
+  std::vector<bool> on_device;
+  bool empty() const { return refs.empty(); }
+  // The item is exactly one slice, in GPU memory (the cuda transport's direct path).
+  bool single() const { return refs.size() == 1 && on_device.size() == 1; }
+  // Records slice `index` of the item (host or GPU; `ref` set for GPU).
+  void Add(size_t index, GpuBufferRef ref) {
+    if (ref == nullptr && refs.empty()) return;  // all host so far: nothing to record
+    on_device.resize(index, false);
+    on_device.push_back(ref != nullptr);
+    if (ref != nullptr) refs.push_back(std::move(ref));
+  }
+};
+
 // One put: the payload is the concatenation of `pieces` (inline bytes or registered slices).
 struct PutRequestItem {
   std::string_view key;
@@ -24,10 +42,9 @@ struct PutRequestItem {
   // The registered buffers `pieces` lie in (none for inline data): checked once the copies
   // ended, since a buffer whose shm object shrank mid-copy yields void bytes (see BufferRegistry).
   std::vector<BufferRef> buffers;
-  // Set: `pieces` is one range of registered GPU memory (client/gpu_buffers.h), held for the
-  // request. The put path never reads it: GpuPutStager replaces it with a verified host copy
-  // (or fails the item) before the put starts.
-  GpuBufferRef gpu;
+  // Pieces in registered GPU memory. The put path never reads them: GpuPutStager replaces the
+  // item's pieces with a verified host copy (or fails the item) before the put starts.
+  GpuSlices gpu;
   // Set by GpuPutStager with that copy: the XXH3-64 of exactly `pieces`, which the putter then
   // uses instead of hashing them again.
   std::optional<uint64_t> checksum;
@@ -40,10 +57,9 @@ struct GetRequestItem {
   std::vector<LocalBuffer> slices;
   absl::Status input_error;
   std::vector<BufferRef> buffers;  // as PutRequestItem::buffers
-  // Set: `slices` is one range of registered GPU memory (client/gpu_buffers.h), held for the
-  // request. The CPU never touches it: it is read only through the cuda transport, from this
-  // daemon's own memory, and is OK only with the transport's device hash (see BatchGetter).
-  GpuBufferRef gpu;
+  // Slices in registered GPU memory. The CPU never touches them: they are filled by the cuda
+  // transport or the GPU mover and are OK only with a device hash (see BatchGetter).
+  GpuSlices gpu;
 };
 
 struct GetItemResult {

@@ -1,6 +1,7 @@
 #include "client/gpu_put_stager.h"
 
 #include <chrono>
+#include <cstring>
 #include <new>
 #include <string>
 #include <utility>
@@ -45,22 +46,28 @@ GpuPutStager::GpuPutStager(transfer::cuda::GpuMover& mover, GpuPutStagerOptions 
 GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
   Staged staged;
   staged.in_use_ = &in_use_;
-  std::vector<size_t> which;  // items being staged, in the order of `requests`
+  struct Piece {
+    size_t item;
+    uint64_t offset;  // in the item's staging buffer
+  };
+  std::vector<Piece> pieces;  // GPU pieces being staged, in the order of `requests`
+  std::vector<char*> host_of(items.size(), nullptr);
   std::vector<transfer::cuda::GpuMoveRequest> requests;
   for (size_t i = 0; i < items.size(); ++i) {
     PutRequestItem& item = items[i];
-    if (item.gpu == nullptr || !item.input_error.ok()) continue;
-    if (item.pieces.size() != 1) {  // ResolveSlices hands a GPU source over as one range
-      item.input_error = McError(Code::kInternal, "a GPU put source must be one range");
+    if (item.gpu.empty() || !item.input_error.ok()) continue;
+    if (item.gpu.on_device.size() != item.pieces.size()) {
+      item.input_error = McError(Code::kInternal, "a GPU put source's pieces do not match");
       continue;
     }
-    const uint64_t length = item.pieces[0].length;
+    const uint64_t length = TotalLength(item.pieces);
     if (length == 0) continue;  // nothing to stage; the putter refuses an empty payload
     if (length > options_.max_staging_bytes) {
       item.input_error = McError(
           Code::kInvalidArgument,
-          absl::StrCat("a GPU put source of ", length, " bytes exceeds --gpu_put_staging_bytes=",
-                       options_.max_staging_bytes, " (the host memory it is staged through)"));
+          absl::StrCat("a put source with GPU memory of ", length,
+                       " bytes exceeds --gpu_put_staging_bytes=", options_.max_staging_bytes,
+                       " (the host memory it is staged through)"));
       continue;
     }
     // Reserve the item's share of the budget, or fail it (retryable: other puts hold it).
@@ -85,11 +92,24 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
       item.input_error = McError(Code::kUnavailable, "out of host memory to stage a GPU source");
       continue;
     }
-    transfer::cuda::GpuMoveRequest request;
-    request.copies.push_back(transfer::cuda::CopyOp{buffer.get(), item.pieces[0].data, length});
-    request.hash_source = true;
-    requests.push_back(std::move(request));
-    which.push_back(i);
+    // Host pieces are copied here; each GPU piece is copied by the device, which then hashes
+    // its source range (after the copy, on the same stream).
+    uint64_t offset = 0;
+    for (size_t p = 0; p < item.pieces.size(); ++p) {
+      const LocalBuffer& piece = item.pieces[p];
+      if (piece.length > 0 && item.gpu.on_device[p]) {
+        transfer::cuda::GpuMoveRequest request;
+        request.copies.push_back(
+            transfer::cuda::CopyOp{buffer.get() + offset, piece.data, piece.length});
+        request.hash_source = true;
+        requests.push_back(std::move(request));
+        pieces.push_back({i, offset});
+      } else if (piece.length > 0) {
+        std::memcpy(buffer.get() + offset, piece.data, piece.length);
+      }
+      offset += piece.length;
+    }
+    host_of[i] = buffer.get();
     staged.buffers_.push_back(std::move(buffer));
   }
   if (requests.empty()) return staged;
@@ -101,12 +121,13 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
     LeaveToLostDevice(staged.buffers_);
     staged.in_use_ = nullptr;
     Logger("client").error(
-        "GPU device lost while staging {} put source(s): {} bytes of host staging memory are "
-        "left to the device, never freed; GPU puts and gets now fail (restart mc-client)",
+        "GPU device lost while staging {} put source piece(s): {} bytes of host staging memory "
+        "are left to the device, never freed; GPU puts and gets now fail (restart mc-client)",
         requests.size(), staged.bytes_);
   }
   for (size_t r = 0; r < requests.size(); ++r) {
-    PutRequestItem& item = items[which[r]];
+    PutRequestItem& item = items[pieces[r].item];
+    if (!item.input_error.ok()) continue;  // an earlier piece of the item failed
     const transfer::cuda::GpuMoveResult& result = results[r];
     const transfer::cuda::CopyOp& copy = requests[r].copies[0];
     if (!result.status.ok() || !result.checksum.has_value()) {
@@ -115,22 +136,25 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
                              : result.status;
       continue;
     }
-    char* host = static_cast<char*>(copy.dst);
-    const uint64_t on_host = Checksum(host, copy.length);
+    const uint64_t on_host = Checksum(static_cast<const char*>(copy.dst), copy.length);
     if (on_host != *result.checksum) {
       item.input_error =
           McError(Code::kChecksumMismatch,
-                  absl::StrFormat("the host copy of the GPU source differs from the device's bytes "
+                  absl::StrFormat("the host copy of a GPU source differs from the device's bytes "
                                   "(device %016x, host %016x): a short copy, or the buffer changed "
                                   "during the put; not stored",
                                   *result.checksum, on_host));
       MC_LOG_EVERY(std::chrono::seconds(5), Logger("client"), warn,
                    "GPU put source of {} bytes: staged copy differs from the device: {}",
                    copy.length, std::string(item.input_error.message()));
-      continue;
     }
-    item.pieces[0] = LocalBuffer{host, copy.length};
-    item.checksum = on_host;  // the putter need not hash the same bytes again
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    PutRequestItem& item = items[i];
+    if (host_of[i] == nullptr || !item.input_error.ok()) continue;
+    const uint64_t length = TotalLength(item.pieces);
+    item.pieces = {LocalBuffer{host_of[i], length}};
+    item.checksum = Checksum(host_of[i], length);  // the putter need not hash the bytes again
   }
   return staged;
 }

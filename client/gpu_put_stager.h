@@ -1,13 +1,14 @@
 // GpuPutStager: lets a BatchPut item take its bytes from GPU memory (issue 18).
 //
-// The put path hashes and writes from host memory, so a GPU source is first staged: copied by
-// the GPU mover from the device into host memory that this daemon allocates, with the device
-// hashing the *source* after the copy on the same stream. The staged bytes become the item's
-// source only when their CPU XXH3-64 equals that device hash; the object's checksum is then a
-// hash of exactly what the device held. A copy that failed, ran past the deadline, was short or
-// was changed underneath (the application wrote its buffer during the put) fails its item
-// (TRANSFER_FAILED, or CHECKSUM_MISMATCH: never stored, never "the copy returned success"), and
-// the rest of the batch goes on.
+// The put path hashes and writes from host memory, so an item with GPU pieces is first staged
+// into one host buffer that this daemon allocates: each GPU piece copied by the GPU mover, with
+// the device hashing the piece's *source* after the copy on the same stream; host pieces (an
+// item may mix them, e.g. a vLLM block's header and its KV runs) copied by the CPU. The staged
+// bytes become the item's source only when every GPU piece's CPU XXH3-64 equals its device
+// hash; the object's checksum is then a hash of exactly what the device held. A copy that failed,
+// ran past the deadline, was short or was changed underneath (the application wrote its buffer
+// during the put) fails its item (TRANSFER_FAILED, or CHECKSUM_MISMATCH: never stored, never "the
+// copy returned success"), and the rest of the batch goes on.
 //
 // Bounds: the host memory staged at once, over all requests, is at most `max_staging_bytes`;
 // an item that does not fit beside the staging in progress fails UNAVAILABLE (retry) and one
@@ -62,8 +63,8 @@ class GpuPutStager {
   // `mover` (borrowed) copies and hashes on the device of the GPU buffers.
   GpuPutStager(transfer::cuda::GpuMover& mover, GpuPutStagerOptions options, const Clock& clock);
 
-  // For every item with `gpu` set (pieces = one device range): stages it and points `pieces`
-  // at the verified host copy, or sets `input_error`. Items without `gpu` are left alone.
+  // For every item with GPU pieces: stages it and points `pieces` at the verified host copy
+  // (and sets `checksum`), or sets `input_error`. Items without GPU pieces are left alone.
   Staged Stage(std::vector<PutRequestItem>& items);
 
   uint64_t staged_bytes_in_use() const { return in_use_.load(); }

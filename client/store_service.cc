@@ -86,39 +86,32 @@ absl::StatusOr<StoreGrpcService::Caller> StoreGrpcService::Admit(grpc::ServerCon
 
 namespace {
 
-// Whether an item may name a GPU buffer: one slice (a get destination or a put source), on a
-// daemon serving GPU buffers. Each refusal says why (docs/gpu.md, "Refused").
-absl::Status CheckGpuSlices(int slices, bool is_get, bool served) {
-  if (!served) {
-    return McError(Code::kInvalidArgument,
-                   "this mc-client serves no GPU buffers (no --cuda_device, or its device could "
-                   "not be opened: see its log)");
-  }
-  if (slices != 1) {
-    return McError(Code::kInvalidArgument,
-                   is_get ? "a GPU destination must be the item's only slice: the device hash "
-                            "that verifies it covers one contiguous range"
-                          : "a GPU source must be the item's only slice: it is staged and "
-                            "verified as one contiguous range");
-  }
-  return absl::OkStatus();
+// Whether an item may name a GPU buffer: on a daemon serving GPU buffers (docs/gpu.md).
+absl::Status CheckGpuServed(bool served) {
+  if (served) return absl::OkStatus();
+  return McError(Code::kInvalidArgument,
+                 "this mc-client serves no GPU buffers (no --cuda_device, or its device could "
+                 "not be opened: see its log)");
 }
 
 }  // namespace
 
 absl::Status StoreGrpcService::ResolveSlice(uint64_t buffer_id, uint64_t offset, uint64_t length,
-                                            int count, std::string_view owner,
-                                            ResolvedBuffers& seen, std::vector<LocalBuffer>* out,
-                                            std::vector<BufferRef>* refs, GpuBufferRef* gpu,
+                                            std::string_view owner, ResolvedBuffers& seen,
+                                            std::vector<LocalBuffer>* out,
+                                            std::vector<BufferRef>* refs, GpuSlices* gpu,
                                             bool is_get) const {
   if (IsGpuBufferId(buffer_id)) {
     const bool served = gpu_buffers_ != nullptr && (is_get || gpu_stager_ != nullptr);
-    MC_RETURN_IF_ERROR(CheckGpuSlices(count, is_get, served));
+    MC_RETURN_IF_ERROR(CheckGpuServed(served));
+    GpuBufferRef ref;
     MC_ASSIGN_OR_RETURN(const uint64_t addr,
-                        gpu_buffers_->Resolve(buffer_id, offset, length, gpu, owner));
+                        gpu_buffers_->Resolve(buffer_id, offset, length, &ref, owner));
+    gpu->Add(out->size(), std::move(ref));
     out->push_back({reinterpret_cast<char*>(addr), length});
     return absl::OkStatus();
   }
+  gpu->Add(out->size(), nullptr);
   auto it = seen.find(buffer_id);
   if (it == seen.end()) {
     MC_ASSIGN_OR_RETURN(ResolvedBuffer b, buffers_.ResolveBuffer(buffer_id, owner));
@@ -138,15 +131,15 @@ absl::Status StoreGrpcService::ResolveSlice(uint64_t buffer_id, uint64_t offset,
 absl::Status StoreGrpcService::ResolveSlices(
     const google::protobuf::RepeatedPtrField<sv1::Slice>& slices, std::string_view owner,
     ResolvedBuffers& seen, std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
-    GpuBufferRef* gpu, bool is_get) const {
+    GpuSlices* gpu, bool is_get) const {
   CheckedSum total;
   out->reserve(slices.size());
   for (const sv1::Slice& slice : slices) {
     if (!total.Add(slice.length()).ok()) {
       return McError(Code::kInvalidArgument, "the slices' lengths overflow 64 bits");
     }
-    MC_RETURN_IF_ERROR(ResolveSlice(slice.buffer_id(), slice.offset(), slice.length(),
-                                    slices.size(), owner, seen, out, refs, gpu, is_get));
+    MC_RETURN_IF_ERROR(ResolveSlice(slice.buffer_id(), slice.offset(), slice.length(), owner, seen,
+                                    out, refs, gpu, is_get));
   }
   return absl::OkStatus();
 }
@@ -154,7 +147,7 @@ absl::Status StoreGrpcService::ResolveSlices(
 absl::Status StoreGrpcService::ResolveBlock(
     const google::protobuf::RepeatedPtrField<sv1::StridedSlice>& layout, uint64_t block,
     std::string_view owner, ResolvedBuffers& seen, std::vector<LocalBuffer>* out,
-    std::vector<BufferRef>* refs, GpuBufferRef* gpu, bool is_get) const {
+    std::vector<BufferRef>* refs, GpuSlices* gpu, bool is_get) const {
   if (layout.empty()) {
     return McError(Code::kInvalidArgument, absl::StrCat("the item names block ", block,
                                                         " but the request has no block_layout"));
@@ -173,8 +166,8 @@ absl::Status StoreGrpcService::ResolveBlock(
                      absl::StrCat("block ", block, " of the layout (offset ", run.offset(),
                                   ", stride ", run.stride(), ") overflows 64 bits"));
     }
-    MC_RETURN_IF_ERROR(ResolveSlice(run.buffer_id(), offset, run.length(), layout.size(), owner,
-                                    seen, out, refs, gpu, is_get));
+    MC_RETURN_IF_ERROR(
+        ResolveSlice(run.buffer_id(), offset, run.length(), owner, seen, out, refs, gpu, is_get));
   }
   return absl::OkStatus();
 }

@@ -6,10 +6,10 @@
 // TCP), then its owner key and its in-flight slot (CallerLimits). Buffers and prefix leases are
 // the owner's: another caller's buffer id resolves as unknown, another caller's lease as none.
 // A null ServerContext (in-process calls, unit tests) is the trusted owner "".
-// GPU memory (docs/gpu.md): a BatchGet or BatchPut item may name one slice of a registered GPU
-// buffer of its caller; a get lands there through the cuda transport (BatchGetter, staged through
-// pinned host memory when needed), a put source is staged into host memory and proved equal
-// there first (GpuPutStager).
+// GPU memory (docs/gpu.md): BatchGet and BatchPut slices may name registered GPU buffers of the
+// caller (any number per item, beside host slices); a get lands there through the cuda
+// transport (BatchGetter, staged through pinned host memory when needed), a put source is
+// staged into host memory and proved equal there first (GpuPutStager).
 // Thread-safe.
 #pragma once
 
@@ -118,24 +118,23 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
   };
   using ResolvedBuffers = absl::flat_hash_map<uint64_t, SeenBuffer>;
   // Resolves slices into memory (holding each distinct buffer once in `refs`). A GPU buffer id
-  // (IsGpuBufferId) resolves through the GpuBufferRegistry into a device address held in
-  // `*gpu`; it must be the item's only slice, and a put source (`is_get` false) needs the GPU
-  // put stager.
+  // (IsGpuBufferId) resolves through the GpuBufferRegistry into a device address, recorded and
+  // held in `*gpu`; a put source (`is_get` false) needs the GPU put stager.
   absl::Status ResolveSlices(const google::protobuf::RepeatedPtrField<mcstore::v1::Slice>& slices,
                              std::string_view owner, ResolvedBuffers& seen,
                              std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
-                             GpuBufferRef* gpu, bool is_get) const;
+                             GpuSlices* gpu, bool is_get) const;
   // Block `block` of a request's block layout: its runs at offset + block * stride, resolved
   // exactly like the explicit slices they stand for (an offset that overflows is refused).
   absl::Status ResolveBlock(
       const google::protobuf::RepeatedPtrField<mcstore::v1::StridedSlice>& layout, uint64_t block,
       std::string_view owner, ResolvedBuffers& seen, std::vector<LocalBuffer>* out,
-      std::vector<BufferRef>* refs, GpuBufferRef* gpu, bool is_get) const;
-  // One slice of an item that has `count` slices.
-  absl::Status ResolveSlice(uint64_t buffer_id, uint64_t offset, uint64_t length, int count,
+      std::vector<BufferRef>* refs, GpuSlices* gpu, bool is_get) const;
+  // One slice of an item, appended to `out` (and recorded in `*gpu`).
+  absl::Status ResolveSlice(uint64_t buffer_id, uint64_t offset, uint64_t length,
                             std::string_view owner, ResolvedBuffers& seen,
                             std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
-                            GpuBufferRef* gpu, bool is_get) const;
+                            GpuSlices* gpu, bool is_get) const;
   // A request's slices once expanded (its items' own plus layout_runs per block item), against
   // max_request_slices. Item: PutItem or GetItem.
   template <typename Item>

@@ -351,7 +351,7 @@ class Client:
                       device_uuid: Optional[str] = None) -> GpuBuffer:
         """Lends the daemon a contiguous torch CUDA tensor's memory (CUDA IPC; the daemon must
         run with --cuda_device on the same GPU) and returns its GpuBuffer: `buf.slice(off, n)`
-        names bytes of it in get's `into` and put's `values`, one GPU slice per item. The
+        names bytes of it in get's `into` and put's `values` (and block layouts). The
         buffer keeps the tensor alive and is unregistered by its close() or this Client's.
         `device`: the GPU's ordinal as mc-client numbers them, when it differs from the
         tensor's (other CUDA_VISIBLE_DEVICES); by default the tensor's. `device_uuid` (e.g.

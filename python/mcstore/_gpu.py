@@ -56,8 +56,8 @@ def export_cuda_tensor(tensor: Any) -> CudaIpcExport:
 
 class GpuBuffer:
     """A range of GPU memory registered with one mc-client (Client.register_cuda /
-    register_gpu_handle). `slice()` names parts of it for get/put: each get or put item may
-    name one GPU slice, its whole destination or source (docs/gpu.md).
+    register_gpu_handle). `slice()` names parts of it for get/put, alone or beside other
+    slices of an item (docs/gpu.md).
 
     It holds a reference to the tensor (when made from one) so that the memory is not freed
     while registered; close() unregisters it (also done by the Client's close())."""

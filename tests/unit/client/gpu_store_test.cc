@@ -5,6 +5,9 @@
 // hash to the device's hash of the source; the cases the batch paths cannot serve safely are
 // refused INVALID_ARGUMENT, never a wrong OK. GpuBuffers admits callers as Store does (a real gRPC
 // server over loopback TCP).
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -123,11 +126,35 @@ class GpuStore : public ClientFixture {
   // A put item whose source is [offset, offset + length) of GPU buffer `id`, resolved.
   PutRequestItem GpuItem(uint64_t id, uint64_t offset, uint64_t length) {
     PutRequestItem item;
-    absl::StatusOr<uint64_t> addr = gpu_.Resolve(id, offset, length, &item.gpu, "");
+    GpuBufferRef ref;
+    absl::StatusOr<uint64_t> addr = gpu_.Resolve(id, offset, length, &ref, "");
     EXPECT_TRUE(addr.ok()) << addr.status();
+    item.gpu.Add(0, std::move(ref));
     item.pieces.push_back({reinterpret_cast<char*>(addr.value_or(0)), length});
     return item;
   }
+  // A host buffer of `size` bytes registered with Store (a memfd passed as over the fd
+  // channel, owner ""): its id; `*mem` maps it here.
+  uint64_t RegisterHost(uint64_t size, char** mem) {
+    const int fd = memfd_create("gpu-store-test", MFD_CLOEXEC);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(size)), 0);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    host_maps_.emplace_back(p, size);
+    *mem = static_cast<char*>(p);
+    absl::StatusOr<BufferRef> ref = BufferRegistry::MapFd(fd, size, "test");  // takes fd
+    EXPECT_TRUE(ref.ok()) << ref.status();
+    absl::StatusOr<std::string> handle = buffers_.Stage(*ref, "");
+    EXPECT_TRUE(handle.ok()) << handle.status();
+    absl::StatusOr<uint64_t> id = buffers_.Claim(*handle);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or(0);
+  }
+  ~GpuStore() override {
+    for (auto [p, size] : host_maps_) munmap(p, size);
+  }
+
   // The inline bytes of `key` (empty when the get fails).
   std::string GetInline(const std::string& key) {
     sv1::BatchGetResponse resp = Get({{key, {}}});
@@ -145,6 +172,7 @@ class GpuStore : public ClientFixture {
   BufferRegistry buffers_;
   StoreGrpcService service_;
   char* device_ = nullptr;  // the fake's zeroed "device memory", kDeviceBytes
+  std::vector<std::pair<void*, uint64_t>> host_maps_;
 };
 
 TEST_F(GpuStore, GetIntoARegisteredGpuBufferLandsTheBytesVerifiedByTheDeviceHash) {
@@ -285,14 +313,13 @@ TEST_F(GpuStore, GpuPutSourceWhoseHostCopyDiffersIsNeverStored) {
   EXPECT_EQ(GetInline("short"), pk);
 }
 
-TEST_F(GpuStore, GpuPutSourcesAreBoundedAndOneRangeEach) {
+TEST_F(GpuStore, GpuPutSourcesAreBounded) {
   const uint64_t id = RegisterGpu();
   sv1::BatchPutResponse big = Put({{"big", {{id, 0, kStagingBytes + 1}}}});
   EXPECT_EQ(big.results(0).code(), sv1::INVALID_ARGUMENT);
   EXPECT_NE(big.results(0).message().find("--gpu_put_staging_bytes"), std::string::npos);
-  sv1::BatchPutResponse two = Put({{"two", {{id, 0, 100}, {id, 4096, 100}}}});
-  EXPECT_EQ(two.results(0).code(), sv1::INVALID_ARGUMENT);
-  EXPECT_NE(two.results(0).message().find("only slice"), std::string::npos);
+  sv1::BatchPutResponse two = Put({{"two", {{id, 0, kStagingBytes / 2}, {id, 0, kStagingBytes}}}});
+  EXPECT_EQ(two.results(0).code(), sv1::INVALID_ARGUMENT) << "the item's pieces together";
   const uint64_t huge = ~uint64_t{0};
   EXPECT_EQ(Put({{"oob", {{id, 1, huge}}}}).results(0).code(), sv1::INVALID_ARGUMENT);
   for (const char* key : {"big", "two", "oob"}) EXPECT_EQ(Lookup(key).code(), v1::NOT_FOUND);
@@ -360,14 +387,74 @@ TEST_F(GpuStore, StagingMemoryIsNeverFreedUnderALostDevice) {
   fake_.RunPending();
 }
 
-TEST_F(GpuStore, ScatteredGpuDestinationIsRefused) {
+TEST_F(GpuStore, ScatteredAndMixedGpuDestinationsAreFilledThroughStaging) {
   const std::string pk = Payload(4000, 6);
   PutOk("k", pk);
   const uint64_t id = RegisterGpu();
+  const uint64_t hashes = fake_.hash_launches();
+  // Two GPU slices of one item.
   sv1::BatchGetResponse resp = Get({{"k", {{id, 0, 2000}, {id, 8192, 2000}}}});
-  EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT);
-  EXPECT_NE(resp.results(0).message().find("only slice"), std::string::npos);
-  EXPECT_TRUE(DeviceUntouched(0, kDeviceBytes));
+  ASSERT_EQ(resp.results(0).code(), sv1::OK) << resp.results(0).message();
+  EXPECT_EQ(resp.results(0).bytes_written(), pk.size());
+  EXPECT_EQ(std::string(device_, 2000), pk.substr(0, 2000));
+  EXPECT_EQ(std::string(device_ + 8192, 2000), pk.substr(2000));
+  EXPECT_TRUE(DeviceUntouched(2000, 8192 - 2000));
+  EXPECT_GT(fake_.hash_launches(), hashes) << "each GPU slice proven by its device hash";
+  // A host slice (a vLLM block's header) and a GPU slice (its KV) in one item.
+  char* host = nullptr;
+  const uint64_t hid = RegisterHost(4096, &host);
+  resp = Get({{"k", {{hid, 0, 100}, {id, 16384, 3900}}}});
+  ASSERT_EQ(resp.results(0).code(), sv1::OK) << resp.results(0).message();
+  EXPECT_EQ(std::string(host, 100), pk.substr(0, 100));
+  EXPECT_EQ(std::string(device_ + 16384, 3900), pk.substr(100));
+  // The same through a block layout (block 1 of a header run and a GPU run).
+  sv1::BatchGetRequest layout;
+  auto* run = layout.add_block_layout();
+  run->set_buffer_id(hid);
+  run->set_length(100);
+  run->set_stride(100);
+  run = layout.add_block_layout();
+  run->set_buffer_id(id);
+  run->set_offset(32768);
+  run->set_length(3900);
+  run->set_stride(4096);
+  auto* item = layout.add_items();
+  item->set_key("k");
+  item->mutable_block()->set_index(1);
+  sv1::BatchGetResponse by_layout;
+  ASSERT_TRUE(service_.BatchGet(nullptr, &layout, &by_layout).ok());
+  ASSERT_EQ(by_layout.results(0).code(), sv1::OK) << by_layout.results(0).message();
+  EXPECT_EQ(std::string(host + 100, 100), pk.substr(0, 100));
+  EXPECT_EQ(std::string(device_ + 32768 + 4096, 3900), pk.substr(100));
+  // One piece failing its device hash fails the item, never OK.
+  fake_.CorruptNextHash();
+  resp = Get({{"k", {{id, 65536, 1000}, {id, 98304, 3000}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::CHECKSUM_MISMATCH) << resp.results(0).message();
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 1u);
+  EXPECT_EQ(get_stager_.bytes_in_use(), 0u);
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+}
+
+TEST_F(GpuStore, ScatteredAndMixedGpuPutSourcesAreStagedAndProved) {
+  const uint64_t id = RegisterGpu();
+  const std::string a = Payload(1000, 16), b = Payload(3000, 17);
+  std::memcpy(device_ + 4096, a.data(), a.size());
+  std::memcpy(device_ + 65536, b.data(), b.size());
+  ASSERT_EQ(Put({{"two", {{id, 4096, a.size()}, {id, 65536, b.size()}}}}).results(0).code(),
+            sv1::OK);
+  EXPECT_EQ(GetInline("two"), a + b);
+  EXPECT_EQ(Lookup("two").checksum(), Checksum((a + b).data(), a.size() + b.size()));
+  char* host = nullptr;
+  const uint64_t hid = RegisterHost(4096, &host);
+  std::memcpy(host, "header", 6);
+  ASSERT_EQ(Put({{"mixed", {{hid, 0, 6}, {id, 65536, b.size()}}}}).results(0).code(), sv1::OK);
+  EXPECT_EQ(GetInline("mixed"), "header" + b);
+  // One GPU piece whose staged copy differs from the device: nothing stored.
+  fake_.CorruptNextHash();
+  sv1::BatchPutResponse bad = Put({{"bad", {{hid, 0, 6}, {id, 4096, a.size()}}}});
+  EXPECT_EQ(bad.results(0).code(), sv1::CHECKSUM_MISMATCH) << bad.results(0).message();
+  EXPECT_EQ(Lookup("bad").code(), v1::NOT_FOUND);
+  EXPECT_EQ(stager_.staged_bytes_in_use(), 0u);
 }
 
 TEST_F(GpuStore, EveryDestinationOfAKeyWithAGpuOneIsFilledThroughStaging) {
