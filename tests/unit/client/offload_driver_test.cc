@@ -15,8 +15,11 @@
 #include <thread>
 #include <vector>
 
+#include "client/gpu_buffers.h"
+#include "client/gpu_get_stager.h"
 #include "common/checksum.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/fake_cuda.h"
 #include "tests/fakes/loopback_data_server.h"
 #include "tests/unit/client/client_test_util.h"
 #include "tests/unit/offload/offload_test_util.h"
@@ -420,6 +423,51 @@ TEST_F(OffloadDriverTest, GetFallsBackToTheDiskReplicaWhenMemoryIsCorrupt) {
   ASSERT_TRUE(res[0].status.ok()) << res[0].status;
   EXPECT_EQ(arena.Bytes(0, p.size()), p);
   EXPECT_EQ(tier_metrics_.GetCounter("mc_ssd_reads_total", "").Value(), 1u);
+}
+
+// A GPU destination (scattered over two GPU slices, so it is staged) of a key whose memory
+// replica is corrupt: the SSD record is read into pinned staging memory by the tier, verified,
+// and copied into GPU memory by the device, each slice proved by its device hash.
+TEST_F(OffloadDriverTest, GpuDestinationIsServedFromTheDiskTierThroughStaging) {
+  const std::string p = Payload(30'000, 10);
+  PutAndOffload("k1", p);
+  ASSERT_TRUE(HasDiskReplica("k1"));
+  getter_.SetDiskReader(driver_.get());
+  ASSERT_TRUE(Scribble("k1", *local_, 7));
+  transfer::cuda::FakeCudaApi api(1);
+  transfer::cuda::GpuMoverOptions mo;
+  mo.streams = 1;
+  auto mover = transfer::cuda::GpuMover::Create(api, mo);
+  ASSERT_TRUE(mover.ok()) << mover.status();
+  GpuGetStager stager(api, **mover, GpuGetStagerOptions{.pool_bytes = 1 << 20}, RealClock::Get());
+  getter_.SetGpuStager(&stager);
+  char* device = api.AllocDevice(1 << 16);
+  GpuBufferRegistry gpu(api, nullptr);
+  GpuBufferSpec spec;
+  const std::vector<uint8_t> handle = api.ExportIpc(device, 1 << 16);
+  spec.handle = handle;
+  spec.size = 1 << 16;
+  absl::StatusOr<uint64_t> id = gpu.Register(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<GetRequestItem> items(1);
+  items[0].key = "k1";
+  for (uint64_t offset : {uint64_t{0}, uint64_t{32768}}) {
+    GpuBufferRef ref;
+    absl::StatusOr<uint64_t> addr = gpu.Resolve(*id, offset, 15'000, &ref);
+    ASSERT_TRUE(addr.ok()) << addr.status();
+    items[0].gpu.Add(items[0].slices.size(), std::move(ref));
+    items[0].slices.push_back({reinterpret_cast<char*>(*addr), 15'000});
+  }
+  const uint64_t hashes = api.hash_launches();
+  auto res = getter_.Get(items, 0, nullptr);
+  ASSERT_TRUE(res[0].status.ok()) << res[0].status;
+  EXPECT_EQ(res[0].bytes_written, p.size());
+  EXPECT_EQ(std::string(device, 15'000), p.substr(0, 15'000));
+  EXPECT_EQ(std::string(device + 32768, 15'000), p.substr(15'000));
+  EXPECT_EQ(tier_metrics_.GetCounter("mc_ssd_reads_total", "").Value(), 1u);
+  EXPECT_GT(api.hash_launches(), hashes);
+  EXPECT_EQ(stager.bytes_in_use(), 0u);
+  getter_.SetGpuStager(nullptr);
 }
 
 // The get path takes the tier's hash of the destination as its proof instead of hashing the
