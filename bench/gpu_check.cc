@@ -22,15 +22,21 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <grpcpp/grpcpp.h>
 
 #include "client/gpu_buffers.h"
 #include "client/gpu_get_stager.h"
 #include "client/gpu_put_stager.h"
 #include "common/checksum.h"
 #include "common/clock.h"
+#include "mcstore/v1/gpu.grpc.pb.h"
+#include "mcstore/v1/store.grpc.pb.h"
 #include "transfer/cuda/cuda_api.h"
 #include "transfer/cuda/cuda_transport.h"
 #include "transfer/cuda/gpu_mover.h"
@@ -345,10 +351,166 @@ int Bench() {
 
 }  // namespace
 
+// --- cluster: GPU buffers through two real mc-client daemons ------------------------------
+
+// A Store + GpuBuffers client of one mc-client over TCP, with the Store token.
+struct Daemon2 {
+  std::string address;
+  std::unique_ptr<mcstore::v1::Store::Stub> store;
+  std::unique_ptr<mcstore::v1::GpuBuffers::Stub> gpu;
+};
+
+std::unique_ptr<grpc::ClientContext> Context(const std::string& token) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->AddMetadata("authorization", "Bearer " + token);
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  return ctx;
+}
+
+uint64_t RegisterIpc(Daemon2& d, const std::string& token, const cudaIpcMemHandle_t& handle,
+                     uint64_t size) {
+  mcstore::v1::RegisterGpuBufferRequest req;
+  req.set_version(1);
+  req.set_kind(mcstore::v1::GPU_HANDLE_CUDA_IPC);
+  req.set_handle(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  req.set_device(0);
+  req.set_size(size);
+  mcstore::v1::RegisterGpuBufferResponse resp;
+  grpc::Status s = d.gpu->RegisterGpuBuffer(Context(token).get(), req, &resp);
+  if (!s.ok()) Fail("RegisterGpuBuffer on " + d.address + ": " + s.error_message());
+  return resp.buffer_id();
+}
+
+// Gets `keys` into GPU buffer `id` of daemon `d` (key i at i * kBlock, as `pieces` adjacent
+// slices), every result OK; returns the seconds it took.
+double GetInto(Daemon2& d, const std::string& token, const std::vector<std::string>& keys,
+               uint64_t id, int pieces) {
+  mcstore::v1::BatchGetRequest req;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto* item = req.add_items();
+    item->set_key(keys[i]);
+    const uint64_t part = kBlock / pieces;
+    for (int p = 0; p < pieces; ++p) {
+      auto* slice = item->add_slices();
+      slice->set_buffer_id(id);
+      slice->set_offset(i * kBlock + p * part);
+      slice->set_length(p + 1 == pieces ? kBlock - p * part : part);
+    }
+  }
+  mcstore::v1::BatchGetResponse resp;
+  const auto t0 = std::chrono::steady_clock::now();
+  grpc::Status s = d.store->BatchGet(Context(token).get(), req, &resp);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!s.ok()) Fail("BatchGet on " + d.address + ": " + s.error_message());
+  for (int i = 0; i < resp.results_size(); ++i) {
+    if (resp.results(i).code() != mcstore::v1::OK || resp.results(i).bytes_written() != kBlock) {
+      Fail("BatchGet on " + d.address + " key " + keys[i] + ": " + resp.results(i).message());
+    }
+  }
+  return secs;
+}
+
+void ExpectPattern(void* dev, const std::vector<char>& want, const std::string& what) {
+  std::vector<char> got(want.size());
+  CHECK_CUDA(cudaMemcpy(got.data(), dev, got.size(), cudaMemcpyDeviceToHost));
+  if (std::memcmp(got.data(), want.data(), want.size()) != 0) Fail(what + ": byte mismatch");
+}
+
+// mc-gpu-check cluster ADDR_A ADDR_B TOKEN_FILE: the daemons run with --cuda_device=0. Puts
+// kClusterBlocks x 16 KiB blocks from a GPU buffer through daemon A (a GPU put source), then gets
+// them into GPU memory through daemon B (its own replicas direct, A's over TCP staged) and
+// through A, also scattered (two slices per block: staged), every byte compared here.
+constexpr uint64_t kClusterBlocks = 1024;
+
+int Cluster(const std::string& a, const std::string& b, const std::string& token_file) {
+  std::string token;
+  {
+    std::FILE* f = std::fopen(token_file.c_str(), "r");
+    if (f == nullptr) Fail("cannot read " + token_file);
+    char buf[256];
+    const size_t n = std::fread(buf, 1, sizeof(buf), f);
+    std::fclose(f);
+    token.assign(buf, n);
+    while (!token.empty() && (token.back() == '\n' || token.back() == ' ')) token.pop_back();
+  }
+  Daemon2 da{a, nullptr, nullptr}, db{b, nullptr, nullptr};
+  for (Daemon2* d : {&da, &db}) {
+    auto channel = grpc::CreateChannel(d->address, grpc::InsecureChannelCredentials());
+    d->store = mcstore::v1::Store::NewStub(channel);
+    d->gpu = mcstore::v1::GpuBuffers::NewStub(channel);
+  }
+  const uint64_t bytes = kClusterBlocks * kBlock;
+  void* src = nullptr;
+  void* dst = nullptr;
+  CHECK_CUDA(cudaMalloc(&src, bytes));
+  CHECK_CUDA(cudaMalloc(&dst, bytes));
+  std::vector<char> host(bytes);
+  for (uint64_t i = 0; i < bytes; ++i) host[i] = PatternByte(i * 3 + 1);
+  CHECK_CUDA(cudaMemcpy(src, host.data(), bytes, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemset(dst, 0, bytes));
+  cudaIpcMemHandle_t hsrc, hdst;
+  CHECK_CUDA(cudaIpcGetMemHandle(&hsrc, src));
+  CHECK_CUDA(cudaIpcGetMemHandle(&hdst, dst));
+  const uint64_t a_src = RegisterIpc(da, token, hsrc, bytes);
+  const uint64_t a_dst = RegisterIpc(da, token, hdst, bytes);
+  const uint64_t b_dst = RegisterIpc(db, token, hdst, bytes);
+  // Put from GPU memory through A (staged on the host, proved by the device's source hash).
+  std::vector<std::string> keys;
+  mcstore::v1::BatchPutRequest put;
+  const std::string run =
+      std::to_string(getpid()) + "-" +
+      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  for (uint64_t i = 0; i < kClusterBlocks; ++i) {
+    keys.push_back("gpu-check-" + run + "-" + std::to_string(i));
+    auto* item = put.add_items();
+    item->set_key(keys.back());
+    auto* slice = item->add_slices();
+    slice->set_buffer_id(a_src);
+    slice->set_offset(i * kBlock);
+    slice->set_length(kBlock);
+  }
+  mcstore::v1::BatchPutResponse put_resp;
+  const auto t0 = std::chrono::steady_clock::now();
+  grpc::Status s = da.store->BatchPut(Context(token).get(), put, &put_resp);
+  const double put_secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!s.ok()) Fail("BatchPut: " + s.error_message());
+  for (int i = 0; i < put_resp.results_size(); ++i) {
+    if (put_resp.results(i).code() != mcstore::v1::OK) {
+      Fail("BatchPut " + keys[i] + ": " + put_resp.results(i).message());
+    }
+  }
+  const double b_secs = GetInto(db, token, keys, b_dst, 1);
+  ExpectPattern(dst, host, "get through B");
+  CHECK_CUDA(cudaMemset(dst, 0, bytes));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const double a_secs = GetInto(da, token, keys, a_dst, 1);
+  ExpectPattern(dst, host, "get through A");
+  CHECK_CUDA(cudaMemset(dst, 0, bytes));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  const double scattered_secs = GetInto(db, token, keys, b_dst, 2);
+  ExpectPattern(dst, host, "scattered get through B");
+  std::printf(
+      "cluster: %llu x 16 KiB put from GPU via %s %.2f GB/s; get into GPU via %s %.2f GB/s, "
+      "via %s %.2f GB/s, scattered (2 slices) via %s %.2f GB/s; every byte compared\n",
+      static_cast<unsigned long long>(kClusterBlocks), a.c_str(), bytes / put_secs / 1e9, b.c_str(),
+      bytes / b_secs / 1e9, a.c_str(), bytes / a_secs / 1e9, b.c_str(),
+      bytes / scattered_secs / 1e9);
+  for (auto [d, id] : {std::pair{&da, a_src}, std::pair{&da, a_dst}, std::pair{&db, b_dst}}) {
+    mcstore::v1::UnregisterGpuBufferRequest un;
+    un.set_buffer_id(id);
+    mcstore::v1::UnregisterGpuBufferResponse un_resp;
+    d->gpu->UnregisterGpuBuffer(Context(token).get(), un, &un_resp);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "roundtrip") return RoundTrip();
   if (mode == "bench") return Bench();
-  std::fprintf(stderr, "usage: mc-gpu-check roundtrip|bench\n");
+  if (mode == "cluster" && argc == 5) return Cluster(argv[2], argv[3], argv[4]);
+  std::fprintf(stderr,
+               "usage: mc-gpu-check roundtrip|bench|cluster ADDR_A ADDR_B STORE_TOKEN_FILE\n");
   return 2;
 }
