@@ -311,6 +311,13 @@ absl::Status ClientServer::StartFdChannel() {
   if (gpu_buffers_) {
     fd_channel_->AddSessionEndHook(
         [gpu = gpu_buffers_.get()](const std::string& owner) { return gpu->ReleaseOwner(owner); });
+    // POSIX-fd GPU handles come over this channel and wait for RegisterGpuBuffer.
+    gpu_fd_tickets_ = std::make_unique<GpuFdTickets>();
+    fd_channel_->SetGpuFdTickets(gpu_fd_tickets_.get());
+    fd_channel_->AddSessionEndHook([tickets = gpu_fd_tickets_.get()](const std::string& owner) {
+      return tickets->ReleaseOwner(owner);
+    });
+    gpu_service_->SetFdTickets(gpu_fd_tickets_.get());
   }
   return fd_channel_->Start();
 }

@@ -19,6 +19,7 @@
 #include "client/fd_channel.h"
 #include "client/gpu_buffer_service.h"
 #include "client/gpu_buffers.h"
+#include "client/gpu_fd_tickets.h"
 #include "client/gpu_get_stager.h"
 #include "client/gpu_put_stager.h"
 #include "client/index_service.h"
@@ -150,6 +151,7 @@ class ClientServer {
   std::unique_ptr<GpuBufferService> gpu_service_;
   std::unique_ptr<GpuPutStager> gpu_put_stager_;
   std::unique_ptr<GpuGetStager> gpu_get_stager_;
+  std::unique_ptr<GpuFdTickets> gpu_fd_tickets_;  // with the fd channel: parked POSIX-fd handles
   std::unique_ptr<StoreAuth> store_auth_;
   std::unique_ptr<FdChannelServer> fd_channel_;
   std::unique_ptr<grpc::Server> grpc_server_;

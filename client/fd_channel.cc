@@ -212,6 +212,27 @@ std::string FdChannelServer::Handle(Conn& conn, const char* msg, ssize_t len, in
     Count("hello");
     return absl::StrCat("OK ", conn.owner, " -");
   }
+  if (op == kFdOpRegisterGpu) {
+    if (nfds != 1) {
+      close_from(0);
+      Count("bad_message");
+      return absl::StrCat(
+          "ERR INVALID_ARGUMENT REGISTER_GPU carries exactly one file descriptor, got ", nfds);
+    }
+    if (gpu_fd_tickets_ == nullptr) {
+      close_from(0);
+      Count("refused_gpu_handle");
+      return "ERR INVALID_ARGUMENT this mc-client serves no GPU buffers (no --cuda_device)";
+    }
+    absl::StatusOr<uint64_t> ticket = gpu_fd_tickets_->Park(fds[0], conn.owner);  // takes it
+    if (!ticket.ok()) {
+      Count("refused_gpu_handle");
+      return Err(ticket.status());
+    }
+    Logger("client").info("fd session of pid {} uid {}: GPU handle parked", conn.pid, conn.uid);
+    Count("gpu_handle");
+    return absl::StrCat("OK ", conn.owner, " ", *ticket);
+  }
   if (op != kFdOpRegister) {
     close_from(0);
     Count("bad_message");

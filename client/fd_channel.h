@@ -8,8 +8,10 @@
 //
 // Protocol (little-endian; one message per datagram):
 //   request  16 bytes: "MCF1", u32 op, u64 size; op 1 REGISTER carries exactly one fd,
-//            op 2 HELLO carries none.
-//   reply    text: "OK <owner> <handle>" (HELLO: handle "-"), or "ERR <CODE> <message>".
+//            op 2 HELLO carries none, op 3 REGISTER_GPU carries exactly one fd: a POSIX-fd
+//            GPU handle (cuMemExportToShareableHandle), parked in GpuFdTickets (size unused).
+//   reply    text: "OK <owner> <handle>" (HELLO: handle "-"; REGISTER_GPU: the decimal
+//            fd_ticket that RegisterGpuBuffer takes), or "ERR <CODE> <message>".
 // Each connection is a session: at accept it gets a random owner token (the `x-mc-owner` the
 // application then sends with its Store calls), and SO_PEERCRED (pid, uid) is logged with each
 // registration. REGISTER checks the fd (BufferRegistry::MapFd: a regular tmpfs/hugetlbfs file,
@@ -42,6 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/buffer_registry.h"
 #include "client/fd_session.h"
+#include "client/gpu_fd_tickets.h"
 #include "client/store_auth.h"
 #include "common/metrics.h"
 
@@ -67,6 +70,9 @@ class FdChannelServer final : public CallerSessions {
   // Start only.
   using SessionEndHook = std::function<size_t(const std::string& owner)>;
   void AddSessionEndHook(SessionEndHook hook) { session_end_hooks_.push_back(std::move(hook)); }
+  // Where REGISTER_GPU parks its fds (borrowed; null: the op is refused, no GPU buffers here).
+  // Before Start only; the caller also releases the session's tickets with a session-end hook.
+  void SetGpuFdTickets(GpuFdTickets* tickets) { gpu_fd_tickets_ = tickets; }
 
   // Binds (replacing a stale socket), applies mode and group, listens, starts the thread.
   absl::Status Start();
@@ -97,6 +103,7 @@ class FdChannelServer final : public CallerSessions {
   BufferRegistry& buffers_;
   MetricsRegistry& metrics_;
   std::vector<SessionEndHook> session_end_hooks_;  // fixed once started
+  GpuFdTickets* gpu_fd_tickets_ = nullptr;         // fixed once started
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: Stop wakes the loop
   std::thread thread_;

@@ -16,6 +16,7 @@ namespace mc::client {
 
 inline constexpr uint32_t kFdOpRegister = 1;
 inline constexpr uint32_t kFdOpHello = 2;
+inline constexpr uint32_t kFdOpRegisterGpu = 3;  // a POSIX-fd GPU handle; reply "OK owner ticket"
 inline constexpr size_t kFdRequestSize = 16;
 
 // The 16-byte request: "MCF1", u32 op, u64 size, little-endian.

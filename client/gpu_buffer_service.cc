@@ -1,5 +1,7 @@
 #include "client/gpu_buffer_service.h"
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "client/grpc_caller.h"
 #include "common/status.h"
@@ -29,20 +31,6 @@ grpc::Status GpuBufferService::RegisterGpuBuffer(
   spec.device = request->device();
   spec.allocation_offset = request->allocation_offset();
   spec.size = request->size();
-  switch (request->kind()) {
-    case mcstore::v1::GPU_HANDLE_CUDA_IPC:
-      spec.kind = transfer::cuda::GpuHandleKind::kCudaIpc;
-      spec.handle = std::span<const uint8_t>(
-          reinterpret_cast<const uint8_t*>(request->handle().data()), request->handle().size());
-      break;
-    case mcstore::v1::GPU_HANDLE_POSIX_FD:
-      // TODO(issue 18): take the fd named by fd_ticket from the fd-passing channel of the
-      // fd-based RegisterBuffer (SCM_RIGHTS with peer credentials) once that lands.
-      return ToGrpcStatus(
-          McError(Code::kUnavailable, "RegisterGpuBuffer: POSIX fd handles need the fd channel"));
-    default:
-      return ToGrpcStatus(McError(Code::kInvalidArgument, "RegisterGpuBuffer: unknown kind"));
-  }
   if (!request->device_uuid().empty()) {
     // The caller's ordinal may name another GPU here (other CUDA_VISIBLE_DEVICES): its UUID
     // must be the one of the device the handle would be opened on.
@@ -65,7 +53,31 @@ grpc::Status GpuBufferService::RegisterGpuBuffer(
               ": send this mc-client's ordinal of that GPU (CUDA_VISIBLE_DEVICES differ?)")));
     }
   }
+  int fd = -1;  // a POSIX-fd handle taken from the tickets, closed once imported
+  switch (request->kind()) {
+    case mcstore::v1::GPU_HANDLE_CUDA_IPC:
+      spec.kind = transfer::cuda::GpuHandleKind::kCudaIpc;
+      spec.handle = std::span<const uint8_t>(
+          reinterpret_cast<const uint8_t*>(request->handle().data()), request->handle().size());
+      break;
+    case mcstore::v1::GPU_HANDLE_POSIX_FD: {
+      if (tickets_ == nullptr) {
+        return ToGrpcStatus(McError(Code::kUnavailable,
+                                    "RegisterGpuBuffer: POSIX-fd handles come over the fd socket, "
+                                    "which this mc-client does not serve (--unix_socket)"));
+      }
+      absl::StatusOr<int> taken = tickets_->Take(request->fd_ticket(), *owner);
+      if (!taken.ok()) return ToGrpcStatus(taken.status());
+      fd = *taken;
+      spec.kind = transfer::cuda::GpuHandleKind::kPosixFd;
+      spec.fd = fd;
+      break;
+    }
+    default:
+      return ToGrpcStatus(McError(Code::kInvalidArgument, "RegisterGpuBuffer: unknown kind"));
+  }
   absl::StatusOr<uint64_t> id = registry_.Register(spec, *owner);
+  if (fd >= 0) close(fd);  // the import holds the memory; the registry borrowed the fd
   if (!id.ok()) return ToGrpcStatus(id.status());
   response->set_buffer_id(*id);
   if (absl::StatusOr<std::string> name = api_.DeviceName(spec.device); name.ok()) {

@@ -1,19 +1,21 @@
 // The GpuBuffers gRPC service (proto/mcstore/v1/gpu.proto): proto in -> GpuBufferRegistry ->
 // proto out. Served by mc-client next to Store when it has a cuda transport (--cuda_device).
 //
-// A CUDA IPC handle is a capability (whoever holds its 64 bytes can open the allocation), so
-// every call is admitted exactly as Store's are: the transport check of StoreAuth (the token over
-// TCP, the socket's mode and group over the Unix socket), then the caller's owner key
-// (StoreAuth::OwnerOf). A buffer belongs to the owner that registered it; another owner's id is
-// unknown to Unregister and to the batch paths. A null ServerContext (in-process calls, unit
-// tests) is the trusted owner "".
-// Thread-safe (the registry is).
+// Handles: a CUDA IPC handle (64 bytes in the request), or a POSIX-fd handle passed over the fd
+// channel first and named by its fd_ticket (client/gpu_fd_tickets.h; only the session that
+// passed it may name it). A CUDA IPC handle is a capability (whoever holds its 64 bytes can open
+// the allocation), so every call is admitted exactly as Store's are: the transport check of
+// StoreAuth (the token over TCP, the socket's mode and group over the Unix socket), then the
+// caller's owner key (StoreAuth::OwnerOf). A buffer belongs to the owner that registered it;
+// another owner's id is unknown to Unregister and to the batch paths. A null ServerContext
+// (in-process calls, unit tests) is the trusted owner "". Thread-safe (the registry is).
 #pragma once
 
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "client/gpu_buffers.h"
+#include "client/gpu_fd_tickets.h"
 #include "client/store_auth.h"
 #include "mcstore/v1/gpu.grpc.pb.h"
 
@@ -31,6 +33,9 @@ class GpuBufferService final : public mcstore::v1::GpuBuffers::Service {
     auth_ = auth;
     sessions_ = sessions;
   }
+  // Where the fd channel parks POSIX-fd handles (borrowed; null: GPU_HANDLE_POSIX_FD is
+  // refused). Call before serving.
+  void SetFdTickets(GpuFdTickets* tickets) { tickets_ = tickets; }
 
   grpc::Status RegisterGpuBuffer(grpc::ServerContext* context,
                                  const mcstore::v1::RegisterGpuBufferRequest* request,
@@ -47,6 +52,7 @@ class GpuBufferService final : public mcstore::v1::GpuBuffers::Service {
   transfer::cuda::CudaApi& api_;
   const StoreAuth* auth_ = nullptr;
   const CallerSessions* sessions_ = nullptr;
+  GpuFdTickets* tickets_ = nullptr;
 };
 
 }  // namespace mc::client

@@ -177,6 +177,15 @@ class AsyncClient:
                                     device=device, allocation_offset=allocation_offset,
                                     device_uuid=device_uuid, keep=keep))
 
+    async def register_gpu_fd(self, fd: int, size: int, *, device: int = 0,
+                              allocation_offset: int = 0, device_uuid: Optional[str] = None,
+                              keep: Any = None) -> GpuBuffer:
+        """See Client.register_gpu_fd."""
+        return await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(self._control.register_gpu_fd, fd, size, device=device,
+                                    allocation_offset=allocation_offset,
+                                    device_uuid=device_uuid, keep=keep))
+
     async def close(self) -> None:
         """Closes the buffers and both channels. Idempotent."""
         if self.closed:

@@ -371,6 +371,36 @@ class Client:
         if not isinstance(handle, (bytes, bytearray)) or len(handle) != CUDA_IPC_HANDLE_BYTES:
             raise ValueError("handle must be the %d bytes of a cudaIpcMemHandle_t"
                              % CUDA_IPC_HANDLE_BYTES)
+        gpb = gpu_pb2()
+        req = gpb.RegisterGpuBufferRequest(
+            version=1, kind=gpb.GPU_HANDLE_CUDA_IPC, handle=bytes(handle),
+            **self._gpu_fields(size, device, allocation_offset, device_uuid))
+        return self._register_gpu(req, keep)
+
+    def register_gpu_fd(self, fd: int, size: int, *, device: int = 0, allocation_offset: int = 0,
+                        device_uuid: Optional[str] = None, keep: Any = None) -> GpuBuffer:
+        """Registers `size` bytes at `allocation_offset` of the device allocation exported as a
+        POSIX file descriptor (cuMemExportToShareableHandle(..., POSIX_FILE_DESCRIPTOR)): the fd
+        goes over the daemon's fd socket (so only this process, as the kernel saw it, can have
+        sent it; you keep your fd), then RegisterGpuBuffer names it by its one-time ticket. The
+        authenticated alternative to CUDA IPC handles (docs/gpu.md)."""
+        fields = self._gpu_fields(size, device, allocation_offset, device_uuid)
+        if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
+            raise ValueError("fd must be an open file descriptor")
+        try:
+            ticket = self._session().register_gpu_fd(fd)
+        except StoreError as e:
+            if e.code != Code.UNAVAILABLE:
+                raise
+            ticket = self._session(fresh=True).register_gpu_fd(fd)  # the daemon restarted?
+        gpb = gpu_pb2()
+        req = gpb.RegisterGpuBufferRequest(version=1, kind=gpb.GPU_HANDLE_POSIX_FD,
+                                           fd_ticket=ticket, **fields)
+        return self._register_gpu(req, keep)
+
+    @staticmethod
+    def _gpu_fields(size: int, device: int, allocation_offset: int,
+                    device_uuid: Optional[str]) -> Dict[str, Any]:
         size = _check_int(size, "size")
         device = _check_int(device, "device")
         allocation_offset = _check_int(allocation_offset, "allocation_offset")
@@ -383,10 +413,11 @@ class Client:
         if device_uuid is not None and (not isinstance(device_uuid, str)
                                         or not 0 < len(device_uuid) <= 64):
             raise ValueError("device_uuid must be a GPU UUID string (\"GPU-xxxxxxxx-...\")")
-        gpb = gpu_pb2()
-        req = gpb.RegisterGpuBufferRequest(
-            version=1, kind=gpb.GPU_HANDLE_CUDA_IPC, handle=bytes(handle), device=device,
-            allocation_offset=allocation_offset, size=size, device_uuid=device_uuid or "")
+        return dict(size=size, device=device, allocation_offset=allocation_offset,
+                    device_uuid=device_uuid or "")
+
+    def _register_gpu(self, req: Any, keep: Any) -> GpuBuffer:
+        size, device = req.size, req.device
         resp = self._gpu_call("RegisterGpuBuffer", req)
         buffer_id = resp.buffer_id
         if not buffer_id & GPU_BUFFER_ID_BIT:

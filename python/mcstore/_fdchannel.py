@@ -8,7 +8,9 @@ with an owner token; Store calls that use the session's buffers (slices, unregis
 session's buffers. See docs/security.md.
 
 Protocol: request = b"MCF1" + u32 op + u64 size (little-endian, 16 bytes); op 1 REGISTER with
-one fd, op 2 HELLO with none. Reply = "OK <owner> <handle>" or "ERR <CODE> <message>".
+one fd, op 2 HELLO with none, op 3 REGISTER_GPU with one POSIX-fd GPU handle (its reply's handle
+is the decimal fd_ticket for RegisterGpuBuffer). Reply = "OK <owner> <handle>" or
+"ERR <CODE> <message>".
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from mcstore._errors import Code, StoreError, UnavailableError
 
 OP_REGISTER = 1
 OP_HELLO = 2
+OP_REGISTER_GPU = 3
 
 _CODES = {"NOT_FOUND": Code.NOT_FOUND, "INVALID_ARGUMENT": Code.INVALID_ARGUMENT}
 
@@ -93,6 +96,19 @@ class FdSession:
         for RegisterBuffer."""
         _, handle = self._ask(request(OP_REGISTER, size), [fd])
         return handle
+
+    def register_gpu_fd(self, fd: int) -> int:
+        """Passes a POSIX-fd GPU handle (cuMemExportToShareableHandle) and returns the one-time
+        fd_ticket for RegisterGpuBuffer; only this session's owner may name it."""
+        _, ticket = self._ask(request(OP_REGISTER_GPU), [fd])
+        try:
+            value = int(ticket)
+        except ValueError:
+            value = 0
+        if not 0 < value < 1 << 64:
+            raise StoreError(Code.INTERNAL, "the fd socket answered a bad ticket %r" % ticket,
+                             address=self.path)
+        return value
 
     def register_path(self, path: str, size: int) -> str:
         """Opens `path` (e.g. /dev/shm/<name>) read-write with this process's rights and passes

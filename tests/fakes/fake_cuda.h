@@ -12,6 +12,10 @@
 // Thread-safe.
 #pragma once
 
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <deque>
 #include <map>
@@ -50,12 +54,20 @@ class FakeCudaApi final : public CudaApi {
     exports_[id] = Export{base, size, device};
     return handle;
   }
-  // A shareable-handle "fd" for [base, base+size).
+  // A shareable-handle fd for [base, base+size): a real fd (a memfd, so that it survives
+  // SCM_RIGHTS and dup), recognized by Import through its inode. The caller owns the returned fd.
   int ExportFd(char* base, uint64_t size, int device = 0) {
     absl::MutexLock lock(&mu_);
-    const int fd = static_cast<int>(1000 + next_export_);
-    exports_[next_export_++] = Export{base, size, device, fd};
-    return fd;
+    const int fd = memfd_create("fake-cuda-export", MFD_CLOEXEC);
+    struct stat st {};
+    if (fd < 0 || fstat(fd, &st) != 0) return -1;
+    exports_[next_export_++] = Export{base, size, device, fd, st.st_ino};
+    return dup(fd);
+  }
+  ~FakeCudaApi() override {
+    for (auto& [id, e] : exports_) {
+      if (e.fd >= 0) close(e.fd);
+    }
   }
   void SetHold(bool hold) {
     absl::MutexLock lock(&mu_);
@@ -164,8 +176,11 @@ class FakeCudaApi final : public CudaApi {
       auto it = exports_.find(id);
       if (it != exports_.end() && it->second.fd < 0) e = &it->second;
     } else {
-      for (auto& [id, ex] : exports_) {
-        if (ex.fd >= 0 && ex.fd == fd) e = &ex;
+      struct stat st {};
+      if (fd >= 0 && fstat(fd, &st) == 0) {
+        for (auto& [id, ex] : exports_) {
+          if (ex.fd >= 0 && ex.inode == st.st_ino) e = &ex;
+        }
       }
     }
     if (e == nullptr) return McError(Code::kInvalidArgument, "cudaErrorInvalidValue: bad handle");
@@ -285,7 +300,8 @@ class FakeCudaApi final : public CudaApi {
     char* base;
     uint64_t size;
     int device;
-    int fd = -1;
+    int fd = -1;      // the export's own memfd (kept open while the fake lives)
+    ino_t inode = 0;  // which Import recognizes an fd by
   };
   struct Item {
     std::vector<CopyOp> copies;

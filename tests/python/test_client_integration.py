@@ -377,6 +377,13 @@ def test_gpu_buffers_on_a_daemon_without_cuda_device(c0):
     with pytest.raises(StoreError, match="--cuda_device") as info:
         c0.register_gpu_handle(bytes(64), 4096)
     assert info.value.code is Code.INVALID_ARGUMENT
+    handle = os.memfd_create("not-a-gpu-handle")
+    try:
+        with pytest.raises(StoreError, match="--cuda_device") as info:
+            c0.register_gpu_fd(handle, 4096)  # refused by the fd socket itself
+        assert info.value.code is Code.INVALID_ARGUMENT
+    finally:
+        os.close(handle)
     k = uniq()
     raise_for_results(c0.put([k], [b"x" * 4096]))
     gpu_id = (1 << 63) | 1

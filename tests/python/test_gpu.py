@@ -6,6 +6,9 @@ gRPC server (the real one is tested in C++ on the fake device and on a GPU by
 bench/gpu_check.sh)."""
 
 import asyncio
+import os
+import socket
+import struct
 import threading
 from concurrent import futures
 
@@ -170,6 +173,61 @@ def test_async_client_registers_through_its_control_client(gpu_server):
     buf, raw = asyncio.run(main())
     assert [r.device_uuid for r in service.registered] == ["GPU-5", ""]
     assert sorted(service.unregistered) == sorted([buf.buffer_id, raw.buffer_id])
+
+
+class FakeFdSocket:
+    """The daemon's fd socket as far as REGISTER_GPU goes: HELLO -> owner, REGISTER_GPU with
+    one fd -> a ticket; keeps the inode of every fd it received."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.bind(path)
+        self.sock.listen(1)
+        self.inodes = []
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        conn, _ = self.sock.accept()
+        with conn:
+            while True:
+                try:
+                    msg, fds, _, _ = socket.recv_fds(conn, 64, 4)
+                except OSError:
+                    return
+                if not msg:
+                    return
+                op, _size = struct.unpack("<IQ", msg[4:16])
+                for fd in fds:
+                    self.inodes.append(os.fstat(fd).st_ino)
+                    os.close(fd)
+                if op == 2:
+                    conn.send(b"OK owner-1 -")
+                elif op == 3 and len(fds) == 1:
+                    conn.send(b"OK owner-1 12345678901234567890")
+                else:
+                    conn.send(b"ERR INVALID_ARGUMENT bad")
+
+
+def test_register_gpu_fd_passes_the_fd_then_names_its_ticket(gpu_server, tmp_path):
+    service, address = gpu_server()
+    fd_socket = FakeFdSocket(str(tmp_path / "client.sock.fd"))
+    handle = os.memfd_create("stands-for-a-cumem-export")
+    try:
+        with Client(address, fd_socket=str(tmp_path / "client.sock.fd")) as c:
+            buf = c.register_gpu_fd(handle, 1 << 20, device=0, allocation_offset=4096)
+            [req] = service.registered
+            assert req.kind == gpu_pb2.GPU_HANDLE_POSIX_FD
+            assert req.fd_ticket == 12345678901234567890
+            assert (req.size, req.allocation_offset, req.handle) == (1 << 20, 4096, b"")
+            assert service.metadata[0]["x-mc-owner"] == "owner-1", "the session that passed it"
+            assert fd_socket.inodes == [os.fstat(handle).st_ino], "the very file, by SCM_RIGHTS"
+            assert buf.size == 1 << 20
+            with pytest.raises(ValueError, match="fd"):
+                c.register_gpu_fd(-1, 4096)
+        os.fstat(handle)  # the caller's fd stays open
+    finally:
+        os.close(handle)
 
 
 def test_register_gpu_handle_checks_its_arguments(gpu_server):

@@ -279,6 +279,59 @@ TEST_F(FdChannel, SessionEndHooksReleaseTheOwnersOtherResources) {
   EXPECT_EQ(seen_owner, owner);
 }
 
+// REGISTER_GPU parks a POSIX-fd GPU handle for the session's owner (client/gpu_fd_tickets.h):
+// the reply's ticket gives the same file back to that owner only; without GPU buffers, or
+// without exactly one fd, it is refused; the session's parked fds go when it ends.
+TEST_F(FdChannel, GpuHandlesAreParkedForTheSessionsOwner) {
+  GpuFdTickets tickets;
+  FdChannelOptions options;
+  options.path = ::testing::TempDir() + "/mc-fd-" + std::to_string(getpid()) + ".sock";
+  path_ = options.path;
+  registry_ = std::make_unique<BufferRegistry>(BufferRegistryOptions{.metrics = &metrics_});
+  server_ = std::make_unique<FdChannelServer>(options, *registry_, metrics_);
+  server_->SetGpuFdTickets(&tickets);
+  server_->AddSessionEndHook([&](const std::string& owner) { return tickets.ReleaseOwner(owner); });
+  ASSERT_TRUE(server_->Start().ok());
+  int sock = Connect();
+  const int handle = Memfd(4096);  // stands for a cuMemExportToShareableHandle fd
+  struct stat want {};
+  ASSERT_EQ(fstat(handle, &want), 0);
+  std::string reply = Ask(sock, Request(kFdOpRegisterGpu, 0), {handle});
+  ASSERT_EQ(reply.rfind("OK ", 0), 0u) << reply;
+  const std::string owner = OwnerOf(reply);
+  const uint64_t ticket = std::stoull(HandleOf(reply));
+  EXPECT_EQ(ToCode(tickets.Take(ticket, "someone-else").status()), Code::kNotFound);
+  absl::StatusOr<int> fd = tickets.Take(ticket, owner);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  struct stat got {};
+  ASSERT_EQ(fstat(*fd, &got), 0);
+  EXPECT_EQ(got.st_ino, want.st_ino) << "the same file, passed by SCM_RIGHTS";
+  close(*fd);
+  EXPECT_EQ(Ask(sock, Request(kFdOpRegisterGpu, 0)).rfind("ERR INVALID_ARGUMENT", 0), 0u);
+  EXPECT_EQ(
+      Ask(sock, Request(kFdOpRegisterGpu, 0), {handle, handle}).rfind("ERR INVALID_ARGUMENT", 0),
+      0u);
+  // Parked, never claimed: released with the session.
+  ASSERT_EQ(Ask(sock, Request(kFdOpRegisterGpu, 0), {handle}).rfind("OK ", 0), 0u);
+  EXPECT_EQ(tickets.Count(), 1u);
+  close(sock);
+  socks_.clear();
+  EXPECT_TRUE(Eventually([&] { return tickets.Count() == 0; }));
+  close(handle);
+  server_->Stop();  // before `tickets` goes
+  server_.reset();
+}
+
+TEST_F(FdChannel, GpuHandlesAreRefusedWithoutGpuBuffers) {
+  Start();
+  int sock = Connect();
+  const int handle = Memfd(4096);
+  const std::string reply = Ask(sock, Request(kFdOpRegisterGpu, 0), {handle});
+  close(handle);
+  EXPECT_EQ(reply.rfind("ERR INVALID_ARGUMENT", 0), 0u) << reply;
+  EXPECT_NE(reply.find("--cuda_device"), std::string::npos) << reply;
+}
+
 TEST_F(FdChannel, SilentConnectionsAreClosedAndSessionsBounded) {
   FdChannelOptions options;
   options.max_connections = 8;

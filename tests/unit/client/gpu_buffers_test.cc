@@ -4,7 +4,10 @@
 
 #include <vector>
 
+#include <unistd.h>
+
 #include "client/gpu_buffer_service.h"
+#include "client/gpu_fd_tickets.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_cuda.h"
@@ -97,6 +100,52 @@ TEST_F(GpuBuffersTest, PosixFdHandlesImportToo) {
   ASSERT_TRUE(id.ok()) << id.status();
   GpuBufferRef ref;
   EXPECT_EQ(*registry_.Resolve(*id, 0, 1, &ref), reinterpret_cast<uint64_t>(alloc_));
+  close(spec.fd);  // the registry borrowed it
+}
+
+// A pipe's write end as the parked fd: its read end sees EOF once every copy is closed.
+struct ParkedPipe {
+  ParkedPipe() { EXPECT_EQ(pipe(fds), 0); }
+  ~ParkedPipe() { close(fds[0]); }
+  bool WriteEndClosed() const {
+    char c;
+    return read(fds[0], &c, 1) == 0;
+  }
+  int fds[2];
+};
+
+TEST(GpuFdTickets, TicketsAreOneTimeAndBoundToTheirOwner) {
+  GpuFdTickets tickets;
+  ParkedPipe p;
+  absl::StatusOr<uint64_t> t = tickets.Park(p.fds[1], "alice");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_NE(*t, 0u);
+  EXPECT_EQ(ToCode(tickets.Take(*t, "bob").status()), Code::kNotFound) << "another owner's";
+  EXPECT_EQ(ToCode(tickets.Take(*t + 1, "alice").status()), Code::kNotFound) << "unknown";
+  absl::StatusOr<int> fd = tickets.Take(*t, "alice");
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  EXPECT_EQ(*fd, p.fds[1]);
+  EXPECT_EQ(ToCode(tickets.Take(*t, "alice").status()), Code::kNotFound) << "one-time";
+  close(*fd);
+  EXPECT_TRUE(p.WriteEndClosed());
+  EXPECT_EQ(tickets.Count(), 0u);
+}
+
+TEST(GpuFdTickets, BoundedPerOwnerAndInAllAndClosedWithTheSession) {
+  GpuFdTickets tickets(/*max_per_owner=*/2, /*max_total=*/3);
+  ParkedPipe a1, a2, a3, b1, c1;
+  ASSERT_TRUE(tickets.Park(a1.fds[1], "alice").ok());
+  ASSERT_TRUE(tickets.Park(a2.fds[1], "alice").ok());
+  EXPECT_EQ(ToCode(tickets.Park(a3.fds[1], "alice").status()), Code::kNoSpace);
+  EXPECT_TRUE(a3.WriteEndClosed()) << "a refused fd is closed";
+  ASSERT_TRUE(tickets.Park(b1.fds[1], "bob").ok());
+  EXPECT_EQ(ToCode(tickets.Park(c1.fds[1], "carol").status()), Code::kNoSpace) << "3 in all";
+  EXPECT_EQ(tickets.ReleaseOwner("alice"), 2u);
+  EXPECT_TRUE(a1.WriteEndClosed());
+  EXPECT_TRUE(a2.WriteEndClosed());
+  EXPECT_EQ(tickets.Count(), 1u);
+  ParkedPipe a4;
+  EXPECT_TRUE(tickets.Park(a4.fds[1], "alice").ok()) << "alice's count went with her session";
 }
 
 TEST_F(GpuBuffersTest, UnregisterClosesTheImportOnlyAfterTheLastUse) {

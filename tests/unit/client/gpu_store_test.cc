@@ -17,6 +17,7 @@
 
 #include "client/gpu_buffer_service.h"
 #include "client/gpu_buffers.h"
+#include "client/gpu_fd_tickets.h"
 #include "client/gpu_get_stager.h"
 #include "client/gpu_put_stager.h"
 #include "client/store_auth.h"
@@ -579,6 +580,40 @@ TEST_F(GpuStore, DaemonWithoutGpuBuffersRefusesGpuIds) {
   ASSERT_TRUE(no_gpu.BatchGet(nullptr, &req, &resp).ok());
   EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT);
   EXPECT_NE(resp.results(0).message().find("--cuda_device"), std::string::npos);
+}
+
+// A POSIX-fd handle passed over the fd channel (parked under a ticket for the caller) and
+// named by RegisterGpuBuffer: imported, served, and its ticket good once.
+TEST_F(GpuStore, PosixFdHandlesAreRegisteredByTicket) {
+  const std::string pk = Payload(3000, 18);
+  PutOk("k", pk);
+  auto registration = [&](uint64_t ticket) {
+    sv1::RegisterGpuBufferRequest req;
+    req.set_version(1);
+    req.set_kind(sv1::GPU_HANDLE_POSIX_FD);
+    req.set_fd_ticket(ticket);
+    req.set_size(kDeviceBytes);
+    sv1::RegisterGpuBufferResponse resp;
+    grpc::Status s = gpu_service_.RegisterGpuBuffer(nullptr, &req, &resp);
+    return std::make_pair(s, resp.buffer_id());
+  };
+  EXPECT_EQ(registration(1).first.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << "no fd channel, no POSIX-fd handles";
+  GpuFdTickets tickets;
+  gpu_service_.SetFdTickets(&tickets);
+  absl::StatusOr<uint64_t> theirs = tickets.Park(fake_.ExportFd(device_, kDeviceBytes), "anon:x");
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_EQ(registration(*theirs).first.error_code(), grpc::StatusCode::NOT_FOUND)
+      << "another caller's ticket";
+  absl::StatusOr<uint64_t> mine = tickets.Park(fake_.ExportFd(device_, kDeviceBytes), "");
+  ASSERT_TRUE(mine.ok());
+  auto [s, id] = registration(*mine);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(registration(*mine).first.error_code(), grpc::StatusCode::NOT_FOUND) << "used";
+  sv1::BatchGetResponse resp = Get({{"k", {{id, 4096, pk.size()}}}});
+  ASSERT_EQ(resp.results(0).code(), sv1::OK) << resp.results(0).message();
+  EXPECT_EQ(std::string(device_ + 4096, pk.size()), pk);
+  gpu_service_.SetFdTickets(nullptr);
 }
 
 TEST_F(GpuStore, DeviceUuidMustBeTheOrdinalsUuid) {
