@@ -130,9 +130,20 @@ def get_all(stub, keys, batch=8, lease_id=0):
     return out
 
 
-def assert_exact(test, stub, keys, values, batch=8, what=""):
-    """Every key reads back OK with exactly its bytes."""
-    for k, v, r in zip(keys, values, get_all(stub, keys, batch)):
+def assert_exact(test, stub, keys, values, batch=8, what="", lease_retries=2):
+    """Every key reads back OK with exactly its bytes. A key answered LEASE_EXPIRED (its read
+    outlived the 5 s read lease: a refusal, never wrong bytes; seen once on an owner just
+    restarted, under the sanitizer build and a loaded machine) is read again, at most
+    `lease_retries` times, as an application would; any other failure fails at once."""
+    results = get_all(stub, keys, batch)
+    for _ in range(lease_retries):
+        again = [i for i, r in enumerate(results) if r.code == LEASE_EXPIRED]
+        if not again:
+            break
+        print("assert_exact %s: %d key(s) LEASE_EXPIRED, read again" % (what, len(again)))
+        for i, r in zip(again, get_all(stub, [keys[i] for i in again], batch)):
+            results[i] = r
+    for k, v, r in zip(keys, values, results):
         test.assertEqual(r.code, OK, "%s get %r: %s %s" % (what, k, cc.code_name(r.code),
                                                           r.message))
         test.assertTrue(r.data == v, "%s get %r: wrong bytes (%d vs %d)" % (what, k, len(r.data),
