@@ -104,13 +104,13 @@ ABSL_FLAG(int32_t, cuda_streams, 4, "CUDA streams of the GPU mover (1..64), with
 ABSL_FLAG(uint64_t, gpu_put_staging_bytes, 1ull << 30,
           "host memory that BatchPut items from GPU buffers are staged through, all requests "
           "together (a larger item fails INVALID_ARGUMENT, one that does not fit beside others "
-          "UNAVAILABLE); >= 1 MiB, with --cuda_device");
+          "UNAVAILABLE); 1 MiB..1 TiB, with --cuda_device");
 ABSL_FLAG(uint64_t, gpu_get_staging_bytes, 256ull << 20,
           "pinned host memory that BatchGet reads objects into before copying them into GPU "
           "buffers, when the object has no replica in this daemon's memory or further "
           "destinations in the batch; allocated on the first such get, all requests together "
           "(a larger object fails INVALID_ARGUMENT, one that does not fit beside others "
-          "UNAVAILABLE); >= 1 MiB, with --cuda_device");
+          "UNAVAILABLE); 1 MiB..1 TiB, with --cuda_device");
 ABSL_FLAG(uint64_t, gpu_max_buffers, 1024,
           "GPU buffers (RegisterGpuBuffer) registered at once, all callers together; past it "
           "NO_SPACE (>= 1, with --cuda_device)");
@@ -334,8 +334,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.gpu_put.max_staging_bytes = absl::GetFlag(FLAGS_gpu_put_staging_bytes);
-  if (o.gpu_put.max_staging_bytes < (1u << 20)) {
-    std::fprintf(stderr, "--gpu_put_staging_bytes must be at least 1 MiB\n");
+  // Host memory budgets: at most 1 TiB, so that their sums and roundings cannot wrap.
+  constexpr uint64_t kMaxStagingBytes = uint64_t{1} << 40;
+  if (o.gpu_put.max_staging_bytes < (1u << 20) || o.gpu_put.max_staging_bytes > kMaxStagingBytes) {
+    std::fprintf(stderr, "--gpu_put_staging_bytes must be in 1 MiB..1 TiB\n");
     return 2;
   }
   o.gpu_max_buffers = absl::GetFlag(FLAGS_gpu_max_buffers);
@@ -345,8 +347,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.gpu_get.pool_bytes = absl::GetFlag(FLAGS_gpu_get_staging_bytes);
-  if (o.gpu_get.pool_bytes < (1u << 20)) {
-    std::fprintf(stderr, "--gpu_get_staging_bytes must be at least 1 MiB\n");
+  if (o.gpu_get.pool_bytes < (1u << 20) || o.gpu_get.pool_bytes > kMaxStagingBytes) {
+    std::fprintf(stderr, "--gpu_get_staging_bytes must be in 1 MiB..1 TiB\n");
     return 2;
   }
   o.offload.dir = mc::AbsolutePath(absl::GetFlag(FLAGS_offload_dir));

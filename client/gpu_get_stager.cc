@@ -61,7 +61,8 @@ absl::StatusOr<GpuGetStager::Lease> GpuGetStager::Reserve(uint64_t length) {
                                 " bytes for a GPU destination exceeds --gpu_get_staging_bytes=",
                                 options_.pool_bytes, " (the pinned memory it is staged through)"));
   }
-  const uint64_t reserved = (length + kAlign - 1) / kAlign * kAlign;  // length <= pool: no wrap
+  // Rounded up without overflow (the pool, and so `length`, may be any size here).
+  const uint64_t reserved = length / kAlign * kAlign + (length % kAlign != 0 ? kAlign : 0);
   absl::MutexLock lock(&mu_);
   if (lost_ || mover_.device_lost()) {
     lost_ = true;

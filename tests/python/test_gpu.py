@@ -187,6 +187,10 @@ class FakeFdSocket:
         self.thread = threading.Thread(target=self.serve, daemon=True)
         self.thread.start()
 
+    def close(self):
+        self.sock.close()
+        self.thread.join(5)
+
     def serve(self):
         conn, _ = self.sock.accept()
         with conn:
@@ -228,6 +232,7 @@ def test_register_gpu_fd_passes_the_fd_then_names_its_ticket(gpu_server, tmp_pat
         os.fstat(handle)  # the caller's fd stays open
     finally:
         os.close(handle)
+        fd_socket.close()
 
 
 def test_register_gpu_handle_checks_its_arguments(gpu_server):

@@ -89,6 +89,8 @@ class BadFlagsTest(unittest.TestCase):
                             ("tcp_receive_threads", "-1"), ("copy_threads", "-2"),
                             ("tcp_socket_buffer_bytes", "-1"),
                             ("gpu_put_staging_bytes", "1000"), ("gpu_get_staging_bytes", "1000"),
+                            ("gpu_get_staging_bytes", str((1 << 40) + 1)),
+                            ("gpu_put_staging_bytes", str((1 << 40) + 1)),
                             ("gpu_max_buffers", "0"), ("gpu_max_buffers_per_caller", "0"),
                             ("cuda_streams", "0")]:
             with self.subTest(flag=flag, value=value):
