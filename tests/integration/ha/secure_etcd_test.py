@@ -86,7 +86,9 @@ class PasswordEtcdCluster(HaCluster):
             ("/v3/auth/enable", {}),
         ]
         for path, body in steps:
-            status, text = e.request(path, body)
+            # user/add hashes the password with bcrypt: seconds on a loaded machine (a 2 s read
+            # timeout failed it once during the gate's sanitizer stage).
+            status, text = e.request(path, body, timeout_s=15.0)
             if status != 200:
                 raise RuntimeError("etcd %s: HTTP %d %s" % (path, status, text))
         status, text = e.request("/v3/kv/range", {"key": b64("/mcstore/leader")})
