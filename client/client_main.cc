@@ -12,6 +12,9 @@
 #include "common/logging.h"
 #include "common/util.h"
 #include "transfer/tcp/frame.h"
+#ifdef MC_FAKE_GPU_TEST_BUILD
+#include "tests/fakes/shm_fake_cuda.h"  // mc-client-fakegpu (tests/fakes): never in mc-client
+#endif
 
 ABSL_FLAG(std::string, master, "127.0.0.1:50051",
           "mc-master gRPC HOST:PORT, or a comma list of the masters (standbys with etcd): calls "
@@ -333,6 +336,10 @@ int main(int argc, char** argv) {
                  "--cuda_streams in 1..64\n");
     return 2;
   }
+#ifdef MC_FAKE_GPU_TEST_BUILD
+  o.transfer.cuda_api_factory = [] { return mc::transfer::cuda::MakeShmFakeCudaApi(); };
+  mc::Logger("client").warn("TEST BUILD: the CUDA device is a fake on host shared memory");
+#endif
   o.gpu_put.max_staging_bytes = absl::GetFlag(FLAGS_gpu_put_staging_bytes);
   // Host memory budgets: at most 1 TiB, so that their sums and roundings cannot wrap.
   constexpr uint64_t kMaxStagingBytes = uint64_t{1} << 40;

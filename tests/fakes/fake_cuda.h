@@ -18,6 +18,7 @@
 
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -68,6 +69,21 @@ class FakeCudaApi final : public CudaApi {
     for (auto& [id, e] : exports_) {
       if (e.fd >= 0) close(e.fd);
     }
+    for (auto& [token, m] : foreign_) foreign_unmap_(m);
+  }
+  // Memory of handles this fake did not export: called (under the fake's lock) by Import for a
+  // handle it does not know, it maps the memory and returns where; `unmap` is called by
+  // CloseImported. The daemon's fake-GPU test build (tests/fakes/shm_fake_cuda.h) uses it.
+  struct Mapped {
+    char* base;
+    uint64_t size;
+  };
+  using ForeignImport =
+      std::function<absl::StatusOr<Mapped>(GpuHandleKind, std::span<const uint8_t>, int fd)>;
+  void SetForeignImport(ForeignImport import, std::function<void(const Mapped&)> unmap) {
+    absl::MutexLock lock(&mu_);
+    foreign_import_ = std::move(import);
+    foreign_unmap_ = std::move(unmap);
   }
   void SetHold(bool hold) {
     absl::MutexLock lock(&mu_);
@@ -183,6 +199,18 @@ class FakeCudaApi final : public CudaApi {
         }
       }
     }
+    if (e == nullptr && foreign_import_) {
+      MC_ASSIGN_OR_RETURN(Mapped m, foreign_import_(kind, handle, fd));
+      if (m.size < size) {
+        foreign_unmap_(m);
+        return McError(Code::kInvalidArgument, "allocation smaller than claimed");
+      }
+      device_ranges_[reinterpret_cast<uint64_t>(m.base)] = m.size;
+      ++imports_open_;
+      const uint64_t token = next_export_++;
+      foreign_[token] = m;
+      return ImportedMemory{reinterpret_cast<uint64_t>(m.base), m.size, token};
+    }
     if (e == nullptr) return McError(Code::kInvalidArgument, "cudaErrorInvalidValue: bad handle");
     if (e->device != device) return McError(Code::kInvalidArgument, "handle of another device");
     if (e->size < size) return McError(Code::kInvalidArgument, "allocation smaller than claimed");
@@ -190,9 +218,15 @@ class FakeCudaApi final : public CudaApi {
     ++imports_open_;
     return ImportedMemory{reinterpret_cast<uint64_t>(e->base), e->size, next_export_++};
   }
-  void CloseImported(int, const ImportedMemory&) override {
+  void CloseImported(int, const ImportedMemory& memory) override {
     absl::MutexLock lock(&mu_);
     --imports_open_;
+    auto it = foreign_.find(memory.token);
+    if (it != foreign_.end()) {
+      device_ranges_.erase(reinterpret_cast<uint64_t>(it->second.base));
+      foreign_unmap_(it->second);
+      foreign_.erase(it);
+    }
   }
   absl::Status HostRegister(void* base, uint64_t length) override {
     absl::MutexLock lock(&mu_);
@@ -384,6 +418,9 @@ class FakeCudaApi final : public CudaApi {
   std::vector<std::unique_ptr<char[]>> device_blocks_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, uint64_t> device_ranges_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Export> exports_ ABSL_GUARDED_BY(mu_);
+  ForeignImport foreign_import_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const Mapped&)> foreign_unmap_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Mapped> foreign_ ABSL_GUARDED_BY(mu_);  // by ImportedMemory::token
   std::map<void*, uint64_t> host_registered_ ABSL_GUARDED_BY(mu_);
   std::map<void*, std::unique_ptr<char[]>> pinned_ ABSL_GUARDED_BY(mu_);
   std::map<Stream, StreamState> streams_ ABSL_GUARDED_BY(mu_);

@@ -109,7 +109,7 @@ def _split_labels(s):
 
 
 _SECRET_FILE = None
-_AUTH_BINARIES = ("mc-master", "mc-client")
+_AUTH_BINARIES = ("mc-master", "mc-client", "mc-client-fakegpu")
 
 
 def cluster_secret_file():

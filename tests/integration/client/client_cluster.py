@@ -113,8 +113,11 @@ class Cluster:
     """mc-master + N mc-clients on loopback. See the module docstring."""
 
     def __init__(self, clients=2, segment_size=64 * MiB, master_args=(), client_args=(),
-                 per_client_args=None, pure_clients=0):
+                 per_client_args=None, pure_clients=0, client_binary="client/mc-client"):
         self.n = clients
+        # Relative to the build dir: tests/fakes/mc-client-fakegpu runs the daemon on the fake
+        # CUDA device of tests/fakes/shm_fake_cuda.h.
+        self.client_binary = client_binary
         self.pure = pure_clients
         self.segment_size = segment_size
         self.master_args = list(master_args)
@@ -181,7 +184,7 @@ class Cluster:
                 "--client_id", "c%d" % i,
                 "--segment_size", str(0 if pure else self.segment_size),
                 "--log_level", "warn"] + self.client_args + list(self.per_client_args.get(i, []))
-        return harness.Daemon("mc-client-%d" % i, harness.binary("client/mc-client"), args,
+        return harness.Daemon("mc-client-%d" % i, harness.binary(self.client_binary), args,
                               self.tmp).start()
 
     def wait_clients_alive(self, n, timeout_s=20):
