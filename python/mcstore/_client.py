@@ -418,6 +418,11 @@ class Client:
 
     def _register_gpu(self, req: Any, keep: Any) -> GpuBuffer:
         size, device = req.size, req.device
+        if self.fd_socket:
+            # The daemon files a buffer under the caller's owner (x-mc-owner, the fd session's):
+            # opened now, before the first registration, the owner stays the same for this
+            # Client's later calls, and a later create_buffer() cannot orphan the GPU buffer.
+            self._session()
         resp = self._gpu_call("RegisterGpuBuffer", req)
         buffer_id = resp.buffer_id
         if not buffer_id & GPU_BUFFER_ID_BIT:
