@@ -60,6 +60,13 @@ def make_llm(args):
         kwargs.update(tensor_parallel_size=args.tp, distributed_executor_backend="mp")
     if not args.no_connector:
         kwargs["kv_transfer_config"] = ktc
+    with open(os.path.join(args.model, "config.json")) as f:
+        mla = "kv_lora_rank" in json.load(f)
+    if mla:
+        # On a CPU with AMX vLLM picks its AMX MLA backend, which needs bf16/fp16 weights (these
+        # are float32): the reference CPU MLA backend runs everywhere.
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+        kwargs["attention_config"] = {"backend": AttentionBackendEnum.CPU_MLA}
     if args.kv_events_port:
         from vllm.config import KVEventsConfig
         kwargs["kv_events_config"] = KVEventsConfig(
