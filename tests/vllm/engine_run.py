@@ -44,7 +44,8 @@ def make_llm(args):
     from vllm import LLM
     from vllm.config import KVTransferConfig
     extra = {"address": args.address, "namespace": args.namespace,
-             "load_async": not args.load_sync, "record_blocks": True}
+             "load_async": not args.load_sync, "record_blocks": True,
+             "fake_gpu": args.fake_gpu}
     ktc = KVTransferConfig(kv_connector="MCStoreConnector",
                            kv_connector_module_path="mcstore.vllm", kv_role="kv_both",
                            kv_load_failure_policy="recompute",
@@ -191,6 +192,8 @@ def main():
     ap.add_argument("--no-prefix-cache", action="store_true")
     ap.add_argument("--no-connector", action="store_true")
     ap.add_argument("--load-sync", action="store_true")
+    ap.add_argument("--fake-gpu", action="store_true",
+                    help="the connector's GPU path on host KV (needs mc-client-fakegpu)")
     ap.add_argument("--tp", type=int, default=1,
                     help="tensor parallel size (>1: worker processes; set "
                          "VLLM_CPU_OMP_THREADS_BIND, e.g. '0|1', on a one-NUMA-node machine)")
@@ -234,7 +237,9 @@ def main():
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True,
                         logprobs=2)
     result = {"block_size": llm.llm_engine.vllm_config.cache_config.block_size,
-              "startup_s": startup_s, "phases": {}}
+              "startup_s": startup_s, "phases": {},
+              "kv_device": conn._worker.mem.device if conn else None,
+              "gpu_buffer_ids": [g.buffer_id for g in conn._worker.gpu_buffers] if conn else []}
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
     for phase in args.phases.split(","):
@@ -367,8 +372,8 @@ def install_capture(conn, record):
     w = conn._worker
     load, start_saves = w._load, w.start_saves
 
-    def load_and_capture(job):
-        out = load(job)
+    def load_and_capture(job, *rest):
+        out = load(job, *rest)
         for r in job.blocks:
             if r.block_id not in out[0]:
                 record("load", r.block_hash.hex(), block_bytes(conn, r.block_id))
@@ -440,7 +445,7 @@ def install_faults(conn, args):
         earlier_done = threading.Event()
         orig = w._load
 
-        def load_then_maybe_kill(job):
+        def load_then_maybe_kill(job, *rest):
             with lock:
                 jobs["n"] += 1
                 n = jobs["n"]
@@ -455,7 +460,7 @@ def install_faults(conn, args):
                 print("fault: killed mc-client %d before load job %d" % (args.kill_pid, n),
                       file=sys.stderr)
             try:
-                return orig(job)
+                return orig(job, *rest)
             finally:
                 if n < args.kill_at_load:
                     with lock:

@@ -23,6 +23,7 @@ def worker(idle_wait_ms):
     w.lock = threading.Lock()
     w.loads, w.saves, w.finishing = {}, defaultdict(list), set()
     w.totals = defaultdict(float)
+    w.mem = None   # host memory: no GPU work to order transfers after
     return w
 
 
@@ -105,7 +106,7 @@ def loading_worker(load_async=True):
     w.pool = ThreadPoolExecutor(max_workers=2)
     w.ran_on = []
 
-    def load(job):
+    def load(job, ready=None):
         w.ran_on.append((job.req_id, threading.get_ident()))
         return set(), {}, []
     w._load = load

@@ -18,7 +18,8 @@ How it works (docs/vllm.md has the full story):
   the daemon; every tensor and view vLLM holds keeps pointing at the same storage. Each block is
   then an object of [128-byte header][the block's bytes in every layer], sent and received as
   Slices of that shared memory (the byte ranges come from the tensors' strides), so no KV byte is
-  copied in Python. Loads and saves run on background threads: loads finish through get_finished
+  copied in Python. A KV cache on a GPU stays where it is: each storage is lent to the daemon
+  as a GPU buffer (CUDA IPC) and every transfer first waits for an event on the engine's stream. Loads and saves run on background threads: loads finish through get_finished
   (async) or before the forward pass (sync); a request's blocks stay allocated until its saves end.
 - A block whose load fails (missing, evicted, checksum, foreign or colliding header, daemon gone)
   goes to get_block_ids_with_load_errors, so vLLM recomputes it.
@@ -73,6 +74,8 @@ _DEFAULTS = {
     "connect_wait_s": 60.0,   # start-up: retry registering while the daemon is UNAVAILABLE
     "token_file": None,       # Store token over TCP (default: $MCSTORE_TOKEN_FILE)
     "fd_socket": None,        # where buffers are passed (default: <unix socket>.fd)
+    "cuda_device": None,      # KV cache on a GPU: mc-client's ordinal of it (default: vLLM's)
+    "fake_gpu": False,        # tests only: host KV posing as GPU memory (mc-client-fakegpu)
 }
 
 
@@ -93,6 +96,14 @@ def _config(vllm_config: "VllmConfig") -> dict[str, Any]:
             or not 0 <= connect_wait <= 3600):
         raise ValueError("MCStoreConnector: connect_wait_s must be a number of seconds in "
                          "[0, 3600], got %r" % (connect_wait,))
+    dev = cfg["cuda_device"]
+    if dev is not None and (isinstance(dev, bool) or not isinstance(dev, int)
+                            or not 0 <= dev <= 1023):
+        raise ValueError("MCStoreConnector: cuda_device must be mc-client's CUDA ordinal "
+                         "(0..1023) or unset, got %r" % (dev,))
+    if not isinstance(cfg["fake_gpu"], bool):
+        raise ValueError("MCStoreConnector: fake_gpu must be true or false, got %r"
+                         % (cfg["fake_gpu"],))
     if extra.get("socket") and not extra.get("address"):
         cfg["address"] = "unix:" + extra["socket"]
     if not cfg["address"]:

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import torch
 
@@ -31,36 +31,87 @@ from mcstore.vllm.connector import (
 if TYPE_CHECKING:
     from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 
+    from mcstore._gpu import GpuBuffer
     from mcstore.vllm.connector import MCStoreConnector
 
 _NO_BLOCK = object()    # before the first block of a job: no parent digest to reuse
 
 
+class KVStorage(NamedTuple):
+    """One storage holding KV tensors: where it is and, in host memory, the shared-memory
+    object it lives in."""
+    ptr: int                  # data_ptr() of the storage's first byte
+    nbytes: int
+    shm_name: Optional[str]   # host memory: the POSIX shm object; None on a GPU
+    shm_size: int             # bytes of that object
+    shm_offset: int           # where the storage's first byte is inside it
+
+
+# kv_connector_extra_config "fake_gpu": tests only. Host KV tensors are registered as GPU
+# buffers (CUDA IPC handles naming their shm objects) with mc-client-fakegpu, the daemon built
+# on the fake CUDA device of tests/fakes/shm_fake_cuda.h, so that a CPU engine drives the
+# connector's GPU path and every GPU path of the daemon. A real mc-client refuses the handles.
+FAKE_GPU_HANDLE_MAGIC = b"MCFAKESHM:"
+
+
+def fake_gpu_handle(shm_name: str) -> bytes:
+    from mcstore._gpu import CUDA_IPC_HANDLE_BYTES
+    raw = FAKE_GPU_HANDLE_MAGIC + shm_name.encode()
+    if len(raw) >= CUDA_IPC_HANDLE_BYTES:
+        raise ValueError("shm name %r too long for a fake GPU handle" % shm_name)
+    return raw.ljust(CUDA_IPC_HANDLE_BYTES, b"\0")
+
+
 class KVMemory:
-    """The paged KV tensors, moved into shared memory registered with the daemon, and the byte
-    ranges of each block read from their strides."""
+    """The paged KV tensors and the byte ranges of each block read from their strides.
+
+    Host tensors are moved into shared memory registered with the daemon ("host"); tensors on
+    a CUDA device stay where they are and are lent to the daemon by CUDA IPC ("cuda"; the
+    daemon copies blocks between them and its segments on its own streams, docs/gpu.md);
+    "fake-gpu" is the tests' host memory posing as GPU memory (fake_gpu above)."""
 
     def __init__(self, kv_caches: dict[str, torch.Tensor], layer_names: list[str],
-                 num_blocks: int, page_bytes: int) -> None:
+                 num_blocks: int, page_bytes: int, fake_gpu: bool = False) -> None:
         self.layer_names = [n for n in layer_names if n in kv_caches]
         if len(self.layer_names) != len(kv_caches):
             extra = sorted(set(kv_caches) - set(layer_names))
             raise ValueError("KV tensors for layers outside the KV cache group: %s" % extra)
         self.tensors = [kv_caches[n] for n in self.layer_names]
         self.num_blocks = num_blocks
-        # (data_ptr, shm object size, shm name, offset of data_ptr inside the object)
-        self.storages: list[tuple[int, int, str, int]] = []
+        devices = {t.device for t in self.tensors}
+        if len(devices) != 1:
+            raise ValueError("MCStoreConnector needs every KV tensor on one device; got %s"
+                             % sorted(str(d) for d in devices))
+        self.torch_device = next(iter(devices))
+        if self.torch_device.type == "cuda":
+            if fake_gpu:
+                raise ValueError("fake_gpu is for host KV tensors (tests); these are on %s"
+                                 % self.torch_device)
+            self.device = "cuda"
+        elif self.torch_device.type == "cpu":
+            self.device = "fake-gpu" if fake_gpu else "host"
+        else:
+            raise ValueError("MCStoreConnector needs KV tensors in host or CUDA memory; got %s"
+                             % self.torch_device)
+        self.storages: list[KVStorage] = []
+        self._storage_objs: list[torch.UntypedStorage] = []
         seen: dict[int, int] = {}
         for t in self.tensors:
-            if t.device.type != "cpu":
-                raise ValueError("MCStoreConnector needs KV tensors in host memory; layer on %s"
-                                 % t.device)
             st = t.untyped_storage()
             if st.data_ptr() in seen:
                 continue
-            name, size, offset = self._to_shared(t)
-            seen[t.untyped_storage().data_ptr()] = len(self.storages)
-            self.storages.append((t.untyped_storage().data_ptr(), size, name, offset))
+            if self.device == "cuda":
+                storage = KVStorage(st.data_ptr(), st.nbytes(), None, 0, 0)
+            else:
+                name, size, offset = self._to_shared(t)
+                storage = KVStorage(t.untyped_storage().data_ptr(), st.nbytes(), name, size,
+                                    offset)
+            seen[storage.ptr] = len(self.storages)
+            self.storages.append(storage)
+            self._storage_objs.append(t.untyped_storage())
+        # Where each storage's first byte is in the buffer it is registered as: its shm object
+        # (host), or a GPU buffer starting at the storage.
+        self.bases = [s.shm_offset if self.device == "host" else 0 for s in self.storages]
         # Per layer: (storage index, element size, shape, strides, storage offset), dim 0 = block.
         self.layers = []
         for t in self.tensors:
@@ -85,6 +136,31 @@ class KVMemory:
                              "%d x %d" % (total, len(self.layers), page_bytes))
         self.block_bytes = total
         self.runs_per_block = len(runs)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device != "host"
+
+    def storage_tensor(self, i: int) -> torch.Tensor:
+        """Storage i as one contiguous uint8 tensor (what a GPU registration exports)."""
+        return torch.empty(0, dtype=torch.uint8, device=self.torch_device).set_(
+            self._storage_objs[i], 0, (self.storages[i].nbytes,), (1,))
+
+    def ready_event(self) -> Optional[object]:
+        """On a GPU: an event recorded on the engine's current stream, so that a transfer
+        waits for the kernels queued so far (the forward that wrote a saved block, any earlier
+        use of a block a load overwrites) before the daemon touches the bytes. None in host
+        memory, where vLLM's CPU kernels have finished when it calls the connector."""
+        if self.device != "cuda":
+            return None
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self.torch_device))
+        return ev
+
+    def synchronize(self) -> None:
+        """Waits for the engine's queued GPU work (no-op in host memory)."""
+        if self.device == "cuda":
+            torch.cuda.current_stream(self.torch_device).synchronize()
 
     @staticmethod
     def _to_shared(t: torch.Tensor) -> tuple[str, int, int]:
@@ -126,7 +202,7 @@ class KVMemory:
         from mcstore import Slice
         if block < 0 or block >= self.num_blocks:
             raise ValueError("block id %d outside [0, %d)" % (block, self.num_blocks))
-        return [Slice(buffer_ids[i], self.storages[i][3] + o, n)
+        return [Slice(buffer_ids[i], self.bases[i] + o, n)
                 for i, o, n in self._runs_unregistered(block)]
 
     def layout_runs(self, buffer_ids: list[int]):
@@ -142,7 +218,7 @@ class KVMemory:
                     last[2] += n
                 else:
                     runs.append([idx, o, n, step])
-        return [(Slice(buffer_ids[i], self.storages[i][3] + o, n), step)
+        return [(Slice(buffer_ids[i], self.bases[i] + o, n), step)
                 for i, o, n, step in runs]
 
     def views(self) -> dict[str, torch.Tensor]:
@@ -167,6 +243,7 @@ class WorkerSide:
         self.client = _client(self.cfg)
         self.mem: Optional[KVMemory] = None
         self.buffer_ids: list[int] = []
+        self.gpu_buffers: list[GpuBuffer] = []   # per storage when the KV cache is on a GPU
         self.headers = None     # SharedBuffer: [load slots | save slots], HEADER_SIZE each
         # Block layouts (header slot + KV runs) for loads and saves: one request names the runs
         # once and each block by its id. None when the daemon predates block layouts (the
@@ -199,9 +276,17 @@ class WorkerSide:
         kcc = self.conn._kv_cache_config
         group, spec = _attention_spec(kcc)
         self.mem = KVMemory(kv_caches, list(group.layer_names), kcc.num_blocks,
-                             spec.page_size_bytes)
-        self.buffer_ids = [self._while_unavailable(self.client.register_buffer, name, size)
-                           for _, size, name, _ in self.mem.storages]
+                             spec.page_size_bytes, fake_gpu=bool(self.cfg["fake_gpu"]))
+        self._close_gpu_buffers()
+        if self.mem.on_gpu:
+            self.gpu_buffers = [self._while_unavailable(self._register_gpu, i)
+                                for i in range(len(self.mem.storages))]
+            self.buffer_ids = [g.buffer_id for g in self.gpu_buffers]
+            self.totals["gpu_buffers"] = len(self.gpu_buffers)
+        else:
+            self.buffer_ids = [self._while_unavailable(self.client.register_buffer,
+                                                       s.shm_name, s.shm_size)
+                               for s in self.mem.storages]
         self.headers = self._while_unavailable(self.client.create_buffer,
                                                2 * self.mem.num_blocks * B.HEADER_SIZE)
         self._prepared_loads.clear()   # they name the buffers registered before, if any
@@ -214,10 +299,39 @@ class WorkerSide:
             [(self.headers.slice(self._header_slot(0, True), B.HEADER_SIZE), B.HEADER_SIZE)]
             + kv_runs)
         self._check_bound_views()
-        log.info("mcstore: %d KV layers, %d blocks of %d bytes in %d slice(s) each, shared "
-                 "memory %s", len(self.mem.layers), self.mem.num_blocks, self.mem.block_bytes,
-                 self.mem.runs_per_block, [s[2] for s in self.mem.storages])
+        log.info("mcstore: %d KV layers, %d blocks of %d bytes in %d slice(s) each, %s",
+                 len(self.mem.layers), self.mem.num_blocks, self.mem.block_bytes,
+                 self.mem.runs_per_block,
+                 "shared memory %s" % [s.shm_name for s in self.mem.storages]
+                 if self.mem.device == "host" else "%d GPU buffer(s) on %s%s" % (
+                     len(self.gpu_buffers), self.mem.torch_device,
+                     " (FAKE GPU: tests only)" if self.mem.device == "fake-gpu" else ""))
         self._probe_layout()
+
+    def _register_gpu(self, i: int):
+        """Storage i lent to the daemon as one GPU buffer: by CUDA IPC on a GPU (the daemon's
+        --cuda_device must be the same GPU: the device UUID is sent and checked), by a fake
+        handle with fake_gpu."""
+        s = self.mem.storages[i]
+        if self.mem.device == "fake-gpu":
+            return self.client.register_gpu_handle(fake_gpu_handle(s.shm_name), s.nbytes,
+                                                   allocation_offset=s.shm_offset,
+                                                   keep=self.mem.tensors)
+        index = self.mem.torch_device.index
+        index = torch.cuda.current_device() if index is None else index
+        uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+        device = self.cfg["cuda_device"]
+        return self.client.register_cuda(self.mem.storage_tensor(i),
+                                         device=None if device is None else int(device),
+                                         device_uuid=str(uuid) if uuid is not None else None)
+
+    def _close_gpu_buffers(self) -> None:
+        for g in self.gpu_buffers:
+            try:
+                g.close()
+            except Exception as e:   # the daemon drops them with the connection anyway
+                log.debug("mcstore: unregistering GPU buffer %s failed: %s", g, e)
+        self.gpu_buffers = []
 
     def _while_unavailable(self, fn, *args):
         """fn(*args), retried while the daemon answers UNAVAILABLE (starting, restarting, or
@@ -248,8 +362,8 @@ class WorkerSide:
             for t in tensors:
                 t[0].copy_(torch.randint(0, 255, t[0].shape, generator=gen,
                                          dtype=torch.uint8).to(t.dtype))
-            expected = b"".join(t[0].contiguous().view(torch.uint8).numpy().tobytes()
-                                for t in tensors)
+            expected = self._block0_bytes()
+            self.mem.synchronize()   # the daemon reads the tensors on its own streams
             res = self.client.put([key], [self.mem.block_slices(self.buffer_ids, 0)])
             if not res[0].ok:
                 raise RuntimeError("layout probe put failed: %s %s" % (res[0].code.name,
@@ -263,6 +377,7 @@ class WorkerSide:
         finally:
             for t, v in zip(tensors, saved):
                 t[0].copy_(v)
+            self.mem.synchronize()
             try:
                 self.client.remove([key, key + b"-layout"])
             except Exception:
@@ -283,18 +398,31 @@ class WorkerSide:
                 why = "read back: %s" % (got.code.name if not got.ok else
                                          "%d bytes differ from the block's" % len(got.data))
             else:
+                # Block 0 zeroed first: what the get wrote through the load layout is compared,
+                # not what the put left there.
+                for t in self.mem.tensors:
+                    t[0].zero_()
+                self.mem.synchronize()
                 back = self.client.get([key], into=self._load_layout.blocks([0]))[0]
-                if back.ok:
+                if back.ok and self._block0_bytes() == expected:
                     return
+                if back.ok:
+                    raise RuntimeError("layout probe: a get through the block layout wrote "
+                                       "other bytes than the KV block's; refusing to run")
                 why = "get: %s %s" % (back.code.name, back.message)
         log.warning("mcstore: daemon %s does not serve block layouts (%s; an mc-client older "
                     "than this connector?): loads and saves name each block's slices instead, "
                     "at a higher cost per block", self.cfg["address"], why)
         self._load_layout = self._save_layout = None
 
+    def _block0_bytes(self) -> bytes:
+        """Block 0 of every KV tensor, in logical order (copied to the host from a GPU)."""
+        return b"".join(t[0].contiguous().cpu().view(torch.uint8).numpy().tobytes()
+                        for t in self.mem.tensors)
+
     def _check_bound_views(self) -> None:
         """Every KV tensor the attention layers use must now live in the shared storage."""
-        ranges = [(p, p + size - off) for p, size, _, off in self.mem.storages]
+        ranges = [(s.ptr, s.ptr + s.nbytes) for s in self.mem.storages]
         ctx = getattr(self.conn._vllm_config.compilation_config, "static_forward_context", {})
         for name in self.mem.layer_names:
             layer = ctx.get(name)
@@ -362,22 +490,27 @@ class WorkerSide:
         # (_wait_while_idle): a lone load then runs here, without the hand-off to a pool
         # thread and back. Loads beside a forward, or several at once, go to the pool.
         inline = not sync and meta.idle and len(meta.loads) == 1
+        ready = self._ready_event()
         for job in meta.loads:
             if inline:
                 fut = Future()
                 try:
-                    fut.set_result(self._load(job))
+                    fut.set_result(self._load(job, ready))
                 except Exception as e:   # _load reports its own errors; this is a bug
                     fut.set_exception(e)
             else:
-                fut = self.pool.submit(self._load, job)
+                fut = self.pool.submit(self._load, job, ready)
             if sync:
                 self._finish_load(job.req_id, fut)
             else:
                 with self.lock:
                     self.loads[job.req_id] = fut
 
-    def _load(self, job: LoadJob) -> tuple[set[int], dict[str, float], list[bytes]]:
+    def _ready_event(self) -> Optional[object]:
+        return self.mem.ready_event() if self.mem is not None else None
+
+    def _load(self, job: LoadJob, ready: Optional[object] = None
+              ) -> tuple[set[int], dict[str, float], list[bytes]]:
         t0 = time.perf_counter()
         failed: set[int] = set()
         removed: list[bytes] = []
@@ -386,6 +519,8 @@ class WorkerSide:
         try:
             keys = [self._key(r.block_hash) for r in job.blocks]
             into = self._blocks([r.block_id for r in job.blocks], False)
+            if ready is not None:
+                ready.synchronize()   # kernels queued before the load are done with its blocks
             results = self.client.get(keys, into=into, lease=lease or None)
             headers = self.headers.memoryview(0, self.mem.num_blocks * B.HEADER_SIZE)  # load slots
             loaded = 0
@@ -454,6 +589,7 @@ class WorkerSide:
     def start_saves(self, meta: MCStoreConnectorMetadata) -> None:
         if not meta.saves or self.mem is None:
             return
+        ready = self._ready_event() if self.saves_enabled else None
         for job in meta.saves:
             if not self.saves_enabled:
                 fut: Future = Future()
@@ -463,17 +599,20 @@ class WorkerSide:
                 for r, packed in zip(job.blocks, self._packed_headers(job.blocks)):
                     self.headers.memoryview(self._header_slot(r.block_id, True),
                                             B.HEADER_SIZE)[:] = packed
-                fut = self.pool.submit(self._save, job)
+                fut = self.pool.submit(self._save, job, ready)
             with self.lock:
                 self.saves[job.req_id].append(fut)
 
-    def _save(self, job: SaveJob) -> tuple[dict[str, float], list[bytes]]:
+    def _save(self, job: SaveJob, ready: Optional[object] = None
+              ) -> tuple[dict[str, float], list[bytes]]:
         t0 = time.perf_counter()
         st = defaultdict(float)
         stored: list[bytes] = []
         try:
             keys = [self._key(r.block_hash) for r in job.blocks]
             values = self._blocks([r.block_id for r in job.blocks], True)
+            if ready is not None:
+                ready.synchronize()   # the forward that wrote these blocks has finished
             results = self.client.put(keys, values, replicas=int(self.cfg["replicas"]) or None)
             for r, res in zip(job.blocks, results):
                 if res.ok:
@@ -575,6 +714,7 @@ class WorkerSide:
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=True)
+        self._close_gpu_buffers()
         try:
             if self.headers is not None:
                 self.headers.close()
