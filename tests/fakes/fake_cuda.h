@@ -113,6 +113,12 @@ class FakeCudaApi final : public CudaApi {
     absl::MutexLock lock(&mu_);
     shorten_next_ = bytes;
   }
+  // From now on every n-th copy (0: none) lands with one byte flipped in its destination: a
+  // completion that lies about what landed, which only a hash of the destination catches.
+  void CorruptEveryNthCopy(uint64_t n) {
+    absl::MutexLock lock(&mu_);
+    corrupt_every_ = n;
+  }
   void CorruptNextHash() {
     absl::MutexLock lock(&mu_);
     corrupt_hash_ = true;
@@ -393,6 +399,9 @@ class FakeCudaApi final : public CudaApi {
           shorten_next_ = 0;
         }
         std::memmove(c.dst, c.src, n);
+        if (corrupt_every_ > 0 && n > 0 && copies_ % corrupt_every_ == 0) {
+          static_cast<uint8_t*>(c.dst)[n / 2] ^= 0x5a;
+        }
       }
     }
   }
@@ -406,6 +415,7 @@ class FakeCudaApi final : public CudaApi {
   bool corrupt_hash_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t fail_copy_at_ ABSL_GUARDED_BY(mu_) = ~uint64_t{0};
   uint64_t shorten_next_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t corrupt_every_ ABSL_GUARDED_BY(mu_) = 0;
   FakeClock* clock_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t advance_ms_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t run_at_ms_ ABSL_GUARDED_BY(mu_) = -1;

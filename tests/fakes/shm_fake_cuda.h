@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -62,10 +63,15 @@ inline absl::StatusOr<FakeCudaApi::Mapped> MapFakeGpuMemory(GpuHandleKind kind,
   return FakeCudaApi::Mapped{static_cast<char*>(p), static_cast<uint64_t>(st.st_size)};
 }
 
+// $MC_FAKE_GPU_CORRUPT_EVERY_NTH_COPY=N: every N-th device copy lands with a flipped byte
+// (FakeCudaApi::CorruptEveryNthCopy), for end-to-end tests that wrong bytes are never served.
 inline std::unique_ptr<CudaApi> MakeShmFakeCudaApi() {
   auto api = std::make_unique<FakeCudaApi>(1);
   api->SetForeignImport(MapFakeGpuMemory,
                         [](const FakeCudaApi::Mapped& m) { munmap(m.base, m.size); });
+  if (const char* every = std::getenv("MC_FAKE_GPU_CORRUPT_EVERY_NTH_COPY")) {
+    api->CorruptEveryNthCopy(std::strtoull(every, nullptr, 10));
+  }
   return api;
 }
 

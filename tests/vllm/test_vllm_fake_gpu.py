@@ -12,6 +12,10 @@ staged gets into GPU buffers with a device hash per slice, GPU put sources hashe
           loaded bytes must equal A's and its outputs A's warm outputs
   C-host  a fresh engine on the host path against the same daemon: the blocks A saved from
           GPU memory load byte-equal into host KV (one object format for both)
+  D-lies  a fresh GPU engine on the second daemon, whose fake device flips a byte in every
+          CORRUPT_EVERY-th copy it reports done: each such block fails its device hash and is
+          recomputed by vLLM; every block that loads is byte-equal to A's, and the outputs
+          are A's
 
 The real-GPU counterpart is bench/gpu_check.sh (docs/gpu.md).
 """
@@ -25,20 +29,22 @@ from test_vllm_e2e import (  # noqa: F401  (fixtures)
     workdir)
 
 GPU_BUFFER_ID_BIT = 1 << 63
+CORRUPT_EVERY = 11   # a block is ~4 device copies (2 layers, K and V): some blocks fail, most load
 
 
 @pytest.fixture(scope="module")
 def cluster(env, workdir):
     from client_cluster import Cluster
-    c = Cluster(clients=1, segment_size=256 << 20, client_binary="tests/fakes/mc-client-fakegpu",
-                client_args=["--cuda_device", "0"])
+    c = Cluster(clients=2, segment_size=256 << 20, client_binary="tests/fakes/mc-client-fakegpu",
+                client_args=["--cuda_device", "0"],
+                per_client_env={1: {"MC_FAKE_GPU_CORRUPT_EVERY_NTH_COPY": str(CORRUPT_EVERY)}})
     c.start()
     yield c
     c.stop()
 
 
-def address(cluster):
-    return "unix:" + cluster.clients[0].ready["unix_socket"]
+def address(cluster, i=0):
+    return "unix:" + cluster.clients[i].ready["unix_socket"]
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +99,18 @@ def test_gpu_saved_blocks_load_into_host_kv(env, workdir, models, cluster, promp
         assert kv_of(res, "each", h) == kv_of(engine_a, "cold", h), h
     assert each["outputs"] == engine_a["phases"]["warm"]["outputs"]
 
+
+
+def test_lying_device_copies_are_caught_and_recomputed(env, workdir, models, cluster,
+                                                       prompts_file, engine_a, engine_b):
+    res = run_engine(env, workdir, "D-lies", models["a"], address(cluster, 1), prompts_file,
+                     "each", "--fake-gpu")
+    each = res["phases"]["each"]
+    w = each["worker"]
+    print("D-lies: %d blocks loaded, %d load errors" % (w.get("load_blocks", 0),
+                                                          w.get("load_error_blocks", 0)))
+    assert w.get("load_error_blocks", 0) > 0      # the flipped copies were caught ...
+    assert w.get("load_blocks", 0) > 0            # ... and the others loaded
+    for _req, _block, h in each["loaded"]:
+        assert kv_of(res, "each", h) == kv_of(engine_a, "cold", h), h
+    assert each["outputs"] == engine_a["phases"]["warm"]["outputs"]

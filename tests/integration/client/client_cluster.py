@@ -113,11 +113,13 @@ class Cluster:
     """mc-master + N mc-clients on loopback. See the module docstring."""
 
     def __init__(self, clients=2, segment_size=64 * MiB, master_args=(), client_args=(),
-                 per_client_args=None, pure_clients=0, client_binary="client/mc-client"):
+                 per_client_args=None, pure_clients=0, client_binary="client/mc-client",
+                 per_client_env=None):
         self.n = clients
         # Relative to the build dir: tests/fakes/mc-client-fakegpu runs the daemon on the fake
         # CUDA device of tests/fakes/shm_fake_cuda.h.
         self.client_binary = client_binary
+        self.per_client_env = per_client_env or {}   # client index -> extra environment
         self.pure = pure_clients
         self.segment_size = segment_size
         self.master_args = list(master_args)
@@ -185,7 +187,7 @@ class Cluster:
                 "--segment_size", str(0 if pure else self.segment_size),
                 "--log_level", "warn"] + self.client_args + list(self.per_client_args.get(i, []))
         return harness.Daemon("mc-client-%d" % i, harness.binary(self.client_binary), args,
-                              self.tmp).start()
+                              self.tmp, env=self.per_client_env.get(i)).start()
 
     def wait_clients_alive(self, n, timeout_s=20):
         harness.wait_until(lambda: metric(self.master.ready["http"], "mc_clients_alive") == n,
