@@ -103,14 +103,19 @@ def test_gpu_saved_blocks_load_into_host_kv(env, workdir, models, cluster, promp
 
 def test_lying_device_copies_are_caught_and_recomputed(env, workdir, models, cluster,
                                                        prompts_file, engine_a, engine_b):
+    from client_cluster import metric
+    http = cluster.clients[1].ready["http"]
+    before = metric(http, "mc_client_checksum_mismatches_total")
     res = run_engine(env, workdir, "D-lies", models["a"], address(cluster, 1), prompts_file,
                      "each", "--fake-gpu")
+    caught = metric(http, "mc_client_checksum_mismatches_total") - before
     each = res["phases"]["each"]
     w = each["worker"]
-    print("D-lies: %d blocks loaded, %d load errors" % (w.get("load_blocks", 0),
-                                                          w.get("load_error_blocks", 0)))
-    assert w.get("load_error_blocks", 0) > 0      # the flipped copies were caught ...
-    assert w.get("load_blocks", 0) > 0            # ... and the others loaded
+    print("D-lies: %d blocks loaded, %d load errors, %d checksum mismatches counted by the "
+          "daemon" % (w.get("load_blocks", 0), w.get("load_error_blocks", 0), caught))
+    assert caught > 0                             # the daemon's device hashes caught them ...
+    assert w.get("load_error_blocks", 0) > 0      # ... the connector saw the failures ...
+    assert w.get("load_blocks", 0) > 0            # ... and the other blocks loaded
     for _req, _block, h in each["loaded"]:
         assert kv_of(res, "each", h) == kv_of(engine_a, "cold", h), h
     assert each["outputs"] == engine_a["phases"]["warm"]["outputs"]
