@@ -125,3 +125,21 @@ def test_a_save_waits_for_the_forward_before_its_put():
     st, stored = w._save(SaveJob("req", refs(3)), Ready(trace))
     assert trace == ["ready", "put"] and st["save_blocks"] == 3 and len(stored) == 3
     w.pool.shutdown(wait=True)
+
+
+def test_config_checks_the_gpu_keys():
+    from types import SimpleNamespace
+
+    from mcstore.vllm.connector import _config
+
+    def cfg(**extra):
+        ktc = SimpleNamespace(kv_connector_extra_config=dict(address="unix:/x.sock", **extra))
+        return _config(SimpleNamespace(kv_transfer_config=ktc))
+
+    assert cfg()["cuda_device"] is None and cfg()["fake_gpu"] is False
+    assert cfg(cuda_device=3)["cuda_device"] == 3
+    for bad in (-1, 1024, True, "0", 1.0):
+        with pytest.raises(ValueError, match="cuda_device"):
+            cfg(cuda_device=bad)
+    with pytest.raises(ValueError, match="fake_gpu"):
+        cfg(fake_gpu="yes")

@@ -19,8 +19,9 @@ How it works (docs/vllm.md has the full story):
   then an object of [128-byte header][the block's bytes in every layer], sent and received as
   Slices of that shared memory (the byte ranges come from the tensors' strides), so no KV byte is
   copied in Python. A KV cache on a GPU stays where it is: each storage is lent to the daemon
-  as a GPU buffer (CUDA IPC) and every transfer first waits for an event on the engine's stream. Loads and saves run on background threads: loads finish through get_finished
-  (async) or before the forward pass (sync); a request's blocks stay allocated until its saves end.
+  as a GPU buffer (CUDA IPC) and every transfer first waits for an event on the engine's stream.
+  Loads and saves run on background threads: loads finish through get_finished (async) or
+  before the forward pass (sync); a request's blocks stay allocated until its saves end.
 - A block whose load fails (missing, evicted, checksum, foreign or colliding header, daemon gone)
   goes to get_block_ids_with_load_errors, so vLLM recomputes it.
 """
