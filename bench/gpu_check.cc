@@ -173,12 +173,12 @@ int Daemon(int from_engine, int to_engine) {
       "XXH3 %.2f GB/s; %llu gets proven, corrupted block caught\n",
       static_cast<unsigned long long>(kBlocks), kBytes / secs(t0, t1) / 1e9,
       kBytes / secs(t2, t3) / 1e9, static_cast<unsigned long long>(proven));
-  // A put from GPU memory as mc-client takes it (BatchPut with a GPU slice): staged into host
-  // memory, the source hashed on the device, the staged bytes accepted only when they hash the
-  // same on the CPU.
+  // A put from GPU memory as mc-client takes it (BatchPut with a GPU slice): staged into its
+  // pinned pool, the source hashed on the device, the staged bytes accepted only when they hash
+  // the same on the CPU.
   {
-    mc::client::GpuPutStager stager(engine.cuda()->mover(), mc::client::GpuPutStagerOptions{},
-                                    mc::RealClock::Get());
+    mc::client::GpuPutStager stager(engine.cuda()->api(), engine.cuda()->mover(),
+                                    mc::client::GpuPutStagerOptions{}, mc::RealClock::Get());
     std::vector<mc::client::PutRequestItem> items(kBlocks);
     for (uint64_t b = 0; b < kBlocks; ++b) {
       mc::client::GpuBufferRef ref;

@@ -104,10 +104,11 @@ ABSL_FLAG(int32_t, cuda_device, -1,
           "CUDA ordinal whose memory applications may lend with GpuBuffers.RegisterGpuBuffer and "
           "name in BatchPut/BatchGet slices (docs/gpu.md); -1 = none (GpuBuffers not served)");
 ABSL_FLAG(int32_t, cuda_streams, 4, "CUDA streams of the GPU mover (1..64), with --cuda_device");
-ABSL_FLAG(uint64_t, gpu_put_staging_bytes, 1ull << 30,
-          "host memory that BatchPut items from GPU buffers are staged through, all requests "
-          "together (a larger item fails INVALID_ARGUMENT, one that does not fit beside others "
-          "UNAVAILABLE); 1 MiB..1 TiB, with --cuda_device");
+ABSL_FLAG(uint64_t, gpu_put_staging_bytes, 256ull << 20,
+          "pinned host memory that BatchPut items from GPU buffers are staged through, all "
+          "requests together, allocated on the first GPU put (a larger item fails "
+          "INVALID_ARGUMENT, one that does not fit beside others UNAVAILABLE); 1 MiB..1 TiB, "
+          "with --cuda_device");
 ABSL_FLAG(uint64_t, gpu_get_staging_bytes, 256ull << 20,
           "pinned host memory that BatchGet reads objects into before copying them into GPU "
           "buffers, when the object has no replica in this daemon's memory or further "

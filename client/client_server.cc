@@ -239,8 +239,8 @@ absl::Status ClientServer::Start() {
     gpu_buffers_ = std::make_unique<GpuBufferRegistry>(cuda->api(), cuda, options_.gpu_max_buffers,
                                                        options_.gpu_max_buffers_per_caller);
     gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, cuda->api());
-    gpu_put_stager_ =
-        std::make_unique<GpuPutStager>(cuda->mover(), options_.gpu_put, RealClock::Get());
+    gpu_put_stager_ = std::make_unique<GpuPutStager>(cuda->api(), cuda->mover(), options_.gpu_put,
+                                                     RealClock::Get());
     store_->SetGpuBuffers(gpu_buffers_.get(), gpu_put_stager_.get());
     gpu_get_stager_ = std::make_unique<GpuGetStager>(cuda->api(), cuda->mover(), options_.gpu_get,
                                                      RealClock::Get());

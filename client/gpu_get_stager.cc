@@ -50,39 +50,44 @@ GpuGetStager::GpuGetStager(transfer::cuda::CudaApi& api, transfer::cuda::GpuMove
 GpuGetStager::~GpuGetStager() {
   absl::MutexLock lock(&mu_);
   // Leases must be gone by now (they point here); a lost device may still read the pool.
-  if (pool_ != nullptr && !lost_ && in_use_ == 0) api_.FreePinned(pool_);
+  if (pool_ != nullptr && !lost_ && !mover_.device_lost() && in_use_ == 0) {
+    api_.FreePinned(pool_);
+  }
 }
 
 absl::StatusOr<GpuGetStager::Lease> GpuGetStager::Reserve(uint64_t length) {
   if (length == 0) return McError(Code::kInvalidArgument, "nothing to stage");
   if (length > options_.pool_bytes) {
     return McError(Code::kInvalidArgument,
-                   absl::StrCat("an object of ", length,
-                                " bytes for a GPU destination exceeds --gpu_get_staging_bytes=",
-                                options_.pool_bytes, " (the pinned memory it is staged through)"));
+                   absl::StrCat(length, " bytes to stage for GPU ", options_.purpose, " exceed ",
+                                options_.flag, "=", options_.pool_bytes,
+                                " (the pinned memory they are staged through)"));
   }
   // Rounded up without overflow (the pool, and so `length`, may be any size here).
   const uint64_t reserved = length / kAlign * kAlign + (length % kAlign != 0 ? kAlign : 0);
   absl::MutexLock lock(&mu_);
   if (lost_ || mover_.device_lost()) {
     lost_ = true;
-    return McError(Code::kUnavailable,
-                   "the GPU device was lost: GPU gets fail (restart mc-client)");
+    return McError(Code::kUnavailable, absl::StrCat("the GPU device was lost: GPU ",
+                                                    options_.purpose, " fail (restart mc-client)"));
   }
   if (pool_ == nullptr) {
     const int64_t now = clock_.NowMs();
     if (now < next_alloc_try_ms_) {
-      return McError(Code::kUnavailable, "no pinned staging memory for GPU gets (see the log)");
+      return McError(Code::kUnavailable, absl::StrCat("no pinned staging memory for GPU ",
+                                                      options_.purpose, " (see the log)"));
     }
     absl::StatusOr<void*> pool = api_.AllocPinned(options_.pool_bytes);
     if (!pool.ok()) {
       next_alloc_try_ms_ = now + kAllocRetryMs;
       Logger("client").error(
-          "cannot allocate {} bytes of pinned staging memory for GPU gets: {}; GPU destinations "
-          "that need staging fail UNAVAILABLE (retried in {} s; lower --gpu_get_staging_bytes?)",
-          options_.pool_bytes, pool.status().ToString(), kAllocRetryMs / 1000);
-      return McError(Code::kUnavailable, absl::StrCat("no pinned staging memory for GPU gets: ",
-                                                      pool.status().message()));
+          "cannot allocate {} bytes of pinned staging memory for GPU {}: {}; what needs staging "
+          "fails UNAVAILABLE (retried in {} s; lower {}?)",
+          options_.pool_bytes, options_.purpose, pool.status().ToString(), kAllocRetryMs / 1000,
+          options_.flag);
+      return McError(Code::kUnavailable,
+                     absl::StrCat("no pinned staging memory for GPU ", options_.purpose, ": ",
+                                  pool.status().message()));
     }
     pool_ = static_cast<char*>(*pool);
     free_.clear();
@@ -108,13 +113,16 @@ absl::StatusOr<GpuGetStager::Lease> GpuGetStager::Reserve(uint64_t length) {
   }
   return McError(
       Code::kUnavailable,
-      absl::StrCat("GPU get staging memory is in use by other gets (", in_use_,
-                   " of --gpu_get_staging_bytes=", options_.pool_bytes, " bytes); retry"));
+      absl::StrCat("GPU ", options_.purpose, " staging memory is in use by other requests (",
+                   in_use_, " of ", options_.flag, "=", options_.pool_bytes, " bytes); retry"));
 }
 
 void GpuGetStager::Release(uint64_t offset, uint64_t reserved) {
   absl::MutexLock lock(&mu_);
-  if (lost_) return;  // never reused: the device may still read it
+  if (lost_ || mover_.device_lost()) {  // never reused: the device may still use it
+    lost_ = true;
+    return;
+  }
   in_use_ -= reserved;
   auto next = free_.lower_bound(offset);
   uint64_t begin = offset, length = reserved;

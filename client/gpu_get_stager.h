@@ -14,7 +14,8 @@
 // When the pool has no room for a key, Reserve fails UNAVAILABLE (retry) and the key's GPU
 // destinations fail with it; an object larger than the whole pool fails INVALID_ARGUMENT.
 // After the device was declared lost (GpuMover: streams that never drained may still read from
-// the pool) the pool is never reused nor freed and every Reserve fails UNAVAILABLE.
+// or write into the pool) the pool is never reused nor freed and every Reserve fails
+// UNAVAILABLE; a Lease returned after that gives nothing back.
 // Thread-safe.
 #pragma once
 
@@ -36,6 +37,10 @@ namespace mc::client {
 struct GpuGetStagerOptions {
   uint64_t pool_bytes = uint64_t{256} << 20;  // pinned host memory, all requests together
   int64_t copy_timeout_ms = 10'000;           // one CopyToDevice()'s copies and hashes
+  // Named in errors and logs: what the pool serves and the flag that sizes it. A second pool
+  // serves GpuPutStager ("puts", --gpu_put_staging_bytes) with Reserve() alone.
+  const char* purpose = "gets";
+  const char* flag = "--gpu_get_staging_bytes";
 };
 
 class GpuGetStager {

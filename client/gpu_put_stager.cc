@@ -2,13 +2,11 @@
 
 #include <chrono>
 #include <cstring>
-#include <new>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "common/checksum.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -16,39 +14,28 @@
 
 namespace mc::client {
 
-namespace {
-
-// Host memory left to a lost device (it may still write into it): kept reachable for the life
-// of the process, never freed.
-void LeaveToLostDevice(std::vector<std::unique_ptr<char[]>>& buffers) {
-  static absl::Mutex mu;
-  static auto* kept = new std::vector<std::unique_ptr<char[]>>();
-  absl::MutexLock lock(&mu);
-  for (std::unique_ptr<char[]>& buffer : buffers) kept->push_back(std::move(buffer));
-  buffers.clear();
-}
-
-}  // namespace
-
-GpuPutStager::Staged::~Staged() {
-  if (in_use_ != nullptr && bytes_ > 0) in_use_->fetch_sub(bytes_);
-}
+GpuPutStager::Staged::~Staged() = default;
 
 GpuPutStager::Staged::Staged(Staged&& other) noexcept
-    : in_use_(std::exchange(other.in_use_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)),
-      buffers_(std::move(other.buffers_)) {}
+    : bytes_(std::exchange(other.bytes_, 0)), leases_(std::move(other.leases_)) {}
 
-GpuPutStager::GpuPutStager(transfer::cuda::GpuMover& mover, GpuPutStagerOptions options,
-                           const Clock& clock)
-    : mover_(mover), options_(options), clock_(clock) {}
+GpuPutStager::GpuPutStager(transfer::cuda::CudaApi& api, transfer::cuda::GpuMover& mover,
+                           GpuPutStagerOptions options, const Clock& clock)
+    : mover_(mover),
+      options_(options),
+      clock_(clock),
+      pool_(api, mover,
+            GpuGetStagerOptions{.pool_bytes = options.max_staging_bytes,
+                                .copy_timeout_ms = options.copy_timeout_ms,
+                                .purpose = "puts",
+                                .flag = "--gpu_put_staging_bytes"},
+            clock) {}
 
 GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
   Staged staged;
-  staged.in_use_ = &in_use_;
   struct Piece {
     size_t item;
-    uint64_t offset;  // in the item's staging buffer
+    uint64_t offset;  // in the item's staging range
   };
   std::vector<Piece> pieces;  // GPU pieces being staged, in the order of `requests`
   std::vector<char*> host_of(items.size(), nullptr);
@@ -62,36 +49,16 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
     }
     const uint64_t length = TotalLength(item.pieces);
     if (length == 0) continue;  // nothing to stage; the putter refuses an empty payload
-    if (length > options_.max_staging_bytes) {
-      item.input_error = McError(
-          Code::kInvalidArgument,
-          absl::StrCat("a put source with GPU memory of ", length,
-                       " bytes exceeds --gpu_put_staging_bytes=", options_.max_staging_bytes,
-                       " (the host memory it is staged through)"));
+    // A range of the pinned pool, or UNAVAILABLE (in use by other puts: retry; not allocated;
+    // device lost) / INVALID_ARGUMENT (larger than the pool), each naming the flag.
+    absl::StatusOr<GpuGetStager::Lease> lease = pool_.Reserve(length);
+    if (!lease.ok()) {
+      item.input_error = lease.status();
       continue;
     }
-    // Reserve the item's share of the budget, or fail it (retryable: other puts hold it).
-    uint64_t used = in_use_.load();
-    bool reserved = false;
-    while (used + length <= options_.max_staging_bytes) {
-      if (in_use_.compare_exchange_weak(used, used + length)) {
-        reserved = true;
-        break;
-      }
-    }
-    if (!reserved) {
-      item.input_error = McError(
-          Code::kUnavailable,
-          absl::StrCat("GPU put staging memory is in use by other puts (--gpu_put_staging_bytes=",
-                       options_.max_staging_bytes, "); retry"));
-      continue;
-    }
+    char* buffer = lease->data();
     staged.bytes_ += length;
-    std::unique_ptr<char[]> buffer(new (std::nothrow) char[length]);
-    if (buffer == nullptr) {
-      item.input_error = McError(Code::kUnavailable, "out of host memory to stage a GPU source");
-      continue;
-    }
+    staged.leases_.push_back(*std::move(lease));
     // Host pieces are copied here; each GPU piece is copied by the device, which then hashes
     // its source range (after the copy, on the same stream).
     uint64_t offset = 0;
@@ -99,31 +66,28 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
       const LocalBuffer& piece = item.pieces[p];
       if (piece.length > 0 && item.gpu.on_device[p]) {
         transfer::cuda::GpuMoveRequest request;
-        request.copies.push_back(
-            transfer::cuda::CopyOp{buffer.get() + offset, piece.data, piece.length});
+        request.copies.push_back(transfer::cuda::CopyOp{buffer + offset, piece.data, piece.length});
         request.hash_source = true;
         requests.push_back(std::move(request));
         pieces.push_back({i, offset});
       } else if (piece.length > 0) {
-        std::memcpy(buffer.get() + offset, piece.data, piece.length);
+        std::memcpy(buffer + offset, piece.data, piece.length);
       }
       offset += piece.length;
     }
-    host_of[i] = buffer.get();
-    staged.buffers_.push_back(std::move(buffer));
+    host_of[i] = buffer;
   }
   if (requests.empty()) return staged;
   const std::vector<transfer::cuda::GpuMoveResult> results =
       mover_.Move(requests, clock_.NowMs() + options_.copy_timeout_ms);
   if (mover_.device_lost()) {
-    // Streams that never drained may still write into the staging memory: it is never freed
-    // (nor its budget returned); every later Move fails at once, so this happens once.
-    LeaveToLostDevice(staged.buffers_);
-    staged.in_use_ = nullptr;
+    // Streams that never drained may still write into the staging ranges: the pool takes none
+    // back from now on and is never freed; every later Move fails at once, so this logs once.
     Logger("client").error(
-        "GPU device lost while staging {} put source piece(s): {} bytes of host staging memory "
-        "are left to the device, never freed; GPU puts and gets now fail (restart mc-client)",
-        requests.size(), staged.bytes_);
+        "GPU device lost while staging {} put source piece(s): the pinned put staging pool is "
+        "left to the device, never reused nor freed; GPU puts and gets now fail (restart "
+        "mc-client)",
+        requests.size());
   }
   for (size_t r = 0; r < requests.size(); ++r) {
     PutRequestItem& item = items[pieces[r].item];

@@ -10,11 +10,14 @@
 // during the put) fails its item (TRANSFER_FAILED, or CHECKSUM_MISMATCH: never stored, never "the
 // copy returned success"), and the rest of the batch goes on.
 //
-// Bounds: the host memory staged at once, over all requests, is at most `max_staging_bytes`;
-// an item that does not fit beside the staging in progress fails UNAVAILABLE (retry) and one
-// larger than the whole budget fails INVALID_ARGUMENT. The memory is released when the Staged
-// returned by Stage() goes (after the put), except when the device was declared lost during the
-// copies (GpuMover: streams that never drained may still write into it): then it is never freed.
+// Staging memory: ranges of a pinned (page-locked) pool of its own, a second GpuGetStager sized
+// by --gpu_put_staging_bytes and allocated on the first GPU put, so that the device copies run
+// as DMA (pageable memory makes the driver bounce every copy through a pinned buffer of its
+// own). An item that does not fit beside the staging in progress fails UNAVAILABLE (retry), one
+// larger than the pool INVALID_ARGUMENT. A range is returned when the Staged returned by
+// Stage() goes (after the put), except when the device was declared lost during the copies
+// (GpuMover: streams that never drained may still write into it): then the pool is never
+// reused nor freed.
 //
 // Cost: one extra copy (device -> staging -> segment) and two hashes (device and CPU) per
 // item; a put straight from device memory into a pinned local segment would save the copy and
@@ -22,23 +25,18 @@
 // Thread-safe.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "client/batch_types.h"
+#include "client/gpu_get_stager.h"
 #include "common/clock.h"
-
-namespace mc::transfer::cuda {
-class GpuMover;
-}  // namespace mc::transfer::cuda
 
 namespace mc::client {
 
 struct GpuPutStagerOptions {
-  uint64_t max_staging_bytes = uint64_t{1} << 30;  // host memory staged at once, all requests
-  int64_t copy_timeout_ms = 10'000;                // one Stage()'s copies and hashes
+  uint64_t max_staging_bytes = uint64_t{256} << 20;  // the pinned pool, all requests together
+  int64_t copy_timeout_ms = 10'000;                  // one Stage()'s copies and hashes
 };
 
 class GpuPutStager {
@@ -55,25 +53,26 @@ class GpuPutStager {
 
    private:
     friend class GpuPutStager;
-    std::atomic<uint64_t>* in_use_ = nullptr;
     uint64_t bytes_ = 0;
-    std::vector<std::unique_ptr<char[]>> buffers_;
+    std::vector<GpuGetStager::Lease> leases_;
   };
 
-  // `mover` (borrowed) copies and hashes on the device of the GPU buffers.
-  GpuPutStager(transfer::cuda::GpuMover& mover, GpuPutStagerOptions options, const Clock& clock);
+  // `api` and `mover` (borrowed) serve the device of the GPU buffers; the pinned pool of
+  // `options.max_staging_bytes` is this stager's own.
+  GpuPutStager(transfer::cuda::CudaApi& api, transfer::cuda::GpuMover& mover,
+               GpuPutStagerOptions options, const Clock& clock);
 
   // For every item with GPU pieces: stages it and points `pieces` at the verified host copy
   // (and sets `checksum`), or sets `input_error`. Items without GPU pieces are left alone.
   Staged Stage(std::vector<PutRequestItem>& items);
 
-  uint64_t staged_bytes_in_use() const { return in_use_.load(); }
+  uint64_t staged_bytes_in_use() const { return pool_.bytes_in_use(); }
 
  private:
   transfer::cuda::GpuMover& mover_;
   const GpuPutStagerOptions options_;
   const Clock& clock_;
-  std::atomic<uint64_t> in_use_{0};
+  GpuGetStager pool_;  // Reserve() only: the copies here hash their source, not the destination
 };
 
 }  // namespace mc::client

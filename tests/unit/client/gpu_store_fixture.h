@@ -42,7 +42,7 @@ class GpuStore : public ClientFixture {
         fake_(static_cast<FakeCudaApi&>(cuda_.api())),
         gpu_(cuda_.api(), &cuda_),
         gpu_service_(gpu_, cuda_.api()),
-        stager_(cuda_.mover(), GpuPutStagerOptions{.max_staging_bytes = kStagingBytes},
+        stager_(cuda_.api(), cuda_.mover(), GpuPutStagerOptions{.max_staging_bytes = kStagingBytes},
                 RealClock::Get()),
         get_stager_(cuda_.api(), cuda_.mover(), GpuGetStagerOptions{.pool_bytes = kGetStagingBytes},
                     RealClock::Get()),

@@ -76,29 +76,38 @@ TEST_F(GpuStore, GpuPutSourcesAreBounded) {
   EXPECT_EQ(resp.results(0).code(), sv1::INVALID_ARGUMENT);
 }
 
-TEST_F(GpuStore, StagingBudgetIsSharedAndReturned) {
+TEST_F(GpuStore, StagingPoolIsPinnedSharedAndReturned) {
   const uint64_t id = RegisterGpu();
   auto item_of = [&](uint64_t offset, uint64_t length) { return GpuItem(id, offset, length); };
+  const uint64_t pinned_before = fake_.pinned_allocations();
   std::vector<PutRequestItem> first;
-  first.push_back(item_of(0, kStagingBytes - 1000));
+  first.push_back(item_of(0, kStagingBytes - 1000));  // takes kStagingBytes - 768 (aligned)
   GpuPutStager::Staged held = stager_.Stage(first);
   ASSERT_TRUE(first[0].input_error.ok()) << first[0].input_error;
-  EXPECT_EQ(stager_.staged_bytes_in_use(), kStagingBytes - 1000);
+  EXPECT_EQ(fake_.pinned_allocations(), pinned_before + 1) << "the pool is pinned memory";
+  EXPECT_EQ(stager_.staged_bytes_in_use(), kStagingBytes - 768);
   EXPECT_NE(first[0].pieces[0].data, reinterpret_cast<char*>(device_)) << "now a host copy";
   EXPECT_EQ(first[0].checksum, Checksum(first[0].pieces[0].data, first[0].pieces[0].length))
       << "hashed once, for the putter too";
   std::vector<PutRequestItem> second;
   second.push_back(item_of(0, 2000));
-  second.push_back(item_of(4096, 1000));
+  second.push_back(item_of(4096, 700));
   {
     GpuPutStager::Staged other = stager_.Stage(second);
     EXPECT_EQ(ToCode(second[0].input_error), Code::kUnavailable) << "does not fit beside";
+    EXPECT_NE(second[0].input_error.message().find("--gpu_put_staging_bytes"), std::string::npos)
+        << second[0].input_error;
     EXPECT_TRUE(second[1].input_error.ok()) << "fits in what is left";
     EXPECT_EQ(stager_.staged_bytes_in_use(), kStagingBytes);
   }
-  EXPECT_EQ(stager_.staged_bytes_in_use(), kStagingBytes - 1000);
+  EXPECT_EQ(stager_.staged_bytes_in_use(), kStagingBytes - 768);
   { GpuPutStager::Staged gone = std::move(held); }
   EXPECT_EQ(stager_.staged_bytes_in_use(), 0u);
+  std::vector<PutRequestItem> again;
+  again.push_back(item_of(0, kStagingBytes));
+  { GpuPutStager::Staged whole = stager_.Stage(again); }
+  EXPECT_TRUE(again[0].input_error.ok()) << "the whole pool again, coalesced";
+  EXPECT_EQ(fake_.pinned_allocations(), pinned_before + 1) << "allocated once";
 }
 
 TEST_F(GpuStore, StagingMemoryIsNeverFreedUnderALostDevice) {
@@ -112,7 +121,7 @@ TEST_F(GpuStore, StagingMemoryIsNeverFreedUnderALostDevice) {
   o.streams_per_move = 1;
   auto mover = transfer::cuda::GpuMover::Create(fake_, o);
   ASSERT_TRUE(mover.ok()) << mover.status();
-  GpuPutStager stager(**mover,
+  GpuPutStager stager(fake_, **mover,
                       GpuPutStagerOptions{.max_staging_bytes = kStagingBytes, .copy_timeout_ms = 5},
                       clock);
   const uint64_t id = RegisterGpu();
@@ -124,6 +133,12 @@ TEST_F(GpuStore, StagingMemoryIsNeverFreedUnderALostDevice) {
   EXPECT_EQ(ToCode(items[0].input_error), Code::kTransferFailed) << items[0].input_error;
   EXPECT_TRUE((*mover)->device_lost());
   EXPECT_EQ(stager.staged_bytes_in_use(), 4096u) << "left to the device, not reused";
+  std::vector<PutRequestItem> later;
+  later.push_back(GpuItem(id, 0, 4096));
+  { GpuPutStager::Staged staged = stager.Stage(later); }
+  EXPECT_EQ(ToCode(later[0].input_error), Code::kUnavailable) << later[0].input_error;
+  EXPECT_NE(later[0].input_error.message().find("GPU puts"), std::string::npos);
+  EXPECT_EQ(stager.staged_bytes_in_use(), 4096u);
   // The held copy lands now: into memory still allocated (ASan would report a write into freed
   // memory otherwise).
   fake_.SetHold(false);
