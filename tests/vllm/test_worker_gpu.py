@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
 from mcstore.vllm.connector import LoadJob, SaveJob  # noqa: E402
-from mcstore.vllm.worker import KVMemory, fake_gpu_handle  # noqa: E402
+from mcstore.vllm.kv_memory import KVMemory, fake_gpu_handle  # noqa: E402
 from test_worker_load import FakeMem, refs, store, worker  # noqa: E402
 
 NUM_BLOCKS = 4
