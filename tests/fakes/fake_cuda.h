@@ -38,13 +38,36 @@ class FakeCudaApi final : public CudaApi {
   explicit FakeCudaApi(int devices = 1) : devices_(devices) {}
 
   // --- test commands ---
-  // Fake device memory (zeroed), freed with the fake.
+  // Fake device memory (zeroed), freed with the fake. Page-aligned and a whole number of pages
+  // (as CUDA's allocations are: 2 MiB granules), so that ExportDmaBuf can cover it.
   char* AllocDevice(uint64_t size) {
     absl::MutexLock lock(&mu_);
-    auto& block = device_blocks_.emplace_back(std::make_unique<char[]>(size));
-    std::memset(block.get(), 0, size);
-    device_ranges_[reinterpret_cast<uint64_t>(block.get())] = size;
-    return block.get();
+    const uint64_t pages = (size + kPage - 1) / kPage * kPage;
+    auto& block = device_blocks_.emplace_back(std::make_unique<char[]>(pages + kPage));
+    const auto raw = reinterpret_cast<uint64_t>(block.get());
+    char* base = reinterpret_cast<char*>((raw + kPage - 1) / kPage * kPage);
+    std::memset(base, 0, pages);
+    device_ranges_[reinterpret_cast<uint64_t>(base)] = pages;
+    return base;
+  }
+  static constexpr uint64_t kPage = 4096;
+  // ExportDmaBuf answers `error` from now on (OK again: it exports).
+  void FailDmaBufExport(absl::Status error) {
+    absl::MutexLock lock(&mu_);
+    dmabuf_error_ = std::move(error);
+  }
+  // FlushRdmaWrites answers `error` from now on.
+  void FailRdmaFlush(absl::Status error) {
+    absl::MutexLock lock(&mu_);
+    flush_error_ = std::move(error);
+  }
+  uint64_t dmabuf_exports() const {
+    absl::MutexLock l(&mu_);
+    return dmabuf_exports_;
+  }
+  uint64_t rdma_flushes() const {
+    absl::MutexLock l(&mu_);
+    return rdma_flushes_;
   }
   // A 64-byte "cudaIpcMemHandle_t" naming [base, base+size) on `device`.
   std::vector<uint8_t> ExportIpc(char* base, uint64_t size, int device = 0) {
@@ -326,6 +349,37 @@ class FakeCudaApi final : public CudaApi {
     absl::MutexLock lock(&mu_);
     events_.erase(event);
   }
+  // A memfd stands for the dma-buf (the fake verbs device registers the memory at its iova).
+  absl::StatusOr<int> ExportDmaBuf(int device, uint64_t device_addr, uint64_t length) override {
+    absl::MutexLock lock(&mu_);
+    if (lost_) return Lost();
+    if (!dmabuf_error_.ok()) return dmabuf_error_;
+    if (device < 0 || device >= devices_) return McError(Code::kInvalidArgument, "no device");
+    if (device_addr % kPage != 0 || length % kPage != 0 || length == 0) {
+      return McError(Code::kInvalidArgument, "cuMemGetHandleForAddressRange: range not aligned");
+    }
+    auto it = device_ranges_.upper_bound(device_addr);
+    bool inside = it != device_ranges_.begin();
+    if (inside) {
+      --it;
+      const uint64_t at = device_addr - it->first;
+      inside = at <= it->second && length <= it->second - at;
+    }
+    if (!inside) {
+      return McError(Code::kInvalidArgument, "cuMemGetHandleForAddressRange: not one allocation");
+    }
+    const int fd = memfd_create("fake-dmabuf", MFD_CLOEXEC);
+    if (fd < 0) return McError(Code::kInternal, "memfd_create failed");
+    ++dmabuf_exports_;
+    return fd;
+  }
+  absl::Status FlushRdmaWrites(int device) override {
+    absl::MutexLock lock(&mu_);
+    if (lost_) return Lost();
+    if (device < 0 || device >= devices_) return McError(Code::kInvalidArgument, "no device");
+    ++rdma_flushes_;
+    return flush_error_;
+  }
   absl::Status SynchronizeStream(Stream stream) override {
     absl::MutexLock lock(&mu_);
     if (lost_) return Lost();
@@ -425,6 +479,10 @@ class FakeCudaApi final : public CudaApi {
   uint64_t copies_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t hash_launches_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t imports_open_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t dmabuf_exports_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t rdma_flushes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status dmabuf_error_ ABSL_GUARDED_BY(mu_);
+  absl::Status flush_error_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<char[]>> device_blocks_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, uint64_t> device_ranges_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Export> exports_ ABSL_GUARDED_BY(mu_);

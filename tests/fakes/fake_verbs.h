@@ -12,6 +12,8 @@
 // Thread-safe.
 #pragma once
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -148,6 +150,15 @@ class FakeVerbsDevice final : public VerbsDevice {
     absl::MutexLock lock(&mu_);
     return regions_;
   }
+  // RegisterDmaBuf answers `error` from now on (OK again: it registers).
+  void FailDmaBuf(absl::Status error) {
+    absl::MutexLock lock(&mu_);
+    dmabuf_error_ = std::move(error);
+  }
+  size_t dmabuf_regions() {
+    absl::MutexLock lock(&mu_);
+    return dmabuf_regions_;
+  }
   uint64_t destroyed_with_held() {
     absl::MutexLock lock(&mu_);
     return destroyed_with_held_;
@@ -163,10 +174,33 @@ class FakeVerbsDevice final : public VerbsDevice {
     ++regions_;
     return MemoryRegion{addr, length, key, key, key};
   }
+  // The fake's "dma-buf" is any open fd; its bytes are the host memory at `iova` (the fake CUDA
+  // device's memory is host memory at its device addresses).
+  absl::StatusOr<MemoryRegion> RegisterDmaBuf(int fd, uint64_t offset, uint64_t length,
+                                              uint64_t iova, MemoryAccess access) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!dmabuf_error_.ok()) return dmabuf_error_;
+    }
+    if (fd < 0 || fcntl(fd, F_GETFD) < 0 || offset != 0 || length == 0) {
+      return McError(Code::kInvalidArgument, "ibv_reg_dmabuf_mr: Invalid argument (fake)");
+    }
+    const uint32_t key = network_.AddRegion(iova, length, access == MemoryAccess::kRemote);
+    absl::MutexLock lock(&mu_);
+    ++regions_;
+    ++dmabuf_regions_;
+    dmabuf_keys_.push_back(key);
+    return MemoryRegion{iova, length, key, key, key};
+  }
   void DeregisterMemory(const MemoryRegion& region) override {
     network_.RemoveRegion(region.lkey);
     absl::MutexLock lock(&mu_);
     --regions_;
+    auto it = std::find(dmabuf_keys_.begin(), dmabuf_keys_.end(), region.lkey);
+    if (it != dmabuf_keys_.end()) {
+      dmabuf_keys_.erase(it);
+      --dmabuf_regions_;
+    }
   }
   absl::StatusOr<QueuePair> CreateQp(uint32_t max_send_wr) override {
     const uint32_t qpn = network_.NextQpn();
@@ -316,6 +350,9 @@ class FakeVerbsDevice final : public VerbsDevice {
   int fail_status_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t max_sge_seen_ ABSL_GUARDED_BY(mu_) = 0;
   size_t regions_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t dmabuf_regions_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint32_t> dmabuf_keys_ ABSL_GUARDED_BY(mu_);
+  absl::Status dmabuf_error_ ABSL_GUARDED_BY(mu_);
   uint64_t destroyed_with_held_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

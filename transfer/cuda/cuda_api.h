@@ -95,6 +95,17 @@ class CudaApi {
   virtual void DestroyEvent(Event event) = 0;
   // Blocks until the stream is idle (or fails).
   virtual absl::Status SynchronizeStream(Stream stream) = 0;
+
+  // GPUDirect RDMA (docs/gpu.md). A dma-buf fd for [device_addr, device_addr + length) of memory
+  // on `device` (cuMemGetHandleForAddressRange), for a NIC to register (ibv_reg_dmabuf_mr). The
+  // range must lie inside one allocation (imported ones included), and its start and length be
+  // multiples of the host page size. The caller closes the fd. UNAVAILABLE when the
+  // device or driver cannot export dma-bufs, INVALID_ARGUMENT for a range it refuses.
+  virtual absl::StatusOr<int> ExportDmaBuf(int device, uint64_t device_addr, uint64_t length) = 0;
+  // Makes the GPUDirect RDMA writes into `device`'s memory whose completions were seen visible to
+  // work enqueued afterwards (cuFlushGPUDirectRDMAWrites to the owner; nothing to do on devices
+  // that order such writes themselves). An error means later work may read stale bytes.
+  virtual absl::Status FlushRdmaWrites(int device) = 0;
 };
 
 // 16 UUID bytes as "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (nvidia-smi's form).

@@ -10,6 +10,7 @@
 #if MC_WITH_CUDA
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <map>
@@ -101,6 +102,21 @@ bool Entry(const char* name, F* f) {
   }
   *f = reinterpret_cast<F>(p);
   return true;
+}
+
+// Driver entry points of the dma-buf export (GPUDirect RDMA).
+struct DriverDmaBuf {
+  decltype(&cuDeviceGet) device_get = nullptr;
+  decltype(&cuDeviceGetAttribute) attribute = nullptr;
+  decltype(&cuMemGetHandleForAddressRange) handle = nullptr;
+  bool ok = false;
+};
+
+DriverDmaBuf LoadDmaBuf() {
+  DriverDmaBuf d;
+  d.ok = Entry("cuDeviceGet", &d.device_get) && Entry("cuDeviceGetAttribute", &d.attribute) &&
+         Entry("cuMemGetHandleForAddressRange", &d.handle);
+  return d;
 }
 
 class CudartApi final : public CudaApi {
@@ -319,6 +335,56 @@ class CudartApi final : public CudaApi {
   absl::Status SynchronizeStream(Stream stream) override {
     MC_CUDA_RETURN(cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(stream)),
                    "cudaStreamSynchronize");
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<int> ExportDmaBuf(int device, uint64_t device_addr, uint64_t length) override {
+    static const DriverDmaBuf d = LoadDmaBuf();
+    if (!d.ok) {
+      return McError(Code::kUnavailable,
+                     "the CUDA driver lacks cuMemGetHandleForAddressRange (dma-buf export)");
+    }
+    MC_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
+    CUdevice dev = 0;
+    int supported = 0;
+    if (d.device_get(&dev, device) != CUDA_SUCCESS ||
+        d.attribute(&supported, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev) != CUDA_SUCCESS ||
+        supported == 0) {
+      return McError(Code::kUnavailable,
+                     "device " + std::to_string(device) +
+                         " does not export dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; "
+                         "needs the open kernel modules, driver >= 515, Linux >= 5.12)");
+    }
+    const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    if (length == 0 || device_addr % page != 0 || length % page != 0) {
+      return McError(Code::kInvalidArgument, "dma-buf export: range not page-aligned");
+    }
+    CUdeviceptr base = 0;
+    size_t extent = 0;
+    if (!cuMemGetAddressRangeFn(device_addr, &base, &extent) || device_addr < base ||
+        device_addr - base > extent || length > extent - (device_addr - base)) {
+      return McError(Code::kInvalidArgument, "dma-buf export: range outside one allocation");
+    }
+    int fd = -1;
+    if (CUresult r = d.handle(&fd, device_addr, length, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+        r != CUDA_SUCCESS || fd < 0) {
+      return McError(Code::kUnavailable,
+                     "cuMemGetHandleForAddressRange(DMA_BUF_FD) failed: " + std::to_string(r));
+    }
+    return fd;
+  }
+
+  absl::Status FlushRdmaWrites(int device) override {
+    MC_CUDA_RETURN(cudaSetDevice(device), "cudaSetDevice");
+    int ordering = 0;
+    MC_CUDA_RETURN(
+        cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, device),
+        "cudaDeviceGetAttribute(GPUDirectRDMAWritesOrdering)");
+    if (ordering >= cudaGPUDirectRDMAWritesOrderingOwner) return absl::OkStatus();  // in order
+    MC_CUDA_RETURN(
+        cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
+                                           cudaFlushGPUDirectRDMAWritesToOwner),
+        "cudaDeviceFlushGPUDirectRDMAWrites");
     return absl::OkStatus();
   }
 

@@ -90,6 +90,12 @@ class VerbsDevice {
   // remote READ and WRITE.
   virtual absl::StatusOr<MemoryRegion> RegisterMemory(void* base, uint64_t length,
                                                       MemoryAccess access) = 0;
+  // Memory another driver exported as a dma-buf (GPU memory: GPUDirect RDMA), bytes [offset,
+  // offset + length) of `fd`, addressed in work requests as [iova, iova + length) (the device
+  // address, so that a local buffer names it as it names host memory). The fd may be closed
+  // once this returned. Released with DeregisterMemory.
+  virtual absl::StatusOr<MemoryRegion> RegisterDmaBuf(int fd, uint64_t offset, uint64_t length,
+                                                      uint64_t iova, MemoryAccess access) = 0;
   virtual void DeregisterMemory(const MemoryRegion& region) = 0;
 
   // A new RC queue pair on the device's CQ, in INIT (send queue of `max_send_wr` entries).

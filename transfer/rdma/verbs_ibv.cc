@@ -107,6 +107,16 @@ class IbvDevice final : public VerbsDevice {
     return MemoryRegion{reinterpret_cast<uint64_t>(base), length, mr->lkey, mr->rkey,
                         reinterpret_cast<uint64_t>(mr)};
   }
+  absl::StatusOr<MemoryRegion> RegisterDmaBuf(int fd, uint64_t offset, uint64_t length,
+                                              uint64_t iova, MemoryAccess access) override {
+    const int flags =
+        access == MemoryAccess::kRemote
+            ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE
+            : IBV_ACCESS_LOCAL_WRITE;
+    ibv_mr* mr = ibv_reg_dmabuf_mr(pd_, offset, length, iova, fd, flags);
+    if (mr == nullptr) return Errno("ibv_reg_dmabuf_mr", errno);
+    return MemoryRegion{iova, length, mr->lkey, mr->rkey, reinterpret_cast<uint64_t>(mr)};
+  }
   void DeregisterMemory(const MemoryRegion& region) override {
     ibv_dereg_mr(reinterpret_cast<ibv_mr*>(region.handle));
   }

@@ -4,6 +4,9 @@
 // verbs device with an active port exists (MC_RDMA_DEVICE, MC_RDMA_GID_INDEX choose one), unless
 // MC_REQUIRE_RDMA=1 (then it fails).
 // ctest label `rdma`: deploy/test.sh runs it inside the VM.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -242,6 +245,37 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
           .Value(),
       4096u);
   server.Stop();
+}
+
+// GPUDirect RDMA's registration on a real device: a dma-buf MR of an fd that is not a dma-buf
+// (a memfd; no GPU here) must fail cleanly through ibv_reg_dmabuf_mr, leave no region behind,
+// and the transport must refuse requests on that range (the cuda transport then stages).
+TEST(RdmaVerbs, ADmaBufRegistrationTheDeviceRefusesLeavesNothingBehind) {
+  auto dev = Open();
+  if (!dev.ok()) {
+    ASSERT_NE(Env("MC_REQUIRE_RDMA", "0"), "1") << "no usable verbs device: " << dev.status();
+    GTEST_SKIP() << "no usable verbs device: " << dev.status();
+  }
+  const int fd = memfd_create("not-a-dmabuf", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1 << 16), 0);
+  absl::StatusOr<MemoryRegion> mr =
+      (*dev)->RegisterDmaBuf(fd, 0, 1 << 16, 0x7f0000000000, MemoryAccess::kLocal);
+  std::printf("ibv_reg_dmabuf_mr of a memfd on %s: %s\n", (*dev)->attributes().name.c_str(),
+              mr.ok() ? "registered" : mr.status().ToString().c_str());
+  ASSERT_FALSE(mr.ok()) << "a memfd is not a dma-buf";
+  EXPECT_NE(mr.status().message().find("ibv_reg_dmabuf_mr"), std::string::npos);
+
+  NoConnector none;
+  RdmaTransport transport(RdmaTransportOptions{}, *std::move(dev), none);
+  EXPECT_FALSE(transport.RegisterDeviceMemory(0x7f0000000000, 1 << 16, fd).ok());
+  EXPECT_EQ(transport.local_regions_for_test(), 0u);
+  TransferRequest r;
+  r.op = OpKind::kRead;
+  r.local = {LocalBuffer{reinterpret_cast<char*>(0x7f0000000000), 4096}};
+  r.endpoint = "peer:1";
+  EXPECT_FALSE(transport.LocalBuffersRegistered(r));
+  close(fd);
 }
 
 }  // namespace
