@@ -248,6 +248,10 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
           McError(Code::kInvalidArgument, "device hash of the source or the destination, not both");
       continue;
     }
+    if (r.hash_only && !r.hash_destination) {
+      plan.invalid[i] = McError(Code::kInvalidArgument, "hash_only needs hash_destination");
+      continue;
+    }
     if ((r.hash_destination || r.hash_source) && r.copies.size() != 1) {
       plan.invalid[i] =
           McError(Code::kInvalidArgument, "device hash needs exactly one contiguous copy to hash");
@@ -284,7 +288,7 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
     Plan::LanePlan& lp = plan.lanes[li];
     for (const CopyOp& c : requests[i].copies) {
       if (c.length == 0) continue;
-      lp.ops.push_back(Op{i, c});
+      if (!requests[i].hash_only) lp.ops.push_back(Op{i, c});
       in_lane += c.length;
     }
     if (requests[i].hash_destination || requests[i].hash_source) lp.hashed.push_back(i);

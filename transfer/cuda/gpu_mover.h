@@ -59,6 +59,10 @@ struct GpuMoveRequest {
   // host memory): requires exactly one copy whose src is device memory; not with
   // hash_destination. The hash runs after the copy, on the same stream.
   bool hash_source = false;
+  // With hash_destination: copies[0].dst is device memory that something else already wrote (a
+  // NIC, over GPUDirect RDMA): nothing is copied (src is unused), the range is only hashed, and
+  // the result's `bytes` stays 0.
+  bool hash_only = false;
   // With a hash: the result is OK only when the hash equals this.
   std::optional<uint64_t> expected_checksum;
 };

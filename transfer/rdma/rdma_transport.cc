@@ -132,6 +132,22 @@ absl::Status RdmaTransport::RegisterMemory(void* base, uint64_t length, MemoryAc
   return absl::OkStatus();
 }
 
+absl::Status RdmaTransport::RegisterDeviceMemory(uint64_t device_addr, uint64_t length,
+                                                 int dmabuf_fd) {
+  if (device_addr == 0 || length == 0 || dmabuf_fd < 0) {
+    return McError(Code::kInvalidArgument, "rdma: empty device memory registration");
+  }
+  absl::MutexLock lock(&mr_mu_);
+  if (local_mrs_.contains(device_addr)) {
+    return McError(Code::kAlreadyExists, "rdma: memory at this address already registered");
+  }
+  absl::StatusOr<MemoryRegion> mr =
+      device_->RegisterDmaBuf(dmabuf_fd, 0, length, device_addr, MemoryAccess::kLocal);
+  if (!mr.ok()) return mr.status();
+  local_mrs_[device_addr] = LocalRegion{.mr = *mr, .access = MemoryAccess::kLocal};
+  return absl::OkStatus();
+}
+
 void RdmaTransport::UnregisterMemory(void* base) {
   absl::MutexLock lock(&mr_mu_);
   const uint64_t addr = reinterpret_cast<uint64_t>(base);

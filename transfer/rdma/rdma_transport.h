@@ -102,6 +102,14 @@ class RdmaTransport final : public Transport {
   absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access) override;
   // Blocks until no Submit uses the region (see the header), then deregisters it.
   void UnregisterMemory(void* base) override;
+  // GPU memory for GPUDirect RDMA: [device_addr, device_addr + length), exported by CUDA as the
+  // dma-buf `dmabuf_fd` (borrowed; the caller may close it once this returned), becomes a local
+  // region with local access only, so that requests may name it as their local buffers (reads
+  // land in it without a host copy). Never served to peers. Released with UnregisterMemory.
+  // Note that this transport hashes a READ's destination on the CPU when asked
+  // (want_checksum): a request into GPU memory must not ask (client/: the cuda transport hashes
+  // it on the device).
+  absl::Status RegisterDeviceMemory(uint64_t device_addr, uint64_t length, int dmabuf_fd);
 
   // Serving side. Registers a segment for remote READ/WRITE; peers learn its rkey in Accept.
   absl::Status ExportSegment(uint64_t segment_id, char* base, uint64_t size);
