@@ -136,6 +136,8 @@ struct TransferEngineOptions {
   // default) opens none. Tests: opens this instead of cudart (tests/fakes/fake_cuda.h).
   int cuda_device = -1;
   int cuda_streams = 4;
+  // GPUDirect RDMA of GPU buffers: "auto", "off" or "on" (transfer/cuda/cuda_transport.h).
+  std::string gpu_direct_rdma = "auto";
   std::function<std::unique_ptr<cuda::CudaApi>()> cuda_api_factory;
 };
 

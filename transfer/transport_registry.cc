@@ -88,6 +88,21 @@ void TransportRegistry::AddCuda(const TransferEngineOptions& options,
     c.mover.device = options.cuda_device;
     c.mover.streams = options.cuda_streams;
     c.mover.streams_per_move = options.cuda_streams;
+    c.metrics = options.metrics;
+    absl::StatusOr<cuda::GpuDirectRdma> direct = cuda::ParseGpuDirectRdma(options.gpu_direct_rdma);
+    if (!direct.ok()) {
+      status_ = direct.status();
+      Logger("transfer").error("{}", direct.status().ToString());
+      return;
+    }
+    c.gpu_direct_rdma = *direct;
+    if (c.gpu_direct_rdma == cuda::GpuDirectRdma::kOn && rdma_ == nullptr) {
+      status_ = McError(Code::kUnavailable,
+                        "GPUDirect RDMA required (gpu_direct_rdma on) but there is no rdma "
+                        "transport (transport tcp, no verbs device, or built without verbs)");
+      Logger("transfer").error("{}", status_.ToString());
+      return;
+    }
     transport = cuda::CudaTransport::Create(c, *std::move(api), local_segments);
   }
   if (!transport.ok()) {
@@ -96,6 +111,7 @@ void TransportRegistry::AddCuda(const TransferEngineOptions& options,
     return;
   }
   cuda_ = transport->get();
+  cuda_->SetRdma(rdma_);
   cuda_index_ = transports_.size();
   transports_.push_back(*std::move(transport));
   Logger("transfer").info("cuda transport on device {}", options.cuda_device);

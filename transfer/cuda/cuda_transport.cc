@@ -1,18 +1,41 @@
 #include "transfer/cuda/cuda_transport.h"
 
+#include <unistd.h>
+
+#include <limits>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
+#include "transfer/rdma/rdma_transport.h"
 
 namespace mc::transfer::cuda {
 
+absl::StatusOr<GpuDirectRdma> ParseGpuDirectRdma(std::string_view text) {
+  if (text == "off") return GpuDirectRdma::kOff;
+  if (text == "auto") return GpuDirectRdma::kAuto;
+  if (text == "on") return GpuDirectRdma::kOn;
+  return McError(
+      Code::kInvalidArgument,
+      absl::StrCat("GPUDirect RDMA mode must be off, auto or on, not \"", std::string(text), "\""));
+}
+
 CudaTransport::CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaApi> api,
                              SegmentTable& segments)
-    : options_(std::move(options)), api_(std::move(api)), segments_(segments) {}
+    : options_(std::move(options)), api_(std::move(api)), segments_(segments) {
+  if (options_.metrics != nullptr) {
+    direct_bytes_ = &options_.metrics->GetCounter(
+        "mc_gpu_direct_rdma_bytes_total",
+        "Bytes read from remote replicas straight into GPU memory over GPUDirect RDMA, each "
+        "read proved by the device hash.");
+    direct_regions_ = &options_.metrics->GetGauge(
+        "mc_gpu_direct_rdma_regions", "GPU buffers registered with the NIC for GPUDirect RDMA.");
+  }
+}
 
 absl::StatusOr<std::unique_ptr<CudaTransport>> CudaTransport::Create(CudaTransportOptions options,
                                                                      std::unique_ptr<CudaApi> api,
@@ -67,6 +90,71 @@ bool CudaTransport::IsDevice(const char* p, uint64_t length) const {
   return addr - it->first <= it->second && length <= it->second - (addr - it->first);
 }
 
+absl::StatusOr<bool> CudaTransport::RegisterRdmaDirect(uint64_t device_addr, uint64_t length) {
+  const GpuDirectRdma mode = options_.gpu_direct_rdma;
+  if (mode == GpuDirectRdma::kOff) return false;
+  auto refuse = [&](std::string_view why) -> absl::StatusOr<bool> {
+    if (mode == GpuDirectRdma::kOn) {
+      return McError(Code::kUnavailable,
+                     absl::StrCat("gpu buffer: GPUDirect RDMA is required (--gpu_direct_rdma=on) "
+                                  "and unavailable: ",
+                                  std::string(why)));
+    }
+    // A vLLM engine registers a buffer per KV storage: say it once, then only at debug.
+    const bool first = !direct_refusal_logged_.exchange(true);
+    Logger("transfer")
+        .log(first ? spdlog::level::warn : spdlog::level::debug,
+             "cuda: no GPUDirect RDMA for a GPU buffer ({}); its remote replicas "
+             "are staged through pinned host memory",
+             why);
+    return false;
+  };
+  if (rdma_ == nullptr) {
+    if (mode == GpuDirectRdma::kAuto) return false;  // tcp only: staging is the only way
+    return refuse("no rdma transport (--transport=tcp, no verbs device, or built without verbs)");
+  }
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (device_addr % page != 0) return refuse("the allocation does not start on a page boundary");
+  if (length == 0 || length > std::numeric_limits<uint64_t>::max() - page) {
+    return refuse("bad length");
+  }
+  const uint64_t rounded = (length + page - 1) / page * page;
+  absl::StatusOr<int> fd = api_->ExportDmaBuf(options_.mover.device, device_addr, rounded);
+  if (!fd.ok()) return refuse(fd.status().ToString());
+  const absl::Status registered = rdma_->RegisterDeviceMemory(device_addr, rounded, *fd);
+  close(*fd);  // the NIC's registration holds the dma-buf itself
+  if (!registered.ok()) return refuse(registered.ToString());
+  if (direct_regions_ != nullptr) direct_regions_->Add(1);
+  Logger("transfer").debug("cuda: GPUDirect RDMA region of {} bytes registered", rounded);
+  return true;
+}
+
+void CudaTransport::UnregisterRdmaDirect(uint64_t device_addr) {
+  if (rdma_ == nullptr) return;
+  rdma_->UnregisterMemory(reinterpret_cast<void*>(device_addr));
+  if (direct_regions_ != nullptr) direct_regions_->Add(-1);
+}
+
+const LocalBuffer* CudaTransport::DirectDestination(const TransferRequest& r) const {
+  if (rdma_ == nullptr || options_.gpu_direct_rdma == GpuDirectRdma::kOff ||
+      r.op != OpKind::kRead) {
+    return nullptr;
+  }
+  const LocalBuffer* only = nullptr;
+  for (const LocalBuffer& b : r.local) {
+    if (b.length == 0) continue;
+    if (only != nullptr) return nullptr;  // the device hash covers one contiguous range
+    only = &b;
+  }
+  if (only == nullptr || !IsDevice(only->data, only->length)) return nullptr;
+  return rdma_->LocalBuffersRegistered(r) ? only : nullptr;
+}
+
+bool CudaTransport::CanReadDirect(const std::string& endpoint, const char* data, uint64_t length) {
+  TransferRequest r{OpKind::kRead, {LocalBuffer{const_cast<char*>(data), length}}, endpoint, 0, 0};
+  return DirectDestination(r) != nullptr && rdma_->PeerReachable(endpoint);
+}
+
 bool CudaTransport::HandlesRequest(const TransferRequest& request) const {
   for (const LocalBuffer& b : request.local) {
     if (IsDevice(b.data, b.length)) return true;
@@ -77,16 +165,22 @@ bool CudaTransport::HandlesRequest(const TransferRequest& request) const {
 void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
                            std::span<TransferResult> results, int64_t deadline_ms) {
   std::vector<GpuMoveRequest> moves;
-  std::vector<size_t> index;  // move -> request
+  std::vector<size_t> index;   // move -> request
+  std::vector<size_t> direct;  // requests read over GPUDirect RDMA
   std::vector<bool> host_hash(requests.size(), false);
   for (size_t i = 0; i < requests.size(); ++i) {
     const TransferRequest& r = *requests[i];
     if (r.op == OpKind::kReadDisk || r.op == OpKind::kIndex || options_.local_endpoint.empty() ||
         r.endpoint != options_.local_endpoint) {
+      if (DirectDestination(r) != nullptr && rdma_->PeerReachable(r.endpoint)) {
+        direct.push_back(i);
+        continue;
+      }
       results[i].status = McError(Code::kTransferFailed,
                                   "cuda: moves GPU memory to and from this daemon's memory "
-                                  "segments only (BatchGet stages other replicas through host "
-                                  "memory; GPUDirect RDMA is not done)");
+                                  "segments, and reads remote memory replicas over GPUDirect RDMA "
+                                  "into one registered GPU range, nothing else (BatchGet stages "
+                                  "the others through host memory)");
       continue;
     }
     const uint64_t total = TotalLength(r);
@@ -123,6 +217,8 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
     moves.push_back(std::move(m));
     index.push_back(i);
   }
+  if (!direct.empty()) SubmitDirect(requests, results, direct, deadline_ms);
+  if (moves.empty()) return;
   std::vector<GpuMoveResult> moved = mover_->Move(moves, deadline_ms);
   for (size_t k = 0; k < moved.size(); ++k) {
     const size_t i = index[k];
@@ -136,6 +232,75 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
       out.checksum = sum.Digest();
     }
   }
+}
+
+void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> requests,
+                                 std::span<TransferResult> results,
+                                 const std::vector<size_t>& direct, int64_t deadline_ms) {
+  // The rdma transport would hash a destination on the CPU: GPU memory is hashed on the device.
+  std::vector<TransferRequest> reads;
+  reads.reserve(direct.size());
+  for (size_t i : direct) {
+    reads.push_back(*requests[i]);
+    reads.back().want_checksum = false;
+  }
+  std::vector<const TransferRequest*> ptrs;
+  for (const TransferRequest& r : reads) ptrs.push_back(&r);
+  std::vector<TransferResult> got(reads.size());
+  rdma_->Submit(ptrs, got, deadline_ms);
+
+  std::vector<size_t> landed;  // indexes into `reads`
+  for (size_t k = 0; k < reads.size(); ++k) {
+    TransferResult& out = results[direct[k]];
+    out.bytes = got[k].bytes;
+    if (got[k].status.ok() && got[k].bytes == TotalLength(reads[k])) {
+      landed.push_back(k);
+    } else {
+      out.status = got[k].status.ok() ? McError(Code::kTransferFailed, "rdma: short transfer")
+                                      : got[k].status;
+    }
+  }
+  if (landed.empty()) return;
+  // The NIC's completions were seen; the device must see the bytes before it hashes them.
+  if (absl::Status s = api_->FlushRdmaWrites(options_.mover.device); !s.ok()) {
+    for (size_t k : landed) {
+      results[direct[k]].status =
+          McError(Code::kTransferFailed,
+                  absl::StrCat("cuda: flushing GPUDirect RDMA writes failed: ", s.message()));
+    }
+    return;
+  }
+  std::vector<GpuMoveRequest> hashes;
+  std::vector<size_t> hashed;  // indexes into `reads`
+  uint64_t bytes = 0;
+  for (size_t k : landed) {
+    TransferResult& out = results[direct[k]];
+    if (!requests[direct[k]]->want_checksum) {
+      out.status = absl::OkStatus();
+      bytes += out.bytes;
+      continue;
+    }
+    const LocalBuffer* dst = DirectDestination(reads[k]);
+    if (dst == nullptr) {  // unregistered since: the bytes landed, but no proof is taken now
+      out.status = McError(Code::kTransferFailed, "cuda: GPU buffer unregistered during a read");
+      continue;
+    }
+    GpuMoveRequest m;
+    m.copies.push_back(CopyOp{dst->data, nullptr, dst->length});
+    m.hash_destination = true;
+    m.hash_only = true;
+    hashes.push_back(std::move(m));
+    hashed.push_back(k);
+  }
+  std::vector<GpuMoveResult> proved = mover_->Move(hashes, deadline_ms);
+  for (size_t h = 0; h < proved.size(); ++h) {
+    TransferResult& out = results[direct[hashed[h]]];
+    out.status = std::move(proved[h].status);
+    out.checksum = proved[h].checksum;
+    if (out.status.ok()) bytes += out.bytes;
+  }
+  direct_reads_.fetch_add(landed.size());
+  if (direct_bytes_ != nullptr) direct_bytes_->Inc(bytes);
 }
 
 }  // namespace mc::transfer::cuda

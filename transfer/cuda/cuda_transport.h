@@ -2,30 +2,53 @@
 // AddDeviceRange, e.g. imported by client/gpu_buffers.h) and whose segment is one of this
 // process's own (pinned with RegisterMemory), moved by the GpuMover: batched copies over a few
 // streams, and a READ asking for a checksum is hashed on the device, from the destination.
-// A remote segment and kReadDisk answer kTransferFailed at once, without touching memory: the
-// BatchGetter reads such keys into pinned staging memory with the other transports and copies
-// them into GPU memory itself (client/gpu_get_stager.h); GPUDirect RDMA is not done; a READ that
-// wants a checksum into a scattered (several pieces) device destination is rejected
-// (INVALID_ARGUMENT): the device hash covers one contiguous range. Thread-safety: all methods may
-// be called concurrently.
+// GPUDirect RDMA: a READ of a remote memory replica into one contiguous GPU range that was
+// registered with the rdma transport (RegisterRdmaDirect: a dma-buf of the import) is handed to
+// the rdma transport, which lands the bytes straight in GPU memory; then the writes are flushed
+// to the device (CudaApi::FlushRdmaWrites) and the destination is hashed on the device, as a
+// local copy is. Any other remote request and kReadDisk answer kTransferFailed at once, without
+// touching memory: the BatchGetter reads such keys into pinned staging memory with the other
+// transports and copies them into GPU memory itself (client/gpu_get_stager.h). A READ that wants
+// a checksum into a scattered (several pieces) device destination is rejected
+// (INVALID_ARGUMENT): the device hash covers one contiguous range. Thread-safety: all methods
+// may be called concurrently.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 #include "transfer/cuda/cuda_api.h"
 #include "transfer/cuda/gpu_mover.h"
 #include "transfer/transport.h"
 
+namespace mc::transfer::rdma {
+class RdmaTransport;
+}  // namespace mc::transfer::rdma
+
 namespace mc::transfer::cuda {
 
+// GPUDirect RDMA of registered GPU buffers (mc-client --gpu_direct_rdma).
+enum class GpuDirectRdma : uint8_t {
+  kOff,   // never: remote replicas are staged through pinned host memory
+  kAuto,  // where the device, driver and NIC allow it; elsewhere staged (logged)
+  kOn,    // required: a GPU buffer that cannot be registered with the NIC is refused
+};
+// "off" | "auto" | "on" (INVALID_ARGUMENT otherwise).
+absl::StatusOr<GpuDirectRdma> ParseGpuDirectRdma(std::string_view text);
+
 struct CudaTransportOptions {
-  std::string local_endpoint;  // requests to other endpoints are refused
+  std::string local_endpoint;  // requests to other endpoints are refused (but GPUDirect RDMA)
   GpuMoverOptions mover;
+  GpuDirectRdma gpu_direct_rdma = GpuDirectRdma::kAuto;
+  MetricsRegistry* metrics = nullptr;  // optional: mc_gpu_direct_rdma_* series
 };
 
 class CudaTransport final : public Transport {
@@ -48,17 +71,42 @@ class CudaTransport final : public Transport {
   // True when a local buffer of `request` lies in a device range (the registry's choice).
   bool HandlesRequest(const TransferRequest& request) const;
 
+  // GPUDirect RDMA. `rdma` (nullable, borrowed, outlives this) receives the registrations.
+  void SetRdma(rdma::RdmaTransport* rdma) { rdma_ = rdma; }
+  // Registers the import [device_addr, device_addr + length) (its length rounded up to the page)
+  // with the NIC through a dma-buf. true: registered (UnregisterRdmaDirect when the import
+  // closes); false: not (off, no rdma transport, or it failed under kAuto: logged); an error only
+  // under kOn.
+  absl::StatusOr<bool> RegisterRdmaDirect(uint64_t device_addr, uint64_t length);
+  // Blocks until no transfer uses the registration, then releases it.
+  void UnregisterRdmaDirect(uint64_t device_addr);
+  // Whether a READ of a memory replica on `endpoint` into [data, data + length) would be served
+  // over GPUDirect RDMA (the BatchGetter's choice between reading directly and staging).
+  bool CanReadDirect(const std::string& endpoint, const char* data, uint64_t length);
+  uint64_t direct_reads() const { return direct_reads_.load(); }
+
   CudaApi& api() { return *api_; }
   GpuMover& mover() { return *mover_; }
 
  private:
   CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaApi> api, SegmentTable& segments);
   bool IsDevice(const char* p, uint64_t length) const;
+  // The one device destination of a READ that GPUDirect RDMA can serve (see the header), or null.
+  const LocalBuffer* DirectDestination(const TransferRequest& request) const;
+  // The GPUDirect RDMA reads of Submit: `direct` indexes into requests/results.
+  void SubmitDirect(std::span<const TransferRequest* const> requests,
+                    std::span<TransferResult> results, const std::vector<size_t>& direct,
+                    int64_t deadline_ms);
 
   const CudaTransportOptions options_;
   std::unique_ptr<CudaApi> api_;
   std::unique_ptr<GpuMover> mover_;
   SegmentTable& segments_;
+  rdma::RdmaTransport* rdma_ = nullptr;
+  std::atomic<uint64_t> direct_reads_{0};
+  std::atomic<bool> direct_refusal_logged_{false};
+  Counter* direct_bytes_ = nullptr;  // mc_gpu_direct_rdma_bytes_total (null: no metrics)
+  Gauge* direct_regions_ = nullptr;  // mc_gpu_direct_rdma_regions
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, uint64_t> device_ranges_ ABSL_GUARDED_BY(mu_);  // base -> length
