@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "proto/status_convert.h"
+#include "transfer/cuda/cuda_transport.h"
 
 namespace mc::client {
 
@@ -285,9 +286,10 @@ void BatchGetter::PlanGpuDestinations(Batch& batch, KeyPlan& plan) const {
   }
   if (!gpu) return;
   if (valid == 1 && batch.items[plan.primary].gpu.single() && !plan.order.empty() &&
-      IsLocalMemory(plan, plan.order.front())) {
-    // Direct: the cuda transport copies a local segment into the GPU destination and hashes it
-    // there (local memory replicas come first in `order`). Should they all fail, TransferRounds
+      IsDirectSource(batch, plan, plan.order.front())) {
+    // Direct: the cuda transport copies a local segment into the GPU destination, or the NIC
+    // reads a remote one into it (GPUDirect RDMA), and the device hashes what landed (local
+    // memory replicas come first in `order`). Should the direct sources all fail, TransferRounds
     // stages the key for the remaining replicas.
     return;
   }
@@ -312,6 +314,15 @@ void BatchGetter::PlanGpuDestinations(Batch& batch, KeyPlan& plan) const {
 bool BatchGetter::IsLocalMemory(const KeyPlan& plan, int replica) const {
   const auto& rep = plan.lookup->replicas(replica);
   return rep.tier() == v1::MEMORY && rep.data_endpoint() == options_.local_endpoint;
+}
+
+bool BatchGetter::IsDirectSource(const Batch& batch, const KeyPlan& plan, int replica) const {
+  if (IsLocalMemory(plan, replica)) return true;
+  const auto& rep = plan.lookup->replicas(replica);
+  const std::vector<LocalBuffer>& dest = batch.dest[plan.primary];
+  transfer::cuda::CudaTransport* cuda = engine_.cuda();
+  return rep.tier() == v1::MEMORY && cuda != nullptr && dest.size() == 1 &&
+         cuda->CanReadDirect(rep.data_endpoint(), dest[0].data, dest[0].length);
 }
 
 absl::Status BatchGetter::ReserveStaging(KeyPlan& plan) const {
@@ -339,8 +350,8 @@ void BatchGetter::TransferRounds(Batch& batch) {
       if (!plan.status.ok() || plan.done || plan.primary == kNone) continue;
       if (plan.next >= plan.order.size()) continue;  // status already says why
       if (plan.staging.empty() && !batch.items[plan.primary].gpu.empty() &&
-          !IsLocalMemory(plan, plan.order[plan.next])) {
-        // A direct GPU read whose local replicas all failed: the rest go through staging.
+          !IsDirectSource(batch, plan, plan.order[plan.next])) {
+        // A direct GPU read whose direct sources all failed: the rest go through staging.
         if (absl::Status s = ReserveStaging(plan); !s.ok()) {
           plan.status = McError(ToCode(s), absl::StrCat("this daemon's replicas failed and the "
                                                         "others need staging: ",

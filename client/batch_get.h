@@ -8,13 +8,14 @@
 //  - each unique key is transferred once, into its first valid destination, then copied into
 //    every other destination of that key;
 //  - GPU memory (GetRequestItem::gpu) is never read or written by the CPU. A key whose only
-//    destination is one GPU slice, with a replica in this daemon's memory, is read into it by
-//    the cuda transport from local memory replicas (the others through staging, should those
-//    fail). Otherwise the key is read into pinned staging memory (GpuGetStager) under the usual
-//    checks and copied from there into each of its destinations, GPU slices by the device.
-//    Either way a GPU slice is OK only with a device hash of the bytes that landed: equal to
-//    the recorded checksum (a whole object), or to the hash of its range of the verified
-//    staging bytes (a scattered destination) (docs/gpu.md);
+//    destination is one GPU slice, with a replica in this daemon's memory or a remote memory
+//    replica the NIC can read into that slice (GPUDirect RDMA), is read into it by the cuda
+//    transport from such replicas (the others through staging, should those fail). Otherwise the
+//    key is read into pinned staging memory (GpuGetStager) under the usual checks and copied from
+//    there into each of its destinations, GPU slices by the device. Either way a GPU slice is OK
+//    only with a device hash of the bytes that landed: equal to the recorded checksum (a whole
+//    object), or to the hash of its range of the verified staging bytes (a scattered destination)
+//    (docs/gpu.md);
 //  - an item is OK only when its own destination received exactly `size` bytes from this get and
 //    their XXH3 equals the checksum recorded at put; a transfer that finished after its lease
 //    expired is LEASE_EXPIRED; destinations that overlap each other are rejected up front;
@@ -77,6 +78,9 @@ class BatchGetter {
   // Reserves `plan`'s staging memory (the object's size), or the reason it cannot.
   absl::Status ReserveStaging(KeyPlan& plan) const;
   bool IsLocalMemory(const KeyPlan& plan, int replica) const;
+  // Whether `replica` can be read straight into `plan`'s one GPU destination: a local memory
+  // replica (cuda transport), or a remote one over GPUDirect RDMA (CudaTransport::CanReadDirect).
+  bool IsDirectSource(const Batch& batch, const KeyPlan& plan, int replica) const;
   static const std::vector<LocalBuffer>& ReadInto(const Batch& batch, const KeyPlan& plan);
   void TransferRounds(Batch& batch);
   // Runs one round of reads: engine transfers, and our own SSD records through the DiskReader.

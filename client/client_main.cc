@@ -11,6 +11,7 @@
 #include "common/checksum.h"
 #include "common/logging.h"
 #include "common/util.h"
+#include "transfer/cuda/cuda_transport.h"
 #include "transfer/tcp/frame.h"
 #ifdef MC_FAKE_GPU_TEST_BUILD
 #include "tests/fakes/shm_fake_cuda.h"  // mc-client-fakegpu (tests/fakes): never in mc-client
@@ -115,6 +116,12 @@ ABSL_FLAG(uint64_t, gpu_get_staging_bytes, 256ull << 20,
           "destinations in the batch; allocated on the first such get, all requests together "
           "(a larger object fails INVALID_ARGUMENT, one that does not fit beside others "
           "UNAVAILABLE); 1 MiB..1 TiB, with --cuda_device");
+ABSL_FLAG(std::string, gpu_direct_rdma, "auto",
+          "GPUDirect RDMA, with --cuda_device and the rdma transport: auto (GPU buffers are "
+          "registered with the NIC as dma-bufs where the GPU, driver and NIC allow, and remote "
+          "replicas are read straight into them; elsewhere staged, logged), off (always staged), "
+          "on (required: no rdma transport fails the start, a GPU buffer the NIC cannot register "
+          "is refused UNAVAILABLE)");
 ABSL_FLAG(uint64_t, gpu_max_buffers, 1024,
           "GPU buffers (RegisterGpuBuffer) registered at once, all callers together; past it "
           "NO_SPACE (>= 1, with --cuda_device)");
@@ -335,6 +342,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "--cuda_device must be -1 (no GPU) or a CUDA ordinal in 0..1023, "
                  "--cuda_streams in 1..64\n");
+    return 2;
+  }
+  o.transfer.gpu_direct_rdma = absl::GetFlag(FLAGS_gpu_direct_rdma);
+  if (absl::Status s = mc::transfer::cuda::ParseGpuDirectRdma(o.transfer.gpu_direct_rdma).status();
+      !s.ok()) {
+    std::fprintf(stderr, "--gpu_direct_rdma: %s\n", std::string(s.message()).c_str());
     return 2;
   }
 #ifdef MC_FAKE_GPU_TEST_BUILD

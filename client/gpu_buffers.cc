@@ -13,6 +13,8 @@ using transfer::cuda::GpuHandleKind;
 
 GpuBuffer::~GpuBuffer() {
   if (transport_ != nullptr) transport_->RemoveDeviceRange(base_);
+  // Waits for reads still landing through the NIC; the import closes after.
+  if (rdma_direct_) transport_->UnregisterRdmaDirect(memory_.device_addr);
   api_.CloseImported(device_, memory_);
 }
 
@@ -53,9 +55,20 @@ absl::StatusOr<uint64_t> GpuBufferRegistry::Register(const GpuBufferSpec& spec,
     return imported.status();
   }
   const transfer::cuda::ImportedMemory memory = *imported;
-  auto buffer =
-      std::make_shared<const GpuBuffer>(api_, transport_, spec.device, memory,
-                                        memory.device_addr + spec.allocation_offset, spec.size);
+  bool rdma_direct = false;
+  if (transport_ != nullptr) {
+    absl::StatusOr<bool> direct = transport_->RegisterRdmaDirect(memory.device_addr, memory.size);
+    if (!direct.ok()) {
+      api_.CloseImported(spec.device, memory);
+      absl::MutexLock lock(&mu_);
+      UnreserveLocked(owner);
+      return direct.status();
+    }
+    rdma_direct = *direct;
+  }
+  auto buffer = std::make_shared<const GpuBuffer>(api_, transport_, spec.device, memory,
+                                                  memory.device_addr + spec.allocation_offset,
+                                                  spec.size, rdma_direct);
   if (transport_ != nullptr) transport_->AddDeviceRange(buffer->base(), buffer->size());
   absl::MutexLock lock(&mu_);
   const uint64_t id = kGpuBufferIdBit | next_id_++;

@@ -4,10 +4,12 @@
 // Register imports the caller's allocation through the CUDA seam (a CUDA IPC handle, or a
 // POSIX-fd shareable handle) on the named device, checks that [allocation_offset,
 // allocation_offset + size) lies inside what was imported, publishes the range to the cuda
-// transport (so transfers naming it go there) and returns an id with bit 63 set, which a
-// Slice may name like a shm buffer id. Resolve turns (id, offset, length) into a device address
-// after an overflow-safe bounds check and holds the buffer (a GpuBufferRef): Unregister during
-// a transfer closes the import only once the in-flight use ends.
+// transport (so transfers naming it go there), registers the import with the NIC for GPUDirect
+// RDMA where the transport's mode and the hardware allow (CudaTransport::RegisterRdmaDirect; with
+// --gpu_direct_rdma=on a buffer that cannot be is refused, UNAVAILABLE) and returns an
+// id with bit 63 set, which a Slice may name like a shm buffer id. Resolve turns (id, offset,
+// length) into a device address after an overflow-safe bounds check and holds the buffer (a
+// GpuBufferRef): Unregister during a transfer closes the import only once the in-flight use ends.
 // Each buffer belongs to the owner that registered it (the caller's owner key, as for shm
 // buffers in client/buffer_registry.h): Resolve and Unregister with another owner answer exactly
 // as for an unknown id, so one caller can neither use nor drop another's GPU memory.
@@ -50,20 +52,25 @@ struct GpuBufferSpec {
 // One imported range; closes the import when the last reference goes.
 class GpuBuffer {
  public:
+  // `rdma_direct`: the import is registered with the NIC (CudaTransport::RegisterRdmaDirect);
+  // released here, before the import closes.
   GpuBuffer(transfer::cuda::CudaApi& api, transfer::cuda::CudaTransport* transport, int device,
-            transfer::cuda::ImportedMemory memory, uint64_t base, uint64_t size)
+            transfer::cuda::ImportedMemory memory, uint64_t base, uint64_t size,
+            bool rdma_direct = false)
       : api_(api),
         transport_(transport),
         device_(device),
         memory_(memory),
         base_(base),
-        size_(size) {}
+        size_(size),
+        rdma_direct_(rdma_direct) {}
   ~GpuBuffer();
   GpuBuffer(const GpuBuffer&) = delete;
   GpuBuffer& operator=(const GpuBuffer&) = delete;
   uint64_t base() const { return base_; }  // device address of the buffer's first byte
   uint64_t size() const { return size_; }
   int device() const { return device_; }
+  bool rdma_direct() const { return rdma_direct_; }
 
  private:
   transfer::cuda::CudaApi& api_;
@@ -72,6 +79,7 @@ class GpuBuffer {
   const transfer::cuda::ImportedMemory memory_;
   const uint64_t base_;
   const uint64_t size_;
+  const bool rdma_direct_;
 };
 using GpuBufferRef = std::shared_ptr<const GpuBuffer>;
 
@@ -89,7 +97,8 @@ class GpuBufferRegistry {
         max_per_owner_(max_buffers_per_owner) {}
 
   // Errors: INVALID_ARGUMENT (bad device, handle, kind, size, or a range outside the import),
-  // NO_SPACE (too many buffers in all or of this owner), UNAVAILABLE (no device).
+  // NO_SPACE (too many buffers in all or of this owner), UNAVAILABLE (no device),
+  // UNAVAILABLE (GPUDirect RDMA required and unavailable).
   absl::StatusOr<uint64_t> Register(const GpuBufferSpec& spec, const std::string& owner = "");
   // NOT_FOUND for an unknown id and for another owner's (the same answer: no oracle).
   absl::Status Unregister(uint64_t buffer_id, std::string_view owner = "");

@@ -36,8 +36,10 @@ inline constexpr uint64_t kDeviceBytes = 1 << 20;
 
 class GpuStore : public ClientFixture {
  protected:
-  GpuStore()
-      : ClientFixture(FakeMasterClient::DefaultOptions(), GpuEngineOptions()),
+  GpuStore() : GpuStore(GpuEngineOptions()) {}
+  // `engine`: GpuEngineOptions() with changes (e.g. an rdma device).
+  explicit GpuStore(transfer::TransferEngineOptions engine)
+      : ClientFixture(FakeMasterClient::DefaultOptions(), std::move(engine)),
         cuda_(*engine_.cuda()),
         fake_(static_cast<FakeCudaApi&>(cuda_.api())),
         gpu_(cuda_.api(), &cuda_),
