@@ -67,6 +67,15 @@ class FakeVerbsNetwork {
   std::map<uint32_t, Region> regions_ ABSL_GUARDED_BY(mu_);
 };
 
+// A small device ("fake0": 4 SGEs, 64 work requests per queue pair).
+inline DeviceAttributes SmallFakeDeviceAttributes() {
+  DeviceAttributes a;
+  a.name = "fake0";
+  a.max_sge = 4;
+  a.max_qp_wr = 64;
+  return a;
+}
+
 class FakeVerbsDevice final : public VerbsDevice {
  public:
   static constexpr int kFlushStatus = 5;          // IBV_WC_WR_FLUSH_ERR

@@ -16,34 +16,17 @@
 namespace mc::client::testing {
 namespace {
 
-using transfer::rdma::DeviceAttributes;
 using transfer::rdma::FakeVerbsDevice;
 using transfer::rdma::FakeVerbsNetwork;
 using transfer::rdma::InProcessRdmaConnector;
 using transfer::rdma::RdmaTransport;
-
-DeviceAttributes Attributes() {
-  DeviceAttributes a;
-  a.name = "fake0";
-  a.max_sge = 4;
-  a.max_qp_wr = 64;
-  return a;
-}
-
-class NoPeers final : public transfer::rdma::RdmaConnector {
- public:
-  absl::StatusOr<transfer::rdma::PeerHandshake> Connect(const std::string&,
-                                                        std::span<const transfer::rdma::QpAddress>,
-                                                        std::span<const uint32_t>) override {
-    return McError(Code::kUnavailable, "no peers");
-  }
-};
+using transfer::rdma::SmallFakeDeviceAttributes;
 
 // The verbs world, built before the fixture's engine opens its device in it.
 struct VerbsWorld {
   FakeVerbsNetwork network;
   InProcessRdmaConnector connector;
-  NoPeers no_peers;
+  InProcessRdmaConnector no_peers;  // none added: Connect answers UNAVAILABLE
   FakeVerbsDevice* local_device = nullptr;
 };
 
@@ -54,7 +37,7 @@ class GpuStoreRdma : protected VerbsWorld, public GpuStore {
   static transfer::TransferEngineOptions RdmaEngineOptions(VerbsWorld& world) {
     transfer::TransferEngineOptions o = GpuEngineOptions();
     o.rdma_device_factory = [&world] {
-      auto d = std::make_unique<FakeVerbsDevice>(world.network, Attributes());
+      auto d = std::make_unique<FakeVerbsDevice>(world.network, SmallFakeDeviceAttributes());
       world.local_device = d.get();
       return d;
     };
@@ -68,7 +51,7 @@ class GpuStoreRdma : protected VerbsWorld, public GpuStore {
     // The remote daemon serves its segments over rdma too.
     server_ = std::make_unique<RdmaTransport>(
         transfer::rdma::RdmaTransportOptions{},
-        std::make_unique<FakeVerbsDevice>(network, Attributes()), no_peers);
+        std::make_unique<FakeVerbsDevice>(network, SmallFakeDeviceAttributes()), no_peers);
     for (size_t i = 0; i < remote_->ids.size(); ++i) {
       ASSERT_TRUE(server_
                       ->ExportSegment(remote_->ids[i], remote_->backing[i].data(),

@@ -22,33 +22,17 @@
 namespace mc::transfer::cuda {
 namespace {
 
-using rdma::DeviceAttributes;
 using rdma::FakeVerbsDevice;
 using rdma::FakeVerbsNetwork;
 using rdma::InProcessRdmaConnector;
 using rdma::RdmaTransport;
+using rdma::SmallFakeDeviceAttributes;
 
 constexpr char kSelf[] = "10.0.0.1:7000";
 constexpr char kPeer[] = "10.0.0.2:7000";
 constexpr char kNoRdmaPeer[] = "10.0.0.3:7000";
 constexpr uint64_t kSegment = 9;
 constexpr uint64_t kGpuBytes = 1 << 20;
-
-class NoPeers final : public rdma::RdmaConnector {
- public:
-  absl::StatusOr<rdma::PeerHandshake> Connect(const std::string&, std::span<const rdma::QpAddress>,
-                                              std::span<const uint32_t>) override {
-    return McError(Code::kUnavailable, "no peers");
-  }
-};
-
-DeviceAttributes Attributes() {
-  DeviceAttributes a;
-  a.name = "fake0";
-  a.max_sge = 4;
-  a.max_qp_wr = 64;
-  return a;
-}
 
 class CudaRdmaDirect : public ::testing::Test {
  protected:
@@ -60,8 +44,8 @@ class CudaRdmaDirect : public ::testing::Test {
     remote_.assign(2 << 20, 0);
     for (size_t i = 0; i < remote_.size(); ++i) remote_[i] = static_cast<char>(i * 11 + i / 509);
     server_ = std::make_unique<RdmaTransport>(
-        rdma::RdmaTransportOptions{}, std::make_unique<FakeVerbsDevice>(network_, Attributes()),
-        no_peers_);
+        rdma::RdmaTransportOptions{},
+        std::make_unique<FakeVerbsDevice>(network_, SmallFakeDeviceAttributes()), no_peers_);
     ASSERT_TRUE(server_->ExportSegment(kSegment, remote_.data(), remote_.size()).ok());
     connector_ = std::make_unique<InProcessRdmaConnector>();
     connector_->AddPeer(kPeer, server_.get());
@@ -70,7 +54,7 @@ class CudaRdmaDirect : public ::testing::Test {
     o.local_endpoint = kSelf;
     o.metrics = &metrics_;
     o.rdma_device_factory = [this] {
-      auto d = std::make_unique<FakeVerbsDevice>(network_, Attributes());
+      auto d = std::make_unique<FakeVerbsDevice>(network_, SmallFakeDeviceAttributes());
       verbs_ = d.get();
       return d;
     };
@@ -111,7 +95,7 @@ class CudaRdmaDirect : public ::testing::Test {
   int64_t DirectRegions() { return metrics_.GetGauge("mc_gpu_direct_rdma_regions", "").Value(); }
 
   FakeVerbsNetwork network_;
-  NoPeers no_peers_;
+  InProcessRdmaConnector no_peers_;  // none added: Connect answers UNAVAILABLE
   std::unique_ptr<InProcessRdmaConnector> connector_;
   std::vector<char> remote_;
   std::unique_ptr<RdmaTransport> server_;
