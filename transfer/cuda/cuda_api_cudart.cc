@@ -1,8 +1,9 @@
 // CudaApi over the CUDA runtime (cudart, linked statically: it loads the driver on first use,
 // so binaries start on machines without one and OpenCudaApi() then answers UNAVAILABLE). The
-// driver calls of the POSIX-fd import (cuMemImportFromShareableHandle and the VMM mapping) are
-// fetched through cudaGetDriverEntryPointByVersion, so nothing links libcuda. Built only with
-// MC_WITH_CUDA; otherwise OpenCudaApi() answers UNAVAILABLE.
+// driver calls of the POSIX-fd import (cuMemImportFromShareableHandle and the VMM mapping) and of
+// the dma-buf export for GPUDirect RDMA (cuMemGetHandleForAddressRange) are fetched through
+// cudaGetDriverEntryPointByVersion, so nothing links libcuda. Built only with MC_WITH_CUDA;
+// otherwise OpenCudaApi() answers UNAVAILABLE.
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "transfer/cuda/cuda_api.h"
