@@ -1,8 +1,9 @@
 // The real CUDA backend (cuda_api_cudart.cc) and the XXH3 kernel on a real device: the kernel's
 // hashes equal libxxhash's for every length class and alignment, and the mover moves and
-// proves blocks through cudart. Skipped without a device, or failed with MC_REQUIRE_GPU=1
-// (bench/gpu_check.sh sets it). Label `gpu`.
+// proves blocks through cudart, and GPUDirect RDMA's device half (dma-buf export, flush). Skipped
+// without a device, or failed with MC_REQUIRE_GPU=1 (bench/gpu_check.sh sets it). Label `gpu`.
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "common/checksum.h"
+#include "common/status.h"
 #include "gtest/gtest.h"
 #include "transfer/cuda/cuda_api.h"
 #include "transfer/cuda/gpu_mover.h"
@@ -124,6 +126,55 @@ TEST_F(CudaDeviceTest, MoverRoundTripsManySmallBlocksAndProvesThemOnTheDevice) {
   mover->reset();
   api_->FreePinned(h);
   api_->FreePinned(b);
+}
+
+// GPUDirect RDMA's device half, which needs no NIC: the dma-buf export of an allocation (or the
+// driver's clear refusal), the range checks before it, the flush of NIC writes, and a hash_only
+// proof of bytes already in device memory.
+TEST_F(CudaDeviceTest, DmaBufExportRdmaFlushAndHashOnlyProofThroughTheDriver) {
+  constexpr uint64_t kBytes = 4 << 20;
+  std::vector<uint8_t> host(kBytes);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 2654435761u >> 11);
+  char* dev = Upload(host);
+  ASSERT_EQ(reinterpret_cast<uint64_t>(dev) % 4096, 0u) << "cudaMalloc returns page-aligned memory";
+
+  EXPECT_TRUE(api_->FlushRdmaWrites(0).ok());
+  auto mover = GpuMover::Create(*api_, GpuMoverOptions{});
+  ASSERT_TRUE(mover.ok()) << mover.status();
+  std::vector<GpuMoveRequest> prove(2);
+  for (GpuMoveRequest& m : prove) {
+    m.copies = {CopyOp{dev, nullptr, kBytes}};
+    m.hash_destination = true;
+    m.hash_only = true;
+    m.expected_checksum = Checksum(host.data(), kBytes);
+  }
+  prove[1].expected_checksum = *prove[1].expected_checksum ^ 1;
+  std::vector<GpuMoveResult> proved = (*mover)->Move(prove, 0);
+  EXPECT_TRUE(proved[0].status.ok()) << proved[0].status;
+  EXPECT_EQ(proved[0].bytes, 0u) << "nothing was copied";
+  EXPECT_EQ(ToCode(proved[1].status), Code::kChecksumMismatch) << proved[1].status;
+
+  absl::StatusOr<int> fd = api_->ExportDmaBuf(0, reinterpret_cast<uint64_t>(dev), kBytes);
+  if (!fd.ok()) {
+    // Proprietary kernel modules, an old driver or kernel: mc-client stages (docs/gpu.md).
+    EXPECT_EQ(ToCode(fd.status()), Code::kUnavailable) << fd.status();
+    std::printf("GPUDirect RDMA: device 0 exports no dma-bufs: %s\n",
+                std::string(fd.status().message()).c_str());
+    return;
+  }
+  const off_t size = lseek(*fd, 0, SEEK_END);
+  std::printf("GPUDirect RDMA: device 0 exported a dma-buf of %lld bytes\n",
+              static_cast<long long>(size));
+  EXPECT_GE(size, static_cast<off_t>(kBytes));
+  close(*fd);
+  const auto refused = [&](uint64_t addr, uint64_t len) {
+    absl::StatusOr<int> r = api_->ExportDmaBuf(0, addr, len);
+    if (r.ok()) close(*r);
+    return !r.ok() && ToCode(r.status()) == Code::kInvalidArgument;
+  };
+  EXPECT_TRUE(refused(reinterpret_cast<uint64_t>(dev) + 1, 4096)) << "not page-aligned";
+  EXPECT_TRUE(refused(reinterpret_cast<uint64_t>(dev), 4095)) << "not whole pages";
+  EXPECT_TRUE(refused(reinterpret_cast<uint64_t>(dev), kBytes + (64 << 20))) << "past the end";
 }
 
 }  // namespace
