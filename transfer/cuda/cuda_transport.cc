@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -115,17 +114,17 @@ absl::StatusOr<bool> CudaTransport::RegisterRdmaDirect(uint64_t device_addr, uin
   }
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   if (device_addr % page != 0) return refuse("the allocation does not start on a page boundary");
-  if (length == 0 || length > std::numeric_limits<uint64_t>::max() - page) {
-    return refuse("bad length");
-  }
-  const uint64_t rounded = (length + page - 1) / page * page;
-  absl::StatusOr<int> fd = api_->ExportDmaBuf(options_.mover.device, device_addr, rounded);
+  // Whole pages of the import only: a partial last page would export bytes past the allocation
+  // (the driver refuses that, and it is not ours to hand a NIC); reads into it are staged.
+  const uint64_t whole = length / page * page;
+  if (whole == 0) return refuse("the allocation is smaller than a page");
+  absl::StatusOr<int> fd = api_->ExportDmaBuf(options_.mover.device, device_addr, whole);
   if (!fd.ok()) return refuse(fd.status().ToString());
-  const absl::Status registered = rdma_->RegisterDeviceMemory(device_addr, rounded, *fd);
+  const absl::Status registered = rdma_->RegisterDeviceMemory(device_addr, whole, *fd);
   close(*fd);  // the NIC's registration holds the dma-buf itself
   if (!registered.ok()) return refuse(registered.ToString());
   if (direct_regions_ != nullptr) direct_regions_->Add(1);
-  Logger("transfer").debug("cuda: GPUDirect RDMA region of {} bytes registered", rounded);
+  Logger("transfer").debug("cuda: GPUDirect RDMA region of {} bytes registered", whole);
   return true;
 }
 

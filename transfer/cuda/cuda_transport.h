@@ -73,7 +73,8 @@ class CudaTransport final : public Transport {
 
   // GPUDirect RDMA. `rdma` (nullable, borrowed, outlives this) receives the registrations.
   void SetRdma(rdma::RdmaTransport* rdma) { rdma_ = rdma; }
-  // Registers the import [device_addr, device_addr + length) (its length rounded up to the page)
+  // Registers the whole pages of the import [device_addr, device_addr + length) (a partial last
+  // page is not: reads into it are staged)
   // with the NIC through a dma-buf. true: registered (UnregisterRdmaDirect when the import
   // closes); false: not (off, no rdma transport, or it failed under kAuto: logged); an error only
   // under kOn.

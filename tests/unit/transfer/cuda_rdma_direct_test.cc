@@ -202,6 +202,25 @@ TEST_F(CudaRdmaDirect, WhatGpuDirectCannotServeIsRefusedWithoutTouchingMemory) {
   for (uint64_t i = 0; i < kGpuBytes; ++i) ASSERT_EQ(gpu_[i], 0) << i;
 }
 
+TEST_F(CudaRdmaDirect, OnlyTheImportsWholePagesAreRegistered) {
+  // An allocation of 1 MiB - 100 bytes: its last page is partly another's, never handed to a NIC.
+  absl::StatusOr<bool> r = cuda().RegisterRdmaDirect(Addr(gpu_), kGpuBytes - 100);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(*r);
+  EXPECT_TRUE(cuda().CanReadDirect(kPeer, gpu_, kGpuBytes - 4096));
+  EXPECT_FALSE(cuda().CanReadDirect(kPeer, gpu_ + kGpuBytes - 4096, 100)) << "staged instead";
+  TransferResult t = Submit(Read(gpu_ + kGpuBytes - 4096, 100, 0));
+  EXPECT_EQ(ToCode(t.status), Code::kTransferFailed) << t.status;
+  // Less than a page: nothing to register, nothing exported.
+  char* small = fake_->AllocDevice(4096);
+  cuda().AddDeviceRange(Addr(small), 100);
+  const uint64_t exports = fake_->dmabuf_exports();
+  r = cuda().RegisterRdmaDirect(Addr(small), 100);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(*r);
+  EXPECT_EQ(fake_->dmabuf_exports(), exports);
+}
+
 TEST_F(CudaRdmaDirect, AutoFallsBackQuietlyWhereTheNicOrDeviceCannot) {
   fake_->FailDmaBufExport(McError(Code::kUnavailable, "no dma-buf support (injected)"));
   absl::StatusOr<bool> r = cuda().RegisterRdmaDirect(Addr(gpu_), kGpuBytes);
