@@ -70,7 +70,6 @@ class GpuBuffer {
   uint64_t base() const { return base_; }  // device address of the buffer's first byte
   uint64_t size() const { return size_; }
   int device() const { return device_; }
-  bool rdma_direct() const { return rdma_direct_; }
 
  private:
   transfer::cuda::CudaApi& api_;

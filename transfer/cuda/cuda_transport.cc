@@ -13,6 +13,20 @@
 #include "transfer/rdma/rdma_transport.h"
 
 namespace mc::transfer::cuda {
+namespace {
+
+// The one non-empty local buffer of `r`, or null when it has none or several.
+const LocalBuffer* OnlyBuffer(const TransferRequest& r) {
+  const LocalBuffer* only = nullptr;
+  for (const LocalBuffer& b : r.local) {
+    if (b.length == 0) continue;
+    if (only != nullptr) return nullptr;
+    only = &b;
+  }
+  return only;
+}
+
+}  // namespace
 
 absl::StatusOr<GpuDirectRdma> ParseGpuDirectRdma(std::string_view text) {
   if (text == "off") return GpuDirectRdma::kOff;
@@ -139,12 +153,7 @@ const LocalBuffer* CudaTransport::DirectDestination(const TransferRequest& r) co
       r.op != OpKind::kRead) {
     return nullptr;
   }
-  const LocalBuffer* only = nullptr;
-  for (const LocalBuffer& b : r.local) {
-    if (b.length == 0) continue;
-    if (only != nullptr) return nullptr;  // the device hash covers one contiguous range
-    only = &b;
-  }
+  const LocalBuffer* only = OnlyBuffer(r);  // the device hash covers one contiguous range
   if (only == nullptr || !IsDevice(only->data, only->length)) return nullptr;
   return rdma_->LocalBuffersRegistered(r) ? only : nullptr;
 }
@@ -279,11 +288,9 @@ void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> request
       bytes += out.bytes;
       continue;
     }
-    const LocalBuffer* dst = DirectDestination(reads[k]);
-    if (dst == nullptr) {  // unregistered since: the bytes landed, but no proof is taken now
-      out.status = McError(Code::kTransferFailed, "cuda: GPU buffer unregistered during a read");
-      continue;
-    }
+    // Submit chose it; the caller holds the GPU buffer until Submit returns (client/: a
+    // GpuBufferRef), so it is still imported and registered.
+    const LocalBuffer* dst = OnlyBuffer(reads[k]);
     GpuMoveRequest m;
     m.copies.push_back(CopyOp{dst->data, nullptr, dst->length});
     m.hash_destination = true;
