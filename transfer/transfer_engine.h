@@ -61,6 +61,10 @@ struct TransferRequest {
   // kRead/kReadDisk: also compute the XXH3-64 of the local bytes as delivered, i.e. hashed from
   // the destination buffers (in order) after each piece landed there, while it is cache-hot. A
   // transport that cannot leaves TransferResult::checksum empty and the caller hashes itself.
+  // kWrite from GPU memory (the cuda transport only; others ignore it): the XXH3-64 of the
+  // replica as written where this daemon can hash it (its own segment), else the device hash of
+  // the source after it was sent (GPUDirect RDMA); the BatchPutter compares it with the hash it
+  // took before the put.
   bool want_checksum = false;
 };
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,10 @@ CudaTransport::CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaA
         "mc_gpu_direct_rdma_bytes_total",
         "Bytes read from remote replicas straight into GPU memory over GPUDirect RDMA, each "
         "read proved by the device hash.");
+    direct_write_bytes_ = &options_.metrics->GetCounter(
+        "mc_gpu_direct_rdma_write_bytes_total",
+        "Bytes written from GPU memory straight to remote replicas over GPUDirect RDMA, each "
+        "source proved unchanged by the device hash after the NIC read it.");
     direct_regions_ = &options_.metrics->GetGauge(
         "mc_gpu_direct_rdma_regions", "GPU buffers registered with the NIC for GPUDirect RDMA.");
   }
@@ -148,9 +153,9 @@ void CudaTransport::UnregisterRdmaDirect(uint64_t device_addr) {
   if (direct_regions_ != nullptr) direct_regions_->Add(-1);
 }
 
-const LocalBuffer* CudaTransport::DirectDestination(const TransferRequest& r) const {
+const LocalBuffer* CudaTransport::DirectBuffer(const TransferRequest& r) const {
   if (rdma_ == nullptr || options_.gpu_direct_rdma == GpuDirectRdma::kOff ||
-      r.op != OpKind::kRead) {
+      (r.op != OpKind::kRead && r.op != OpKind::kWrite)) {
     return nullptr;
   }
   const LocalBuffer* only = OnlyBuffer(r);  // the device hash covers one contiguous range
@@ -160,7 +165,15 @@ const LocalBuffer* CudaTransport::DirectDestination(const TransferRequest& r) co
 
 bool CudaTransport::CanReadDirect(const std::string& endpoint, const char* data, uint64_t length) {
   TransferRequest r{OpKind::kRead, {LocalBuffer{const_cast<char*>(data), length}}, endpoint, 0, 0};
-  return DirectDestination(r) != nullptr && rdma_->PeerReachable(endpoint);
+  return DirectBuffer(r) != nullptr && rdma_->PeerReachable(endpoint);
+}
+
+bool CudaTransport::CanWriteDirect(const std::string& endpoint, const char* data, uint64_t length) {
+  if (!options_.local_endpoint.empty() && endpoint == options_.local_endpoint) {
+    return IsDevice(data, length);  // a copy into this daemon's own segment
+  }
+  TransferRequest r{OpKind::kWrite, {LocalBuffer{const_cast<char*>(data), length}}, endpoint, 0, 0};
+  return DirectBuffer(r) != nullptr && rdma_->PeerReachable(endpoint);
 }
 
 bool CudaTransport::HandlesRequest(const TransferRequest& request) const {
@@ -174,21 +187,22 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
                            std::span<TransferResult> results, int64_t deadline_ms) {
   std::vector<GpuMoveRequest> moves;
   std::vector<size_t> index;   // move -> request
-  std::vector<size_t> direct;  // requests read over GPUDirect RDMA
-  std::vector<bool> host_hash(requests.size(), false);
+  std::vector<size_t> direct;  // requests served over GPUDirect RDMA
+  // Hashed on the CPU after the copy: a READ's all-host destination, a WRITE's segment range.
+  std::vector<const char*> host_hash(requests.size(), nullptr);
   for (size_t i = 0; i < requests.size(); ++i) {
     const TransferRequest& r = *requests[i];
     if (r.op == OpKind::kReadDisk || r.op == OpKind::kIndex || options_.local_endpoint.empty() ||
         r.endpoint != options_.local_endpoint) {
-      if (DirectDestination(r) != nullptr && rdma_->PeerReachable(r.endpoint)) {
+      if (DirectBuffer(r) != nullptr && rdma_->PeerReachable(r.endpoint)) {
         direct.push_back(i);
         continue;
       }
       results[i].status = McError(Code::kTransferFailed,
                                   "cuda: moves GPU memory to and from this daemon's memory "
-                                  "segments, and reads remote memory replicas over GPUDirect RDMA "
-                                  "into one registered GPU range, nothing else (BatchGet stages "
-                                  "the others through host memory)");
+                                  "segments, and remote memory replicas over GPUDirect RDMA "
+                                  "to and from one registered GPU range, nothing else (BatchGet "
+                                  "and BatchPut stage the others through host memory)");
       continue;
     }
     const uint64_t total = TotalLength(r);
@@ -210,9 +224,11 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
       }
       pos += b.length;
     }
-    if (r.op == OpKind::kRead && r.want_checksum) {
+    if (r.op == OpKind::kWrite && r.want_checksum) {
+      host_hash[i] = *seg;  // the replica as written: this daemon's own (host) memory
+    } else if (r.op == OpKind::kRead && r.want_checksum) {
       if (all_host) {
-        host_hash[i] = true;  // hashed on the CPU from the destination below
+        host_hash[i] = *seg;  // any non-null: hashed on the CPU from the destination below
       } else if (m.copies.size() == 1) {
         m.hash_destination = true;
       } else {
@@ -234,10 +250,14 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
     out.status = std::move(moved[k].status);
     out.bytes = moved[k].bytes;
     out.checksum = moved[k].checksum;
-    if (out.status.ok() && host_hash[i]) {
-      StreamingChecksum sum;
-      for (const LocalBuffer& b : requests[i]->local) sum.Update(b.data, b.length);
-      out.checksum = sum.Digest();
+    if (out.status.ok() && host_hash[i] != nullptr) {
+      if (requests[i]->op == OpKind::kWrite) {
+        out.checksum = Checksum(host_hash[i], out.bytes);
+      } else {
+        StreamingChecksum sum;
+        for (const LocalBuffer& b : requests[i]->local) sum.Update(b.data, b.length);
+        out.checksum = sum.Digest();
+      }
     }
   }
 }
@@ -246,6 +266,7 @@ void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> request
                                  std::span<TransferResult> results,
                                  const std::vector<size_t>& direct, int64_t deadline_ms) {
   // The rdma transport would hash a destination on the CPU: GPU memory is hashed on the device.
+  // `reads` holds the WRITEs too (a GPU source sent to a remote segment).
   std::vector<TransferRequest> reads;
   reads.reserve(direct.size());
   for (size_t i : direct) {
@@ -269,27 +290,33 @@ void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> request
     }
   }
   if (landed.empty()) return;
-  // The NIC's completions were seen; the device must see the bytes before it hashes them.
-  if (absl::Status s = api_->FlushRdmaWrites(options_.mover.device); !s.ok()) {
+  // The NIC's completions were seen; the device must see the bytes before it hashes them (the
+  // WRITEs' sources were only read by the NIC: nothing to flush for them).
+  const bool wrote_gpu = std::any_of(landed.begin(), landed.end(),
+                                     [&](size_t k) { return reads[k].op == OpKind::kRead; });
+  if (absl::Status s = wrote_gpu ? api_->FlushRdmaWrites(options_.mover.device) : absl::OkStatus();
+      !s.ok()) {
     for (size_t k : landed) {
+      if (reads[k].op != OpKind::kRead) continue;
       results[direct[k]].status =
           McError(Code::kTransferFailed,
                   absl::StrCat("cuda: flushing GPUDirect RDMA writes failed: ", s.message()));
     }
-    return;
+    std::erase_if(landed, [&](size_t k) { return reads[k].op == OpKind::kRead; });
   }
   std::vector<GpuMoveRequest> hashes;
   std::vector<size_t> hashed;  // indexes into `reads`
-  uint64_t bytes = 0;
   for (size_t k : landed) {
     TransferResult& out = results[direct[k]];
     if (!requests[direct[k]]->want_checksum) {
       out.status = absl::OkStatus();
-      bytes += out.bytes;
+      CountDirect(reads[k].op, out.bytes);
       continue;
     }
     // Submit chose it; the caller holds the GPU buffer until Submit returns (client/: a
-    // GpuBufferRef), so it is still imported and registered.
+    // GpuBufferRef), so it is still imported and registered. A READ's destination is hashed; a
+    // WRITE's source, after the NIC read it (what it holds now is what was sent, unless it was
+    // changed and changed back meanwhile: the caller compares with the hash taken before).
     const LocalBuffer* dst = OnlyBuffer(reads[k]);
     GpuMoveRequest m;
     m.copies.push_back(CopyOp{dst->data, nullptr, dst->length});
@@ -303,10 +330,15 @@ void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> request
     TransferResult& out = results[direct[hashed[h]]];
     out.status = std::move(proved[h].status);
     out.checksum = proved[h].checksum;
-    if (out.status.ok()) bytes += out.bytes;
+    if (out.status.ok()) CountDirect(reads[hashed[h]].op, out.bytes);
   }
-  direct_reads_.fetch_add(landed.size());
-  if (direct_bytes_ != nullptr) direct_bytes_->Inc(bytes);
+}
+
+void CudaTransport::CountDirect(OpKind op, uint64_t bytes) {
+  const bool read = op == OpKind::kRead;
+  (read ? direct_reads_ : direct_writes_).fetch_add(1);
+  Counter* counter = read ? direct_bytes_ : direct_write_bytes_;
+  if (counter != nullptr) counter->Inc(bytes);
 }
 
 }  // namespace mc::transfer::cuda

@@ -1,17 +1,21 @@
 // The `cuda` transport: transfer requests whose local buffers are GPU memory (ranges added with
 // AddDeviceRange, e.g. imported by client/gpu_buffers.h) and whose segment is one of this
 // process's own (pinned with RegisterMemory), moved by the GpuMover: batched copies over a few
-// streams, and a READ asking for a checksum is hashed on the device, from the destination.
+// streams. A READ asking for a checksum is hashed on the device, from the destination; a WRITE
+// asking for one (a put from GPU memory) is hashed by the CPU from the segment range it wrote,
+// i.e. the replica as stored.
 // GPUDirect RDMA: a READ of a remote memory replica into one contiguous GPU range that was
 // registered with the rdma transport (RegisterRdmaDirect: a dma-buf of the import) is handed to
 // the rdma transport, which lands the bytes straight in GPU memory; then the writes are flushed
 // to the device (CudaApi::FlushRdmaWrites) and the destination is hashed on the device, as a
-// local copy is. Any other remote request and kReadDisk answer kTransferFailed at once, without
-// touching memory: the BatchGetter reads such keys into pinned staging memory with the other
-// transports and copies them into GPU memory itself (client/gpu_get_stager.h). A READ that wants
-// a checksum into a scattered (several pieces) device destination is rejected
-// (INVALID_ARGUMENT): the device hash covers one contiguous range. Thread-safety: all methods
-// may be called concurrently.
+// local copy is. A WRITE from such a range to a remote memory replica is handed over the same
+// way; asked for a checksum, the device hashes its source after the NIC read it. Any other
+// remote request and kReadDisk answer kTransferFailed at once, without touching memory: the
+// BatchGetter reads such keys into pinned staging memory with the other transports and copies
+// them into GPU memory itself (client/gpu_get_stager.h), the BatchPutter writes such replicas
+// from a staged host copy (client/gpu_put_stager.h). A READ that wants a checksum into a
+// scattered (several pieces) device destination is rejected (INVALID_ARGUMENT): the device hash
+// covers one contiguous range. Thread-safety: all methods may be called concurrently.
 #pragma once
 
 #include <atomic>
@@ -84,7 +88,12 @@ class CudaTransport final : public Transport {
   // Whether a READ of a memory replica on `endpoint` into [data, data + length) would be served
   // over GPUDirect RDMA (the BatchGetter's choice between reading directly and staging).
   bool CanReadDirect(const std::string& endpoint, const char* data, uint64_t length);
+  // Whether a WRITE from the GPU range [data, data + length) to a memory replica on `endpoint`
+  // is served here: a segment of this daemon (a device copy), or a peer over GPUDirect RDMA
+  // (the BatchPutter's choice between writing directly and staging).
+  bool CanWriteDirect(const std::string& endpoint, const char* data, uint64_t length);
   uint64_t direct_reads() const { return direct_reads_.load(); }
+  uint64_t direct_writes() const { return direct_writes_.load(); }
 
   CudaApi& api() { return *api_; }
   GpuMover& mover() { return *mover_; }
@@ -92,9 +101,10 @@ class CudaTransport final : public Transport {
  private:
   CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaApi> api, SegmentTable& segments);
   bool IsDevice(const char* p, uint64_t length) const;
-  // The one device destination of a READ that GPUDirect RDMA can serve (see the header), or null.
-  const LocalBuffer* DirectDestination(const TransferRequest& request) const;
-  // The GPUDirect RDMA reads of Submit: `direct` indexes into requests/results.
+  // The one device buffer (a READ's destination, a WRITE's source) of a request that GPUDirect
+  // RDMA can serve (see the header), or null.
+  const LocalBuffer* DirectBuffer(const TransferRequest& request) const;
+  // The GPUDirect RDMA reads and writes of Submit: `direct` indexes into requests/results.
   void SubmitDirect(std::span<const TransferRequest* const> requests,
                     std::span<TransferResult> results, const std::vector<size_t>& direct,
                     int64_t deadline_ms);
@@ -104,10 +114,15 @@ class CudaTransport final : public Transport {
   std::unique_ptr<GpuMover> mover_;
   SegmentTable& segments_;
   rdma::RdmaTransport* rdma_ = nullptr;
+  // Counts one proved GPUDirect transfer of `bytes` (metrics included).
+  void CountDirect(OpKind op, uint64_t bytes);
+
   std::atomic<uint64_t> direct_reads_{0};
+  std::atomic<uint64_t> direct_writes_{0};
   std::atomic<bool> direct_refusal_logged_{false};
-  Counter* direct_bytes_ = nullptr;  // mc_gpu_direct_rdma_bytes_total (null: no metrics)
-  Gauge* direct_regions_ = nullptr;  // mc_gpu_direct_rdma_regions
+  Counter* direct_bytes_ = nullptr;        // mc_gpu_direct_rdma_bytes_total (null: no metrics)
+  Counter* direct_write_bytes_ = nullptr;  // mc_gpu_direct_rdma_write_bytes_total
+  Gauge* direct_regions_ = nullptr;        // mc_gpu_direct_rdma_regions
 
   mutable absl::Mutex mu_;
   std::map<uint64_t, uint64_t> device_ranges_ ABSL_GUARDED_BY(mu_);  // base -> length

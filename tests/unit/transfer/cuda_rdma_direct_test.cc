@@ -138,6 +138,44 @@ TEST_F(CudaRdmaDirect, RegisteredGpuMemoryReceivesRemoteReplicasProvedByTheDevic
   EXPECT_NE(r.status.message().find("GPUDirect RDMA"), std::string::npos);
 }
 
+TEST_F(CudaRdmaDirect, RegisteredGpuMemoryIsWrittenToRemoteReplicasAndItsSourceHashedAfter) {
+  ASSERT_TRUE(cuda().RegisterRdmaDirect(Addr(gpu_), kGpuBytes).value_or(false));
+  for (uint64_t i = 0; i < 40000; ++i) gpu_[8192 + i] = static_cast<char>(i * 13 + 5);
+  EXPECT_TRUE(cuda().CanWriteDirect(kPeer, gpu_ + 8192, 40000));
+  const uint64_t hashes = fake_->hash_launches();
+  TransferRequest write = Read(gpu_ + 8192, 40000, 777);
+  write.op = OpKind::kWrite;
+  TransferResult r = Submit(write);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.bytes, 40000u);
+  EXPECT_EQ(std::memcmp(remote_.data() + 777, gpu_ + 8192, 40000), 0);
+  EXPECT_EQ(r.checksum, Checksum(gpu_ + 8192, 40000));
+  EXPECT_EQ(fake_->copies(), 0u) << "the NIC read GPU memory, no device copy";
+  EXPECT_EQ(fake_->hash_launches(), hashes + 1) << "the source hashed on the device";
+  EXPECT_EQ(fake_->rdma_flushes(), 0u) << "nothing written into GPU memory: no flush";
+  EXPECT_EQ(cuda().direct_writes(), 1u);
+  EXPECT_EQ(metrics_.GetCounter("mc_gpu_direct_rdma_write_bytes_total", "").Value(), 40000);
+  EXPECT_EQ(DirectBytes(), 0);
+  // A failed work request or a hash that differs is not OK / not equal.
+  verbs_->FailNthWr(0);
+  EXPECT_EQ(ToCode(Submit(write).status), Code::kTransferFailed);
+  fake_->CorruptNextHash();
+  r = Submit(write);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_NE(r.checksum, Checksum(gpu_ + 8192, 40000)) << "for the caller to reject";
+  // A read and a write in one submission: one flush, for the read.
+  std::vector<TransferRequest> both{Read(gpu_, 4096, 0), write};
+  std::vector<TransferResult> rs = engine_->Submit(both);
+  ASSERT_TRUE(rs[0].status.ok()) << rs[0].status;
+  ASSERT_TRUE(rs[1].status.ok()) << rs[1].status;
+  EXPECT_EQ(fake_->rdma_flushes(), 1u);
+  EXPECT_EQ(cuda().direct_writes(), 3u);
+  // Unregistered: neither served.
+  cuda().UnregisterRdmaDirect(Addr(gpu_));
+  EXPECT_FALSE(cuda().CanWriteDirect(kPeer, gpu_ + 8192, 40000));
+  EXPECT_EQ(ToCode(Submit(write).status), Code::kTransferFailed);
+}
+
 TEST_F(CudaRdmaDirect, ManyReadsInOneSubmitAreFlushedOnceAndEachHashed) {
   ASSERT_TRUE(cuda().RegisterRdmaDirect(Addr(gpu_), kGpuBytes).value_or(false));
   std::vector<TransferRequest> reads;
@@ -192,8 +230,9 @@ TEST_F(CudaRdmaDirect, WhatGpuDirectCannotServeIsRefusedWithoutTouchingMemory) {
   TransferRequest disk = Read(gpu_, 4096, 0);
   disk.op = OpKind::kReadDisk;
   EXPECT_EQ(ToCode(Submit(disk).status), Code::kTransferFailed);
-  TransferRequest write = Read(gpu_, 4096, 0);
+  TransferRequest write = Read(gpu_, 4096, 0, kNoRdmaPeer);
   write.op = OpKind::kWrite;
+  EXPECT_FALSE(cuda().CanWriteDirect(kNoRdmaPeer, gpu_, 4096));
   EXPECT_EQ(ToCode(Submit(write).status), Code::kTransferFailed);
   // Past the registered range.
   EXPECT_FALSE(cuda().CanReadDirect(kPeer, gpu_ + kGpuBytes - 100, 4096));

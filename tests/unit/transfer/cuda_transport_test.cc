@@ -94,6 +94,25 @@ TEST_F(CudaTransportTest, WritesFromGpuMemoryLandInTheSegment) {
   ASSERT_TRUE(results[0].status.ok());
   EXPECT_EQ(results[0].bytes, 1000u);
   EXPECT_EQ(std::memcmp(segment_.data() + (5 << 20), gpu_, 1000), 0);
+  EXPECT_FALSE(results[0].checksum.has_value()) << "not asked";
+}
+
+TEST_F(CudaTransportTest, AWriteAskingForAChecksumGetsTheSegmentsBytesHashedAfterTheCopy) {
+  for (int i = 0; i < 3000; ++i) gpu_[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(engine_->cuda()->CanWriteDirect(kSelf, gpu_, 3000));
+  EXPECT_FALSE(engine_->cuda()->CanWriteDirect(kSelf, segment_.data(), 3000)) << "host memory";
+  auto results = engine_->Submit(
+      std::vector<TransferRequest>{Req(OpKind::kWrite, gpu_, 3000, 1 << 20, /*checksum=*/true)});
+  ASSERT_TRUE(results[0].status.ok()) << results[0].status;
+  EXPECT_EQ(results[0].checksum, Checksum(gpu_, 3000));
+  // A copy that "succeeds" short: the hash is of what the segment holds, not of the source.
+  fake_->ShortenNextCopy(10);
+  results = engine_->Submit(
+      std::vector<TransferRequest>{Req(OpKind::kWrite, gpu_ + 3000, 3000, 2 << 20, true)});
+  ASSERT_TRUE(results[0].status.ok()) << results[0].status;
+  ASSERT_TRUE(results[0].checksum.has_value());
+  EXPECT_NE(*results[0].checksum, Checksum(gpu_ + 3000, 3000));
+  EXPECT_EQ(*results[0].checksum, Checksum(segment_.data() + (2 << 20), 3000));
 }
 
 TEST_F(CudaTransportTest, AFailedCopyIsNeverOk) {
