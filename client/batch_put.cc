@@ -1,12 +1,15 @@
 #include "client/batch_put.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/batch_get.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/status_macros.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
@@ -127,6 +130,28 @@ void BatchPutter::NotifyOwners(const std::vector<PutRequestItem>& items,
   }
 }
 
+absl::StatusOr<const std::vector<LocalBuffer>*> BatchPutter::DirectSource(
+    const PutRequestItem& item, const v1::PutStartResult& placed, uint64_t checksum,
+    std::deque<GpuPutStager::HostCopy>& staged) {
+  if (gpu_ == nullptr || item.pieces.size() != 1) {
+    return McError(Code::kInternal, "a direct GPU put source without a GPU stager");
+  }
+  bool direct = true;
+  for (const auto& rep : placed.replicas()) {
+    direct = direct && gpu_->CanWriteDirect(rep.data_endpoint(), item.pieces[0]);
+  }
+  if (direct) {
+    metrics_.gpu_put_direct.Inc();
+    return &item.pieces;
+  }
+  // A replica the cuda transport cannot write (a peer over TCP, no GPUDirect RDMA): all are
+  // written from a host copy, which must hash to what the device hashed before the put.
+  metrics_.gpu_put_direct_staged.Inc();
+  MC_ASSIGN_OR_RETURN(GpuPutStager::HostCopy copy, gpu_->StageForWrite(item, checksum));
+  staged.push_back(std::move(copy));
+  return &staged.back().pieces;
+}
+
 void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
                           const std::vector<size_t>& started, uint32_t replicas,
                           const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
@@ -155,6 +180,9 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
   // Write every replica of every placed item in one submission.
   std::vector<transfer::TransferRequest> writes;
   std::vector<size_t> write_owner;  // position in `started`
+  std::vector<absl::Status> write_status(started.size());
+  // Direct GPU items written from a host copy after all (a deque: the writes point into it).
+  std::deque<GpuPutStager::HostCopy> staged;
   for (size_t k = 0; k < started.size(); ++k) {
     const v1::PutStartResult& r = placed.results(k);
     size_t i = started[k];
@@ -165,10 +193,23 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
                                          : NoSpaceKind::kTransient;
       continue;
     }
+    const std::vector<LocalBuffer>* source = &items[i].pieces;
+    bool prove = false;  // written from GPU memory: each write must return the item's checksum
+    if (items[i].gpu_direct) {
+      absl::StatusOr<const std::vector<LocalBuffer>*> from =
+          DirectSource(items[i], r, checksums[i], staged);
+      if (!from.ok()) {
+        write_status[k] = from.status();
+        continue;
+      }
+      prove = *from == &items[i].pieces;
+      source = *from;
+    }
     for (const auto& rep : r.replicas()) {
-      writes.push_back({transfer::OpKind::kWrite, items[i].pieces, rep.data_endpoint(),
-                        rep.segment_id(), rep.offset()});
+      writes.push_back(
+          {transfer::OpKind::kWrite, *source, rep.data_endpoint(), rep.segment_id(), rep.offset()});
       writes.back().capability = rep.capability();  // the master's write grant, if any
+      writes.back().want_checksum = prove;
       write_owner.push_back(k);
     }
   }
@@ -177,11 +218,26 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
       options_.write_timeout_ms > 0 ? options_.write_timeout_ms : INT64_MAX / 4);
   int64_t deadline = sent_ms + allowed;
   std::vector<transfer::TransferResult> written = engine_.Submit(writes, deadline);
-  std::vector<absl::Status> write_status(started.size());
   for (size_t w = 0; w < writes.size(); ++w) {
     const auto& res = written[w];
     uint64_t expect = TotalLength(writes[w].local);
-    if (res.status.ok() && res.bytes == expect) continue;
+    if (res.status.ok() && res.bytes == expect) {
+      if (!writes[w].want_checksum) continue;
+      // Written from GPU memory: OK only with the proof that the replica is the hashed bytes.
+      const uint64_t want = checksums[started[write_owner[w]]];
+      if (res.checksum == want) continue;
+      metrics_.checksum_mismatches.Inc();
+      write_status[write_owner[w]] = McError(
+          Code::kChecksumMismatch,
+          res.checksum.has_value()
+              ? absl::StrFormat("the replica on %s written from GPU memory hashes to %016x, not "
+                                "the source's %016x (the buffer changed during the put?); not "
+                                "stored",
+                                writes[w].endpoint, *res.checksum, want)
+              : absl::StrCat("the replica on ", writes[w].endpoint,
+                             " written from GPU memory came back without its proof; not stored"));
+      continue;
+    }
     write_status[write_owner[w]] = McError(
         Code::kTransferFailed,
         absl::StrCat("writing the replica on ", writes[w].endpoint, ": ",

@@ -13,14 +13,20 @@
 // when puts outrun the disk they wait for it, then answer NO_SPACE, never OK and lose data.
 // With an IndexNotifier, the owners of an item's replicas learn what they hold (key,
 // generation, size, checksum; client/index_service.h) after all its replicas were written and
-// before its PutEnd; a failed notice is counted and the put goes on. Thread-safe.
+// before its PutEnd; a failed notice is counted and the put goes on.
+// Direct GPU puts (PutRequestItem::gpu_direct, with a GpuPutStager): each replica the cuda
+// transport can write is written straight from GPU memory and must come back with a checksum
+// equal to the item's (the device hash of the source taken before the put); an item with any
+// other replica is staged through the stager first and written from the host copy. Thread-safe.
 #pragma once
 
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "client/batch_types.h"
 #include "client/client_metrics.h"
+#include "client/gpu_put_stager.h"
 #include "client/index_service.h"
 #include "client/master_client.h"
 #include "common/clock.h"
@@ -49,6 +55,9 @@ class BatchPutter {
   std::vector<absl::Status> Put(const std::vector<PutRequestItem>& items, uint32_t replicas);
   // Owners' index notices (borrowed; null = none, the default). Before the first Put.
   void SetIndexNotifier(IndexNotifier* notifier) { notifier_ = notifier; }
+  // Writes direct GPU items (borrowed; null = none, the default: such items fail). Before the
+  // first Put.
+  void SetGpuStager(GpuPutStager* stager) { gpu_ = stager; }
 
  private:
   // What a NO_SPACE answer lets the item do: retry briefly, not at all, or wait for write-back.
@@ -58,6 +67,12 @@ class BatchPutter {
   void PutOnce(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
                uint32_t replicas, const std::vector<uint64_t>& checksums,
                std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind);
+
+  // What a direct GPU item's replicas are written from: its own pieces (GPU memory) when the
+  // cuda transport can write every replica placed, else a proved host copy kept in `staged`.
+  absl::StatusOr<const std::vector<LocalBuffer>*> DirectSource(
+      const PutRequestItem& item, const v1::PutStartResult& placed, uint64_t checksum,
+      std::deque<GpuPutStager::HostCopy>& staged);
 
   // Tells the owners of the written replicas of items[started[k]] (write_status[k] OK) what they
   // hold. An item none of whose owners recorded it while some owner keeping an index failed to
@@ -73,6 +88,7 @@ class BatchPutter {
   const Clock& clock_;
   ClientMetrics& metrics_;
   IndexNotifier* notifier_ = nullptr;
+  GpuPutStager* gpu_ = nullptr;
 };
 
 }  // namespace mc::client

@@ -42,12 +42,16 @@ struct PutRequestItem {
   // The registered buffers `pieces` lie in (none for inline data): checked once the copies
   // ended, since a buffer whose shm object shrank mid-copy yields void bytes (see BufferRegistry).
   std::vector<BufferRef> buffers;
-  // Pieces in registered GPU memory. The put path never reads them: GpuPutStager replaces the
-  // item's pieces with a verified host copy (or fails the item) before the put starts.
+  // Pieces in registered GPU memory. The CPU never reads them: GpuPutStager replaces the
+  // item's pieces with a verified host copy (or fails the item) before the put starts, except
+  // for a direct put (below).
   GpuSlices gpu;
   // Set by GpuPutStager with that copy: the XXH3-64 of exactly `pieces`, which the putter then
-  // uses instead of hashing them again.
+  // uses instead of hashing them again; for a direct put, the device hash of its GPU slice.
   std::optional<uint64_t> checksum;
+  // Set by GpuPutStager: `pieces` is one GPU slice, written to each replica by the cuda
+  // transport and proved against `checksum`, or staged by the BatchPutter where it cannot be.
+  bool gpu_direct = false;
 };
 
 // One get: destination slices, or (inline) memory the sink provides once the size is known.

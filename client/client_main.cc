@@ -110,6 +110,10 @@ ABSL_FLAG(uint64_t, gpu_put_staging_bytes, 256ull << 20,
           "requests together, allocated on the first GPU put (a larger item fails "
           "INVALID_ARGUMENT, one that does not fit beside others UNAVAILABLE); 1 MiB..1 TiB, "
           "with --cuda_device");
+ABSL_FLAG(bool, gpu_put_direct, true,
+          "write a BatchPut item that is one GPU slice straight from GPU memory into this "
+          "daemon's segments (and to peers over GPUDirect RDMA), proved against the device's "
+          "hash of the source, instead of staging it through host memory; with --cuda_device");
 ABSL_FLAG(uint64_t, gpu_get_staging_bytes, 256ull << 20,
           "pinned host memory that BatchGet reads objects into before copying them into GPU "
           "buffers, when the object has no replica in this daemon's memory or further "
@@ -355,6 +359,7 @@ int main(int argc, char** argv) {
   mc::Logger("client").warn("TEST BUILD: the CUDA device is a fake on host shared memory");
 #endif
   o.gpu_put.max_staging_bytes = absl::GetFlag(FLAGS_gpu_put_staging_bytes);
+  o.gpu_put.direct = absl::GetFlag(FLAGS_gpu_put_direct);
   // Host memory budgets: at most 1 TiB, so that their sums and roundings cannot wrap.
   constexpr uint64_t kMaxStagingBytes = uint64_t{1} << 40;
   if (o.gpu_put.max_staging_bytes < (1u << 20) || o.gpu_put.max_staging_bytes > kMaxStagingBytes) {

@@ -23,6 +23,13 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
           "mc_client_put_index_failed_total",
           "Put items revoked (TRANSFER_FAILED) because no owner of their replicas recorded them "
           "in its object index, so a master restart would have forgotten them")),
+      gpu_put_direct(registry.GetCounter(
+          "mc_client_gpu_put_direct_total",
+          "Put items written straight from GPU memory to every replica (no host staging)")),
+      gpu_put_direct_staged(registry.GetCounter(
+          "mc_client_gpu_put_direct_staged_total",
+          "One-slice GPU put items staged through host memory after all, because a replica "
+          "could not be written from GPU memory (a peer over TCP, no GPUDirect RDMA)")),
       registry_(registry) {}
 
 ClientMetrics::Rpc& ClientMetrics::For(const char* rpc) {

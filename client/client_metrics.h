@@ -32,11 +32,13 @@ class ClientMetrics {
   Counter& bytes_out;       // payload bytes handed to applications
   Counter& duplicate_keys;  // get items served from another item's transfer
   Counter& checksum_mismatches;
-  Counter& lease_expiries;        // transfers that outlived their lease
-  Counter& replica_fallbacks;     // a failed replica replaced by another
-  Counter& put_no_space_retries;  // put items tried again after a NO_SPACE answer
-  Counter& put_write_back_waits;  // put items tried again while memory waits for write-back
-  Counter& put_index_failed;      // put items revoked because no owner recorded them
+  Counter& lease_expiries;         // transfers that outlived their lease
+  Counter& replica_fallbacks;      // a failed replica replaced by another
+  Counter& put_no_space_retries;   // put items tried again after a NO_SPACE answer
+  Counter& put_write_back_waits;   // put items tried again while memory waits for write-back
+  Counter& put_index_failed;       // put items revoked because no owner recorded them
+  Counter& gpu_put_direct;         // one-slice GPU put items written from GPU memory
+  Counter& gpu_put_direct_staged;  // ... staged after all (a replica the GPU cannot write)
 
  private:
   MetricsRegistry& registry_;

@@ -240,8 +240,9 @@ absl::Status ClientServer::Start() {
                                                        options_.gpu_max_buffers_per_caller);
     gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, cuda->api());
     gpu_put_stager_ = std::make_unique<GpuPutStager>(cuda->api(), cuda->mover(), options_.gpu_put,
-                                                     RealClock::Get());
+                                                     RealClock::Get(), cuda);
     store_->SetGpuBuffers(gpu_buffers_.get(), gpu_put_stager_.get());
+    putter_->SetGpuStager(gpu_put_stager_.get());
     gpu_get_stager_ = std::make_unique<GpuGetStager>(cuda->api(), cuda->mover(), options_.gpu_get,
                                                      RealClock::Get());
     getter_->SetGpuStager(gpu_get_stager_.get());

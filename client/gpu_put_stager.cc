@@ -20,8 +20,10 @@ GpuPutStager::Staged::Staged(Staged&& other) noexcept
     : bytes_(std::exchange(other.bytes_, 0)), leases_(std::move(other.leases_)) {}
 
 GpuPutStager::GpuPutStager(transfer::cuda::CudaApi& api, transfer::cuda::GpuMover& mover,
-                           GpuPutStagerOptions options, const Clock& clock)
+                           GpuPutStagerOptions options, const Clock& clock,
+                           transfer::cuda::CudaTransport* direct)
     : mover_(mover),
+      direct_(options.direct ? direct : nullptr),
       options_(options),
       clock_(clock),
       pool_(api, mover,
@@ -32,6 +34,36 @@ GpuPutStager::GpuPutStager(transfer::cuda::CudaApi& api, transfer::cuda::GpuMove
             clock) {}
 
 GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
+  return StageItems(items, /*allow_direct=*/direct_ != nullptr);
+}
+
+bool GpuPutStager::CanWriteDirect(const std::string& endpoint, const LocalBuffer& source) const {
+  return direct_ != nullptr && direct_->CanWriteDirect(endpoint, source.data, source.length);
+}
+
+absl::StatusOr<GpuPutStager::HostCopy> GpuPutStager::StageForWrite(const PutRequestItem& item,
+                                                                   uint64_t checksum) {
+  std::vector<PutRequestItem> one(1);
+  one[0].key = item.key;
+  one[0].pieces = item.pieces;
+  one[0].gpu = item.gpu;
+  HostCopy copy{.staged = StageItems(one, /*allow_direct=*/false), .pieces = {}};
+  if (!one[0].input_error.ok()) return one[0].input_error;
+  if (one[0].pieces.size() != 1 || !one[0].checksum.has_value()) {
+    return McError(Code::kInternal, "a GPU put source was not staged");
+  }
+  if (*one[0].checksum != checksum) {
+    return McError(Code::kChecksumMismatch,
+                   absl::StrFormat("the GPU source changed during the put (hashed %016x by the "
+                                   "device before, %016x as staged now); not stored",
+                                   checksum, *one[0].checksum));
+  }
+  copy.pieces = std::move(one[0].pieces);
+  return copy;
+}
+
+GpuPutStager::Staged GpuPutStager::StageItems(std::vector<PutRequestItem>& items,
+                                              bool allow_direct) {
   Staged staged;
   struct Piece {
     size_t item;
@@ -40,6 +72,8 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
   std::vector<Piece> pieces;  // GPU pieces being staged, in the order of `requests`
   std::vector<char*> host_of(items.size(), nullptr);
   std::vector<transfer::cuda::GpuMoveRequest> requests;
+  std::vector<size_t> direct;  // items hashed for a direct put, in the order of `hashes`
+  std::vector<transfer::cuda::GpuMoveRequest> hashes;
   for (size_t i = 0; i < items.size(); ++i) {
     PutRequestItem& item = items[i];
     if (item.gpu.empty() || !item.input_error.ok()) continue;
@@ -49,6 +83,16 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
     }
     const uint64_t length = TotalLength(item.pieces);
     if (length == 0) continue;  // nothing to stage; the putter refuses an empty payload
+    if (allow_direct && item.gpu.single()) {
+      // Written straight from GPU memory: the device's hash of the source is the checksum.
+      transfer::cuda::GpuMoveRequest hash;
+      hash.copies.push_back(transfer::cuda::CopyOp{item.pieces[0].data, nullptr, length});
+      hash.hash_destination = true;
+      hash.hash_only = true;
+      hashes.push_back(std::move(hash));
+      direct.push_back(i);
+      continue;
+    }
     // A range of the pinned pool, or UNAVAILABLE (in use by other puts: retry; not allocated;
     // device lost) / INVALID_ARGUMENT (larger than the pool), each naming the flag.
     absl::StatusOr<GpuGetStager::Lease> lease = pool_.Reserve(length);
@@ -77,9 +121,23 @@ GpuPutStager::Staged GpuPutStager::Stage(std::vector<PutRequestItem>& items) {
     }
     host_of[i] = buffer;
   }
+  const int64_t deadline_ms = clock_.NowMs() + options_.copy_timeout_ms;
+  if (!hashes.empty()) {
+    const std::vector<transfer::cuda::GpuMoveResult> hashed = mover_.Move(hashes, deadline_ms);
+    for (size_t h = 0; h < hashed.size(); ++h) {
+      PutRequestItem& item = items[direct[h]];
+      if (!hashed[h].status.ok()) {
+        item.input_error = hashed[h].status;
+      } else if (!hashed[h].checksum.has_value()) {
+        item.input_error = McError(Code::kTransferFailed, "cuda: no device hash of the source");
+      } else {
+        item.checksum = hashed[h].checksum;
+        item.gpu_direct = true;
+      }
+    }
+  }
   if (requests.empty()) return staged;
-  const std::vector<transfer::cuda::GpuMoveResult> results =
-      mover_.Move(requests, clock_.NowMs() + options_.copy_timeout_ms);
+  const std::vector<transfer::cuda::GpuMoveResult> results = mover_.Move(requests, deadline_ms);
   if (mover_.device_lost()) {
     // Streams that never drained may still write into the staging ranges: the pool takes none
     // back from now on and is never freed; every later Move fails at once, so this logs once.

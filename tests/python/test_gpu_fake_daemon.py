@@ -2,7 +2,8 @@
 (mc-client on the fake CUDA device of tests/fakes/shm_fake_cuda.h, --cuda_device=0), whose
 "device memory" is POSIX shared memory of this process named by a fake CUDA IPC handle.
 Everything but the CUDA calls is the production path: GpuBuffers registration, puts from GPU
-slices (staged and hashed on the device), gets into them from the local daemon (direct) and
+slices (one-slice items written from GPU memory into the daemon's own segments, the rest
+staged through host memory, each proved by the device hash of its source), gets into them from the local daemon (direct) and
 from the other one over TCP (pinned staging, device hash per slice), mixed host + GPU items and
 block layouts, and the owner checks."""
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from mcstore import Client, Code, StoreError, raise_for_results
+from integration.client.client_cluster import metric
 from test_client_integration import uniq
 
 GPU_BIT = 1 << 63
@@ -88,8 +90,15 @@ def test_put_from_gpu_and_get_into_gpu_locally_and_across_daemons(gpu_cluster, d
         g_dst = c0.register_gpu_handle(fake_handle(dst_shm), n * size)
         g_far = c1.register_gpu_handle(fake_handle(far_shm), n * size)
         keys = [uniq("gpu") for _ in range(n)]
+        counts = ("mc_client_gpu_put_direct_total", "mc_client_gpu_put_direct_staged_total")
+        before = [metric(gpu_cluster.http(0), name) for name in counts]
         raise_for_results(c0.put(keys, [[g_src.slice(i * size, size)] for i in range(n)],
                                  replicas=1))
+        # One-slice items: written from GPU memory into c0's own segments (direct), or, placed
+        # on c1 (over TCP), staged through host memory after all; every item one or the other.
+        direct, staged = (metric(gpu_cluster.http(0), name) - b for name, b in zip(counts, before))
+        assert direct + staged == n, (direct, staged)
+        assert direct > 0, "the master places a put on the putting daemon first"
         assert [r.data for r in c1.get(keys[:2])] == [bytes(src[:size]),
                                                      bytes(src[size:2 * size])]
         # into GPU memory: from this daemon (a lone local slice: the direct path) ...

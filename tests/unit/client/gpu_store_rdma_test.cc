@@ -3,7 +3,9 @@
 // key whose only replica is in another daemon's memory is read by the NIC straight into the
 // GPU slice, proved by the device hash, without the staging pool; a corrupted hash or a failed
 // work request is never OK; scattered GPU destinations still go through staging; the NIC
-// registration lives exactly as long as the buffer.
+// registration lives exactly as long as the buffer; a direct put of one GPU slice is written by
+// the NIC from GPU memory to the remote replica, its source hashed again after.
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -140,6 +142,59 @@ TEST_F(GpuStoreRdma, TheNicRegistrationLivesExactlyAsLongAsTheBuffer) {
   ASSERT_EQ(got.results(0).code(), sv1::OK) << got.results(0).message();
   EXPECT_EQ(std::string(device_, pk.size()), pk);
   EXPECT_EQ(cuda_.direct_reads(), 0u);
+}
+
+// With direct GPU puts (mc-client's default, --gpu_put_direct).
+class GpuStoreRdmaPut : public GpuStoreRdma {
+ protected:
+  GpuStoreRdmaPut()
+      : direct_(cuda_.api(), cuda_.mover(), GpuPutStagerOptions{.max_staging_bytes = kStagingBytes},
+                RealClock::Get(), &cuda_) {
+    service_.SetGpuBuffers(&gpu_, &direct_);
+    putter_.SetGpuStager(&direct_);
+  }
+  GpuPutStager direct_;
+};
+
+TEST_F(GpuStoreRdmaPut, AOneSliceGpuPutIsWrittenByTheNicStraightFromGpuMemory) {
+  const std::string pk = Payload(50000, 8);
+  std::memcpy(device_ + 12288, pk.data(), pk.size());
+  const uint64_t id = RegisterGpu();
+  const uint64_t pinned = fake_.pinned_allocations();
+  const uint64_t copies = fake_.copies();
+  const uint64_t hashes = fake_.hash_launches();
+  sv1::BatchPutResponse resp = Put({{"k", {{id, 12288, pk.size()}}}});
+  ASSERT_EQ(resp.results(0).code(), sv1::OK) << resp.results(0).message();
+  EXPECT_EQ(cuda_.direct_writes(), 1u);
+  EXPECT_EQ(fake_.copies(), copies) << "no device copy: the NIC read GPU memory";
+  EXPECT_EQ(fake_.pinned_allocations(), pinned) << "no staging";
+  EXPECT_EQ(fake_.hash_launches(), hashes + 2) << "the source hashed before and after";
+  EXPECT_EQ(metrics_.gpu_put_direct.Value(), 1u);
+  v1::KeyReplicas kr = Lookup("k");
+  ASSERT_EQ(kr.code(), v1::OK);
+  EXPECT_EQ(kr.replicas(0).data_endpoint(), remote_->endpoint);
+  EXPECT_EQ(GetInline("k"), pk);
+  // A failed work request, and a source hash that differs (as if the buffer changed during the
+  // put): neither is stored.
+  local_device->FailNthWr(0);
+  resp = Put({{"failed-wr", {{id, 12288, pk.size()}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::TRANSFER_FAILED) << resp.results(0).message();
+  EXPECT_EQ(Lookup("failed-wr").code(), v1::NOT_FOUND);
+  fake_.CorruptNextHash();
+  resp = Put({{"bad-hash", {{id, 12288, pk.size()}}}});
+  EXPECT_EQ(resp.results(0).code(), sv1::CHECKSUM_MISMATCH) << resp.results(0).message();
+  EXPECT_EQ(Lookup("bad-hash").code(), v1::NOT_FOUND);
+  // A buffer the NIC has not registered is staged instead.
+  sv1::UnregisterGpuBufferRequest unregister;
+  unregister.set_buffer_id(id);
+  sv1::UnregisterGpuBufferResponse unregistered_resp;
+  ASSERT_TRUE(gpu_service_.UnregisterGpuBuffer(nullptr, &unregister, &unregistered_resp).ok());
+  local_device->FailDmaBuf(McError(Code::kUnavailable, "ibv_reg_dmabuf_mr: not supported"));
+  const uint64_t unregistered = RegisterGpu();
+  resp = Put({{"staged", {{unregistered, 12288, pk.size()}}}});
+  ASSERT_EQ(resp.results(0).code(), sv1::OK) << resp.results(0).message();
+  EXPECT_EQ(metrics_.gpu_put_direct_staged.Value(), 1u);
+  EXPECT_EQ(GetInline("staged"), pk);
 }
 
 }  // namespace
