@@ -417,7 +417,8 @@ void ExpectPattern(void* dev, const std::vector<char>& want, const std::string& 
 }
 
 // mc-gpu-check cluster ADDR_A ADDR_B TOKEN_FILE: the daemons run with --cuda_device=0. Puts
-// kClusterBlocks x 16 KiB blocks from a GPU buffer through daemon A (a GPU put source), then gets
+// kClusterBlocks x 16 KiB blocks from a GPU buffer through daemon A (one GPU slice per item: a
+// direct put, written from GPU memory into A's segment and proved by the segment's hash), then gets
 // them into GPU memory through daemon B (its own replicas direct, A's over TCP staged) and
 // through A, also scattered (two slices per block: staged), every byte compared here.
 constexpr uint64_t kClusterBlocks = 1024;
@@ -454,7 +455,8 @@ int Cluster(const std::string& a, const std::string& b, const std::string& token
   const uint64_t a_src = RegisterIpc(da, token, hsrc, bytes);
   const uint64_t a_dst = RegisterIpc(da, token, hdst, bytes);
   const uint64_t b_dst = RegisterIpc(db, token, hdst, bytes);
-  // Put from GPU memory through A (staged on the host, proved by the device's source hash).
+  // Put from GPU memory through A (direct puts: each block copied from the device into A's
+  // segment, proved by the CPU's hash of the segment against the device's hash of the source).
   std::vector<std::string> keys;
   mcstore::v1::BatchPutRequest put;
   const std::string run =

@@ -15,7 +15,9 @@
 #      caught); the engine compares every byte. (In one process, not through mc-client daemons.)
 #   4. mc-gpu-check cluster: a local cluster (deploy/local-cluster.sh: mc-master and two
 #      mc-client daemons with --cuda_device=0); 1024 x 16 KiB blocks put from a GPU buffer through
-#      client 1 (GPU put sources), then got into GPU memory through client 2 (its own replicas
+#      client 1 (direct puts: one GPU slice per item, written from GPU memory into its segment and
+#      proved; the count of direct and staged-after-all puts is printed from its /metrics), then
+#      got into GPU memory through client 2 (its own replicas
 #      direct, client 1's over TCP through the pinned staging pool), through client 1, and
 #      scattered (two slices per block, staged); every byte compared by this process.
 #   5. mc-gpu-check bench: GB/s of batched copies for 16 KiB, 256 KiB and 4 MiB blocks beside one
@@ -53,6 +55,12 @@ MC_BUILD_DIR="$dir" MC_RUN_DIR="$cluster_dir" MC_CLIENT_ARGS="--cuda_device=0" \
 addr() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["grpc"])' "$1"; }
 "$dir/bench/mc-gpu-check" cluster "$(addr "$cluster_dir/client1.json")" \
   "$(addr "$cluster_dir/client2.json")" "$cluster_dir/store.token"
+/usr/bin/python3 - "$cluster_dir/client1.json" <<'PY' || true
+import json, sys, urllib.request
+http = json.load(open(sys.argv[1]))["http"]
+body = urllib.request.urlopen("http://%s/metrics" % http, timeout=5).read().decode()
+print("\n".join(l for l in body.splitlines() if l.startswith(("mc_client_gpu_put_direct", "mc_gpu_direct"))))
+PY
 stop_cluster
 echo "== batched copies vs cudaMemcpy"
 "$dir/bench/mc-gpu-check" bench
