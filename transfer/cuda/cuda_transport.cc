@@ -186,10 +186,11 @@ bool CudaTransport::HandlesRequest(const TransferRequest& request) const {
 void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
                            std::span<TransferResult> results, int64_t deadline_ms) {
   std::vector<GpuMoveRequest> moves;
-  std::vector<size_t> index;   // move -> request
-  std::vector<size_t> direct;  // requests served over GPUDirect RDMA
-  // Hashed on the CPU after the copy: a READ's all-host destination, a WRITE's segment range.
-  std::vector<const char*> host_hash(requests.size(), nullptr);
+  std::vector<size_t> index;                            // move -> request
+  std::vector<size_t> direct;                           // requests served over GPUDirect RDMA
+  std::vector<bool> host_hash(requests.size(), false);  // a READ's all-host destination
+  // A WRITE asked for a checksum: its segment range, hashed on the CPU after the copy.
+  std::vector<const char*> written(requests.size(), nullptr);
   for (size_t i = 0; i < requests.size(); ++i) {
     const TransferRequest& r = *requests[i];
     if (r.op == OpKind::kReadDisk || r.op == OpKind::kIndex || options_.local_endpoint.empty() ||
@@ -225,10 +226,10 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
       pos += b.length;
     }
     if (r.op == OpKind::kWrite && r.want_checksum) {
-      host_hash[i] = *seg;  // the replica as written: this daemon's own (host) memory
+      written[i] = *seg;  // the replica as written: this daemon's own (host) memory
     } else if (r.op == OpKind::kRead && r.want_checksum) {
       if (all_host) {
-        host_hash[i] = *seg;  // any non-null: hashed on the CPU from the destination below
+        host_hash[i] = true;  // hashed on the CPU from the destination below
       } else if (m.copies.size() == 1) {
         m.hash_destination = true;
       } else {
@@ -250,14 +251,11 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
     out.status = std::move(moved[k].status);
     out.bytes = moved[k].bytes;
     out.checksum = moved[k].checksum;
-    if (out.status.ok() && host_hash[i] != nullptr) {
-      if (requests[i]->op == OpKind::kWrite) {
-        out.checksum = Checksum(host_hash[i], out.bytes);
-      } else {
-        StreamingChecksum sum;
-        for (const LocalBuffer& b : requests[i]->local) sum.Update(b.data, b.length);
-        out.checksum = sum.Digest();
-      }
+    if (out.status.ok() && written[i] != nullptr) out.checksum = Checksum(written[i], out.bytes);
+    if (out.status.ok() && host_hash[i]) {
+      StreamingChecksum sum;
+      for (const LocalBuffer& b : requests[i]->local) sum.Update(b.data, b.length);
+      out.checksum = sum.Digest();
     }
   }
 }
@@ -266,23 +264,23 @@ void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> request
                                  std::span<TransferResult> results,
                                  const std::vector<size_t>& direct, int64_t deadline_ms) {
   // The rdma transport would hash a destination on the CPU: GPU memory is hashed on the device.
-  // `reads` holds the WRITEs too (a GPU source sent to a remote segment).
-  std::vector<TransferRequest> reads;
-  reads.reserve(direct.size());
+  // READs into GPU memory and WRITEs from it, as sent to the rdma transport.
+  std::vector<TransferRequest> sent;
+  sent.reserve(direct.size());
   for (size_t i : direct) {
-    reads.push_back(*requests[i]);
-    reads.back().want_checksum = false;
+    sent.push_back(*requests[i]);
+    sent.back().want_checksum = false;
   }
   std::vector<const TransferRequest*> ptrs;
-  for (const TransferRequest& r : reads) ptrs.push_back(&r);
-  std::vector<TransferResult> got(reads.size());
+  for (const TransferRequest& r : sent) ptrs.push_back(&r);
+  std::vector<TransferResult> got(sent.size());
   rdma_->Submit(ptrs, got, deadline_ms);
 
-  std::vector<size_t> landed;  // indexes into `reads`
-  for (size_t k = 0; k < reads.size(); ++k) {
+  std::vector<size_t> landed;  // indexes into `sent`
+  for (size_t k = 0; k < sent.size(); ++k) {
     TransferResult& out = results[direct[k]];
     out.bytes = got[k].bytes;
-    if (got[k].status.ok() && got[k].bytes == TotalLength(reads[k])) {
+    if (got[k].status.ok() && got[k].bytes == TotalLength(sent[k])) {
       landed.push_back(k);
     } else {
       out.status = got[k].status.ok() ? McError(Code::kTransferFailed, "rdma: short transfer")
@@ -293,31 +291,31 @@ void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> request
   // The NIC's completions were seen; the device must see the bytes before it hashes them (the
   // WRITEs' sources were only read by the NIC: nothing to flush for them).
   const bool wrote_gpu = std::any_of(landed.begin(), landed.end(),
-                                     [&](size_t k) { return reads[k].op == OpKind::kRead; });
+                                     [&](size_t k) { return sent[k].op == OpKind::kRead; });
   if (absl::Status s = wrote_gpu ? api_->FlushRdmaWrites(options_.mover.device) : absl::OkStatus();
       !s.ok()) {
     for (size_t k : landed) {
-      if (reads[k].op != OpKind::kRead) continue;
+      if (sent[k].op != OpKind::kRead) continue;
       results[direct[k]].status =
           McError(Code::kTransferFailed,
                   absl::StrCat("cuda: flushing GPUDirect RDMA writes failed: ", s.message()));
     }
-    std::erase_if(landed, [&](size_t k) { return reads[k].op == OpKind::kRead; });
+    std::erase_if(landed, [&](size_t k) { return sent[k].op == OpKind::kRead; });
   }
   std::vector<GpuMoveRequest> hashes;
-  std::vector<size_t> hashed;  // indexes into `reads`
+  std::vector<size_t> hashed;  // indexes into `sent`
   for (size_t k : landed) {
     TransferResult& out = results[direct[k]];
     if (!requests[direct[k]]->want_checksum) {
       out.status = absl::OkStatus();
-      CountDirect(reads[k].op, out.bytes);
+      CountDirect(sent[k].op, out.bytes);
       continue;
     }
     // Submit chose it; the caller holds the GPU buffer until Submit returns (client/: a
     // GpuBufferRef), so it is still imported and registered. A READ's destination is hashed; a
     // WRITE's source, after the NIC read it (what it holds now is what was sent, unless it was
     // changed and changed back meanwhile: the caller compares with the hash taken before).
-    const LocalBuffer* dst = OnlyBuffer(reads[k]);
+    const LocalBuffer* dst = OnlyBuffer(sent[k]);
     GpuMoveRequest m;
     m.copies.push_back(CopyOp{dst->data, nullptr, dst->length});
     m.hash_destination = true;
@@ -330,7 +328,7 @@ void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> request
     TransferResult& out = results[direct[hashed[h]]];
     out.status = std::move(proved[h].status);
     out.checksum = proved[h].checksum;
-    if (out.status.ok()) CountDirect(reads[hashed[h]].op, out.bytes);
+    if (out.status.ok()) CountDirect(sent[hashed[h]].op, out.bytes);
   }
 }
 
