@@ -107,7 +107,7 @@ ABSL_FLAG(int32_t, cuda_device, -1,
 ABSL_FLAG(int32_t, cuda_streams, 4, "CUDA streams of the GPU mover (1..64), with --cuda_device");
 ABSL_FLAG(uint64_t, gpu_put_staging_bytes, 256ull << 20,
           "pinned host memory that BatchPut items from GPU buffers are staged through, all "
-          "requests together, allocated on the first GPU put (a larger item fails "
+          "requests together, allocated on the first staged GPU put (a larger item fails "
           "INVALID_ARGUMENT, one that does not fit beside others UNAVAILABLE); 1 MiB..1 TiB, "
           "with --cuda_device");
 ABSL_FLAG(bool, gpu_put_direct, true,

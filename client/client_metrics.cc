@@ -25,7 +25,8 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
           "in its object index, so a master restart would have forgotten them")),
       gpu_put_direct(registry.GetCounter(
           "mc_client_gpu_put_direct_total",
-          "Put items written straight from GPU memory to every replica (no host staging)")),
+          "One-slice GPU put items sent straight from GPU memory to every replica (no host "
+          "staging), whether their writes then succeed or fail")),
       gpu_put_direct_staged(registry.GetCounter(
           "mc_client_gpu_put_direct_staged_total",
           "One-slice GPU put items staged through host memory after all, because a replica "

@@ -37,7 +37,7 @@ class ClientMetrics {
   Counter& put_no_space_retries;   // put items tried again after a NO_SPACE answer
   Counter& put_write_back_waits;   // put items tried again while memory waits for write-back
   Counter& put_index_failed;       // put items revoked because no owner recorded them
-  Counter& gpu_put_direct;         // one-slice GPU put items written from GPU memory
+  Counter& gpu_put_direct;         // one-slice GPU put items sent from GPU memory
   Counter& gpu_put_direct_staged;  // ... staged after all (a replica the GPU cannot write)
 
  private:

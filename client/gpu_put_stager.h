@@ -11,8 +11,8 @@
 // copy returned success"), and the rest of the batch goes on.
 //
 // Staging memory: ranges of a pinned (page-locked) pool of its own, a second GpuGetStager sized
-// by --gpu_put_staging_bytes and allocated on the first GPU put, so that the device copies run
-// as DMA (pageable memory makes the driver bounce every copy through a pinned buffer of its
+// by --gpu_put_staging_bytes and allocated on the first staged GPU put, so that the device copies
+// run as DMA (pageable memory makes the driver bounce every copy through a pinned buffer of its
 // own). An item that does not fit beside the staging in progress fails UNAVAILABLE (retry), one
 // larger than the pool INVALID_ARGUMENT. A range is returned when the Staged returned by
 // Stage() goes (after the put), except when the device was declared lost during the copies
