@@ -12,25 +12,25 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "client/batch_get.h"
-#include "client/batch_put.h"
-#include "client/buffer_registry.h"
+#include "client/access/store_auth.h"
+#include "client/batch/batch_get.h"
+#include "client/batch/batch_put.h"
+#include "client/batch/gpu_get_stager.h"
+#include "client/batch/gpu_put_stager.h"
+#include "client/batch/prefix_leases.h"
+#include "client/buffers/buffer_registry.h"
+#include "client/buffers/fd_channel.h"
+#include "client/buffers/segment_pool.h"
 #include "client/client_metrics.h"
-#include "client/fd_channel.h"
-#include "client/gpu_buffer_service.h"
-#include "client/gpu_buffers.h"
-#include "client/gpu_fd_tickets.h"
-#include "client/gpu_get_stager.h"
-#include "client/gpu_put_stager.h"
-#include "client/index_service.h"
-#include "client/master_client.h"
-#include "client/master_session.h"
-#include "client/object_index.h"
-#include "client/offload_driver.h"
-#include "client/prefix_leases.h"
-#include "client/segment_pool.h"
-#include "client/store_auth.h"
-#include "client/store_service.h"
+#include "client/gpu/gpu_buffers.h"
+#include "client/gpu/gpu_fd_tickets.h"
+#include "client/session/index_service.h"
+#include "client/session/master_client.h"
+#include "client/session/master_session.h"
+#include "client/session/object_index.h"
+#include "client/store/gpu_buffer_service.h"
+#include "client/store/store_service.h"
+#include "client/tier/offload_driver.h"
 #include "common/auth.h"
 #include "common/http_admin.h"
 #include "common/metrics.h"
@@ -83,8 +83,8 @@ struct ClientServerOptions {
   offload::DiskTierOptions offload;  // metrics and reclaim_guard are filled in
   int64_t offload_poll_ms = 100;
   int offload_parallelism = 4;  // OffloadDriverOptions::parallelism
-  // The owner-side object index (client/object_index.h): notices from writers, a report after
-  // every registration, so a master restart or an expired session loses nothing.
+  // The owner-side object index (client/session/object_index.h): notices from writers, a report
+  // after every registration, so a master restart or an expired session loses nothing.
   bool object_index = true;
   bool promote_on_hit = false;                                      // write SSD hits back to memory
   uint64_t promote_staging_bytes = Promoter::kDefaultStagingBytes;  // private copies per round
