@@ -23,6 +23,7 @@ ClientInfo ClientRegistry::Register(const ClientInfo& info, bool* replaced) {
     entry.session = NewSession();
   } while (old != clients_.end() && old->second.session == entry.session);
   entry.last_heartbeat_ms = clock_.NowMs();
+  entry.registered_ms = entry.last_heartbeat_ms;
   auto [it, inserted] = clients_.insert_or_assign(entry.client_id, entry);
   (void)it;
   if (replaced != nullptr) *replaced = !inserted;
@@ -108,6 +109,24 @@ std::vector<ClientInfo> ClientRegistry::TakeExpired() {
     }
   }
   return expired;
+}
+
+std::optional<ClientInfo> ClientRegistry::TakeIfGone(const std::string& client_id,
+                                                     int64_t silent_ms) {
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find(client_id);
+  if (it == clients_.end()) return std::nullopt;
+  const ClientInfo& holder = it->second;
+  bool gone = clock_.NowMs() - holder.last_heartbeat_ms >= silent_ms;
+  for (const auto& [id, other] : clients_) {
+    if (gone) break;
+    gone = id != client_id && !holder.endpoint.empty() && other.endpoint == holder.endpoint &&
+           other.registered_ms >= holder.registered_ms;
+  }
+  if (!gone) return std::nullopt;
+  ClientInfo taken = std::move(it->second);
+  clients_.erase(it);
+  return taken;
 }
 
 }  // namespace mc::master

@@ -31,6 +31,7 @@ struct ClientInfo {
   uint64_t disk_capacity = 0;
   uint64_t disk_used = 0;
   int64_t last_heartbeat_ms = 0;
+  int64_t registered_ms = 0;
 };
 
 class ClientRegistry {
@@ -56,6 +57,11 @@ class ClientRegistry {
 
   // Removes and returns the clients whose last heartbeat is older than the TTL.
   std::vector<ClientInfo> TakeExpired();
+  // Removes and returns `client_id` if it is certainly gone although its TTL has not passed:
+  // silent for `silent_ms` or longer, or its data endpoint registered since by another client
+  // (a daemon restarted under a new id on the same address). nullopt otherwise (unknown, or
+  // still heartbeating).
+  std::optional<ClientInfo> TakeIfGone(const std::string& client_id, int64_t silent_ms);
 
   int64_t ttl_ms() const { return ttl_ms_; }
 

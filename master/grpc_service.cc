@@ -211,6 +211,7 @@ MC_MASTER_SERVE(PromoteEnd)
 MC_MASTER_SERVE(TakeOffloadTasks)
 MC_MASTER_SERVE(GetStatus)
 MC_MASTER_SERVE(ReportObjects)
+MC_MASTER_SERVE(ReportReplicaFaults)
 #undef MC_MASTER_SERVE
 
 MasterGrpcService::MasterGrpcService(MetadataService& service, MetricsRegistry& metrics,
@@ -606,6 +607,32 @@ grpc::Status MasterGrpcService::DoReportObjects(const Caller& caller,
   auto results = service_.ReportObjects(Self(caller, *req), req->session(), items, req->last());
   if (!results.ok()) return ToGrpcStatus(results.status());
   AddResults(*results, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterGrpcService::DoReportReplicaFaults(const Caller& caller,
+                                                      const v1::ReportReplicaFaultsRequest* req,
+                                                      v1::ReportReplicaFaultsResponse* resp) {
+  std::vector<ReplicaFaultItem> items;
+  items.reserve(static_cast<size_t>(req->items_size()));
+  std::vector<absl::Status> invalid(static_cast<size_t>(req->items_size()));
+  std::vector<size_t> index;
+  for (int i = 0; i < req->items_size(); ++i) {
+    const v1::ReplicaFaultItem& item = req->items(i);
+    if (item.fault() != v1::CORRUPT && item.fault() != v1::UNREACHABLE) {
+      invalid[static_cast<size_t>(i)] =
+          McError(Code::kInvalidArgument, "fault must be CORRUPT or UNREACHABLE");
+      continue;
+    }
+    items.push_back(
+        {item.fault() == v1::CORRUPT ? ReplicaFault::kCorrupt : ReplicaFault::kUnreachable,
+         item.key(), item.generation(), item.holder(), item.segment_id(), item.offset()});
+    index.push_back(static_cast<size_t>(i));
+  }
+  std::vector<absl::Status> results =
+      service_.ReportReplicaFaults(Self(caller, *req), caller.session, items);
+  for (size_t k = 0; k < index.size(); ++k) invalid[index[k]] = std::move(results[k]);
+  AddResults(invalid, resp);
   return grpc::Status::OK;
 }
 

@@ -63,6 +63,7 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   MC_MASTER_UNARY(TakeOffloadTasks)
   MC_MASTER_UNARY(GetStatus)
   MC_MASTER_UNARY(ReportObjects)
+  MC_MASTER_UNARY(ReportReplicaFaults)
 #undef MC_MASTER_UNARY
 
   // The handlers proper, without metrics, authentication or the batch limit, acting as `caller`
@@ -104,6 +105,9 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
                                   mcstore::v1::TakeOffloadTasksResponse* resp);
   grpc::Status DoReportObjects(const Caller& caller, const mcstore::v1::ReportObjectsRequest* req,
                                mcstore::v1::ReportObjectsResponse* resp);
+  grpc::Status DoReportReplicaFaults(const Caller& caller,
+                                     const mcstore::v1::ReportReplicaFaultsRequest* req,
+                                     mcstore::v1::ReportReplicaFaultsResponse* resp);
   grpc::Status DoGetStatus(const Caller& caller, const mcstore::v1::GetStatusRequest* req,
                            mcstore::v1::GetStatusResponse* resp);
 

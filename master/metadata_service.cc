@@ -140,7 +140,24 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
       reports_timed_out_(metrics.GetCounter(
           "mc_master_object_reports_timed_out_total",
           "Object reports whose last chunk did not arrive within --object_report_timeout_ms "
-          "(the client's segments were released for placement anyway)")) {
+          "(the client's segments were released for placement anyway)")),
+      corrupt_memory_replicas_(metrics.GetCounter(
+          "mc_replicas_dropped_total",
+          "Replicas dropped because they failed verification when read, by tier and reason",
+          {{"tier", "memory"}, {"reason", "corrupt"}})),
+      corrupt_disk_replicas_(metrics.GetCounter(
+          "mc_replicas_dropped_total",
+          "Replicas dropped because they failed verification when read, by tier and reason",
+          {{"tier", "disk"}, {"reason", "corrupt"}})),
+      unreachable_dropped_(metrics.GetCounter(
+          "mc_master_clients_dropped_total",
+          "Clients dropped before their heartbeat TTL because a reader found them unreachable "
+          "and the master confirmed they are gone",
+          {{"reason", "unreachable"}})),
+      fault_reports_refused_(metrics.GetCounter(
+          "mc_master_fault_reports_refused_total",
+          "Replica fault reports not acted on: no lease held on the object, or the holder still "
+          "heartbeats")) {
   metrics
       .GetGauge("mc_master_epoch",
                 "This master run's epoch (the high 32 bits of every segment id it assigns)")
@@ -611,6 +628,7 @@ void MetadataService::RunMaintenance() {
   ReleaseTimedOutReports();
   RevokeTimedOutPuts();
   SweepLeases();
+  FreeDeferred();
   planner_.Plan();
   evictor_.EvictToWatermark();
 }

@@ -149,6 +149,17 @@ struct DiskReplicaItem {
   uint64_t checksum = 0;
 };
 
+// A reader's report of a bad replica or an unreachable holder (master.proto ReportReplicaFaults).
+enum class ReplicaFault : uint8_t { kCorrupt, kUnreachable };
+struct ReplicaFaultItem {
+  ReplicaFault fault = ReplicaFault::kCorrupt;
+  std::string_view key;  // kCorrupt: the object, its generation and the replica's place
+  uint64_t generation = 0;
+  std::string holder;  // the replica's client id
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;
+};
+
 // One object of an owner's report (ReportObjects): a COMPLETE memory replica in one of its
 // segments.
 struct ReportedObjectItem {
@@ -247,6 +258,17 @@ class MetadataService {
       const std::string& client_id, uint64_t session, const std::vector<ReportedObjectItem>& items,
       bool last);
 
+  // Self-repair (master.proto ReportReplicaFaults): `reporter` (whose session is
+  // `reporter_session`, 0 without authentication) found a MEMORY replica corrupt, or a holder
+  // unreachable. kCorrupt: accepted when the reporter holds a live lease on the object; the
+  // replica leaves lookups now and its space is freed once every lease granted before has ended
+  // (invariant 3); an object left without replicas is erased (counted lost, reason "corrupt").
+  // kUnreachable: the holder is dropped as an expired client would be when the master can
+  // confirm it is gone (ClientRegistry::TakeIfGone), otherwise FAILED_PRECONDITION.
+  std::vector<absl::Status> ReportReplicaFaults(const std::string& reporter,
+                                                uint64_t reporter_session,
+                                                const std::vector<ReplicaFaultItem>& items);
+
   // Expires clients, releases held segments whose report timed out, revokes timed-out puts, sweeps
   // expired leases, evicts to the watermark.
   void RunMaintenance();
@@ -321,6 +343,13 @@ class MetadataService {
                              bool* restored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
   // Releases the held segments of clients whose report outlived object_report_timeout_ms.
   void ReleaseTimedOutReports();
+  // ReportReplicaFaults' two kinds.
+  absl::Status DropCorruptReplica(ObjectTable::Shard& shard, const ReplicaFaultItem& item,
+                                  uint64_t reporter_session, int64_t now_ms)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+  absl::Status DropUnreachableHolder(const std::string& reporter, const std::string& holder);
+  // Frees the ranges of dropped corrupt replicas whose last lease has ended.
+  void FreeDeferred();
 
   // A report in progress (registration with will_report_objects, until last=true or timeout).
   struct ReportState {
@@ -351,6 +380,9 @@ class MetadataService {
   absl::Mutex report_mu_;
   absl::flat_hash_map<std::string, ReportState> reports_ ABSL_GUARDED_BY(report_mu_);
   std::atomic<int64_t> last_kick_ms_{std::numeric_limits<int64_t>::min()};
+  // Ranges of corrupt replicas dropped under leases: (free no earlier than, range). A leaf lock.
+  absl::Mutex deferred_mu_;
+  std::vector<std::pair<int64_t, MemoryLocation>> deferred_frees_ ABSL_GUARDED_BY(deferred_mu_);
   Counter& leases_granted_;
   Counter& leases_expired_;
   Counter& leases_released_;
@@ -369,6 +401,10 @@ class MetadataService {
   Counter& reported_joined_;
   Counter& reported_refused_;
   Counter& reports_timed_out_;
+  Counter& corrupt_memory_replicas_;
+  Counter& corrupt_disk_replicas_;
+  Counter& unreachable_dropped_;
+  Counter& fault_reports_refused_;
 };
 
 }  // namespace mc::master

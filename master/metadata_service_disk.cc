@@ -138,6 +138,7 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
         });
         if (corrupt && dropped > 0) {
           corrupt_records_.Inc();
+          corrupt_disk_replicas_.Inc();
           Logger("master").error(
               "client {} found its SSD record of {} (generation {}) corrupt: "
               "replica dropped",

@@ -60,7 +60,9 @@ class MasterFixture {
     info.disk_capacity = disk_capacity;
     info.client_id = id;
     info.host = "host-" + id;
-    info.endpoint = "10.0.0.1:" + std::to_string(1000 + id.size());
+    // One endpoint per id (kept when it registers again), distinct across ids.
+    auto port = ports_.emplace(id, 1000 + ports_.size()).first->second;
+    info.endpoint = "10.0.0.1:" + std::to_string(port);
     auto reg = service_->RegisterClient(info, segments);
     EXPECT_TRUE(reg.ok()) << reg.status();
     sessions_[id] = reg.ok() ? reg->session : 0;
@@ -113,6 +115,7 @@ class MasterFixture {
   MetricsRegistry metrics_;
   std::unique_ptr<MetadataService> service_;
   std::map<std::string, uint64_t> sessions_;
+  std::map<std::string, size_t> ports_;
 };
 
 }  // namespace mc::master::testing
