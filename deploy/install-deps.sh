@@ -14,10 +14,13 @@ packages=(
   libabsl-dev liburing-dev libibverbs-dev libspdlog-dev libfmt-dev libxxhash-dev
   libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev libgoogle-perftools-dev
   python3 python3-grpcio python3-grpc-tools python3-protobuf python3-numpy
-  python3-venv libtcmalloc-minimal4 etcd-server
+  python3-venv python3-yaml libtcmalloc-minimal4 etcd-server
+  # The Soft-RoCE VM of the real-verbs and netem tests (deploy/rxe-vm.sh)
+  qemu-system-x86 busybox-static kmod cpio xz-utils iproute2 rdma-core ibverbs-providers
+  ibverbs-utils
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(fio memcached redis-server redis-tools valgrind)
+  packages+=(fio memcached redis-server redis-tools valgrind perftest)
 fi
 
 missing=()
