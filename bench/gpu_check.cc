@@ -30,9 +30,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "client/gpu_buffers.h"
-#include "client/gpu_get_stager.h"
-#include "client/gpu_put_stager.h"
+#include "client/batch/gpu_get_stager.h"
+#include "client/batch/gpu_put_stager.h"
+#include "client/gpu/gpu_buffers.h"
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "mcstore/v1/gpu.grpc.pb.h"

@@ -1,21 +1,16 @@
-// mc-client: flags -> ClientServerOptions -> run until SIGINT/SIGTERM.
-#include <csignal>
-#include <cstdio>
+// mc-client's flags -> ClientServerOptions -> ClientServer, in the daemon shell
+// (common/daemon_shell.h). mc_client_main.cc is mc-client's main(); tests/fakes builds a
+// variant on a fake CUDA device from the same flags (fakegpu_client_main.cc).
+#include "client/client_main.h"
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "client/access/store_auth.h"
 #include "client/client_server.h"
-#include "client/store_auth.h"
 #include "common/auth.h"
 #include "common/checksum.h"
+#include "common/daemon_shell.h"
 #include "common/logging.h"
 #include "common/util.h"
-#include "transfer/cuda/cuda_transport.h"
-#include "transfer/tcp/frame.h"
-#ifdef MC_FAKE_GPU_TEST_BUILD
-#include "tests/fakes/shm_fake_cuda.h"  // mc-client-fakegpu (tests/fakes): never in mc-client
-#endif
 
 ABSL_FLAG(std::string, master, "127.0.0.1:50051",
           "mc-master gRPC HOST:PORT, or a comma list of the masters (standbys with etcd): calls "
@@ -187,197 +182,95 @@ ABSL_FLAG(std::string, cluster_secret_file, "",
           "`mc-admin gen-secret FILE` makes one); needed unless --auth=false");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("mc-client: the mcstore per-host daemon. --flagfile=F works.");
-  mc::DisableMutexDeadlockDetection();
-  absl::ParseCommandLine(argc, argv);
-  if (!mc::SetLogLevel(absl::GetFlag(FLAGS_log_level))) {
-    std::fprintf(stderr, "unknown --log_level\n");
-    return 2;
-  }
-  absl::StatusOr<mc::auth::ClusterKeysPtr> cluster_keys =
-      mc::auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file));
-  if (!cluster_keys.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(cluster_keys.status().message()).c_str());
-    return 2;
-  }
-  mc::client::ClientServerOptions o;
-  o.cluster_keys = *cluster_keys;
-  o.master = absl::GetFlag(FLAGS_master);
+namespace mc::client {
+
+namespace {
+
+void StoreFromFlags(ClientServerOptions& o, daemon::Problems& problems) {
   o.listen = absl::GetFlag(FLAGS_listen);
   // Relative paths are resolved against the working directory once, so the ready file and the
   // logs name absolute ones that hold from anywhere.
-  o.unix_socket = mc::AbsolutePath(absl::GetFlag(FLAGS_unix_socket));
-  {
-    auto mode = mc::client::ParseSocketMode(absl::GetFlag(FLAGS_unix_socket_mode));
-    if (!mode.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(mode.status().message()).c_str());
-      return 2;
-    }
-    o.unix_socket_mode = *mode;
-    if (!absl::GetFlag(FLAGS_unix_socket_group).empty()) {
-      auto group = mc::client::ParseGroup(absl::GetFlag(FLAGS_unix_socket_group));
-      if (!group.ok()) {
-        std::fprintf(stderr, "%s\n", std::string(group.status().message()).c_str());
-        return 2;
-      }
-      o.unix_socket_group = *group;
-    }
+  o.unix_socket = AbsolutePath(absl::GetFlag(FLAGS_unix_socket));
+  o.unix_socket_mode =
+      problems.Take("--unix_socket_mode", ParseSocketMode(absl::GetFlag(FLAGS_unix_socket_mode)));
+  if (!absl::GetFlag(FLAGS_unix_socket_group).empty()) {
+    o.unix_socket_group =
+        problems.Take("--unix_socket_group", ParseGroup(absl::GetFlag(FLAGS_unix_socket_group)));
   }
-  o.fd_socket = mc::AbsolutePath(absl::GetFlag(FLAGS_store_fd_socket));
+  o.fd_socket = AbsolutePath(absl::GetFlag(FLAGS_store_fd_socket));
   o.store_tcp_auth = absl::GetFlag(FLAGS_store_tcp_auth);
   if (!absl::GetFlag(FLAGS_store_token_file).empty()) {
-    auto token = mc::client::LoadStoreToken(absl::GetFlag(FLAGS_store_token_file));
-    if (!token.ok()) {
-      std::fprintf(stderr, "%s\n", std::string(token.status().message()).c_str());
-      return 2;
-    }
-    o.store_token = *token;
+    o.store_token =
+        problems.Take("--store_token_file", LoadStoreToken(absl::GetFlag(FLAGS_store_token_file)));
   }
   o.store.allow_named_buffers = absl::GetFlag(FLAGS_store_allow_named_buffers);
   o.store.max_leases_per_caller = absl::GetFlag(FLAGS_store_max_leases_per_caller);
   o.store.max_inflight_per_caller = absl::GetFlag(FLAGS_store_max_inflight_per_caller);
   o.store.max_prefix_lease_ttl_ms = absl::GetFlag(FLAGS_store_max_lease_ttl_ms);
   o.store.max_request_slices = absl::GetFlag(FLAGS_store_max_request_slices);
+  o.store.max_inline_bytes = absl::GetFlag(FLAGS_max_inline_bytes);
+  o.store.default_replicas = absl::GetFlag(FLAGS_replicas);
+  o.store.pack_master_keys = absl::GetFlag(FLAGS_pack_master_keys);
   o.buffers.max_buffers_per_owner = absl::GetFlag(FLAGS_store_max_buffers_per_caller);
   o.buffers.max_bytes_per_owner = absl::GetFlag(FLAGS_store_max_buffer_bytes_per_caller);
   o.buffers.max_bytes = absl::GetFlag(FLAGS_store_max_buffer_bytes_total);
   o.buffers.max_rdma_bytes = absl::GetFlag(FLAGS_rdma_buffer_bytes_total);
   o.fd_channel.max_connections = absl::GetFlag(FLAGS_store_fd_max_connections);
   o.fd_channel.max_connections_per_uid = absl::GetFlag(FLAGS_store_fd_max_connections_per_uid);
-  if (o.fd_channel.max_connections < 1 || o.fd_channel.max_connections_per_uid < 1 ||
-      o.buffers.max_buffers_per_owner < 1 || o.store.max_prefix_lease_ttl_ms < 1 ||
-      o.store.max_request_slices < 1) {
-    std::fprintf(stderr,
-                 "--store_fd_max_connections*, --store_max_buffers_per_caller, "
-                 "--store_max_lease_ttl_ms and --store_max_request_slices must be >= 1\n");
-    return 2;
-  }
+}
+
+void ClusterFromFlags(ClientServerOptions& o) {
+  o.master = absl::GetFlag(FLAGS_master);
   o.http = absl::GetFlag(FLAGS_http);
   o.data = absl::GetFlag(FLAGS_data);
   o.advertise_host = absl::GetFlag(FLAGS_advertise_host);
-  o.ready_file = mc::AbsolutePath(absl::GetFlag(FLAGS_ready_file));
+  o.ready_file = AbsolutePath(absl::GetFlag(FLAGS_ready_file));
   o.client_id = absl::GetFlag(FLAGS_client_id);
   o.segments.segment_size = absl::GetFlag(FLAGS_segment_size);
   o.segments.segment_count = absl::GetFlag(FLAGS_segments);
   o.segments.huge_pages = absl::GetFlag(FLAGS_huge_pages);
   o.segments.prefault = absl::GetFlag(FLAGS_prefault);
-  o.store.max_inline_bytes = absl::GetFlag(FLAGS_max_inline_bytes);
-  o.store.default_replicas = absl::GetFlag(FLAGS_replicas);
-  o.store.pack_master_keys = absl::GetFlag(FLAGS_pack_master_keys);
   o.get_lease_ttl_ms = absl::GetFlag(FLAGS_get_lease_ttl_ms);
   o.master_rpc_timeout_ms = absl::GetFlag(FLAGS_master_rpc_timeout_ms);
   o.lease_release_delay_us = absl::GetFlag(FLAGS_lease_release_delay_us);
-  if (o.lease_release_delay_us < 0) {
-    std::fprintf(stderr, "--lease_release_delay_us must be >= 0\n");
-    return 2;
-  }
   o.put_no_space_wait_ms = absl::GetFlag(FLAGS_put_no_space_wait_ms);
-  if (o.put_no_space_wait_ms < 0) {
-    std::fprintf(stderr, "--put_no_space_wait_ms must be >= 0\n");
-    return 2;
-  }
   o.put_write_back_wait_ms = absl::GetFlag(FLAGS_put_write_back_wait_ms);
-  if (o.put_write_back_wait_ms < 0) {
-    std::fprintf(stderr, "--put_write_back_wait_ms must be >= 0\n");
-    return 2;
-  }
+  o.put_write_timeout_ms = absl::GetFlag(FLAGS_put_write_timeout_ms);
+  o.capability_clock_skew_ms = absl::GetFlag(FLAGS_capability_clock_skew_ms);
+  o.object_index = absl::GetFlag(FLAGS_object_index);
+}
+
+void TransferFromFlags(ClientServerOptions& o) {
   o.transfer.connections_per_peer = absl::GetFlag(FLAGS_connections_per_peer);
   o.transfer.copy_threads = absl::GetFlag(FLAGS_copy_threads);
   o.transfer.tcp_frame_bytes = absl::GetFlag(FLAGS_tcp_frame_bytes);
   o.transfer.tcp_receive_threads = absl::GetFlag(FLAGS_tcp_receive_threads);
   o.transfer.socket_buffer_bytes = absl::GetFlag(FLAGS_tcp_socket_buffer_bytes);
-  if (o.transfer.tcp_frame_bytes == 0 ||
-      o.transfer.tcp_frame_bytes > mc::transfer::tcp::kDefaultMaxFrameLength) {
-    std::fprintf(stderr, "--tcp_frame_bytes must be in 1..%llu\n",
-                 static_cast<unsigned long long>(mc::transfer::tcp::kDefaultMaxFrameLength));
-    return 2;
-  }
-  if (o.transfer.tcp_receive_threads < 0 || o.transfer.copy_threads < 0) {
-    std::fprintf(stderr, "--tcp_receive_threads and --copy_threads must be >= 0\n");
-    return 2;
-  }
-  if (o.transfer.socket_buffer_bytes < 0) {
-    std::fprintf(stderr, "--tcp_socket_buffer_bytes must be >= 0\n");
-    return 2;
-  }
-  o.put_write_timeout_ms = absl::GetFlag(FLAGS_put_write_timeout_ms);
-  if (o.put_write_timeout_ms < 1) {
-    std::fprintf(stderr, "--put_write_timeout_ms must be >= 1\n");
-    return 2;
-  }
-  o.data_server.max_connections = absl::GetFlag(FLAGS_data_max_connections);
-  o.data_server.max_connections_per_peer = absl::GetFlag(FLAGS_data_max_connections_per_peer);
-  o.data_server.handshake_timeout_ms = absl::GetFlag(FLAGS_data_handshake_timeout_ms);
-  o.capability_clock_skew_ms = absl::GetFlag(FLAGS_capability_clock_skew_ms);
-  o.data_server.idle_timeout_ms = absl::GetFlag(FLAGS_data_idle_timeout_ms);
-  o.data_server.io_timeout_ms = absl::GetFlag(FLAGS_data_io_timeout_ms);
-  o.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
-  o.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
-  o.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
-  if (o.data_server.max_connections < 1 || o.data_server.max_connections_per_peer < 1 ||
-      o.data_server.idle_timeout_ms < 1 || o.data_server.io_timeout_ms < 1 ||
-      o.admin.max_connections < 1 || o.admin.max_connections_per_peer < 1 ||
-      o.admin.request_timeout_ms < 1) {
-    std::fprintf(stderr, "--data_* and --http_* limits and timeouts must be >= 1\n");
-    return 2;
-  }
   o.transfer.transport = absl::GetFlag(FLAGS_transport);
   o.transfer.rdma_device = absl::GetFlag(FLAGS_rdma_device);
   o.transfer.rdma_port = absl::GetFlag(FLAGS_rdma_port);
   o.transfer.rdma_gid_index = absl::GetFlag(FLAGS_rdma_gid_index);
   o.transfer.rdma_qps_per_peer = absl::GetFlag(FLAGS_rdma_qps_per_peer);
-  if (o.transfer.transport != "auto" && o.transfer.transport != "tcp" &&
-      o.transfer.transport != "rdma") {
-    std::fprintf(stderr, "--transport must be auto, tcp or rdma\n");
-    return 2;
-  }
-  if (o.transfer.rdma_qps_per_peer < 1 || o.transfer.rdma_qps_per_peer > 64 ||
-      o.transfer.rdma_port < 1 || o.transfer.rdma_gid_index < 0) {
-    std::fprintf(stderr,
-                 "--rdma_qps_per_peer must be in 1..64, --rdma_port >= 1, "
-                 "--rdma_gid_index >= 0\n");
-    return 2;
-  }
   o.transfer.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   o.transfer.cuda_streams = absl::GetFlag(FLAGS_cuda_streams);
-  if (o.transfer.cuda_device < -1 || o.transfer.cuda_device > 1023 || o.transfer.cuda_streams < 1 ||
-      o.transfer.cuda_streams > 64) {
-    std::fprintf(stderr,
-                 "--cuda_device must be -1 (no GPU) or a CUDA ordinal in 0..1023, "
-                 "--cuda_streams in 1..64\n");
-    return 2;
-  }
   o.transfer.gpu_direct_rdma = absl::GetFlag(FLAGS_gpu_direct_rdma);
-  if (absl::Status s = mc::transfer::cuda::ParseGpuDirectRdma(o.transfer.gpu_direct_rdma).status();
-      !s.ok()) {
-    std::fprintf(stderr, "--gpu_direct_rdma: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-#ifdef MC_FAKE_GPU_TEST_BUILD
-  o.transfer.cuda_api_factory = [] { return mc::transfer::cuda::MakeShmFakeCudaApi(); };
-  mc::Logger("client").warn("TEST BUILD: the CUDA device is a fake on host shared memory");
-#endif
+  o.data_server.max_connections = absl::GetFlag(FLAGS_data_max_connections);
+  o.data_server.max_connections_per_peer = absl::GetFlag(FLAGS_data_max_connections_per_peer);
+  o.data_server.handshake_timeout_ms = absl::GetFlag(FLAGS_data_handshake_timeout_ms);
+  o.data_server.idle_timeout_ms = absl::GetFlag(FLAGS_data_idle_timeout_ms);
+  o.data_server.io_timeout_ms = absl::GetFlag(FLAGS_data_io_timeout_ms);
+  o.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  o.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
+  o.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
+}
+
+void GpuAndTierFromFlags(ClientServerOptions& o) {
   o.gpu_put.max_staging_bytes = absl::GetFlag(FLAGS_gpu_put_staging_bytes);
   o.gpu_put.direct = absl::GetFlag(FLAGS_gpu_put_direct);
-  // Host memory budgets: at most 1 TiB, so that their sums and roundings cannot wrap.
-  constexpr uint64_t kMaxStagingBytes = uint64_t{1} << 40;
-  if (o.gpu_put.max_staging_bytes < (1u << 20) || o.gpu_put.max_staging_bytes > kMaxStagingBytes) {
-    std::fprintf(stderr, "--gpu_put_staging_bytes must be in 1 MiB..1 TiB\n");
-    return 2;
-  }
+  o.gpu_get.pool_bytes = absl::GetFlag(FLAGS_gpu_get_staging_bytes);
   o.gpu_max_buffers = absl::GetFlag(FLAGS_gpu_max_buffers);
   o.gpu_max_buffers_per_caller = absl::GetFlag(FLAGS_gpu_max_buffers_per_caller);
-  if (o.gpu_max_buffers < 1 || o.gpu_max_buffers_per_caller < 1) {
-    std::fprintf(stderr, "--gpu_max_buffers and --gpu_max_buffers_per_caller must be >= 1\n");
-    return 2;
-  }
-  o.gpu_get.pool_bytes = absl::GetFlag(FLAGS_gpu_get_staging_bytes);
-  if (o.gpu_get.pool_bytes < (1u << 20) || o.gpu_get.pool_bytes > kMaxStagingBytes) {
-    std::fprintf(stderr, "--gpu_get_staging_bytes must be in 1 MiB..1 TiB\n");
-    return 2;
-  }
-  o.offload.dir = mc::AbsolutePath(absl::GetFlag(FLAGS_offload_dir));
+  o.offload.dir = AbsolutePath(absl::GetFlag(FLAGS_offload_dir));
   o.offload.capacity = absl::GetFlag(FLAGS_offload_capacity);
   o.offload.num_files = absl::GetFlag(FLAGS_offload_files);
   o.offload.queue_depth = absl::GetFlag(FLAGS_offload_queue_depth);
@@ -387,40 +280,34 @@ int main(int argc, char** argv) {
   o.offload.low_watermark = absl::GetFlag(FLAGS_offload_low_watermark);
   o.offload_poll_ms = absl::GetFlag(FLAGS_offload_poll_ms);
   o.offload_parallelism = absl::GetFlag(FLAGS_offload_parallelism);
-  if (o.offload_parallelism < 1 || o.offload_parallelism > 64) {
-    std::fprintf(stderr, "--offload_parallelism must be in 1..64\n");
-    return 2;
-  }
-  o.object_index = absl::GetFlag(FLAGS_object_index);
   o.promote_on_hit = absl::GetFlag(FLAGS_promote_on_hit);
   o.promote_staging_bytes = absl::GetFlag(FLAGS_promote_staging_bytes);
-  if (o.promote_staging_bytes == 0) {
-    std::fprintf(stderr, "--promote_staging_bytes must be > 0\n");
-    return 2;
-  }
-  if (!o.offload.dir.empty() && o.offload.capacity == 0) {
-    std::fprintf(stderr, "--offload_dir needs --offload_capacity\n");
-    return 2;
-  }
-
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
-  mc::client::ClientServer server(o);
-  absl::Status started = server.Start();
-  if (!started.ok()) {
-    mc::Logger("client").error("cannot start: {}", started.ToString());
-    return 1;
-  }
-  mc::Logger("client").info("allocator: {}, checksums: {}", MC_MALLOC_NAME,
-                            mc::ChecksumImplementation());
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  mc::Logger("client").info("signal {}: shutting down", sig);
-  server.Shutdown();
-  return 0;
 }
+
+}  // namespace
+
+int RunClientMain(int argc, char** argv, const char* allocator,
+                  const std::function<void(ClientServerOptions&)>& adjust) {
+  daemon::Init(argc, argv, "mc-client: the mcstore per-host daemon. --flagfile=F works.");
+  daemon::Problems problems;
+  daemon::ApplyLogLevel(absl::GetFlag(FLAGS_log_level), problems);
+  ClientServerOptions o;
+  o.cluster_keys = problems.Take(
+      "--cluster_secret_file",
+      auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file)));
+  StoreFromFlags(o, problems);
+  ClusterFromFlags(o);
+  TransferFromFlags(o);
+  GpuAndTierFromFlags(o);
+  if (adjust) adjust(o);
+  problems.Append(o.Validate());
+  if (!daemon::Report("mc-client", problems)) return 2;
+  ClientServer server(std::move(o));
+  daemon::ServeHooks hooks;
+  hooks.on_started = [&] {
+    Logger("client").info("allocator: {}, checksums: {}", allocator, ChecksumImplementation());
+  };
+  return daemon::Serve("client", server, hooks);
+}
+
+}  // namespace mc::client

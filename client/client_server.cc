@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/client_status_page.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -73,13 +74,30 @@ void ClientServer::OnCapabilityInfo(const MasterSession::CapabilityInfo& info) {
 }
 
 absl::Status ClientServer::Start() {
-  if (!options_.listen.empty() && options_.store_tcp_auth && options_.store_token.empty()) {
-    return McError(Code::kInvalidArgument,
-                   absl::StrCat("--listen=", options_.listen,
-                                " serves the Store service over TCP, which needs a token: give "
-                                "--store_token_file (or --store_tcp_auth=false to serve it "
-                                "without one, not recommended)"));
+  if (std::vector<std::string> problems = options_.Validate(); !problems.empty()) {
+    return McError(Code::kInvalidArgument, absl::StrJoin(problems, "; "));
   }
+  FillDefaults();
+  MC_RETURN_IF_ERROR(OpenMemory());
+  MC_RETURN_IF_ERROR(OpenDiskTier());
+  master_ = CreateGrpcMasterClient({.address = options_.master,
+                                    .rpc_timeout_ms = options_.master_rpc_timeout_ms,
+                                    .release_delay_us = options_.lease_release_delay_us,
+                                    .cluster_keys = options_.cluster_keys});
+  MC_RETURN_IF_ERROR(StartDataPlane());  // its bound port is our endpoint
+  MC_RETURN_IF_ERROR(StartTransferEngine());
+  StartSession();
+  BuildBatchPaths();
+  BuildGpuPaths();
+  MC_RETURN_IF_ERROR(StartFdChannel());
+  store_->SetAccess(store_auth_.get(), fd_channel_.get());
+  if (gpu_service_) gpu_service_->SetAccess(store_auth_.get(), fd_channel_.get());
+  MC_RETURN_IF_ERROR(StartGrpc());
+  MC_RETURN_IF_ERROR(StartAdmin());
+  return AnnounceServing();
+}
+
+void ClientServer::FillDefaults() {
   if (!options_.listen.empty() && !options_.store_tcp_auth) {
     Logger("client").warn(
         "--store_tcp_auth=false: the Store service on {} answers anyone who can reach it "
@@ -91,6 +109,9 @@ absl::Status ClientServer::Start() {
   }
   if (options_.host.empty()) options_.host = DefaultHost();
   if (options_.client_id.empty()) options_.client_id = DefaultClientId(options_.host);
+}
+
+absl::Status ClientServer::OpenMemory() {
   auto pool = SegmentPool::Create(options_.segments);
   if (!pool.ok()) return pool.status();
   pool_ = std::move(*pool);
@@ -101,14 +122,12 @@ absl::Status ClientServer::Start() {
         std::move(sizes),
         &registry_.GetGauge("mc_client_index_objects", "objects in this daemon's object index"));
   }
+  SegmentPool* pool_ptr = pool_.get();
+  resolve_segment_ = [pool_ptr](uint64_t id) { return pool_ptr->LocalIndexOf(id); };
+  return absl::OkStatus();
+}
 
-  MC_RETURN_IF_ERROR(OpenDiskTier());
-  master_ = CreateGrpcMasterClient({.address = options_.master,
-                                    .rpc_timeout_ms = options_.master_rpc_timeout_ms,
-                                    .release_delay_us = options_.lease_release_delay_us,
-                                    .cluster_keys = options_.cluster_keys});
-
-  // Data plane next: its bound port is our endpoint.
+absl::Status ClientServer::StartDataPlane() {
   auto data = ParseHostPort(options_.data);
   if (!data.ok()) return data.status();
   transfer::tcp::TcpDataServerOptions data_opts = options_.data_server;
@@ -123,11 +142,9 @@ absl::Status ClientServer::Start() {
     data_opts.capabilities = capabilities_.get();
   }
   data_server_ = std::make_unique<transfer::tcp::TcpDataServer>(data_opts, segment_table_);
-  SegmentPool* pool_ptr = pool_.get();
-  const SegmentResolver resolve = [pool_ptr](uint64_t id) { return pool_ptr->LocalIndexOf(id); };
   if (index_) {
-    index_handler_ =
-        std::make_unique<IndexNoticeHandler>(*index_, resolve, capabilities_.get(), registry_);
+    index_handler_ = std::make_unique<IndexNoticeHandler>(*index_, resolve_segment_,
+                                                          capabilities_.get(), registry_);
   }
   // The data plane's own ops go to their components, through the transport-neutral seam
   // (transfer/data_server.h). INDEX is served even without an index, so a writer that keeps one
@@ -155,7 +172,10 @@ absl::Status ClientServer::Start() {
   if (!bound.ok()) return bound.status();
   data_endpoint_ = absl::StrCat(
       options_.advertise_host.empty() ? data->host : options_.advertise_host, ":", bound->port);
+  return absl::OkStatus();
+}
 
+absl::Status ClientServer::StartTransferEngine() {
   transfer::TransferEngineOptions engine_opts = options_.transfer;
   engine_opts.local_endpoint = data_endpoint_;
   engine_opts.metrics = &registry_;
@@ -170,7 +190,10 @@ absl::Status ClientServer::Start() {
   // Application buffers (staged from the fd channel, which starts later) get local-only
   // regions; the engine outlives buffers_ (declared before it).
   buffers_.AttachRdma(engine_->rdma());
+  return absl::OkStatus();
+}
 
+void ClientServer::StartSession() {
   uint64_t disk_capacity = tier_ ? tier_->GetStats().capacity : 0;
   session_ = std::make_unique<MasterSession>(MasterSessionOptions{.client_id = options_.client_id,
                                                                   .host = options_.host,
@@ -199,7 +222,9 @@ absl::Status ClientServer::Start() {
     Logger("client").warn("cannot register with the master at {} yet ({}); retrying",
                           options_.master, registered.ToString());
   }
+}
 
+void ClientServer::BuildBatchPaths() {
   prefix_leases_ = std::make_unique<PrefixLeases>(RealClock::Get());
   putter_ = std::make_unique<BatchPutter>(
       BatchPutOptions{.client_id = options_.client_id,
@@ -210,8 +235,8 @@ absl::Status ClientServer::Start() {
                       .write_back_wait_ms = options_.put_write_back_wait_ms},
       *master_, *engine_, RealClock::Get(), metrics_);
   if (options_.object_index) {
-    notifier_ =
-        std::make_unique<IndexNotifier>(data_endpoint_, index_.get(), resolve, *engine_, registry_);
+    notifier_ = std::make_unique<IndexNotifier>(data_endpoint_, index_.get(), resolve_segment_,
+                                                *engine_, registry_);
     putter_->SetIndexNotifier(notifier_.get());
   }
   getter_ = std::make_unique<BatchGetter>(
@@ -234,30 +259,34 @@ absl::Status ClientServer::Start() {
   store_auth_ = std::make_unique<StoreAuth>(
       StoreAuthOptions{.token = options_.store_token, .tcp_auth = options_.store_tcp_auth},
       registry_);
-  if (transfer::cuda::CudaTransport* cuda = engine_->cuda(); cuda != nullptr) {
-    // GPU buffers: served next to Store, admitted exactly as Store's callers (docs/gpu.md), and
-    // released with their fd session as its shm buffers are (StartFdChannel).
-    gpu_buffers_ = std::make_unique<GpuBufferRegistry>(cuda->api(), cuda, options_.gpu_max_buffers,
-                                                       options_.gpu_max_buffers_per_caller);
-    gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, cuda->api());
-    gpu_put_stager_ = std::make_unique<GpuPutStager>(cuda->api(), cuda->mover(), options_.gpu_put,
-                                                     RealClock::Get(), cuda);
-    store_->SetGpuBuffers(gpu_buffers_.get(), gpu_put_stager_.get());
-    putter_->SetGpuStager(gpu_put_stager_.get());
-    gpu_get_stager_ = std::make_unique<GpuGetStager>(cuda->api(), cuda->mover(), options_.gpu_get,
-                                                     RealClock::Get());
-    getter_->SetGpuStager(gpu_get_stager_.get());
-  } else if (options_.transfer.cuda_device >= 0) {
-    Logger("client").error(
-        "--cuda_device={} asked for, but there is no cuda transport (see the transfer log "
-        "above): GpuBuffers is not served and GPU slices are refused",
-        options_.transfer.cuda_device);
+}
+
+void ClientServer::BuildGpuPaths() {
+  transfer::cuda::CudaTransport* cuda = engine_->cuda();
+  if (cuda == nullptr) {
+    if (options_.transfer.cuda_device >= 0) {
+      Logger("client").error(
+          "--cuda_device={} asked for, but there is no cuda transport (see the transfer log "
+          "above): GpuBuffers is not served and GPU slices are refused",
+          options_.transfer.cuda_device);
+    }
+    return;
   }
-  MC_RETURN_IF_ERROR(StartFdChannel());
-  store_->SetAccess(store_auth_.get(), fd_channel_.get());
-  if (gpu_service_) gpu_service_->SetAccess(store_auth_.get(), fd_channel_.get());
-  MC_RETURN_IF_ERROR(StartGrpc());
-  MC_RETURN_IF_ERROR(StartAdmin());
+  // GPU buffers: served next to Store, admitted exactly as Store's callers (docs/gpu.md), and
+  // released with their fd session as its shm buffers are (StartFdChannel).
+  gpu_buffers_ = std::make_unique<GpuBufferRegistry>(cuda->api(), cuda, options_.gpu_max_buffers,
+                                                     options_.gpu_max_buffers_per_caller);
+  gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, cuda->api());
+  gpu_put_stager_ = std::make_unique<GpuPutStager>(cuda->api(), cuda->mover(), options_.gpu_put,
+                                                   RealClock::Get(), cuda);
+  store_->SetGpuBuffers(gpu_buffers_.get(), gpu_put_stager_.get());
+  putter_->SetGpuStager(gpu_put_stager_.get());
+  gpu_get_stager_ = std::make_unique<GpuGetStager>(cuda->api(), cuda->mover(), options_.gpu_get,
+                                                   RealClock::Get());
+  getter_->SetGpuStager(gpu_get_stager_.get());
+}
+
+absl::Status ClientServer::AnnounceServing() {
   if (!options_.ready_file.empty()) {
     MC_RETURN_IF_ERROR(WriteReadyFile(options_.ready_file, {{"grpc", grpc_address_},
                                                             {"http", http_address_},

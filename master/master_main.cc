@@ -1,18 +1,15 @@
-// mc-master: flags -> MasterServerOptions -> run until SIGINT/SIGTERM.
+// mc-master: flags -> MasterServerOptions -> MasterServer, in the daemon shell
+// (common/daemon_shell.h).
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
-#include <cstdio>
-#include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "common/auth.h"
+#include "common/daemon_shell.h"
 #include "common/logging.h"
 #include "common/util.h"
 #include "master/master_server.h"
@@ -97,31 +94,11 @@ ABSL_FLAG(int64_t, leader_ttl_s, 3,
           "stopped; a leader whose lease refresh is overdue stops serving");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("mc-master: the mcstore metadata service. --flagfile=F works.");
-  mc::DisableMutexDeadlockDetection();
-  // A peer that closes its end while we write (etcd over TLS, where OpenSSL writes without
-  // MSG_NOSIGNAL; an admin HTTP client) must fail that write, not kill the master.
-  signal(SIGPIPE, SIG_IGN);
-  absl::ParseCommandLine(argc, argv);
-  if (!mc::SetLogLevel(absl::GetFlag(FLAGS_log_level))) {
-    std::fprintf(stderr, "unknown --log_level\n");
-    return 2;
-  }
-  double high = absl::GetFlag(FLAGS_high_watermark);
-  double low = absl::GetFlag(FLAGS_low_watermark);
-  if (!(low > 0 && low <= high && high <= 1.0)) {
-    std::fprintf(stderr, "need 0 < --low_watermark <= --high_watermark <= 1\n");
-    return 2;
-  }
-  absl::StatusOr<mc::auth::ClusterKeysPtr> cluster_keys =
-      mc::auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file));
-  if (!cluster_keys.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(cluster_keys.status().message()).c_str());
-    return 2;
-  }
-  mc::master::MasterServerOptions opts;
-  opts.cluster_keys = *cluster_keys;
+namespace {
+
+using mc::master::MasterServerOptions;
+
+void ServerFromFlags(MasterServerOptions& opts) {
   opts.listen = absl::GetFlag(FLAGS_listen);
   opts.http = absl::GetFlag(FLAGS_http);
   opts.ready_file = mc::AbsolutePath(absl::GetFlag(FLAGS_ready_file));
@@ -130,17 +107,11 @@ int main(int argc, char** argv) {
   opts.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
   opts.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
   opts.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
-  if (opts.admin.max_connections < 1 || opts.admin.max_connections_per_peer < 1 ||
-      opts.admin.request_timeout_ms < 1) {
-    std::fprintf(stderr, "--http_* limits must be >= 1\n");
-    return 2;
-  }
   opts.rpc_auth.max_clock_skew_ms = absl::GetFlag(FLAGS_auth_max_clock_skew_ms);
   opts.rpc_auth.replay_cache_entries = absl::GetFlag(FLAGS_auth_replay_cache_entries);
-  if (opts.rpc_auth.max_clock_skew_ms < 1 || opts.rpc_auth.replay_cache_entries < 1) {
-    std::fprintf(stderr, "--auth_max_clock_skew_ms and --auth_replay_cache_entries must be >= 1\n");
-    return 2;
-  }
+}
+
+void ElectionFromFlags(MasterServerOptions& opts, mc::daemon::Problems& problems) {
   for (absl::string_view e :
        absl::StrSplit(absl::GetFlag(FLAGS_etcd_endpoints), ',', absl::SkipWhitespace())) {
     opts.etcd_endpoints.emplace_back(absl::StripAsciiWhitespace(e));
@@ -151,39 +122,17 @@ int main(int argc, char** argv) {
   opts.etcd_key_file = mc::AbsolutePath(absl::GetFlag(FLAGS_etcd_key_file));
   opts.etcd_user = absl::GetFlag(FLAGS_etcd_user);
   if (const std::string file = absl::GetFlag(FLAGS_etcd_password_file); !file.empty()) {
-    absl::StatusOr<std::string> password = mc::auth::ReadPrivateFile(file);
-    if (!password.ok()) {
-      std::fprintf(stderr, "--etcd_password_file: %s\n",
-                   std::string(password.status().message()).c_str());
-      return 2;
-    }
-    opts.etcd_password = std::string(absl::StripTrailingAsciiWhitespace(*password));
-  }
-  if (opts.etcd_user.empty() != opts.etcd_password.empty()) {
-    std::fprintf(stderr, "--etcd_user and --etcd_password_file go together\n");
-    return 2;
+    std::string password = problems.Take("--etcd_password_file", mc::auth::ReadPrivateFile(file));
+    opts.etcd_password = std::string(absl::StripTrailingAsciiWhitespace(password));
   }
   opts.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   opts.leader_ttl_s = absl::GetFlag(FLAGS_leader_ttl_s);
-  if (opts.leader_ttl_s < 2) {
-    std::fprintf(stderr, "--leader_ttl_s must be >= 2\n");
-    return 2;
-  }
-  static std::atomic<bool> leadership_lost{false};
-  opts.on_leadership_lost = [] {
-    leadership_lost.store(true);
-    kill(getpid(), SIGTERM);  // the main thread's sigwait below shuts down
-  };
-  mc::master::MasterOptions& m = opts.master;
+}
+
+void MetadataFromFlags(mc::master::MasterOptions& m) {
   m.object_report_timeout_ms = absl::GetFlag(FLAGS_object_report_timeout_ms);
   m.forget_batch = absl::GetFlag(FLAGS_forget_batch);
   m.forget_queue_limit = absl::GetFlag(FLAGS_forget_queue_limit);
-  if (m.object_report_timeout_ms < 0 || m.forget_batch < 1 || m.forget_queue_limit < 1) {
-    std::fprintf(stderr,
-                 "need --object_report_timeout_ms >= 0, --forget_batch and --forget_queue_limit "
-                 ">= 1\n");
-    return 2;
-  }
   m.client_takeover_after_ms = absl::GetFlag(FLAGS_client_takeover_after_ms);
   m.lease_ttl_ms = absl::GetFlag(FLAGS_lease_ttl_ms);
   m.max_lease_ttl_ms = absl::GetFlag(FLAGS_max_lease_ttl_ms);
@@ -196,32 +145,39 @@ int main(int argc, char** argv) {
   m.max_segments_per_client = absl::GetFlag(FLAGS_max_segments_per_client);
   m.max_replicas = absl::GetFlag(FLAGS_max_replicas);
   m.shards = absl::GetFlag(FLAGS_shards);
-  m.eviction.high_watermark = high;
-  m.eviction.low_watermark = low;
+  m.eviction.high_watermark = absl::GetFlag(FLAGS_high_watermark);
+  m.eviction.low_watermark = absl::GetFlag(FLAGS_low_watermark);
   m.offload.watermark = absl::GetFlag(FLAGS_offload_watermark);
+}
 
-  // Block the stop signals in every thread; this one waits for them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+std::atomic<bool> leadership_lost{false};
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  mc::daemon::Init(argc, argv, "mc-master: the mcstore metadata service. --flagfile=F works.");
+  mc::daemon::Problems problems;
+  mc::daemon::ApplyLogLevel(absl::GetFlag(FLAGS_log_level), problems);
+  MasterServerOptions opts;
+  opts.cluster_keys = problems.Take(
+      "--cluster_secret_file",
+      mc::auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file)));
+  ServerFromFlags(opts);
+  ElectionFromFlags(opts, problems);
+  MetadataFromFlags(opts.master);
+  opts.on_leadership_lost = [] {
+    leadership_lost.store(true);
+    kill(getpid(), SIGTERM);  // the shell's wait for a stop signal ends, and Serve shuts down
+  };
+  problems.Append(opts.Validate());
+  if (!mc::daemon::Report("mc-master", problems)) return 2;
   mc::master::MasterServer server(opts);
-  absl::Status started = server.Start();
-  if (!started.ok()) {
-    mc::Logger("master").error("cannot start: {}", started.ToString());
-    return 1;
-  }
-  mc::Logger("master").info("allocator: {}", MC_MALLOC_NAME);
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  if (leadership_lost.load()) {
+  mc::daemon::ServeHooks hooks;
+  hooks.on_started = [] { mc::Logger("master").info("allocator: {}", MC_MALLOC_NAME); };
+  hooks.exit_status = [] {
+    if (!leadership_lost.load()) return 0;
     mc::Logger("master").error("exiting: this master lost its leadership (see above)");
-    server.Shutdown();
     return 3;
-  }
-  mc::Logger("master").info("signal {}: shutting down", sig);
-  server.Shutdown();
-  return 0;
+  };
+  return mc::daemon::Serve("master", server, hooks);
 }

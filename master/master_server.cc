@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
@@ -12,11 +13,35 @@
 
 namespace mc::master {
 
+std::vector<std::string> MasterServerOptions::Validate() const {
+  std::vector<std::string> problems;
+  auto check = [&](bool ok, const char* problem) {
+    if (!ok) problems.emplace_back(problem);
+  };
+  const double high = master.eviction.high_watermark, low = master.eviction.low_watermark;
+  check(low > 0 && low <= high && high <= 1.0, "need 0 < --low_watermark <= --high_watermark <= 1");
+  check(admin.max_connections >= 1, "--http_max_connections must be >= 1");
+  check(admin.max_connections_per_peer >= 1, "--http_max_connections_per_peer must be >= 1");
+  check(admin.request_timeout_ms >= 1, "--http_request_timeout_ms must be >= 1");
+  check(rpc_auth.max_clock_skew_ms >= 1, "--auth_max_clock_skew_ms must be >= 1");
+  check(rpc_auth.replay_cache_entries >= 1, "--auth_replay_cache_entries must be >= 1");
+  check(etcd_user.empty() == etcd_password.empty(),
+        "--etcd_user and --etcd_password_file go together");
+  check(leader_ttl_s >= 2, "--leader_ttl_s must be >= 2");
+  check(master.object_report_timeout_ms >= 0, "--object_report_timeout_ms must be >= 0");
+  check(master.forget_batch >= 1, "--forget_batch must be >= 1");
+  check(master.forget_queue_limit >= 1, "--forget_queue_limit must be >= 1");
+  return problems;
+}
+
 MasterServer::MasterServer(MasterServerOptions options) : options_(std::move(options)) {}
 
 MasterServer::~MasterServer() { Shutdown(); }
 
 absl::Status MasterServer::Start() {
+  if (std::vector<std::string> problems = options_.Validate(); !problems.empty()) {
+    return McError(Code::kInvalidArgument, absl::StrJoin(problems, "; "));
+  }
   auto listen = ParseHostPort(options_.listen);
   if (!listen.ok()) return listen.status();
   service_ = std::make_unique<MetadataService>(options_.master, RealClock::Get(), metrics_);

@@ -56,6 +56,10 @@ struct MasterServerOptions {
   // Called once (on the election's thread) when this master lost its leadership; it serves
   // nothing more. mc-master exits non-zero.
   std::function<void()> on_leadership_lost;
+
+  // Every problem of these options, each naming its mc-master flag; empty when they can be
+  // served. MasterServer::Start() refuses options that do not validate.
+  std::vector<std::string> Validate() const;
 };
 
 class MasterServer {

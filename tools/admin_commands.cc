@@ -13,7 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_format.h"
-#include "client/fd_session.h"
+#include "client/buffers/fd_session.h"
 #include "common/auth.h"
 #include "common/master_credentials.h"
 #include "common/util.h"

@@ -14,7 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
-#include "client/fd_session.h"
+#include "client/buffers/fd_session.h"
 #include "common/auth.h"
 #include "tools/admin_commands.h"
 #include "tools/store_channel.h"

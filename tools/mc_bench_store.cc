@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/fd_session.h"
+#include "client/buffers/fd_session.h"
 #include "mcstore/v1/store.grpc.pb.h"
 #include "tools/mc_bench_pattern.h"
 #include "tools/mc_bench_stats.h"

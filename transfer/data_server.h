@@ -1,8 +1,8 @@
 // DataServer: the serving side of the data plane, apart from any transport. A daemon's data
 // server answers its peers' requests against its memory segments (READ, WRITE) and hands the
 // other ops to handlers that other components register: the SSD tier's READ_DISK
-// (client/offload_driver.h), the object index's INDEX (client/index_service.h), the rdma
-// connection setup (transfer/rdma/handshake.h). Handlers see only a DataRequest and a
+// (client/tier/offload_driver.h), the object index's INDEX (client/session/index_service.h), the
+// rdma connection setup (transfer/rdma/handshake.h). Handlers see only a DataRequest and a
 // RequestStream, so they do not depend on how the request travelled.
 //
 // The one implementation that serves peers is tcp (transfer/tcp/server.h: TcpDataServer, whose

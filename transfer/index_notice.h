@@ -2,7 +2,7 @@
 // the owner of each replica it wrote which object the bytes are (key, generation, size,
 // checksum), with the replica's WRITE capability, so the owner can keep an index of its
 // segments and report it to a restarted master. This file only encodes and decodes; the owner's
-// checks (capability, segment) live with its handler (client/index_service.h).
+// checks (capability, segment) live with its handler (client/session/index_service.h).
 // The payload is the same whichever data plane carries it (today INDEX is served over tcp,
 // transfer/data_server.h). Decoding is defensive: any count, length or key size out of bounds, a
 // truncated entry or trailing bytes reject the whole payload. Thread-safe: pure functions.

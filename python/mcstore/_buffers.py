@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 ShapeLike = Union[int, Sequence[int]]
 
-# The daemon's limit on an shm name (client/buffer_registry.cc): "/name", at most 255 bytes.
+# The daemon's limit on an shm name (client/buffers/buffer_registry.cc): "/name", at most 255 bytes.
 MAX_SHM_NAME = 255
 
 

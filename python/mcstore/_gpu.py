@@ -11,7 +11,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from mcstore._buffers import Slice, _check_int
 
-# GPU buffer ids have bit 63 set (client/gpu_buffers.h): they never collide with shm buffers.
+# GPU buffer ids have bit 63 set (client/gpu/gpu_buffers.h): they never collide with shm buffers.
 GPU_BUFFER_ID_BIT = 1 << 63
 CUDA_IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
 

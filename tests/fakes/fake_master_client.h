@@ -1,4 +1,5 @@
-// FakeMasterClient: a MasterClient (client/master_client.h) that runs the real master in-process.
+// FakeMasterClient: a MasterClient (client/session/master_client.h) that runs the real master
+// in-process.
 //
 // It owns a master::MetadataService on an injected FakeClock and a MasterGrpcService, and
 // forwards every call to the gRPC handler (which ignores its ServerContext), converting the
@@ -16,7 +17,7 @@
 #include <mutex>
 
 #include "absl/status/status.h"
-#include "client/master_client.h"
+#include "client/session/master_client.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "master/grpc_service.h"

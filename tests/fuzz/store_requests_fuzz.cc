@@ -14,12 +14,12 @@
 #include <set>
 #include <string>
 
-#include "client/batch_get.h"
-#include "client/batch_put.h"
-#include "client/buffer_registry.h"
+#include "client/batch/batch_get.h"
+#include "client/batch/batch_put.h"
+#include "client/batch/prefix_leases.h"
+#include "client/buffers/buffer_registry.h"
 #include "client/client_metrics.h"
-#include "client/prefix_leases.h"
-#include "client/store_service.h"
+#include "client/store/store_service.h"
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "common/logging.h"

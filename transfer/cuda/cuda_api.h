@@ -1,5 +1,5 @@
 // The CUDA seam: the few runtime calls the GPU mover (transfer/cuda/gpu_mover.h) and the GPU
-// buffer registry (client/gpu_buffers.h) make, behind an interface so that unit tests run them
+// buffer registry (client/gpu/gpu_buffers.h) make, behind an interface so that unit tests run them
 // against tests/fakes/fake_cuda.h (host memory posing as device memory, with injected failed
 // copies, short completions, checksum corruption and a lost device) and production runs them
 // over cudart (cuda_api_cudart.cc, built only when the toolkit is found; without it

@@ -1,5 +1,5 @@
 // The `cuda` transport: transfer requests whose local buffers are GPU memory (ranges added with
-// AddDeviceRange, e.g. imported by client/gpu_buffers.h) and whose segment is one of this
+// AddDeviceRange, e.g. imported by client/gpu/gpu_buffers.h) and whose segment is one of this
 // process's own (pinned with RegisterMemory), moved by the GpuMover: batched copies over a few
 // streams. A READ asking for a checksum is hashed on the device, from the destination; a WRITE
 // asking for one (a put from GPU memory) is hashed by the CPU from the segment range it wrote,
@@ -12,8 +12,8 @@
 // way; asked for a checksum, the device hashes its source after the NIC read it. Any other
 // remote request and kReadDisk answer kTransferFailed at once, without touching memory: the
 // BatchGetter reads such keys into pinned staging memory with the other transports and copies
-// them into GPU memory itself (client/gpu_get_stager.h), the BatchPutter writes such replicas
-// from a staged host copy (client/gpu_put_stager.h). A READ that wants a checksum into a
+// them into GPU memory itself (client/batch/gpu_get_stager.h), the BatchPutter writes such replicas
+// from a staged host copy (client/batch/gpu_put_stager.h). A READ that wants a checksum into a
 // scattered (several pieces) device destination is rejected (INVALID_ARGUMENT): the device hash
 // covers one contiguous range. Thread-safety: all methods may be called concurrently.
 #pragma once

@@ -98,6 +98,31 @@ class BadFlagsTest(unittest.TestCase):
                 self.assertEqual(proc.returncode, 2, proc.stderr)
                 self.assertIn("--" + flag, proc.stderr)
 
+    def test_every_problem_is_named_at_once(self):
+        """Options validate as a whole: one start with several bad flags names each of them
+        (one line each), not only the first; mc-master likewise."""
+        with tempfile.TemporaryDirectory(prefix="mc-flags-") as tmp:
+            ready = os.path.join(tmp, "ready.json")
+            proc = subprocess.run(
+                [harness.binary("client/mc-client"), "--master", "127.0.0.1:1", "--auth=false",
+                 "--segment_size", "0", "--ready_file", ready, "--tcp_frame_bytes=0",
+                 "--put_write_timeout_ms=0", "--transport=carrier-pigeon",
+                 "--offload_parallelism=65", "--log_level=loud", "--unix_socket_mode=abc"],
+                capture_output=True, text=True, timeout=30)
+            self.assertEqual(proc.returncode, 2, proc.stderr)
+            self.assertFalse(os.path.exists(ready), "it must not start serving")
+            lines = [l for l in proc.stderr.splitlines() if l.startswith("mc-client: ")]
+            for flag in ("--tcp_frame_bytes", "--put_write_timeout_ms", "--transport",
+                         "--offload_parallelism", "--log_level", "--unix_socket_mode"):
+                self.assertEqual(sum(flag in l for l in lines), 1, (flag, proc.stderr))
+            master = subprocess.run(
+                [harness.binary("master/mc-master"), "--auth=false", "--listen", "127.0.0.1:0",
+                 "--http", "", "--leader_ttl_s=1", "--high_watermark=2", "--forget_batch=0"],
+                capture_output=True, text=True, timeout=30)
+            self.assertEqual(master.returncode, 2, master.stderr)
+            for flag in ("--leader_ttl_s", "--high_watermark", "--forget_batch"):
+                self.assertIn(flag, master.stderr)
+
     def test_no_cluster_secret_refuses_to_start(self):
         """Authentication is on by default: without a secret file (and no --auth=false) the
         daemons exit 2 and say how to make one; a secret file others can read is refused too."""

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "client/batch_get.h"
-#include "client/batch_put.h"
+#include "client/batch/batch_get.h"
+#include "client/batch/batch_put.h"
+#include "client/batch/prefix_leases.h"
 #include "client/client_metrics.h"
-#include "client/prefix_leases.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"

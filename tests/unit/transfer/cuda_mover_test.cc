@@ -161,7 +161,7 @@ TEST_F(GpuMoverTest, HashesTheDeviceSourceOfADeviceToHostCopy) {
   }
   EXPECT_EQ(staged, host_);
   // A short copy leaves the source intact: its device hash is still the source's, and only a
-  // check of the staged bytes against it (client/gpu_put_stager.h) catches the short copy.
+  // check of the staged bytes against it (client/batch/gpu_put_stager.h) catches the short copy.
   std::fill(staged.begin(), staged.end(), 0);
   api_.ShortenNextCopy(1);
   results = mover->Move(std::vector<GpuMoveRequest>{reqs[0]}, 0);

@@ -1,0 +1,84 @@
+// Store service access control: who may call the Store service, and as whom.
+//
+// Two ways in. The Unix socket (and its fd side channel) is authorized by the socket file's mode
+// and group (--unix_socket_mode, --unix_socket_group): whoever can connect may call. The TCP
+// listener (--listen) needs the shared token of --store_token_file in each call's metadata
+// (`authorization: Bearer <token>` or `x-mc-store-token: <token>`), compared in constant time,
+// unless --store_tcp_auth=false. A refused call answers UNAUTHENTICATED and is counted in
+// mc_store_auth_failures_total{reason}.
+//
+// The caller's identity ("owner") for buffers, leases and per-caller limits is its session token
+// (`x-mc-owner` metadata, handed out by the fd side channel, see client/buffers/fd_channel.h) when
+// it names a live session; otherwise the anonymous bucket of its transport ("anon:unix", or
+// "anon:<ip>" over TCP). This file also holds the small helpers for the socket file's mode and
+// group, and for tokens. Thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/metrics.h"
+
+namespace mc::client {
+
+// 32 hex digits from getrandom(2): 128 bits nobody can guess.
+absl::StatusOr<std::string> RandomHexToken();
+
+// True when a == b, in time that depends on their lengths only.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
+
+// The token in `path`: the file must be a regular file that neither group nor others may read
+// or write, and hold at least kMinStoreTokenLength characters once surrounding whitespace is
+// trimmed. Errors name the file and what is wrong.
+inline constexpr size_t kMinStoreTokenLength = 32;
+absl::StatusOr<std::string> LoadStoreToken(const std::string& path);
+
+// "0660", "660", "0o660" -> 0660; at most 0777, no setuid/sticky bits.
+absl::StatusOr<mode_t> ParseSocketMode(std::string_view text);
+// A group name, or a decimal gid; it must exist.
+absl::StatusOr<gid_t> ParseGroup(std::string_view text);
+// chmod(path, mode) and, with a group, chown(path, -1, group): for a socket just bound.
+absl::Status ApplySocketPermissions(const std::string& path, mode_t mode,
+                                    std::optional<gid_t> group);
+
+// Whether an owner token names a live session (the fd side channel answers).
+class CallerSessions {
+ public:
+  virtual ~CallerSessions() = default;
+  virtual bool IsLive(std::string_view owner) const = 0;
+};
+
+struct StoreAuthOptions {
+  std::string token;     // required over TCP unless tcp_auth is false; empty = none set
+  bool tcp_auth = true;  // --store_tcp_auth
+};
+
+class StoreAuth {
+ public:
+  // `metrics` is borrowed and must outlive this object.
+  StoreAuth(StoreAuthOptions options, MetricsRegistry& metrics);
+
+  // peer: grpc::ServerContext::peer() ("unix:..." over the Unix socket, "ipv4:..." over TCP).
+  // The token headers as received (empty when absent). UNAUTHENTICATED (counted) when refused.
+  absl::Status Check(std::string_view peer, std::string_view authorization,
+                     std::string_view store_token_header) const;
+
+  // The caller's owner key: `owner_header` when `sessions` says it is live, else the anonymous
+  // bucket of `peer`.
+  static std::string OwnerOf(std::string_view peer, std::string_view owner_header,
+                             const CallerSessions* sessions);
+  static bool OverUnixSocket(std::string_view peer);
+
+ private:
+  void CountFailure(const char* reason) const;
+
+  const StoreAuthOptions options_;
+  MetricsRegistry& metrics_;
+};
+
+}  // namespace mc::client

@@ -1,0 +1,310 @@
+#include "client/batch/batch_put.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/batch/batch_get.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/status_macros.h"
+#include "proto/status_convert.h"
+
+namespace mc::client {
+namespace {
+
+constexpr int64_t kMaxNoSpacePauseMs = 16;
+
+}  // namespace
+
+BatchPutter::BatchPutter(BatchPutOptions options, MasterClient& master,
+                         transfer::TransferEngine& engine, const Clock& clock,
+                         ClientMetrics& metrics)
+    : options_(std::move(options)),
+      master_(master),
+      engine_(engine),
+      clock_(clock),
+      metrics_(metrics) {}
+
+std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& items,
+                                           uint32_t replicas) {
+  std::vector<absl::Status> out(items.size());
+  if (replicas == 0) replicas = 1;
+  std::vector<size_t> todo;
+  std::vector<uint64_t> checksums(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    out[i] = items[i].input_error;
+    uint64_t size = TotalLength(items[i].pieces);
+    if (out[i].ok() && (items[i].key.empty() || items[i].key.size() > options_.max_key_size)) {
+      out[i] = McError(Code::kInvalidArgument, absl::StrCat("key length ", items[i].key.size(),
+                                                            " outside 1..", options_.max_key_size));
+    }
+    if (out[i].ok() && size == 0) out[i] = McError(Code::kInvalidArgument, "empty payload");
+    if (out[i].ok() && replicas > options_.max_replicas) {
+      out[i] = McError(Code::kInvalidArgument, absl::StrCat(replicas, " replicas asked"));
+    }
+    if (!out[i].ok()) continue;
+    checksums[i] = items[i].checksum ? *items[i].checksum : ScatterChecksum(items[i].pieces);
+    out[i] = CheckBuffersIntact(items[i].buffers);  // the checksum may have read void bytes
+    if (out[i].ok()) todo.push_back(i);
+  }
+  // NO_SPACE is often transient: the master may not evict what reads hold leased or what puts
+  // (this batch's own included) are still writing, and both end within moments. Retry such
+  // items alone, after the batch's other items have ended, for a bounded time.
+  const int64_t started_ms = clock_.NowMs();
+  int64_t pause_ms = 1;
+  int64_t rounds = 0;
+  std::vector<NoSpaceKind> kind(items.size(), NoSpaceKind::kTransient);
+  // Items whose NO_SPACE waits for write-back to SSD may wait longer (invariant 7: memory holds
+  // them until offloads end); the others only for no_space_wait_ms.
+  while (!todo.empty()) {
+    PutOnce(items, todo, replicas, checksums, out, kind);
+    const int64_t elapsed = clock_.NowMs() - started_ms;
+    std::erase_if(todo, [&](size_t i) {
+      if (ToCode(out[i]) != Code::kNoSpace || kind[i] == NoSpaceKind::kFinal) return true;
+      const int64_t limit = kind[i] == NoSpaceKind::kWriteBack ? options_.write_back_wait_ms
+                                                               : options_.no_space_wait_ms;
+      // Every pause is at least 1 ms, so with a real clock the time runs out before this many
+      // rounds; the cap bounds the loop where the clock stands still (a test's fake clock).
+      if (elapsed < limit && rounds < limit) return false;
+      if (rounds > 0) {
+        out[i] = McError(Code::kNoSpace, absl::StrCat(out[i].message(), " (still after ", rounds,
+                                                      " retries over ", elapsed, " ms)"));
+      }
+      return true;
+    });
+    if (todo.empty()) break;
+    for (size_t i : todo) {
+      (kind[i] == NoSpaceKind::kWriteBack ? metrics_.put_write_back_waits
+                                          : metrics_.put_no_space_retries)
+          .Inc();
+    }
+    absl::SleepFor(absl::Milliseconds(pause_ms));
+    pause_ms = std::min<int64_t>(pause_ms * 2, kMaxNoSpacePauseMs);
+    ++rounds;
+  }
+  return out;
+}
+
+void BatchPutter::NotifyOwners(const std::vector<PutRequestItem>& items,
+                               const std::vector<size_t>& started,
+                               const v1::PutStartResponse& placed,
+                               const std::vector<uint64_t>& checksums, int64_t deadline_ms,
+                               std::vector<absl::Status>& write_status) {
+  std::vector<WrittenReplica> notices;
+  std::vector<size_t> notice_owner;  // position in `started`
+  for (size_t k = 0; k < started.size(); ++k) {
+    const v1::PutStartResult& r = placed.results(static_cast<int>(k));
+    const size_t i = started[k];
+    if (r.code() != v1::OK || !write_status[k].ok()) continue;
+    for (const auto& rep : r.replicas()) {
+      notices.push_back({.key = items[i].key,
+                         .generation = r.generation(),
+                         .size = TotalLength(items[i].pieces),
+                         .checksum = checksums[i],
+                         .endpoint = rep.data_endpoint(),
+                         .segment_id = rep.segment_id(),
+                         .offset = rep.offset(),
+                         .capability = rep.capability()});
+      notice_owner.push_back(k);
+    }
+  }
+  if (notices.empty()) return;
+  // The owners learn what they hold before the objects become COMPLETE.
+  const std::vector<IndexNotifier::Outcome> outcomes = notifier_->Notify(notices, deadline_ms);
+  std::vector<uint8_t> recorded(started.size(), 0), failed(started.size(), 0);
+  for (size_t n = 0; n < outcomes.size(); ++n) {
+    if (outcomes[n] == IndexNotifier::Outcome::kRecorded) recorded[notice_owner[n]] = 1;
+    if (outcomes[n] == IndexNotifier::Outcome::kFailed) failed[notice_owner[n]] = 1;
+  }
+  for (size_t k = 0; k < started.size(); ++k) {
+    if (!failed[k] || recorded[k]) continue;
+    metrics_.put_index_failed.Inc();
+    write_status[k] =
+        McError(Code::kTransferFailed,
+                "no owner of its replicas recorded the object in its index (see the "
+                "index-notice warning in this daemon's log): it would not survive a master "
+                "restart, so the put is revoked; retry it");
+  }
+}
+
+absl::StatusOr<const std::vector<LocalBuffer>*> BatchPutter::DirectSource(
+    const PutRequestItem& item, const v1::PutStartResult& placed, uint64_t checksum,
+    std::deque<GpuPutStager::HostCopy>& staged) {
+  if (gpu_ == nullptr || item.pieces.size() != 1) {
+    return McError(Code::kInternal, "a direct GPU put source without a GPU stager");
+  }
+  bool direct = true;
+  for (const auto& rep : placed.replicas()) {
+    direct = direct && gpu_->CanWriteDirect(rep.data_endpoint(), item.pieces[0]);
+  }
+  if (direct) {
+    metrics_.gpu_put_direct.Inc();
+    return &item.pieces;
+  }
+  // A replica the cuda transport cannot write (a peer over TCP, no GPUDirect RDMA): all are
+  // written from a host copy, which must hash to what the device hashed before the put.
+  metrics_.gpu_put_direct_staged.Inc();
+  MC_ASSIGN_OR_RETURN(GpuPutStager::HostCopy copy, gpu_->StageForWrite(item, checksum));
+  staged.push_back(std::move(copy));
+  return &staged.back().pieces;
+}
+
+void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
+                          const std::vector<size_t>& started, uint32_t replicas,
+                          const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
+                          std::vector<NoSpaceKind>& kind) {
+  v1::PutStartRequest start;
+  start.set_client_id(options_.client_id);
+  start.set_replicas(replicas);
+  for (size_t i : started) {  // item index per PutStart entry
+    auto* entry = start.add_items();
+    entry->set_key(items[i].key.data(), items[i].key.size());
+    entry->set_size(TotalLength(items[i].pieces));
+  }
+
+  int64_t sent_ms = clock_.NowMs();
+  v1::PutStartResponse placed;
+  absl::Status s = master_.PutStart(start, &placed);
+  if (s.ok() && placed.results_size() != static_cast<int>(started.size())) {
+    s = McError(Code::kInternal, "master answered a different number of items");
+  }
+  if (!s.ok()) {
+    for (size_t i : started) {
+      out[i] = McError(Code::kUnavailable, absl::StrCat("PutStart: ", s.message()));
+    }
+    return;
+  }
+  // Write every replica of every placed item in one submission.
+  std::vector<transfer::TransferRequest> writes;
+  std::vector<size_t> write_owner;  // position in `started`
+  std::vector<absl::Status> write_status(started.size());
+  // Direct GPU items written from a host copy after all (a deque: the writes point into it).
+  std::deque<GpuPutStager::HostCopy> staged;
+  for (size_t k = 0; k < started.size(); ++k) {
+    const v1::PutStartResult& r = placed.results(k);
+    size_t i = started[k];
+    if (r.code() != v1::OK) {
+      out[i] = McError(FromProtoCode(r.code()), r.message());
+      kind[i] = r.no_space_final()       ? NoSpaceKind::kFinal
+                : r.write_back_pending() ? NoSpaceKind::kWriteBack
+                                         : NoSpaceKind::kTransient;
+      continue;
+    }
+    const std::vector<LocalBuffer>* source = &items[i].pieces;
+    bool prove = false;  // written from GPU memory: each write must return the item's checksum
+    if (items[i].gpu_direct) {
+      absl::StatusOr<const std::vector<LocalBuffer>*> from =
+          DirectSource(items[i], r, checksums[i], staged);
+      if (!from.ok()) {
+        write_status[k] = from.status();
+        continue;
+      }
+      prove = *from == &items[i].pieces;
+      source = *from;
+    }
+    for (const auto& rep : r.replicas()) {
+      writes.push_back(
+          {transfer::OpKind::kWrite, *source, rep.data_endpoint(), rep.segment_id(), rep.offset()});
+      writes.back().capability = rep.capability();  // the master's write grant, if any
+      writes.back().want_checksum = prove;
+      write_owner.push_back(k);
+    }
+  }
+  const int64_t allowed = std::min<int64_t>(
+      static_cast<int64_t>(std::min<uint64_t>(placed.write_deadline_ms(), INT64_MAX / 4)),
+      options_.write_timeout_ms > 0 ? options_.write_timeout_ms : INT64_MAX / 4);
+  int64_t deadline = sent_ms + allowed;
+  std::vector<transfer::TransferResult> written = engine_.Submit(writes, deadline);
+  for (size_t w = 0; w < writes.size(); ++w) {
+    const auto& res = written[w];
+    uint64_t expect = TotalLength(writes[w].local);
+    if (res.status.ok() && res.bytes == expect) {
+      if (!writes[w].want_checksum) continue;
+      // Written from GPU memory: OK only with the proof that the replica is the hashed bytes.
+      const uint64_t want = checksums[started[write_owner[w]]];
+      if (res.checksum == want) continue;
+      metrics_.checksum_mismatches.Inc();
+      write_status[write_owner[w]] = McError(
+          Code::kChecksumMismatch,
+          res.checksum.has_value()
+              ? absl::StrFormat("the replica on %s written from GPU memory hashes to %016x, not "
+                                "the source's %016x (the buffer changed during the put?); not "
+                                "stored",
+                                writes[w].endpoint, *res.checksum, want)
+              : absl::StrCat("the replica on ", writes[w].endpoint,
+                             " written from GPU memory came back without its proof; not stored"));
+      continue;
+    }
+    write_status[write_owner[w]] = McError(
+        Code::kTransferFailed,
+        absl::StrCat("writing the replica on ", writes[w].endpoint, ": ",
+                     res.status.ok() ? "short transfer" : std::string(res.status.message())));
+  }
+  // A source buffer truncated during the writes makes the replicas void: never end them.
+  for (size_t k = 0; k < started.size(); ++k) {
+    if (placed.results(k).code() == v1::OK && write_status[k].ok()) {
+      write_status[k] = CheckBuffersIntact(items[started[k]].buffers);
+    }
+  }
+  if (notifier_ != nullptr) NotifyOwners(items, started, placed, checksums, deadline, write_status);
+  v1::PutEndRequest end;
+  v1::PutRevokeRequest revoke;
+  end.set_client_id(options_.client_id);
+  revoke.set_client_id(options_.client_id);
+  std::vector<size_t> ended, revoked;
+  for (size_t k = 0; k < started.size(); ++k) {
+    const v1::PutStartResult& r = placed.results(k);
+    size_t i = started[k];
+    if (r.code() != v1::OK) continue;
+    if (write_status[k].ok()) {
+      auto* e = end.add_items();
+      e->set_key(items[i].key.data(), items[i].key.size());
+      e->set_generation(r.generation());
+      e->set_checksum(checksums[i]);
+      ended.push_back(i);
+    } else {
+      auto* e = revoke.add_items();
+      e->set_key(items[i].key.data(), items[i].key.size());
+      e->set_generation(r.generation());
+      revoked.push_back(i);
+      out[i] = write_status[k];
+    }
+  }
+  if (!revoked.empty()) {
+    v1::PutRevokeResponse resp;
+    absl::Status rs = master_.PutRevoke(revoke, &resp);
+    if (!rs.ok()) {
+      Logger("client").warn("PutRevoke of {} item(s) failed ({}); the put timeout frees them",
+                            revoked.size(), rs.ToString());
+    }
+  }
+  if (!ended.empty()) {
+    v1::PutEndResponse resp;
+    absl::Status es = master_.PutEnd(end, &resp);
+    if (es.ok() && resp.results_size() != static_cast<int>(ended.size())) {
+      es = McError(Code::kInternal, "master answered a different number of items");
+    }
+    for (size_t k = 0; k < ended.size(); ++k) {
+      size_t i = ended[k];
+      if (!es.ok()) {
+        out[i] = McError(Code::kUnavailable, absl::StrCat("PutEnd: ", es.message()));
+      } else {
+        out[i] = FromResult(resp.results(k));
+        if (ToCode(out[i]) == Code::kNotFound) {
+          // The master revoked the pending put meanwhile (a replica's holder died or the put
+          // timed out): the put failed for lack of a live replica, the key is not "missing".
+          out[i] = McError(Code::kUnavailable,
+                           absl::StrCat("the put was revoked before it ended (a replica's client "
+                                        "was lost or the put timed out): ",
+                                        out[i].message()));
+        }
+        if (out[i].ok()) metrics_.bytes_in.Inc(TotalLength(items[i].pieces));
+      }
+    }
+  }
+}
+
+}  // namespace mc::client

@@ -1,0 +1,97 @@
+#include "client/batch/prefix_leases.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "common/status_macros.h"
+
+namespace mc::client {
+
+uint64_t PrefixLeases::Add(PrefixLease lease) {
+  absl::MutexLock lock(&mu_);
+  uint64_t id = next_id_++;
+  earliest_deadline_ms_ = std::min(earliest_deadline_ms_, lease.deadline_ms);
+  ++owned_[lease.owner];
+  leases_.emplace(id, std::move(lease));
+  return id;
+}
+
+void PrefixLease::Pin(std::string_view key, const mcstore::v1::KeyReplicas& lookup) {
+  if (pinned_ == nullptr) {
+    pinned_ = google::protobuf::Arena::CreateMessage<mcstore::v1::PackedLookups>(arena.get());
+  }
+  PackedLookupsWriter(pinned_).AddRow(lookup);
+  auto* stored_key = google::protobuf::Arena::Create<std::string>(arena.get(), key);
+  keys[*stored_key] = static_cast<uint32_t>(pinned_->codes_size() - 1);
+  auto reader = PackedLookupsReader::Open(*pinned_);
+  MC_CHECK(reader.ok());  // the writer keeps the columns whole
+  lookups = *std::move(reader);
+}
+
+std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, std::string_view key,
+                                                           int64_t* deadline_ms) const {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end() || it->second.deadline_ms <= clock_.NowMs()) return std::nullopt;
+  auto k = it->second.keys.find(key);
+  if (k == it->second.keys.end()) return std::nullopt;
+  *deadline_ms = it->second.deadline_ms;
+  mcstore::v1::KeyReplicas lookup;
+  it->second.lookups.Unpack(k->second, &lookup);
+  return lookup;
+}
+
+void PrefixLeases::DisownLocked(const std::string& owner) {
+  auto it = owned_.find(owner);
+  if (it != owned_.end() && --it->second == 0) owned_.erase(it);
+}
+
+std::optional<PrefixLease> PrefixLeases::Take(uint64_t id, std::optional<std::string_view> owner) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return std::nullopt;
+  if (owner && it->second.owner != *owner) return std::nullopt;
+  PrefixLease lease = std::move(it->second);
+  leases_.erase(it);
+  DisownLocked(lease.owner);
+  return lease;
+}
+
+bool PrefixLeases::OwnedBy(uint64_t id, std::string_view owner) const {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(id);
+  return it != leases_.end() && it->second.owner == owner;
+}
+
+size_t PrefixLeases::CountOwned(const std::string& owner) const {
+  absl::MutexLock lock(&mu_);
+  auto it = owned_.find(owner);
+  return it == owned_.end() ? 0 : it->second;
+}
+
+size_t PrefixLeases::PruneExpired() {
+  absl::MutexLock lock(&mu_);
+  int64_t now = clock_.NowMs();
+  if (now < earliest_deadline_ms_) return 0;
+  size_t n = 0;
+  earliest_deadline_ms_ = std::numeric_limits<int64_t>::max();
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.deadline_ms <= now) {
+      DisownLocked(it->second.owner);
+      leases_.erase(it++);
+      ++n;
+    } else {
+      earliest_deadline_ms_ = std::min(earliest_deadline_ms_, it->second.deadline_ms);
+      ++it;
+    }
+  }
+  return n;
+}
+
+size_t PrefixLeases::Count() const {
+  absl::MutexLock lock(&mu_);
+  return leases_.size();
+}
+
+}  // namespace mc::client

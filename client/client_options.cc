@@ -1,0 +1,106 @@
+#include "client/client_options.h"
+
+#include "absl/strings/str_cat.h"
+#include "transfer/cuda/cuda_transport.h"
+#include "transfer/tcp/frame.h"
+
+namespace mc::client {
+
+namespace {
+
+// Host memory budgets are bounded so that their sums and roundings cannot wrap.
+constexpr uint64_t kMinStagingBytes = uint64_t{1} << 20;
+constexpr uint64_t kMaxStagingBytes = uint64_t{1} << 40;
+
+class Checker {
+ public:
+  void operator()(bool ok, std::string problem) {
+    if (!ok) problems_.push_back(std::move(problem));
+  }
+  std::vector<std::string> Take() { return std::move(problems_); }
+
+ private:
+  std::vector<std::string> problems_;
+};
+
+void ValidateStore(const ClientServerOptions& o, Checker& check) {
+  check(o.listen.empty() || !o.store_tcp_auth || !o.store_token.empty(),
+        absl::StrCat("--listen=", o.listen,
+                     " serves the Store service over TCP, which needs a token: give "
+                     "--store_token_file (or --store_tcp_auth=false to serve it without one, not "
+                     "recommended)"));
+  check(o.fd_channel.max_connections >= 1, "--store_fd_max_connections must be >= 1");
+  check(o.fd_channel.max_connections_per_uid >= 1,
+        "--store_fd_max_connections_per_uid must be >= 1");
+  check(o.buffers.max_buffers_per_owner >= 1, "--store_max_buffers_per_caller must be >= 1");
+  check(o.store.max_prefix_lease_ttl_ms >= 1, "--store_max_lease_ttl_ms must be >= 1");
+  check(o.store.max_request_slices >= 1, "--store_max_request_slices must be >= 1");
+}
+
+void ValidateMasterAndPuts(const ClientServerOptions& o, Checker& check) {
+  check(o.lease_release_delay_us >= 0, "--lease_release_delay_us must be >= 0");
+  check(o.put_no_space_wait_ms >= 0, "--put_no_space_wait_ms must be >= 0");
+  check(o.put_write_back_wait_ms >= 0, "--put_write_back_wait_ms must be >= 0");
+  check(o.put_write_timeout_ms >= 1, "--put_write_timeout_ms must be >= 1");
+}
+
+void ValidateTransfer(const ClientServerOptions& o, Checker& check) {
+  const transfer::TransferEngineOptions& t = o.transfer;
+  check(t.tcp_frame_bytes >= 1 && t.tcp_frame_bytes <= transfer::tcp::kDefaultMaxFrameLength,
+        absl::StrCat("--tcp_frame_bytes must be in 1..", transfer::tcp::kDefaultMaxFrameLength));
+  check(t.tcp_receive_threads >= 0, "--tcp_receive_threads must be >= 0");
+  check(t.copy_threads >= 0, "--copy_threads must be >= 0");
+  check(t.socket_buffer_bytes >= 0, "--tcp_socket_buffer_bytes must be >= 0");
+  check(t.transport == "auto" || t.transport == "tcp" || t.transport == "rdma",
+        "--transport must be auto, tcp or rdma");
+  check(t.rdma_qps_per_peer >= 1 && t.rdma_qps_per_peer <= 64,
+        "--rdma_qps_per_peer must be in 1..64");
+  check(t.rdma_port >= 1, "--rdma_port must be >= 1");
+  check(t.rdma_gid_index >= 0, "--rdma_gid_index must be >= 0");
+  const auto& d = o.data_server;
+  check(d.max_connections >= 1, "--data_max_connections must be >= 1");
+  check(d.max_connections_per_peer >= 1, "--data_max_connections_per_peer must be >= 1");
+  check(d.idle_timeout_ms >= 1, "--data_idle_timeout_ms must be >= 1");
+  check(d.io_timeout_ms >= 1, "--data_io_timeout_ms must be >= 1");
+  check(o.admin.max_connections >= 1, "--http_max_connections must be >= 1");
+  check(o.admin.max_connections_per_peer >= 1, "--http_max_connections_per_peer must be >= 1");
+  check(o.admin.request_timeout_ms >= 1, "--http_request_timeout_ms must be >= 1");
+}
+
+void ValidateGpu(const ClientServerOptions& o, Checker& check) {
+  const transfer::TransferEngineOptions& t = o.transfer;
+  check(t.cuda_device >= -1 && t.cuda_device <= 1023,
+        "--cuda_device must be -1 (no GPU) or a CUDA ordinal in 0..1023");
+  check(t.cuda_streams >= 1 && t.cuda_streams <= 64, "--cuda_streams must be in 1..64");
+  if (absl::Status s = transfer::cuda::ParseGpuDirectRdma(t.gpu_direct_rdma).status(); !s.ok()) {
+    check(false, absl::StrCat("--gpu_direct_rdma: ", s.message()));
+  }
+  check(o.gpu_put.max_staging_bytes >= kMinStagingBytes &&
+            o.gpu_put.max_staging_bytes <= kMaxStagingBytes,
+        "--gpu_put_staging_bytes must be in 1 MiB..1 TiB");
+  check(o.gpu_get.pool_bytes >= kMinStagingBytes && o.gpu_get.pool_bytes <= kMaxStagingBytes,
+        "--gpu_get_staging_bytes must be in 1 MiB..1 TiB");
+  check(o.gpu_max_buffers >= 1, "--gpu_max_buffers must be >= 1");
+  check(o.gpu_max_buffers_per_caller >= 1, "--gpu_max_buffers_per_caller must be >= 1");
+}
+
+void ValidateTier(const ClientServerOptions& o, Checker& check) {
+  check(o.offload_parallelism >= 1 && o.offload_parallelism <= 64,
+        "--offload_parallelism must be in 1..64");
+  check(o.promote_staging_bytes > 0, "--promote_staging_bytes must be > 0");
+  check(o.offload.dir.empty() || o.offload.capacity > 0, "--offload_dir needs --offload_capacity");
+}
+
+}  // namespace
+
+std::vector<std::string> ClientServerOptions::Validate() const {
+  Checker check;
+  ValidateStore(*this, check);
+  ValidateMasterAndPuts(*this, check);
+  ValidateTransfer(*this, check);
+  ValidateGpu(*this, check);
+  ValidateTier(*this, check);
+  return check.Take();
+}
+
+}  // namespace mc::client

@@ -1,0 +1,222 @@
+#include "client/session/index_service.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status.h"
+#include "common/status_macros.h"
+
+namespace mc::client {
+
+using transfer::IndexNoticeEntry;
+
+IndexNotifier::IndexNotifier(std::string local_endpoint, ObjectIndex* local_index,
+                             SegmentResolver resolve, transfer::TransferEngine& engine,
+                             MetricsRegistry& metrics)
+    : local_endpoint_(std::move(local_endpoint)),
+      local_index_(local_index),
+      resolve_(std::move(resolve)),
+      engine_(engine),
+      sent_(metrics.GetCounter("mc_client_index_notices_sent_total",
+                               "index notices (INDEX frames) sent to replica owners")),
+      failed_(metrics.GetCounter(
+          "mc_client_index_notices_failed_total",
+          "index notices (or own-index inserts) that failed: those objects would not survive "
+          "a master restart")) {}
+
+void IndexNotifier::Failed(size_t entries, std::string_view owner, std::string_view why) {
+  failed_.Inc();
+  MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
+               "index notice of {} object(s) to {} failed ({}): their bytes are in place, but a "
+               "master restart would forget them",
+               entries, owner, why);
+}
+
+std::vector<IndexNotifier::Outcome> IndexNotifier::Notify(std::span<const WrittenReplica> replicas,
+                                                          int64_t deadline_ms) {
+  std::vector<Outcome> out(replicas.size(), Outcome::kRecorded);
+  // Per owner: the entries and the positions in `replicas` they stand for.
+  std::map<std::string_view, std::pair<std::vector<IndexNoticeEntry>, std::vector<size_t>>> remote;
+  for (size_t k = 0; k < replicas.size(); ++k) {
+    const WrittenReplica& r = replicas[k];
+    if (r.endpoint == local_endpoint_) {
+      if (local_index_ == nullptr) {
+        out[k] = Outcome::kNoIndex;
+        continue;
+      }
+      absl::Status s;
+      std::optional<size_t> local = resolve_ ? resolve_(r.segment_id) : std::nullopt;
+      if (!local.has_value()) {
+        s = McError(Code::kNotFound, absl::StrCat("segment ", r.segment_id, " not published"));
+      } else {
+        s = local_index_->Insert(*local, r.offset,
+                                 {std::string(r.key), r.generation, r.size, r.checksum});
+      }
+      if (!s.ok()) {
+        out[k] = Outcome::kFailed;
+        Failed(1, "this daemon", std::string(s.message()));
+      }
+      continue;
+    }
+    IndexNoticeEntry e{.segment_id = r.segment_id,
+                       .offset = r.offset,
+                       .length = r.size,
+                       .generation = r.generation,
+                       .checksum = r.checksum,
+                       .key = std::string(r.key)};
+    if (r.capability.size() == e.capability.size()) {
+      std::copy(r.capability.begin(), r.capability.end(), e.capability.begin());
+    }
+    auto& [entries, positions] = remote[r.endpoint];
+    entries.push_back(std::move(e));
+    positions.push_back(k);
+  }
+  // Payloads per owner, cut at the notice bounds; each with the positions it carries.
+  std::vector<std::string> payloads;
+  std::vector<std::string_view> owners;
+  std::vector<std::span<const size_t>> carried;
+  for (const auto& [endpoint, owned] : remote) {
+    const auto& [entries, positions] = owned;
+    size_t start = 0;
+    while (start < entries.size()) {
+      size_t bytes = 4, n = 0;
+      while (start + n < entries.size() && n < transfer::kMaxIndexNoticeEntries &&
+             bytes + transfer::IndexEntryBytes(entries[start + n]) <=
+                 transfer::kMaxIndexNoticeBytes) {
+        bytes += transfer::IndexEntryBytes(entries[start + n]);
+        ++n;
+      }
+      n = std::max<size_t>(n, 1);  // an entry too large alone fails to encode below
+      const std::span<const size_t> these(positions.data() + start, n);
+      absl::StatusOr<std::string> payload =
+          transfer::EncodeIndexNotice(std::span<const IndexNoticeEntry>(entries.data() + start, n));
+      if (payload.ok()) {
+        payloads.push_back(*std::move(payload));
+        owners.push_back(endpoint);
+        carried.push_back(these);
+      } else {
+        for (size_t k : these) out[k] = Outcome::kFailed;
+        Failed(n, endpoint, std::string(payload.status().message()));
+      }
+      start += n;
+    }
+  }
+  if (payloads.empty()) return out;
+  std::vector<transfer::TransferRequest> requests;
+  requests.reserve(payloads.size());
+  for (size_t k = 0; k < payloads.size(); ++k) {
+    requests.push_back({transfer::OpKind::kIndex,
+                        {transfer::LocalBuffer{payloads[k].data(), payloads[k].size()}},
+                        std::string(owners[k]),
+                        0,
+                        0});
+  }
+  std::vector<transfer::TransferResult> results = engine_.Submit(requests, deadline_ms);
+  for (size_t k = 0; k < requests.size(); ++k) {
+    sent_.Inc();
+    if (results[k].status.ok()) continue;
+    if (ToCode(results[k].status) == Code::kNotReady) {
+      // The owner runs with --object_index=false: its objects are not restart-safe by the
+      // operator's choice, which is not this put's failure.
+      for (size_t i : carried[k]) out[i] = Outcome::kNoIndex;
+      continue;
+    }
+    for (size_t i : carried[k]) out[i] = Outcome::kFailed;
+    Failed(carried[k].size(), owners[k], std::string(results[k].status.message()));
+  }
+  return out;
+}
+
+IndexNoticeHandler::IndexNoticeHandler(ObjectIndex& index, SegmentResolver resolve,
+                                       const auth::CapabilityVerifier* verifier,
+                                       MetricsRegistry& metrics)
+    : index_(index),
+      resolve_(std::move(resolve)),
+      verifier_(verifier),
+      recorded_(metrics.GetCounter("mc_client_index_entries_total",
+                                   "index notice entries served, by result",
+                                   {{"result", "recorded"}})),
+      refused_(metrics.GetCounter("mc_client_index_entries_total",
+                                  "index notice entries served, by result",
+                                  {{"result", "refused"}})),
+      unknown_segment_(metrics.GetCounter(transfer::kUnknownSegmentMetric,
+                                          transfer::kUnknownSegmentHelp, {{"op", "index"}})) {}
+
+absl::Status IndexNoticeHandler::Serve(const transfer::DataRequest& request,
+                                       transfer::RequestStream& stream) {
+  if (request.length > transfer::kMaxIndexNoticeBytes) {
+    // Not a notice any writer sends: the peer is not trusted further (closes the connection).
+    refused_.Inc();
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("index notice of ", request.length, " bytes above the limit"));
+  }
+  std::string payload(request.length, '\0');
+  MC_RETURN_IF_ERROR(stream.ReadExact(payload.data(), payload.size()));
+  absl::StatusOr<std::vector<IndexNoticeEntry>> entries =
+      transfer::DecodeIndexNotice(reinterpret_cast<const uint8_t*>(payload.data()), payload.size());
+  if (!entries.ok()) {
+    refused_.Inc();
+    MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn, "index notice refused: {}",
+                 std::string(entries.status().message()));
+    return stream.Respond(Code::kInvalidArgument);
+  }
+  const absl::Status s = Apply(*entries);
+  return stream.Respond(s.ok() ? Code::kOk : ToCode(s));
+}
+
+absl::Status IndexNoticeHandler::ServeWithoutIndex(const transfer::DataRequest& request,
+                                                   transfer::RequestStream& stream) {
+  if (request.length > transfer::kMaxIndexNoticeBytes) {
+    return McError(Code::kInvalidArgument, "index notice above the limit");
+  }
+  MC_RETURN_IF_ERROR(stream.Skip(request.length));
+  return stream.Respond(Code::kNotReady);
+}
+
+absl::Status IndexNoticeHandler::Apply(std::span<const IndexNoticeEntry> entries) {
+  absl::Status first;
+  for (const IndexNoticeEntry& e : entries) {
+    absl::Status s = ApplyOne(e);
+    if (s.ok()) {
+      recorded_.Inc();
+      continue;
+    }
+    refused_.Inc();
+    MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
+                 "index entry for segment {} offset {} generation {} refused: {}", e.segment_id,
+                 e.offset, e.generation, std::string(s.message()));
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+absl::Status IndexNoticeHandler::ApplyOne(const IndexNoticeEntry& e) {
+  if (verifier_ != nullptr) {
+    // Exactly as a WRITE frame of the whole replica would be checked, and its generation.
+    const auth::FrameAccess access{.right = auth::Right::kWrite,
+                                   .segment_id = e.segment_id,
+                                   .offset = e.offset,
+                                   .length = e.length};
+    const auth::Denial denial = verifier_->Check(e.capability.data(), access);
+    if (denial != auth::Denial::kNone) {
+      return McError(Code::kPermissionDenied,
+                     absl::StrCat("capability refused: ", std::string(auth::DenialName(denial))));
+    }
+    absl::StatusOr<auth::Capability> cap =
+        auth::DecodeCapability(e.capability.data(), e.capability.size());
+    if (!cap.ok() || cap->generation != e.generation || cap->segment_id != e.segment_id ||
+        cap->offset != e.offset || cap->length != e.length) {
+      return McError(Code::kPermissionDenied, "the capability is not this replica's");
+    }
+  }
+  std::optional<size_t> local = resolve_ ? resolve_(e.segment_id) : std::nullopt;
+  if (!local.has_value()) {
+    unknown_segment_.Inc();
+    return McError(Code::kNotFound, absl::StrCat("segment ", e.segment_id, " not published"));
+  }
+  return index_.Insert(*local, e.offset, {e.key, e.generation, e.length, e.checksum});
+}
+
+}  // namespace mc::client

@@ -1,0 +1,406 @@
+#include "client/session/master_client.h"
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <set>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/master_credentials.h"
+#include "common/status.h"
+#include "proto/status_convert.h"
+
+namespace mc::client {
+namespace {
+
+class GrpcMasterClient final : public MasterClient {
+ public:
+  explicit GrpcMasterClient(const GrpcMasterClientOptions& options) : options_(options) {
+    absl::MutexLock lock(&targets_mu_);
+    for (absl::string_view a : absl::StrSplit(options.address, ',', absl::SkipWhitespace())) {
+      AddTargetLocked(std::string(absl::StripAsciiWhitespace(a)));
+    }
+    if (targets_.empty()) AddTargetLocked(options.address);
+  }
+  // Sends what is queued, then waits for the answers: every release has the RPC deadline.
+  ~GrpcMasterClient() override {
+    {
+      absl::MutexLock lock(&release_mu_);
+      stopping_ = true;
+      release_cv_.SignalAll();
+    }
+    if (release_sender_.joinable()) release_sender_.join();
+    WaitForReleases();
+  }
+
+  absl::Status RegisterClient(const v1::RegisterClientRequest& req,
+                              v1::RegisterClientResponse* resp) override {
+    // A fresh proof per attempt: each master remembers the nonces it saw.
+    auto prepare = [&](grpc::ClientContext* ctx) {
+      if (!options_.cluster_keys) return;
+      ctx->AddMetadata(auth::kProofHeader,
+                       auth::MakeProof(*options_.cluster_keys, auth::ProofRole::kRegister,
+                                       req.client_id(), req.data_endpoint(), auth::UnixNowMs()));
+      // The session being replaced, if any: proves this is the daemon that holds it.
+      std::string session = SessionCredential();
+      if (!session.empty()) ctx->AddMetadata(auth::kSessionHeader, session);
+    };
+    grpc::Status g =
+        Invoke(&v1::Master::Stub::RegisterClient, req, resp, Retry::kIfNotExecuted, prepare);
+    absl::Status s = FromGrpcStatus(g);
+    if (s.ok() && options_.cluster_keys) {
+      absl::MutexLock lock(&session_mu_);
+      session_credential_ =
+          resp->session_token().size() == auth::kSessionTokenSize
+              ? auth::MakeSessionCredential(req.client_id(), resp->session_token())
+              : std::string();
+    }
+    return s;
+  }
+  absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
+    grpc::Status s = Invoke(&v1::Master::Stub::Heartbeat, req, resp, Retry::kIfNotExecuted,
+                            [this](grpc::ClientContext* ctx) { AddCredentials(ctx); });
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      resp->set_known(false);  // the master does not know our session: register again
+      return absl::OkStatus();
+    }
+    return FromGrpcStatus(s);
+  }
+  absl::Status UnregisterClient(const v1::UnregisterClientRequest& req) override {
+    v1::UnregisterClientResponse resp;
+    return Call(&v1::Master::Stub::UnregisterClient, req, &resp);
+  }
+  absl::Status PutStart(const v1::PutStartRequest& req, v1::PutStartResponse* resp) override {
+    WaitForReleases();
+    return Call(&v1::Master::Stub::PutStart, req, resp);
+  }
+  absl::Status PutEnd(const v1::PutEndRequest& req, v1::PutEndResponse* resp) override {
+    return Call(&v1::Master::Stub::PutEnd, req, resp);
+  }
+  absl::Status PutRevoke(const v1::PutRevokeRequest& req, v1::PutRevokeResponse* resp) override {
+    return Call(&v1::Master::Stub::PutRevoke, req, resp);
+  }
+  // Carries the releases still queued; they end before the lookup (master.proto). When the call
+  // fails they go back to the queue to be sent alone (a release is idempotent), so a lookup the
+  // master rejects never takes releases down with it. With release_delay_us 0 nothing is
+  // carried (the setting for a master too old to know `releases`).
+  absl::Status GetReplicas(const v1::GetReplicasRequest& req,
+                           v1::GetReplicasResponse* resp) override {
+    std::deque<std::unique_ptr<PendingRelease>> carried;
+    if (options_.release_delay_us > 0) {
+      absl::MutexLock lock(&release_mu_);
+      carried.swap(release_queue_);
+    }
+    if (carried.empty()) return Call(&v1::Master::Stub::GetReplicas, req, resp, Retry::kAlways);
+    v1::GetReplicasRequest with_releases = req;
+    for (auto& call : carried) *with_releases.add_releases() = std::move(call->req);
+    absl::Status s = Call(&v1::Master::Stub::GetReplicas, with_releases, resp, Retry::kAlways);
+    if (!s.ok()) {
+      for (size_t i = 0; i < carried.size(); ++i) {
+        carried[i]->req = std::move(*with_releases.mutable_releases(static_cast<int>(i)));
+      }
+      absl::MutexLock lock(&release_mu_);
+      for (auto it = carried.rbegin(); it != carried.rend(); ++it) {
+        release_queue_.push_front(std::move(*it));
+      }
+      send_now_ = true;
+      release_cv_.SignalAll();
+      return s;
+    }
+    for (auto& call : carried) call->done(absl::OkStatus());
+    absl::MutexLock lock(&release_mu_);
+    for (auto& call : carried) outstanding_.erase(call->ticket);
+    release_cv_.SignalAll();
+    return s;
+  }
+  // An application's explicit release (a MatchPrefix lease) also ends the leases of this client's
+  // earlier gets first: once it returns, nothing this client read before is still leased.
+  absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
+    WaitForReleases();
+    v1::ReleaseLeasesResponse resp;
+    return Call(&v1::Master::Stub::ReleaseLeases, req, &resp, Retry::kAlways);
+  }
+  void ReleaseLeasesAsync(v1::ReleaseLeasesRequest req,
+                          std::function<void(absl::Status)> done) override {
+    auto call = std::make_unique<PendingRelease>();
+    call->req = std::move(req);
+    call->done = std::move(done);
+    call->queued = absl::Now();
+    absl::MutexLock lock(&release_mu_);
+    if (!release_sender_.joinable()) release_sender_ = std::thread([this] { SendReleases(); });
+    call->ticket = next_ticket_++;
+    outstanding_.insert(call->ticket);
+    // The sender needs waking only to start the clock on a queue that was empty.
+    const bool was_empty = release_queue_.empty();
+    release_queue_.push_back(std::move(call));
+    if (was_empty || options_.release_delay_us <= 0) release_cv_.SignalAll();
+  }
+  absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
+    return Call(&v1::Master::Stub::Exist, req, resp, Retry::kAlways);
+  }
+  absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) override {
+    WaitForReleases();
+    return Call(&v1::Master::Stub::Remove, req, resp);
+  }
+  absl::Status AddDiskReplicas(const v1::AddDiskReplicasRequest& req,
+                               v1::AddDiskReplicasResponse* resp) override {
+    return Call(&v1::Master::Stub::AddDiskReplicas, req, resp);
+  }
+  absl::Status RemoveDiskReplicas(const v1::RemoveDiskReplicasRequest& req,
+                                  v1::RemoveDiskReplicasResponse* resp) override {
+    return Call(&v1::Master::Stub::RemoveDiskReplicas, req, resp);
+  }
+  absl::Status TakeOffloadTasks(const v1::TakeOffloadTasksRequest& req,
+                                v1::TakeOffloadTasksResponse* resp) override {
+    return Call(&v1::Master::Stub::TakeOffloadTasks, req, resp);
+  }
+  absl::Status PromoteStart(const v1::PromoteStartRequest& req,
+                            v1::PromoteStartResponse* resp) override {
+    return Call(&v1::Master::Stub::PromoteStart, req, resp);
+  }
+  absl::Status PromoteEnd(const v1::PromoteEndRequest& req, v1::PromoteEndResponse* resp) override {
+    return Call(&v1::Master::Stub::PromoteEnd, req, resp);
+  }
+  absl::Status ReportObjects(const v1::ReportObjectsRequest& req,
+                             v1::ReportObjectsResponse* resp) override {
+    return Call(&v1::Master::Stub::ReportObjects, req, resp);
+  }
+
+ private:
+  void SetDeadline(grpc::ClientContext* ctx) const {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(options_.rpc_timeout_ms));
+  }
+  // x-mc-session for the current session ("" before the first registration or without keys).
+  std::string SessionCredential() {
+    absl::MutexLock lock(&session_mu_);
+    return session_credential_;
+  }
+  void AddCredentials(grpc::ClientContext* ctx) {
+    if (!options_.cluster_keys) return;
+    std::string session = SessionCredential();
+    if (!session.empty()) ctx->AddMetadata(auth::kSessionHeader, session);
+  }
+  // UNAUTHENTICATED from the master: our session is unknown to it (it restarted or dropped us,
+  // or we have not registered yet). Transient like the unknown-client answers before it:
+  // kUnavailable; the next Heartbeat learns the same and the session re-registers.
+  static absl::Status Converted(const grpc::Status& status) {
+    if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      return McError(Code::kUnavailable, "rpc: the master refused our session (" +
+                                             status.error_message() +
+                                             "); retry once this client has registered again");
+    }
+    return FromGrpcStatus(status);
+  }
+
+  // Which failed calls are tried again (on the next master) within their deadline.
+  enum class Retry {
+    kIfNotExecuted,  // only when certainly not executed: a standby's refusal, no connection
+    kAlways,         // idempotent calls: also after any UNAVAILABLE
+  };
+
+  template <typename Req, typename Resp>
+  absl::Status Call(grpc::Status (v1::Master::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                             Resp*),
+                    const Req& req, Resp* resp, Retry retry = Retry::kIfNotExecuted) {
+    return Converted(Invoke(method, req, resp, retry,
+                            [this](grpc::ClientContext* ctx) { AddCredentials(ctx); }));
+  }
+
+  // One call within one deadline, following the leader: see MasterTargets.
+  template <typename Req, typename Resp, typename Prepare>
+  grpc::Status Invoke(grpc::Status (v1::Master::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                               Resp*),
+                      const Req& req, Resp* resp, Retry retry, const Prepare& prepare) {
+    const auto deadline =
+        std::chrono::system_clock::now() + std::chrono::milliseconds(options_.rpc_timeout_ms);
+    for (int attempt = 0;; ++attempt) {
+      size_t index = 0;
+      Target* target = Current(&index);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(deadline);
+      prepare(&ctx);
+      grpc::Status s = ((*target->stub).*method)(&ctx, req, resp);
+      if (!FailOver(s, ctx, index, retry, attempt, deadline)) return s;
+      resp->Clear();
+    }
+  }
+
+  struct Target {
+    std::string address;
+    std::unique_ptr<v1::Master::Stub> stub;
+  };
+  void AddTargetLocked(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(targets_mu_) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(options_.max_message_bytes);
+    args.SetMaxSendMessageSize(options_.max_message_bytes);
+    // Reconnect quickly after a master restart.
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    auto target = std::make_unique<Target>();
+    target->address = address;
+    target->stub = v1::Master::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    targets_.push_back(std::move(target));
+  }
+  Target* Current(size_t* index) {
+    absl::MutexLock lock(&targets_mu_);
+    *index = current_;
+    return targets_[current_].get();
+  }
+
+  // After a failed call on target `index`: moves the current master (to the leader a standby
+  // named, else the next address) when the failure says this one cannot serve, and says whether
+  // to try the call again. A single address keeps today's behaviour: no retry.
+  bool FailOver(const grpc::Status& s, const grpc::ClientContext& ctx, size_t index, Retry retry,
+                int attempt, std::chrono::system_clock::time_point deadline) {
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return false;
+    }
+    std::string leader;
+    const auto& trailing = ctx.GetServerTrailingMetadata();
+    auto it = trailing.find(auth::kLeaderHeader);
+    if (it != trailing.end()) leader.assign(it->second.data(), it->second.size());
+    const bool standby = !leader.empty() || absl::StartsWith(s.error_message(), kStandbyPrefix);
+    const bool not_connected = s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                               (absl::StrContains(s.error_message(), "failed to connect") ||
+                                absl::StrContains(s.error_message(), "onnection refused"));
+    size_t count = 0;
+    {
+      absl::MutexLock lock(&targets_mu_);
+      count = targets_.size();
+      if (count == 1 && leader.empty()) return false;
+      if (current_ == index) {
+        size_t next = (index + 1) % count;
+        if (!leader.empty() && leader != targets_[index]->address) {
+          next = targets_.size();
+          for (size_t i = 0; i < targets_.size(); ++i) {
+            if (targets_[i]->address == leader) next = i;
+          }
+          // A leader not in the list (advertised under another name): added, within a bound.
+          if (next == targets_.size() && targets_.size() < kMaxTargets) AddTargetLocked(leader);
+          if (next >= targets_.size()) next = (index + 1) % count;
+        }
+        current_ = next;
+        count = targets_.size();
+        if (next != index) {
+          MC_LOG_EVERY(std::chrono::seconds(2), Logger("client"), info,
+                       "master {} cannot serve ({}): trying {}", targets_[index]->address,
+                       s.error_message(), targets_[next]->address);
+        }
+      }
+    }
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return false;
+    if (!(standby || not_connected || retry == Retry::kAlways)) return false;
+    // A whole round of refusals (an election under way): wait a little before the next.
+    if (attempt + 1 >= static_cast<int>(count)) {
+      const auto pause = std::chrono::milliseconds(std::min(50 * (attempt + 1), 200));
+      if (std::chrono::system_clock::now() + pause >= deadline) return false;
+      std::this_thread::sleep_for(pause);
+    }
+    return std::chrono::system_clock::now() < deadline;
+  }
+
+  struct PendingRelease {
+    grpc::ClientContext ctx;
+    v1::ReleaseLeasesRequest req;
+    v1::ReleaseLeasesResponse resp;
+    std::function<void(absl::Status)> done;
+    uint64_t ticket = 0;  // order of queueing
+    absl::Time queued;
+  };
+
+  // The release sender: starting an RPC costs ~0.1 ms of the caller's time on a small machine,
+  // so gets only queue their releases. A release waits up to release_delay_us for the next
+  // GetReplicas to carry it; then (or at once when a PutStart/Remove waits for it, or on
+  // shutdown) this thread starts one ReleaseLeases per release (pipelined, callback API), and
+  // the completion callback reports and counts them done.
+  void SendReleases() {
+    const absl::Duration delay = absl::Microseconds(options_.release_delay_us);
+    for (;;) {
+      std::deque<std::unique_ptr<PendingRelease>> batch;
+      {
+        absl::MutexLock lock(&release_mu_);
+        for (;;) {
+          if (release_queue_.empty()) {
+            if (stopping_) return;  // nothing left to send
+            release_cv_.Wait(&release_mu_);
+            continue;
+          }
+          if (stopping_ || send_now_) break;
+          const absl::Time due = release_queue_.front()->queued + delay;
+          if (absl::Now() >= due) break;
+          release_cv_.WaitWithDeadline(&release_mu_, due);
+        }
+        send_now_ = false;  // whoever asked waits for tickets now in `batch` or in flight
+        batch.swap(release_queue_);
+      }
+      for (auto& owned : batch) {
+        PendingRelease* call = owned.release();
+        SetDeadline(&call->ctx);
+        AddCredentials(&call->ctx);
+        size_t index = 0;
+        Current(&index)->stub->async()->ReleaseLeases(&call->ctx, &call->req, &call->resp,
+                                                      [this, call](grpc::Status status) {
+                                                        call->done(Converted(status));
+                                                        const uint64_t ticket = call->ticket;
+                                                        delete call;
+                                                        absl::MutexLock lock(&release_mu_);
+                                                        outstanding_.erase(ticket);
+                                                        release_cv_.SignalAll();
+                                                      });
+      }
+    }
+  }
+
+  // Waits until every release queued before this call has been answered (or failed); releases
+  // queued later do not hold it up, so a steady stream of gets cannot starve a put.
+  void WaitForReleases() {
+    absl::MutexLock lock(&release_mu_);
+    const uint64_t mine = next_ticket_;
+    if (!release_queue_.empty()) {
+      send_now_ = true;  // no holding back what this call waits for
+      release_cv_.SignalAll();
+    }
+    while (!outstanding_.empty() && *outstanding_.begin() < mine) release_cv_.Wait(&release_mu_);
+  }
+
+  static constexpr char kStandbyPrefix[] = "mc-master standby";
+  static constexpr size_t kMaxTargets = 32;
+
+  const GrpcMasterClientOptions options_;
+  // One channel per master address (never removed: Target pointers stay valid) and the one
+  // calls go to now.
+  absl::Mutex targets_mu_;
+  std::vector<std::unique_ptr<Target>> targets_ ABSL_GUARDED_BY(targets_mu_);
+  size_t current_ ABSL_GUARDED_BY(targets_mu_) = 0;
+  absl::Mutex session_mu_;
+  std::string session_credential_ ABSL_GUARDED_BY(session_mu_);
+  absl::Mutex release_mu_;
+  absl::CondVar release_cv_;
+  uint64_t next_ticket_ ABSL_GUARDED_BY(release_mu_) = 0;
+  std::set<uint64_t> outstanding_ ABSL_GUARDED_BY(release_mu_);  // queued or sent, not answered
+  std::deque<std::unique_ptr<PendingRelease>> release_queue_ ABSL_GUARDED_BY(release_mu_);
+  bool stopping_ ABSL_GUARDED_BY(release_mu_) = false;
+  bool send_now_ ABSL_GUARDED_BY(release_mu_) = false;  // the sender skips the delay once
+  std::thread release_sender_;
+};
+
+}  // namespace
+
+std::unique_ptr<MasterClient> CreateGrpcMasterClient(const GrpcMasterClientOptions& options) {
+  return std::make_unique<GrpcMasterClient>(options);
+}
+
+}  // namespace mc::client

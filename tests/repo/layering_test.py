@@ -1,0 +1,75 @@
+"""The include graph follows the layers of DESIGN.md and client/README.md.
+
+Folders: common <- proto <- transfer, offload <- client; master on common and proto only;
+production code never includes tests/. Inside client/, the rooms include only rooms below them
+(client/README.md's order); client_metrics.h at the root is a leaf any room may include.
+"""
+import os
+import re
+import subprocess
+import unittest
+
+ROOT = os.environ.get("MC_SOURCE_DIR") or os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# Which top-level folders each production folder may include (besides itself and third-party).
+ALLOWED = {
+    "common": set(),
+    "proto": {"common", "mcstore"},
+    "transfer": {"common", "proto", "mcstore"},
+    "offload": {"common", "proto", "mcstore", "transfer"},
+    "master": {"common", "proto", "mcstore"},
+    "client": {"common", "proto", "mcstore", "transfer", "offload"},
+    "tools": {"common", "proto", "mcstore", "client", "transfer"},
+}
+OURS = {"common", "proto", "transfer", "offload", "master", "client", "tools", "tests", "bench"}
+CLIENT_ROOMS = ["access", "gpu", "buffers", "session", "tier", "batch", "store"]
+CLIENT_LEAVES = {"client/client_metrics.h"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def sources(folder):
+    out = subprocess.check_output(["git", "ls-files", folder], cwd=ROOT, text=True)
+    return [p for p in out.split() if p.endswith((".h", ".cc", ".cu"))]
+
+
+def includes(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+        return INCLUDE.findall(f.read())
+
+
+class Layering(unittest.TestCase):
+    def test_folders_include_only_the_layers_below(self):
+        bad = []
+        for folder, allowed in ALLOWED.items():
+            for path in sources(folder):
+                for inc in includes(path):
+                    top = inc.split("/", 1)[0]
+                    if "/" in inc and top in OURS | {"mcstore"} and top != folder \
+                            and top not in allowed:
+                        bad.append("%s includes %s" % (path, inc))
+        self.assertEqual(bad, [], "includes against the layering:\n" + "\n".join(bad))
+
+    def test_client_rooms_include_only_rooms_below(self):
+        rank = {room: i for i, room in enumerate(CLIENT_ROOMS)}
+        bad = []
+        for path in sources("client"):
+            parts = path.split("/")
+            if len(parts) == 2:
+                continue  # the root wires every room
+            mine = rank.get(parts[1])
+            self.assertIsNotNone(mine, "%s is in no room of client/README.md" % path)
+            for inc in includes(path):
+                if not inc.startswith("client/") or inc in CLIENT_LEAVES:
+                    continue
+                ip = inc.split("/")
+                if len(ip) == 2:
+                    bad.append("%s includes the daemon's root header %s" % (path, inc))
+                elif ip[1] != parts[1] and rank.get(ip[1], len(rank)) >= mine:
+                    bad.append("%s (room %s) includes %s (room %s, not below)"
+                               % (path, parts[1], inc, ip[1]))
+        self.assertEqual(bad, [], "\n".join(bad))
+
+
+if __name__ == "__main__":
+    unittest.main()
