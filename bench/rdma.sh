@@ -5,7 +5,7 @@
 # mc-clients with --transport=rdma) and mc-bench getting values put through client1 from
 # client2 into shm slices (each byte crosses as an RDMA READ into a registered application
 # buffer), with the rdma bytes from client2's /metrics. Without a NIC it runs itself inside one boot of the
-# Soft-RoCE VM (../shared/tools/run-in-rxe-vm.sh); with MC_RDMA_DEVICE set (a real RoCE/IB
+# Soft-RoCE VM (deploy/rxe-vm.sh); with MC_RDMA_DEVICE set (a real RoCE/IB
 # device, MC_RDMA_GID_INDEX its GID) it runs here. Prints figures; never asserts on time.
 #   bench/rdma.sh [build-dir]      env: SECONDS_EACH (default 3), SIZES ("1048576 4194304"),
 #                                  PERFTEST_ITERS (perftest iterations per size, default 16)
@@ -15,8 +15,7 @@ dir="${1:-build}"
 bench="$PWD/$dir/bench/mc-rdma-bench"
 [[ -x "$bench" ]] || { echo "build $bench first (./deploy/build.sh release mc-rdma-bench)"; exit 2; }
 if [[ "${MC_RDMA_BENCH_INSIDE:-0}" != 1 && -z "${MC_RDMA_DEVICE:-}" ]]; then
-  vm="$(cd .. && pwd)/shared/tools/run-in-rxe-vm.sh"
-  [[ -x "$vm" ]] || { echo "no RDMA device given and no $vm"; exit 2; }
+  vm="$PWD/deploy/rxe-vm.sh"
   exec env MC_RDMA_BENCH_INSIDE=1 MC_RDMA_DEVICE=rxe0 MC_RDMA_GID_INDEX=1 \
     RXE_VM_TIMEOUT="${RXE_VM_TIMEOUT:-600}" "$vm" "$0" "$@"
 fi

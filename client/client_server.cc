@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/client_status_page.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
@@ -448,6 +449,10 @@ absl::Status ClientServer::StartAdmin() {
   admin_->Handle("/metrics", "text/plain; version=0.0.4",
                  [this] { return registry_.RenderPrometheus(); });
   admin_->Handle("/status", "text/plain", [this] { return StatusLine() + "\n"; });
+  for (const char* path : {"/status.html", "/"}) {
+    admin_->Handle(path, "text/html; charset=utf-8",
+                   [this] { return ClientStatusHtml(StatusLine(), registry_); });
+  }
   // Unhealthy while the data plane cannot accept connections (e.g. at the fd limit): peers'
   // reads from us fail then, and an orchestrator should know.
   admin_->HandleReply("/healthz", "text/plain", [this] {

@@ -33,6 +33,37 @@ std::string WithLabel(const std::string& rendered, const std::string& extra) {
   return rendered.substr(0, rendered.size() - 1) + "," + extra + "}";
 }
 
+// The labels of a set rendered by RenderLabels (its escapes undone).
+Labels ParseRenderedLabels(const std::string& rendered) {
+  Labels out;
+  size_t i = 1;  // past '{'
+  while (i < rendered.size() && rendered[i] != '}') {
+    const size_t eq = rendered.find("=\"", i);
+    if (eq == std::string::npos) break;
+    std::string key = rendered.substr(i, eq - i);
+    std::string value;
+    size_t j = eq + 2;
+    for (; j < rendered.size() && rendered[j] != '"'; ++j) {
+      if (rendered[j] == '\\' && j + 1 < rendered.size()) {
+        ++j;
+        value.push_back(rendered[j] == 'n' ? '\n' : rendered[j]);
+      } else {
+        value.push_back(rendered[j]);
+      }
+    }
+    out.emplace_back(std::move(key), std::move(value));
+    i = j + 1;
+    if (i < rendered.size() && rendered[i] == ',') ++i;
+  }
+  return out;
+}
+
+bool Includes(const Labels& labels, const Labels& match) {
+  return std::all_of(match.begin(), match.end(), [&](const auto& m) {
+    return std::find(labels.begin(), labels.end(), m) != labels.end();
+  });
+}
+
 }  // namespace
 
 std::string RenderLabels(const Labels& labels) {
@@ -136,6 +167,30 @@ std::string MetricsRegistry::RenderPrometheus() const {
     }
   }
   return out;
+}
+
+std::vector<std::pair<Labels, double>> MetricsRegistry::Values(const std::string& name,
+                                                               const Labels& match) const {
+  std::vector<std::pair<Labels, double>> out;
+  absl::MutexLock lock(&mu_);
+  auto it = families_.find(name);
+  if (it == families_.end()) return out;
+  const Family& family = it->second;
+  auto add = [&](const std::string& rendered, double value) {
+    Labels labels = ParseRenderedLabels(rendered);
+    if (Includes(labels, match)) out.emplace_back(std::move(labels), value);
+  };
+  for (const auto& [labels, c] : family.counters) add(labels, static_cast<double>(c->Value()));
+  for (const auto& [labels, g] : family.gauges) add(labels, static_cast<double>(g->Value()));
+  for (const auto& [labels, fn] : family.callbacks) add(labels, fn());
+  for (const auto& [labels, h] : family.histograms) add(labels, static_cast<double>(h->Count()));
+  return out;
+}
+
+double MetricsRegistry::Sum(const std::string& name, const Labels& match) const {
+  double sum = 0;
+  for (const auto& [labels, value] : Values(name, match)) sum += value;
+  return sum;
 }
 
 }  // namespace mc

@@ -78,6 +78,14 @@ class MetricsRegistry {
 
   std::string RenderPrometheus() const;
 
+  // The series of family `name` whose label sets include every pair of `match`, with their
+  // values now: counters, gauges, callback gauges (evaluated here) and histograms (their
+  // observation counts). Empty for an unknown family. For status pages, not hot paths.
+  std::vector<std::pair<Labels, double>> Values(const std::string& name,
+                                                const Labels& match = {}) const;
+  // The sum of those values (0 when none).
+  double Sum(const std::string& name, const Labels& match = {}) const;
+
  private:
   struct Family {
     std::string help;

@@ -70,12 +70,33 @@ bool ParseBytes(std::string_view text, uint64_t* out) {
   return true;
 }
 
+namespace {
+
+// `s` as the inside of a JSON string: quotes, backslashes and control characters escaped.
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppend(&out, absl::StrFormat("\\u%04x", static_cast<unsigned char>(c)));
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::Status WriteReadyFile(const std::string& path,
                             const std::vector<std::pair<std::string, std::string>>& fields) {
   std::string json = "{";
   for (size_t i = 0; i < fields.size(); ++i) {
     if (i > 0) json += ", ";
-    absl::StrAppend(&json, "\"", fields[i].first, "\": \"", fields[i].second, "\"");
+    absl::StrAppend(&json, "\"", JsonEscape(fields[i].first), "\": \"",
+                    JsonEscape(fields[i].second), "\"");
   }
   json += "}\n";
   std::string tmp = path + ".tmp";

@@ -8,8 +8,11 @@
 #   4. ThreadSanitizer build (clang-14): the unit tests (tests/tsan.supp);
 #   5. fuzz build (clang-14 libFuzzer, ASan+UBSan): each fuzzer for $MC_FUZZ_SECONDS (default
 #      20) s from its seed corpus in tests/fuzz/corpus (new inputs go to a temporary directory).
-# The release stage also runs the tests labelled `vllm` (real vLLM engines on the CPU, minutes)
-# once, and the real-verbs tests (label `rdma`) in one boot of the Soft-RoCE VM.
+# The release stage also runs, once each, the deployment checks (label `deploy`: systemd units,
+# Kubernetes manifests, Prometheus rules, the dashboard, flag files, the status page; timed), the
+# tests labelled `vllm` (real vLLM engines on the CPU, minutes) and the real-verbs and netem
+# tests (labels `rdma`, `netem`) in one boot of the Soft-RoCE VM (deploy/rxe-vm.sh): a VM that
+# cannot run fails the full run; --quick skips it then, saying so.
 # The default runs all six stages; MC_TEST_STAGES="release fuzz" (for example) picks some;
 # ./deploy/test.sh --quick runs only stages 0 and 1. Exit status is non-zero on any failure.
 set -euo pipefail
@@ -17,6 +20,8 @@ cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh
 quick=0
 [[ "${1:-}" == "--quick" ]] && quick=1
+# The full run fails when the Soft-RoCE VM cannot run; --quick skips that suite then, saying so.
+[[ $quick -eq 1 ]] && export MC_REQUIRE_RDMA_VM="${MC_REQUIRE_RDMA_VM:-0}"
 jobs="${MC_JOBS:-$(nproc)}"
 # Tests start daemons; two at a time keeps a 2-core machine responsive.
 test_jobs="${MC_TEST_JOBS:-2}"
@@ -33,7 +38,7 @@ run_flavour() {
   echo "=== [$flavour] build"
   ./deploy/build.sh "$flavour"
   echo "=== [$flavour] tests"
-  (cd "$dir" && ctest --output-on-failure -j "$test_jobs" --timeout 900 -LE vllm "$@")
+  (cd "$dir" && ctest --output-on-failure -j "$test_jobs" --timeout 900 -LE 'vllm|deploy' "$@")
 }
 
 format_check() {
@@ -80,6 +85,8 @@ fuzz_run() {
 
 # The venv is built by install-deps above: a test that cannot find it fails instead of skipping.
 export MC_REQUIRE_VENV=1
+# Likewise Chromium for the status page's test (label deploy).
+export MC_REQUIRE_DEPLOY_TOOLS=1
 start=$(date +%s)
 for stage in $stages; do
   t0=$(date +%s)
@@ -87,6 +94,11 @@ for stage in $stages; do
     format) format_check ;;
     release)
       run_flavour release build
+      echo "=== [release] deployment checks (label deploy: units, manifests, rules, dashboard,"
+      echo "    flag files, metrics against live daemons, the status page in Chromium)"
+      t1=$(date +%s)
+      (cd build && ctest --output-on-failure -L deploy --timeout 600)
+      echo "=== [release] deployment checks took $(( $(date +%s) - t1 )) s"
       echo "=== [release] vLLM tests (label vllm)"
       (cd build && ctest --output-on-failure -L vllm --timeout 1800)
       echo "=== [release] real-verbs tests in the Soft-RoCE VM (label rdma)"

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "common/util.h"
 #include "master/etcd_http.h"
+#include "master/master_status_page.h"
 
 namespace mc::master {
 
@@ -109,6 +110,11 @@ absl::Status MasterServer::Start() {
       if (election != nullptr) line += " " + election->StatusLine();
       return line + "\n";
     });
+    for (const char* path : {"/status.html", "/"}) {
+      admin_->Handle(path, "text/html; charset=utf-8", [this, svc, election] {
+        return MasterStatusHtml(*svc, election, metrics_, RealClock::Get());
+      });
+    }
     // 200 for a healthy standby too: a liveness probe must not kill standbys.
     admin_->Handle("/healthz", "text/plain", [] { return std::string("ok\n"); });
     auto bound = admin_->Start();

@@ -36,7 +36,11 @@ struct DiskTier::Metrics {
         skipped(&r.GetCounter("mc_ssd_records_skipped_total",
                               "Torn or corrupt records skipped at recovery")),
         evictions(&r.GetCounter("mc_ssd_evictions_total",
-                                "Records dropped by the SSD tier's own watermark eviction")) {}
+                                "Records dropped by the SSD tier's own watermark eviction")) {
+    // Every reason exported from the start at 0: a series that appears only at its first
+    // failure hides that failure from Prometheus's increase() (and from alerts on it).
+    for (const char* reason : {"no_space", "write", "read"}) Failure(reason);
+  }
   Counter& Failure(const std::string& reason) {
     return registry.GetCounter("mc_ssd_failures_total", "SSD tier operations that failed",
                                {{"reason", reason}});

@@ -42,6 +42,15 @@ TEST(Util, ReadyFileIsJson) {
   EXPECT_EQ(ss.str(), "{\"grpc\": \"127.0.0.1:1\", \"http\": \"127.0.0.1:2\"}\n");
 }
 
+TEST(Util, ReadyFileEscapesItsStrings) {
+  std::string path = ::testing::TempDir() + "/ready-escaped.json";
+  ASSERT_TRUE(WriteReadyFile(path, {{"client_id", "a\"b\\c\n<d>"}}).ok());
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), "{\"client_id\": \"a\\\"b\\\\c\\u000a<d>\"}\n");
+}
+
 TEST(Util, KeyForLogHexesBinaryKeys) {
   EXPECT_EQ(KeyForLog("abc"), "abc");
   EXPECT_EQ(KeyForLog(std::string("\x01\x02", 2)), "0x0102");
