@@ -50,7 +50,8 @@ def _key(spb: Any, message: str, field: str, kind: str, repeated: bool) -> bytes
                           "request encoding (mcstore._wire) needs it" % where)
     if f.type not in _types()[kind]:
         raise ImportError("mcstore: %s has protobuf type %d in the generated stubs; the client's "
-                          "request encoding (mcstore._wire) writes it as %s" % (where, f.type, kind))
+                          "request encoding (mcstore._wire) writes it as %s"
+                          % (where, f.type, kind))
     is_repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == F.LABEL_REPEATED
     if is_repeated != repeated:
         raise ImportError("mcstore: %s is %s in the generated stubs; the client's request "
