@@ -31,9 +31,9 @@ def problem(source_dir: str) -> "str | None":
             mine = os.path.join(installed, rel, f)
             if not os.path.exists(mine) or not filecmp.cmp(os.path.join(dirpath, f), mine,
                                                            shallow=False):
+                name = os.path.normpath(os.path.join(rel, f))
                 return ("the installed mcstore (%s) differs from python/mcstore/%s: reinstall "
-                        "with ./deploy/python-venv.sh install" % (installed,
-                                                                  os.path.normpath(os.path.join(rel, f))))
+                        "with ./deploy/python-venv.sh install" % (installed, name))
     return None
 
 
