@@ -35,3 +35,4 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   echo "install-deps: done"
 fi
 "$(dirname "$0")/python-venv.sh" install
+"$(dirname "$0")/python-venv.sh" --sglang install
