@@ -8,8 +8,10 @@
 #   4. ThreadSanitizer build (clang-14): the unit tests (tests/tsan.supp);
 #   5. fuzz build (clang-14 libFuzzer, ASan+UBSan): each fuzzer for $MC_FUZZ_SECONDS (default
 #      20) s from its seed corpus in tests/fuzz/corpus (new inputs go to a temporary directory).
-# The release stage also runs the tests labelled `vllm` (real vLLM engines on the CPU, minutes)
-# once, and the real-verbs tests (label `rdma`) in one boot of the Soft-RoCE VM.
+# The release stage also runs the tests labelled `vllm` (real vLLM engines on the CPU, minutes),
+# `sglang` (the SGLang storage backend in its own venv, ~20 s) and `wheel` (the package built with
+# python -m build and installed in a clean venv, from PyPI, ~30 s) once, and the real-verbs tests
+# (label `rdma`) in one boot of the Soft-RoCE VM.
 # The default runs all six stages; MC_TEST_STAGES="release fuzz" (for example) picks some;
 # ./deploy/test.sh --quick runs only stages 0 and 1. Exit status is non-zero on any failure.
 set -euo pipefail
@@ -33,7 +35,7 @@ run_flavour() {
   echo "=== [$flavour] build"
   ./deploy/build.sh "$flavour"
   echo "=== [$flavour] tests"
-  (cd "$dir" && ctest --output-on-failure -j "$test_jobs" --timeout 900 -LE vllm "$@")
+  (cd "$dir" && ctest --output-on-failure -j "$test_jobs" --timeout 900 -LE 'vllm|sglang|wheel' "$@")
 }
 
 format_check() {
@@ -89,6 +91,14 @@ for stage in $stages; do
       run_flavour release build
       echo "=== [release] vLLM tests (label vllm)"
       (cd build && ctest --output-on-failure -L vllm --timeout 1800)
+      t1=$(date +%s)
+      echo "=== [release] SGLang storage backend tests (label sglang)"
+      (cd build && ctest --output-on-failure -L sglang --timeout 900)
+      echo "=== [release] SGLang tests took $(( $(date +%s) - t1 )) s"
+      t1=$(date +%s)
+      echo "=== [release] wheel from python -m build in a clean venv (label wheel; needs PyPI)"
+      (cd build && ctest --output-on-failure -L wheel --timeout 900)
+      echo "=== [release] wheel test took $(( $(date +%s) - t1 )) s"
       echo "=== [release] real-verbs tests in the Soft-RoCE VM (label rdma)"
       ./deploy/rdma-vm-test.sh build ;;
     asan)
