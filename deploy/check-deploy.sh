@@ -52,7 +52,7 @@ step systemd
 
 # --- Kubernetes ---------------------------------------------------------------------------------
 t0=$(( $(date +%s%N) / 1000000 ))
-kv="$("$repo/deploy/python-venv.sh" path)/bin/kubernetes-validate"
+kv="$("$repo/deploy/python-venv.sh" base)/bin/kubernetes-validate"
 skipped=""
 if [[ ! -x "$kv" ]]; then
   # As the venv's tests do: fail where the venv must exist (deploy/test.sh), else skip this step.

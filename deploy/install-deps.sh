@@ -3,9 +3,10 @@
 # non-interactively. Returns at once when everything is present.
 #   ./deploy/install-deps.sh          build + test + run dependencies
 #   ./deploy/install-deps.sh --bench  also the peers the benchmarks compare against
-# Then promtool (extracted into ~/.cache/mcstore/tools) and the Python venv of the client, the
-# vLLM connector and their tests (deploy/python-venv.sh: outside the clone, keyed by
-# deploy/requirements-lock.txt, a no-op once complete).
+# Then promtool (extracted into ~/.cache/mcstore/tools) and the Python venvs of the client, the
+# engine connectors and their tests (deploy/python-venv.sh: the pinned dependencies outside the
+# clone, keyed by the lock file, a no-op once complete; and the checkout's own venv over them,
+# with this checkout's mcstore package installed).
 set -euo pipefail
 
 packages=(
@@ -58,3 +59,4 @@ if [[ ! -x "$tools/promtool" ]]; then
   rm -rf "$dl"
 fi
 "$(dirname "$0")/python-venv.sh" install
+"$(dirname "$0")/python-venv.sh" --sglang install

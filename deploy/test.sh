@@ -10,9 +10,11 @@
 #      20) s from its seed corpus in tests/fuzz/corpus (new inputs go to a temporary directory).
 # The release stage also runs, once each, the deployment checks (label `deploy`: systemd units,
 # Kubernetes manifests, Prometheus rules, the dashboard, flag files, the status page; timed), the
-# tests labelled `vllm` (real vLLM engines on the CPU, minutes) and the real-verbs and netem
-# tests (labels `rdma`, `netem`) in one boot of the Soft-RoCE VM (deploy/rxe-vm.sh): a VM that
-# cannot run fails the full run; --quick skips it then, saying so.
+# tests labelled `vllm` (real vLLM engines on the CPU, minutes), `sglang` (the SGLang storage
+# backend in its own venv, ~20 s) and `wheel` (the package built with python -m build and
+# installed in a clean venv, from PyPI, ~30 s), and the real-verbs and netem tests (labels
+# `rdma`, `netem`) in one boot of the Soft-RoCE VM (deploy/rxe-vm.sh): a VM that cannot run fails
+# the full run; --quick skips it then, saying so.
 # The default runs all six stages; MC_TEST_STAGES="release fuzz" (for example) picks some;
 # ./deploy/test.sh --quick runs only stages 0 and 1. Exit status is non-zero on any failure.
 set -euo pipefail
@@ -38,7 +40,7 @@ run_flavour() {
   echo "=== [$flavour] build"
   ./deploy/build.sh "$flavour"
   echo "=== [$flavour] tests"
-  (cd "$dir" && ctest --output-on-failure -j "$test_jobs" --timeout 900 -LE 'vllm|deploy' "$@")
+  (cd "$dir" && ctest --output-on-failure -j "$test_jobs" --timeout 900 -LE 'vllm|deploy|sglang|wheel' "$@")
 }
 
 format_check() {
@@ -101,6 +103,14 @@ for stage in $stages; do
       echo "=== [release] deployment checks took $(( $(date +%s) - t1 )) s"
       echo "=== [release] vLLM tests (label vllm)"
       (cd build && ctest --output-on-failure -L vllm --timeout 1800)
+      t1=$(date +%s)
+      echo "=== [release] SGLang storage backend tests (label sglang)"
+      (cd build && ctest --output-on-failure -L sglang --timeout 900)
+      echo "=== [release] SGLang tests took $(( $(date +%s) - t1 )) s"
+      t1=$(date +%s)
+      echo "=== [release] wheel from python -m build in a clean venv (label wheel; needs PyPI)"
+      (cd build && ctest --output-on-failure -L wheel --timeout 900)
+      echo "=== [release] wheel test took $(( $(date +%s) - t1 )) s"
       echo "=== [release] real-verbs tests in the Soft-RoCE VM (label rdma)"
       ./deploy/rdma-vm-test.sh build ;;
     asan)

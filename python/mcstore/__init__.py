@@ -21,7 +21,7 @@ __path__ = extend_path(__path__, __name__)  # type: ignore[name-defined]
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from mcstore._version import __version__
 
 _EXPORTS = {
     "Client": "mcstore._client",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from mcstore import _wire as W
 from mcstore._buffers import Slice, SharedBuffer
 from mcstore._errors import Code, GetResult, Result, StoreError
 from mcstore._proto import SERVICE, store_pb2
@@ -24,16 +25,15 @@ _UINT32_MAX = (1 << 32) - 1
 _UINT64_MAX = (1 << 64) - 1
 
 
+# The hand-written request bytes below (prepared slices, block layouts) take every field key
+# from mcstore._wire, which reads them from the generated store.proto descriptors.
+
+
 def _varint(n: int) -> bytes:
     """Protobuf's base-128 varint of an unsigned 64-bit integer."""
     if n < 0x80:
         return _SMALL_VARINTS[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    return W.varint(n)
 
 
 _SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
@@ -41,14 +41,22 @@ _SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
 
 def _slice_body(buffer_id: int, offset: int, length: int) -> bytes:
     """A Slice message's bytes, as protobuf writes them (fields in order, zeros left out)."""
-    return ((b"\x08" + _varint(buffer_id) if buffer_id else b"")
-            + (b"\x10" + _varint(offset) if offset else b"")
-            + (b"\x18" + _varint(length) if length else b""))
+    return ((W.SLICE_BUFFER_ID + _varint(buffer_id) if buffer_id else b"")
+            + (W.SLICE_OFFSET + _varint(offset) if offset else b"")
+            + (W.SLICE_LENGTH + _varint(length) if length else b""))
 
 
-def _field(tag: int, body: bytes) -> bytes:
-    """One length-delimited field (`tag` is the field's key byte, number << 3 | 2)."""
-    return bytes((tag,)) + _varint(len(body)) + body
+def _strided_body(buffer_id: int, offset: int, length: int, stride: int) -> bytes:
+    """A StridedSlice message's bytes (a block layout's run), as protobuf writes them."""
+    return ((W.STRIDED_BUFFER_ID + _varint(buffer_id) if buffer_id else b"")
+            + (W.STRIDED_OFFSET + _varint(offset) if offset else b"")
+            + (W.STRIDED_LENGTH + _varint(length) if length else b"")
+            + (W.STRIDED_STRIDE + _varint(stride) if stride else b""))
+
+
+def _field(key: bytes, body: bytes) -> bytes:
+    """One length-delimited field: its key (mcstore._wire), the body's length, the body."""
+    return key + _varint(len(body)) + body
 
 
 def unary_stubs(channel: Any, names: Sequence[str]) -> Dict[str, Any]:
@@ -141,7 +149,7 @@ class PreparedSlices:
         items = checker.slices(slices, "prepare_slices")
         self._owner = checker.owner
         self.count = len(items)
-        # Kept as the repeated Slice field's wire bytes (GetItem field 2, PutItem field 3):
+        # Kept as the repeated Slice field's wire bytes (GetItem.slices, PutItem.slices):
         # a batch of prepared items is then written as bytes (build_get/build_put), not built
         # message by message, and a mixed batch merges them in (MergeFromString).
         bodies = []
@@ -156,8 +164,8 @@ class PreparedSlices:
             else:
                 registered[sl.buffer_id] = checker.sizes[sl.buffer_id]
         self.length = total
-        self._get_raw = b"".join([_field(0x12, b) for b in bodies])
-        self._put_raw = b"".join([_field(0x1A, b) for b in bodies])
+        self._get_raw = b"".join([_field(W.GET_ITEM_SLICES, b) for b in bodies])
+        self._put_raw = b"".join([_field(W.PUT_ITEM_SLICES, b) for b in bodies])
         self._shared = list(shared.values())
         self._registered = list(registered.items())
 
@@ -192,7 +200,8 @@ class BlockLayout:
     bytes_written 0 (an INTERNAL result here, never OK) and stores a layout put as an empty
     object, so prove it once (put then get one block) where an older daemon may run."""
 
-    __slots__ = ("_prepared", "strides", "block_length", "num_blocks", "_raw", "_runs")
+    __slots__ = ("_prepared", "strides", "block_length", "num_blocks", "_raw_get", "_raw_put",
+                 "_runs")
 
     def __init__(self, runs: Any, checker: "SliceChecker") -> None:
         runs = list(runs)
@@ -224,9 +233,9 @@ class BlockLayout:
                 limit = n if limit is None else min(limit, n)
         self.num_blocks = limit if limit is not None else _UINT64_MAX + 1
         self._runs = [(sl.buffer_id, sl.offset, sl.length, st) for sl, st in zip(firsts, strides)]
-        self._raw = b"".join(
-            _field(0x1A, _slice_body(b, o, n) + (b"\x20" + _varint(st) if st else b""))
-            for b, o, n, st in self._runs)
+        bodies = [_strided_body(b, o, n, st) for b, o, n, st in self._runs]
+        self._raw_get = b"".join(_field(W.GET_BLOCK_LAYOUT, b) for b in bodies)
+        self._raw_put = b"".join(_field(W.PUT_BLOCK_LAYOUT, b) for b in bodies)
 
     def blocks(self, indices: Sequence[int]) -> "LayoutBlocks":
         """The blocks `indices` (one per key, in order), as get's `into` or put's `values`."""
@@ -278,35 +287,41 @@ class LayoutBlocks:
         return "LayoutBlocks(%d blocks of %r)" % (len(self.indices), self.layout)
 
 
-_BLOCK_BODIES = [b"\x00"] + [bytes((2, 8, i)) for i in range(1, 0x80)]
+def _block_body(index: int) -> bytes:
+    """A LayoutBlock naming `index`, length-prefixed (what follows GetItem/PutItem.block's key)."""
+    inner = W.LAYOUT_BLOCK_INDEX + W.varint(index) if index else b""
+    return W.varint(len(inner)) + inner
+
+
+_BLOCK_BODIES = [_block_body(i) for i in range(0x80)]
 
 
 def _layout_request(bkeys: List[bytes], blocks: LayoutBlocks, get: bool, field2: int,
                     checker: SliceChecker) -> bytes:
     """A BatchGetRequest (get) or BatchPutRequest naming each item's block of one layout,
-    written as bytes: items = field 1 (key = field 1, block = GetItem field 3 / PutItem field 4,
-    a LayoutBlock whose index is field 1), field 2 (lease_id / replicas) when not zero, then the
-    layout's runs (field 3)."""
+    written as bytes: the items (key, then block: a LayoutBlock naming the index), lease_id /
+    replicas (`field2`) when not zero, then the layout's runs (block_layout)."""
     if len(blocks) != len(bkeys):
         raise ValueError("%s: %d keys but %d blocks" % ("get" if get else "put", len(bkeys),
                                                          len(blocks)))
     layout = blocks.layout
     layout._prepared.check(checker, "block layout")
-    tag = b"\x1a" if get else b"\x22"
+    if get:
+        items_key, key_key, block_key, field2_key = (W.GET_ITEMS, W.GET_ITEM_KEY,
+                                                     W.GET_ITEM_BLOCK, W.GET_LEASE_ID)
+    else:
+        items_key, key_key, block_key, field2_key = (W.PUT_ITEMS, W.PUT_ITEM_KEY,
+                                                     W.PUT_ITEM_BLOCK, W.PUT_REPLICAS)
     small = _BLOCK_BODIES
     parts = []
     append = parts.append
     for k, i in zip(bkeys, blocks.indices):
-        if i < 0x80:
-            body = small[i]
-        else:
-            v = _varint(i)
-            body = bytes((len(v) + 1, 8)) + v
-        item = (_field(0x0A, k) if k else b"") + tag + body
-        append(b"\x0a" + _varint(len(item)) + item)
+        body = small[i] if i < 0x80 else _block_body(i)
+        item = (_field(key_key, k) if k else b"") + block_key + body
+        append(items_key + _varint(len(item)) + item)
     if field2:
-        append(b"\x10" + _varint(field2))
-    append(layout._raw)
+        append(field2_key + _varint(field2))
+    append(layout._raw_get if get else layout._raw_put)
     return b"".join(parts)
 
 
@@ -460,17 +475,19 @@ def build_get(keys: Sequence[KeyLike], into: IntoArg, lease: Any,
 def _prepared_request(bkeys: List[bytes], items: List["PreparedSlices"], get: bool,
                       field2: int, checker: SliceChecker) -> bytes:
     """A BatchGetRequest (get) or BatchPutRequest whose every item is PreparedSlices, written
-    directly as bytes, byte for byte what the message path serializes: items = field 1 (key =
-    field 1, then the prepared slices: GetItem field 2 / PutItem field 3); field 2 is lease_id in
-    the one and replicas in the other, a varint left out when zero."""
+    directly as bytes, byte for byte what the message path serializes: the items (key, then the
+    prepared slices), then lease_id in the one and replicas in the other (`field2`), a varint
+    left out when zero."""
     what = "get item %d" if get else "put item %d"
+    items_key, key_key, field2_key = ((W.GET_ITEMS, W.GET_ITEM_KEY, W.GET_LEASE_ID) if get
+                                      else (W.PUT_ITEMS, W.PUT_ITEM_KEY, W.PUT_REPLICAS))
     parts = []
     for i, (k, p) in enumerate(zip(bkeys, items)):
         p.check(checker, what % i)
-        parts.append(_field(0x0A, (_field(0x0A, k) if k else b"")
+        parts.append(_field(items_key, (_field(key_key, k) if k else b"")
                             + (p._get_raw if get else p._put_raw)))
     if field2:
-        parts.append(b"\x10" + _varint(field2))
+        parts.append(field2_key + _varint(field2))
     return b"".join(parts)
 
 

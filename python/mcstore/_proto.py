@@ -11,7 +11,7 @@ def store_pb2() -> ModuleType:
     except ImportError as e:
         raise ImportError(
             "mcstore: the generated gRPC stubs (mcstore.v1.store_pb2) are missing: install the "
-            "package (pip install --no-build-isolation ./python), or generate them with "
+            "package (pip install ./python), or generate them with "
             "`python -m mcstore._protogen proto OUT` and put OUT on PYTHONPATH (%s)" % e) from e
     return spb
 
@@ -22,7 +22,7 @@ def gpu_pb2() -> ModuleType:
     except ImportError as e:
         raise ImportError(
             "mcstore: the generated gRPC stubs of the GpuBuffers service (mcstore.v1.gpu_pb2) "
-            "are missing: reinstall the package (pip install --no-build-isolation ./python) "
+            "are missing: reinstall the package (pip install ./python) "
             "(%s)" % e) from e
     return gpb
 

@@ -1,4 +1,5 @@
-"""`python -m mcstore`: a small command line over the Store service of one mc-client daemon.
+"""`mcstore` (the console script) or `python -m mcstore`: a small command line over the Store
+service of one mc-client daemon.
 
     python -m mcstore -a unix:/run/mcstore/client.sock status [--admin 127.0.0.1:9101]
     python -m mcstore -a HOST:PORT put KEY [VALUE | -f FILE | -]     (- reads stdin)
@@ -24,6 +25,7 @@ import urllib.request
 from typing import List, Optional, Sequence
 
 from mcstore._client import Client
+from mcstore._version import __version__
 from mcstore._errors import StoreError, UnavailableError
 
 
@@ -118,9 +120,10 @@ def cmd_rm(c: Client, args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mcstore",
+    p = argparse.ArgumentParser(prog="mcstore",
                                 description="mcstore command line (Store service of an "
                                             "mc-client daemon)")
+    p.add_argument("--version", action="version", version="mcstore " + __version__)
     p.add_argument("-a", "--address", default=os.environ.get("MCSTORE_ADDRESS"),
                    help="daemon address: unix:/path or host:port (default $MCSTORE_ADDRESS)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per call (10)")

@@ -1,48 +1,28 @@
 """pytest setup for the mcstore Python client tests.
 
-Stubs: the generated gRPC code must match the running interpreter's protobuf, so this generates
-mcstore.v1 with the interpreter's grpc_tools into a temporary directory and puts it first on
-sys.path (mcstore's __init__ extends its __path__, so mcstore.v1 resolves there). Without
-grpc_tools it falls back to whatever is already on the path (build/python_gen).
+Package: the tests import the mcstore package installed in this checkout's venv
+(deploy/python-venv.sh; tests/python/run_pytest.sh installs it from python/ when it changed),
+with the gRPC stubs its build generated: never python/ itself. A stale or missing install stops
+the session with the command that fixes it.
 
 Daemons: `cluster` starts one mc-master and two mc-client daemons from $MC_BUILD_DIR (default
 <repo>/build) with tests/integration/client/client_cluster.py, once per test module.
 """
 
-import atexit
 import os
-import shutil
 import sys
-import tempfile
 
 import pytest
 
 SOURCE_DIR = os.environ.get("MC_SOURCE_DIR") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", ".."))
-for p in (os.path.join(SOURCE_DIR, "tests"), os.path.join(SOURCE_DIR, "python")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+_TESTS = os.path.join(SOURCE_DIR, "tests")
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
 
+import installed_package  # noqa: E402
 
-def _generate_stubs():
-    if "mcstore" in sys.modules:
-        return  # too late to choose; use what is loaded
-    try:
-        import grpc_tools  # noqa: F401
-    except ImportError:
-        return
-    sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
-    from mcstore import _protogen
-    out = tempfile.mkdtemp(prefix="mcstore-pytest-gen-")
-    atexit.register(shutil.rmtree, out, True)
-    _protogen.generate(os.path.join(SOURCE_DIR, "proto"), out)
-    sys.path.insert(0, out)
-    import mcstore
-    mcstore.__path__[:] = [mcstore.__path__[0], os.path.join(out, "mcstore")] + [
-        p for p in mcstore.__path__[1:] if p != os.path.join(out, "mcstore")]
-
-
-_generate_stubs()
+installed_package.require(SOURCE_DIR)
 
 if not os.environ.get("MC_BUILD_DIR"):
     os.environ["MC_BUILD_DIR"] = os.path.join(SOURCE_DIR, "build")

@@ -1,13 +1,9 @@
 """Unit tests of mcstore.vllm.blocks: keys, namespaces, block headers, block byte ranges."""
 
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-
-from mcstore.vllm import blocks as B  # noqa: E402
+from mcstore.vllm import blocks as B
 
 
 def ns(**over):

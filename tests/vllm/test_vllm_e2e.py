@@ -70,8 +70,7 @@ def env():
         e[k] = v
     build = os.environ.get("MC_BUILD_DIR", os.path.join(ROOT, "build"))
     e["MC_BUILD_DIR"] = build
-    e["PYTHONPATH"] = os.pathsep.join([os.environ["MCSTORE_STUBS_DIR"],
-                                       os.path.join(ROOT, "python"), os.path.join(ROOT, "tests")])
+    e["PYTHONPATH"] = os.path.join(ROOT, "tests")  # mcstore: the venv's installed package
     e["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     e["OMP_NUM_THREADS"] = e.get("OMP_NUM_THREADS", "2")
     os.environ["MC_BUILD_DIR"] = build

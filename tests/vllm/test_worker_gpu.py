@@ -3,17 +3,13 @@ fake_gpu registration (KVMemory's bases, the fake handle), and the ordering of e
 after the engine's queued GPU work (a ready event waited on before the get or put). Logic
 only; the end-to-end run is test_vllm_fake_gpu.py."""
 
-import os
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-
-from mcstore.vllm.connector import LoadJob, SaveJob  # noqa: E402
-from mcstore.vllm.kv_memory import KVMemory, fake_gpu_handle  # noqa: E402
-from test_worker_load import FakeMem, refs, store, worker  # noqa: E402
+from mcstore.vllm.connector import LoadJob, SaveJob
+from mcstore.vllm.kv_memory import KVMemory, fake_gpu_handle
+from test_worker_load import FakeMem, refs, store, worker
 
 NUM_BLOCKS = 4
 

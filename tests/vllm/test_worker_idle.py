@@ -3,17 +3,13 @@ no tokens blocks until a transfer completes instead of letting vLLM's engine loo
 GIL the transfer threads need; a lone load in such a step runs on the calling thread itself.
 Logic only, no timing assertions."""
 
-import os
-import sys
 import threading
 from collections import defaultdict
 from concurrent.futures import Future
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-
-from mcstore.vllm.worker import WorkerSide  # noqa: E402
+from mcstore.vllm.worker import WorkerSide
 
 
 def worker(idle_wait_ms):

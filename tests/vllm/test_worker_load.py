@@ -3,17 +3,13 @@ a fake Store client: each stored block's header is checked (one compare in the c
 reason named on a mismatch), the MatchPrefix lease is released off the load's completion path,
 and the per-block logs are kept only when asked for. Logic only, no timing assertions."""
 
-import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-
-from mcstore import Code, GetResult  # noqa: E402
-from mcstore.vllm import blocks as B  # noqa: E402
-from mcstore.vllm.connector import BlockRef, LoadJob  # noqa: E402
-from mcstore.vllm.worker import WorkerSide  # noqa: E402
+from mcstore import Code, GetResult
+from mcstore.vllm import blocks as B
+from mcstore.vllm.connector import BlockRef, LoadJob
+from mcstore.vllm.worker import WorkerSide
 
 NUM_BLOCKS = 8
 BLOCK_BYTES = 4096
