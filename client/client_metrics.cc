@@ -31,6 +31,38 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
           "mc_client_gpu_put_direct_staged_total",
           "One-slice GPU put items staged through host memory after all, because a replica "
           "could not be written from GPU memory (a peer over TCP, no GPUDirect RDMA)")),
+      lease_releases_by_owner(registry.GetCounter(
+          "mc_client_prefix_lease_releases_total",
+          "Prefix leases released, by who: the caller that took them (owner) or another caller "
+          "presenting the lease's capability (token)",
+          {{"by", "owner"}})),
+      lease_releases_by_token(registry.GetCounter(
+          "mc_client_prefix_lease_releases_total",
+          "Prefix leases released, by who: the caller that took them (owner) or another caller "
+          "presenting the lease's capability (token)",
+          {{"by", "token"}})),
+      lease_release_refusals(registry.GetCounter(
+          "mc_client_prefix_lease_release_refusals_total",
+          "ReleaseLease calls refused: the lease was unknown, expired, or another caller's "
+          "without its capability")),
+      faults_reported_corrupt(registry.GetCounter(
+          "mc_client_replica_faults_reported_total",
+          "Replica faults this daemon reported to the master, by fault", {{"fault", "corrupt"}})),
+      faults_reported_unreachable(
+          registry.GetCounter("mc_client_replica_faults_reported_total",
+                              "Replica faults this daemon reported to the master, by fault",
+                              {{"fault", "unreachable"}})),
+      mismatches_unconfirmed(registry.GetCounter(
+          "mc_client_checksum_mismatches_unconfirmed_total",
+          "Checksum mismatches that a private re-read of the same replica did not confirm (the "
+          "destination changed under the read): the replica is kept")),
+      holder_backoff_skips(registry.GetCounter(
+          "mc_client_holder_backoff_skips_total",
+          "Replicas not tried because their holder refused a connection moments ago "
+          "(--holder_backoff_ms)")),
+      put_unreachable_retries(registry.GetCounter(
+          "mc_client_put_unreachable_retries_total",
+          "Put items placed again after a holder of their replicas refused the connection")),
       registry_(registry) {}
 
 ClientMetrics::Rpc& ClientMetrics::For(const char* rpc) {

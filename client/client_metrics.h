@@ -39,6 +39,19 @@ class ClientMetrics {
   Counter& put_index_failed;       // put items revoked because no owner recorded them
   Counter& gpu_put_direct;         // one-slice GPU put items sent from GPU memory
   Counter& gpu_put_direct_staged;  // ... staged after all (a replica the GPU cannot write)
+  // Prefix leases (MatchPrefix) released by the caller that took them, or by another process
+  // presenting the lease's capability; releases refused (unknown, expired or foreign).
+  Counter& lease_releases_by_owner;
+  Counter& lease_releases_by_token;
+  Counter& lease_release_refusals;
+  // Self-repair: faults reported to the master (corrupt replica, unreachable holder), checksum
+  // mismatches that a private re-read did not confirm (the destination changed under the read),
+  // replicas not tried because their holder refused connections moments ago (back-off).
+  Counter& faults_reported_corrupt;
+  Counter& faults_reported_unreachable;
+  Counter& mismatches_unconfirmed;
+  Counter& holder_backoff_skips;
+  Counter& put_unreachable_retries;  // put items placed again after a holder refused them
 
  private:
   MetricsRegistry& registry_;

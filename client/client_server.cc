@@ -431,6 +431,10 @@ absl::Status ClientServer::StartAdmin() {
                              [this] { return session_->registered() ? 1.0 : 0.0; });
   registry_.AddCallbackGauge("mc_client_registrations", "Registrations with the master so far",
                              [this] { return static_cast<double>(session_->registrations()); });
+  registry_.AddCallbackGauge(
+      "mc_client_prefix_leases",
+      "Prefix leases (MatchPrefix) held by applications now (expired ones until pruned)",
+      [this] { return static_cast<double>(prefix_leases_->Count()); });
   registry_.AddCallbackGauge("mc_client_buffers", "Registered application buffers",
                              [this] { return static_cast<double>(buffers_.Count()); });
   registry_.AddCallbackGauge(

@@ -11,14 +11,17 @@ std::string_view MetadataValue(const grpc::ServerContext& context, std::string_v
   return std::string_view(it->second.data(), it->second.size());
 }
 
-absl::StatusOr<std::string> AdmitCaller(const grpc::ServerContext& context, const StoreAuth* auth,
+absl::StatusOr<std::string> AdmitCaller(grpc::ServerContext& context, const StoreAuth* auth,
                                         const CallerSessions* sessions) {
   const std::string peer = context.peer();
   if (auth != nullptr) {
     MC_RETURN_IF_ERROR(auth->Check(peer, MetadataValue(context, "authorization"),
                                    MetadataValue(context, "x-mc-store-token")));
   }
-  return StoreAuth::OwnerOf(peer, MetadataValue(context, "x-mc-owner"), sessions);
+  absl::StatusOr<std::string> owner =
+      StoreAuth::OwnerOf(peer, MetadataValue(context, "x-mc-owner"), sessions);
+  if (!owner.ok()) context.AddTrailingMetadata(kErrorHeader, kSessionLostValue);
+  return owner;
 }
 
 }  // namespace mc::client

@@ -17,8 +17,12 @@ namespace mc::client {
 std::string_view MetadataValue(const grpc::ServerContext& context, std::string_view name);
 
 // UNAUTHENTICATED when `auth` (null = none required) refuses the caller's token; else its owner
-// key (StoreAuth::OwnerOf over `sessions`, borrowed, may be null).
-absl::StatusOr<std::string> AdmitCaller(const grpc::ServerContext& context, const StoreAuth* auth,
+// key (StoreAuth::OwnerOf over `sessions`, borrowed, may be null). A lost session is answered
+// FAILED_PRECONDITION with the trailing metadata `x-mc-error: session-lost`, so that clients
+// tell it apart from other errors without parsing the message.
+inline constexpr char kErrorHeader[] = "x-mc-error";
+inline constexpr char kSessionLostValue[] = "session-lost";
+absl::StatusOr<std::string> AdmitCaller(grpc::ServerContext& context, const StoreAuth* auth,
                                         const CallerSessions* sessions);
 
 }  // namespace mc::client

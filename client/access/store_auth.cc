@@ -194,10 +194,14 @@ absl::Status StoreAuth::Check(std::string_view peer, std::string_view authorizat
   return absl::OkStatus();
 }
 
-std::string StoreAuth::OwnerOf(std::string_view peer, std::string_view owner_header,
-                               const CallerSessions* sessions) {
-  if (!owner_header.empty() && sessions != nullptr && sessions->IsLive(owner_header)) {
-    return std::string(owner_header);
+absl::StatusOr<std::string> StoreAuth::OwnerOf(std::string_view peer, std::string_view owner_header,
+                                               const CallerSessions* sessions) {
+  if (!owner_header.empty() && sessions != nullptr) {
+    if (sessions->IsLive(owner_header)) return std::string(owner_header);
+    return absl::FailedPreconditionError(absl::StrCat(
+        A(kSessionLost),
+        " x-mc-owner names no live fd session of this mc-client (it restarted, or the session "
+        "was closed): open a new fd session and register the buffers again"));
   }
   if (OverUnixSocket(peer)) return "anon:unix";
   // "ipv4:1.2.3.4:567" / "ipv6:[::1]:567": the address without the port.

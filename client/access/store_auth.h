@@ -8,10 +8,10 @@
 // mc_store_auth_failures_total{reason}.
 //
 // The caller's identity ("owner") for buffers, leases and per-caller limits is its session token
-// (`x-mc-owner` metadata, handed out by the fd side channel, see client/buffers/fd_channel.h) when
-// it names a live session; otherwise the anonymous bucket of its transport ("anon:unix", or
-// "anon:<ip>" over TCP). This file also holds the small helpers for the socket file's mode and
-// group, and for tokens. Thread-safe.
+// (`x-mc-owner` metadata, handed out by the fd side channel, see client/buffers/fd_channel.h);
+// without one, the anonymous bucket of its transport ("anon:unix", or "anon:<ip>" over TCP). A
+// token that names no live session is refused (session lost: the daemon restarted). This file also
+// holds the small helpers for the socket file's mode and group, and for tokens. Thread-safe.
 #pragma once
 
 #include <sys/types.h>
@@ -68,10 +68,15 @@ class StoreAuth {
   absl::Status Check(std::string_view peer, std::string_view authorization,
                      std::string_view store_token_header) const;
 
-  // The caller's owner key: `owner_header` when `sessions` says it is live, else the anonymous
-  // bucket of `peer`.
-  static std::string OwnerOf(std::string_view peer, std::string_view owner_header,
-                             const CallerSessions* sessions);
+  // The caller's owner key: `owner_header` when `sessions` says it is live; the anonymous bucket
+  // of `peer` when there is no header (or nothing to check it against). A header that names no
+  // live session is FAILED_PRECONDITION, its message starting with kSessionLost: the daemon
+  // restarted, or the session ended, so the buffer ids and leases the caller holds mean nothing
+  // here (it must open a new fd session and register its buffers again). Silently treating it
+  // as anonymous turned every later call into per-item INVALID_ARGUMENT storms.
+  static constexpr std::string_view kSessionLost = "session lost:";
+  static absl::StatusOr<std::string> OwnerOf(std::string_view peer, std::string_view owner_header,
+                                             const CallerSessions* sessions);
   static bool OverUnixSocket(std::string_view peer);
 
  private:

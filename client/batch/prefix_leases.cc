@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "common/auth.h"
 #include "common/status_macros.h"
 
 namespace mc::client {
@@ -47,11 +48,18 @@ void PrefixLeases::DisownLocked(const std::string& owner) {
   if (it != owned_.end() && --it->second == 0) owned_.erase(it);
 }
 
-std::optional<PrefixLease> PrefixLeases::Take(uint64_t id, std::optional<std::string_view> owner) {
+bool PrefixLeases::AuthorizedLocked(const PrefixLease& lease, std::string_view owner,
+                                    std::string_view token) {
+  if (lease.owner == owner) return true;
+  return !token.empty() && !lease.token.empty() && auth::ConstantTimeEqual(lease.token, token);
+}
+
+std::optional<PrefixLease> PrefixLeases::Take(uint64_t id, std::optional<std::string_view> owner,
+                                              std::string_view token) {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end()) return std::nullopt;
-  if (owner && it->second.owner != *owner) return std::nullopt;
+  if (owner && !AuthorizedLocked(it->second, *owner, token)) return std::nullopt;
   PrefixLease lease = std::move(it->second);
   leases_.erase(it);
   DisownLocked(lease.owner);
@@ -62,6 +70,12 @@ bool PrefixLeases::OwnedBy(uint64_t id, std::string_view owner) const {
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(id);
   return it != leases_.end() && it->second.owner == owner;
+}
+
+bool PrefixLeases::Authorizes(uint64_t id, std::string_view owner, std::string_view token) const {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(id);
+  return it != leases_.end() && AuthorizedLocked(it->second, owner, token);
 }
 
 size_t PrefixLeases::CountOwned(const std::string& owner) const {

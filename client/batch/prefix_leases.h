@@ -3,7 +3,10 @@
 // A lease pins exactly the matched keys (the master holds the read lease); BatchGet with its id
 // reads those keys from the pinned replicas without asking the master again, until the lease is
 // released or its local deadline passes (computed from before the master granted it, so it never
-// outlives the master's). Thread-safe.
+// outlives the master's). A lease belongs to the caller that took it (`owner`) and carries a
+// capability (`token`, 16 random bytes, handed out with its id by MatchPrefix): whoever presents
+// the token may read under the lease and release it (another process of the same engine), as
+// the owner may; anyone else's use of the id is no lease. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,7 @@ namespace mc::client {
 struct PrefixLease {
   uint64_t master_lease_id = 0;
   std::string owner;        // the caller that holds it (client/access/store_auth.h); "" in-process
+  std::string token;        // its capability (PrefixLeases::kTokenBytes random bytes); "" = none
   int64_t deadline_ms = 0;  // local steady clock
   // The master's answer (PackedLookups, one row per matched key) and the keys live on this arena:
   // MatchPrefix parses the answer straight onto it. `keys` points into it and names each key's row.
@@ -44,6 +48,7 @@ struct PrefixLease {
 
 class PrefixLeases {
  public:
+  static constexpr size_t kTokenBytes = 16;
   explicit PrefixLeases(const Clock& clock) : clock_(clock) {}
 
   uint64_t Add(PrefixLease lease);
@@ -51,11 +56,13 @@ class PrefixLeases {
   std::optional<mcstore::v1::KeyReplicas> Find(uint64_t id, std::string_view key,
                                                int64_t* deadline_ms) const;
   // Removes the lease; returns it (to release at the master) if it existed and, when `owner`
-  // is given, belongs to it.
-  std::optional<PrefixLease> Take(uint64_t id,
-                                  std::optional<std::string_view> owner = std::nullopt);
+  // is given, belongs to it or `token` is its capability (compared in constant time).
+  std::optional<PrefixLease> Take(uint64_t id, std::optional<std::string_view> owner = std::nullopt,
+                                  std::string_view token = {});
   // Whether lease `id` exists and belongs to `owner`.
   bool OwnedBy(uint64_t id, std::string_view owner) const;
+  // Whether lease `id` exists and `owner` holds it or `token` is its capability.
+  bool Authorizes(uint64_t id, std::string_view owner, std::string_view token) const;
   // Live leases held by `owner` (expired ones count until pruned).
   size_t CountOwned(const std::string& owner) const;
   // Drops leases past their deadline; returns how many. O(1) until the earliest deadline passes
@@ -65,6 +72,8 @@ class PrefixLeases {
 
  private:
   void DisownLocked(const std::string& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool AuthorizedLocked(const PrefixLease& lease, std::string_view owner,
+                               std::string_view token);
 
   const Clock& clock_;
   mutable absl::Mutex mu_;

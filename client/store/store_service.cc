@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/access/grpc_caller.h"
+#include "common/auth.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -311,9 +312,12 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
     resp->add_results();
   }
   ResponseSink sink(resp, options_.max_inline_bytes);
-  // Another caller's lease is no lease: its keys are looked up afresh.
+  // Another caller's lease is no lease (its keys are looked up afresh), unless the request
+  // presents the lease's capability: another process of the engine that took it.
   uint64_t lease_id = req->lease_id();
-  if (lease_id != 0 && !prefix_leases_.OwnedBy(lease_id, caller->owner)) lease_id = 0;
+  if (lease_id != 0 && !prefix_leases_.Authorizes(lease_id, caller->owner, req->lease_token())) {
+    lease_id = 0;
+  }
   std::vector<GetItemResult> results = getter_.Get(items, lease_id, &sink);
   for (size_t i = 0; i < results.size(); ++i) {
     sv1::GetResult* r = resp->mutable_results(static_cast<int>(i));
@@ -494,6 +498,8 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
   lease.master_lease_id = mresp.lease_id();
   lease.deadline_ms = sent_ms + static_cast<int64_t>(mresp.lease_ttl_ms());
   lease.owner = caller->owner;
+  lease.token = auth::RandomBytes(PrefixLeases::kTokenBytes);
+  resp->set_lease_token(lease.token);
   lease.keys.reserve(matched);
   // The keys as sent (views into mreq, on the lease's arena): the match is their first `matched`.
   absl::StatusOr<std::vector<std::string_view>> sent = RequestKeys(mreq);
@@ -511,11 +517,18 @@ grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext* context,
                                             sv1::ReleaseLeaseResponse*) {
   Scope scope(metrics_, "ReleaseLease");
   MC_ADMIT(caller, context);
-  std::optional<PrefixLease> lease = prefix_leases_.Take(req->lease_id(), caller->owner);
+  std::optional<PrefixLease> lease =
+      prefix_leases_.Take(req->lease_id(), caller->owner, req->lease_token());
   if (!lease) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("lease ", req->lease_id(), " is unknown or expired"));
+    metrics_.lease_release_refusals.Inc();
+    return grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("lease ", req->lease_id(),
+                     " is unknown, expired, or another caller's (present its lease_token)"));
   }
+  (lease->owner == caller->owner ? metrics_.lease_releases_by_owner
+                                 : metrics_.lease_releases_by_token)
+      .Inc();
   v1::ReleaseLeasesRequest mreq;
   mreq.set_lease_id(lease->master_lease_id);
   for (const auto& [key, lookup] : lease->keys) mreq.add_keys(key.data(), key.size());

@@ -7,9 +7,9 @@
         c.put([b"k"], [[buf.slice(0, arr.nbytes)]])     # zero-copy put
         c.get([b"k"], into=[[buf.slice(0, arr.nbytes)]])  # zero-copy get into `arr`
 
-Exports: Client, AsyncClient, Lease, AsyncLease, SharedBuffer, GpuBuffer, Slice, PreparedSlices,
+Exports: Client, AsyncClient, Lease, LeaseRef, AsyncLease, SharedBuffer, GpuBuffer, Slice, PreparedSlices,
 BlockLayout, LayoutBlocks, BufferPool, Block, Code,
-Result, GetResult, StoreError, UnavailableError, raise_for_results. See docs/python.md.
+Result, GetResult, StoreError, UnavailableError, SessionLostError, raise_for_results. See docs/python.md.
 """
 
 # The generated stubs (mcstore.v1) may live in another directory named mcstore on sys.path:
@@ -26,6 +26,7 @@ from mcstore._version import __version__
 _EXPORTS = {
     "Client": "mcstore._client",
     "Lease": "mcstore._client",
+    "LeaseRef": "mcstore._client",
     "AsyncClient": "mcstore._aio",
     "AsyncLease": "mcstore._aio",
     "SharedBuffer": "mcstore._buffers",
@@ -41,6 +42,7 @@ _EXPORTS = {
     "GetResult": "mcstore._errors",
     "StoreError": "mcstore._errors",
     "UnavailableError": "mcstore._errors",
+    "SessionLostError": "mcstore._errors",
     "raise_for_results": "mcstore._errors",
 }
 __all__ = sorted(_EXPORTS)
@@ -50,10 +52,10 @@ if TYPE_CHECKING:
     from mcstore._buffers import SharedBuffer, Slice
     from mcstore._gpu import GpuBuffer
     from mcstore._core import BlockLayout, LayoutBlocks, PreparedSlices
-    from mcstore._client import Client, Lease
+    from mcstore._client import Client, Lease, LeaseRef
     from mcstore._pool import Block, BufferPool
-    from mcstore._errors import (Code, GetResult, Result, StoreError, UnavailableError,
-                                 raise_for_results)
+    from mcstore._errors import (Code, GetResult, Result, SessionLostError, StoreError,
+                                 UnavailableError, raise_for_results)
 
 
 def __getattr__(name: str) -> Any:

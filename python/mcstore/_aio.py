@@ -12,31 +12,36 @@ import grpc.aio
 
 from mcstore import _core
 from mcstore._buffers import SharedBuffer, Slice
-from mcstore._client import Client
+from mcstore._client import Client, LeaseRef
 from mcstore._core import IntoArg, KeyLike, ValuesArg
-from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
+from mcstore._errors import Code, GetResult, Result, StoreError
 from mcstore._gpu import GpuBuffer
 from mcstore._proto import store_pb2
 
 
 class AsyncLease:
-    """The Lease of AsyncClient.match_prefix: `matched`, `lease_id`, `expiry_ms`, `keys`;
-    `await release()`; `async with` releases on exit."""
+    """The Lease of AsyncClient.match_prefix: `matched`, `lease_id`, `expiry_ms`, `keys`,
+    `token` and `ref` (see Lease); `await release()`; `async with` releases on exit."""
 
     def __init__(self, client: "AsyncClient", matched: int, lease_id: int, expiry_ms: int,
-                 keys: List[bytes]) -> None:
+                 keys: List[bytes], token: bytes = b"") -> None:
         self._client = client
         self.matched = matched
         self.lease_id = lease_id
         self.expiry_ms = expiry_ms
         self.keys = keys
+        self.token = token
         self.released = lease_id == 0
+
+    @property
+    def ref(self) -> LeaseRef:
+        return LeaseRef(self.lease_id, self.token)
 
     async def release(self) -> None:
         if self.released:
             return
         self.released = True
-        await self._client.release_lease(self.lease_id)
+        await self._client.release_lease(self.ref)
 
     async def __aenter__(self) -> "AsyncLease":
         return self
@@ -85,7 +90,7 @@ class AsyncClient:
             return await self._rpc[rpc](req, timeout=timeout,
                                         metadata=self._control._metadata())
         except grpc.RpcError as e:
-            raise error_from_rpc(e, rpc, self.address) from None
+            raise self._control._error(e, rpc) from None
 
     async def put(self, keys: Sequence[KeyLike], values: ValuesArg,
                   replicas: Optional[int] = None, *,
@@ -128,12 +133,14 @@ class AsyncClient:
             self._packed_match = False
             req, bkeys = _core.build_match(keys, lease_ttl_ms, False)
             resp = await self._call("MatchPrefix", req, timeout_s)
-        matched, lease_id, expiry = _core.parse_match(resp, bkeys, lease_ttl_ms, self.address)
-        return AsyncLease(self, matched, lease_id, expiry, bkeys[:matched])
+        matched, lease_id, expiry, token = _core.parse_match(resp, bkeys, lease_ttl_ms,
+                                                             self.address)
+        return AsyncLease(self, matched, lease_id, expiry, bkeys[:matched], token)
 
-    async def release_lease(self, lease_id: int, *, timeout_s: Optional[float] = None) -> bool:
+    async def release_lease(self, lease: Any, *, timeout_s: Optional[float] = None) -> bool:
         """See Client.release_lease."""
-        req = store_pb2().ReleaseLeaseRequest(lease_id=_core.lease_id_of(lease_id))
+        lease_id, token = _core.lease_of(lease)
+        req = store_pb2().ReleaseLeaseRequest(lease_id=lease_id, lease_token=token)
         try:
             await self._call("ReleaseLease", req, timeout_s)
         except StoreError as e:

@@ -6,14 +6,15 @@ import concurrent.futures
 import os
 import stat
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 import grpc
 
 from mcstore import _core
 from mcstore._buffers import SharedBuffer, Slice, _check_int, check_shm_name
 from mcstore._core import IntoArg, KeyLike, ValuesArg
-from mcstore._errors import Code, GetResult, Result, StoreError, error_from_rpc
+from mcstore._errors import (Code, GetResult, Result, SessionLostError, StoreError,
+                             error_from_rpc)
 from mcstore._fdchannel import FdSession, default_fd_socket
 from mcstore._gpu import (CUDA_IPC_HANDLE_BYTES, GPU_BUFFER_ID_BIT, GpuBuffer,
                           export_cuda_tensor)
@@ -22,20 +23,36 @@ from mcstore._proto import GPU_SERVICE, gpu_pb2, store_pb2
 T = TypeVar("T")
 
 
+class LeaseRef(NamedTuple):
+    """A lease as another process uses it: its id and its capability (`token`). Whoever
+    presents both to the same mc-client may read under the lease (get(..., lease=ref)) and
+    release it (release_lease(ref)), e.g. an engine's worker process using the lease its
+    scheduler process took. Treat the token as secret as the keys it pins."""
+    lease_id: int
+    token: bytes
+
+
 class Lease:
     """The answer of match_prefix: `matched` leading keys are stored and readable now. With a
     lease (lease_ttl_ms > 0 and matched > 0) they stay pinned until release() or `expiry_ms`
-    (wall-clock milliseconds since the epoch). Pass it as get(..., lease=lease). A context
+    (wall-clock milliseconds since the epoch). Pass it as get(..., lease=lease), or hand
+    `ref` (id and capability) to another process of the same application. A context
     manager: the lease is released on exit. `keys` are the matched keys."""
 
     def __init__(self, matched: int, lease_id: int, expiry_ms: int, keys: List[bytes],
-                 release: Optional[Callable[[int], Any]]) -> None:
+                 release: Optional[Callable[[Any], Any]], token: bytes = b"") -> None:
         self.matched = matched
         self.lease_id = lease_id
         self.expiry_ms = expiry_ms
         self.keys = keys
+        self.token = token
         self._release = release
         self.released = lease_id == 0
+
+    @property
+    def ref(self) -> LeaseRef:
+        """The lease's id and capability, for another process (see LeaseRef)."""
+        return LeaseRef(self.lease_id, self.token)
 
     def release(self) -> None:
         """Releases the lease now (idempotent; an already expired lease is not an error).
@@ -44,7 +61,7 @@ class Lease:
             return
         self.released = True
         if self._release is not None:
-            self._release(self.lease_id)
+            self._release(self.ref)
 
     def __enter__(self) -> "Lease":
         return self
@@ -139,7 +156,23 @@ class Client:
             return self._rpc[rpc](req, timeout=self._timeout(timeout_s),
                                   metadata=self._metadata())
         except grpc.RpcError as e:
-            raise error_from_rpc(e, rpc, self.address) from None
+            raise self._error(e, rpc) from None
+
+    def _error(self, err: grpc.RpcError, rpc: str) -> StoreError:
+        error = error_from_rpc(err, rpc, self.address)
+        if isinstance(error, SessionLostError):
+            self._forget_session()
+        return error
+
+    def _forget_session(self) -> None:
+        """The daemon lost our fd session (it restarted): drop it, and the ids of buffers
+        registered through it, so later calls go out without the dead owner token and a new
+        registration opens a new session (SessionLostError says what the caller must redo)."""
+        with self._lock:
+            if self._fd_session is not None:
+                self._fd_session.close()
+                self._fd_session = None
+            self._checker.sizes.clear()
 
     def _future(self, rpc: str, req: Any, timeout_s: Optional[float],
                 parse: Callable[[Any], T]) -> "concurrent.futures.Future[T]":
@@ -154,7 +187,7 @@ class Client:
             try:
                 resp = f.result()
             except grpc.RpcError as e:
-                out.set_exception(error_from_rpc(e, rpc, self.address))
+                out.set_exception(self._error(e, rpc))
                 return
             except Exception as e:  # cancelled or unexpected: never lose the error
                 out.set_exception(StoreError(Code.UNAVAILABLE, "%s: %r" % (rpc, e),
@@ -223,12 +256,16 @@ class Client:
             self._packed_match = False  # a daemon older than packed keys: it saw none
             req, bkeys = _core.build_match(keys, lease_ttl_ms, False)
             resp = self._call("MatchPrefix", req, timeout_s)
-        matched, lease_id, expiry = _core.parse_match(resp, bkeys, lease_ttl_ms, self.address)
-        return Lease(matched, lease_id, expiry, bkeys[:matched], self.release_lease)
+        matched, lease_id, expiry, token = _core.parse_match(resp, bkeys, lease_ttl_ms,
+                                                             self.address)
+        return Lease(matched, lease_id, expiry, bkeys[:matched], self.release_lease, token)
 
-    def release_lease(self, lease_id: int, *, timeout_s: Optional[float] = None) -> bool:
-        """Releases a lease by id; False if it was unknown or already expired."""
-        req = store_pb2().ReleaseLeaseRequest(lease_id=_core.lease_id_of(lease_id))
+    def release_lease(self, lease: Any, *, timeout_s: Optional[float] = None) -> bool:
+        """Releases a lease (a Lease, a LeaseRef, or a bare id of a lease this Client took);
+        False if it was unknown, already expired, or another caller's and no capability was
+        given."""
+        lease_id, token = _core.lease_of(lease)
+        req = store_pb2().ReleaseLeaseRequest(lease_id=lease_id, lease_token=token)
         try:
             self._call("ReleaseLease", req, timeout_s)
         except StoreError as e:
@@ -456,7 +493,7 @@ class Client:
                                  "%s: this mc-client serves no GPU buffers: start it with "
                                  "--cuda_device=N on a host with that CUDA device (docs/gpu.md)"
                                  % rpc, address=self.address) from None
-            raise error_from_rpc(e, rpc, self.address) from None
+            raise self._error(e, rpc) from None
 
     def _unregister_gpu_quiet(self, buffer_id: int) -> None:
         with self._lock:

@@ -297,10 +297,11 @@ _BLOCK_BODIES = [_block_body(i) for i in range(0x80)]
 
 
 def _layout_request(bkeys: List[bytes], blocks: LayoutBlocks, get: bool, field2: int,
-                    checker: SliceChecker) -> bytes:
+                    checker: SliceChecker, token: bytes = b"") -> bytes:
     """A BatchGetRequest (get) or BatchPutRequest naming each item's block of one layout,
     written as bytes: the items (key, then block: a LayoutBlock naming the index), lease_id /
-    replicas (`field2`) when not zero, then the layout's runs (block_layout)."""
+    replicas (`field2`) when not zero, then the layout's runs (block_layout), then a get's
+    lease_token when not empty (protobuf's own order: by field number)."""
     if len(blocks) != len(bkeys):
         raise ValueError("%s: %d keys but %d blocks" % ("get" if get else "put", len(bkeys),
                                                          len(blocks)))
@@ -322,6 +323,8 @@ def _layout_request(bkeys: List[bytes], blocks: LayoutBlocks, get: bool, field2:
     if field2:
         append(field2_key + _varint(field2))
     append(layout._raw_get if get else layout._raw_put)
+    if token:
+        append(_field(W.GET_LEASE_TOKEN, token))
     return b"".join(parts)
 
 
@@ -439,9 +442,9 @@ def build_get(keys: Sequence[KeyLike], into: IntoArg, lease: Any,
     spb = store_pb2()
     bkeys = encode_keys(keys)
     lengths: List[Optional[int]] = [None] * len(bkeys)
-    lease_id = lease_id_of(lease)
+    lease_id, token = lease_of(lease)
     if type(into) is LayoutBlocks:
-        return (_layout_request(bkeys, into, True, lease_id, checker), bkeys,
+        return (_layout_request(bkeys, into, True, lease_id, checker, token), bkeys,
                 [into.layout.block_length] * len(bkeys))
     if into is not None:
         into = list(into)
@@ -449,9 +452,9 @@ def build_get(keys: Sequence[KeyLike], into: IntoArg, lease: Any,
             raise ValueError("get: %d keys but %d destinations in `into`"
                              % (len(bkeys), len(into)))
         if into and all(type(d) is PreparedSlices for d in into):
-            return (_prepared_request(bkeys, into, True, lease_id, checker), bkeys,
+            return (_prepared_request(bkeys, into, True, lease_id, checker, token), bkeys,
                     [d.length for d in into])
-    req = spb.BatchGetRequest(lease_id=lease_id)
+    req = spb.BatchGetRequest(lease_id=lease_id, lease_token=token)
     items = req.items
     for i, k in enumerate(bkeys):
         item = items.add(key=k)
@@ -473,11 +476,11 @@ def build_get(keys: Sequence[KeyLike], into: IntoArg, lease: Any,
 
 
 def _prepared_request(bkeys: List[bytes], items: List["PreparedSlices"], get: bool,
-                      field2: int, checker: SliceChecker) -> bytes:
+                      field2: int, checker: SliceChecker, token: bytes = b"") -> bytes:
     """A BatchGetRequest (get) or BatchPutRequest whose every item is PreparedSlices, written
     directly as bytes, byte for byte what the message path serializes: the items (key, then the
     prepared slices), then lease_id in the one and replicas in the other (`field2`), a varint
-    left out when zero."""
+    left out when zero, then a get's lease_token when not empty."""
     what = "get item %d" if get else "put item %d"
     items_key, key_key, field2_key = ((W.GET_ITEMS, W.GET_ITEM_KEY, W.GET_LEASE_ID) if get
                                       else (W.PUT_ITEMS, W.PUT_ITEM_KEY, W.PUT_REPLICAS))
@@ -488,19 +491,39 @@ def _prepared_request(bkeys: List[bytes], items: List["PreparedSlices"], get: bo
                             + (p._get_raw if get else p._put_raw)))
     if field2:
         parts.append(field2_key + _varint(field2))
+    if token:
+        parts.append(_field(W.GET_LEASE_TOKEN, token))
     return b"".join(parts)
 
 
-def lease_id_of(lease: Any) -> int:
+_TOKEN_MAX = 64  # bytes; the daemon's capabilities are 16
+
+
+def lease_of(lease: Any) -> Tuple[int, bytes]:
+    """(lease id, capability) of a Lease, a LeaseRef, a (lease_id, token) pair, a bare lease id
+    (no capability: only the caller that took it may use it) or None (0, b"")."""
     if lease is None:
-        return 0
-    lease_id = getattr(lease, "lease_id", lease)
+        return 0, b""
+    if isinstance(lease, tuple) and len(lease) == 2:
+        lease_id, token = lease
+    else:
+        lease_id = getattr(lease, "lease_id", lease)
+        token = getattr(lease, "token", b"")
     if isinstance(lease_id, bool) or not isinstance(lease_id, int) or lease_id < 0:
-        raise TypeError("lease must be a Lease, a lease id (int >= 0) or None, got %r"
-                        % (lease,))
+        raise TypeError("lease must be a Lease, a LeaseRef, a lease id (int >= 0) or None, got "
+                        "%r" % (lease,))
     if lease_id > _UINT64_MAX:
         raise ValueError("lease id %d does not fit in 64 bits" % lease_id)
-    return lease_id
+    if token is None:
+        token = b""
+    if not isinstance(token, (bytes, bytearray)) or len(token) > _TOKEN_MAX:
+        raise TypeError("a lease token must be bytes (at most %d), got %r"
+                        % (_TOKEN_MAX, type(token).__name__))
+    return lease_id, bytes(token)
+
+
+def lease_id_of(lease: Any) -> int:
+    return lease_of(lease)[0]
 
 
 def build_match(keys: Sequence[KeyLike], lease_ttl_ms: int, packed: bool) -> Tuple[Any, List[bytes]]:
@@ -571,14 +594,15 @@ def parse_exist(resp: Any, keys: List[bytes], address: str) -> List[bool]:
     return list(resp.exists)
 
 
-def parse_match(resp: Any, keys: List[bytes], lease_ttl_ms: int, address: str) -> Tuple[int, int, int]:
+def parse_match(resp: Any, keys: List[bytes], lease_ttl_ms: int,
+                address: str) -> Tuple[int, int, int, bytes]:
     if resp.matched > len(keys):
         raise StoreError(Code.INTERNAL, "MatchPrefix: %d matched of %d keys"
                          % (resp.matched, len(keys)), address=address)
     if lease_ttl_ms > 0 and resp.matched > 0 and resp.lease_id == 0:
         raise StoreError(Code.INTERNAL, "MatchPrefix: %d keys matched but no lease was granted"
                          % resp.matched, address=address)
-    return resp.matched, resp.lease_id, resp.lease_expiry_ms
+    return resp.matched, resp.lease_id, resp.lease_expiry_ms, resp.lease_token
 
 
 def needs_unpacked_retry(resp: Any, keys: List[bytes]) -> bool:

@@ -104,6 +104,22 @@ UnavailableError.__reduce__ = lambda self: (  # type: ignore[method-assign]
     _rebuild_unavailable, (type(self), self.code, self.message, self.key, self.address))
 
 
+class SessionLostError(StoreError):
+    """The daemon no longer knows this client's fd session (code NOT_READY): it restarted, or
+    the session was closed. Every buffer id and lease this Client got from it is void: the
+    Client has dropped its session; register the buffers again (SharedBuffer.reregister(),
+    register_buffer(), register_cuda()) and make new slices and layouts. Not retried on its
+    own: the caller decides when its memory is registered again."""
+
+    def __init__(self, message: str, *, code: Code = Code.NOT_READY,
+                 key: Optional[bytes] = None, address: Optional[str] = None) -> None:
+        super().__init__(code, message, key=key, address=address)
+
+
+SessionLostError.__reduce__ = lambda self: (  # type: ignore[method-assign]
+    _rebuild_unavailable, (type(self), self.code, self.message, self.key, self.address))
+
+
 @dataclass(frozen=True)
 class Result:
     """The outcome of one item of a batch (put, remove): `code`, `message`, and the `key`."""
@@ -168,11 +184,27 @@ def code_from_grpc(status: grpc.StatusCode) -> Code:
     return _FROM_GRPC.get(status, Code.INTERNAL)
 
 
+def _session_lost(err: Any) -> bool:
+    """The daemon's `x-mc-error: session-lost` trailing metadata (client/access/grpc_caller.h)."""
+    try:
+        trailing = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
+    except Exception:  # a call that never reached the server has none
+        return False
+    for entry in trailing or ():
+        key, value = (entry.key, entry.value) if hasattr(entry, "key") else entry
+        if key == "x-mc-error" and value == "session-lost":
+            return True
+    return False
+
+
 def error_from_rpc(err: grpc.RpcError, rpc: str, address: str) -> StoreError:
-    """The StoreError (or UnavailableError) for a failed gRPC call `rpc` to `address`."""
+    """The StoreError (UnavailableError, SessionLostError) for a failed gRPC call `rpc` to
+    `address`."""
     status = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = err.details() if hasattr(err, "details") else str(err)
     code = code_from_grpc(status)
+    if status == grpc.StatusCode.FAILED_PRECONDITION and _session_lost(err):
+        return SessionLostError("%s: %s" % (rpc, details), address=address)
     if status == grpc.StatusCode.DEADLINE_EXCEEDED:
         return UnavailableError("%s: no answer within the deadline (%s)" % (rpc, details),
                                 address=address)

@@ -12,8 +12,8 @@ import uuid
 import numpy as np
 import pytest
 
-from mcstore import (AsyncClient, Client, Code, GetResult, Slice, StoreError, UnavailableError,
-                     raise_for_results)
+from mcstore import (AsyncClient, Client, Code, GetResult, LeaseRef, SessionLostError, Slice,
+                     StoreError, UnavailableError, raise_for_results)
 
 
 def uniq(prefix="k"):
@@ -266,6 +266,45 @@ def test_match_prefix_and_lease(c0, c1):
         assert lease.matched == 0 and lease.lease_id == 0
 
 
+def _daemon_metric(cluster, i, name, **labels):
+    from integration.client.client_cluster import metric
+    return metric(cluster.http(i), name, **labels)
+
+
+def test_lease_capability_lets_another_process_read_and_release(cluster, c0):
+    """One process of an engine takes a lease (the scheduler), another uses and releases it
+    (the worker, with its own fd session): the lease's capability lets it; the id alone does
+    not. After the release nothing is leased, on the daemon or at the master."""
+    from integration.client.client_cluster import metric
+    addr = "unix:" + cluster.clients[0].ready["unix_socket"]
+    keys = [uniq("cap%d" % i) for i in range(3)]
+    raise_for_results(c0.put(keys, [b"a" * 100, b"b" * 100, b"c" * 100]))
+    with Client(addr, timeout_s=30) as sched, Client(addr, timeout_s=30) as worker:
+        buf = worker.create_buffer(4096)  # the worker's own fd session: another caller
+        lease = sched.match_prefix(keys, lease_ttl_ms=30_000)
+        assert lease.matched == 3 and len(lease.token) == 16
+        ref = lease.ref
+        assert isinstance(ref, LeaseRef) and ref == (lease.lease_id, lease.token)
+        lookups = metric(cluster.master_http(), "mc_master_rpc_requests_total", rpc="GetReplicas")
+        res = worker.get(keys, into=[buf.slice(100 * i, 100) for i in range(3)], lease=ref)
+        assert [r.code for r in res] == [Code.OK] * 3
+        assert bytes(buf.memoryview(0, 300)) == b"a" * 100 + b"b" * 100 + b"c" * 100
+        assert metric(cluster.master_http(), "mc_master_rpc_requests_total",
+                      rpc="GetReplicas") == lookups, "read from the lease's pinned lookups"
+        assert not worker.release_lease(lease.lease_id), "the id alone is another caller's"
+        forged = LeaseRef(lease.lease_id, bytes(16))
+        assert not worker.release_lease(forged)
+        assert worker.release_lease(ref)
+        assert not sched.release_lease(lease), "released already"
+        assert _daemon_metric(cluster, 0, "mc_client_prefix_leases") == 0
+        assert _daemon_metric(cluster, 0, "mc_client_prefix_lease_releases_total", by="token") >= 1
+        assert _daemon_metric(cluster, 0, "mc_client_prefix_lease_release_refusals_total") >= 3
+        from integration import harness
+        harness.wait_until(lambda: metric(cluster.master_http(), "mc_leases_active") == 0, 10,
+                           interval_s=0.05, what="the master's leases to end")
+        buf.close()
+
+
 def test_futures_overlap(c0, c1):
     keys = [uniq("f") for _ in range(16)]
     vals = [os.urandom(10_000 + i) for i in range(16)]
@@ -442,9 +481,16 @@ def test_daemon_killed_mid_session():
                 call()
         # The daemon comes back on the same socket: the client reconnects within seconds (not
         # gRPC's default backoff); the buffer is registered again under a new id.
-        time.sleep(2)  # let the channel back off a few times
+        time.sleep(2)  # let the channel back off a few times (the point of this test)
         cl.clients[0].start()
         harness_wait(lambda: _answers(c), 10, "the client to reconnect")
+        # The new daemon never issued this client's fd session: one distinct error, not a
+        # per-item INVALID_ARGUMENT for every buffer id the client still names.
+        assert isinstance(c._last_answer_error, SessionLostError), c._last_answer_error
+        assert c._last_answer_error.code is Code.NOT_READY
+        # Then calls go on without the dead session (once the new daemon has registered).
+        harness_wait(lambda: _answers(c) and c._last_answer_error is None, 15,
+                     "calls without the dead session")
         stale = Slice(buf.id + 1000, 0, 10, buf)  # a slice naming an id the buffer no longer has
         buf.reregister()
         with pytest.raises(ValueError, match="re-registered"):
@@ -460,8 +506,12 @@ def test_daemon_killed_mid_session():
 
 
 def _answers(c):
+    c._last_answer_error = None
     try:
         c.exist([b"x"])
+        return True
+    except SessionLostError as e:  # it answered: our session is gone
+        c._last_answer_error = e
         return True
     except UnavailableError:
         return False

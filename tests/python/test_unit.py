@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import mcstore
-from mcstore import (Client, Code, GetResult, Result, SharedBuffer, Slice, StoreError,
-                     UnavailableError)
+from mcstore import (Client, Code, GetResult, LeaseRef, Result, SharedBuffer, Slice,
+                     StoreError, UnavailableError)
 from mcstore import _core, _errors
 from mcstore._buffers import check_shm_name
 from mcstore.v1 import store_pb2
@@ -460,9 +460,10 @@ def test_layout_batches_are_written_as_the_same_bytes_as_messages():
         assert layout.block_length == 407 and layout.num_blocks == ((1 << 20) - 100) // 1000 + 1
         keys = [b"", b"k" * 200, b"x", b"y", b"z"]
         indices = [0, 1, 127, 128, layout.num_blocks - 1]
-        for lease in (None, 1, (1 << 64) - 1):
+        for lease in (None, 1, (1 << 64) - 1, (5, b"\x01" * 16), LeaseRef(1 << 40, b"t" * 16)):
             raw, bkeys, lengths = _core.build_get(keys, layout.blocks(indices), lease, checker)
-            ref = store_pb2.BatchGetRequest(lease_id=_core.lease_id_of(lease))
+            lease_id, token = _core.lease_of(lease)
+            ref = store_pb2.BatchGetRequest(lease_id=lease_id, lease_token=token)
             for k, i in zip(keys, indices):
                 ref.items.add(key=k).block.index = i
             for (sl, st) in runs:
@@ -510,6 +511,19 @@ def test_layout_batches_are_written_as_the_same_bytes_as_messages():
         _core.build_get([b"a"], layout.blocks([0]), None, checker)
 
 
+def test_leases_are_named_by_id_and_capability():
+    assert _core.lease_of(None) == (0, b"")
+    assert _core.lease_of(7) == (7, b"")
+    assert _core.lease_of(LeaseRef(7, b"t" * 16)) == (7, b"t" * 16)
+    assert _core.lease_of((7, bytearray(b"x"))) == (7, b"x")
+    assert _core.lease_of((7, None)) == (7, b"")
+    for bad in (True, -1, 1.5, "7", (7, "token"), (7, b"t" * 65)):
+        with pytest.raises((TypeError, ValueError)):
+            _core.lease_of(bad)
+    with pytest.raises(ValueError, match="64 bits"):
+        _core.lease_of(1 << 64)
+
+
 def test_slice_requests_carry_no_payload():
     owner = FakeOwner()
     with owner.buffer(4 << 20) as b:
@@ -549,7 +563,7 @@ def test_prepared_batches_are_written_as_the_same_bytes_as_messages():
                 msg.slices.add(buffer_id=s.buffer_id, offset=s.offset, length=s.length)
             assert p._get_raw == msg.SerializeToString()
             assert p.length == sum(s.length for s in g) and p.count == len(g)
-        for lease in (None, 1, 300, (1 << 64) - 1):
+        for lease in (None, 1, 300, (1 << 64) - 1, LeaseRef(9, b"\xff" * 16)):
             raw, bkeys, lengths = _core.build_get(keys, prepared, lease, checker)
             ref, _, ref_lengths = _core.build_get(keys, geometries, lease, checker)
             assert type(raw) is bytes and raw == ref.SerializeToString()

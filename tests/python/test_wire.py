@@ -23,7 +23,7 @@ RENUMBER = [("Slice", "buffer_id", 107), ("Slice", "length", 109), ("Slice", "of
             ("GetItem", "key", 104), ("GetItem", "slices", 117), ("GetItem", "block", 102),
             ("PutItem", "slices", 106), ("PutItem", "block", 116),
             ("BatchGetRequest", "items", 105), ("BatchGetRequest", "lease_id", 120),
-            ("BatchGetRequest", "block_layout", 101),
+            ("BatchGetRequest", "block_layout", 101), ("BatchGetRequest", "lease_token", 114),
             ("BatchPutRequest", "replicas", 119), ("BatchPutRequest", "block_layout", 118)]
 
 # Builds requests through both paths and compares the parsed messages.
@@ -43,7 +43,7 @@ CHECK = textwrap.dedent("""
     geoms = [[Slice(77, 0, 5)], [Slice(77, 300, 1 << 20), Slice(77, 1 << 33, 7)]]
     keys = [b"", b"k" * 200]
     prepared = [_core.PreparedSlices(g, checker) for g in geoms]
-    for lease in (None, 300):
+    for lease in (None, 300, (300, b"t" * 16)):
         raw, _, _ = _core.build_get(keys, prepared, lease, checker)
         ref, _, _ = _core.build_get(keys, geoms, lease, checker)
         assert type(raw) is bytes and spb.BatchGetRequest.FromString(raw) == ref, lease
@@ -54,8 +54,8 @@ CHECK = textwrap.dedent("""
     runs = [(Slice(77, 5, 300), 1 << 20), (Slice(77, 0, 7), 0)]
     layout = _core.BlockLayout(runs, checker)
     idx = [0, 1, 200]
-    raw, _, _ = _core.build_get(keys + [b"x"], layout.blocks(idx), 9, checker)
-    ref = spb.BatchGetRequest(lease_id=9)
+    raw, _, _ = _core.build_get(keys + [b"x"], layout.blocks(idx), (9, b"c" * 16), checker)
+    ref = spb.BatchGetRequest(lease_id=9, lease_token=b"c" * 16)
     for k, i in zip(keys + [b"x"], idx):
         ref.items.add(key=k).block.index = i
     for sl, st in runs:

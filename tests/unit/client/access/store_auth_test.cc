@@ -94,10 +94,22 @@ TEST(StoreAuth, OwnerIsTheLiveSessionElseTheTransportsAnonymousBucket) {
    public:
     bool IsLive(std::string_view owner) const override { return owner == "live"; }
   } sessions;
-  EXPECT_EQ(StoreAuth::OwnerOf("unix:/x", "live", &sessions), "live");
-  EXPECT_EQ(StoreAuth::OwnerOf("unix:/x", "dead", &sessions), "anon:unix");
-  EXPECT_EQ(StoreAuth::OwnerOf("ipv4:10.1.2.3:555", "", &sessions), "anon:ipv4:10.1.2.3");
-  EXPECT_EQ(StoreAuth::OwnerOf("unix:/x", "live", nullptr), "anon:unix");
+  EXPECT_EQ(*StoreAuth::OwnerOf("unix:/x", "live", &sessions), "live");
+  EXPECT_EQ(*StoreAuth::OwnerOf("ipv4:10.1.2.3:555", "", &sessions), "anon:ipv4:10.1.2.3");
+  EXPECT_EQ(*StoreAuth::OwnerOf("unix:/x", "live", nullptr), "anon:unix");
+}
+
+TEST(StoreAuth, ASessionTokenThatNamesNoLiveSessionIsASessionLostError) {
+  // A daemon restarted under its caller: the caller's token and buffer ids mean nothing here.
+  class OneSession : public CallerSessions {
+   public:
+    bool IsLive(std::string_view owner) const override { return owner == "live"; }
+  } sessions;
+  absl::StatusOr<std::string> lost = StoreAuth::OwnerOf("unix:/x", "dead", &sessions);
+  ASSERT_FALSE(lost.ok());
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(lost.status().message()).rfind(StoreAuth::kSessionLost, 0), 0u)
+      << lost.status();
 }
 
 TEST(StoreAuth, TokenFileMustBePrivateAndLongEnough) {

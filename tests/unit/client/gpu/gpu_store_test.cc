@@ -434,7 +434,7 @@ TEST(GpuBufferServiceAuth, RegistrationNeedsTheStoreTokenOverTcp) {
   // The buffer is the TCP caller's (its anonymous bucket), not the in-process owner "".
   GpuBufferRef ref;
   EXPECT_FALSE(registry.Resolve(id, 0, 1, &ref).ok());
-  const std::string tcp_owner = StoreAuth::OwnerOf("ipv4:127.0.0.1:1", "", nullptr);
+  const std::string tcp_owner = *StoreAuth::OwnerOf("ipv4:127.0.0.1:1", "", nullptr);
   EXPECT_TRUE(registry.Resolve(id, 0, 1, &ref, tcp_owner).ok()) << tcp_owner;
   ref.reset();
   sv1::UnregisterGpuBufferRequest un;

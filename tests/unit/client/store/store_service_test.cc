@@ -252,6 +252,37 @@ TEST_F(StoreService, LeasesBelongToTheirCaller) {
   EXPECT_EQ(prefix_leases_.CountOwned(""), 0u);
 }
 
+TEST_F(StoreService, ALeasesCapabilityLetsAnotherCallerUseAndReleaseIt) {
+  v1::MatchPrefixResponse resp;
+  ASSERT_TRUE(Match(60'000, &resp).ok());
+  ASSERT_EQ(resp.lease_token().size(), PrefixLeases::kTokenBytes);
+  v1::MatchPrefixResponse other;
+  ASSERT_TRUE(Match(60'000, &other).ok());
+  EXPECT_NE(resp.lease_token(), other.lease_token()) << "each lease has its own capability";
+  // Another process of the engine: not the owner, but it presents the capability.
+  const std::string worker = "session:worker";
+  EXPECT_TRUE(prefix_leases_.Authorizes(resp.lease_id(), worker, resp.lease_token()));
+  EXPECT_FALSE(prefix_leases_.Authorizes(resp.lease_id(), worker, ""));
+  EXPECT_FALSE(prefix_leases_.Authorizes(resp.lease_id(), worker, other.lease_token()));
+  std::string flipped = resp.lease_token();
+  flipped[0] ^= 1;
+  EXPECT_FALSE(prefix_leases_.Authorizes(resp.lease_id(), worker, flipped));
+  EXPECT_FALSE(prefix_leases_.Take(resp.lease_id(), worker, flipped).has_value());
+  EXPECT_FALSE(prefix_leases_.Take(resp.lease_id(), worker).has_value());
+  EXPECT_TRUE(prefix_leases_.Take(resp.lease_id(), worker, resp.lease_token()).has_value());
+  EXPECT_FALSE(prefix_leases_.Authorizes(resp.lease_id(), "", resp.lease_token())) << "released";
+  // Through the service: released with the capability, the master's lease goes too.
+  v1::ReleaseLeaseRequest release;
+  release.set_lease_id(other.lease_id());
+  release.set_lease_token(other.lease_token());
+  v1::ReleaseLeaseResponse released;
+  ASSERT_TRUE(service_.ReleaseLease(nullptr, &release, &released).ok());
+  EXPECT_EQ(prefix_leases_.Count(), 0u);
+  EXPECT_EQ(service_.ReleaseLease(nullptr, &release, &released).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(metrics_.lease_release_refusals.Value(), 1u);
+}
+
 // A POSIX shm object of `size` bytes mapped here, registered with `registry` (anonymous owner).
 class SharedBuffer {
  public:
