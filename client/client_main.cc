@@ -79,6 +79,10 @@ ABSL_FLAG(int64_t, put_no_space_wait_ms, 100,
 ABSL_FLAG(int64_t, put_write_back_wait_ms, 10000,
           "retry put items answered NO_SPACE because memory waits for write-back to an SSD tier "
           "this long (puts that outrun the disk wait for it); 0 = no retry");
+ABSL_FLAG(int64_t, holder_backoff_ms, 2000,
+          "a replica holder that refused a connection (its daemon is gone) is not dialled again "
+          "for this long: gets read the key's other replicas at once, puts place around it, and "
+          "the holder is reported to the master; 0 = always dial");
 ABSL_FLAG(int32_t, connections_per_peer, 4, "tcp data-plane connections per peer");
 ABSL_FLAG(int32_t, copy_threads, 2, "threads for large local copies");
 ABSL_FLAG(uint64_t, tcp_frame_bytes, 4ull << 20,
@@ -236,6 +240,7 @@ void ClusterFromFlags(ClientServerOptions& o) {
   o.put_no_space_wait_ms = absl::GetFlag(FLAGS_put_no_space_wait_ms);
   o.put_write_back_wait_ms = absl::GetFlag(FLAGS_put_write_back_wait_ms);
   o.put_write_timeout_ms = absl::GetFlag(FLAGS_put_write_timeout_ms);
+  o.holder_backoff_ms = absl::GetFlag(FLAGS_holder_backoff_ms);
   o.capability_clock_skew_ms = absl::GetFlag(FLAGS_capability_clock_skew_ms);
   o.object_index = absl::GetFlag(FLAGS_object_index);
 }

@@ -42,6 +42,8 @@ void ValidateMasterAndPuts(const ClientServerOptions& o, Checker& check) {
   check(o.put_no_space_wait_ms >= 0, "--put_no_space_wait_ms must be >= 0");
   check(o.put_write_back_wait_ms >= 0, "--put_write_back_wait_ms must be >= 0");
   check(o.put_write_timeout_ms >= 1, "--put_write_timeout_ms must be >= 1");
+  check(o.holder_backoff_ms >= 0 && o.holder_backoff_ms <= 3'600'000,
+        "--holder_backoff_ms must be in 0..3600000");
 }
 
 void ValidateTransfer(const ClientServerOptions& o, Checker& check) {

@@ -57,6 +57,9 @@ struct ClientServerOptions {
   int64_t put_no_space_wait_ms = 100;        // BatchPutOptions::no_space_wait_ms
   int64_t put_write_timeout_ms = 10'000;     // BatchPutOptions::write_timeout_ms
   int64_t put_write_back_wait_ms = 10'000;   // BatchPutOptions::write_back_wait_ms
+  // A holder that refused a connection is skipped this long by gets and puts (HolderBackoff);
+  // 0 = never skipped.
+  int64_t holder_backoff_ms = 2000;
   transfer::TransferEngineOptions transfer;  // local_endpoint and metrics are filled in
   // Data-plane server limits; listen_address, metrics and socket_buffer_bytes are filled in.
   transfer::tcp::TcpDataServerOptions data_server;

@@ -226,6 +226,7 @@ void ClientServer::StartSession() {
 
 void ClientServer::BuildBatchPaths() {
   prefix_leases_ = std::make_unique<PrefixLeases>(RealClock::Get());
+  holder_backoff_ = std::make_unique<HolderBackoff>(RealClock::Get(), options_.holder_backoff_ms);
   putter_ = std::make_unique<BatchPutter>(
       BatchPutOptions{.client_id = options_.client_id,
                       .max_key_size = 4096,
@@ -234,6 +235,7 @@ void ClientServer::BuildBatchPaths() {
                       .write_timeout_ms = options_.put_write_timeout_ms,
                       .write_back_wait_ms = options_.put_write_back_wait_ms},
       *master_, *engine_, RealClock::Get(), metrics_);
+  putter_->SetHolderBackoff(holder_backoff_.get());
   if (options_.object_index) {
     notifier_ = std::make_unique<IndexNotifier>(data_endpoint_, index_.get(), resolve_segment_,
                                                 *engine_, registry_);
@@ -242,6 +244,7 @@ void ClientServer::BuildBatchPaths() {
   getter_ = std::make_unique<BatchGetter>(
       BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 4096, 8},
       *master_, *engine_, *prefix_leases_, RealClock::Get(), metrics_);
+  getter_->SetHolderBackoff(holder_backoff_.get());
   if (offload_) {
     getter_->SetDiskReader(offload_.get());
     offload_->Start();

@@ -100,6 +100,7 @@ class ClientServer {
   std::unique_ptr<MasterSession> session_;
   BufferRegistry buffers_;
   std::unique_ptr<PrefixLeases> prefix_leases_;
+  std::unique_ptr<HolderBackoff> holder_backoff_;  // shared by the getter and the putter
   std::unique_ptr<BatchPutter> putter_;
   std::unique_ptr<BatchGetter> getter_;
   std::unique_ptr<Promoter> promoter_;

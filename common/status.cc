@@ -8,6 +8,7 @@ namespace mc {
 namespace {
 
 constexpr absl::string_view kPayloadUrl = "type.mcstore/code";
+constexpr absl::string_view kUnreachableUrl = "type.mcstore/peer-unreachable";
 
 absl::StatusCode Canonical(Code code) {
   switch (code) {
@@ -126,6 +127,19 @@ Code ToCode(const absl::Status& status) {
     default:
       return Code::kInternal;
   }
+}
+
+absl::Status MarkPeerUnreachable(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kUnreachableUrl, absl::Cord("1"));
+  return status;
+}
+
+bool IsPeerUnreachable(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kUnreachableUrl).has_value();
+}
+
+absl::Status WithPeerUnreachableOf(absl::Status status, const absl::Status& cause) {
+  return IsPeerUnreachable(cause) ? MarkPeerUnreachable(std::move(status)) : status;
 }
 
 }  // namespace mc

@@ -45,4 +45,14 @@ Code ToCode(const absl::Status& status);
 // Range-checks a wire integer; unknown values become kInternal.
 Code CodeFromInt(int value);
 
+// A transfer error that means the peer is certainly not serving (it refused the connection:
+// nothing listens at its data endpoint any more), as opposed to a slow or failed exchange. The
+// batch paths back off from such a holder and report it (master.proto ReportReplicaFaults).
+// MarkPeerUnreachable keeps the status's code and message and adds the mark (a payload), which
+// survives copies and WithPeerUnreachableOf.
+absl::Status MarkPeerUnreachable(absl::Status status);
+bool IsPeerUnreachable(const absl::Status& status);
+// `status` with the mark of `cause`, if it has one.
+absl::Status WithPeerUnreachableOf(absl::Status status, const absl::Status& cause);
+
 }  // namespace mc

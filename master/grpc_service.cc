@@ -40,6 +40,9 @@ class MasterGrpcService::RpcScope {
 
 namespace {
 
+// PutStartRequest.avoid_clients taken into account (a bound on the placement cost of a request).
+constexpr size_t kMaxAvoidedClients = 16;
+
 grpc::Status TooMany(size_t n, size_t max) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                       absl::StrCat("batch of ", n, " items exceeds the limit of ", max));
@@ -440,8 +443,13 @@ grpc::Status MasterGrpcService::DoPutStart(const Caller& caller, const v1::PutSt
   for (const auto& item : req->items()) items.push_back({item.key(), item.size()});
   const int64_t write_deadline_ms = service_.options().put_timeout_ms / 2;
   const Grants grants = WriteGrants(minter_, write_deadline_ms);
-  AddPlacements(service_.PutStart(Self(caller, *req), items, req->replicas()), write_deadline_ms,
-                grants, resp);
+  std::vector<std::string> avoid;
+  for (const std::string& client : req->avoid_clients()) {
+    if (avoid.size() == kMaxAvoidedClients) break;
+    avoid.push_back(client);
+  }
+  AddPlacements(service_.PutStart(Self(caller, *req), items, req->replicas(), avoid),
+                write_deadline_ms, grants, resp);
   return grpc::Status::OK;
 }
 

@@ -354,15 +354,17 @@ void MetadataService::CleanupClient(const std::string& client_id) {
 
 absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
     uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only, bool* final,
-    bool* write_back_pending) {
-  auto placed = segments_.Place(size, replicas, writer);
+    bool* write_back_pending, const std::vector<std::string>& avoid) {
+  auto placed = segments_.Place(size, replicas, writer, avoid);
   if (!placed.ok()) {
     // An object no segment (or too few clients' segments) can ever hold: evicting would empty
     // memory for nothing.
     // Clients whose segments are held while they report their objects: eviction cannot open
     // those, and the answer changes once the reports end (a retry, not a final NO_SPACE).
     bool wait_for_held = false;
-    absl::Status possible = segments_.CouldEverPlace(size, replicas, &wait_for_held);
+    // Clients the writer asked to avoid (they refused it) count as absent: evicting others'
+    // objects cannot make room on them.
+    absl::Status possible = segments_.CouldEverPlace(size, replicas, &wait_for_held, avoid);
     if (!possible.ok()) {
       if (final != nullptr) *final = !wait_for_held;
       return possible;
@@ -376,7 +378,7 @@ absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
     EvictResult r = evictor_.EvictBytes(ask, persisted_only);
     waiting = r.waiting_write_back;
     if (r.freed == 0) break;
-    placed = segments_.Place(size, replicas, writer);
+    placed = segments_.Place(size, replicas, writer, avoid);
     if (ask <= (UINT64_MAX >> 1)) ask <<= 1;
   }
   if (!placed.ok() && waiting > 0 && !persisted_only) {
@@ -394,7 +396,8 @@ absl::StatusOr<std::vector<MemoryLocation>> MetadataService::PlaceWithEviction(
 
 std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client_id,
                                                        const std::vector<PutStartItem>& items,
-                                                       uint32_t replicas) {
+                                                       uint32_t replicas,
+                                                       const std::vector<std::string>& avoid) {
   std::vector<PutStartOutcome> out(items.size());
   if (replicas == 0) replicas = 1;
   bool known_client = clients_.IsAlive(client_id);
@@ -450,7 +453,7 @@ std::vector<PutStartOutcome> MetadataService::PutStart(const std::string& client
   for (size_t i = 0; i < items.size(); ++i) {
     if (!out[i].status.ok()) continue;
     auto p = PlaceWithEviction(items[i].size, replicas, client_id, /*persisted_only=*/false,
-                               &out[i].no_space_final, &out[i].write_back_pending);
+                               &out[i].no_space_final, &out[i].write_back_pending, avoid);
     if (p.ok()) {
       placed[i] = std::move(*p);
     } else {

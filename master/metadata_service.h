@@ -207,8 +207,10 @@ class MetadataService {
   absl::Status UnregisterClient(const std::string& client_id, uint64_t session);
 
   // Puts.
+  // `avoid`: clients not to place on (holders that refused the writer moments ago).
   std::vector<PutStartOutcome> PutStart(const std::string& client_id,
-                                        const std::vector<PutStartItem>& items, uint32_t replicas);
+                                        const std::vector<PutStartItem>& items, uint32_t replicas,
+                                        const std::vector<std::string>& avoid = {});
   std::vector<absl::Status> PutEnd(const std::string& client_id,
                                    const std::vector<PutEndItem>& items);
   std::vector<absl::Status> PutRevoke(const std::string& client_id,
@@ -317,11 +319,10 @@ class MetadataService {
   // `persisted_only`: evict only objects that also live on an SSD tier (promotions).
   // `final` (optional) is set when the NO_SPACE answer is one no eviction can cure;
   // `write_back_pending` (optional) when it waits for offloads to end (invariant 7).
-  absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(uint64_t size, uint32_t replicas,
-                                                                const std::string& writer,
-                                                                bool persisted_only = false,
-                                                                bool* final = nullptr,
-                                                                bool* write_back_pending = nullptr);
+  absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(
+      uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only = false,
+      bool* final = nullptr, bool* write_back_pending = nullptr,
+      const std::vector<std::string>& avoid = {});
   bool DiskCapable(const std::string& client_id) const;
   void MarkOffloadsFailed(const std::string& client_id, const std::vector<DiskReplicaItem>& failed);
   // An offload planning pass now (rate-limited): puts wait for write-back.

@@ -127,7 +127,11 @@ bool SegmentManager::AllocateOnClientLocked(const std::string& client_id, uint64
 }
 
 absl::StatusOr<std::vector<MemoryLocation>> SegmentManager::Place(
-    uint64_t size, uint32_t replicas, const std::string& preferred_client) {
+    uint64_t size, uint32_t replicas, const std::string& preferred_client,
+    const std::vector<std::string>& avoid) {
+  auto avoided = [&avoid](const std::string& client) {
+    return std::find(avoid.begin(), avoid.end(), client) != avoid.end();
+  };
   if (replicas == 0) replicas = 1;
   absl::MutexLock lock(&mu_);
   if (clients_by_free_.size() < replicas) {
@@ -137,7 +141,8 @@ absl::StatusOr<std::vector<MemoryLocation>> SegmentManager::Place(
   }
   std::vector<MemoryLocation> placed;
   MemoryLocation loc;
-  if (!preferred_client.empty() && AllocateOnClientLocked(preferred_client, size, &loc)) {
+  if (!preferred_client.empty() && !avoided(preferred_client) &&
+      AllocateOnClientLocked(preferred_client, size, &loc)) {
     placed.push_back(std::move(loc));
   }
   // The others by free space, most first, straight from the index: a cursor walks down it (an
@@ -150,7 +155,7 @@ absl::StatusOr<std::vector<MemoryLocation>> SegmentManager::Place(
     --c;  // the largest entry below the cursor
     if (c->first < size) break;
     cursor = *c;
-    if (cursor.second == preferred_client) continue;
+    if (cursor.second == preferred_client || avoided(cursor.second)) continue;
     bool holds = false;
     for (const MemoryLocation& p : placed) holds |= p.client_id == cursor.second;
     if (holds) continue;
@@ -229,8 +234,8 @@ std::vector<ReplicaRef> SegmentManager::TakeForgotten(const std::string& client_
   return out;
 }
 
-absl::Status SegmentManager::CouldEverPlace(uint64_t size, uint32_t replicas,
-                                            bool* wait_for_held) const {
+absl::Status SegmentManager::CouldEverPlace(uint64_t size, uint32_t replicas, bool* wait_for_held,
+                                            const std::vector<std::string>& avoid) const {
   if (replicas == 0) replicas = 1;
   absl::MutexLock lock(&mu_);
   const uint64_t rounded = size > UINT64_MAX - alignment_
@@ -240,6 +245,7 @@ absl::Status SegmentManager::CouldEverPlace(uint64_t size, uint32_t replicas,
   uint32_t able_held = 0;
   uint64_t largest = 0;
   for (const auto& [client, space] : by_client_) {
+    if (std::find(avoid.begin(), avoid.end(), client) != avoid.end()) continue;
     uint64_t biggest = 0;
     for (uint64_t id : space.ids)
       biggest = std::max(biggest, segments_.at(id).allocator.capacity());

@@ -107,9 +107,11 @@ class SegmentManager {
   // Up to `max` of the client's forgotten ranges, oldest first; `*more`: some remain queued.
   std::vector<ReplicaRef> TakeForgotten(const std::string& client_id, size_t max, bool* more);
 
-  // Allocates `replicas` ranges of `size` bytes on distinct clients, or kNoSpace with nothing held.
+  // Allocates `replicas` ranges of `size` bytes on distinct clients, none of them in `avoid`, or
+  // kNoSpace with nothing held.
   absl::StatusOr<std::vector<MemoryLocation>> Place(uint64_t size, uint32_t replicas,
-                                                    const std::string& preferred_client);
+                                                    const std::string& preferred_client,
+                                                    const std::vector<std::string>& avoid = {});
   // Frees a placed range and queues it for its owner's forget queue. No-op when its segment is
   // gone.
   void Free(const MemoryLocation& location);
@@ -118,8 +120,9 @@ class SegmentManager {
   // `size` bytes, so that eviction could make room; otherwise kNoSpace saying why. Held clients
   // do not count: eviction cannot open their segments. When they would make up the number,
   // `*wait_for_held` (optional) is set: the answer changes once their reports end (retry).
-  absl::Status CouldEverPlace(uint64_t size, uint32_t replicas,
-                              bool* wait_for_held = nullptr) const;
+  // Clients in `avoid` do not count.
+  absl::Status CouldEverPlace(uint64_t size, uint32_t replicas, bool* wait_for_held = nullptr,
+                              const std::vector<std::string>& avoid = {}) const;
   SegmentStats Stats() const;
   SegmentStats ClientStats(const std::string& client_id) const;
   // The largest single free range over all segments.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include <google/protobuf/arena.h>
@@ -49,6 +50,10 @@ struct BatchGetter::Batch {
   std::vector<std::vector<LocalBuffer>> dest;
   std::vector<KeyPlan> plans;
   uint64_t master_lease_id = 0;
+  // Self-repair (RepairReplicas): memory replicas that failed the checksum, as (plan, replica),
+  // and the holders (client ids) that refused a connection.
+  std::vector<std::pair<size_t, int>> mismatched;
+  std::vector<std::string> unreachable;
   // The master's answer is parsed onto this arena (thousands of small messages and strings per
   // batch, freed at once); plans point into it.
   google::protobuf::Arena arena;
@@ -174,6 +179,7 @@ std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, 
     TransferRounds(batch);
     FanOut(batch);
     PromoteDiskHits(batch);
+    RepairReplicas(batch);
     ReleaseLeases(batch);
   }
   return std::move(batch.results);
@@ -222,13 +228,19 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
       plan.status = McError(FromProtoCode(plan.lookup->code()), plan.lookup->message());
       continue;
     }
-    // Replica preference: own memory, remote memory, own SSD tier, remote SSD tiers.
+    // Replica preference: own memory, remote memory, own SSD tier, remote SSD tiers. Holders
+    // that refused a connection moments ago are not dialled again (HolderBackoff).
+    size_t skipped = 0;
     auto add = [&](bool memory, bool local) {
       for (int r = 0; r < plan.lookup->replicas_size(); ++r) {
         const auto& rep = plan.lookup->replicas(r);
         if ((rep.tier() == v1::MEMORY) != memory) continue;
         if ((rep.data_endpoint() == options_.local_endpoint) != local) continue;
         if (!memory && local && disk_reader_ == nullptr) continue;
+        if (!local && HolderBackingOff(plan, r)) {
+          ++skipped;
+          continue;
+        }
         plan.order.push_back(r);
       }
     };
@@ -236,8 +248,12 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
     add(true, false);
     add(false, true);
     add(false, false);
+    if (skipped > 0) metrics_.holder_backoff_skips.Inc(skipped);
     if (plan.order.empty()) {
-      plan.status = McError(Code::kNotFound, "no readable replica");
+      plan.status = skipped > 0 ? McError(Code::kTransferFailed,
+                                          "every holder of this key refused a connection moments "
+                                          "ago (backing off; the master was told)")
+                                : McError(Code::kNotFound, "no readable replica");
     }
   }
 }
@@ -348,7 +364,18 @@ void BatchGetter::TransferRounds(Batch& batch) {
     for (size_t p = 0; p < batch.plans.size(); ++p) {
       KeyPlan& plan = batch.plans[p];
       if (!plan.status.ok() || plan.done || plan.primary == kNone) continue;
-      if (plan.next >= plan.order.size()) continue;  // status already says why
+      while (plan.next < plan.order.size() && HolderBackingOff(plan, plan.order[plan.next]) &&
+             !IsLocalMemory(plan, plan.order[plan.next])) {
+        metrics_.holder_backoff_skips.Inc();  // refused earlier in this call
+        ++plan.next;
+      }
+      if (plan.next >= plan.order.size()) {
+        if (plan.status.ok() && plan.next > 0 && !plan.done) {
+          plan.status =
+              McError(Code::kTransferFailed, "its other holders refused connections (backing off)");
+        }
+        continue;  // status says why
+      }
       if (plan.staging.empty() && !batch.items[plan.primary].gpu.empty() &&
           !IsDirectSource(batch, plan, plan.order[plan.next])) {
         // A direct GPU read whose direct sources all failed: the rest go through staging.
@@ -399,6 +426,8 @@ void BatchGetter::TransferRounds(Batch& batch) {
         metrics_.lease_expiries.Inc();
         continue;
       }
+      const int replica = plan.order[plan.next - 1];
+      if (!res.status.ok()) NoteFault(batch, owner[i], replica, res.status, false);
       if (ToCode(res.status) == Code::kChecksumMismatch) {
         // The replica's owner read its SSD record and it failed verification: its verdict, not a
         // transport failure (the owner drops the record and tells the master).
@@ -433,6 +462,7 @@ void BatchGetter::TransferRounds(Batch& batch) {
         metrics_.checksum_mismatches.Inc();
         Logger("client").error("checksum mismatch reading {} from {} (generation {})",
                                KeyForLog(plan.key), reqs[i].endpoint, plan.lookup->generation());
+        NoteFault(batch, owner[i], replica, absl::OkStatus(), /*mismatch=*/true);
         plan.status = McError(Code::kChecksumMismatch, absl::StrCat("replica on ", reqs[i].endpoint,
                                                                     " failed the checksum"));
         if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
@@ -562,6 +592,94 @@ absl::Status BatchGetter::StageOut(const KeyPlan& plan, const GetRequestItem& it
   }
   *bytes_written = host_bytes;
   return absl::OkStatus();
+}
+
+bool BatchGetter::HolderBackingOff(const KeyPlan& plan, int r) const {
+  return backoff_ != nullptr && backoff_->BackingOff(plan.lookup->replicas(r).data_endpoint());
+}
+
+void BatchGetter::NoteFault(Batch& batch, size_t plan, int r, const absl::Status& status,
+                            bool mismatch) {
+  const v1::Replica& rep = batch.plans[plan].lookup->replicas(r);
+  if (mismatch) {
+    if (rep.tier() == v1::MEMORY) batch.mismatched.emplace_back(plan, r);
+    return;  // a DISK record's owner verifies and drops it itself
+  }
+  if (!IsPeerUnreachable(status) || rep.data_endpoint() == options_.local_endpoint) return;
+  // Reported once per back-off period, not once per block.
+  if (backoff_ != nullptr && !backoff_->Refused(rep.data_endpoint())) return;
+  Logger("client").warn("holder {} at {} refused the connection: skipped for a while, reported",
+                        rep.client_id(), rep.data_endpoint());
+  batch.unreachable.push_back(rep.client_id());
+}
+
+void BatchGetter::RepairReplicas(Batch& batch) {
+  if (batch.mismatched.empty() && batch.unreachable.empty()) return;
+  v1::ReportReplicaFaultsRequest report;
+  report.set_client_id(options_.client_id);
+  // A mismatch may be the application changing its own destination under the read: the
+  // replica is condemned only if a copy into memory nobody else can write fails too.
+  std::vector<std::unique_ptr<char[]>> copies;
+  std::vector<transfer::TransferRequest> reads;
+  std::vector<std::pair<size_t, int>> read_of;
+  uint64_t bytes = 0;
+  int64_t deadline = std::numeric_limits<int64_t>::max();
+  for (const auto& [p, r] : batch.mismatched) {
+    const KeyPlan& plan = batch.plans[p];
+    const uint64_t size = plan.lookup->size();
+    if (reads.size() >= options_.max_confirm_reads || size > options_.max_confirm_bytes - bytes) {
+      break;
+    }
+    bytes += size;
+    copies.push_back(std::make_unique<char[]>(size));
+    const v1::Replica& rep = plan.lookup->replicas(r);
+    reads.push_back({transfer::OpKind::kRead,
+                     {LocalBuffer{copies.back().get(), size}},
+                     rep.data_endpoint(),
+                     rep.segment_id(),
+                     rep.offset()});
+    reads.back().capability = rep.capability();
+    reads.back().want_checksum = true;
+    read_of.emplace_back(p, r);
+    deadline = std::min(deadline, plan.deadline_ms);
+  }
+  if (!reads.empty() && clock_.NowMs() < deadline) {
+    std::vector<transfer::TransferResult> again = engine_.Submit(reads, deadline);
+    for (size_t k = 0; k < reads.size(); ++k) {
+      const KeyPlan& plan = batch.plans[read_of[k].first];
+      const transfer::TransferResult& res = again[k];
+      if (!res.status.ok() || res.bytes != plan.lookup->size()) continue;  // no verdict
+      const uint64_t got =
+          res.checksum.has_value() ? *res.checksum : ScatterChecksum(reads[k].local);
+      if (got == plan.lookup->checksum()) {
+        metrics_.mismatches_unconfirmed.Inc();  // the replica is fine; the destination changed
+        continue;
+      }
+      const v1::Replica& rep = plan.lookup->replicas(read_of[k].second);
+      v1::ReplicaFaultItem* item = report.add_items();
+      item->set_fault(v1::CORRUPT);
+      item->set_key(plan.key);
+      item->set_generation(plan.lookup->generation());
+      item->set_holder(rep.client_id());
+      item->set_segment_id(rep.segment_id());
+      item->set_offset(rep.offset());
+      metrics_.faults_reported_corrupt.Inc();
+    }
+  }
+  for (const std::string& holder : batch.unreachable) {
+    v1::ReplicaFaultItem* item = report.add_items();
+    item->set_fault(v1::UNREACHABLE);
+    item->set_holder(holder);
+    metrics_.faults_reported_unreachable.Inc();
+  }
+  if (report.items_size() == 0) return;
+  v1::ReportReplicaFaultsResponse resp;
+  absl::Status s = master_.ReportReplicaFaults(report, &resp);
+  if (!s.ok()) {
+    MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
+                 "reporting {} replica fault(s) to the master failed: {}", report.items_size(),
+                 s.ToString());
+  }
 }
 
 void BatchGetter::ReleaseLeases(Batch& batch) {

@@ -20,7 +20,15 @@
 //    their XXH3 equals the checksum recorded at put; a transfer that finished after its lease
 //    expired is LEASE_EXPIRED; destinations that overlap each other are rejected up front;
 //  - the release of the leases this call took is sent before it returns, without waiting for the
-//    reply (MasterClient::ReleaseLeasesAsync: this client's later puts and removes wait for it).
+//    reply (MasterClient::ReleaseLeasesAsync: this client's later puts and removes wait for it);
+//  - self-repair (DESIGN.md invariant 10): a MEMORY replica that failed the checksum is read
+//    once more into private memory (the application may have changed its own destination under
+//    the read); if that copy fails too, the replica is reported CORRUPT to the master, which
+//    drops it (and the key with its last replica, so it can be stored again). A holder that
+//    refused the connection is reported UNREACHABLE and skipped by every get for the back-off
+//    period (HolderBackoff): the key's other replicas are read at once, the holder is not dialled
+//    again per block. Reports go out before the leases are released (the master accepts a
+//    CORRUPT report only from a reader that holds a lease).
 // Thread-safe: concurrent Get() calls share nothing but thread-safe collaborators.
 #pragma once
 
@@ -29,6 +37,7 @@
 
 #include "client/batch/batch_types.h"
 #include "client/batch/gpu_get_stager.h"
+#include "client/batch/holder_backoff.h"
 #include "client/batch/prefix_leases.h"
 #include "client/batch/promoter.h"
 #include "client/client_metrics.h"
@@ -45,6 +54,9 @@ struct BatchGetOptions {
   uint32_t lease_ttl_ms = 0;   // 0 = the master's default
   size_t max_key_size = 4096;
   int max_replica_rounds = 8;  // fallback rounds before a key fails
+  // Self-repair: checksum mismatches re-read into private memory per call, and their bytes.
+  size_t max_confirm_reads = 16;
+  uint64_t max_confirm_bytes = 256ull << 20;
 };
 
 class BatchGetter {
@@ -63,6 +75,9 @@ class BatchGetter {
   // Stages GPU destinations that the cuda transport cannot fill directly (null: they fail
   // INVALID_ARGUMENT). Set before use.
   void SetGpuStager(GpuGetStager* stager) { gpu_stager_ = stager; }
+  // Skips and records holders that refused connections (null: every replica is always tried).
+  // Set before use.
+  void SetHolderBackoff(HolderBackoff* backoff) { backoff_ = backoff; }
 
  private:
   struct KeyPlan;
@@ -97,6 +112,14 @@ class BatchGetter {
                         const std::vector<LocalBuffer>& dest, uint64_t* bytes_written,
                         std::vector<GpuGetStager::Copy>* gpu_copies) const;
   void ReleaseLeases(Batch& batch);
+  // Whether replica `r` of `plan` is on a holder that refused connections moments ago.
+  bool HolderBackingOff(const KeyPlan& plan, int r) const;
+  // Records a failed read of replica `r` of `plan` (unreachable holder, checksum mismatch) for
+  // RepairReplicas.
+  void NoteFault(Batch& batch, size_t plan, int r, const absl::Status& status, bool mismatch);
+  // Confirms the checksum mismatches on private copies and reports the bad replicas and the
+  // unreachable holders to the master (one RPC, only when there is something to report).
+  void RepairReplicas(Batch& batch);
   // Hands the keys served from an SSD tier to the promoter (while their leases still hold).
   void PromoteDiskHits(Batch& batch);
 
@@ -109,6 +132,7 @@ class BatchGetter {
   DiskReader* disk_reader_ = nullptr;
   Promoter* promoter_ = nullptr;
   GpuGetStager* gpu_stager_ = nullptr;
+  HolderBackoff* backoff_ = nullptr;
 };
 
 // Copies `from` (scattered) into `to` (scattered); returns bytes copied (min of both totals).

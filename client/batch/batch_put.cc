@@ -57,12 +57,34 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
   int64_t pause_ms = 1;
   int64_t rounds = 0;
   std::vector<NoSpaceKind> kind(items.size(), NoSpaceKind::kTransient);
+  // Holders that refused a write in this call: placed around from then on. An item gets one
+  // more placement after such a refusal.
+  std::vector<std::string> avoid;
+  std::vector<uint8_t> replaced(items.size(), 0);
+  std::vector<absl::Status> refusal(items.size());
   // Items whose NO_SPACE waits for write-back to SSD may wait longer (invariant 7: memory holds
   // them until offloads end); the others only for no_space_wait_ms.
   while (!todo.empty()) {
-    PutOnce(items, todo, replicas, checksums, out, kind);
+    const size_t refusers = avoid.size();
+    PutOnce(items, todo, replicas, checksums, out, kind, avoid);
+    if (avoid.size() > refusers) {
+      ReportUnreachable({avoid.begin() + static_cast<std::ptrdiff_t>(refusers), avoid.end()});
+    }
     const int64_t elapsed = clock_.NowMs() - started_ms;
     std::erase_if(todo, [&](size_t i) {
+      if (IsPeerUnreachable(out[i]) && !replaced[i]) {
+        replaced[i] = 1;
+        refusal[i] = out[i];
+        metrics_.put_unreachable_retries.Inc();
+        return false;  // once more, around the holder that refused
+      }
+      if (replaced[i] && ToCode(out[i]) == Code::kNoSpace) {
+        // No other holder could take it: the refusal is the reason the put failed.
+        out[i] = McError(Code::kTransferFailed,
+                         absl::StrCat(refusal[i].message(),
+                                      "; placed again around that holder: ", out[i].message()));
+        return true;
+      }
       if (ToCode(out[i]) != Code::kNoSpace || kind[i] == NoSpaceKind::kFinal) return true;
       const int64_t limit = kind[i] == NoSpaceKind::kWriteBack ? options_.write_back_wait_ms
                                                                : options_.no_space_wait_ms;
@@ -77,6 +99,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
     });
     if (todo.empty()) break;
     for (size_t i : todo) {
+      if (ToCode(out[i]) != Code::kNoSpace) continue;  // placed again after a refusal
       (kind[i] == NoSpaceKind::kWriteBack ? metrics_.put_write_back_waits
                                           : metrics_.put_no_space_retries)
           .Inc();
@@ -152,13 +175,31 @@ absl::StatusOr<const std::vector<LocalBuffer>*> BatchPutter::DirectSource(
   return &staged.back().pieces;
 }
 
+void BatchPutter::ReportUnreachable(const std::vector<std::string>& holders) {
+  v1::ReportReplicaFaultsRequest report;
+  report.set_client_id(options_.client_id);
+  for (const std::string& holder : holders) {
+    v1::ReplicaFaultItem* item = report.add_items();
+    item->set_fault(v1::UNREACHABLE);
+    item->set_holder(holder);
+    metrics_.faults_reported_unreachable.Inc();
+  }
+  v1::ReportReplicaFaultsResponse resp;
+  if (absl::Status s = master_.ReportReplicaFaults(report, &resp); !s.ok()) {
+    MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
+                 "reporting {} unreachable holder(s) to the master failed: {}", holders.size(),
+                 s.ToString());
+  }
+}
+
 void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
                           const std::vector<size_t>& started, uint32_t replicas,
                           const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
-                          std::vector<NoSpaceKind>& kind) {
+                          std::vector<NoSpaceKind>& kind, std::vector<std::string>& avoid) {
   v1::PutStartRequest start;
   start.set_client_id(options_.client_id);
   start.set_replicas(replicas);
+  for (const std::string& holder : avoid) start.add_avoid_clients(holder);
   for (size_t i : started) {  // item index per PutStart entry
     auto* entry = start.add_items();
     entry->set_key(items[i].key.data(), items[i].key.size());
@@ -180,6 +221,7 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
   // Write every replica of every placed item in one submission.
   std::vector<transfer::TransferRequest> writes;
   std::vector<size_t> write_owner;  // position in `started`
+  std::vector<const std::string*> write_holder;  // the replica's client id (in `placed`)
   std::vector<absl::Status> write_status(started.size());
   // Direct GPU items written from a host copy after all (a deque: the writes point into it).
   std::deque<GpuPutStager::HostCopy> staged;
@@ -211,6 +253,7 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
       writes.back().capability = rep.capability();  // the master's write grant, if any
       writes.back().want_checksum = prove;
       write_owner.push_back(k);
+      write_holder.push_back(&rep.client_id());
     }
   }
   const int64_t allowed = std::min<int64_t>(
@@ -238,10 +281,19 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
                              " written from GPU memory came back without its proof; not stored"));
       continue;
     }
-    write_status[write_owner[w]] = McError(
-        Code::kTransferFailed,
-        absl::StrCat("writing the replica on ", writes[w].endpoint, ": ",
-                     res.status.ok() ? "short transfer" : std::string(res.status.message())));
+    write_status[write_owner[w]] = WithPeerUnreachableOf(
+        McError(
+            Code::kTransferFailed,
+            absl::StrCat("writing the replica on ", writes[w].endpoint, ": ",
+                         res.status.ok() ? "short transfer" : std::string(res.status.message()))),
+        res.status);
+    if (IsPeerUnreachable(res.status) &&
+        std::find(avoid.begin(), avoid.end(), *write_holder[w]) == avoid.end()) {
+      avoid.push_back(*write_holder[w]);
+      if (backoff_ != nullptr) backoff_->Refused(writes[w].endpoint);
+      Logger("client").warn("holder {} at {} refused a replica write: placing around it",
+                            *write_holder[w], writes[w].endpoint);
+    }
   }
   // A source buffer truncated during the writes makes the replicas void: never end them.
   for (size_t k = 0; k < started.size(); ++k) {

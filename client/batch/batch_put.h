@@ -17,7 +17,11 @@
 // (PutRequestItem::gpu_direct, with a GpuPutStager): each replica the cuda transport can write is
 // written straight from GPU memory and must come back with a checksum equal to the item's (the
 // device hash of the source taken before the put); an item with any other replica is staged through
-// the stager first and written from the host copy. Thread-safe.
+// the stager first and written from the host copy. An item whose replica holder refused the
+// connection (its daemon is gone; the master may not know yet) is placed once more, avoiding
+// that holder (PutStartRequest.avoid_clients), and the holder is reported to the master
+// (ReportReplicaFaults UNREACHABLE) and skipped by the batch paths for a while (HolderBackoff).
+// Thread-safe.
 #pragma once
 
 #include <deque>
@@ -26,6 +30,7 @@
 
 #include "client/batch/batch_types.h"
 #include "client/batch/gpu_put_stager.h"
+#include "client/batch/holder_backoff.h"
 #include "client/client_metrics.h"
 #include "client/session/index_service.h"
 #include "client/session/master_client.h"
@@ -58,15 +63,23 @@ class BatchPutter {
   // Writes direct GPU items (borrowed; null = none, the default: such items fail). Before the
   // first Put.
   void SetGpuStager(GpuPutStager* stager) { gpu_ = stager; }
+  // Records and skips holders that refused connections (borrowed; null = none). Before the
+  // first Put.
+  void SetHolderBackoff(HolderBackoff* backoff) { backoff_ = backoff; }
 
  private:
   // What a NO_SPACE answer lets the item do: retry briefly, not at all, or wait for write-back.
   enum class NoSpaceKind { kTransient, kFinal, kWriteBack };
   // One PutStart / write / PutEnd (or PutRevoke) round for items[i], i in `started` (validated,
   // checksums[i] computed); sets out[i], and kind[i] for a NO_SPACE answer.
+  // `avoid`: holders not to place on; the holders that refused a write are added to it (and
+  // their items' out[i] carry the peer-unreachable mark, common/status.h).
   void PutOnce(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
                uint32_t replicas, const std::vector<uint64_t>& checksums,
-               std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind);
+               std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind,
+               std::vector<std::string>& avoid);
+  // Tells the master about holders that refused our connections.
+  void ReportUnreachable(const std::vector<std::string>& holders);
 
   // What a direct GPU item's replicas are written from: its own pieces (GPU memory) when the
   // cuda transport can write every replica placed, else a proved host copy kept in `staged`.
@@ -89,6 +102,7 @@ class BatchPutter {
   ClientMetrics& metrics_;
   IndexNotifier* notifier_ = nullptr;
   GpuPutStager* gpu_ = nullptr;
+  HolderBackoff* backoff_ = nullptr;
 };
 
 }  // namespace mc::client

@@ -171,6 +171,11 @@ class GrpcMasterClient final : public MasterClient {
   absl::Status PromoteEnd(const v1::PromoteEndRequest& req, v1::PromoteEndResponse* resp) override {
     return Call(&v1::Master::Stub::PromoteEnd, req, resp);
   }
+  absl::Status ReportReplicaFaults(const v1::ReportReplicaFaultsRequest& req,
+                                   v1::ReportReplicaFaultsResponse* resp) override {
+    // Idempotent: a replica dropped twice is NOT_FOUND the second time.
+    return Call(&v1::Master::Stub::ReportReplicaFaults, req, resp, Retry::kAlways);
+  }
   absl::Status ReportObjects(const v1::ReportObjectsRequest& req,
                              v1::ReportObjectsResponse* resp) override {
     return Call(&v1::Master::Stub::ReportObjects, req, resp);

@@ -67,6 +67,9 @@ class MasterClient {
   // One chunk of the owner's object report after a registration (client/session/master_session.h).
   virtual absl::Status ReportObjects(const v1::ReportObjectsRequest& req,
                                      v1::ReportObjectsResponse* resp) = 0;
+  // Self-repair: replicas this daemon found corrupt, holders that refused its connections.
+  virtual absl::Status ReportReplicaFaults(const v1::ReportReplicaFaultsRequest& req,
+                                           v1::ReportReplicaFaultsResponse* resp) = 0;
 };
 
 struct GrpcMasterClientOptions {

@@ -33,7 +33,7 @@ class FakeMasterClient final : public MasterClient {
   enum class Rpc {
     kRegisterClient, kHeartbeat, kUnregisterClient, kPutStart, kPutEnd, kPutRevoke,
     kGetReplicas, kReleaseLeases, kExist, kRemove, kAddDiskReplicas, kRemoveDiskReplicas,
-    kTakeOffloadTasks, kPromoteStart, kPromoteEnd, kReportObjects, kCount
+    kTakeOffloadTasks, kPromoteStart, kPromoteEnd, kReportObjects, kReportReplicaFaults, kCount
   };
   // clang-format on
 
@@ -171,6 +171,11 @@ class FakeMasterClient final : public MasterClient {
                             v1::PromoteStartResponse* resp) override {
     return Forward(Rpc::kPromoteStart,
                    [&] { return grpc_->DoPromoteStart(master::Caller{}, &req, resp); });
+  }
+  absl::Status ReportReplicaFaults(const v1::ReportReplicaFaultsRequest& req,
+                                   v1::ReportReplicaFaultsResponse* resp) override {
+    return Forward(Rpc::kReportReplicaFaults,
+                   [&] { return grpc_->DoReportReplicaFaults(master::Caller{}, &req, resp); });
   }
   absl::Status PromoteEnd(const v1::PromoteEndRequest& req, v1::PromoteEndResponse* resp) override {
     return Forward(Rpc::kPromoteEnd,

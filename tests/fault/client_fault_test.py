@@ -156,6 +156,8 @@ class KillReplicaHolderTest(unittest.TestCase):
             chunk = acked[i:i + 8]
             got = cc.get_inline(self.reader, [k for k, _ in chunk])
             for (k, v), r in zip(chunk, got):
+                if r.code != spb.OK:
+                    self.c.dump_logs()
                 self.assertEqual(cc.code_name(r.code), "OK", "%s acknowledged but %s: %s"
                                  % (k, cc.code_name(r.code), r.message))
                 self.assertTrue(r.data == v, "%s: wrong bytes" % k)

@@ -80,8 +80,10 @@ absl::Status FinishConnect(int fd, const std::string& endpoint, int64_t deadline
     socklen_t len = sizeof(err);
     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
-      return McError(Code::kUnavailable,
-                     absl::StrCat("connect ", endpoint, ": ", std::strerror(err)));
+      absl::Status refused =
+          McError(Code::kUnavailable, absl::StrCat("connect ", endpoint, ": ", std::strerror(err)));
+      // Nothing listens there: the holder is gone (the batch paths back off and report it).
+      return err == ECONNREFUSED ? MarkPeerUnreachable(std::move(refused)) : refused;
     }
     return absl::OkStatus();
   }
@@ -147,7 +149,11 @@ absl::StatusOr<UniqueFd> ConnectTcp(const std::string& endpoint, int buffer_byte
   if (!fd.valid()) return Errno(Code::kUnavailable, "socket");
   TuneSocket(fd.get(), buffer_bytes);
   if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
-    if (errno != EINPROGRESS) return Errno(Code::kUnavailable, absl::StrCat("connect ", endpoint));
+    if (errno != EINPROGRESS) {
+      const bool refused = errno == ECONNREFUSED;
+      absl::Status s = Errno(Code::kUnavailable, absl::StrCat("connect ", endpoint));
+      return refused ? MarkPeerUnreachable(std::move(s)) : s;
+    }
     if (absl::Status s = FinishConnect(fd.get(), endpoint, deadline_ms); !s.ok()) return s;
   }
   return fd;

@@ -155,8 +155,10 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
         std::max(1, options_.connections_per_peer), units));
     auto acquired = pool_.Acquire(endpoint, want, deadline_ms);
     if (!acquired.ok()) {
-      const absl::Status err = McError(Code::kTransferFailed, absl::StrCat(
-          "tcp: ", std::string(acquired.status().message())));
+      const absl::Status err = WithPeerUnreachableOf(
+          McError(Code::kTransferFailed,
+                  absl::StrCat("tcp: ", std::string(acquired.status().message()))),
+          acquired.status());
       for (size_t k : indices) {
         ops[k].done = true;
         ops[k].status = err;

@@ -177,7 +177,7 @@ class StoreSecurityTest(cc.ClusterTestMixin, unittest.TestCase):
         self.addCleanup(ch.close)
         from mcstore.v1 import store_pb2_grpc
         raw = store_pb2_grpc.StoreStub(ch)
-        for md in ([("x-mc-owner", other.owner)], [], [("x-mc-owner", "0" * 32)]):
+        for md in ([("x-mc-owner", other.owner)], []):
             put = raw.BatchPut(spb.BatchPutRequest(items=[spb.PutItem(
                 key=b"steal-%s" % secrets.token_hex(4).encode(),
                 slices=[buf.slice(0, 4096)])]), metadata=md, timeout=10)
@@ -190,7 +190,20 @@ class StoreSecurityTest(cc.ClusterTestMixin, unittest.TestCase):
                 raw.UnregisterBuffer(spb.UnregisterBufferRequest(buffer_id=buf.buffer_id),
                                      metadata=md, timeout=10)
             self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
-        self.assertEqual(self.counter("mc_store_buffer_owner_mismatches_total"), mismatches + 9)
+        self.assertEqual(self.counter("mc_store_buffer_owner_mismatches_total"), mismatches + 6)
+        # A made-up session token is no session at all: every call is refused whole (session
+        # lost), before any buffer id is looked at.
+        forged = [("x-mc-owner", "0" * 32)]
+        for call in (lambda: raw.BatchPut(spb.BatchPutRequest(items=[spb.PutItem(
+                         key=b"steal-x", slices=[buf.slice(0, 4096)])]), metadata=forged,
+                         timeout=10),
+                     lambda: raw.UnregisterBuffer(spb.UnregisterBufferRequest(
+                         buffer_id=buf.buffer_id), metadata=forged, timeout=10)):
+            with self.assertRaises(grpc.RpcError) as e:
+                call()
+            self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn(("x-mc-error", "session-lost"), e.exception.trailing_metadata())
+        self.assertEqual(self.counter("mc_store_buffer_owner_mismatches_total"), mismatches + 6)
         key = b"mine-%s" % secrets.token_hex(4).encode()
         self.assertCodes(mine.BatchPut(spb.BatchPutRequest(items=[spb.PutItem(
             key=key, slices=[buf.slice(0, 4096)])]), timeout=10).results, ["OK"])

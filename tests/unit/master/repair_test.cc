@@ -175,3 +175,30 @@ TEST_F(Repair, AReporterCannotReportItself) {
 
 }  // namespace
 }  // namespace mc::master
+
+namespace mc::master {
+namespace {
+
+using testing::CodeOf;
+using testing::MasterFixture;
+
+TEST(AvoidClients, PutStartPlacesAroundAvoidedClientsAndEvictsNothingForThem) {
+  MasterFixture m;
+  m.Register("writer", {1 << 20});
+  m.Register("dead", {4 << 20});  // the largest: the first choice after the writer
+  m.Register("small", {1 << 20});
+  auto out = m.svc().PutStart("writer", {{"k", 1000}}, 2, {"dead"});
+  ASSERT_TRUE(out[0].status.ok()) << out[0].status;
+  for (const auto& r : out[0].replicas) EXPECT_NE(r.location.client_id, "dead");
+  // Only "dead" could take a third replica: NO_SPACE at once, final, and nothing evicted.
+  ASSERT_TRUE(m.End("writer", "k", out[0].generation).ok());
+  const uint64_t keys = m.svc().KeyCount();
+  auto none = m.svc().PutStart("writer", {{"k3", 1000}}, 3, {"dead"});
+  EXPECT_EQ(CodeOf(none[0].status), Code::kNoSpace);
+  EXPECT_TRUE(none[0].no_space_final);
+  EXPECT_EQ(m.svc().KeyCount(), keys);
+  EXPECT_TRUE(m.Exists("k"));
+}
+
+}  // namespace
+}  // namespace mc::master
