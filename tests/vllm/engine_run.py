@@ -47,7 +47,7 @@ def make_llm(args):
              "load_async": not args.load_sync, "record_blocks": True,
              "fake_gpu": args.fake_gpu}
     ktc = KVTransferConfig(kv_connector="MCStoreConnector",
-                           kv_connector_module_path="mcstore.vllm", kv_role="kv_both",
+                           kv_connector_module_path="mcstore.vllm", kv_role=args.kv_role,
                            kv_load_failure_policy="recompute",
                            kv_connector_extra_config=extra)
     kwargs = dict(model=args.model, tokenizer=args.model, skip_tokenizer_init=True,
@@ -146,6 +146,20 @@ def summarize_events(events, saved_hex):
             "mcstore_removed": len(removed), "other_events": other}
 
 
+def wait_for_go(pause_dir, n, state):
+    """Tells the test the engine is idle before phase n (writing `state`, JSON, first) and waits
+    for its go (bounded)."""
+    with open(os.path.join(pause_dir, "state-%d.json" % n), "w") as f:
+        json.dump(state, f)
+    open(os.path.join(pause_dir, "ready-%d" % n), "w").close()
+    go = os.path.join(pause_dir, "go-%d" % n)
+    deadline = time.monotonic() + 600
+    while not os.path.exists(go):
+        if time.monotonic() > deadline:
+            raise SystemExit("no go for phase %d within 600 s" % n)
+        time.sleep(0.05)   # a file poll, bounded by the deadline above
+
+
 def worker_connector():
     from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
     return get_kv_transfer_group() if has_kv_transfer_group() else None
@@ -201,6 +215,11 @@ def main():
                     help="publish vLLM's KV events on tcp://127.0.0.1:PORT and record, per "
                          "phase, what a subscriber received of the connector's")
     ap.add_argument("--dump", default="")
+    ap.add_argument("--kv-role", default="kv_both",
+                    choices=("kv_both", "kv_producer", "kv_consumer"))
+    ap.add_argument("--pause-dir", default="",
+                    help="before each phase after the first, create DIR/ready-N and wait (at "
+                         "most 600 s) for DIR/go-N: the test restarts daemons in between")
     ap.add_argument("--corrupt-nth-load", type=int, default=0,
                     help="fault injection: flip bytes of the Nth block loaded (1-based) after "
                          "its get, before the connector's checks")
@@ -242,7 +261,11 @@ def main():
               "gpu_buffer_ids": [g.buffer_id for g in conn._worker.gpu_buffers] if conn else []}
     if args.dump:
         os.makedirs(args.dump, exist_ok=True)
-    for phase in args.phases.split(","):
+    for n, phase in enumerate(args.phases.split(",")):
+        if args.pause_dir and n > 0:
+            wait_for_go(args.pause_dir, n, {
+                "key_prefix": conn._worker.prefix.decode() if conn else "",
+                "phases": result["phases"]})
         w0 = len(conn._worker.loaded_log) if conn else 0
         s0 = len(conn._worker.saved_log) if conn else 0
         l0 = len(conn._worker.load_times) if conn else 0
@@ -313,7 +336,7 @@ def main():
                     name = "%s.%s.%s.r%d.bin" % (phase, what, hx, rank)
                     with open(os.path.join(args.dump, name), "wb") as f:
                         f.write(data)
-        result["phases"][phase] = ph
+        result["phases"]["%s#%d" % (phase, n) if args.pause_dir else phase] = ph
     result["fault_log"] = FAULT_LOG
     with open(args.out, "w") as f:
         json.dump(result, f)

@@ -4,11 +4,12 @@ reason named on a mismatch), the MatchPrefix lease is released off the load's co
 and the per-block logs are kept only when asked for. Logic only, no timing assertions."""
 
 import threading
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 from mcstore import Code, GetResult
 from mcstore.vllm import blocks as B
-from mcstore.vllm.connector import BlockRef, LoadJob
+from mcstore.vllm.connector import BlockRef, LoadJob, MCStoreConnectorStats
 from mcstore.vllm.worker import WorkerSide
 
 NUM_BLOCKS = 8
@@ -76,6 +77,14 @@ def worker(record_blocks=False):
     w.pool = ThreadPoolExecutor(max_workers=2)
     w.stored = {}
     w.client = FakeClient(w.headers, w.stored)
+    # What WorkerSide.__init__ sets up for the loads' bookkeeping.
+    w.cfg.update(unavailable_backoff_s=2.0, address="unix:/test.sock")
+    w.lock = threading.Lock()
+    w.reg_lock = threading.RLock()
+    w.reg_gen, w.next_reregister = 0, 0.0
+    w.failed, w.store_down, w.removed, w.buffer_ids = [], False, [], []
+    w.interval = MCStoreConnectorStats()
+    w.totals = defaultdict(float)
     return w
 
 

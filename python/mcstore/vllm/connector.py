@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -73,6 +73,9 @@ _DEFAULTS = {
     "idle_wait_ms": 20,       # a step that computes nothing waits up to this for a transfer
     "record_blocks": False,   # keep (request, block id, hash) of every block moved: tests only
     "connect_wait_s": 60.0,   # start-up: retry registering while the daemon is UNAVAILABLE
+    "negative_cache_s": 5.0,  # a block whose load failed is not looked up again for this long
+    "negative_cache_blocks": 4096,  # ... at most this many blocks remembered
+    "unavailable_backoff_s": 2.0,   # the store down: lookups are misses this long, not RPCs
     "token_file": None,       # Store token over TCP (default: $MCSTORE_TOKEN_FILE)
     "fd_socket": None,        # where buffers are passed (default: <unix socket>.fd)
     "cuda_device": None,      # KV cache on a GPU: mc-client's ordinal of it (default: vLLM's)
@@ -102,9 +105,22 @@ def _config(vllm_config: "VllmConfig") -> dict[str, Any]:
                             or not 0 <= dev <= 1023):
         raise ValueError("MCStoreConnector: cuda_device must be mc-client's CUDA ordinal "
                          "(0..1023) or unset, got %r" % (dev,))
+    for name, hi in (("negative_cache_s", 3600), ("unavailable_backoff_s", 3600),
+                     ("negative_cache_blocks", 1 << 24)):
+        v = cfg[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= hi:
+            raise ValueError("MCStoreConnector: %s must be a number in [0, %d], got %r"
+                             % (name, hi, v))
     if not isinstance(cfg["fake_gpu"], bool):
         raise ValueError("MCStoreConnector: fake_gpu must be true or false, got %r"
                          % (cfg["fake_gpu"],))
+    # A prefill engine that only produces KV (kv_producer) saves and never looks up; a decode
+    # engine that only consumes it (kv_consumer) loads and never saves, unless told otherwise.
+    role = getattr(vllm_config.kv_transfer_config, "kv_role", "kv_both")
+    if role == "kv_producer" and "load" not in extra:
+        cfg["load"] = False
+    if role == "kv_consumer" and "save" not in extra:
+        cfg["save"] = False
     if extra.get("socket") and not extra.get("address"):
         cfg["address"] = "unix:" + extra["socket"]
     if not cfg["address"]:
@@ -176,7 +192,9 @@ class BlockRef:
 class LoadJob:
     req_id: str
     blocks: list[BlockRef]
-    lease_ids: list[int]     # per TP rank (0 = none)
+    # Per TP rank: the lease the scheduler took, as (lease id, capability) (mcstore.LeaseRef),
+    # which the worker reads under and releases although another process took it; 0 = none.
+    leases: list[Any]
 
 
 @dataclass
@@ -195,19 +213,28 @@ class MCStoreConnectorMetadata(KVConnectorMetadata):
 
 @dataclass
 class MCStoreWorkerMetadata(KVConnectorWorkerMetadata):
-    """Worker -> scheduler: block hashes saved (for BlockStored) and found gone (BlockRemoved)."""
+    """Worker -> scheduler: block hashes saved (for BlockStored) and found gone (BlockRemoved);
+    (request id, block hash) of every block whose load failed (the scheduler looks neither it
+    nor its successors up again for that request, nor for any request for a while); and whether
+    the store was found down (the daemon unreachable or restarted: lookups pause)."""
     stored: list[bytes] = field(default_factory=list)
     removed: list[bytes] = field(default_factory=list)
+    failed: list[tuple[str, bytes]] = field(default_factory=list)
+    store_down: bool = False
 
     def aggregate(self, other: "KVConnectorWorkerMetadata") -> "KVConnectorWorkerMetadata":
         assert isinstance(other, MCStoreWorkerMetadata)
-        return MCStoreWorkerMetadata(self.stored + other.stored, self.removed + other.removed)
+        return MCStoreWorkerMetadata(self.stored + other.stored, self.removed + other.removed,
+                                     self.failed + other.failed,
+                                     self.store_down or other.store_down)
 
 
 _STAT_KEYS = ("lookups", "lookup_hit_blocks", "lookup_miss_blocks", "lookup_errors",
+              "lookups_reused", "lookups_skipped_store_down", "lookup_negative_blocks",
               "load_blocks", "load_error_blocks", "load_header_mismatch_blocks", "load_bytes",
-              "load_s",
-              "save_blocks", "save_existing_blocks", "save_error_blocks", "save_bytes", "save_s")
+              "load_s", "lease_release_failures", "reregistrations",
+              "save_blocks", "save_existing_blocks", "save_error_blocks", "save_skipped_blocks",
+              "save_bytes", "save_s")
 
 
 @dataclass
@@ -301,7 +328,8 @@ class MCStoreConnector(KVConnectorBase_V1):
             self._worker.drain_saves(preempted)
 
     def get_kv_connector_stats(self) -> Optional[KVConnectorStats]:
-        return self._worker.take_stats() if self._worker else None
+        # vLLM asks both sides and sums them: lookups are the scheduler's, transfers the workers'.
+        return self._worker.take_stats() if self._worker else self._sched.take_stats()
 
     def build_connector_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
         return self._worker.take_worker_meta() if self._worker else None
@@ -361,7 +389,9 @@ class _ReqState:
     tokens: list[bytes]
     prompt_len: int
     loadable: int                    # blocks that may be loaded (leave >= 1 prompt token)
-    lookup: Optional[tuple[int, int, list[int]]] = None   # (local blocks, matched, lease ids)
+    lookup: Optional[tuple[int, int, list[Any]]] = None   # (local blocks, matched, leases)
+    lookup_at: float = 0.0                                # monotonic time of that lookup
+    failed_from: Optional[int] = None                     # first block whose load failed
     load_range: Optional[tuple[int, int]] = None          # set at alloc, emitted once
     block_ids: list[int] = field(default_factory=list)
     saved_upto: Optional[int] = None                      # blocks [.., saved_upto) planned
@@ -386,7 +416,17 @@ class _SchedulerSide:
         kec = getattr(conn._vllm_config, "kv_events_config", None)
         self.events_enabled = bool(kec and getattr(kec, "enable_kv_cache_events", False))
         self.totals: dict[str, float] = defaultdict(float)
+        self.interval = MCStoreConnectorStats()
         self._warned = 0.0
+        # Blocks whose load failed lately (hash -> monotonic expiry), oldest first: a hot prefix
+        # that fails is not looked up again by every request.
+        self.negative: "OrderedDict[bytes, float]" = OrderedDict()
+        # The store was found down (a lookup failed, or a worker reported it): lookups are
+        # misses without an RPC until then.
+        self.paused_until = 0.0
+        # A lookup answered moments ago is reused while its lease has most of its TTL left, so
+        # a request waiting for KV blocks does not take a new lease every scheduler step.
+        self.reuse_s = min(float(self.cfg["lease_ttl_ms"]) / 4000.0, 5.0)
         if conn._hash_algo.startswith("xxhash") and os.environ.get("PYTHONHASHSEED") is None:
             log.warning("prefix_caching_hash_algo=%s without PYTHONHASHSEED: block hashes differ "
                         "per process, so mcstore will never hit; set PYTHONHASHSEED on every "
@@ -415,48 +455,118 @@ class _SchedulerSide:
         self.reqs[request.request_id] = st
         return st
 
-    def _release(self, lease_ids: list[int]) -> None:
-        for lid in lease_ids:
-            if lid:
+    def _count(self, key: str, n: float = 1) -> None:
+        self.totals[key] += n
+        self.interval.data[key] = self.interval.data.get(key, 0) + n
+
+    def take_stats(self) -> Optional[KVConnectorStats]:
+        if self.interval.is_empty():
+            return None
+        st, self.interval = self.interval, MCStoreConnectorStats()
+        return st
+
+    def _release(self, leases: list[Any]) -> None:
+        for lease in leases:
+            if not lease:
+                continue
+            try:
+                released = self._get_client().release_lease(lease)
+            except Exception as e:  # the lease then ends at its TTL
+                released = False
+                log.warning("release of lease %r failed: %s", lease[0], e)
+            if not released:
+                self._count("lease_release_failures")
+
+    def _negative_cut(self, st: _ReqState, upto: int) -> int:
+        """The first of blocks [0, upto) this request may not load: one whose load already
+        failed for it, or (for any request) moments ago; `upto` when none."""
+        if st.failed_from is not None:
+            upto = min(upto, st.failed_from)
+        if not self.negative:
+            return upto
+        now = time.monotonic()
+        while self.negative:   # drop the expired, oldest first
+            h, expiry = next(iter(self.negative.items()))
+            if expiry > now:
+                break
+            del self.negative[h]
+        for i in range(upto):
+            if st.hashes[i] in self.negative:
+                self._count("lookup_negative_blocks", upto - i)
+                return i
+        return upto
+
+    def _note_failed(self, failed: list[tuple[str, bytes]]) -> None:
+        ttl = float(self.cfg["negative_cache_s"])
+        cap = int(self.cfg["negative_cache_blocks"])
+        now = time.monotonic()
+        for rid, h in failed:
+            st = self.reqs.get(rid)
+            if st is not None:
                 try:
-                    self._get_client().release_lease(lid)
-                except Exception as e:  # the lease then ends at its TTL
-                    log.warning("release of lease %d failed: %s", lid, e)
+                    i = st.hashes.index(h)
+                except ValueError:
+                    i = None
+                if i is not None and (st.failed_from is None or i < st.failed_from):
+                    st.failed_from = i
+            if ttl > 0 and cap > 0:
+                self.negative.pop(h, None)
+                self.negative[h] = now + ttl
+                while len(self.negative) > cap:
+                    self.negative.popitem(last=False)
+
+    def _pause(self, why: str) -> None:
+        backoff = float(self.cfg["unavailable_backoff_s"])
+        if backoff > 0:
+            self.paused_until = max(self.paused_until, time.monotonic() + backoff)
+        now = time.monotonic()
+        if now - self._warned > 10:
+            self._warned = now
+            log.warning("mcstore unavailable (%s): lookups are misses for %.1f s", why, backoff)
 
     def num_new_matched_tokens(self, request: "Request", num_computed_tokens: int):
         if not self.cfg["load"]:
             return 0, False
         st = self._state(request)
-        if st.lookup is not None:          # asked again: the previous answer's lease goes
-            self._release(st.lookup[2])
-            st.lookup = None
         local = num_computed_tokens // self.bs
-        if st.loadable <= local:
+        if st.lookup is not None:
+            prev_local, prev_matched, _ = st.lookup
+            if (prev_local == local and st.failed_from is None
+                    and time.monotonic() - st.lookup_at < self.reuse_s):
+                # Asked again (the request waited for KV blocks): the answer and its lease hold.
+                self._count("lookups_reused")
+                return (prev_matched - local) * self.bs, bool(self.cfg["load_async"])
+            self._release(st.lookup[2])    # stale: its lease goes, the keys are asked again
+            st.lookup = None
+        loadable = self._negative_cut(st, st.loadable)
+        if loadable <= local:
             return 0, False
-        self.totals["lookups"] += 1
-        matched = st.loadable
-        leases: list[int] = []
+        if time.monotonic() < self.paused_until:
+            self._count("lookups_skipped_store_down")
+            return 0, False
+        self._count("lookups")
+        matched = loadable
+        leases: list[Any] = []
         try:
             client = self._get_client()
             for prefix in self.prefixes:
-                keys = [B.block_key(prefix, h) for h in st.hashes[:st.loadable]]
+                keys = [B.block_key(prefix, h) for h in st.hashes[:loadable]]
                 lease = client.match_prefix(keys, lease_ttl_ms=int(self.cfg["lease_ttl_ms"]))
-                leases.append(lease.lease_id if lease.matched else 0)
+                leases.append(lease.ref if lease.matched else 0)
                 matched = min(matched, lease.matched)
         except Exception as e:
-            self.totals["lookup_errors"] += 1
+            self._count("lookup_errors")
             self._release(leases)
-            now = time.monotonic()
-            if now - self._warned > 10:
-                self._warned = now
-                log.warning("mcstore lookup failed (treated as a miss): %s", e)
+            from mcstore import UnavailableError
+            self._pause("lookup: %s" % e if isinstance(e, UnavailableError) else "%s" % e)
             return 0, False
-        self.totals["lookup_hit_blocks"] += max(matched - local, 0)
-        self.totals["lookup_miss_blocks"] += st.loadable - max(matched, local)
+        self._count("lookup_hit_blocks", max(matched - local, 0))
+        self._count("lookup_miss_blocks", loadable - max(matched, local))
         if matched <= local:
             self._release(leases)
             return 0, False
         st.lookup = (local, matched, leases)
+        st.lookup_at = time.monotonic()
         return (matched - local) * self.bs, bool(self.cfg["load_async"])
 
     def after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
@@ -529,6 +639,10 @@ class _SchedulerSide:
         wm = getattr(output, "kv_connector_worker_meta", None)
         if not isinstance(wm, MCStoreWorkerMetadata):
             return
+        if wm.failed:
+            self._note_failed(wm.failed)
+        if wm.store_down:
+            self._pause("a worker found the daemon down or restarted")
         self.totals["stored_blocks_reported"] += len(wm.stored)
         self.totals["removed_blocks_reported"] += len(wm.removed)
         if not self.events_enabled:

@@ -76,6 +76,14 @@ class WorkerSide:
         self.totals: dict[str, float] = defaultdict(float)
         self.stored: list[bytes] = []
         self.removed: list[bytes] = []
+        self.failed: list[tuple[str, bytes]] = []   # (request, block hash) of failed loads
+        self.store_down = False     # found the daemon unreachable or restarted since last step
+        # Registration with the daemon (buffers, header slots, block layouts): redone when the
+        # daemon restarted under us (SessionLostError); reg_gen counts the registrations, so
+        # threads that met the same loss re-register once. reg_lock guards the ids and layouts.
+        self.reg_lock = threading.RLock()
+        self.reg_gen = 0
+        self.next_reregister = 0.0
         # (req, block id, hash) of each block loaded OK / saved, kept only with record_blocks
         # (tests, debugging): they grow with every block moved.
         self.record_blocks = bool(self.cfg["record_blocks"])
@@ -90,27 +98,8 @@ class WorkerSide:
         group, spec = _attention_spec(kcc)
         self.mem = KVMemory(kv_caches, list(group.layer_names), kcc.num_blocks,
                              spec.page_size_bytes, fake_gpu=bool(self.cfg["fake_gpu"]))
-        self._close_gpu_buffers()
-        if self.mem.on_gpu:
-            self.gpu_buffers = [self._while_unavailable(self._register_gpu, i)
-                                for i in range(len(self.mem.storages))]
-            self.buffer_ids = [g.buffer_id for g in self.gpu_buffers]
-            self.totals["gpu_buffers"] = len(self.gpu_buffers)
-        else:
-            self.buffer_ids = [self._while_unavailable(self.client.register_buffer,
-                                                       s.shm_name, s.shm_size)
-                               for s in self.mem.storages]
-        self.headers = self._while_unavailable(self.client.create_buffer,
-                                               2 * self.mem.num_blocks * B.HEADER_SIZE)
-        self._prepared_loads.clear()   # they name the buffers registered before, if any
-        self._prepared_saves.clear()
-        kv_runs = self.mem.layout_runs(self.buffer_ids)
-        self._load_layout = self.client.block_layout(
-            [(self.headers.slice(self._header_slot(0, False), B.HEADER_SIZE), B.HEADER_SIZE)]
-            + kv_runs)
-        self._save_layout = self.client.block_layout(
-            [(self.headers.slice(self._header_slot(0, True), B.HEADER_SIZE), B.HEADER_SIZE)]
-            + kv_runs)
+        with self.reg_lock:
+            self._register_with_daemon(self._while_unavailable, layouts=True)
         self._check_bound_views()
         log.info("mcstore: %d KV layers, %d blocks of %d bytes in %d slice(s) each, %s",
                  len(self.mem.layers), self.mem.num_blocks, self.mem.block_bytes,
@@ -120,6 +109,77 @@ class WorkerSide:
                      len(self.gpu_buffers), self.mem.torch_device,
                      " (FAKE GPU: tests only)" if self.mem.device == "fake-gpu" else ""))
         self._probe_layout()
+
+    def _register_with_daemon(self, call, layouts: bool) -> None:
+        """Registers the KV memory and the header slots with the daemon (`call(fn, *args)`
+        runs each registration) and makes the block layouts over the new ids (or keeps using
+        per-block slices when `layouts` is False: a daemon without block layouts). Under
+        reg_lock. At start-up, and again after the daemon restarted (_reregister)."""
+        self._close_gpu_buffers()
+        if self.mem.on_gpu:
+            self.gpu_buffers = [call(self._register_gpu, i)
+                                for i in range(len(self.mem.storages))]
+            self.buffer_ids = [g.buffer_id for g in self.gpu_buffers]
+            self.totals["gpu_buffers"] = len(self.gpu_buffers)
+        else:
+            self.buffer_ids = [call(self.client.register_buffer, s.shm_name, s.shm_size)
+                               for s in self.mem.storages]
+        if self.headers is None:
+            self.headers = call(self.client.create_buffer, 2 * self.mem.num_blocks * B.HEADER_SIZE)
+        else:   # the same memory (saves' header slots stay written), a new id
+            call(self.headers.reregister)
+        self._prepared_loads.clear()   # they name the buffers registered before, if any
+        self._prepared_saves.clear()
+        if not layouts:
+            self._load_layout = self._save_layout = None
+            return
+        kv_runs = self.mem.layout_runs(self.buffer_ids)
+        self._load_layout = self.client.block_layout(
+            [(self.headers.slice(self._header_slot(0, False), B.HEADER_SIZE), B.HEADER_SIZE)]
+            + kv_runs)
+        self._save_layout = self.client.block_layout(
+            [(self.headers.slice(self._header_slot(0, True), B.HEADER_SIZE), B.HEADER_SIZE)]
+            + kv_runs)
+
+    def _reregister(self, seen_gen: int) -> bool:
+        """After SessionLostError (the daemon restarted and knows none of our buffers): registers
+        everything again, once for all the threads that met the same loss (seen_gen), at most
+        every unavailable_backoff_s while it fails. True when the registration is fresh."""
+        with self.reg_lock:
+            if self.reg_gen != seen_gen:
+                return True
+            now = time.monotonic()
+            if now < self.next_reregister:
+                return False
+            try:
+                self._register_with_daemon(lambda fn, *a: fn(*a),
+                                           layouts=self._load_layout is not None)
+            except Exception as e:
+                self.next_reregister = now + max(0.5, float(self.cfg["unavailable_backoff_s"]))
+                self.store_down = True
+                log.warning("mcstore: registering the KV cache again with %s failed (%s); loads "
+                            "are misses and saves are skipped until it works",
+                            self.cfg["address"], e)
+                return False
+            self.reg_gen += 1
+        with self.lock:
+            self._count({"reregistrations": 1})
+        log.warning("mcstore: daemon %s restarted: the KV cache is registered again (%d "
+                    "buffer(s)); loads and saves go on", self.cfg["address"],
+                    len(self.buffer_ids))
+        return True
+
+    def _with_registration(self, fn):
+        """fn() (a Store call naming our buffers); after SessionLostError the KV cache is
+        registered again and fn() runs once more (it must rebuild its slices)."""
+        from mcstore import SessionLostError
+        gen = self.reg_gen
+        try:
+            return fn()
+        except SessionLostError:
+            if not self._reregister(gen):
+                raise
+            return fn()
 
     def _register_gpu(self, i: int):
         """Storage i lent to the daemon as one GPU buffer: by CUDA IPC on a GPU (the daemon's
@@ -254,10 +314,11 @@ class WorkerSide:
     def _blocks(self, block_ids: list[int], save: bool):
         """The destinations (a load) or sources (a save) of these blocks, header slot first:
         the block layout's blocks, or each block's PreparedSlices without one."""
-        layout = self._save_layout if save else self._load_layout
-        if layout is not None:
-            return layout.blocks(block_ids)
-        return [self._prepared(b, save) for b in block_ids]
+        with self.reg_lock:
+            layout = self._save_layout if save else self._load_layout
+            if layout is not None:
+                return layout.blocks(block_ids)
+            return [self._prepared(b, save) for b in block_ids]
 
     def _prepared(self, block_id: int, save: bool):
         """The block's header slot and KV runs as PreparedSlices, made once per block id and
@@ -328,13 +389,14 @@ class WorkerSide:
         failed: set[int] = set()
         removed: list[bytes] = []
         st = defaultdict(float)
-        lease = job.lease_ids[self.lease_index] if self.lease_index < len(job.lease_ids) else 0
+        lease = job.leases[self.lease_index] if self.lease_index < len(job.leases) else 0
         try:
             keys = [self._key(r.block_hash) for r in job.blocks]
-            into = self._blocks([r.block_id for r in job.blocks], False)
             if ready is not None:
                 ready.synchronize()   # kernels queued before the load are done with its blocks
-            results = self.client.get(keys, into=into, lease=lease or None)
+            ids = [r.block_id for r in job.blocks]
+            results = self._with_registration(
+                lambda: self.client.get(keys, into=self._blocks(ids, False), lease=lease or None))
             headers = self.headers.memoryview(0, self.mem.num_blocks * B.HEADER_SIZE)  # load slots
             loaded = 0
             for r, res, expected in zip(job.blocks, results, self._packed_headers(job.blocks)):
@@ -364,6 +426,7 @@ class WorkerSide:
             st["load_bytes"] += loaded * self.mem.block_bytes
         except Exception as e:
             failed.update(r.block_id for r in job.blocks)
+            self._note_store_error(e)
             log.warning("mcstore: load of %d blocks for request %s failed (%s); vLLM recomputes "
                         "them", len(job.blocks), job.req_id, e)
         elapsed = time.perf_counter() - t0
@@ -378,13 +441,33 @@ class WorkerSide:
             except RuntimeError:   # the pool is shutting down
                 self._release_lease(lease)
         st["load_error_blocks"] += len(failed)
+        if failed:
+            # The scheduler looks these blocks up no more for this request (vLLM recomputes
+            # them), nor for any request for a while (negative_cache_s).
+            hashes = [r.block_hash for r in job.blocks if r.block_id in failed]
+            with self.lock:
+                self.failed.extend((job.req_id, h) for h in hashes)
         return failed, st, removed
 
-    def _release_lease(self, lease: int) -> None:
+    def _release_lease(self, lease) -> None:
+        """Releases the scheduler's lease with its capability; a release the daemon refuses
+        (or cannot take) is counted (lease_release_failures): the lease then pins its keys until
+        its TTL, which is what this must not do."""
         try:
-            self.client.release_lease(lease)
+            released = self.client.release_lease(lease)
         except Exception as e:
-            log.debug("mcstore: releasing lease %d failed (%s); it ends at its TTL", lease, e)
+            released = False
+            log.debug("mcstore: releasing lease %r failed (%s); it ends at its TTL", lease, e)
+        if not released:
+            with self.lock:
+                self._count({"lease_release_failures": 1})
+
+    def _note_store_error(self, e: BaseException) -> None:
+        """A whole call failed: if the daemon is down or restarted, the scheduler is told (it
+        then answers lookups as misses for a while instead of scheduling loads that fail)."""
+        from mcstore import SessionLostError, UnavailableError
+        if isinstance(e, (UnavailableError, SessionLostError)):
+            self.store_down = True
 
     def _finish_load(self, req_id: str, fut: Future) -> None:
         failed, st, removed = fut.result()
@@ -423,10 +506,12 @@ class WorkerSide:
         stored: list[bytes] = []
         try:
             keys = [self._key(r.block_hash) for r in job.blocks]
-            values = self._blocks([r.block_id for r in job.blocks], True)
             if ready is not None:
                 ready.synchronize()   # the forward that wrote these blocks has finished
-            results = self.client.put(keys, values, replicas=int(self.cfg["replicas"]) or None)
+            ids = [r.block_id for r in job.blocks]
+            replicas = int(self.cfg["replicas"]) or None
+            results = self._with_registration(
+                lambda: self.client.put(keys, self._blocks(ids, True), replicas=replicas))
             for r, res in zip(job.blocks, results):
                 if res.ok:
                     st["save_blocks"] += 1
@@ -443,6 +528,7 @@ class WorkerSide:
                                 r.block_id, job.req_id, res.code.name, res.message)
         except Exception as e:
             st["save_error_blocks"] += len(job.blocks)
+            self._note_store_error(e)
             log.warning("mcstore: save of %d blocks for request %s failed: %s",
                         len(job.blocks), job.req_id, e)
         st["save_s"] += time.perf_counter() - t0
@@ -519,10 +605,11 @@ class WorkerSide:
 
     def take_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
         with self.lock:
-            if not self.stored and not self.removed:
+            if not self.stored and not self.removed and not self.failed and not self.store_down:
                 return None
-            m = MCStoreWorkerMetadata(self.stored, self.removed)
-            self.stored, self.removed = [], []
+            m = MCStoreWorkerMetadata(self.stored, self.removed, self.failed, self.store_down)
+            self.stored, self.removed, self.failed = [], [], []
+            self.store_down = False
         return m
 
     def shutdown(self) -> None:
