@@ -106,7 +106,7 @@ int Daemon(int from_engine, int to_engine) {
   table.Add(1, segment.data(), segment.size());
   mc::transfer::TransferEngineOptions options;
   options.local_endpoint = self;
-  options.cuda_device = 0;
+  options.cuda.device = 0;
   mc::transfer::TransferEngine engine(options, table);
   if (engine.cuda() == nullptr) Fail("no cuda transport");
   const auto remote = mc::transfer::MemoryAccess::kRemote;

@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
   const char* gid = std::getenv("MC_RDMA_GID_INDEX");
   TransferEngineOptions o;
   o.transport = "rdma";
-  o.rdma_device = dev != nullptr ? dev : "";
-  o.rdma_gid_index = gid != nullptr ? std::atoi(gid) : 1;
+  o.rdma.device = dev != nullptr ? dev : "";
+  o.rdma.gid_index = gid != nullptr ? std::atoi(gid) : 1;
 
   SegmentTable b_table;
   tcp::TcpDataServerOptions so;

@@ -132,7 +132,7 @@ absl::Status ClientServer::StartDataPlane() {
   transfer::tcp::TcpDataServerOptions data_opts = options_.data_server;
   data_opts.listen_address = options_.data;
   data_opts.metrics = &registry_;
-  data_opts.socket_buffer_bytes = options_.transfer.socket_buffer_bytes;
+  data_opts.socket_buffer_bytes = options_.transfer.tcp.socket_buffer_bytes;
   if (options_.cluster_keys != nullptr) {
     capabilities_ = std::make_unique<auth::CapabilityVerifier>(
         auth::CapabilityVerifierOptions{.clock_skew_ms = options_.capability_clock_skew_ms},
@@ -178,7 +178,7 @@ absl::Status ClientServer::StartTransferEngine() {
   transfer::TransferEngineOptions engine_opts = options_.transfer;
   engine_opts.local_endpoint = data_endpoint_;
   engine_opts.metrics = &registry_;
-  engine_opts.cluster_keys = options_.cluster_keys;
+  engine_opts.tcp.cluster_keys = options_.cluster_keys;
   engine_ = std::make_unique<transfer::TransferEngine>(engine_opts, segment_table_);
   MC_RETURN_IF_ERROR(engine_->status());
   for (const auto& seg : pool_->segments()) {
@@ -263,11 +263,11 @@ void ClientServer::BuildBatchPaths() {
 void ClientServer::BuildGpuPaths() {
   transfer::cuda::CudaTransport* cuda = engine_->cuda();
   if (cuda == nullptr) {
-    if (options_.transfer.cuda_device >= 0) {
+    if (options_.transfer.cuda.device >= 0) {
       Logger("client").error(
           "--cuda_device={} asked for, but there is no cuda transport (see the transfer log "
           "above): GpuBuffers is not served and GPU slices are refused",
-          options_.transfer.cuda_device);
+          options_.transfer.cuda.device);
     }
     return;
   }

@@ -30,6 +30,7 @@
 #include "common/auth.h"
 #include "common/metrics.h"
 #include "transfer/memory_access.h"
+#include "transfer/transfer_options.h"
 
 namespace mc::transfer {
 
@@ -103,53 +104,14 @@ class SegmentTable {
   absl::flat_hash_map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
 };
 
-namespace rdma {
-class VerbsDevice;
-class RdmaConnector;
-}  // namespace rdma
-namespace cuda {
-class CudaApi;
-class CudaTransport;
-}  // namespace cuda
-
-struct TransferEngineOptions {
-  std::string local_endpoint;    // this daemon's data-plane endpoint; requests to it use `local`
-  int connections_per_peer = 4;  // tcp pool size per peer
-  // SO_SNDBUF / SO_RCVBUF of tcp connections; 0 = kernel autotuning.
-  int socket_buffer_bytes = 8 << 20;
-  uint64_t parallel_copy_threshold = 8 << 20;  // local memcpy split across threads above this
-  int copy_threads = 2;                        // helper threads of the local transport
-  uint64_t tcp_frame_bytes = 4 << 20;          // a tcp request is cut into frames of this size
-  int tcp_receive_threads = 2;         // helper threads running tcp poll loops (connection groups)
-  MetricsRegistry* metrics = nullptr;  // optional: transfer bytes/errors by transport
-  // Cluster keys: tcp connections (and the rdma setup's) run the AUTH handshake; null = none.
-  auth::ClusterKeysPtr cluster_keys;
-  // Remote transport: "auto" (rdma for peers that answered an rdma connection setup, tcp for the
-  // others and for kReadDisk), "tcp" (never rdma) or "rdma" (rdma for every remote READ/WRITE;
-  // no fallback, errors surface). See transfer/rdma/rdma_transport.h.
-  std::string transport = "auto";
-  std::string rdma_device;  // verbs device name ("" = the first with an active port)
-  int rdma_port = 1;
-  int rdma_gid_index = 1;  // RoCEv2 IPv4-mapped GID on rxe/mlx5 defaults; 0 on InfiniBand
-  int rdma_qps_per_peer = 2;
-  // Tests: opens the verbs device instead of libibverbs (e.g. tests/fakes/fake_verbs.h), with a
-  // connector for the connection setup (default: over the peer's tcp data plane).
-  std::function<std::unique_ptr<rdma::VerbsDevice>()> rdma_device_factory;
-  rdma::RdmaConnector* rdma_connector = nullptr;
-  // GPU memory (transfer/cuda/): the CUDA device whose memory local buffers may be; -1 (the
-  // default) opens none. Tests: opens this instead of cudart (tests/fakes/fake_cuda.h).
-  int cuda_device = -1;
-  int cuda_streams = 4;
-  // GPUDirect RDMA of GPU buffers: "auto", "off" or "on" (transfer/cuda/cuda_transport.h).
-  std::string gpu_direct_rdma = "auto";
-  std::function<std::unique_ptr<cuda::CudaApi>()> cuda_api_factory;
-};
-
 class TransportRegistry;
 struct TransportMetrics;
 namespace rdma {
 class RdmaTransport;
 }  // namespace rdma
+namespace cuda {
+class CudaTransport;
+}  // namespace cuda
 
 class TransferEngine {
  public:
@@ -175,7 +137,7 @@ class TransferEngine {
   // The rdma transport, or null (transport "tcp", no usable device, built without ibverbs).
   // The data-plane server answers peers' rdma connection setups through it.
   rdma::RdmaTransport* rdma() const;
-  // The cuda transport, or null (no cuda_device, no device, built without the toolkit). GPU
+  // The cuda transport, or null (no cuda.device, no device, built without the toolkit). GPU
   // buffers add their device ranges to it.
   cuda::CudaTransport* cuda() const;
   // Not OK when transport "rdma" was asked for and no device could be opened.

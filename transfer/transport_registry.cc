@@ -13,41 +13,31 @@ namespace mc::transfer {
 TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
                                      SegmentTable& local_segments)
     : local_endpoint_(options.local_endpoint), force_rdma_(options.transport == "rdma") {
-  LocalTransportOptions local;
-  local.parallel_copy_threshold = options.parallel_copy_threshold;
-  local.copy_threads = options.copy_threads;
   local_index_ = transports_.size();
-  transports_.push_back(std::make_unique<LocalTransport>(local, local_segments));
-
-  TcpTransportOptions tcp;
-  tcp.connections_per_peer = options.connections_per_peer;
-  tcp.socket_buffer_bytes = options.socket_buffer_bytes;
-  tcp.frame_bytes = options.tcp_frame_bytes;
-  tcp.cluster_keys = options.cluster_keys;
-  tcp.receive_threads = options.tcp_receive_threads;
+  transports_.push_back(std::make_unique<LocalTransport>(options.local, local_segments));
   tcp_index_ = transports_.size();
-  transports_.push_back(std::make_unique<TcpTransport>(tcp));
+  transports_.push_back(std::make_unique<TcpTransport>(options.tcp));
 
   if (options.transport != "tcp") {
     absl::StatusOr<std::unique_ptr<rdma::VerbsDevice>> device =
         McError(Code::kUnavailable, "rdma: built without libibverbs");
-    if (options.rdma_device_factory) {
-      std::unique_ptr<rdma::VerbsDevice> d = options.rdma_device_factory();
+    if (options.rdma.device_factory) {
+      std::unique_ptr<rdma::VerbsDevice> d = options.rdma.device_factory();
       if (d != nullptr) device = std::move(d);
     } else {
 #if MC_WITH_RDMA
       device =
-          rdma::OpenVerbsDevice(options.rdma_device, options.rdma_port, options.rdma_gid_index);
+          rdma::OpenVerbsDevice(options.rdma.device, options.rdma.port, options.rdma.gid_index);
 #endif
     }
     if (device.ok()) {
-      rdma::RdmaConnector* connector = options.rdma_connector;
+      rdma::RdmaConnector* connector = options.rdma.connector;
       if (connector == nullptr) {
-        own_connector_ = std::make_unique<rdma::TcpRdmaConnector>(5000, options.cluster_keys);
+        own_connector_ = std::make_unique<rdma::TcpRdmaConnector>(5000, options.tcp.cluster_keys);
         connector = own_connector_.get();
       }
       rdma::RdmaTransportOptions r;
-      r.qps_per_peer = options.rdma_qps_per_peer;
+      r.qps_per_peer = options.rdma.qps_per_peer;
       Logger("transfer")
           .info("rdma transport on device {} (max_sge {}, mtu {})", (*device)->attributes().name,
                 (*device)->attributes().max_sge, (*device)->attributes().active_mtu);
@@ -64,15 +54,15 @@ TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
       Logger("transfer").info("no rdma ({}); remote transfers use tcp", device.status().ToString());
     }
   }
-  if (options.cuda_device >= 0) AddCuda(options, local_segments);
+  if (options.cuda.device >= 0) AddCuda(options, local_segments);
 }
 
 void TransportRegistry::AddCuda(const TransferEngineOptions& options,
                                 SegmentTable& local_segments) {
   absl::StatusOr<std::unique_ptr<cuda::CudaApi>> api =
       McError(Code::kUnavailable, "cuda: built without the CUDA toolkit");
-  if (options.cuda_api_factory) {
-    api = options.cuda_api_factory();
+  if (options.cuda.api_factory) {
+    api = options.cuda.api_factory();
   } else {
 #if MC_WITH_CUDA
     api = cuda::OpenCudaApi();
@@ -85,18 +75,18 @@ void TransportRegistry::AddCuda(const TransferEngineOptions& options,
   } else {
     cuda::CudaTransportOptions c;
     c.local_endpoint = local_endpoint_;
-    c.mover.device = options.cuda_device;
-    c.mover.streams = options.cuda_streams;
-    c.mover.streams_per_move = options.cuda_streams;
+    c.mover.device = options.cuda.device;
+    c.mover.streams = options.cuda.streams;
+    c.mover.streams_per_move = options.cuda.streams;
     c.metrics = options.metrics;
-    absl::StatusOr<cuda::GpuDirectRdma> direct = cuda::ParseGpuDirectRdma(options.gpu_direct_rdma);
+    absl::StatusOr<GpuDirectRdma> direct = ParseGpuDirectRdma(options.cuda.gpu_direct_rdma);
     if (!direct.ok()) {
       status_ = direct.status();
       Logger("transfer").error("{}", direct.status().ToString());
       return;
     }
     c.gpu_direct_rdma = *direct;
-    if (c.gpu_direct_rdma == cuda::GpuDirectRdma::kOn && rdma_ == nullptr) {
+    if (c.gpu_direct_rdma == GpuDirectRdma::kOn && rdma_ == nullptr) {
       status_ = McError(Code::kUnavailable,
                         "GPUDirect RDMA required (gpu_direct_rdma on) but there is no rdma "
                         "transport (transport tcp, no verbs device, or built without verbs)");
@@ -114,7 +104,7 @@ void TransportRegistry::AddCuda(const TransferEngineOptions& options,
   cuda_->SetRdma(rdma_);
   cuda_index_ = transports_.size();
   transports_.push_back(*std::move(transport));
-  Logger("transfer").info("cuda transport on device {}", options.cuda_device);
+  Logger("transfer").info("cuda transport on device {}", options.cuda.device);
 }
 
 TransportRegistry::~TransportRegistry() = default;

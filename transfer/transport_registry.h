@@ -3,7 +3,7 @@
 // opened, transport "auto" or "rdma") when the peer answered our rdma connection setup and the
 // request's local buffers are registered memory, `tcp` otherwise and always for kReadDisk
 // (two-sided, served by the peer's SSD tier over tcp). Before all of these, `cuda` takes every
-// request with a local buffer in GPU memory (when a cuda_device was asked for and opened).
+// request with a local buffer in GPU memory (when a cuda.device was asked for and opened).
 // Thread-safe: the transport list is immutable after construction; transports are thread-safe.
 #pragma once
 

@@ -29,15 +29,6 @@ const LocalBuffer* OnlyBuffer(const TransferRequest& r) {
 
 }  // namespace
 
-absl::StatusOr<GpuDirectRdma> ParseGpuDirectRdma(std::string_view text) {
-  if (text == "off") return GpuDirectRdma::kOff;
-  if (text == "auto") return GpuDirectRdma::kAuto;
-  if (text == "on") return GpuDirectRdma::kOn;
-  return McError(
-      Code::kInvalidArgument,
-      absl::StrCat("GPUDirect RDMA mode must be off, auto or on, not \"", std::string(text), "\""));
-}
-
 CudaTransport::CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaApi> api,
                              SegmentTable& segments)
     : options_(std::move(options)), api_(std::move(api)), segments_(segments) {

@@ -31,6 +31,7 @@
 #include "common/metrics.h"
 #include "transfer/cuda/cuda_api.h"
 #include "transfer/cuda/gpu_mover.h"
+#include "transfer/transfer_options.h"
 #include "transfer/transport.h"
 
 namespace mc::transfer::rdma {
@@ -38,15 +39,6 @@ class RdmaTransport;
 }  // namespace mc::transfer::rdma
 
 namespace mc::transfer::cuda {
-
-// GPUDirect RDMA of registered GPU buffers (mc-client --gpu_direct_rdma).
-enum class GpuDirectRdma : uint8_t {
-  kOff,   // never: remote replicas are staged through pinned host memory
-  kAuto,  // where the device, driver and NIC allow it; elsewhere staged (logged)
-  kOn,    // required: a GPU buffer that cannot be registered with the NIC is refused
-};
-// "off" | "auto" | "on" (INVALID_ARGUMENT otherwise).
-absl::StatusOr<GpuDirectRdma> ParseGpuDirectRdma(std::string_view text);
 
 struct CudaTransportOptions {
   std::string local_endpoint;  // requests to other endpoints are refused (but GPUDirect RDMA)

@@ -13,17 +13,11 @@
 #include <string_view>
 #include <vector>
 
+#include "transfer/transfer_options.h"
 #include "transfer/transport.h"
 #include "transfer/worker_pool.h"
 
 namespace mc::transfer {
-
-struct LocalTransportOptions {
-  uint64_t parallel_copy_threshold = 8 << 20;   // bytes; a lone copy above it is split
-  uint64_t parallel_batch_threshold = 1 << 20;  // bytes; a batch above it runs on the helpers
-  uint64_t checksum_chunk_bytes = 256 << 10;    // copy+hash granularity of want_checksum reads
-  int copy_threads = 2;                          // helper threads (0 = caller only)
-};
 
 class LocalTransport final : public Transport {
  public:

@@ -53,15 +53,15 @@ class CudaRdmaDirect : public ::testing::Test {
     TransferEngineOptions o;
     o.local_endpoint = kSelf;
     o.metrics = &metrics_;
-    o.rdma_device_factory = [this] {
+    o.rdma.device_factory = [this] {
       auto d = std::make_unique<FakeVerbsDevice>(network_, SmallFakeDeviceAttributes());
       verbs_ = d.get();
       return d;
     };
-    o.rdma_connector = connector_.get();
-    o.cuda_device = 0;
-    o.gpu_direct_rdma = mode;
-    o.cuda_api_factory = [this] {
+    o.rdma.connector = connector_.get();
+    o.cuda.device = 0;
+    o.cuda.gpu_direct_rdma = mode;
+    o.cuda.api_factory = [this] {
       auto api = std::make_unique<FakeCudaApi>();
       fake_ = api.get();
       return api;
@@ -306,9 +306,9 @@ TEST(CudaRdmaDirectOptions, OnWithoutAnRdmaTransportAndUnknownModesFailTheEngine
     TransferEngineOptions o;
     o.local_endpoint = kSelf;
     o.transport = "tcp";
-    o.cuda_device = 0;
-    o.gpu_direct_rdma = mode;
-    o.cuda_api_factory = [] { return std::make_unique<FakeCudaApi>(); };
+    o.cuda.device = 0;
+    o.cuda.gpu_direct_rdma = mode;
+    o.cuda.api_factory = [] { return std::make_unique<FakeCudaApi>(); };
     TransferEngine engine(o, table);
     EXPECT_FALSE(engine.status().ok()) << mode;
   }

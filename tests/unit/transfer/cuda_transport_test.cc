@@ -24,8 +24,8 @@ class CudaTransportTest : public ::testing::Test {
     table_.Add(1, segment_.data(), segment_.size());
     TransferEngineOptions options;
     options.local_endpoint = kSelf;
-    options.cuda_device = 0;
-    options.cuda_api_factory = [this] {
+    options.cuda.device = 0;
+    options.cuda.api_factory = [this] {
       auto api = std::make_unique<FakeCudaApi>();
       fake_ = api.get();
       return api;
@@ -168,8 +168,8 @@ TEST_F(CudaTransportTest, HostBuffersStillGoThroughTheLocalTransport) {
 TEST_F(CudaTransportTest, NoCudaDeviceMeansNoCudaTransport) {
   TransferEngineOptions options;
   options.local_endpoint = kSelf;
-  options.cuda_device = 0;
-  options.cuda_api_factory = [] {
+  options.cuda.device = 0;
+  options.cuda.api_factory = [] {
     auto api = std::make_unique<FakeCudaApi>();
     api->LoseDevice();
     return api;

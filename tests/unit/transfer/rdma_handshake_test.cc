@@ -94,9 +94,9 @@ class EngineOverFakeRdma : public ::testing::Test {
     o.local_endpoint = endpoint;
     o.transport = transport;
     o.metrics = metrics;
-    o.tcp_receive_threads = 0;
-    o.rdma_connector = &connector_;
-    o.rdma_device_factory = [this] {
+    o.tcp.receive_threads = 0;
+    o.rdma.connector = &connector_;
+    o.rdma.device_factory = [this] {
       DeviceAttributes attr;
       attr.name = "fake0";
       attr.max_sge = 4;
@@ -161,7 +161,7 @@ TEST_F(EngineOverFakeRdma, TransportFlagForcesEither) {
 
   TransferEngineOptions o;
   o.transport = "rdma";
-  o.rdma_device_factory = [] { return std::unique_ptr<VerbsDevice>(); };  // no device
+  o.rdma.device_factory = [] { return std::unique_ptr<VerbsDevice>(); };  // no device
   TransferEngine forced(o, table);
   EXPECT_EQ(forced.rdma(), nullptr);
   EXPECT_FALSE(forced.status().ok());

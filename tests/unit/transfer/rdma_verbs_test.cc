@@ -162,11 +162,11 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
     GTEST_SKIP() << "no usable verbs device";
   }
   TransferEngineOptions o;
-  o.rdma_device = Env("MC_RDMA_DEVICE", "");
-  o.rdma_gid_index = std::atoi(Env("MC_RDMA_GID_INDEX", "1").c_str());
-  o.tcp_receive_threads = 0;
+  o.rdma.device = Env("MC_RDMA_DEVICE", "");
+  o.rdma.gid_index = std::atoi(Env("MC_RDMA_GID_INDEX", "1").c_str());
+  o.tcp.receive_threads = 0;
   auto keys = *auth::ClusterKeys::FromSecrets({std::string(40, 'r')});
-  o.cluster_keys = keys;
+  o.tcp.cluster_keys = keys;
   auth::CapabilityVerifier verifier({}, RealClock::Get());
   const std::string owner_key(32, 'o');  // as the master would have given B
   verifier.SetKey(owner_key);

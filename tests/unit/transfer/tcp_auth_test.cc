@@ -76,8 +76,8 @@ class AuthTest : public ::testing::Test {
     TransferEngineOptions o;
     o.local_endpoint = "127.0.0.1:1";
     o.transport = "tcp";
-    o.cluster_keys = std::move(keys);
-    o.tcp_frame_bytes = frame_bytes;
+    o.tcp.cluster_keys = std::move(keys);
+    o.tcp.frame_bytes = frame_bytes;
     return std::make_unique<TransferEngine>(o, local_table_);
   }
   std::string Cap(Right right, uint64_t segment, uint64_t offset, uint64_t length,

@@ -264,8 +264,8 @@ TEST_F(TcpTransportTest, HashedReadsChecksumTheDeliveredBytesFrameByFrame) {
   // order; an unhashed one may spread over several. Several peers, scattered destinations.
   TransferEngineOptions options;
   options.local_endpoint = "127.0.0.1:1";
-  options.tcp_frame_bytes = 64 << 10;
-  options.connections_per_peer = 3;
+  options.tcp.frame_bytes = 64 << 10;
+  options.tcp.connections_per_peer = 3;
   TransferEngine engine(options, local_table_);
   const std::vector<uint64_t> sizes = {1, 65535, 65536, 65537, (1 << 20) + 5, 3 << 20};
   std::vector<std::vector<char>> sources, sinks;

@@ -224,9 +224,9 @@ TEST(GpuBuffersTransport, RegisteredBuffersAreRoutedToTheCudaTransport) {
   table.Add(1, segment.data(), segment.size());
   transfer::TransferEngineOptions options;
   options.local_endpoint = "10.0.0.1:7000";
-  options.cuda_device = 0;
+  options.cuda.device = 0;
   FakeCudaApi* fake = nullptr;
-  options.cuda_api_factory = [&fake] {
+  options.cuda.api_factory = [&fake] {
     auto api = std::make_unique<FakeCudaApi>();
     fake = api.get();
     return api;

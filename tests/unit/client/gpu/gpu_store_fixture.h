@@ -57,9 +57,9 @@ class GpuStore : public ClientFixture {
 
   static transfer::TransferEngineOptions GpuEngineOptions() {
     transfer::TransferEngineOptions o = EngineOptions();
-    o.cuda_device = 0;
-    o.cuda_streams = 2;
-    o.cuda_api_factory = [] { return std::make_unique<FakeCudaApi>(1); };
+    o.cuda.device = 0;
+    o.cuda.streams = 2;
+    o.cuda.api_factory = [] { return std::make_unique<FakeCudaApi>(1); };
     return o;
   }
 
