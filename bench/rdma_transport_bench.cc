@@ -67,11 +67,10 @@ int main(int argc, char** argv) {
 
   std::vector<TransferRequest> batch(depth);
   for (int i = 0; i < depth; ++i) {
-    batch[i] = {op == "read" ? OpKind::kRead : OpKind::kWrite,
+    batch[i] = {op == "read" ? Direction::kRead : Direction::kWrite,
                 {{local.data() + i * value, value}},
                 server.endpoint(),
-                1,
-                i * value};
+                SegmentRange{1, i * value}};
   }
   (void)a.Submit(batch);  // connect and warm up
   uint64_t bytes = 0, batches = 0;

@@ -29,8 +29,20 @@ struct TransportMetrics {
 
 namespace {
 
-// Checks what every transport relies on: buffers present and a total that fits in 64 bits.
+// Checks what every transport relies on: a target read or written the way it can be, a proof
+// of the request's direction, buffers present and a total that fits in 64 bits.
 absl::Status ValidateRequest(const TransferRequest& request) {
+  const bool read = request.direction == Direction::kRead;
+  if (!read && AsDiskRecord(request) != nullptr) {
+    return McError(Code::kInvalidArgument, "an SSD record is read, never written");
+  }
+  if (read && IsIndexNotice(request)) {
+    return McError(Code::kInvalidArgument, "an index notice is written, never read");
+  }
+  if ((request.proof == Proof::kDeliveredBytes && !read) ||
+      (request.proof == Proof::kWrittenReplica && read)) {
+    return McError(Code::kInvalidArgument, "the proof asked for is the other direction's");
+  }
   uint64_t total = 0;
   for (const LocalBuffer& b : request.local) {
     if (b.data == nullptr && b.length > 0) {
@@ -97,14 +109,12 @@ std::vector<TransferResult> TransferEngine::Submit(std::span<const TransferReque
         r.status = McError(Code::kTransferFailed, absl::StrCat("short transfer: ", r.bytes, " of ",
                                                                TotalLength(request), " bytes"));
       }
-      if (!r.status.ok() || !request.want_checksum) r.checksum.reset();
+      if (!r.status.ok() || request.proof == Proof::kNone) r.checksum.reset();
       if (m.errors != nullptr) {
         if (!r.status.ok()) {
           m.errors->Inc();
         } else {
-          (request.op == OpKind::kWrite || request.op == OpKind::kIndex ? m.write_bytes
-                                                                        : m.read_bytes)
-              ->Inc(r.bytes);
+          (request.direction == Direction::kWrite ? m.write_bytes : m.read_bytes)->Inc(r.bytes);
         }
       }
       results[positions[t][k]] = std::move(r);

@@ -1,17 +1,18 @@
 // The transfer engine: moves bytes between local memory and a segment of some mc-client.
 //
 // Callers register local memory (a hook for RDMA/CUDA; a no-op for host memory over local/tcp),
-// then Submit() a batch of READ (remote segment -> local buffers) and WRITE (local buffers ->
-// remote segment) requests; each request completes with the number of bytes moved or an error,
-// and never reports OK unless exactly its total local length moved. A registry picks the
+// then Submit() a batch of requests (transfer/transfer_request.h): each reads or writes its
+// local buffers from or to a typed target on some daemon (a segment range, an SSD record, the
+// object index) and completes with the number of bytes moved or an error, never OK unless
+// exactly its total local length moved. A registry picks the
 // transport per request: `local` (memcpy through this process's SegmentTable) when the endpoint
 // is our own data-plane endpoint, otherwise `tcp` (our framed protocol, see transfer/tcp/).
 // It does not know keys, leases, recorded checksums or replicas: those belong to the batch paths
-// above (on request a read also returns the XXH3 of the bytes it delivered, for them to compare);
+// above (on request a read also returns the XXH3 of the bytes it delivered, a GPU write the
+// proof of the replica it wrote, for them to compare: Proof);
 // the serving side is a DataServer (transfer/data_server.h; for tcp, transfer/tcp/server.h).
-// Thread-safety: SegmentTable and TransferEngine are thread-safe; Submit() may run concurrently
-// from many threads. Local buffers must stay valid and untouched by others until Submit returns;
-// a segment must stay mapped while any transfer may touch it (Remove() does not wait).
+// Thread-safety: TransferEngine is thread-safe; Submit() may run concurrently from many threads.
+// Local buffers must stay valid and untouched by others until Submit returns.
 #pragma once
 
 #include <cstdint>
@@ -30,79 +31,11 @@
 #include "common/auth.h"
 #include "common/metrics.h"
 #include "transfer/memory_access.h"
+#include "transfer/segment_table.h"
 #include "transfer/transfer_options.h"
+#include "transfer/transfer_request.h"
 
 namespace mc::transfer {
-
-// A contiguous piece of local memory (host memory: a segment, an mmap'd shm buffer, a string).
-struct LocalBuffer {
-  char* data;
-  uint64_t length;
-};
-
-// kRead: remote segment -> local buffers; kWrite: local buffers -> remote segment;
-// kReadDisk: a record of the remote daemon's SSD tier -> local buffers, read whole and verified
-// by its owner (segment_id carries the generation, offset the record locator, tag the low 32
-// bits of the key's XXH3). Only remote transports serve kReadDisk.
-// kIndex: local buffers (an encoded index notice, transfer/index_notice.h) -> the remote
-// daemon's object index, in one INDEX frame; segment_id and offset are unused. Only the tcp
-// transport serves it (rdma hands it to tcp, like kReadDisk).
-enum class OpKind { kRead, kWrite, kReadDisk, kIndex };
-
-struct TransferRequest {
-  OpKind op;
-  std::vector<LocalBuffer> local;  // scatter/gather list; total length = bytes moved
-  std::string endpoint;            // data-plane "HOST:PORT" of the daemon owning the segment
-  uint64_t segment_id;
-  uint64_t offset;   // byte offset inside the remote segment
-  uint32_t tag = 0;  // opaque to the engine; sent in the frame's reserved field
-  // The master's grant for this range (common/capability.h), sent with every frame of a remote
-  // request; empty where none is needed (local transport, --auth=false) or none was granted.
-  std::string capability = {};
-  // kRead/kReadDisk: also compute the XXH3-64 of the local bytes as delivered, i.e. hashed from
-  // the destination buffers (in order) after each piece landed there, while it is cache-hot. A
-  // transport that cannot leaves TransferResult::checksum empty and the caller hashes itself.
-  // kWrite from GPU memory (the cuda transport only; others ignore it): the XXH3-64 of the
-  // replica as written where this daemon can hash it (its own segment), else the device hash of
-  // the source after it was sent (GPUDirect RDMA); the BatchPutter compares it with the hash it
-  // took before the put.
-  bool want_checksum = false;
-};
-
-struct TransferResult {
-  absl::Status status;
-  uint64_t bytes = 0;  // bytes actually moved
-  // With want_checksum: XXH3-64 of the `bytes` destination bytes, only when the status is OK.
-  std::optional<uint64_t> checksum;
-};
-
-// Segments this process owns, looked up by id; shared by the local transport and the
-// data-plane server. Thread-safe.
-class SegmentTable {
- public:
-  // Adds or replaces a segment of `size` bytes at `base` (borrowed; must outlive its entry).
-  void Add(uint64_t segment_id, char* base, uint64_t size);
-  void Remove(uint64_t segment_id);
-  void Clear();
-  // The memory range [offset, offset+length) of a segment, or an error: kNotFound for an
-  // unknown segment, kInvalidArgument for a range out of bounds or overflowing.
-  absl::StatusOr<char*> Resolve(uint64_t segment_id, uint64_t offset, uint64_t length) const;
-  struct Entry {
-    uint64_t segment_id;
-    char* base;
-    uint64_t size;
-  };
-  // Every segment (the rdma transport tells peers the rkeys of these).
-  std::vector<Entry> List() const;
-
- private:
-  struct Segment {
-    char* base;
-    uint64_t size;
-  };
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
-};
 
 class TransportRegistry;
 struct TransportMetrics;
@@ -125,6 +58,8 @@ class TransferEngine {
   // that could not finish by the deadline fails with kTransferFailed "deadline", and any
   // connection that still carried it is closed so no later byte of it lands. A request whose
   // local list is empty (total length 0) succeeds with 0 bytes without touching a transport.
+  // INVALID_ARGUMENT, before any transport: a written SSD record, a read index notice, a proof
+  // of the other direction, null local data, local lengths that overflow 64 bits.
   std::vector<TransferResult> Submit(std::span<const TransferRequest> requests,
                                      int64_t deadline_ms = 0);
 

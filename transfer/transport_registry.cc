@@ -112,9 +112,8 @@ TransportRegistry::~TransportRegistry() = default;
 size_t TransportRegistry::Choose(const TransferRequest& request) const {
   if (cuda_ != nullptr && cuda_->HandlesRequest(request)) return cuda_index_;
   if (!local_endpoint_.empty() && request.endpoint == local_endpoint_) return local_index_;
-  if (rdma_ == nullptr || request.op == OpKind::kReadDisk || request.op == OpKind::kIndex) {
-    return tcp_index_;
-  }
+  // SSD records and index notices are two-sided: tcp (transfer/data_server.h says why).
+  if (rdma_ == nullptr || AsSegmentRange(request) == nullptr) return tcp_index_;
   // Local memory the device does not know (inline payloads, application buffers past the
   // daemon's rdma budget) cannot be an RDMA source or sink, even when rdma is forced.
   if (!rdma_->LocalBuffersRegistered(request)) return tcp_index_;

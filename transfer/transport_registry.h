@@ -1,7 +1,7 @@
 // Chooses the transport of each request. The only place that knows which transports exist:
 // `local` for our own endpoint; for other endpoints `rdma` (built with MC_WITH_RDMA, a device
 // opened, transport "auto" or "rdma") when the peer answered our rdma connection setup and the
-// request's local buffers are registered memory, `tcp` otherwise and always for kReadDisk
+// request's local buffers are registered memory, `tcp` otherwise and always for SSD records
 // (two-sided, served by the peer's SSD tier over tcp). Before all of these, `cuda` takes every
 // request with a local buffer in GPU memory (when a cuda.device was asked for and opened).
 // Thread-safe: the transport list is immutable after construction; transports are thread-safe.

@@ -362,15 +362,16 @@ void BatchGetter::TransferRounds(Batch& batch) {
       }
       const auto& rep = plan.lookup->replicas(plan.order[plan.next]);
       if (rep.tier() == v1::MEMORY) {
-        reqs.push_back({transfer::OpKind::kRead, ReadInto(batch, plan), rep.data_endpoint(),
-                        rep.segment_id(), rep.offset()});
+        reqs.push_back({transfer::Direction::kRead, ReadInto(batch, plan), rep.data_endpoint(),
+                        transfer::SegmentRange{rep.segment_id(), rep.offset()}});
       } else {
         // DISK: the owner reads and verifies the record (generation, locator, key tag).
-        reqs.push_back({transfer::OpKind::kReadDisk, ReadInto(batch, plan), rep.data_endpoint(),
-                        plan.lookup->generation(), rep.offset(), DiskKeyTag(plan.key)});
+        reqs.push_back(
+            {transfer::Direction::kRead, ReadInto(batch, plan), rep.data_endpoint(),
+             transfer::DiskRecord{plan.lookup->generation(), rep.offset(), DiskKeyTag(plan.key)}});
       }
       reqs.back().capability = rep.capability();  // the master's read grant, if any
-      reqs.back().want_checksum = true;           // the transport hashes the bytes as they land
+      reqs.back().proof = transfer::Proof::kDeliveredBytes;  // hashed as the bytes land
       owner.push_back(p);
       deadline = std::min(deadline, plan.deadline_ms);
     }
@@ -451,7 +452,7 @@ std::vector<transfer::TransferResult> BatchGetter::SubmitReads(
   std::vector<transfer::TransferRequest> remote;
   std::vector<size_t> remote_index;
   for (size_t i = 0; i < reqs.size(); ++i) {
-    if (reqs[i].op == transfer::OpKind::kReadDisk && reqs[i].endpoint == options_.local_endpoint) {
+    if (transfer::AsDiskRecord(reqs[i]) != nullptr && reqs[i].endpoint == options_.local_endpoint) {
       continue;
     }
     remote.push_back(std::move(reqs[i]));
@@ -465,13 +466,12 @@ std::vector<transfer::TransferResult> BatchGetter::SubmitReads(
     }
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
-    if (reqs[i].op != transfer::OpKind::kReadDisk || reqs[i].endpoint != options_.local_endpoint) {
-      continue;
-    }
+    const transfer::DiskRecord* record = transfer::AsDiskRecord(reqs[i]);
+    if (record == nullptr || reqs[i].endpoint != options_.local_endpoint) continue;
     uint64_t length = TotalLength(reqs[i].local);
     uint64_t checksum = 0;
-    results[i].status = disk_reader_->ReadLocal(batch.plans[owner[i]].key, reqs[i].segment_id,
-                                                reqs[i].offset, length, reqs[i].local, &checksum);
+    results[i].status = disk_reader_->ReadLocal(batch.plans[owner[i]].key, record->generation,
+                                                record->locator, length, reqs[i].local, &checksum);
     results[i].bytes = results[i].status.ok() ? length : 0;
     // The tier hashed the destination as it wrote it: the same proof a transport gives.
     if (results[i].status.ok()) results[i].checksum = checksum;

@@ -1,21 +1,21 @@
 // The `cuda` transport: transfer requests whose local buffers are GPU memory (ranges added with
 // AddDeviceRange, e.g. imported by client/gpu/gpu_buffers.h) and whose segment is one of this
 // process's own (pinned with RegisterMemory), moved by the GpuMover: batched copies over a few
-// streams. A READ asking for a checksum is hashed on the device, from the destination; a WRITE
-// asking for one (a put from GPU memory) is hashed by the CPU from the segment range it wrote,
-// i.e. the replica as stored.
+// streams. A READ asking for Proof::kDeliveredBytes is hashed on the device, from the
+// destination; a WRITE asking for Proof::kWrittenReplica (a put from GPU memory) is hashed by
+// the CPU from the segment range it wrote, i.e. the replica as stored.
 // GPUDirect RDMA: a READ of a remote memory replica into one contiguous GPU range that was
 // registered with the rdma transport (RegisterRdmaDirect: a dma-buf of the import) is handed to
 // the rdma transport, which lands the bytes straight in GPU memory; then the writes are flushed
 // to the device (CudaApi::FlushRdmaWrites) and the destination is hashed on the device, as a
 // local copy is. A WRITE from such a range to a remote memory replica is handed over the same
-// way; asked for a checksum, the device hashes its source after the NIC read it. Any other
-// remote request and kReadDisk answer kTransferFailed at once, without touching memory: the
-// BatchGetter reads such keys into pinned staging memory with the other transports and copies
-// them into GPU memory itself (client/batch/gpu_get_stager.h), the BatchPutter writes such replicas
-// from a staged host copy (client/batch/gpu_put_stager.h). A READ that wants a checksum into a
-// scattered (several pieces) device destination is rejected (INVALID_ARGUMENT): the device hash
-// covers one contiguous range. Thread-safety: all methods may be called concurrently.
+// way; asked for its proof, the device hashes its source after the NIC read it. Any other
+// remote request, SSD records and index notices answer kTransferFailed at once, without touching
+// memory: the BatchGetter reads such keys into pinned staging memory with the other transports and
+// copies them into GPU memory itself (client/batch/gpu_get_stager.h), the BatchPutter writes such
+// replicas from a staged host copy (client/batch/gpu_put_stager.h). A READ that wants its proof
+// into a scattered (several pieces) device destination is rejected (INVALID_ARGUMENT): the device
+// hash covers one contiguous range. Thread-safety: all methods may be called concurrently.
 #pragma once
 
 #include <atomic>
@@ -106,8 +106,8 @@ class CudaTransport final : public Transport {
   std::unique_ptr<GpuMover> mover_;
   SegmentTable& segments_;
   rdma::RdmaTransport* rdma_ = nullptr;
-  // Counts one proved GPUDirect transfer of `bytes` (metrics included).
-  void CountDirect(OpKind op, uint64_t bytes);
+  // Counts one proved GPUDirect read or write of `bytes` (metrics included).
+  void CountDirect(bool read, uint64_t bytes);
 
   std::atomic<uint64_t> direct_reads_{0};
   std::atomic<uint64_t> direct_writes_{0};

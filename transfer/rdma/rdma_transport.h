@@ -27,7 +27,8 @@
 // Deadline: outstanding requests fail with "deadline"; every queue pair that still carries one
 // of them is moved to ERROR and Submit returns only after their WRs were flushed (or, past
 // `flush_grace_ms`, after the queue pair was destroyed), so no byte lands after Submit returns.
-// kReadDisk is not served here (it stays two-sided over tcp; the registry never routes it here).
+// Only segment ranges are served here: SSD records and index notices stay two-sided over tcp
+// (the registry never routes them here).
 // Thread-safe: Submit() may run concurrently from many threads.
 #pragma once
 
@@ -107,7 +108,7 @@ class RdmaTransport final : public Transport {
   // region with local access only, so that requests may name it as their local buffers (reads
   // land in it without a host copy). Never served to peers. Released with UnregisterMemory.
   // Note that this transport hashes a READ's destination on the CPU when asked
-  // (want_checksum): a request into GPU memory must not ask (client/: the cuda transport hashes
+  // (Proof::kDeliveredBytes): a request into GPU memory must not ask (the cuda transport hashes
   // it on the device).
   absl::Status RegisterDeviceMemory(uint64_t device_addr, uint64_t length, int dmabuf_fd);
 

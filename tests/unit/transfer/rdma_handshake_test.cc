@@ -124,8 +124,8 @@ TEST_F(EngineOverFakeRdma, RdmaCarriesReadsAndWritesToPeersThatAnswer) {
   std::vector<char> buf(8192, 'w');
   ASSERT_TRUE(client->RegisterMemory(buf.data(), buf.size(), MemoryAccess::kLocal).ok());
   std::vector<TransferRequest> reqs(2);
-  reqs[0] = {OpKind::kWrite, {{buf.data(), 4096}}, "127.0.0.1:3", 42, 100};
-  reqs[1] = {OpKind::kRead, {{buf.data() + 4096, 4096}}, "127.0.0.1:3", 42, 0};
+  reqs[0] = {Direction::kWrite, {{buf.data(), 4096}}, "127.0.0.1:3", SegmentRange{42, 100}};
+  reqs[1] = {Direction::kRead, {{buf.data() + 4096, 4096}}, "127.0.0.1:3", SegmentRange{42, 0}};
   auto results = client->Submit(reqs);
   ASSERT_TRUE(results[0].status.ok()) << results[0].status;
   ASSERT_TRUE(results[1].status.ok()) << results[1].status;
@@ -138,13 +138,13 @@ TEST_F(EngineOverFakeRdma, RdmaCarriesReadsAndWritesToPeersThatAnswer) {
   EXPECT_EQ(rdma_read.Value(), 4096u);
   EXPECT_EQ(rdma_write.Value(), 4096u);
 
-  // Unregistered local memory, a peer without rdma and kReadDisk go to tcp (which fails here:
+  // Unregistered local memory, a peer without rdma and an SSD record go to tcp (which fails here:
   // nobody listens at these endpoints; what matters is which transport counted the error).
   std::vector<char> plain(4096);
   std::vector<TransferRequest> tcp_reqs(3);
-  tcp_reqs[0] = {OpKind::kRead, {{plain.data(), 4096}}, "127.0.0.1:3", 42, 0};
-  tcp_reqs[1] = {OpKind::kRead, {{buf.data(), 4096}}, "127.0.0.1:1", 42, 0};
-  tcp_reqs[2] = {OpKind::kReadDisk, {{buf.data(), 4096}}, "127.0.0.1:3", 42, 0};
+  tcp_reqs[0] = {Direction::kRead, {{plain.data(), 4096}}, "127.0.0.1:3", SegmentRange{42, 0}};
+  tcp_reqs[1] = {Direction::kRead, {{buf.data(), 4096}}, "127.0.0.1:1", SegmentRange{42, 0}};
+  tcp_reqs[2] = {Direction::kRead, {{buf.data(), 4096}}, "127.0.0.1:3", DiskRecord{42, 0, 0}};
   auto tcp_results = client->Submit(tcp_reqs);
   for (const auto& r : tcp_results) EXPECT_FALSE(r.status.ok());
   auto& tcp_errors = metrics.GetCounter("mc_transfer_errors_total", "", {{"transport", "tcp"}});

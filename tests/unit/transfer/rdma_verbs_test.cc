@@ -86,10 +86,11 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
     pieces.push_back({local.data() + at, len});
     at += len;
   }
-  TransferRequest write{OpKind::kWrite, pieces, "server:1", 3, kBytes / 2};
+  TransferRequest write{Direction::kWrite, pieces, "server:1", SegmentRange{3, kBytes / 2}};
   // READ the segment's first half into `back`, with a checksum.
-  TransferRequest read{OpKind::kRead, {{back.data(), kBytes / 2}}, "server:1", 3, 0};
-  read.want_checksum = true;
+  TransferRequest read{
+      Direction::kRead, {{back.data(), kBytes / 2}}, "server:1", SegmentRange{3, 0}};
+  read.proof = Proof::kDeliveredBytes;
   std::vector<const TransferRequest*> batch = {&write, &read};
   std::vector<TransferResult> results(2);
   client.Submit(batch, results, 0);
@@ -105,11 +106,10 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
   // Many small requests in one batch, spread over the queue pairs.
   std::vector<TransferRequest> many;
   for (int i = 0; i < 64; ++i) {
-    many.push_back({OpKind::kRead,
+    many.push_back({Direction::kRead,
                     {{back.data() + i * 4096, 4096}},
                     "server:1",
-                    3,
-                    static_cast<uint64_t>(i) * 8192});
+                    SegmentRange{3, static_cast<uint64_t>(i) * 8192}});
   }
   std::vector<const TransferRequest*> ptrs;
   for (auto& r : many) ptrs.push_back(&r);
@@ -122,7 +122,8 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
 
   // An rkey-violating range is refused by the transport before any WR; a stale rkey (segment
   // unexported) fails on the wire and the queue pair is re-established for the next request.
-  TransferRequest outside{OpKind::kRead, {{back.data(), 4096}}, "server:1", 3, kBytes - 100};
+  TransferRequest outside{
+      Direction::kRead, {{back.data(), 4096}}, "server:1", SegmentRange{3, kBytes - 100}};
   std::vector<const TransferRequest*> one = {&outside};
   std::vector<TransferResult> one_result(1);
   client.Submit(one, one_result, 0);
@@ -130,7 +131,7 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
 
   std::vector<char> other(1 << 20, 'z');
   ASSERT_TRUE(server.ExportSegment(4, other.data(), other.size()).ok());
-  TransferRequest from4{OpKind::kRead, {{back.data(), 4096}}, "server:1", 4, 0};
+  TransferRequest from4{Direction::kRead, {{back.data(), 4096}}, "server:1", SegmentRange{4, 0}};
   one = {&from4};
   client.Submit(one, one_result, 0);  // learns segment 4's rkey
   ASSERT_TRUE(one_result[0].status.ok()) << one_result[0].status;
@@ -206,14 +207,15 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   std::vector<char> buf(1 << 20);
   ASSERT_TRUE(a.RegisterMemory(buf.data(), buf.size(), MemoryAccess::kLocal).ok());
   std::vector<TransferRequest> reqs(1);
-  reqs[0] = {OpKind::kRead, {{buf.data(), 1 << 20}}, server.endpoint(), 11, 4096};
-  reqs[0].want_checksum = true;
+  reqs[0] = {Direction::kRead, {{buf.data(), 1 << 20}}, server.endpoint(), SegmentRange{11, 4096}};
+  reqs[0].proof = Proof::kDeliveredBytes;
   auto r = a.Submit(reqs);
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(0, std::memcmp(buf.data(), segment.data() + 4096, 1 << 20));
   EXPECT_EQ(*r[0].checksum, Checksum(segment.data() + 4096, 1 << 20));
   for (auto& c : buf) c = static_cast<char>(rng());
-  reqs[0] = {OpKind::kWrite, {{buf.data(), 1 << 20}}, server.endpoint(), 11, 1 << 20};
+  reqs[0] = {
+      Direction::kWrite, {{buf.data(), 1 << 20}}, server.endpoint(), SegmentRange{11, 1 << 20}};
   r = a.Submit(reqs);
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(0, std::memcmp(buf.data(), segment.data() + (1 << 20), 1 << 20));
@@ -232,7 +234,8 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   // The same segment over tcp (a buffer not registered with rdma) reads the same bytes, with the
   // capability tcp frames need.
   std::vector<char> plain(4096);
-  reqs[0] = {OpKind::kRead, {{plain.data(), 4096}}, server.endpoint(), 11, 1 << 20};
+  reqs[0] = {
+      Direction::kRead, {{plain.data(), 4096}}, server.endpoint(), SegmentRange{11, 1 << 20}};
   const auth::CapabilityBytes cap = auth::MintCapability(
       auth::OwnerKey(owner_key),
       {auth::Right::kRead, 0, 11, 1 << 20, 4096, 1, RealClock::Get().NowMs() + 60'000});
@@ -271,7 +274,7 @@ TEST(RdmaVerbs, ADmaBufRegistrationTheDeviceRefusesLeavesNothingBehind) {
   EXPECT_FALSE(transport.RegisterDeviceMemory(0x7f0000000000, 1 << 16, fd).ok());
   EXPECT_EQ(transport.local_regions_for_test(), 0u);
   TransferRequest r;
-  r.op = OpKind::kRead;
+  r.direction = Direction::kRead;
   r.local = {LocalBuffer{reinterpret_cast<char*>(0x7f0000000000), 4096}};
   r.endpoint = "peer:1";
   EXPECT_FALSE(transport.LocalBuffersRegistered(r));

@@ -18,8 +18,8 @@
 namespace mc::client {
 namespace {
 
+using transfer::Direction;
 using transfer::LocalBuffer;
-using transfer::OpKind;
 using transfer::TransferRequest;
 using transfer::TransferResult;
 using transfer::rdma::DeviceAttributes;
@@ -69,13 +69,12 @@ class BufferRegistryRdma : public ::testing::Test {
     ASSERT_TRUE(server_->ExportSegment(kSegment, segment_.data(), segment_.size()).ok());
   }
 
-  TransferResult Move(OpKind op, char* local, uint64_t length, uint64_t offset) {
+  TransferResult Move(Direction op, char* local, uint64_t length, uint64_t offset) {
     TransferRequest r;
-    r.op = op;
+    r.direction = op;
     r.local = {LocalBuffer{local, length}};
     r.endpoint = kPeer;
-    r.segment_id = kSegment;
-    r.offset = offset;
+    r.target = transfer::SegmentRange{kSegment, offset};
     const TransferRequest* ptr = &r;
     std::vector<TransferResult> results(1);
     client_->Submit(std::span<const TransferRequest* const>(&ptr, 1), results, 0);
@@ -104,11 +103,11 @@ TEST_F(BufferRegistryRdma, BufferIsALocalOnlyRegionUntilItsLastReferenceGoes) {
   BufferRef ref;
   auto dst = reg.Resolve(*id, 4096, 8192, &ref, "alice");
   ASSERT_TRUE(dst.ok()) << dst.status();
-  TransferResult get = Move(OpKind::kRead, *dst, 8192, 100);
+  TransferResult get = Move(Direction::kRead, *dst, 8192, 100);
   ASSERT_TRUE(get.status.ok()) << get.status;
   EXPECT_EQ(0, std::memcmp(*dst, segment_.data() + 100, 8192));
   std::memset(*dst, 0x5c, 1000);
-  TransferResult put = Move(OpKind::kWrite, *dst, 1000, 30000);
+  TransferResult put = Move(Direction::kWrite, *dst, 1000, 30000);
   ASSERT_TRUE(put.status.ok()) << put.status;
   EXPECT_EQ(segment_[30000], 0x5c);
   EXPECT_EQ(segment_[30999], 0x5c);
@@ -122,7 +121,7 @@ TEST_F(BufferRegistryRdma, BufferIsALocalOnlyRegionUntilItsLastReferenceGoes) {
   EXPECT_EQ(reg.RdmaBytes(), 0u);
   // Memory no region covers any more (the buffer is unmapped too): a request on it fails.
   std::vector<char> unregistered(4096);
-  EXPECT_EQ(ToCode(Move(OpKind::kRead, unregistered.data(), 4096, 0).status),
+  EXPECT_EQ(ToCode(Move(Direction::kRead, unregistered.data(), 4096, 0).status),
             Code::kInvalidArgument);
 }
 
@@ -154,7 +153,7 @@ TEST_F(BufferRegistryRdma, BuffersPastTheBudgetStayUsableOverTcp) {
   auto mem = reg.Resolve(*id, 0, 8192, &ref, "alice");
   ASSERT_TRUE(mem.ok()) << mem.status();
   TransferRequest r;
-  r.op = OpKind::kRead;
+  r.direction = Direction::kRead;
   r.local = {LocalBuffer{*mem, 8192}};
   EXPECT_FALSE(client_->LocalBuffersRegistered(r));  // the registry routes it to tcp
 

@@ -245,12 +245,11 @@ TEST(GpuBuffersTransport, RegisteredBuffersAreRoutedToTheCudaTransport) {
   auto addr = registry.Resolve(*id, 0, 65536, &ref);
   ASSERT_TRUE(addr.ok());
   transfer::TransferRequest read;
-  read.op = transfer::OpKind::kRead;
+  read.direction = transfer::Direction::kRead;
   read.local = {transfer::LocalBuffer{reinterpret_cast<char*>(*addr), 65536}};
   read.endpoint = options.local_endpoint;
-  read.segment_id = 1;
-  read.offset = 0;
-  read.want_checksum = true;
+  read.target = transfer::SegmentRange{1, 0};
+  read.proof = transfer::Proof::kDeliveredBytes;
   EXPECT_TRUE(engine.cuda()->HandlesRequest(read));
   auto results = engine.Submit(std::vector<transfer::TransferRequest>{read});
   ASSERT_TRUE(results[0].status.ok()) << results[0].status;
