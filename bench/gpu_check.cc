@@ -108,10 +108,10 @@ int Daemon(int from_engine, int to_engine) {
   options.local_endpoint = self;
   options.cuda.device = 0;
   mc::transfer::TransferEngine engine(options, table);
-  if (engine.cuda() == nullptr) Fail("no cuda transport");
+  if (engine.gpu() == nullptr) Fail("no cuda transport");
   const auto remote = mc::transfer::MemoryAccess::kRemote;
   if (!engine.RegisterMemory(segment.data(), segment.size(), remote).ok()) Fail("register segment");
-  mc::client::GpuBufferRegistry registry(engine.cuda()->api(), engine.cuda());
+  mc::client::GpuBufferRegistry registry(engine.gpu()->api(), engine.gpu());
   uint64_t ids[2];
   for (int i = 0; i < 2; ++i) {
     mc::client::GpuBufferSpec spec;
@@ -176,7 +176,7 @@ int Daemon(int from_engine, int to_engine) {
   // pinned pool, the source hashed on the device, the staged bytes accepted only when they hash
   // the same on the CPU.
   {
-    mc::client::GpuPutStager stager(engine.cuda()->api(), engine.cuda()->mover(),
+    mc::client::GpuPutStager stager(engine.gpu()->api(), engine.gpu()->mover(),
                                     mc::client::GpuPutStagerOptions{}, mc::RealClock::Get());
     std::vector<mc::client::PutRequestItem> items(kBlocks);
     for (uint64_t b = 0; b < kBlocks; ++b) {
@@ -210,7 +210,7 @@ int Daemon(int from_engine, int to_engine) {
     char* device = reinterpret_cast<char*>(*dst);
     CHECK_CUDA(cudaMemset(device, 0, kBytes));
     CHECK_CUDA(cudaDeviceSynchronize());
-    mc::client::GpuGetStager stager(engine.cuda()->api(), engine.cuda()->mover(),
+    mc::client::GpuGetStager stager(engine.gpu()->api(), engine.gpu()->mover(),
                                     mc::client::GpuGetStagerOptions{.pool_bytes = kBytes},
                                     mc::RealClock::Get());
     std::vector<mc::client::GpuGetStager::Lease> leases;

@@ -3,14 +3,12 @@
 // the kRdmaConnect setup on a tcp data-plane server, engine A READs or WRITEs values of a given
 // size into registered memory, `--depth` requests per batch, for `--seconds`. Prints MB/s; never
 // asserts on time. Usage: mc-rdma-bench [read|write] VALUE_BYTES [SECONDS] [DEPTH]
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "transfer/rdma/handshake.h"
 #include "transfer/tcp/server.h"
 #include "transfer/transfer_engine.h"
 
@@ -36,14 +34,8 @@ int main(int argc, char** argv) {
   tcp::TcpDataServerOptions so;
   so.listen_address = "127.0.0.1:0";
   tcp::TcpDataServer server(so, b_table);
-  std::atomic<rdma::RdmaTransport*> serving{nullptr};
-  if (!server
-           .RegisterOpHandler(DataOp::kRdmaConnect,
-                              [&](const DataRequest& r, RequestStream& s) {
-                                return rdma::ServeRdmaConnect(serving.load(), r, s);
-                              })
-           .ok() ||
-      !server.Start().ok()) {
+  EngineDataOps engine_ops;  // B answers the rdma setup once attached
+  if (!engine_ops.RegisterWith(server).ok() || !server.Start().ok()) {
     std::fprintf(stderr, "data-plane server failed\n");
     return 1;
   }
@@ -58,7 +50,7 @@ int main(int argc, char** argv) {
   std::vector<char> segment(span, 'x'), local(span, 'y');
   if (!b.RegisterMemory(segment.data(), span, MemoryAccess::kRemote).ok()) return 1;
   b_table.Add(1, segment.data(), span);
-  serving.store(b.rdma());
+  engine_ops.Attach(&b);
   TransferEngineOptions ao = o;
   ao.local_endpoint = "127.0.0.1:1";
   SegmentTable a_table;

@@ -14,8 +14,6 @@
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "common/util.h"
-#include "transfer/cuda/cuda_transport.h"
-#include "transfer/rdma/handshake.h"
 
 namespace mc::client {
 
@@ -161,11 +159,7 @@ absl::Status ClientServer::StartDataPlane() {
           return offload_->ServeReadDisk(request, stream);
         }));
   }
-  MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(
-      transfer::DataOp::kRdmaConnect,
-      [this](const transfer::DataRequest& request, transfer::RequestStream& stream) {
-        return transfer::rdma::ServeRdmaConnect(rdma_serving_.load(), request, stream);
-      }));
+  MC_RETURN_IF_ERROR(engine_ops_.RegisterWith(*data_server_));
   MC_RETURN_IF_ERROR(data_server_->Start());
   auto bound = ParseHostPort(data_server_->endpoint());
   if (!bound.ok()) return bound.status();
@@ -185,10 +179,10 @@ absl::Status ClientServer::StartTransferEngine() {
     MC_RETURN_IF_ERROR(
         engine_->RegisterMemory(seg.base, seg.size, transfer::MemoryAccess::kRemote));
   }
-  rdma_serving_.store(engine_->rdma());  // segments registered: peers may connect now
+  engine_ops_.Attach(engine_.get());  // segments registered: peers may connect now
   // Application buffers (staged from the fd channel, which starts later) get local-only
-  // regions; the engine outlives buffers_ (declared before it).
-  buffers_.AttachRdma(engine_->rdma());
+  // registrations where that changes how they move (rdma); the engine outlives buffers_.
+  if (engine_->NeedsLocalRegistration()) buffers_.AttachRegistrar(engine_.get());
   return absl::OkStatus();
 }
 
@@ -261,8 +255,8 @@ void ClientServer::BuildBatchPaths() {
 }
 
 void ClientServer::BuildGpuPaths() {
-  transfer::cuda::CudaTransport* cuda = engine_->cuda();
-  if (cuda == nullptr) {
+  transfer::GpuTransfers* gpu = engine_->gpu();
+  if (gpu == nullptr) {
     if (options_.transfer.cuda.device >= 0) {
       Logger("client").error(
           "--cuda_device={} asked for, but there is no cuda transport (see the transfer log "
@@ -273,15 +267,15 @@ void ClientServer::BuildGpuPaths() {
   }
   // GPU buffers: served next to Store, admitted exactly as Store's callers (docs/gpu.md), and
   // released with their fd session as its shm buffers are (StartFdChannel).
-  gpu_buffers_ = std::make_unique<GpuBufferRegistry>(cuda->api(), cuda, options_.gpu_max_buffers,
+  gpu_buffers_ = std::make_unique<GpuBufferRegistry>(gpu->api(), gpu, options_.gpu_max_buffers,
                                                      options_.gpu_max_buffers_per_caller);
-  gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, cuda->api());
-  gpu_put_stager_ = std::make_unique<GpuPutStager>(cuda->api(), cuda->mover(), options_.gpu_put,
-                                                   RealClock::Get(), cuda);
+  gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, gpu->api());
+  gpu_put_stager_ = std::make_unique<GpuPutStager>(gpu->api(), gpu->mover(), options_.gpu_put,
+                                                   RealClock::Get(), gpu);
   store_->SetGpuBuffers(gpu_buffers_.get(), gpu_put_stager_.get());
   putter_->SetGpuStager(gpu_put_stager_.get());
-  gpu_get_stager_ = std::make_unique<GpuGetStager>(cuda->api(), cuda->mover(), options_.gpu_get,
-                                                   RealClock::Get());
+  gpu_get_stager_ =
+      std::make_unique<GpuGetStager>(gpu->api(), gpu->mover(), options_.gpu_get, RealClock::Get());
   getter_->SetGpuStager(gpu_get_stager_.get());
 }
 

@@ -124,19 +124,51 @@ std::vector<TransferResult> TransferEngine::Submit(std::span<const TransferReque
 }
 
 absl::Status TransferEngine::RegisterMemory(void* base, uint64_t length, MemoryAccess access) {
-  for (const auto& transport : registry_->transports()) {
-    if (absl::Status s = transport->RegisterMemory(base, length, access); !s.ok()) return s;
+  const auto& transports = registry_->transports();
+  for (size_t t = 0; t < transports.size(); ++t) {
+    if (absl::Status s = transports[t]->RegisterMemory(base, length, access); !s.ok()) {
+      for (size_t u = 0; u < t; ++u) transports[u]->UnregisterMemory(base);
+      return s;
+    }
   }
   return absl::OkStatus();
 }
 
-rdma::RdmaTransport* TransferEngine::rdma() const { return registry_->rdma(); }
-cuda::CudaTransport* TransferEngine::cuda() const { return registry_->cuda(); }
+void TransferEngine::UnregisterMemory(void* base) {
+  for (const auto& transport : registry_->transports()) transport->UnregisterMemory(base);
+}
+
+bool TransferEngine::NeedsLocalRegistration() const {
+  for (const auto& transport : registry_->transports()) {
+    if (transport->NeedsLocalRegistration()) return true;
+  }
+  return false;
+}
+
+GpuTransfers* TransferEngine::gpu() const { return registry_->gpu(); }
+
+std::span<const DataOp> TransferEngine::TransportDataOps() { return TransportRegistry::DataOps(); }
+
+absl::Status TransferEngine::ServeDataOp(const DataRequest& request, RequestStream& stream) {
+  for (const auto& transport : registry_->transports()) {
+    if (transport->ServesDataOp(request.op)) return transport->ServeDataOp(request, stream);
+  }
+  return RefuseDataOp(request, stream);
+}
 
 absl::Status TransferEngine::status() const { return registry_->status(); }
 
-void TransferEngine::UnregisterMemory(void* base) {
-  for (const auto& transport : registry_->transports()) transport->UnregisterMemory(base);
+absl::Status EngineDataOps::RegisterWith(DataServer& server) {
+  for (DataOp op : TransferEngine::TransportDataOps()) {
+    absl::Status s =
+        server.RegisterOpHandler(op, [this](const DataRequest& request, RequestStream& stream) {
+          TransferEngine* engine = engine_.load();
+          return engine != nullptr ? engine->ServeDataOp(request, stream)
+                                   : RefuseDataOp(request, stream);
+        });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace mc::transfer

@@ -15,6 +15,7 @@
 // Local buffers must stay valid and untouched by others until Submit returns.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,6 +31,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/auth.h"
 #include "common/metrics.h"
+#include "transfer/data_server.h"
+#include "transfer/gpu_transfers.h"
 #include "transfer/memory_access.h"
 #include "transfer/segment_table.h"
 #include "transfer/transfer_options.h"
@@ -39,17 +42,11 @@ namespace mc::transfer {
 
 class TransportRegistry;
 struct TransportMetrics;
-namespace rdma {
-class RdmaTransport;
-}  // namespace rdma
-namespace cuda {
-class CudaTransport;
-}  // namespace cuda
 
-class TransferEngine {
+class TransferEngine final : public MemoryRegistrar {
  public:
   TransferEngine(TransferEngineOptions options, SegmentTable& local_segments);
-  ~TransferEngine();
+  ~TransferEngine() override;
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
@@ -63,18 +60,29 @@ class TransferEngine {
   std::vector<TransferResult> Submit(std::span<const TransferRequest> requests,
                                      int64_t deadline_ms = 0);
 
-  // Hook for RDMA/CUDA memory registration; a no-op for local/tcp. `access`: kRemote for a
-  // segment peers may read and write (its rkey is served), kLocal for memory only our own
-  // requests use.
-  absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access);
-  void UnregisterMemory(void* base);
+  // Memory registration, the only way to the transports: every transport that needs the memory
+  // registers it (rdma: a memory region; cuda: a pinned segment), the others ignore it.
+  // `access`: kRemote for a segment peers may read and write (its rkey is served), kLocal for
+  // memory only our own requests use (an application buffer). On an error, nothing stays
+  // registered.
+  absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access) override;
+  void UnregisterMemory(void* base) override;
+  // Whether registering application memory (kLocal) changes how it moves: a transport here
+  // moves registered memory differently (rdma: one-sided verbs; unregistered memory goes over
+  // tcp). When false, registering it would only pin pages for nothing.
+  bool NeedsLocalRegistration() const;
 
-  // The rdma transport, or null (transport "tcp", no usable device, built without ibverbs).
-  // The data-plane server answers peers' rdma connection setups through it.
-  rdma::RdmaTransport* rdma() const;
-  // The cuda transport, or null (no cuda.device, no device, built without the toolkit). GPU
-  // buffers add their device ranges to it.
-  cuda::CudaTransport* cuda() const;
+  // What the GPU transport offers besides Submit (transfer/gpu_transfers.h), or null (no
+  // cuda.device, no device, built without the toolkit).
+  GpuTransfers* gpu() const;
+
+  // The data-plane ops the engine's transports may serve for peers (the rdma connection setup),
+  // whatever transports this engine has: a data server registers them all (EngineDataOps).
+  static std::span<const DataOp> TransportDataOps();
+  // Serves one peer request of such an op: the transport that serves it, else RefuseDataOp
+  // (UNAVAILABLE: e.g. no rdma here, and the peer stays on tcp).
+  absl::Status ServeDataOp(const DataRequest& request, RequestStream& stream);
+
   // Not OK when transport "rdma" was asked for and no device could be opened.
   absl::Status status() const;
 
@@ -82,6 +90,21 @@ class TransferEngine {
   const TransferEngineOptions options_;
   std::unique_ptr<TransportRegistry> registry_;
   std::vector<std::unique_ptr<TransportMetrics>> metrics_;  // one per registry transport
+};
+
+// Serves the engine's data-plane ops (TransferEngine::TransportDataOps) on a data server that
+// starts before the engine exists: the engine needs the server's bound endpoint. RegisterWith()
+// before the server starts; Attach() once the engine may answer peers (the segments it serves
+// registered). Until then, and after Attach(nullptr), every such request is refused
+// (RefuseDataOp). Thread-safe; must outlive the server's handlers (stop the server first), and
+// an attached engine must outlive them too.
+class EngineDataOps {
+ public:
+  absl::Status RegisterWith(DataServer& server);
+  void Attach(TransferEngine* engine) { engine_.store(engine); }
+
+ private:
+  std::atomic<TransferEngine*> engine_{nullptr};
 };
 
 }  // namespace mc::transfer

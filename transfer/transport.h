@@ -1,10 +1,10 @@
-// One way of moving bytes (local memcpy, tcp, later rdma/cuda), behind the TransferEngine.
+// One way of moving bytes (local memcpy, tcp, rdma, cuda), behind the TransferEngine.
 //
-// The engine validates requests (non-empty, no length overflow), groups them per transport and
-// hands each transport its share of the batch. A transport fills one result per request it was
-// given; it must never report OK unless exactly the request's total local length moved, and
-// must honour the deadline (kTransferFailed "deadline"). Implementations are thread-safe:
-// Submit() may run concurrently from many threads.
+// The engine validates requests (non-empty, no length overflow, a target and proof of the
+// request's direction), groups them per transport and hands each transport its share of the
+// batch. A transport fills one result per request it was given; it must never report OK unless
+// exactly the request's total local length moved, and must honour the deadline (kTransferFailed
+// "deadline"). Implementations are thread-safe: Submit() may run concurrently from many threads.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,9 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "transfer/transfer_engine.h"
+#include "transfer/data_server.h"
+#include "transfer/memory_access.h"
+#include "transfer/transfer_request.h"
 
 namespace mc::transfer {
 
@@ -31,11 +33,28 @@ class Transport {
   // deadline (steady ms, 0 = none) passed.
   virtual void Submit(std::span<const TransferRequest* const> requests,
                       std::span<TransferResult> results, int64_t deadline_ms) = 0;
+
+  // Memory registration, reached only through the engine (TransferEngine::RegisterMemory),
+  // which calls every transport: each does what it needs (an rdma memory region, a pinned
+  // segment) and ignores the rest.
   virtual absl::Status RegisterMemory(void* /*base*/, uint64_t /*length*/,
                                       MemoryAccess /*access*/) {
     return absl::OkStatus();
   }
+  // Blocks until no request of this transport uses the memory, then releases it.
   virtual void UnregisterMemory(void* /*base*/) {}
+  // Whether registering application memory (MemoryAccess::kLocal) changes how this transport
+  // moves it (rdma: one-sided verbs need a memory region); see
+  // TransferEngine::NeedsLocalRegistration.
+  virtual bool NeedsLocalRegistration() const { return false; }
+
+  // The data-plane ops this transport serves on its daemon's data server (rdma: its connection
+  // setup, DataOp::kRdmaConnect), routed by TransferEngine::ServeDataOp. The handler contract of
+  // transfer/data_server.h applies.
+  virtual bool ServesDataOp(DataOp /*op*/) const { return false; }
+  virtual absl::Status ServeDataOp(const DataRequest& request, RequestStream& stream) {
+    return RefuseDataOp(request, stream);
+  }
 };
 
 }  // namespace mc::transfer

@@ -109,6 +109,13 @@ void TransportRegistry::AddCuda(const TransferEngineOptions& options,
 
 TransportRegistry::~TransportRegistry() = default;
 
+GpuTransfers* TransportRegistry::gpu() const { return cuda_; }
+
+std::span<const DataOp> TransportRegistry::DataOps() {
+  static constexpr DataOp kOps[] = {DataOp::kRdmaConnect};
+  return kOps;
+}
+
 size_t TransportRegistry::Choose(const TransferRequest& request) const {
   if (cuda_ != nullptr && cuda_->HandlesRequest(request)) return cuda_index_;
   if (!local_endpoint_.empty() && request.endpoint == local_endpoint_) return local_index_;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,6 +19,10 @@ namespace mc::transfer {
 namespace cuda {
 class CudaTransport;
 }  // namespace cuda
+namespace rdma {
+class RdmaConnector;
+class RdmaTransport;
+}  // namespace rdma
 
 class TransportRegistry {
  public:
@@ -27,8 +32,10 @@ class TransportRegistry {
   // Index (into transports()) of the transport that serves `request`.
   size_t Choose(const TransferRequest& request) const;
   const std::vector<std::unique_ptr<Transport>>& transports() const { return transports_; }
-  rdma::RdmaTransport* rdma() const { return rdma_; }
-  cuda::CudaTransport* cuda() const { return cuda_; }
+  // The GPU transport's capability, or null.
+  GpuTransfers* gpu() const;
+  // The data-plane ops any transport this registry may build serves (rdma: kRdmaConnect).
+  static std::span<const DataOp> DataOps();
   absl::Status status() const { return status_; }
 
  private:

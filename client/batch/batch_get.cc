@@ -13,7 +13,6 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "proto/status_convert.h"
-#include "transfer/cuda/cuda_transport.h"
 
 namespace mc::client {
 
@@ -320,9 +319,9 @@ bool BatchGetter::IsDirectSource(const Batch& batch, const KeyPlan& plan, int re
   if (IsLocalMemory(plan, replica)) return true;
   const auto& rep = plan.lookup->replicas(replica);
   const std::vector<LocalBuffer>& dest = batch.dest[plan.primary];
-  transfer::cuda::CudaTransport* cuda = engine_.cuda();
-  return rep.tier() == v1::MEMORY && cuda != nullptr && dest.size() == 1 &&
-         cuda->CanReadDirect(rep.data_endpoint(), dest[0].data, dest[0].length);
+  transfer::GpuTransfers* gpu = engine_.gpu();
+  return rep.tier() == v1::MEMORY && gpu != nullptr && dest.size() == 1 &&
+         gpu->CanReadDirect(rep.data_endpoint(), dest[0].data, dest[0].length);
 }
 
 absl::Status BatchGetter::ReserveStaging(KeyPlan& plan) const {

@@ -26,6 +26,8 @@ OURS = {"common", "proto", "transfer", "offload", "master", "client", "tools", "
 CLIENT_ROOMS = ["access", "gpu", "buffers", "session", "tier", "batch", "store"]
 CLIENT_LEAVES = {"client/client_metrics.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# A transport's implementation: its transport class, or anything of rdma/ and local/.
+TRANSPORT_HEADER = re.compile(r"^transfer/(\w+/\w+_transport\.h|rdma/|local/)")
 
 
 def sources(folder):
@@ -49,6 +51,22 @@ class Layering(unittest.TestCase):
                             and top not in allowed:
                         bad.append("%s includes %s" % (path, inc))
         self.assertEqual(bad, [], "includes against the layering:\n" + "\n".join(bad))
+
+    def test_nothing_outside_transfer_reaches_a_transport(self):
+        # The engine hands out capabilities (transfer/gpu_transfers.h, MemoryRegistrar, its
+        # data-plane ops), never a transport: outside transfer/ (tests and benchmarks aside) no
+        # file includes a transport's implementation header. The device seam and mover
+        # (transfer/cuda/cuda_api.h, gpu_mover.h) and the tcp data server and frame are not
+        # transports.
+        bad = []
+        for folder in ALLOWED:
+            if folder == "transfer":
+                continue
+            for path in sources(folder):
+                for inc in includes(path):
+                    if TRANSPORT_HEADER.match(inc):
+                        bad.append("%s includes %s" % (path, inc))
+        self.assertEqual(bad, [], "transports reached from outside transfer/:\n" + "\n".join(bad))
 
     def test_client_rooms_include_only_rooms_below(self):
         rank = {room: i for i, room in enumerate(CLIENT_ROOMS)}

@@ -62,7 +62,8 @@ CudaTransport::~CudaTransport() {
   for (auto& [base, length] : pinned_) api_->HostUnregister(base);
 }
 
-absl::Status CudaTransport::RegisterMemory(void* base, uint64_t length, MemoryAccess /*access*/) {
+absl::Status CudaTransport::RegisterMemory(void* base, uint64_t length, MemoryAccess access) {
+  if (access != MemoryAccess::kRemote) return absl::OkStatus();  // not a segment: not pinned
   if (absl::Status s = api_->HostRegister(base, length); !s.ok()) {
     Logger("transfer")
         .warn("cuda: cannot pin {} bytes at {} ({}); GPU copies will be staged", length, base,

@@ -1,5 +1,6 @@
 // The `cuda` transport: transfer requests whose local buffers are GPU memory (ranges added with
-// AddDeviceRange, e.g. imported by client/gpu/gpu_buffers.h) and whose segment is one of this
+// AddDeviceRange through the engine's GpuTransfers, transfer/gpu_transfers.h, e.g. imported by
+// client/gpu/gpu_buffers.h) and whose segment is one of this
 // process's own (pinned with RegisterMemory), moved by the GpuMover: batched copies over a few
 // streams. A READ asking for Proof::kDeliveredBytes is hashed on the device, from the
 // destination; a WRITE asking for Proof::kWrittenReplica (a put from GPU memory) is hashed by
@@ -31,6 +32,8 @@
 #include "common/metrics.h"
 #include "transfer/cuda/cuda_api.h"
 #include "transfer/cuda/gpu_mover.h"
+#include "transfer/gpu_transfers.h"
+#include "transfer/segment_table.h"
 #include "transfer/transfer_options.h"
 #include "transfer/transport.h"
 
@@ -47,7 +50,7 @@ struct CudaTransportOptions {
   MetricsRegistry* metrics = nullptr;  // optional: mc_gpu_direct_rdma_* series
 };
 
-class CudaTransport final : public Transport {
+class CudaTransport final : public Transport, public GpuTransfers {
  public:
   static absl::StatusOr<std::unique_ptr<CudaTransport>> Create(CudaTransportOptions options,
                                                                std::unique_ptr<CudaApi> api,
@@ -57,38 +60,28 @@ class CudaTransport final : public Transport {
   std::string_view name() const override { return "cuda"; }
   void Submit(std::span<const TransferRequest* const> requests, std::span<TransferResult> results,
               int64_t deadline_ms) override;
-  // Pins a host segment for DMA. A failure is logged and ignored: copies then go staged.
+  // Pins a host segment (kRemote) for DMA. A failure is logged and ignored: copies then go
+  // staged. Application buffers (kLocal) are not pinned: GPU copies run between GPU memory and
+  // this daemon's segments only.
   absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access) override;
   void UnregisterMemory(void* base) override;
-
-  // Device memory of this process that requests may name as local buffers.
-  void AddDeviceRange(uint64_t base, uint64_t length);
-  void RemoveDeviceRange(uint64_t base);
   // True when a local buffer of `request` lies in a device range (the registry's choice).
   bool HandlesRequest(const TransferRequest& request) const;
 
+  // GpuTransfers (transfer/gpu_transfers.h).
+  CudaApi& api() override { return *api_; }
+  GpuMover& mover() override { return *mover_; }
+  void AddDeviceRange(uint64_t base, uint64_t length) override;
+  void RemoveDeviceRange(uint64_t base) override;
+  absl::StatusOr<bool> RegisterRdmaDirect(uint64_t device_addr, uint64_t length) override;
+  void UnregisterRdmaDirect(uint64_t device_addr) override;
+  bool CanReadDirect(const std::string& endpoint, const char* data, uint64_t length) override;
+  bool CanWriteDirect(const std::string& endpoint, const char* data, uint64_t length) override;
+  uint64_t direct_reads() const override { return direct_reads_.load(); }
+  uint64_t direct_writes() const override { return direct_writes_.load(); }
+
   // GPUDirect RDMA. `rdma` (nullable, borrowed, outlives this) receives the registrations.
   void SetRdma(rdma::RdmaTransport* rdma) { rdma_ = rdma; }
-  // Registers the whole pages of the import [device_addr, device_addr + length) (a partial last
-  // page is not: reads into it are staged)
-  // with the NIC through a dma-buf. true: registered (UnregisterRdmaDirect when the import
-  // closes); false: not (off, no rdma transport, or it failed under kAuto: logged); an error only
-  // under kOn.
-  absl::StatusOr<bool> RegisterRdmaDirect(uint64_t device_addr, uint64_t length);
-  // Blocks until no transfer uses the registration, then releases it.
-  void UnregisterRdmaDirect(uint64_t device_addr);
-  // Whether a READ of a memory replica on `endpoint` into [data, data + length) would be served
-  // over GPUDirect RDMA (the BatchGetter's choice between reading directly and staging).
-  bool CanReadDirect(const std::string& endpoint, const char* data, uint64_t length);
-  // Whether a WRITE from the GPU range [data, data + length) to a memory replica on `endpoint`
-  // is served here: a segment of this daemon (a device copy), or a peer over GPUDirect RDMA
-  // (the BatchPutter's choice between writing directly and staging).
-  bool CanWriteDirect(const std::string& endpoint, const char* data, uint64_t length);
-  uint64_t direct_reads() const { return direct_reads_.load(); }
-  uint64_t direct_writes() const { return direct_writes_.load(); }
-
-  CudaApi& api() { return *api_; }
-  GpuMover& mover() { return *mover_; }
 
  private:
   CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaApi> api, SegmentTable& segments);

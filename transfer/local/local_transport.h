@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "transfer/segment_table.h"
 #include "transfer/transfer_options.h"
 #include "transfer/transport.h"
 #include "transfer/worker_pool.h"

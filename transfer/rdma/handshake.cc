@@ -164,7 +164,7 @@ absl::StatusOr<PeerHandshake> TcpRdmaConnector::Connect(const std::string& endpo
   return DecodeHandshake(body);
 }
 
-absl::Status ServeRdmaConnect(RdmaTransport* transport, const DataRequest& request,
+absl::Status ServeRdmaConnect(RdmaTransport& transport, const DataRequest& request,
                               RequestStream& stream) {
   constexpr uint64_t kMaxRequestBytes = 8 + 2 * kMaxHandshakeQps * kQpBytes;
   if (request.length > kMaxRequestBytes) {
@@ -172,10 +172,9 @@ absl::Status ServeRdmaConnect(RdmaTransport* transport, const DataRequest& reque
   }
   std::string body(request.length, '\0');
   MC_RETURN_IF_ERROR(stream.ReadExact(body.data(), body.size()));
-  if (transport == nullptr) return stream.Respond(Code::kUnavailable);
   auto decoded = DecodeConnectRequest(body);
   if (!decoded.ok()) return decoded.status();
-  auto answer = transport->Accept(decoded->qps, decoded->retired);
+  auto answer = transport.Accept(decoded->qps, decoded->retired);
   if (!answer.ok()) return stream.Respond(Code::kUnavailable);
   std::string out = EncodeHandshake(*answer);
   iovec iov{out.data(), out.size()};

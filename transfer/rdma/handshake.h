@@ -56,9 +56,9 @@ class TcpRdmaConnector final : public RdmaConnector {
   const auth::ClusterKeysPtr keys_;  // null: no handshake
 };
 
-// The serving side: answers one kRdmaConnect request (a DataServer's handler for
-// DataOp::kRdmaConnect). `transport` null (no rdma here) answers kUnavailable.
-absl::Status ServeRdmaConnect(RdmaTransport* transport, const DataRequest& request,
+// The serving side: answers one kRdmaConnect request (RdmaTransport::ServeDataOp, which the
+// engine's data-plane ops reach; a daemon without rdma refuses it with RefuseDataOp).
+absl::Status ServeRdmaConnect(RdmaTransport& transport, const DataRequest& request,
                               RequestStream& stream);
 
 }  // namespace mc::transfer::rdma

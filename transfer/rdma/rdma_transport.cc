@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "transfer/rdma/handshake.h"
 
 namespace mc::transfer::rdma {
 
@@ -167,6 +168,11 @@ absl::StatusOr<PeerHandshake> RdmaTransport::Accept(std::span<const QpAddress> r
     }
   }
   return out;
+}
+
+absl::Status RdmaTransport::ServeDataOp(const DataRequest& request, RequestStream& stream) {
+  if (request.op != DataOp::kRdmaConnect) return RefuseDataOp(request, stream);
+  return ServeRdmaConnect(*this, request, stream);
 }
 
 bool RdmaTransport::PeerReachable(const std::string& endpoint) {

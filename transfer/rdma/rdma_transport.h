@@ -48,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "transfer/rdma/verbs.h"
+#include "transfer/segment_table.h"
 #include "transfer/transport.h"
 
 namespace mc::transfer::rdma {
@@ -103,6 +104,11 @@ class RdmaTransport final : public Transport {
   absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access) override;
   // Blocks until no Submit uses the region (see the header), then deregisters it.
   void UnregisterMemory(void* base) override;
+  // Application buffers registered kLocal move as one-sided verbs; unregistered ones over tcp.
+  bool NeedsLocalRegistration() const override { return true; }
+  // The connection setup of peers (kRdmaConnect, handshake.h): Accept.
+  bool ServesDataOp(DataOp op) const override { return op == DataOp::kRdmaConnect; }
+  absl::Status ServeDataOp(const DataRequest& request, RequestStream& stream) override;
   // GPU memory for GPUDirect RDMA: [device_addr, device_addr + length), exported by CUDA as the
   // dma-buf `dmabuf_fd` (borrowed; the caller may close it once this returned), becomes a local
   // region with local access only, so that requests may name it as their local buffers (reads

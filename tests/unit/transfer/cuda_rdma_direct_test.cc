@@ -67,12 +67,12 @@ class CudaRdmaDirect : public ::testing::Test {
       return api;
     };
     engine_ = std::make_unique<TransferEngine>(o, table_);
-    ASSERT_NE(engine_->cuda(), nullptr) << engine_->status();
+    ASSERT_NE(engine_->gpu(), nullptr) << engine_->status();
     gpu_ = fake_->AllocDevice(kGpuBytes);
     cuda().AddDeviceRange(Addr(gpu_), kGpuBytes);
   }
 
-  CudaTransport& cuda() { return *engine_->cuda(); }
+  GpuTransfers& cuda() { return *engine_->gpu(); }
   static uint64_t Addr(const char* p) { return reinterpret_cast<uint64_t>(p); }
 
   TransferRequest Read(char* local, uint64_t length, uint64_t offset,

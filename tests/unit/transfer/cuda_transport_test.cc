@@ -34,7 +34,7 @@ class CudaTransportTest : public ::testing::Test {
     EXPECT_TRUE(
         engine_->RegisterMemory(segment_.data(), segment_.size(), MemoryAccess::kRemote).ok());
     gpu_ = fake_->AllocDevice(4 << 20);
-    engine_->cuda()->AddDeviceRange(reinterpret_cast<uint64_t>(gpu_), 4 << 20);
+    engine_->gpu()->AddDeviceRange(reinterpret_cast<uint64_t>(gpu_), 4 << 20);
   }
 
   TransferRequest Req(Direction op, char* local, uint64_t length, uint64_t offset,
@@ -71,8 +71,22 @@ TEST(GpuUuid, FormattedAsNvidiaSmiAndComparedInEitherSpelling) {
   EXPECT_FALSE(SameGpuUuid("GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf0", uuid));
 }
 
+// Memory reaches the transports only through the engine: a segment (kRemote) is pinned for the
+// copy engines; an application buffer (kLocal) is not (GPU copies never touch it), and the
+// engine without rdma says registering one changes nothing.
+TEST_F(CudaTransportTest, OnlySegmentsArePinned) {
+  EXPECT_EQ(fake_->host_registered(), 1u);
+  std::vector<char> app(1 << 16);
+  ASSERT_TRUE(engine_->RegisterMemory(app.data(), app.size(), MemoryAccess::kLocal).ok());
+  EXPECT_EQ(fake_->host_registered(), 1u);
+  EXPECT_FALSE(engine_->NeedsLocalRegistration());
+  engine_->UnregisterMemory(app.data());
+  engine_->UnregisterMemory(segment_.data());
+  EXPECT_EQ(fake_->host_registered(), 0u);
+}
+
 TEST_F(CudaTransportTest, ReadsIntoGpuMemoryInBatchesWithDeviceChecksums) {
-  ASSERT_NE(engine_->cuda(), nullptr);
+  ASSERT_NE(engine_->gpu(), nullptr);
   EXPECT_EQ(fake_->host_registered(), 1u);  // the segment was pinned
   std::vector<TransferRequest> reads;
   for (int i = 0; i < 256; ++i)
@@ -100,8 +114,8 @@ TEST_F(CudaTransportTest, WritesFromGpuMemoryLandInTheSegment) {
 
 TEST_F(CudaTransportTest, AWriteAskingForAChecksumGetsTheSegmentsBytesHashedAfterTheCopy) {
   for (int i = 0; i < 3000; ++i) gpu_[i] = static_cast<char>(i * 7);
-  ASSERT_TRUE(engine_->cuda()->CanWriteDirect(kSelf, gpu_, 3000));
-  EXPECT_FALSE(engine_->cuda()->CanWriteDirect(kSelf, segment_.data(), 3000)) << "host memory";
+  ASSERT_TRUE(engine_->gpu()->CanWriteDirect(kSelf, gpu_, 3000));
+  EXPECT_FALSE(engine_->gpu()->CanWriteDirect(kSelf, segment_.data(), 3000)) << "host memory";
   auto results = engine_->Submit(
       std::vector<TransferRequest>{Req(Direction::kWrite, gpu_, 3000, 1 << 20, /*checksum=*/true)});
   ASSERT_TRUE(results[0].status.ok()) << results[0].status;
@@ -176,7 +190,7 @@ TEST_F(CudaTransportTest, NoCudaDeviceMeansNoCudaTransport) {
     return api;
   };
   TransferEngine engine(options, table_);
-  EXPECT_EQ(engine.cuda(), nullptr);
+  EXPECT_EQ(engine.gpu(), nullptr);
 }
 
 }  // namespace

@@ -114,11 +114,11 @@ TEST_F(EngineOverFakeRdma, RdmaCarriesReadsAndWritesToPeersThatAnswer) {
   SegmentTable server_table, client_table;
   MetricsRegistry metrics;
   auto server = MakeEngine("127.0.0.1:3", server_table, "auto", nullptr);
-  ASSERT_NE(server->rdma(), nullptr);
+  ASSERT_TRUE(server->NeedsLocalRegistration()) << "an rdma transport";
   std::vector<char> segment(1 << 16, 'q');
   ASSERT_TRUE(server->RegisterMemory(segment.data(), segment.size(), MemoryAccess::kRemote).ok());
   server_table.Add(42, segment.data(), segment.size());
-  connector_.AddPeer("127.0.0.1:3", server->rdma());
+  connector_.AddPeer("127.0.0.1:3", server.get());  // through its data-plane op
   auto client = MakeEngine("127.0.0.1:4", client_table, "auto", &metrics);
 
   std::vector<char> buf(8192, 'w');
@@ -156,14 +156,14 @@ TEST_F(EngineOverFakeRdma, RdmaCarriesReadsAndWritesToPeersThatAnswer) {
 TEST_F(EngineOverFakeRdma, TransportFlagForcesEither) {
   SegmentTable table;
   auto tcp_only = MakeEngine("127.0.0.1:4", table, "tcp", nullptr);
-  EXPECT_EQ(tcp_only->rdma(), nullptr);
+  EXPECT_FALSE(tcp_only->NeedsLocalRegistration()) << "no rdma transport";
   EXPECT_TRUE(tcp_only->status().ok());
 
   TransferEngineOptions o;
   o.transport = "rdma";
   o.rdma.device_factory = [] { return std::unique_ptr<VerbsDevice>(); };  // no device
   TransferEngine forced(o, table);
-  EXPECT_EQ(forced.rdma(), nullptr);
+  EXPECT_FALSE(forced.NeedsLocalRegistration()) << "no rdma transport";
   EXPECT_FALSE(forced.status().ok());
 }
 
@@ -190,7 +190,7 @@ TEST(RdmaHandshake, SetupNeedsTheAuthenticatedConnection) {
   ASSERT_TRUE(server
                   .RegisterOpHandler(DataOp::kRdmaConnect,
                                      [](const DataRequest& r, RequestStream& s) {
-                                       return ServeRdmaConnect(nullptr, r, s);
+                                       return RefuseDataOp(r, s);  // no rdma here
                                      })
                   .ok());
   ASSERT_TRUE(server.Start().ok());

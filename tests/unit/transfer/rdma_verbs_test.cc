@@ -179,24 +179,19 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   server_opts.cluster_keys = keys;
   server_opts.capabilities = &verifier;
   tcp::TcpDataServer server(server_opts, b_table);
-  std::atomic<RdmaTransport*> serving{nullptr};
-  ASSERT_TRUE(server
-                  .RegisterOpHandler(DataOp::kRdmaConnect,
-                                     [&](const DataRequest& r, RequestStream& s) {
-                                       return ServeRdmaConnect(serving.load(), r, s);
-                                     })
-                  .ok());
+  EngineDataOps engine_ops;  // answers the rdma setup once B is attached
+  ASSERT_TRUE(engine_ops.RegisterWith(server).ok());
   ASSERT_TRUE(server.Start().ok());
   TransferEngineOptions bo = o;
   bo.local_endpoint = server.endpoint();
   TransferEngine b(bo, b_table);
-  ASSERT_NE(b.rdma(), nullptr);
+  ASSERT_TRUE(b.NeedsLocalRegistration()) << "an rdma transport";
   std::vector<char> segment(2 << 20);
   std::mt19937_64 rng(3);
   for (auto& c : segment) c = static_cast<char>(rng());
   ASSERT_TRUE(b.RegisterMemory(segment.data(), segment.size(), MemoryAccess::kRemote).ok());
   b_table.Add(11, segment.data(), segment.size());
-  serving.store(b.rdma());
+  engine_ops.Attach(&b);
 
   MetricsRegistry metrics;
   SegmentTable a_table;

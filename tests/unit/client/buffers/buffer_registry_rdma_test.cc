@@ -40,6 +40,20 @@ class NoConnector final : public transfer::rdma::RdmaConnector {
   }
 };
 
+// The engine's registration seam over the bare client transport (what TransferEngine does for
+// each of its transports).
+class TransportRegistrar final : public transfer::MemoryRegistrar {
+ public:
+  explicit TransportRegistrar(transfer::Transport& transport) : transport_(transport) {}
+  absl::Status RegisterMemory(void* base, uint64_t length, transfer::MemoryAccess access) override {
+    return transport_.RegisterMemory(base, length, access);
+  }
+  void UnregisterMemory(void* base) override { transport_.UnregisterMemory(base); }
+
+ private:
+  transfer::Transport& transport_;
+};
+
 BufferRef Memfd(uint64_t size) {
   int fd = memfd_create("mc-rdma-buffer", MFD_CLOEXEC);
   EXPECT_GE(fd, 0);
@@ -64,6 +78,7 @@ class BufferRegistryRdma : public ::testing::Test {
     connector_.AddPeer(kPeer, server_.get());
     client_ = std::make_unique<RdmaTransport>(transfer::rdma::RdmaTransportOptions{},
                                               std::move(client_dev), connector_);
+    registrar_ = std::make_unique<TransportRegistrar>(*client_);
     segment_.resize(1 << 16);
     for (size_t i = 0; i < segment_.size(); ++i) segment_[i] = static_cast<char>(i * 13 + 1);
     ASSERT_TRUE(server_->ExportSegment(kSegment, segment_.data(), segment_.size()).ok());
@@ -88,11 +103,12 @@ class BufferRegistryRdma : public ::testing::Test {
   std::vector<char> segment_;
   std::unique_ptr<RdmaTransport> server_;
   std::unique_ptr<RdmaTransport> client_;
+  std::unique_ptr<TransportRegistrar> registrar_;
 };
 
 TEST_F(BufferRegistryRdma, BufferIsALocalOnlyRegionUntilItsLastReferenceGoes) {
   BufferRegistry reg;
-  reg.AttachRdma(client_.get());
+  reg.AttachRegistrar(registrar_.get());
   auto handle = reg.Stage(Memfd(1 << 15), "alice");
   ASSERT_TRUE(handle.ok()) << handle.status();
   auto id = reg.Claim(*handle);
@@ -127,7 +143,7 @@ TEST_F(BufferRegistryRdma, BufferIsALocalOnlyRegionUntilItsLastReferenceGoes) {
 
 TEST_F(BufferRegistryRdma, ReleaseOwnerDeregistersItsBuffers) {
   BufferRegistry reg;
-  reg.AttachRdma(client_.get());
+  reg.AttachRegistrar(registrar_.get());
   ASSERT_TRUE(reg.Stage(Memfd(8192), "alice").ok());
   auto h = reg.Stage(Memfd(8192), "alice");
   ASSERT_TRUE(h.ok());
@@ -140,7 +156,7 @@ TEST_F(BufferRegistryRdma, ReleaseOwnerDeregistersItsBuffers) {
 
 TEST_F(BufferRegistryRdma, BuffersPastTheBudgetStayUsableOverTcp) {
   BufferRegistry reg(BufferRegistryOptions{.max_rdma_bytes = 12288});
-  reg.AttachRdma(client_.get());
+  reg.AttachRegistrar(registrar_.get());
   auto a = reg.Stage(Memfd(8192), "alice");
   auto b = reg.Stage(Memfd(8192), "alice");
   ASSERT_TRUE(a.ok() && b.ok());
@@ -158,7 +174,7 @@ TEST_F(BufferRegistryRdma, BuffersPastTheBudgetStayUsableOverTcp) {
   EXPECT_FALSE(client_->LocalBuffersRegistered(r));  // the registry routes it to tcp
 
   BufferRegistry none(BufferRegistryOptions{.max_rdma_bytes = 0});
-  none.AttachRdma(client_.get());
+  none.AttachRegistrar(registrar_.get());
   ASSERT_TRUE(none.Stage(Memfd(4096), "bob").ok());
   EXPECT_EQ(none.RdmaBytes(), 0u);
   EXPECT_EQ(client_->local_regions_for_test(), 1u);
@@ -166,7 +182,7 @@ TEST_F(BufferRegistryRdma, BuffersPastTheBudgetStayUsableOverTcp) {
 
 TEST_F(BufferRegistryRdma, RefusedStageLeavesNoRegion) {
   BufferRegistry reg(BufferRegistryOptions{.max_buffers_per_owner = 1});
-  reg.AttachRdma(client_.get());
+  reg.AttachRegistrar(registrar_.get());
   ASSERT_TRUE(reg.Stage(Memfd(4096), "alice").ok());
   EXPECT_FALSE(reg.Stage(Memfd(4096), "alice").ok());
   EXPECT_EQ(client_->local_regions_for_test(), 1u);

@@ -8,10 +8,10 @@
 
 #include "client/gpu/gpu_fd_tickets.h"
 #include "client/store/gpu_buffer_service.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_cuda.h"
-#include "transfer/cuda/cuda_transport.h"
 #include "transfer/transfer_engine.h"
 
 namespace mc::client {
@@ -222,8 +222,10 @@ TEST(GpuBuffersTransport, RegisteredBuffersAreRoutedToTheCudaTransport) {
   std::vector<char> segment(1 << 20, 'x');
   transfer::SegmentTable table;
   table.Add(1, segment.data(), segment.size());
+  MetricsRegistry metrics;
   transfer::TransferEngineOptions options;
   options.local_endpoint = "10.0.0.1:7000";
+  options.metrics = &metrics;
   options.cuda.device = 0;
   FakeCudaApi* fake = nullptr;
   options.cuda.api_factory = [&fake] {
@@ -232,8 +234,8 @@ TEST(GpuBuffersTransport, RegisteredBuffersAreRoutedToTheCudaTransport) {
     return api;
   };
   transfer::TransferEngine engine(options, table);
-  ASSERT_NE(engine.cuda(), nullptr);
-  GpuBufferRegistry registry(engine.cuda()->api(), engine.cuda());
+  ASSERT_NE(engine.gpu(), nullptr);
+  GpuBufferRegistry registry(engine.gpu()->api(), engine.gpu());
   char* alloc = fake->AllocDevice(65536);
   const auto handle = fake->ExportIpc(alloc, 65536);
   GpuBufferSpec spec;
@@ -250,14 +252,24 @@ TEST(GpuBuffersTransport, RegisteredBuffersAreRoutedToTheCudaTransport) {
   read.endpoint = options.local_endpoint;
   read.target = transfer::SegmentRange{1, 0};
   read.proof = transfer::Proof::kDeliveredBytes;
-  EXPECT_TRUE(engine.cuda()->HandlesRequest(read));
+  auto read_bytes = [&](const std::string& transport) {
+    return metrics
+        .GetCounter("mc_transfer_bytes_total", "", {{"transport", transport}, {"op", "read"}})
+        .Value();
+  };
   auto results = engine.Submit(std::vector<transfer::TransferRequest>{read});
   ASSERT_TRUE(results[0].status.ok()) << results[0].status;
   EXPECT_EQ(results[0].bytes, 65536u);
   EXPECT_EQ(fake->copies(), 1u);
+  EXPECT_EQ(read_bytes("cuda"), 65536u);
   ref.reset();
   ASSERT_TRUE(registry.Unregister(*id).ok());
-  EXPECT_FALSE(engine.cuda()->HandlesRequest(read));  // the range left with the buffer
+  // The range left with the buffer: the same request (into what the fake's memory still is) is
+  // no longer the cuda transport's.
+  results = engine.Submit(std::vector<transfer::TransferRequest>{read});
+  EXPECT_EQ(fake->copies(), 1u);
+  EXPECT_EQ(read_bytes("cuda"), 65536u);
+  EXPECT_EQ(read_bytes("local"), 65536u);
 }
 
 TEST(GpuBufferServiceTest, ServiceTranslatesRequestsAndRejectsUnknownVersions) {
