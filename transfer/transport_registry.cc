@@ -6,6 +6,7 @@
 #include "transfer/local/local_transport.h"
 #include "transfer/rdma/handshake.h"
 #include "transfer/rdma/rdma_transport.h"
+#include "transfer/tcp/peer_exchange.h"
 #include "transfer/tcp/tcp_transport.h"
 
 namespace mc::transfer {
@@ -33,7 +34,9 @@ TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
     if (device.ok()) {
       rdma::RdmaConnector* connector = options.rdma.connector;
       if (connector == nullptr) {
-        own_connector_ = std::make_unique<rdma::TcpRdmaConnector>(5000, options.tcp.cluster_keys);
+        // The setup rides the tcp data plane, authenticated as tcp's connections are.
+        own_exchange_ = std::make_unique<tcp::TcpPeerExchange>(5000, options.tcp.cluster_keys);
+        own_connector_ = std::make_unique<rdma::DataPlaneRdmaConnector>(*own_exchange_);
         connector = own_connector_.get();
       }
       rdma::RdmaTransportOptions r;
@@ -101,7 +104,7 @@ void TransportRegistry::AddCuda(const TransferEngineOptions& options,
     return;
   }
   cuda_ = transport->get();
-  cuda_->SetRdma(rdma_);
+  cuda_->SetRemoteDma(rdma_);  // GPUDirect RDMA, when there is rdma
   cuda_index_ = transports_.size();
   transports_.push_back(*std::move(transport));
   Logger("transfer").info("cuda transport on device {}", options.cuda.device);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "transfer/peer_exchange.h"
 #include "transfer/transfer_engine.h"
 #include "transfer/transport.h"
 
@@ -43,7 +44,10 @@ class TransportRegistry {
 
   const std::string local_endpoint_;
   const bool force_rdma_;
-  std::unique_ptr<rdma::RdmaConnector> own_connector_;  // declared before the transports
+  // The rdma setup's way to peers (tcp's data plane) and its connector, unless a test's; declared
+  // before the transports that use them.
+  std::unique_ptr<PeerExchange> own_exchange_;
+  std::unique_ptr<rdma::RdmaConnector> own_connector_;
   std::vector<std::unique_ptr<Transport>> transports_;
   size_t local_index_ = 0;
   size_t tcp_index_ = 0;

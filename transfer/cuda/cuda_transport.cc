@@ -11,7 +11,6 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
-#include "transfer/rdma/rdma_transport.h"
 
 namespace mc::transfer::cuda {
 namespace {

@@ -7,7 +7,8 @@
 // the CPU from the segment range it wrote, i.e. the replica as stored.
 // GPUDirect RDMA: a READ of a remote memory replica into one contiguous GPU range that was
 // registered with the rdma transport (RegisterRdmaDirect: a dma-buf of the import) is handed to
-// the rdma transport, which lands the bytes straight in GPU memory; then the writes are flushed
+// the rdma transport (through RemoteDma, transfer/remote_dma.h: this transport does not depend
+// on it), which lands the bytes straight in GPU memory; then the writes are flushed
 // to the device (CudaApi::FlushRdmaWrites) and the destination is hashed on the device, as a
 // local copy is. A WRITE from such a range to a remote memory replica is handed over the same
 // way; asked for its proof, the device hashes its source after the NIC read it. Any other
@@ -33,13 +34,10 @@
 #include "transfer/cuda/cuda_api.h"
 #include "transfer/cuda/gpu_mover.h"
 #include "transfer/gpu_transfers.h"
+#include "transfer/remote_dma.h"
 #include "transfer/segment_table.h"
 #include "transfer/transfer_options.h"
 #include "transfer/transport.h"
-
-namespace mc::transfer::rdma {
-class RdmaTransport;
-}  // namespace mc::transfer::rdma
 
 namespace mc::transfer::cuda {
 
@@ -80,8 +78,9 @@ class CudaTransport final : public Transport, public GpuTransfers {
   uint64_t direct_reads() const override { return direct_reads_.load(); }
   uint64_t direct_writes() const override { return direct_writes_.load(); }
 
-  // GPUDirect RDMA. `rdma` (nullable, borrowed, outlives this) receives the registrations.
-  void SetRdma(rdma::RdmaTransport* rdma) { rdma_ = rdma; }
+  // GPUDirect RDMA: `dma` (nullable, borrowed, outlives this; the registry passes the rdma
+  // transport) receives the registrations and the direct reads and writes.
+  void SetRemoteDma(RemoteDma* dma) { rdma_ = dma; }
 
  private:
   CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaApi> api, SegmentTable& segments);
@@ -98,7 +97,7 @@ class CudaTransport final : public Transport, public GpuTransfers {
   std::unique_ptr<CudaApi> api_;
   std::unique_ptr<GpuMover> mover_;
   SegmentTable& segments_;
-  rdma::RdmaTransport* rdma_ = nullptr;
+  RemoteDma* rdma_ = nullptr;
   // Counts one proved GPUDirect read or write of `bytes` (metrics included).
   void CountDirect(bool read, uint64_t bytes);
 

@@ -48,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "transfer/rdma/verbs.h"
+#include "transfer/remote_dma.h"
 #include "transfer/segment_table.h"
 #include "transfer/transport.h"
 
@@ -88,7 +89,7 @@ struct RdmaTransportOptions {
   int64_t retry_unreachable_ms = 30000;  // a peer without rdma is asked again after this
 };
 
-class RdmaTransport final : public Transport {
+class RdmaTransport final : public Transport, public RemoteDma {
  public:
   // `connector` is borrowed and must outlive the transport.
   RdmaTransport(RdmaTransportOptions options, std::unique_ptr<VerbsDevice> device,
@@ -116,7 +117,7 @@ class RdmaTransport final : public Transport {
   // Note that this transport hashes a READ's destination on the CPU when asked
   // (Proof::kDeliveredBytes): a request into GPU memory must not ask (the cuda transport hashes
   // it on the device).
-  absl::Status RegisterDeviceMemory(uint64_t device_addr, uint64_t length, int dmabuf_fd);
+  absl::Status RegisterDeviceMemory(uint64_t device_addr, uint64_t length, int dmabuf_fd) override;
 
   // Serving side. Registers a segment for remote READ/WRITE; peers learn its rkey in Accept.
   absl::Status ExportSegment(uint64_t segment_id, char* base, uint64_t size);
@@ -131,10 +132,10 @@ class RdmaTransport final : public Transport {
   void ServeSegments(const SegmentTable* table) { served_table_ = table; }
   // True when the peer is connected, or a connection setup to it succeeds now; a peer that
   // refused (no rdma there) is not asked again for `retry_unreachable_ms`.
-  bool PeerReachable(const std::string& endpoint);
+  bool PeerReachable(const std::string& endpoint) override;
 
   // True when every local buffer of `request` lies inside memory registered with us.
-  bool LocalBuffersRegistered(const TransferRequest& request) const;
+  bool LocalBuffersRegistered(const TransferRequest& request) const override;
   // Local memory regions registered (tests).
   size_t local_regions_for_test() const;
   const DeviceAttributes& device_attributes() const { return device_->attributes(); }
