@@ -1,16 +1,21 @@
-// The transfer engine: moves bytes between local memory and a segment of some mc-client.
+// The transfer engine: moves bytes between local memory and targets on mc-client daemons.
 //
-// Callers register local memory (a hook for RDMA/CUDA; a no-op for host memory over local/tcp),
-// then Submit() a batch of requests (transfer/transfer_request.h): each reads or writes its
-// local buffers from or to a typed target on some daemon (a segment range, an SSD record, the
-// object index) and completes with the number of bytes moved or an error, never OK unless
-// exactly its total local length moved. A registry picks the
-// transport per request: `local` (memcpy through this process's SegmentTable) when the endpoint
-// is our own data-plane endpoint, otherwise `tcp` (our framed protocol, see transfer/tcp/).
+// Callers register local memory (only through the engine: RegisterMemory reaches every
+// transport that needs it, e.g. an rdma memory region), then Submit() a batch of requests
+// (transfer/transfer_request.h): each reads or writes its local buffers from or to a typed
+// target on some daemon (a segment range, an SSD record, the object index) and completes with
+// the number of bytes moved or an error, never OK unless exactly its total local length moved.
+// A registry (transfer/transport_registry.h) builds the transports from their nested options
+// (transfer/transfer_options.h) and gives each request to the first that claims it: `cuda`
+// (local GPU memory), `local` (our own endpoint: memcpy through the SegmentTable), `rdma`, `tcp`
+// (our framed protocol, transfer/tcp/), and any added through extra_transports
+// (docs/architecture.md, "Adding a transport"). The engine hands out no transport: callers get
+// capabilities (GpuTransfers, the MemoryRegistrar it is, its data-plane ops through
+// EngineDataOps).
 // It does not know keys, leases, recorded checksums or replicas: those belong to the batch paths
 // above (on request a read also returns the XXH3 of the bytes it delivered, a GPU write the
-// proof of the replica it wrote, for them to compare: Proof);
-// the serving side is a DataServer (transfer/data_server.h; for tcp, transfer/tcp/server.h).
+// proof of the replica it wrote, for them to compare: Proof); the serving side is a DataServer
+// (transfer/data_server.h; for tcp, transfer/tcp/server.h).
 // Thread-safety: TransferEngine is thread-safe; Submit() may run concurrently from many threads.
 // Local buffers must stay valid and untouched by others until Submit returns.
 #pragma once

@@ -10,12 +10,19 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/auth.h"
 #include "common/metrics.h"
 
 namespace mc::transfer {
+
+class Transport;
+struct TransportContext;
+// Builds a transport for the engine (transfer/transport.h; docs/architecture.md, "Adding a
+// transport"). Returns null to add none.
+using TransportFactory = std::function<std::unique_ptr<Transport>(const TransportContext&)>;
 
 namespace rdma {
 class VerbsDevice;
@@ -88,6 +95,10 @@ struct TransferEngineOptions {
   TcpTransportOptions tcp;
   RdmaOptions rdma;
   CudaOptions cuda;
+  // Transports added to the built-in ones, asked first (in this order) whether they claim a
+  // request (Transport::Claims). mc-client adds none; tests/unit/transfer/test_transport_test.cc
+  // adds one.
+  std::vector<TransportFactory> extra_transports;
 };
 
 }  // namespace mc::transfer

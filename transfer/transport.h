@@ -9,11 +9,14 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "common/metrics.h"
 #include "transfer/data_server.h"
 #include "transfer/memory_access.h"
+#include "transfer/segment_table.h"
 #include "transfer/transfer_request.h"
 
 namespace mc::transfer {
@@ -24,11 +27,24 @@ uint64_t TotalLength(const TransferRequest& request);
 // The error of a request that missed its deadline.
 absl::Status DeadlineError();
 
+class Transport;
+
+// What the engine hands a transport it builds (TransferEngineOptions::extra_transports).
+struct TransportContext {
+  const std::string& local_endpoint;  // this daemon's data-plane endpoint
+  SegmentTable& segments;             // this daemon's own segments (outlive the transport)
+  MetricsRegistry* metrics;           // null: no metrics
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
   // Short label used in metrics: "local", "tcp", ...
   virtual std::string_view name() const = 0;
+  // Whether this transport takes `request` (a valid, non-empty one). The registry asks the
+  // transports in its routing order and gives the request to the first that claims it; `tcp`,
+  // last, claims every request. May block briefly (rdma: a connection setup to a new peer).
+  virtual bool Claims(const TransferRequest& request) = 0;
   // Executes `requests[i]` into `results[i]` (same sizes); blocks until all finished or the
   // deadline (steady ms, 0 = none) passed.
   virtual void Submit(std::span<const TransferRequest* const> requests,

@@ -171,7 +171,7 @@ bool CudaTransport::CanWriteDirect(const std::string& endpoint, const char* data
   return DirectBuffer(r) != nullptr && rdma_->PeerReachable(endpoint);
 }
 
-bool CudaTransport::HandlesRequest(const TransferRequest& request) const {
+bool CudaTransport::Claims(const TransferRequest& request) {
   for (const LocalBuffer& b : request.local) {
     if (IsDevice(b.data, b.length)) return true;
   }

@@ -63,8 +63,8 @@ class CudaTransport final : public Transport, public GpuTransfers {
   // this daemon's segments only.
   absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access) override;
   void UnregisterMemory(void* base) override;
-  // True when a local buffer of `request` lies in a device range (the registry's choice).
-  bool HandlesRequest(const TransferRequest& request) const;
+  // The requests with a local buffer in a device range.
+  bool Claims(const TransferRequest& request) override;
 
   // GpuTransfers (transfer/gpu_transfers.h).
   CudaApi& api() override { return *api_; }

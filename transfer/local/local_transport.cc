@@ -18,8 +18,12 @@ bool Overlaps(const char* a, uint64_t a_len, const char* b, uint64_t b_len) {
 
 }  // namespace
 
-LocalTransport::LocalTransport(LocalTransportOptions options, SegmentTable& segments)
-    : options_(options), segments_(segments), pool_(std::max(0, options.copy_threads)) {}
+LocalTransport::LocalTransport(LocalTransportOptions options, SegmentTable& segments,
+                               std::string local_endpoint)
+    : options_(options),
+      segments_(segments),
+      local_endpoint_(std::move(local_endpoint)),
+      pool_(std::max(0, options.copy_threads)) {}
 
 void LocalTransport::Submit(std::span<const TransferRequest* const> requests,
                             std::span<TransferResult> results, int64_t deadline_ms) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,9 +25,14 @@ namespace mc::transfer {
 
 class LocalTransport final : public Transport {
  public:
-  LocalTransport(LocalTransportOptions options, SegmentTable& segments);
+  // Claims the requests to `local_endpoint` (none when it is empty).
+  LocalTransport(LocalTransportOptions options, SegmentTable& segments,
+                 std::string local_endpoint = "");
 
   std::string_view name() const override { return "local"; }
+  bool Claims(const TransferRequest& request) override {
+    return !local_endpoint_.empty() && request.endpoint == local_endpoint_;
+  }
   void Submit(std::span<const TransferRequest* const> requests,
               std::span<TransferResult> results, int64_t deadline_ms) override;
 
@@ -42,6 +48,7 @@ class LocalTransport final : public Transport {
 
   const LocalTransportOptions options_;
   SegmentTable& segments_;
+  const std::string local_endpoint_;
   WorkerPool pool_;
 };
 

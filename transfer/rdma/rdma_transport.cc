@@ -170,6 +170,12 @@ absl::StatusOr<PeerHandshake> RdmaTransport::Accept(std::span<const QpAddress> r
   return out;
 }
 
+bool RdmaTransport::Claims(const TransferRequest& request) {
+  // SSD records and index notices are two-sided: tcp (transfer/data_server.h says why).
+  if (AsSegmentRange(request) == nullptr || !LocalBuffersRegistered(request)) return false;
+  return options_.no_fallback || PeerReachable(request.endpoint);
+}
+
 absl::Status RdmaTransport::ServeDataOp(const DataRequest& request, RequestStream& stream) {
   if (request.op != DataOp::kRdmaConnect) return RefuseDataOp(request, stream);
   return ServeRdmaConnect(*this, request, stream);

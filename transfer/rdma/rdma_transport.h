@@ -87,6 +87,9 @@ struct RdmaTransportOptions {
   int event_wait_ms = 50;                // completion-channel wait between stop checks
   int64_t flush_grace_ms = 2000;         // after a deadline: wait for flushes, then destroy the QP
   int64_t retry_unreachable_ms = 30000;  // a peer without rdma is asked again after this
+  // Claims: false (transport "auto") claims requests to peers that answered the setup only, the
+  // others going to tcp; true (transport "rdma") claims them whether or not (errors surface).
+  bool no_fallback = false;
 };
 
 class RdmaTransport final : public Transport, public RemoteDma {
@@ -97,6 +100,10 @@ class RdmaTransport final : public Transport, public RemoteDma {
   ~RdmaTransport() override;
 
   std::string_view name() const override { return "rdma"; }
+  // Segment ranges whose local buffers lie in registered memory (others cannot be an RDMA source
+  // or sink: inline payloads, application buffers past the daemon's rdma budget), to a peer that
+  // is reachable (PeerReachable), or to any peer with `no_fallback`.
+  bool Claims(const TransferRequest& request) override;
   void Submit(std::span<const TransferRequest* const> requests, std::span<TransferResult> results,
               int64_t deadline_ms) override;
   // Local memory that requests may use as their local buffers (a memory region each). kRemote

@@ -28,6 +28,8 @@ class TcpTransport final : public Transport {
   explicit TcpTransport(TcpTransportOptions options);
 
   std::string_view name() const override { return "tcp"; }
+  // Every request: tcp is the registry's fallback, last in its order.
+  bool Claims(const TransferRequest& /*request*/) override { return true; }
   void Submit(std::span<const TransferRequest* const> requests,
               std::span<TransferResult> results, int64_t deadline_ms) override;
 
