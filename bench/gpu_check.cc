@@ -106,12 +106,12 @@ int Daemon(int from_engine, int to_engine) {
   table.Add(1, segment.data(), segment.size());
   mc::transfer::TransferEngineOptions options;
   options.local_endpoint = self;
-  options.cuda_device = 0;
+  options.cuda.device = 0;
   mc::transfer::TransferEngine engine(options, table);
-  if (engine.cuda() == nullptr) Fail("no cuda transport");
+  if (engine.gpu() == nullptr) Fail("no cuda transport");
   const auto remote = mc::transfer::MemoryAccess::kRemote;
   if (!engine.RegisterMemory(segment.data(), segment.size(), remote).ok()) Fail("register segment");
-  mc::client::GpuBufferRegistry registry(engine.cuda()->api(), engine.cuda());
+  mc::client::GpuBufferRegistry registry(engine.gpu()->api(), engine.gpu());
   uint64_t ids[2];
   for (int i = 0; i < 2; ++i) {
     mc::client::GpuBufferSpec spec;
@@ -121,24 +121,23 @@ int Daemon(int from_engine, int to_engine) {
     if (!id.ok()) Fail("RegisterGpuBuffer: " + id.status().ToString());
     ids[i] = *id;
   }
-  auto requests = [&](mc::transfer::OpKind op, uint64_t buffer, bool checksum) {
+  auto requests = [&](mc::transfer::Direction op, uint64_t buffer, bool checksum) {
     std::vector<mc::transfer::TransferRequest> reqs(kBlocks);
     std::vector<mc::client::GpuBufferRef> refs(kBlocks);
     for (uint64_t b = 0; b < kBlocks; ++b) {
       auto addr = registry.Resolve(buffer, b * kBlock, kBlock, &refs[b]);
       if (!addr.ok()) Fail("resolve");
-      reqs[b].op = op;
+      reqs[b].direction = op;
       reqs[b].local = {{reinterpret_cast<char*>(*addr), kBlock}};
       reqs[b].endpoint = self;
-      reqs[b].segment_id = 1;
-      reqs[b].offset = b * kBlock;
-      reqs[b].want_checksum = checksum;
+      reqs[b].target = mc::transfer::SegmentRange{1, b * kBlock};
+      if (checksum) reqs[b].proof = mc::transfer::Proof::kDeliveredBytes;
     }
     return reqs;
   };
   // Put: GPU buffer 0 -> segment; the segment's bytes are what a put records the checksum of.
   auto t0 = std::chrono::steady_clock::now();
-  auto put = engine.Submit(requests(mc::transfer::OpKind::kWrite, ids[0], false));
+  auto put = engine.Submit(requests(mc::transfer::Direction::kWrite, ids[0], false));
   auto t1 = std::chrono::steady_clock::now();
   std::vector<uint64_t> recorded(kBlocks);
   for (uint64_t b = 0; b < kBlocks; ++b) {
@@ -150,7 +149,7 @@ int Daemon(int from_engine, int to_engine) {
   }
   segment[7 * kBlock + 100] ^= 0x40;  // a corrupted replica: its get must not be OK
   auto t2 = std::chrono::steady_clock::now();
-  auto get = engine.Submit(requests(mc::transfer::OpKind::kRead, ids[1], true));
+  auto get = engine.Submit(requests(mc::transfer::Direction::kRead, ids[1], true));
   auto t3 = std::chrono::steady_clock::now();
   uint64_t proven = 0;
   for (uint64_t b = 0; b < kBlocks; ++b) {
@@ -177,7 +176,7 @@ int Daemon(int from_engine, int to_engine) {
   // pinned pool, the source hashed on the device, the staged bytes accepted only when they hash
   // the same on the CPU.
   {
-    mc::client::GpuPutStager stager(engine.cuda()->api(), engine.cuda()->mover(),
+    mc::client::GpuPutStager stager(engine.gpu()->api(), engine.gpu()->mover(),
                                     mc::client::GpuPutStagerOptions{}, mc::RealClock::Get());
     std::vector<mc::client::PutRequestItem> items(kBlocks);
     for (uint64_t b = 0; b < kBlocks; ++b) {
@@ -211,7 +210,7 @@ int Daemon(int from_engine, int to_engine) {
     char* device = reinterpret_cast<char*>(*dst);
     CHECK_CUDA(cudaMemset(device, 0, kBytes));
     CHECK_CUDA(cudaDeviceSynchronize());
-    mc::client::GpuGetStager stager(engine.cuda()->api(), engine.cuda()->mover(),
+    mc::client::GpuGetStager stager(engine.gpu()->api(), engine.gpu()->mover(),
                                     mc::client::GpuGetStagerOptions{.pool_bytes = kBytes},
                                     mc::RealClock::Get());
     std::vector<mc::client::GpuGetStager::Lease> leases;

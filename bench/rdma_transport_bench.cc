@@ -3,14 +3,12 @@
 // the kRdmaConnect setup on a tcp data-plane server, engine A READs or WRITEs values of a given
 // size into registered memory, `--depth` requests per batch, for `--seconds`. Prints MB/s; never
 // asserts on time. Usage: mc-rdma-bench [read|write] VALUE_BYTES [SECONDS] [DEPTH]
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "transfer/rdma/handshake.h"
 #include "transfer/tcp/server.h"
 #include "transfer/transfer_engine.h"
 
@@ -29,21 +27,15 @@ int main(int argc, char** argv) {
   const char* gid = std::getenv("MC_RDMA_GID_INDEX");
   TransferEngineOptions o;
   o.transport = "rdma";
-  o.rdma_device = dev != nullptr ? dev : "";
-  o.rdma_gid_index = gid != nullptr ? std::atoi(gid) : 1;
+  o.rdma.device = dev != nullptr ? dev : "";
+  o.rdma.gid_index = gid != nullptr ? std::atoi(gid) : 1;
 
   SegmentTable b_table;
   tcp::TcpDataServerOptions so;
   so.listen_address = "127.0.0.1:0";
   tcp::TcpDataServer server(so, b_table);
-  std::atomic<rdma::RdmaTransport*> serving{nullptr};
-  if (!server
-           .RegisterOpHandler(DataOp::kRdmaConnect,
-                              [&](const DataRequest& r, RequestStream& s) {
-                                return rdma::ServeRdmaConnect(serving.load(), r, s);
-                              })
-           .ok() ||
-      !server.Start().ok()) {
+  EngineDataOps engine_ops;  // B answers the rdma setup once attached
+  if (!engine_ops.RegisterWith(server).ok() || !server.Start().ok()) {
     std::fprintf(stderr, "data-plane server failed\n");
     return 1;
   }
@@ -58,7 +50,7 @@ int main(int argc, char** argv) {
   std::vector<char> segment(span, 'x'), local(span, 'y');
   if (!b.RegisterMemory(segment.data(), span, MemoryAccess::kRemote).ok()) return 1;
   b_table.Add(1, segment.data(), span);
-  serving.store(b.rdma());
+  engine_ops.Attach(&b);
   TransferEngineOptions ao = o;
   ao.local_endpoint = "127.0.0.1:1";
   SegmentTable a_table;
@@ -67,11 +59,10 @@ int main(int argc, char** argv) {
 
   std::vector<TransferRequest> batch(depth);
   for (int i = 0; i < depth; ++i) {
-    batch[i] = {op == "read" ? OpKind::kRead : OpKind::kWrite,
+    batch[i] = {op == "read" ? Direction::kRead : Direction::kWrite,
                 {{local.data() + i * value, value}},
                 server.endpoint(),
-                1,
-                i * value};
+                SegmentRange{1, i * value}};
   }
   (void)a.Submit(batch);  // connect and warm up
   uint64_t bytes = 0, batches = 0;

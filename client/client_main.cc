@@ -246,19 +246,19 @@ void ClusterFromFlags(ClientServerOptions& o) {
 }
 
 void TransferFromFlags(ClientServerOptions& o) {
-  o.transfer.connections_per_peer = absl::GetFlag(FLAGS_connections_per_peer);
-  o.transfer.copy_threads = absl::GetFlag(FLAGS_copy_threads);
-  o.transfer.tcp_frame_bytes = absl::GetFlag(FLAGS_tcp_frame_bytes);
-  o.transfer.tcp_receive_threads = absl::GetFlag(FLAGS_tcp_receive_threads);
-  o.transfer.socket_buffer_bytes = absl::GetFlag(FLAGS_tcp_socket_buffer_bytes);
+  o.transfer.tcp.connections_per_peer = absl::GetFlag(FLAGS_connections_per_peer);
+  o.transfer.local.copy_threads = absl::GetFlag(FLAGS_copy_threads);
+  o.transfer.tcp.frame_bytes = absl::GetFlag(FLAGS_tcp_frame_bytes);
+  o.transfer.tcp.receive_threads = absl::GetFlag(FLAGS_tcp_receive_threads);
+  o.transfer.tcp.socket_buffer_bytes = absl::GetFlag(FLAGS_tcp_socket_buffer_bytes);
   o.transfer.transport = absl::GetFlag(FLAGS_transport);
-  o.transfer.rdma_device = absl::GetFlag(FLAGS_rdma_device);
-  o.transfer.rdma_port = absl::GetFlag(FLAGS_rdma_port);
-  o.transfer.rdma_gid_index = absl::GetFlag(FLAGS_rdma_gid_index);
-  o.transfer.rdma_qps_per_peer = absl::GetFlag(FLAGS_rdma_qps_per_peer);
-  o.transfer.cuda_device = absl::GetFlag(FLAGS_cuda_device);
-  o.transfer.cuda_streams = absl::GetFlag(FLAGS_cuda_streams);
-  o.transfer.gpu_direct_rdma = absl::GetFlag(FLAGS_gpu_direct_rdma);
+  o.transfer.rdma.device = absl::GetFlag(FLAGS_rdma_device);
+  o.transfer.rdma.port = absl::GetFlag(FLAGS_rdma_port);
+  o.transfer.rdma.gid_index = absl::GetFlag(FLAGS_rdma_gid_index);
+  o.transfer.rdma.qps_per_peer = absl::GetFlag(FLAGS_rdma_qps_per_peer);
+  o.transfer.cuda.device = absl::GetFlag(FLAGS_cuda_device);
+  o.transfer.cuda.streams = absl::GetFlag(FLAGS_cuda_streams);
+  o.transfer.cuda.gpu_direct_rdma = absl::GetFlag(FLAGS_gpu_direct_rdma);
   o.data_server.max_connections = absl::GetFlag(FLAGS_data_max_connections);
   o.data_server.max_connections_per_peer = absl::GetFlag(FLAGS_data_max_connections_per_peer);
   o.data_server.handshake_timeout_ms = absl::GetFlag(FLAGS_data_handshake_timeout_ms);

@@ -1,7 +1,6 @@
 #include "client/client_options.h"
 
 #include "absl/strings/str_cat.h"
-#include "transfer/cuda/cuda_transport.h"
 #include "transfer/tcp/frame.h"
 
 namespace mc::client {
@@ -48,17 +47,17 @@ void ValidateMasterAndPuts(const ClientServerOptions& o, Checker& check) {
 
 void ValidateTransfer(const ClientServerOptions& o, Checker& check) {
   const transfer::TransferEngineOptions& t = o.transfer;
-  check(t.tcp_frame_bytes >= 1 && t.tcp_frame_bytes <= transfer::tcp::kDefaultMaxFrameLength,
+  check(t.tcp.frame_bytes >= 1 && t.tcp.frame_bytes <= transfer::tcp::kDefaultMaxFrameLength,
         absl::StrCat("--tcp_frame_bytes must be in 1..", transfer::tcp::kDefaultMaxFrameLength));
-  check(t.tcp_receive_threads >= 0, "--tcp_receive_threads must be >= 0");
-  check(t.copy_threads >= 0, "--copy_threads must be >= 0");
-  check(t.socket_buffer_bytes >= 0, "--tcp_socket_buffer_bytes must be >= 0");
+  check(t.tcp.receive_threads >= 0, "--tcp_receive_threads must be >= 0");
+  check(t.local.copy_threads >= 0, "--copy_threads must be >= 0");
+  check(t.tcp.socket_buffer_bytes >= 0, "--tcp_socket_buffer_bytes must be >= 0");
   check(t.transport == "auto" || t.transport == "tcp" || t.transport == "rdma",
         "--transport must be auto, tcp or rdma");
-  check(t.rdma_qps_per_peer >= 1 && t.rdma_qps_per_peer <= 64,
+  check(t.rdma.qps_per_peer >= 1 && t.rdma.qps_per_peer <= 64,
         "--rdma_qps_per_peer must be in 1..64");
-  check(t.rdma_port >= 1, "--rdma_port must be >= 1");
-  check(t.rdma_gid_index >= 0, "--rdma_gid_index must be >= 0");
+  check(t.rdma.port >= 1, "--rdma_port must be >= 1");
+  check(t.rdma.gid_index >= 0, "--rdma_gid_index must be >= 0");
   const auto& d = o.data_server;
   check(d.max_connections >= 1, "--data_max_connections must be >= 1");
   check(d.max_connections_per_peer >= 1, "--data_max_connections_per_peer must be >= 1");
@@ -71,10 +70,10 @@ void ValidateTransfer(const ClientServerOptions& o, Checker& check) {
 
 void ValidateGpu(const ClientServerOptions& o, Checker& check) {
   const transfer::TransferEngineOptions& t = o.transfer;
-  check(t.cuda_device >= -1 && t.cuda_device <= 1023,
+  check(t.cuda.device >= -1 && t.cuda.device <= 1023,
         "--cuda_device must be -1 (no GPU) or a CUDA ordinal in 0..1023");
-  check(t.cuda_streams >= 1 && t.cuda_streams <= 64, "--cuda_streams must be in 1..64");
-  if (absl::Status s = transfer::cuda::ParseGpuDirectRdma(t.gpu_direct_rdma).status(); !s.ok()) {
+  check(t.cuda.streams >= 1 && t.cuda.streams <= 64, "--cuda_streams must be in 1..64");
+  if (absl::Status s = transfer::ParseGpuDirectRdma(t.cuda.gpu_direct_rdma).status(); !s.ok()) {
     check(false, absl::StrCat("--gpu_direct_rdma: ", s.message()));
   }
   check(o.gpu_put.max_staging_bytes >= kMinStagingBytes &&

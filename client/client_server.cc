@@ -15,8 +15,6 @@
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "common/util.h"
-#include "transfer/cuda/cuda_transport.h"
-#include "transfer/rdma/handshake.h"
 
 namespace mc::client {
 
@@ -133,7 +131,7 @@ absl::Status ClientServer::StartDataPlane() {
   transfer::tcp::TcpDataServerOptions data_opts = options_.data_server;
   data_opts.listen_address = options_.data;
   data_opts.metrics = &registry_;
-  data_opts.socket_buffer_bytes = options_.transfer.socket_buffer_bytes;
+  data_opts.socket_buffer_bytes = options_.transfer.tcp.socket_buffer_bytes;
   if (options_.cluster_keys != nullptr) {
     capabilities_ = std::make_unique<auth::CapabilityVerifier>(
         auth::CapabilityVerifierOptions{.clock_skew_ms = options_.capability_clock_skew_ms},
@@ -162,11 +160,7 @@ absl::Status ClientServer::StartDataPlane() {
           return offload_->ServeReadDisk(request, stream);
         }));
   }
-  MC_RETURN_IF_ERROR(data_server_->RegisterOpHandler(
-      transfer::DataOp::kRdmaConnect,
-      [this](const transfer::DataRequest& request, transfer::RequestStream& stream) {
-        return transfer::rdma::ServeRdmaConnect(rdma_serving_.load(), request, stream);
-      }));
+  MC_RETURN_IF_ERROR(engine_ops_.RegisterWith(*data_server_));
   MC_RETURN_IF_ERROR(data_server_->Start());
   auto bound = ParseHostPort(data_server_->endpoint());
   if (!bound.ok()) return bound.status();
@@ -179,17 +173,17 @@ absl::Status ClientServer::StartTransferEngine() {
   transfer::TransferEngineOptions engine_opts = options_.transfer;
   engine_opts.local_endpoint = data_endpoint_;
   engine_opts.metrics = &registry_;
-  engine_opts.cluster_keys = options_.cluster_keys;
+  engine_opts.tcp.cluster_keys = options_.cluster_keys;
   engine_ = std::make_unique<transfer::TransferEngine>(engine_opts, segment_table_);
   MC_RETURN_IF_ERROR(engine_->status());
   for (const auto& seg : pool_->segments()) {
     MC_RETURN_IF_ERROR(
         engine_->RegisterMemory(seg.base, seg.size, transfer::MemoryAccess::kRemote));
   }
-  rdma_serving_.store(engine_->rdma());  // segments registered: peers may connect now
+  engine_ops_.Attach(engine_.get());  // segments registered: peers may connect now
   // Application buffers (staged from the fd channel, which starts later) get local-only
-  // regions; the engine outlives buffers_ (declared before it).
-  buffers_.AttachRdma(engine_->rdma());
+  // registrations where that changes how they move (rdma); the engine outlives buffers_.
+  if (engine_->NeedsLocalRegistration()) buffers_.AttachRegistrar(engine_.get());
   return absl::OkStatus();
 }
 
@@ -265,27 +259,27 @@ void ClientServer::BuildBatchPaths() {
 }
 
 void ClientServer::BuildGpuPaths() {
-  transfer::cuda::CudaTransport* cuda = engine_->cuda();
-  if (cuda == nullptr) {
-    if (options_.transfer.cuda_device >= 0) {
+  transfer::GpuTransfers* gpu = engine_->gpu();
+  if (gpu == nullptr) {
+    if (options_.transfer.cuda.device >= 0) {
       Logger("client").error(
           "--cuda_device={} asked for, but there is no cuda transport (see the transfer log "
           "above): GpuBuffers is not served and GPU slices are refused",
-          options_.transfer.cuda_device);
+          options_.transfer.cuda.device);
     }
     return;
   }
   // GPU buffers: served next to Store, admitted exactly as Store's callers (docs/gpu.md), and
   // released with their fd session as its shm buffers are (StartFdChannel).
-  gpu_buffers_ = std::make_unique<GpuBufferRegistry>(cuda->api(), cuda, options_.gpu_max_buffers,
+  gpu_buffers_ = std::make_unique<GpuBufferRegistry>(gpu->api(), gpu, options_.gpu_max_buffers,
                                                      options_.gpu_max_buffers_per_caller);
-  gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, cuda->api());
-  gpu_put_stager_ = std::make_unique<GpuPutStager>(cuda->api(), cuda->mover(), options_.gpu_put,
-                                                   RealClock::Get(), cuda);
+  gpu_service_ = std::make_unique<GpuBufferService>(*gpu_buffers_, gpu->api());
+  gpu_put_stager_ = std::make_unique<GpuPutStager>(gpu->api(), gpu->mover(), options_.gpu_put,
+                                                   RealClock::Get(), gpu);
   store_->SetGpuBuffers(gpu_buffers_.get(), gpu_put_stager_.get());
   putter_->SetGpuStager(gpu_put_stager_.get());
-  gpu_get_stager_ = std::make_unique<GpuGetStager>(cuda->api(), cuda->mover(), options_.gpu_get,
-                                                   RealClock::Get());
+  gpu_get_stager_ =
+      std::make_unique<GpuGetStager>(gpu->api(), gpu->mover(), options_.gpu_get, RealClock::Get());
   getter_->SetGpuStager(gpu_get_stager_.get());
 }
 

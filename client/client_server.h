@@ -93,9 +93,9 @@ class ClientServer {
   std::unique_ptr<auth::CapabilityVerifier> capabilities_;
   std::unique_ptr<transfer::DataServer> data_server_;  // a tcp::TcpDataServer
   std::unique_ptr<transfer::TransferEngine> engine_;
-  // The engine's rdma transport once it exists: answers peers' rdma connection setups
-  // (kRdmaConnect frames on the data plane); null before and when there is no rdma.
-  std::atomic<transfer::rdma::RdmaTransport*> rdma_serving_{nullptr};
+  // The engine's data-plane ops (peers' rdma connection setups), registered with the data
+  // server before the engine exists and answered by it once attached (StartTransferEngine).
+  transfer::EngineDataOps engine_ops_;
   std::unique_ptr<MasterClient> master_;
   std::unique_ptr<MasterSession> session_;
   BufferRegistry buffers_;

@@ -43,4 +43,15 @@ absl::Status RequestStream::CheckFinished() const {
   return absl::OkStatus();
 }
 
+absl::Status RefuseDataOp(const DataRequest& request, RequestStream& stream) {
+  if (stream.payload_left() > kMaxRefusedPayloadBytes) {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("data-plane op ", static_cast<int>(request.op),
+                                " is not served here and its payload of ", stream.payload_left(),
+                                " bytes is too long to skip"));
+  }
+  if (absl::Status s = stream.Skip(stream.payload_left()); !s.ok()) return s;
+  return stream.Respond(Code::kUnavailable);
+}
+
 }  // namespace mc::transfer

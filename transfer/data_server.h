@@ -2,7 +2,8 @@
 // server answers its peers' requests against its memory segments (READ, WRITE) and hands the
 // other ops to handlers that other components register: the SSD tier's READ_DISK
 // (client/tier/offload_driver.h), the object index's INDEX (client/session/index_service.h), the
-// rdma connection setup (transfer/rdma/handshake.h). Handlers see only a DataRequest and a
+// transfer engine's transports (the rdma connection setup, through EngineDataOps in
+// transfer/transfer_engine.h). Handlers see only a DataRequest and a
 // RequestStream, so they do not depend on how the request travelled.
 //
 // The one implementation that serves peers is tcp (transfer/tcp/server.h: TcpDataServer, whose
@@ -112,6 +113,16 @@ class RequestStream {
 // connection: the peer is not trusted further.
 using DataOpHandler =
     std::function<absl::Status(const DataRequest& request, RequestStream& stream)>;
+
+// Payload bytes RefuseDataOp skips before answering; a request with more is not answered (the
+// connection closes): no op nobody serves here may make the server read without bound.
+inline constexpr uint64_t kMaxRefusedPayloadBytes = 64 << 10;
+
+// Answers UNAVAILABLE to a request of an op this daemon does not serve now (e.g. the rdma
+// connection setup on a daemon without rdma: the peer then stays on tcp), after skipping its
+// payload; a payload over kMaxRefusedPayloadBytes returns an error instead (the connection
+// closes).
+absl::Status RefuseDataOp(const DataRequest& request, RequestStream& stream);
 
 class DataServer {
  public:

@@ -1,8 +1,9 @@
+#include "transfer/segment_table.h"
+
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "transfer/transfer_engine.h"
 
 namespace mc::transfer {
 

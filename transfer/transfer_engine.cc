@@ -29,8 +29,20 @@ struct TransportMetrics {
 
 namespace {
 
-// Checks what every transport relies on: buffers present and a total that fits in 64 bits.
+// Checks what every transport relies on: a target read or written the way it can be, a proof
+// of the request's direction, buffers present and a total that fits in 64 bits.
 absl::Status ValidateRequest(const TransferRequest& request) {
+  const bool read = request.direction == Direction::kRead;
+  if (!read && AsDiskRecord(request) != nullptr) {
+    return McError(Code::kInvalidArgument, "an SSD record is read, never written");
+  }
+  if (read && IsIndexNotice(request)) {
+    return McError(Code::kInvalidArgument, "an index notice is written, never read");
+  }
+  if ((request.proof == Proof::kDeliveredBytes && !read) ||
+      (request.proof == Proof::kWrittenReplica && read)) {
+    return McError(Code::kInvalidArgument, "the proof asked for is the other direction's");
+  }
   uint64_t total = 0;
   for (const LocalBuffer& b : request.local) {
     if (b.data == nullptr && b.length > 0) {
@@ -97,14 +109,12 @@ std::vector<TransferResult> TransferEngine::Submit(std::span<const TransferReque
         r.status = McError(Code::kTransferFailed, absl::StrCat("short transfer: ", r.bytes, " of ",
                                                                TotalLength(request), " bytes"));
       }
-      if (!r.status.ok() || !request.want_checksum) r.checksum.reset();
+      if (!r.status.ok() || request.proof == Proof::kNone) r.checksum.reset();
       if (m.errors != nullptr) {
         if (!r.status.ok()) {
           m.errors->Inc();
         } else {
-          (request.op == OpKind::kWrite || request.op == OpKind::kIndex ? m.write_bytes
-                                                                        : m.read_bytes)
-              ->Inc(r.bytes);
+          (request.direction == Direction::kWrite ? m.write_bytes : m.read_bytes)->Inc(r.bytes);
         }
       }
       results[positions[t][k]] = std::move(r);
@@ -114,19 +124,51 @@ std::vector<TransferResult> TransferEngine::Submit(std::span<const TransferReque
 }
 
 absl::Status TransferEngine::RegisterMemory(void* base, uint64_t length, MemoryAccess access) {
-  for (const auto& transport : registry_->transports()) {
-    if (absl::Status s = transport->RegisterMemory(base, length, access); !s.ok()) return s;
+  const auto& transports = registry_->transports();
+  for (size_t t = 0; t < transports.size(); ++t) {
+    if (absl::Status s = transports[t]->RegisterMemory(base, length, access); !s.ok()) {
+      for (size_t u = 0; u < t; ++u) transports[u]->UnregisterMemory(base);
+      return s;
+    }
   }
   return absl::OkStatus();
 }
 
-rdma::RdmaTransport* TransferEngine::rdma() const { return registry_->rdma(); }
-cuda::CudaTransport* TransferEngine::cuda() const { return registry_->cuda(); }
+void TransferEngine::UnregisterMemory(void* base) {
+  for (const auto& transport : registry_->transports()) transport->UnregisterMemory(base);
+}
+
+bool TransferEngine::NeedsLocalRegistration() const {
+  for (const auto& transport : registry_->transports()) {
+    if (transport->NeedsLocalRegistration()) return true;
+  }
+  return false;
+}
+
+GpuTransfers* TransferEngine::gpu() const { return registry_->gpu(); }
+
+std::span<const DataOp> TransferEngine::TransportDataOps() { return TransportRegistry::DataOps(); }
+
+absl::Status TransferEngine::ServeDataOp(const DataRequest& request, RequestStream& stream) {
+  for (const auto& transport : registry_->transports()) {
+    if (transport->ServesDataOp(request.op)) return transport->ServeDataOp(request, stream);
+  }
+  return RefuseDataOp(request, stream);
+}
 
 absl::Status TransferEngine::status() const { return registry_->status(); }
 
-void TransferEngine::UnregisterMemory(void* base) {
-  for (const auto& transport : registry_->transports()) transport->UnregisterMemory(base);
+absl::Status EngineDataOps::RegisterWith(DataServer& server) {
+  for (DataOp op : TransferEngine::TransportDataOps()) {
+    absl::Status s =
+        server.RegisterOpHandler(op, [this](const DataRequest& request, RequestStream& stream) {
+          TransferEngine* engine = engine_.load();
+          return engine != nullptr ? engine->ServeDataOp(request, stream)
+                                   : RefuseDataOp(request, stream);
+        });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace mc::transfer

@@ -1,19 +1,26 @@
-// The transfer engine: moves bytes between local memory and a segment of some mc-client.
+// The transfer engine: moves bytes between local memory and targets on mc-client daemons.
 //
-// Callers register local memory (a hook for RDMA/CUDA; a no-op for host memory over local/tcp),
-// then Submit() a batch of READ (remote segment -> local buffers) and WRITE (local buffers ->
-// remote segment) requests; each request completes with the number of bytes moved or an error,
-// and never reports OK unless exactly its total local length moved. A registry picks the
-// transport per request: `local` (memcpy through this process's SegmentTable) when the endpoint
-// is our own data-plane endpoint, otherwise `tcp` (our framed protocol, see transfer/tcp/).
+// Callers register local memory (only through the engine: RegisterMemory reaches every
+// transport that needs it, e.g. an rdma memory region), then Submit() a batch of requests
+// (transfer/transfer_request.h): each reads or writes its local buffers from or to a typed
+// target on some daemon (a segment range, an SSD record, the object index) and completes with
+// the number of bytes moved or an error, never OK unless exactly its total local length moved.
+// A registry (transfer/transport_registry.h) builds the transports from their nested options
+// (transfer/transfer_options.h) and gives each request to the first that claims it: `cuda`
+// (local GPU memory), `local` (our own endpoint: memcpy through the SegmentTable), `rdma`, `tcp`
+// (our framed protocol, transfer/tcp/), and any added through extra_transports
+// (docs/architecture.md, "Adding a transport"). The engine hands out no transport: callers get
+// capabilities (GpuTransfers, the MemoryRegistrar it is, its data-plane ops through
+// EngineDataOps).
 // It does not know keys, leases, recorded checksums or replicas: those belong to the batch paths
-// above (on request a read also returns the XXH3 of the bytes it delivered, for them to compare);
-// the serving side is a DataServer (transfer/data_server.h; for tcp, transfer/tcp/server.h).
-// Thread-safety: SegmentTable and TransferEngine are thread-safe; Submit() may run concurrently
-// from many threads. Local buffers must stay valid and untouched by others until Submit returns;
-// a segment must stay mapped while any transfer may touch it (Remove() does not wait).
+// above (on request a read also returns the XXH3 of the bytes it delivered, a GPU write the
+// proof of the replica it wrote, for them to compare: Proof); the serving side is a DataServer
+// (transfer/data_server.h; for tcp, transfer/tcp/server.h).
+// Thread-safety: TransferEngine is thread-safe; Submit() may run concurrently from many threads.
+// Local buffers must stay valid and untouched by others until Submit returns.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,132 +36,22 @@
 #include "absl/synchronization/mutex.h"
 #include "common/auth.h"
 #include "common/metrics.h"
+#include "transfer/data_server.h"
+#include "transfer/gpu_transfers.h"
 #include "transfer/memory_access.h"
+#include "transfer/segment_table.h"
+#include "transfer/transfer_options.h"
+#include "transfer/transfer_request.h"
 
 namespace mc::transfer {
 
-// A contiguous piece of local memory (host memory: a segment, an mmap'd shm buffer, a string).
-struct LocalBuffer {
-  char* data;
-  uint64_t length;
-};
-
-// kRead: remote segment -> local buffers; kWrite: local buffers -> remote segment;
-// kReadDisk: a record of the remote daemon's SSD tier -> local buffers, read whole and verified
-// by its owner (segment_id carries the generation, offset the record locator, tag the low 32
-// bits of the key's XXH3). Only remote transports serve kReadDisk.
-// kIndex: local buffers (an encoded index notice, transfer/index_notice.h) -> the remote
-// daemon's object index, in one INDEX frame; segment_id and offset are unused. Only the tcp
-// transport serves it (rdma hands it to tcp, like kReadDisk).
-enum class OpKind { kRead, kWrite, kReadDisk, kIndex };
-
-struct TransferRequest {
-  OpKind op;
-  std::vector<LocalBuffer> local;  // scatter/gather list; total length = bytes moved
-  std::string endpoint;            // data-plane "HOST:PORT" of the daemon owning the segment
-  uint64_t segment_id;
-  uint64_t offset;   // byte offset inside the remote segment
-  uint32_t tag = 0;  // opaque to the engine; sent in the frame's reserved field
-  // The master's grant for this range (common/capability.h), sent with every frame of a remote
-  // request; empty where none is needed (local transport, --auth=false) or none was granted.
-  std::string capability = {};
-  // kRead/kReadDisk: also compute the XXH3-64 of the local bytes as delivered, i.e. hashed from
-  // the destination buffers (in order) after each piece landed there, while it is cache-hot. A
-  // transport that cannot leaves TransferResult::checksum empty and the caller hashes itself.
-  // kWrite from GPU memory (the cuda transport only; others ignore it): the XXH3-64 of the
-  // replica as written where this daemon can hash it (its own segment), else the device hash of
-  // the source after it was sent (GPUDirect RDMA); the BatchPutter compares it with the hash it
-  // took before the put.
-  bool want_checksum = false;
-};
-
-struct TransferResult {
-  absl::Status status;
-  uint64_t bytes = 0;  // bytes actually moved
-  // With want_checksum: XXH3-64 of the `bytes` destination bytes, only when the status is OK.
-  std::optional<uint64_t> checksum;
-};
-
-// Segments this process owns, looked up by id; shared by the local transport and the
-// data-plane server. Thread-safe.
-class SegmentTable {
- public:
-  // Adds or replaces a segment of `size` bytes at `base` (borrowed; must outlive its entry).
-  void Add(uint64_t segment_id, char* base, uint64_t size);
-  void Remove(uint64_t segment_id);
-  void Clear();
-  // The memory range [offset, offset+length) of a segment, or an error: kNotFound for an
-  // unknown segment, kInvalidArgument for a range out of bounds or overflowing.
-  absl::StatusOr<char*> Resolve(uint64_t segment_id, uint64_t offset, uint64_t length) const;
-  struct Entry {
-    uint64_t segment_id;
-    char* base;
-    uint64_t size;
-  };
-  // Every segment (the rdma transport tells peers the rkeys of these).
-  std::vector<Entry> List() const;
-
- private:
-  struct Segment {
-    char* base;
-    uint64_t size;
-  };
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, Segment> segments_ ABSL_GUARDED_BY(mu_);
-};
-
-namespace rdma {
-class VerbsDevice;
-class RdmaConnector;
-}  // namespace rdma
-namespace cuda {
-class CudaApi;
-class CudaTransport;
-}  // namespace cuda
-
-struct TransferEngineOptions {
-  std::string local_endpoint;    // this daemon's data-plane endpoint; requests to it use `local`
-  int connections_per_peer = 4;  // tcp pool size per peer
-  // SO_SNDBUF / SO_RCVBUF of tcp connections; 0 = kernel autotuning.
-  int socket_buffer_bytes = 8 << 20;
-  uint64_t parallel_copy_threshold = 8 << 20;  // local memcpy split across threads above this
-  int copy_threads = 2;                        // helper threads of the local transport
-  uint64_t tcp_frame_bytes = 4 << 20;          // a tcp request is cut into frames of this size
-  int tcp_receive_threads = 2;         // helper threads running tcp poll loops (connection groups)
-  MetricsRegistry* metrics = nullptr;  // optional: transfer bytes/errors by transport
-  // Cluster keys: tcp connections (and the rdma setup's) run the AUTH handshake; null = none.
-  auth::ClusterKeysPtr cluster_keys;
-  // Remote transport: "auto" (rdma for peers that answered an rdma connection setup, tcp for the
-  // others and for kReadDisk), "tcp" (never rdma) or "rdma" (rdma for every remote READ/WRITE;
-  // no fallback, errors surface). See transfer/rdma/rdma_transport.h.
-  std::string transport = "auto";
-  std::string rdma_device;  // verbs device name ("" = the first with an active port)
-  int rdma_port = 1;
-  int rdma_gid_index = 1;  // RoCEv2 IPv4-mapped GID on rxe/mlx5 defaults; 0 on InfiniBand
-  int rdma_qps_per_peer = 2;
-  // Tests: opens the verbs device instead of libibverbs (e.g. tests/fakes/fake_verbs.h), with a
-  // connector for the connection setup (default: over the peer's tcp data plane).
-  std::function<std::unique_ptr<rdma::VerbsDevice>()> rdma_device_factory;
-  rdma::RdmaConnector* rdma_connector = nullptr;
-  // GPU memory (transfer/cuda/): the CUDA device whose memory local buffers may be; -1 (the
-  // default) opens none. Tests: opens this instead of cudart (tests/fakes/fake_cuda.h).
-  int cuda_device = -1;
-  int cuda_streams = 4;
-  // GPUDirect RDMA of GPU buffers: "auto", "off" or "on" (transfer/cuda/cuda_transport.h).
-  std::string gpu_direct_rdma = "auto";
-  std::function<std::unique_ptr<cuda::CudaApi>()> cuda_api_factory;
-};
-
 class TransportRegistry;
 struct TransportMetrics;
-namespace rdma {
-class RdmaTransport;
-}  // namespace rdma
 
-class TransferEngine {
+class TransferEngine final : public MemoryRegistrar {
  public:
   TransferEngine(TransferEngineOptions options, SegmentTable& local_segments);
-  ~TransferEngine();
+  ~TransferEngine() override;
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
@@ -163,21 +60,34 @@ class TransferEngine {
   // that could not finish by the deadline fails with kTransferFailed "deadline", and any
   // connection that still carried it is closed so no later byte of it lands. A request whose
   // local list is empty (total length 0) succeeds with 0 bytes without touching a transport.
+  // INVALID_ARGUMENT, before any transport: a written SSD record, a read index notice, a proof
+  // of the other direction, null local data, local lengths that overflow 64 bits.
   std::vector<TransferResult> Submit(std::span<const TransferRequest> requests,
                                      int64_t deadline_ms = 0);
 
-  // Hook for RDMA/CUDA memory registration; a no-op for local/tcp. `access`: kRemote for a
-  // segment peers may read and write (its rkey is served), kLocal for memory only our own
-  // requests use.
-  absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access);
-  void UnregisterMemory(void* base);
+  // Memory registration, the only way to the transports: every transport that needs the memory
+  // registers it (rdma: a memory region; cuda: a pinned segment), the others ignore it.
+  // `access`: kRemote for a segment peers may read and write (its rkey is served), kLocal for
+  // memory only our own requests use (an application buffer). On an error, nothing stays
+  // registered.
+  absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access) override;
+  void UnregisterMemory(void* base) override;
+  // Whether registering application memory (kLocal) changes how it moves: a transport here
+  // moves registered memory differently (rdma: one-sided verbs; unregistered memory goes over
+  // tcp). When false, registering it would only pin pages for nothing.
+  bool NeedsLocalRegistration() const;
 
-  // The rdma transport, or null (transport "tcp", no usable device, built without ibverbs).
-  // The data-plane server answers peers' rdma connection setups through it.
-  rdma::RdmaTransport* rdma() const;
-  // The cuda transport, or null (no cuda_device, no device, built without the toolkit). GPU
-  // buffers add their device ranges to it.
-  cuda::CudaTransport* cuda() const;
+  // What the GPU transport offers besides Submit (transfer/gpu_transfers.h), or null (no
+  // cuda.device, no device, built without the toolkit).
+  GpuTransfers* gpu() const;
+
+  // The data-plane ops the engine's transports may serve for peers (the rdma connection setup),
+  // whatever transports this engine has: a data server registers them all (EngineDataOps).
+  static std::span<const DataOp> TransportDataOps();
+  // Serves one peer request of such an op: the transport that serves it, else RefuseDataOp
+  // (UNAVAILABLE: e.g. no rdma here, and the peer stays on tcp).
+  absl::Status ServeDataOp(const DataRequest& request, RequestStream& stream);
+
   // Not OK when transport "rdma" was asked for and no device could be opened.
   absl::Status status() const;
 
@@ -185,6 +95,21 @@ class TransferEngine {
   const TransferEngineOptions options_;
   std::unique_ptr<TransportRegistry> registry_;
   std::vector<std::unique_ptr<TransportMetrics>> metrics_;  // one per registry transport
+};
+
+// Serves the engine's data-plane ops (TransferEngine::TransportDataOps) on a data server that
+// starts before the engine exists: the engine needs the server's bound endpoint. RegisterWith()
+// before the server starts; Attach() once the engine may answer peers (the segments it serves
+// registered). Until then, and after Attach(nullptr), every such request is refused
+// (RefuseDataOp). Thread-safe; must outlive the server's handlers (stop the server first), and
+// an attached engine must outlive them too.
+class EngineDataOps {
+ public:
+  absl::Status RegisterWith(DataServer& server);
+  void Attach(TransferEngine* engine) { engine_.store(engine); }
+
+ private:
+  std::atomic<TransferEngine*> engine_{nullptr};
 };
 
 }  // namespace mc::transfer

@@ -1,78 +1,97 @@
 #include "transfer/transport_registry.h"
 
+#include <cstdint>
+
 #include "common/logging.h"
 #include "common/status.h"
 #include "transfer/cuda/cuda_transport.h"
 #include "transfer/local/local_transport.h"
 #include "transfer/rdma/handshake.h"
 #include "transfer/rdma/rdma_transport.h"
+#include "transfer/tcp/peer_exchange.h"
 #include "transfer/tcp/tcp_transport.h"
 
 namespace mc::transfer {
 
 TransportRegistry::TransportRegistry(const TransferEngineOptions& options,
-                                     SegmentTable& local_segments)
-    : local_endpoint_(options.local_endpoint), force_rdma_(options.transport == "rdma") {
-  LocalTransportOptions local;
-  local.parallel_copy_threshold = options.parallel_copy_threshold;
-  local.copy_threads = options.copy_threads;
-  local_index_ = transports_.size();
-  transports_.push_back(std::make_unique<LocalTransport>(local, local_segments));
+                                     SegmentTable& local_segments) {
+  // Built in dependency order (cuda needs rdma), routed in Choose's order.
+  const size_t local =
+      Add(std::make_unique<LocalTransport>(options.local, local_segments, options.local_endpoint));
+  const size_t tcp = Add(std::make_unique<TcpTransport>(options.tcp));
+  std::unique_ptr<rdma::RdmaTransport> rdma_transport;
+  if (options.transport != "tcp") rdma_transport = MakeRdma(options, local_segments);
+  rdma::RdmaTransport* rdma = rdma_transport.get();
+  const size_t rdma_index = rdma != nullptr ? Add(std::move(rdma_transport)) : SIZE_MAX;
+  std::unique_ptr<cuda::CudaTransport> cuda;
+  if (options.cuda.device >= 0) cuda = MakeCuda(options, local_segments, rdma != nullptr);
+  if (cuda != nullptr) cuda->SetRemoteDma(rdma);  // GPUDirect RDMA, when there is rdma
+  cuda_ = cuda.get();
+  const size_t cuda_index = cuda != nullptr ? Add(std::move(cuda)) : SIZE_MAX;
+  const TransportContext context{options.local_endpoint, local_segments, options.metrics};
+  for (const TransportFactory& make : options.extra_transports) {
+    std::unique_ptr<Transport> added = make(context);
+    if (added == nullptr) continue;
+    Logger("transfer").info("transport {} added", added->name());
+    routing_.push_back(Add(std::move(added)));
+  }
+  for (size_t i : {cuda_index, local, rdma_index, tcp}) {
+    if (i != SIZE_MAX) routing_.push_back(i);
+  }
+}
 
-  TcpTransportOptions tcp;
-  tcp.connections_per_peer = options.connections_per_peer;
-  tcp.socket_buffer_bytes = options.socket_buffer_bytes;
-  tcp.frame_bytes = options.tcp_frame_bytes;
-  tcp.cluster_keys = options.cluster_keys;
-  tcp.receive_threads = options.tcp_receive_threads;
-  tcp_index_ = transports_.size();
-  transports_.push_back(std::make_unique<TcpTransport>(tcp));
+size_t TransportRegistry::Add(std::unique_ptr<Transport> transport) {
+  transports_.push_back(std::move(transport));
+  return transports_.size() - 1;
+}
 
-  if (options.transport != "tcp") {
-    absl::StatusOr<std::unique_ptr<rdma::VerbsDevice>> device =
-        McError(Code::kUnavailable, "rdma: built without libibverbs");
-    if (options.rdma_device_factory) {
-      std::unique_ptr<rdma::VerbsDevice> d = options.rdma_device_factory();
-      if (d != nullptr) device = std::move(d);
-    } else {
+std::unique_ptr<rdma::RdmaTransport> TransportRegistry::MakeRdma(
+    const TransferEngineOptions& options, SegmentTable& local_segments) {
+  const bool forced = options.transport == "rdma";
+  absl::StatusOr<std::unique_ptr<rdma::VerbsDevice>> device =
+      McError(Code::kUnavailable, "rdma: built without libibverbs");
+  if (options.rdma.device_factory) {
+    std::unique_ptr<rdma::VerbsDevice> d = options.rdma.device_factory();
+    if (d != nullptr) device = std::move(d);
+  } else {
 #if MC_WITH_RDMA
-      device =
-          rdma::OpenVerbsDevice(options.rdma_device, options.rdma_port, options.rdma_gid_index);
+    device = rdma::OpenVerbsDevice(options.rdma.device, options.rdma.port, options.rdma.gid_index);
 #endif
-    }
-    if (device.ok()) {
-      rdma::RdmaConnector* connector = options.rdma_connector;
-      if (connector == nullptr) {
-        own_connector_ = std::make_unique<rdma::TcpRdmaConnector>(5000, options.cluster_keys);
-        connector = own_connector_.get();
-      }
-      rdma::RdmaTransportOptions r;
-      r.qps_per_peer = options.rdma_qps_per_peer;
-      Logger("transfer")
-          .info("rdma transport on device {} (max_sge {}, mtu {})", (*device)->attributes().name,
-                (*device)->attributes().max_sge, (*device)->attributes().active_mtu);
-      auto transport = std::make_unique<rdma::RdmaTransport>(r, *std::move(device), *connector);
-      transport->ServeSegments(&local_segments);
-      rdma_ = transport.get();
-      rdma_index_ = transports_.size();
-      transports_.push_back(std::move(transport));
-    } else if (force_rdma_) {
+  }
+  if (!device.ok()) {
+    if (forced) {
       status_ = device.status();
       Logger("transfer")
           .error("transport rdma asked for but unavailable: {}", device.status().ToString());
     } else {
       Logger("transfer").info("no rdma ({}); remote transfers use tcp", device.status().ToString());
     }
+    return nullptr;
   }
-  if (options.cuda_device >= 0) AddCuda(options, local_segments);
+  rdma::RdmaConnector* connector = options.rdma.connector;
+  if (connector == nullptr) {
+    // The setup rides the tcp data plane, authenticated as tcp's connections are.
+    own_exchange_ = std::make_unique<tcp::TcpPeerExchange>(5000, options.tcp.cluster_keys);
+    own_connector_ = std::make_unique<rdma::DataPlaneRdmaConnector>(*own_exchange_);
+    connector = own_connector_.get();
+  }
+  rdma::RdmaTransportOptions r;
+  r.qps_per_peer = options.rdma.qps_per_peer;
+  r.no_fallback = forced;
+  Logger("transfer")
+      .info("rdma transport on device {} (max_sge {}, mtu {})", (*device)->attributes().name,
+            (*device)->attributes().max_sge, (*device)->attributes().active_mtu);
+  auto transport = std::make_unique<rdma::RdmaTransport>(r, *std::move(device), *connector);
+  transport->ServeSegments(&local_segments);
+  return transport;
 }
 
-void TransportRegistry::AddCuda(const TransferEngineOptions& options,
-                                SegmentTable& local_segments) {
+std::unique_ptr<cuda::CudaTransport> TransportRegistry::MakeCuda(
+    const TransferEngineOptions& options, SegmentTable& local_segments, bool have_rdma) {
   absl::StatusOr<std::unique_ptr<cuda::CudaApi>> api =
       McError(Code::kUnavailable, "cuda: built without the CUDA toolkit");
-  if (options.cuda_api_factory) {
-    api = options.cuda_api_factory();
+  if (options.cuda.api_factory) {
+    api = options.cuda.api_factory();
   } else {
 #if MC_WITH_CUDA
     api = cuda::OpenCudaApi();
@@ -84,52 +103,50 @@ void TransportRegistry::AddCuda(const TransferEngineOptions& options,
     transport = api.status();
   } else {
     cuda::CudaTransportOptions c;
-    c.local_endpoint = local_endpoint_;
-    c.mover.device = options.cuda_device;
-    c.mover.streams = options.cuda_streams;
-    c.mover.streams_per_move = options.cuda_streams;
+    c.local_endpoint = options.local_endpoint;
+    c.mover.device = options.cuda.device;
+    c.mover.streams = options.cuda.streams;
+    c.mover.streams_per_move = options.cuda.streams;
     c.metrics = options.metrics;
-    absl::StatusOr<cuda::GpuDirectRdma> direct = cuda::ParseGpuDirectRdma(options.gpu_direct_rdma);
+    absl::StatusOr<GpuDirectRdma> direct = ParseGpuDirectRdma(options.cuda.gpu_direct_rdma);
     if (!direct.ok()) {
       status_ = direct.status();
       Logger("transfer").error("{}", direct.status().ToString());
-      return;
+      return nullptr;
     }
     c.gpu_direct_rdma = *direct;
-    if (c.gpu_direct_rdma == cuda::GpuDirectRdma::kOn && rdma_ == nullptr) {
+    if (c.gpu_direct_rdma == GpuDirectRdma::kOn && !have_rdma) {
       status_ = McError(Code::kUnavailable,
                         "GPUDirect RDMA required (gpu_direct_rdma on) but there is no rdma "
                         "transport (transport tcp, no verbs device, or built without verbs)");
       Logger("transfer").error("{}", status_.ToString());
-      return;
+      return nullptr;
     }
     transport = cuda::CudaTransport::Create(c, *std::move(api), local_segments);
   }
   if (!transport.ok()) {
     Logger("transfer")
         .warn("no cuda transport ({}); GPU buffers unavailable", transport.status().ToString());
-    return;
+    return nullptr;
   }
-  cuda_ = transport->get();
-  cuda_->SetRdma(rdma_);
-  cuda_index_ = transports_.size();
-  transports_.push_back(*std::move(transport));
-  Logger("transfer").info("cuda transport on device {}", options.cuda_device);
+  Logger("transfer").info("cuda transport on device {}", options.cuda.device);
+  return *std::move(transport);
 }
 
 TransportRegistry::~TransportRegistry() = default;
 
+GpuTransfers* TransportRegistry::gpu() const { return cuda_; }
+
+std::span<const DataOp> TransportRegistry::DataOps() {
+  static constexpr DataOp kOps[] = {DataOp::kRdmaConnect};
+  return kOps;
+}
+
 size_t TransportRegistry::Choose(const TransferRequest& request) const {
-  if (cuda_ != nullptr && cuda_->HandlesRequest(request)) return cuda_index_;
-  if (!local_endpoint_.empty() && request.endpoint == local_endpoint_) return local_index_;
-  if (rdma_ == nullptr || request.op == OpKind::kReadDisk || request.op == OpKind::kIndex) {
-    return tcp_index_;
+  for (size_t i : routing_) {
+    if (transports_[i]->Claims(request)) return i;
   }
-  // Local memory the device does not know (inline payloads, application buffers past the
-  // daemon's rdma budget) cannot be an RDMA source or sink, even when rdma is forced.
-  if (!rdma_->LocalBuffersRegistered(request)) return tcp_index_;
-  if (force_rdma_) return rdma_index_;
-  return rdma_->PeerReachable(request.endpoint) ? rdma_index_ : tcp_index_;
+  return routing_.back();  // tcp, which claims every request
 }
 
 }  // namespace mc::transfer

@@ -14,7 +14,6 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "proto/status_convert.h"
-#include "transfer/cuda/cuda_transport.h"
 
 namespace mc::client {
 
@@ -336,9 +335,9 @@ bool BatchGetter::IsDirectSource(const Batch& batch, const KeyPlan& plan, int re
   if (IsLocalMemory(plan, replica)) return true;
   const auto& rep = plan.lookup->replicas(replica);
   const std::vector<LocalBuffer>& dest = batch.dest[plan.primary];
-  transfer::cuda::CudaTransport* cuda = engine_.cuda();
-  return rep.tier() == v1::MEMORY && cuda != nullptr && dest.size() == 1 &&
-         cuda->CanReadDirect(rep.data_endpoint(), dest[0].data, dest[0].length);
+  transfer::GpuTransfers* gpu = engine_.gpu();
+  return rep.tier() == v1::MEMORY && gpu != nullptr && dest.size() == 1 &&
+         gpu->CanReadDirect(rep.data_endpoint(), dest[0].data, dest[0].length);
 }
 
 absl::Status BatchGetter::ReserveStaging(KeyPlan& plan) const {
@@ -389,15 +388,16 @@ void BatchGetter::TransferRounds(Batch& batch) {
       }
       const auto& rep = plan.lookup->replicas(plan.order[plan.next]);
       if (rep.tier() == v1::MEMORY) {
-        reqs.push_back({transfer::OpKind::kRead, ReadInto(batch, plan), rep.data_endpoint(),
-                        rep.segment_id(), rep.offset()});
+        reqs.push_back({transfer::Direction::kRead, ReadInto(batch, plan), rep.data_endpoint(),
+                        transfer::SegmentRange{rep.segment_id(), rep.offset()}});
       } else {
         // DISK: the owner reads and verifies the record (generation, locator, key tag).
-        reqs.push_back({transfer::OpKind::kReadDisk, ReadInto(batch, plan), rep.data_endpoint(),
-                        plan.lookup->generation(), rep.offset(), DiskKeyTag(plan.key)});
+        reqs.push_back(
+            {transfer::Direction::kRead, ReadInto(batch, plan), rep.data_endpoint(),
+             transfer::DiskRecord{plan.lookup->generation(), rep.offset(), DiskKeyTag(plan.key)}});
       }
       reqs.back().capability = rep.capability();  // the master's read grant, if any
-      reqs.back().want_checksum = true;           // the transport hashes the bytes as they land
+      reqs.back().proof = transfer::Proof::kDeliveredBytes;  // hashed as the bytes land
       owner.push_back(p);
       deadline = std::min(deadline, plan.deadline_ms);
     }
@@ -481,7 +481,7 @@ std::vector<transfer::TransferResult> BatchGetter::SubmitReads(
   std::vector<transfer::TransferRequest> remote;
   std::vector<size_t> remote_index;
   for (size_t i = 0; i < reqs.size(); ++i) {
-    if (reqs[i].op == transfer::OpKind::kReadDisk && reqs[i].endpoint == options_.local_endpoint) {
+    if (transfer::AsDiskRecord(reqs[i]) != nullptr && reqs[i].endpoint == options_.local_endpoint) {
       continue;
     }
     remote.push_back(std::move(reqs[i]));
@@ -495,13 +495,12 @@ std::vector<transfer::TransferResult> BatchGetter::SubmitReads(
     }
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
-    if (reqs[i].op != transfer::OpKind::kReadDisk || reqs[i].endpoint != options_.local_endpoint) {
-      continue;
-    }
+    const transfer::DiskRecord* record = transfer::AsDiskRecord(reqs[i]);
+    if (record == nullptr || reqs[i].endpoint != options_.local_endpoint) continue;
     uint64_t length = TotalLength(reqs[i].local);
     uint64_t checksum = 0;
-    results[i].status = disk_reader_->ReadLocal(batch.plans[owner[i]].key, reqs[i].segment_id,
-                                                reqs[i].offset, length, reqs[i].local, &checksum);
+    results[i].status = disk_reader_->ReadLocal(batch.plans[owner[i]].key, record->generation,
+                                                record->locator, length, reqs[i].local, &checksum);
     results[i].bytes = results[i].status.ok() ? length : 0;
     // The tier hashed the destination as it wrote it: the same proof a transport gives.
     if (results[i].status.ok()) results[i].checksum = checksum;

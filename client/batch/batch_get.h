@@ -94,7 +94,7 @@ class BatchGetter {
   absl::Status ReserveStaging(KeyPlan& plan) const;
   bool IsLocalMemory(const KeyPlan& plan, int replica) const;
   // Whether `replica` can be read straight into `plan`'s one GPU destination: a local memory
-  // replica (cuda transport), or a remote one over GPUDirect RDMA (CudaTransport::CanReadDirect).
+  // replica (cuda transport), or a remote one over GPUDirect RDMA (GpuTransfers::CanReadDirect).
   bool IsDirectSource(const Batch& batch, const KeyPlan& plan, int replica) const;
   static const std::vector<LocalBuffer>& ReadInto(const Batch& batch, const KeyPlan& plan);
   void TransferRounds(Batch& batch);

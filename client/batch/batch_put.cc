@@ -248,10 +248,10 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
       source = *from;
     }
     for (const auto& rep : r.replicas()) {
-      writes.push_back(
-          {transfer::OpKind::kWrite, *source, rep.data_endpoint(), rep.segment_id(), rep.offset()});
+      writes.push_back({transfer::Direction::kWrite, *source, rep.data_endpoint(),
+                        transfer::SegmentRange{rep.segment_id(), rep.offset()}});
       writes.back().capability = rep.capability();  // the master's write grant, if any
-      writes.back().want_checksum = prove;
+      if (prove) writes.back().proof = transfer::Proof::kWrittenReplica;
       write_owner.push_back(k);
       write_holder.push_back(&rep.client_id());
     }
@@ -265,7 +265,7 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
     const auto& res = written[w];
     uint64_t expect = TotalLength(writes[w].local);
     if (res.status.ok() && res.bytes == expect) {
-      if (!writes[w].want_checksum) continue;
+      if (writes[w].proof == transfer::Proof::kNone) continue;
       // Written from GPU memory: OK only with the proof that the replica is the hashed bytes.
       const uint64_t want = checksums[started[write_owner[w]]];
       if (res.checksum == want) continue;

@@ -21,7 +21,7 @@ GpuPutStager::Staged::Staged(Staged&& other) noexcept
 
 GpuPutStager::GpuPutStager(transfer::cuda::CudaApi& api, transfer::cuda::GpuMover& mover,
                            GpuPutStagerOptions options, const Clock& clock,
-                           transfer::cuda::CudaTransport* direct)
+                           transfer::GpuTransfers* direct)
     : mover_(mover),
       direct_(options.direct ? direct : nullptr),
       options_(options),

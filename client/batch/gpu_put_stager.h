@@ -43,7 +43,7 @@
 #include "client/batch/batch_types.h"
 #include "client/batch/gpu_get_stager.h"
 #include "common/clock.h"
-#include "transfer/cuda/cuda_transport.h"
+#include "transfer/gpu_transfers.h"
 
 namespace mc::client {
 
@@ -78,11 +78,11 @@ class GpuPutStager {
   };
 
   // `api` and `mover` (borrowed) serve the device of the GPU buffers; the pinned pool of
-  // `options.max_staging_bytes` is this stager's own. `direct` (nullable, borrowed): the cuda
-  // transport that writes direct puts; null stages every item.
+  // `options.max_staging_bytes` is this stager's own. `direct` (nullable, borrowed): the
+  // engine's GPU capability, which says which direct puts it writes; null stages every item.
   GpuPutStager(transfer::cuda::CudaApi& api, transfer::cuda::GpuMover& mover,
                GpuPutStagerOptions options, const Clock& clock,
-               transfer::cuda::CudaTransport* direct = nullptr);
+               transfer::GpuTransfers* direct = nullptr);
 
   // For every item with GPU pieces: stages it and points `pieces` at the verified host copy
   // (and sets `checksum`), or, for a direct put, sets `checksum` to the device hash of its one
@@ -103,7 +103,7 @@ class GpuPutStager {
   Staged StageItems(std::vector<PutRequestItem>& items, bool allow_direct);
 
   transfer::cuda::GpuMover& mover_;
-  transfer::cuda::CudaTransport* const direct_;
+  transfer::GpuTransfers* const direct_;
   const GpuPutStagerOptions options_;
   const Clock& clock_;
   GpuGetStager pool_;  // Reserve() only: the copies here hash their source, not the destination

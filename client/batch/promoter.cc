@@ -82,8 +82,8 @@ size_t Promoter::PromoteRound(const std::vector<const Item*>& candidates) {
     const auto& r = placed.results(static_cast<int>(i));
     if (r.code() != v1::OK || r.replicas_size() != 1) continue;
     const auto& rep = r.replicas(0);
-    writes.push_back(
-        {transfer::OpKind::kWrite, staged[i], rep.data_endpoint(), rep.segment_id(), rep.offset()});
+    writes.push_back({transfer::Direction::kWrite, staged[i], rep.data_endpoint(),
+                      transfer::SegmentRange{rep.segment_id(), rep.offset()}});
     writes.back().capability = rep.capability();  // the master's write grant, if any
     owner.push_back(i);
   }

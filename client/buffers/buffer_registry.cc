@@ -25,7 +25,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
-#include "transfer/rdma/rdma_transport.h"
+#include "transfer/memory_access.h"
 
 namespace mc::client {
 namespace {
@@ -313,21 +313,21 @@ uint64_t BufferRegistry::RdmaRefusals() const { return rdma_budget_->refusals.lo
 
 namespace {
 
-// Keeps a mapped buffer registered with the rdma transport: deregistered when the holder goes
+// Keeps a mapped buffer registered with the transfer engine: deregistered when the holder goes
 // (the last BufferRef), before the buffer it holds can be unmapped.
 struct RdmaRegisteredBuffer {
-  RdmaRegisteredBuffer(BufferRef b, transfer::rdma::RdmaTransport* r, std::shared_ptr<void> budget,
+  RdmaRegisteredBuffer(BufferRef b, transfer::MemoryRegistrar* r, std::shared_ptr<void> budget,
                        std::atomic<uint64_t>* bytes)
-      : buffer(std::move(b)), rdma(r), budget_owner(std::move(budget)), budget_bytes(bytes) {}
+      : buffer(std::move(b)), registrar(r), budget_owner(std::move(budget)), budget_bytes(bytes) {}
   ~RdmaRegisteredBuffer() {
-    rdma->UnregisterMemory(buffer->base());  // waits for the transport's in-flight users
+    registrar->UnregisterMemory(buffer->base());  // waits for the transports' in-flight users
     budget_bytes->fetch_sub(buffer->size());
   }
   RdmaRegisteredBuffer(const RdmaRegisteredBuffer&) = delete;
   RdmaRegisteredBuffer& operator=(const RdmaRegisteredBuffer&) = delete;
 
   const BufferRef buffer;
-  transfer::rdma::RdmaTransport* const rdma;
+  transfer::MemoryRegistrar* const registrar;
   const std::shared_ptr<void> budget_owner;  // keeps `budget_bytes` alive
   std::atomic<uint64_t>* const budget_bytes;
 };
@@ -335,8 +335,8 @@ struct RdmaRegisteredBuffer {
 }  // namespace
 
 BufferRef BufferRegistry::RegisterWithRdma(BufferRef buffer) {
-  transfer::rdma::RdmaTransport* rdma = rdma_.load();
-  if (rdma == nullptr || buffer == nullptr) return buffer;
+  transfer::MemoryRegistrar* registrar = registrar_.load();
+  if (registrar == nullptr || buffer == nullptr) return buffer;
   const uint64_t size = buffer->size();
   RdmaBudget& budget = *rdma_budget_;
   uint64_t used = budget.bytes.load();
@@ -350,7 +350,8 @@ BufferRef BufferRegistry::RegisterWithRdma(BufferRef buffer) {
       return buffer;
     }
   } while (!budget.bytes.compare_exchange_weak(used, used + size));
-  if (absl::Status s = rdma->RegisterMemory(buffer->base(), size, transfer::MemoryAccess::kLocal);
+  if (absl::Status s =
+          registrar->RegisterMemory(buffer->base(), size, transfer::MemoryAccess::kLocal);
       !s.ok()) {
     budget.bytes.fetch_sub(size);
     budget.refusals.fetch_add(1);
@@ -360,7 +361,8 @@ BufferRef BufferRegistry::RegisterWithRdma(BufferRef buffer) {
         buffer->name(), size, s.ToString());
     return buffer;
   }
-  auto holder = std::make_shared<RdmaRegisteredBuffer>(buffer, rdma, rdma_budget_, &budget.bytes);
+  auto holder =
+      std::make_shared<RdmaRegisteredBuffer>(buffer, registrar, rdma_budget_, &budget.bytes);
   const MappedBuffer* raw = holder->buffer.get();
   return BufferRef(std::move(holder), raw);  // aliasing: shares the holder's lifetime
 }

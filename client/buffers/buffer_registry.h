@@ -20,9 +20,10 @@
 //    once its copy has ended and fails that item; a broken buffer resolves no more (re-register).
 //    Faults outside registered buffers go to the previous handler (default: crash with a core).
 //
-// RDMA: with an rdma transport attached (AttachRdma), each buffer is also registered with it as
-// a memory region of LOCAL access only (never exposed to peers by rkey) when it is staged or
-// registered by name, within a daemon-wide byte budget (max_rdma_bytes); remote transfers from
+// RDMA: with the transfer engine attached (AttachRegistrar, when its transports need application
+// buffers registered: rdma), each buffer is also registered with it as memory of LOCAL access
+// only (an rdma memory region never exposed to peers by rkey) when it is staged or registered
+// by name, within a daemon-wide byte budget (max_rdma_bytes); remote transfers from
 // and into its slices then run as one-sided RDMA verbs where the peer is reached over rdma.
 // The region lives exactly as long as the mapping: it is deregistered (before the munmap) when
 // the last BufferRef goes, i.e. after Unregister / ReleaseOwner and once every request that
@@ -46,9 +47,9 @@
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 
-namespace mc::transfer::rdma {
-class RdmaTransport;
-}  // namespace mc::transfer::rdma
+namespace mc::transfer {
+class MemoryRegistrar;
+}  // namespace mc::transfer
 
 namespace mc::client {
 
@@ -126,9 +127,10 @@ class BufferRegistry {
   explicit BufferRegistry(BufferRegistryOptions options);
 
   // From now on, buffers staged or registered by name are registered (local access only) with
-  // `rdma` (borrowed; null = none), which must outlive every BufferRef of this registry. Call
-  // before the first buffer arrives (buffers already held stay unregistered).
-  void AttachRdma(transfer::rdma::RdmaTransport* rdma) { rdma_.store(rdma); }
+  // `registrar` (the transfer engine; borrowed; null = none), which must outlive every BufferRef
+  // of this registry. Call before the first buffer arrives (buffers already held stay
+  // unregistered).
+  void AttachRegistrar(transfer::MemoryRegistrar* registrar) { registrar_.store(registrar); }
   // Bytes of buffers registered with the rdma transport now, and registrations refused
   // (budget or device) so far.
   uint64_t RdmaBytes() const;
@@ -185,9 +187,9 @@ class BufferRegistry {
   void RefundLocked(const std::string& owner, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRefusal(const char* limit) const;
   void CountMismatch() const;
-  // `buffer`, or, when an rdma transport is attached and the budget allows, the same buffer
-  // held through a holder that keeps it registered with the transport until the last reference
-  // goes (an aliasing BufferRef).
+  // `buffer`, or, when a registrar is attached and the budget allows, the same buffer held
+  // through a holder that keeps it registered until the last reference goes (an aliasing
+  // BufferRef).
   BufferRef RegisterWithRdma(BufferRef buffer);
 
   struct RdmaBudget {
@@ -198,7 +200,7 @@ class BufferRegistry {
   const BufferRegistryOptions options_;
   // Shared with the holders, which may outlive the registry by the length of a request.
   const std::shared_ptr<RdmaBudget> rdma_budget_ = std::make_shared<RdmaBudget>();
-  std::atomic<transfer::rdma::RdmaTransport*> rdma_{nullptr};
+  std::atomic<transfer::MemoryRegistrar*> registrar_{nullptr};
   mutable std::atomic<uint64_t> owner_mismatches_{0};
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

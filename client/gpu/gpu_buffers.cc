@@ -5,7 +5,6 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
-#include "transfer/cuda/cuda_transport.h"
 
 namespace mc::client {
 

@@ -5,7 +5,7 @@
 // POSIX-fd shareable handle) on the named device, checks that [allocation_offset,
 // allocation_offset + size) lies inside what was imported, publishes the range to the cuda
 // transport (so transfers naming it go there), registers the import with the NIC for GPUDirect
-// RDMA where the transport's mode and the hardware allow (CudaTransport::RegisterRdmaDirect; with
+// RDMA where the transport's mode and the hardware allow (GpuTransfers::RegisterRdmaDirect; with
 // --gpu_direct_rdma=on a buffer that cannot be is refused, UNAVAILABLE) and returns an
 // id with bit 63 set, which a Slice may name like a shm buffer id. Resolve turns (id, offset,
 // length) into a device address after an overflow-safe bounds check and holds the buffer (a
@@ -29,10 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "transfer/cuda/cuda_api.h"
-
-namespace mc::transfer::cuda {
-class CudaTransport;
-}  // namespace mc::transfer::cuda
+#include "transfer/gpu_transfers.h"
 
 namespace mc::client {
 
@@ -51,9 +48,9 @@ struct GpuBufferSpec {
 // One imported range; closes the import when the last reference goes.
 class GpuBuffer {
  public:
-  // `rdma_direct`: the import is registered with the NIC (CudaTransport::RegisterRdmaDirect);
+  // `rdma_direct`: the import is registered with the NIC (GpuTransfers::RegisterRdmaDirect);
   // released here, before the import closes.
-  GpuBuffer(transfer::cuda::CudaApi& api, transfer::cuda::CudaTransport* transport, int device,
+  GpuBuffer(transfer::cuda::CudaApi& api, transfer::GpuTransfers* transport, int device,
             transfer::cuda::ImportedMemory memory, uint64_t base, uint64_t size,
             bool rdma_direct = false)
       : api_(api),
@@ -72,7 +69,7 @@ class GpuBuffer {
 
  private:
   transfer::cuda::CudaApi& api_;
-  transfer::cuda::CudaTransport* const transport_;
+  transfer::GpuTransfers* const transport_;
   const int device_;
   const transfer::cuda::ImportedMemory memory_;
   const uint64_t base_;
@@ -87,7 +84,7 @@ class GpuBufferRegistry {
   // and every GpuBufferRef. At most `max_buffers` buffers in all (mc-client --gpu_max_buffers)
   // and `max_buffers_per_owner` of one owner (--gpu_max_buffers_per_caller), registrations in
   // progress included.
-  GpuBufferRegistry(transfer::cuda::CudaApi& api, transfer::cuda::CudaTransport* transport,
+  GpuBufferRegistry(transfer::cuda::CudaApi& api, transfer::GpuTransfers* transport,
                     size_t max_buffers = 1024, size_t max_buffers_per_owner = 256)
       : api_(api),
         transport_(transport),
@@ -111,7 +108,7 @@ class GpuBufferRegistry {
 
  private:
   transfer::cuda::CudaApi& api_;
-  transfer::cuda::CudaTransport* const transport_;
+  transfer::GpuTransfers* const transport_;
   // Takes one of the caps' slots for a registration of `owner`, or NO_SPACE; Unreserve gives
   // it back (the registration failed, or the buffer went).
   absl::Status Reserve(const std::string& owner);

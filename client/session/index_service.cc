@@ -107,11 +107,10 @@ std::vector<IndexNotifier::Outcome> IndexNotifier::Notify(std::span<const Writte
   std::vector<transfer::TransferRequest> requests;
   requests.reserve(payloads.size());
   for (size_t k = 0; k < payloads.size(); ++k) {
-    requests.push_back({transfer::OpKind::kIndex,
+    requests.push_back({transfer::Direction::kWrite,
                         {transfer::LocalBuffer{payloads[k].data(), payloads[k].size()}},
                         std::string(owners[k]),
-                        0,
-                        0});
+                        transfer::IndexNotice{}});
   }
   std::vector<transfer::TransferResult> results = engine_.Submit(requests, deadline_ms);
   for (size_t k = 0; k < requests.size(); ++k) {

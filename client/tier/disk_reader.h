@@ -22,8 +22,8 @@ class DiskReader {
                                  uint64_t* checksum) = 0;
 };
 
-// The `tag` a kReadDisk request carries: the low 32 bits of the key's XXH3-64, which the owner
-// checks against the record's key.
+// The key tag a READ_DISK request carries (transfer::DiskRecord::key_tag): the low 32 bits of
+// the key's XXH3-64, which the owner checks against the record's key.
 uint32_t DiskKeyTag(std::string_view key);
 
 }  // namespace mc::client

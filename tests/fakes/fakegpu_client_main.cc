@@ -7,7 +7,7 @@
 int main(int argc, char** argv) {
   return mc::client::RunClientMain(
       argc, argv, MC_MALLOC_NAME, [](mc::client::ClientServerOptions& o) {
-        o.transfer.cuda_api_factory = [] { return mc::transfer::cuda::MakeShmFakeCudaApi(); };
+        o.transfer.cuda.api_factory = [] { return mc::transfer::cuda::MakeShmFakeCudaApi(); };
         mc::Logger("client").warn("TEST BUILD: the CUDA device is a fake on host shared memory");
       });
 }

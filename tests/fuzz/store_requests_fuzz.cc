@@ -56,8 +56,8 @@ struct Node {
   Node() {
     mc::transfer::TransferEngineOptions eo;
     eo.local_endpoint = kEndpoint;
-    eo.copy_threads = 1;
-    eo.connections_per_peer = 1;
+    eo.local.copy_threads = 1;
+    eo.tcp.connections_per_peer = 1;
     engine = std::make_unique<mc::transfer::TransferEngine>(eo, table);
     putter = std::make_unique<mc::client::BatchPutter>(
         BatchPutOptions{

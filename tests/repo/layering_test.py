@@ -1,8 +1,10 @@
 """The include graph follows the layers of DESIGN.md and client/README.md.
 
 Folders: common <- proto <- transfer, offload <- client; master on common and proto only;
-production code never includes tests/. Inside client/, the rooms include only rooms below them
-(client/README.md's order); client_metrics.h at the root is a leaf any room may include.
+production code never includes tests/. Inside transfer/, a transport's folder includes no other
+transport's, and nothing outside transfer/ includes a transport's implementation. Inside
+client/, the rooms include only rooms below them (client/README.md's order); client_metrics.h at
+the root is a leaf any room may include.
 """
 import os
 import re
@@ -26,6 +28,8 @@ OURS = {"common", "proto", "transfer", "offload", "master", "client", "tools", "
 CLIENT_ROOMS = ["access", "gpu", "buffers", "session", "tier", "batch", "store"]
 CLIENT_LEAVES = {"client/client_metrics.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# A transport's implementation: its transport class, or anything of rdma/ and local/.
+TRANSPORT_HEADER = re.compile(r"^transfer/(\w+/\w+_transport\.h|rdma/|local/)")
 
 
 def sources(folder):
@@ -49,6 +53,38 @@ class Layering(unittest.TestCase):
                             and top not in allowed:
                         bad.append("%s includes %s" % (path, inc))
         self.assertEqual(bad, [], "includes against the layering:\n" + "\n".join(bad))
+
+    def test_transports_do_not_include_each_other(self):
+        # transfer/<transport>/ (local, tcp, rdma, cuda, ...) includes transfer/'s root headers
+        # and its own folder only: what one transport needs of another goes through an interface
+        # at the root (remote_dma.h, peer_exchange.h), wired by the registry. A new transport
+        # then plugs in without touching the others.
+        bad = []
+        for path in sources("transfer"):
+            parts = path.split("/")
+            if len(parts) < 3:
+                continue  # the root: the engine and the registry know every transport
+            for inc in includes(path):
+                ip = inc.split("/")
+                if len(ip) >= 3 and ip[0] == "transfer" and ip[1] != parts[1]:
+                    bad.append("%s (transport %s) includes %s" % (path, parts[1], inc))
+        self.assertEqual(bad, [], "transports including each other:\n" + "\n".join(bad))
+
+    def test_nothing_outside_transfer_reaches_a_transport(self):
+        # The engine hands out capabilities (transfer/gpu_transfers.h, MemoryRegistrar, its
+        # data-plane ops), never a transport: outside transfer/ (tests and benchmarks aside) no
+        # file includes a transport's implementation header. The device seam and mover
+        # (transfer/cuda/cuda_api.h, gpu_mover.h) and the tcp data server and frame are not
+        # transports.
+        bad = []
+        for folder in ALLOWED:
+            if folder == "transfer":
+                continue
+            for path in sources(folder):
+                for inc in includes(path):
+                    if TRANSPORT_HEADER.match(inc):
+                        bad.append("%s includes %s" % (path, inc))
+        self.assertEqual(bad, [], "transports reached from outside transfer/:\n" + "\n".join(bad))
 
     def test_client_rooms_include_only_rooms_below(self):
         rank = {room: i for i, room in enumerate(CLIENT_ROOMS)}

@@ -11,7 +11,6 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
-#include "transfer/rdma/rdma_transport.h"
 
 namespace mc::transfer::cuda {
 namespace {
@@ -27,16 +26,9 @@ const LocalBuffer* OnlyBuffer(const TransferRequest& r) {
   return only;
 }
 
-}  // namespace
+bool IsRead(const TransferRequest& r) { return r.direction == Direction::kRead; }
 
-absl::StatusOr<GpuDirectRdma> ParseGpuDirectRdma(std::string_view text) {
-  if (text == "off") return GpuDirectRdma::kOff;
-  if (text == "auto") return GpuDirectRdma::kAuto;
-  if (text == "on") return GpuDirectRdma::kOn;
-  return McError(
-      Code::kInvalidArgument,
-      absl::StrCat("GPUDirect RDMA mode must be off, auto or on, not \"", std::string(text), "\""));
-}
+}  // namespace
 
 CudaTransport::CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaApi> api,
                              SegmentTable& segments)
@@ -69,7 +61,8 @@ CudaTransport::~CudaTransport() {
   for (auto& [base, length] : pinned_) api_->HostUnregister(base);
 }
 
-absl::Status CudaTransport::RegisterMemory(void* base, uint64_t length, MemoryAccess /*access*/) {
+absl::Status CudaTransport::RegisterMemory(void* base, uint64_t length, MemoryAccess access) {
+  if (access != MemoryAccess::kRemote) return absl::OkStatus();  // not a segment: not pinned
   if (absl::Status s = api_->HostRegister(base, length); !s.ok()) {
     Logger("transfer")
         .warn("cuda: cannot pin {} bytes at {} ({}); GPU copies will be staged", length, base,
@@ -155,7 +148,7 @@ void CudaTransport::UnregisterRdmaDirect(uint64_t device_addr) {
 
 const LocalBuffer* CudaTransport::DirectBuffer(const TransferRequest& r) const {
   if (rdma_ == nullptr || options_.gpu_direct_rdma == GpuDirectRdma::kOff ||
-      (r.op != OpKind::kRead && r.op != OpKind::kWrite)) {
+      AsSegmentRange(r) == nullptr) {
     return nullptr;
   }
   const LocalBuffer* only = OnlyBuffer(r);  // the device hash covers one contiguous range
@@ -164,7 +157,8 @@ const LocalBuffer* CudaTransport::DirectBuffer(const TransferRequest& r) const {
 }
 
 bool CudaTransport::CanReadDirect(const std::string& endpoint, const char* data, uint64_t length) {
-  TransferRequest r{OpKind::kRead, {LocalBuffer{const_cast<char*>(data), length}}, endpoint, 0, 0};
+  const TransferRequest r{
+      Direction::kRead, {LocalBuffer{const_cast<char*>(data), length}}, endpoint, SegmentRange{}};
   return DirectBuffer(r) != nullptr && rdma_->PeerReachable(endpoint);
 }
 
@@ -172,11 +166,12 @@ bool CudaTransport::CanWriteDirect(const std::string& endpoint, const char* data
   if (!options_.local_endpoint.empty() && endpoint == options_.local_endpoint) {
     return IsDevice(data, length);  // a copy into this daemon's own segment
   }
-  TransferRequest r{OpKind::kWrite, {LocalBuffer{const_cast<char*>(data), length}}, endpoint, 0, 0};
+  const TransferRequest r{
+      Direction::kWrite, {LocalBuffer{const_cast<char*>(data), length}}, endpoint, SegmentRange{}};
   return DirectBuffer(r) != nullptr && rdma_->PeerReachable(endpoint);
 }
 
-bool CudaTransport::HandlesRequest(const TransferRequest& request) const {
+bool CudaTransport::Claims(const TransferRequest& request) {
   for (const LocalBuffer& b : request.local) {
     if (IsDevice(b.data, b.length)) return true;
   }
@@ -193,7 +188,8 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
   std::vector<const char*> written(requests.size(), nullptr);
   for (size_t i = 0; i < requests.size(); ++i) {
     const TransferRequest& r = *requests[i];
-    if (r.op == OpKind::kReadDisk || r.op == OpKind::kIndex || options_.local_endpoint.empty() ||
+    const SegmentRange* range = AsSegmentRange(r);
+    if (range == nullptr || options_.local_endpoint.empty() ||
         r.endpoint != options_.local_endpoint) {
       if (DirectBuffer(r) != nullptr && rdma_->PeerReachable(r.endpoint)) {
         direct.push_back(i);
@@ -207,7 +203,7 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
       continue;
     }
     const uint64_t total = TotalLength(r);
-    absl::StatusOr<char*> seg = segments_.Resolve(r.segment_id, r.offset, total);
+    absl::StatusOr<char*> seg = segments_.Resolve(range->segment_id, range->offset, total);
     if (!seg.ok()) {
       results[i].status = seg.status();
       continue;
@@ -218,16 +214,16 @@ void CudaTransport::Submit(std::span<const TransferRequest* const> requests,
     for (const LocalBuffer& b : r.local) {
       if (b.length == 0) continue;
       if (IsDevice(b.data, b.length)) all_host = false;
-      if (r.op == OpKind::kRead) {
+      if (r.direction == Direction::kRead) {
         m.copies.push_back(CopyOp{b.data, *seg + pos, b.length});
       } else {
         m.copies.push_back(CopyOp{*seg + pos, b.data, b.length});
       }
       pos += b.length;
     }
-    if (r.op == OpKind::kWrite && r.want_checksum) {
+    if (r.proof == Proof::kWrittenReplica) {
       written[i] = *seg;  // the replica as written: this daemon's own (host) memory
-    } else if (r.op == OpKind::kRead && r.want_checksum) {
+    } else if (r.proof == Proof::kDeliveredBytes) {
       if (all_host) {
         host_hash[i] = true;  // hashed on the CPU from the destination below
       } else if (m.copies.size() == 1) {
@@ -269,7 +265,7 @@ void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> request
   sent.reserve(direct.size());
   for (size_t i : direct) {
     sent.push_back(*requests[i]);
-    sent.back().want_checksum = false;
+    sent.back().proof = Proof::kNone;
   }
   std::vector<const TransferRequest*> ptrs;
   for (const TransferRequest& r : sent) ptrs.push_back(&r);
@@ -290,25 +286,25 @@ void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> request
   if (landed.empty()) return;
   // The NIC's completions were seen; the device must see the bytes before it hashes them (the
   // WRITEs' sources were only read by the NIC: nothing to flush for them).
-  const bool wrote_gpu = std::any_of(landed.begin(), landed.end(),
-                                     [&](size_t k) { return sent[k].op == OpKind::kRead; });
+  const bool wrote_gpu =
+      std::any_of(landed.begin(), landed.end(), [&](size_t k) { return IsRead(sent[k]); });
   if (absl::Status s = wrote_gpu ? api_->FlushRdmaWrites(options_.mover.device) : absl::OkStatus();
       !s.ok()) {
     for (size_t k : landed) {
-      if (sent[k].op != OpKind::kRead) continue;
+      if (!IsRead(sent[k])) continue;
       results[direct[k]].status =
           McError(Code::kTransferFailed,
                   absl::StrCat("cuda: flushing GPUDirect RDMA writes failed: ", s.message()));
     }
-    std::erase_if(landed, [&](size_t k) { return sent[k].op == OpKind::kRead; });
+    std::erase_if(landed, [&](size_t k) { return IsRead(sent[k]); });
   }
   std::vector<GpuMoveRequest> hashes;
   std::vector<size_t> hashed;  // indexes into `sent`
   for (size_t k : landed) {
     TransferResult& out = results[direct[k]];
-    if (!requests[direct[k]]->want_checksum) {
+    if (requests[direct[k]]->proof == Proof::kNone) {
       out.status = absl::OkStatus();
-      CountDirect(sent[k].op, out.bytes);
+      CountDirect(IsRead(sent[k]), out.bytes);
       continue;
     }
     // Submit chose it; the caller holds the GPU buffer until Submit returns (client/: a
@@ -328,12 +324,11 @@ void CudaTransport::SubmitDirect(std::span<const TransferRequest* const> request
     TransferResult& out = results[direct[hashed[h]]];
     out.status = std::move(proved[h].status);
     out.checksum = proved[h].checksum;
-    if (out.status.ok()) CountDirect(sent[hashed[h]].op, out.bytes);
+    if (out.status.ok()) CountDirect(IsRead(sent[hashed[h]]), out.bytes);
   }
 }
 
-void CudaTransport::CountDirect(OpKind op, uint64_t bytes) {
-  const bool read = op == OpKind::kRead;
+void CudaTransport::CountDirect(bool read, uint64_t bytes) {
   (read ? direct_reads_ : direct_writes_).fetch_add(1);
   Counter* counter = read ? direct_bytes_ : direct_write_bytes_;
   if (counter != nullptr) counter->Inc(bytes);

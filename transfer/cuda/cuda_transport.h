@@ -1,21 +1,23 @@
 // The `cuda` transport: transfer requests whose local buffers are GPU memory (ranges added with
-// AddDeviceRange, e.g. imported by client/gpu/gpu_buffers.h) and whose segment is one of this
+// AddDeviceRange through the engine's GpuTransfers, transfer/gpu_transfers.h, e.g. imported by
+// client/gpu/gpu_buffers.h) and whose segment is one of this
 // process's own (pinned with RegisterMemory), moved by the GpuMover: batched copies over a few
-// streams. A READ asking for a checksum is hashed on the device, from the destination; a WRITE
-// asking for one (a put from GPU memory) is hashed by the CPU from the segment range it wrote,
-// i.e. the replica as stored.
+// streams. A READ asking for Proof::kDeliveredBytes is hashed on the device, from the
+// destination; a WRITE asking for Proof::kWrittenReplica (a put from GPU memory) is hashed by
+// the CPU from the segment range it wrote, i.e. the replica as stored.
 // GPUDirect RDMA: a READ of a remote memory replica into one contiguous GPU range that was
 // registered with the rdma transport (RegisterRdmaDirect: a dma-buf of the import) is handed to
-// the rdma transport, which lands the bytes straight in GPU memory; then the writes are flushed
+// the rdma transport (through RemoteDma, transfer/remote_dma.h: this transport does not depend
+// on it), which lands the bytes straight in GPU memory; then the writes are flushed
 // to the device (CudaApi::FlushRdmaWrites) and the destination is hashed on the device, as a
 // local copy is. A WRITE from such a range to a remote memory replica is handed over the same
-// way; asked for a checksum, the device hashes its source after the NIC read it. Any other
-// remote request and kReadDisk answer kTransferFailed at once, without touching memory: the
-// BatchGetter reads such keys into pinned staging memory with the other transports and copies
-// them into GPU memory itself (client/batch/gpu_get_stager.h), the BatchPutter writes such replicas
-// from a staged host copy (client/batch/gpu_put_stager.h). A READ that wants a checksum into a
-// scattered (several pieces) device destination is rejected (INVALID_ARGUMENT): the device hash
-// covers one contiguous range. Thread-safety: all methods may be called concurrently.
+// way; asked for its proof, the device hashes its source after the NIC read it. Any other
+// remote request, SSD records and index notices answer kTransferFailed at once, without touching
+// memory: the BatchGetter reads such keys into pinned staging memory with the other transports and
+// copies them into GPU memory itself (client/batch/gpu_get_stager.h), the BatchPutter writes such
+// replicas from a staged host copy (client/batch/gpu_put_stager.h). A READ that wants its proof
+// into a scattered (several pieces) device destination is rejected (INVALID_ARGUMENT): the device
+// hash covers one contiguous range. Thread-safety: all methods may be called concurrently.
 #pragma once
 
 #include <atomic>
@@ -31,22 +33,13 @@
 #include "common/metrics.h"
 #include "transfer/cuda/cuda_api.h"
 #include "transfer/cuda/gpu_mover.h"
+#include "transfer/gpu_transfers.h"
+#include "transfer/remote_dma.h"
+#include "transfer/segment_table.h"
+#include "transfer/transfer_options.h"
 #include "transfer/transport.h"
 
-namespace mc::transfer::rdma {
-class RdmaTransport;
-}  // namespace mc::transfer::rdma
-
 namespace mc::transfer::cuda {
-
-// GPUDirect RDMA of registered GPU buffers (mc-client --gpu_direct_rdma).
-enum class GpuDirectRdma : uint8_t {
-  kOff,   // never: remote replicas are staged through pinned host memory
-  kAuto,  // where the device, driver and NIC allow it; elsewhere staged (logged)
-  kOn,    // required: a GPU buffer that cannot be registered with the NIC is refused
-};
-// "off" | "auto" | "on" (INVALID_ARGUMENT otherwise).
-absl::StatusOr<GpuDirectRdma> ParseGpuDirectRdma(std::string_view text);
 
 struct CudaTransportOptions {
   std::string local_endpoint;  // requests to other endpoints are refused (but GPUDirect RDMA)
@@ -55,7 +48,7 @@ struct CudaTransportOptions {
   MetricsRegistry* metrics = nullptr;  // optional: mc_gpu_direct_rdma_* series
 };
 
-class CudaTransport final : public Transport {
+class CudaTransport final : public Transport, public GpuTransfers {
  public:
   static absl::StatusOr<std::unique_ptr<CudaTransport>> Create(CudaTransportOptions options,
                                                                std::unique_ptr<CudaApi> api,
@@ -65,38 +58,29 @@ class CudaTransport final : public Transport {
   std::string_view name() const override { return "cuda"; }
   void Submit(std::span<const TransferRequest* const> requests, std::span<TransferResult> results,
               int64_t deadline_ms) override;
-  // Pins a host segment for DMA. A failure is logged and ignored: copies then go staged.
+  // Pins a host segment (kRemote) for DMA. A failure is logged and ignored: copies then go
+  // staged. Application buffers (kLocal) are not pinned: GPU copies run between GPU memory and
+  // this daemon's segments only.
   absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access) override;
   void UnregisterMemory(void* base) override;
+  // The requests with a local buffer in a device range.
+  bool Claims(const TransferRequest& request) override;
 
-  // Device memory of this process that requests may name as local buffers.
-  void AddDeviceRange(uint64_t base, uint64_t length);
-  void RemoveDeviceRange(uint64_t base);
-  // True when a local buffer of `request` lies in a device range (the registry's choice).
-  bool HandlesRequest(const TransferRequest& request) const;
+  // GpuTransfers (transfer/gpu_transfers.h).
+  CudaApi& api() override { return *api_; }
+  GpuMover& mover() override { return *mover_; }
+  void AddDeviceRange(uint64_t base, uint64_t length) override;
+  void RemoveDeviceRange(uint64_t base) override;
+  absl::StatusOr<bool> RegisterRdmaDirect(uint64_t device_addr, uint64_t length) override;
+  void UnregisterRdmaDirect(uint64_t device_addr) override;
+  bool CanReadDirect(const std::string& endpoint, const char* data, uint64_t length) override;
+  bool CanWriteDirect(const std::string& endpoint, const char* data, uint64_t length) override;
+  uint64_t direct_reads() const override { return direct_reads_.load(); }
+  uint64_t direct_writes() const override { return direct_writes_.load(); }
 
-  // GPUDirect RDMA. `rdma` (nullable, borrowed, outlives this) receives the registrations.
-  void SetRdma(rdma::RdmaTransport* rdma) { rdma_ = rdma; }
-  // Registers the whole pages of the import [device_addr, device_addr + length) (a partial last
-  // page is not: reads into it are staged)
-  // with the NIC through a dma-buf. true: registered (UnregisterRdmaDirect when the import
-  // closes); false: not (off, no rdma transport, or it failed under kAuto: logged); an error only
-  // under kOn.
-  absl::StatusOr<bool> RegisterRdmaDirect(uint64_t device_addr, uint64_t length);
-  // Blocks until no transfer uses the registration, then releases it.
-  void UnregisterRdmaDirect(uint64_t device_addr);
-  // Whether a READ of a memory replica on `endpoint` into [data, data + length) would be served
-  // over GPUDirect RDMA (the BatchGetter's choice between reading directly and staging).
-  bool CanReadDirect(const std::string& endpoint, const char* data, uint64_t length);
-  // Whether a WRITE from the GPU range [data, data + length) to a memory replica on `endpoint`
-  // is served here: a segment of this daemon (a device copy), or a peer over GPUDirect RDMA
-  // (the BatchPutter's choice between writing directly and staging).
-  bool CanWriteDirect(const std::string& endpoint, const char* data, uint64_t length);
-  uint64_t direct_reads() const { return direct_reads_.load(); }
-  uint64_t direct_writes() const { return direct_writes_.load(); }
-
-  CudaApi& api() { return *api_; }
-  GpuMover& mover() { return *mover_; }
+  // GPUDirect RDMA: `dma` (nullable, borrowed, outlives this; the registry passes the rdma
+  // transport) receives the registrations and the direct reads and writes.
+  void SetRemoteDma(RemoteDma* dma) { rdma_ = dma; }
 
  private:
   CudaTransport(CudaTransportOptions options, std::unique_ptr<CudaApi> api, SegmentTable& segments);
@@ -113,9 +97,9 @@ class CudaTransport final : public Transport {
   std::unique_ptr<CudaApi> api_;
   std::unique_ptr<GpuMover> mover_;
   SegmentTable& segments_;
-  rdma::RdmaTransport* rdma_ = nullptr;
-  // Counts one proved GPUDirect transfer of `bytes` (metrics included).
-  void CountDirect(OpKind op, uint64_t bytes);
+  RemoteDma* rdma_ = nullptr;
+  // Counts one proved GPUDirect read or write of `bytes` (metrics included).
+  void CountDirect(bool read, uint64_t bytes);
 
   std::atomic<uint64_t> direct_reads_{0};
   std::atomic<uint64_t> direct_writes_{0};

@@ -18,8 +18,12 @@ bool Overlaps(const char* a, uint64_t a_len, const char* b, uint64_t b_len) {
 
 }  // namespace
 
-LocalTransport::LocalTransport(LocalTransportOptions options, SegmentTable& segments)
-    : options_(options), segments_(segments), pool_(std::max(0, options.copy_threads)) {}
+LocalTransport::LocalTransport(LocalTransportOptions options, SegmentTable& segments,
+                               std::string local_endpoint)
+    : options_(options),
+      segments_(segments),
+      local_endpoint_(std::move(local_endpoint)),
+      pool_(std::max(0, options.copy_threads)) {}
 
 void LocalTransport::Submit(std::span<const TransferRequest* const> requests,
                             std::span<TransferResult> results, int64_t deadline_ms) {
@@ -43,18 +47,17 @@ void LocalTransport::Submit(std::span<const TransferRequest* const> requests,
 
 TransferResult LocalTransport::Execute(const TransferRequest& request, bool may_split) {
   TransferResult result;
-  if (request.op == OpKind::kReadDisk) {
+  const SegmentRange* range = AsSegmentRange(request);
+  if (range == nullptr) {
     result.status = McError(Code::kInvalidArgument,
-                            "local transport: SSD records are read through the tier itself");
+                            AsDiskRecord(request) != nullptr
+                                ? "local transport: SSD records are read through the tier itself"
+                                : "local transport: the own object index is updated directly");
     return result;
   }
-  if (request.op == OpKind::kIndex) {
-    result.status = McError(Code::kInvalidArgument,
-                            "local transport: the own object index is updated directly");
-    return result;
-  }
+  const bool read = request.direction == Direction::kRead;
   const uint64_t total = TotalLength(request);
-  absl::StatusOr<char*> seg = segments_.Resolve(request.segment_id, request.offset, total);
+  absl::StatusOr<char*> seg = segments_.Resolve(range->segment_id, range->offset, total);
   if (!seg.ok()) {
     result.status = seg.status();
     return result;
@@ -67,14 +70,14 @@ TransferResult LocalTransport::Execute(const TransferRequest& request, bool may_
     if (b.length == 0) continue;
     char* remote = *seg + pos;
     overlap = overlap || Overlaps(remote, b.length, b.data, b.length);
-    if (request.op == OpKind::kRead) {
+    if (read) {
       copies.push_back({b.data, remote, b.length});
     } else {
       copies.push_back({remote, b.data, b.length});
     }
     pos += b.length;
   }
-  const bool hash = request.want_checksum && request.op == OpKind::kRead;
+  const bool hash = request.proof == Proof::kDeliveredBytes;  // reads only (engine-checked)
   if (hash && !overlap) {
     // Fused: copy a chunk, hash it from the destination while it is cache-hot, in order.
     const uint64_t chunk = std::max<uint64_t>(options_.checksum_chunk_bytes, 4096);

@@ -2,34 +2,37 @@
 // the SegmentTable. A batch of several requests (at least `parallel_batch_threshold` bytes) is
 // spread over `copy_threads` helper threads plus the caller, one whole request per thread at a
 // time; a lone request larger than `parallel_copy_threshold` (and not asking for a checksum) is
-// cut into byte ranges copied in parallel instead. A read with want_checksum is copied in chunks
-// of `checksum_chunk_bytes`, each hashed from the destination right after it was copied, while
-// it is in cache. Buffers overlapping the segment range are copied with memmove, unchunked.
+// cut into byte ranges copied in parallel instead. A read asking for Proof::kDeliveredBytes is
+// copied in chunks of `checksum_chunk_bytes`, each hashed from the destination right after it
+// was copied, while it is in cache. Buffers overlapping the segment range are copied with
+// memmove, unchunked. SSD records and index notices are refused (INVALID_ARGUMENT): this daemon
+// reads its own records through its tier and updates its own index directly.
 // Thread-safe: concurrent Submit() calls share the helper threads.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "transfer/segment_table.h"
+#include "transfer/transfer_options.h"
 #include "transfer/transport.h"
 #include "transfer/worker_pool.h"
 
 namespace mc::transfer {
 
-struct LocalTransportOptions {
-  uint64_t parallel_copy_threshold = 8 << 20;   // bytes; a lone copy above it is split
-  uint64_t parallel_batch_threshold = 1 << 20;  // bytes; a batch above it runs on the helpers
-  uint64_t checksum_chunk_bytes = 256 << 10;    // copy+hash granularity of want_checksum reads
-  int copy_threads = 2;                          // helper threads (0 = caller only)
-};
-
 class LocalTransport final : public Transport {
  public:
-  LocalTransport(LocalTransportOptions options, SegmentTable& segments);
+  // Claims the requests to `local_endpoint` (none when it is empty).
+  LocalTransport(LocalTransportOptions options, SegmentTable& segments,
+                 std::string local_endpoint = "");
 
   std::string_view name() const override { return "local"; }
+  bool Claims(const TransferRequest& request) override {
+    return !local_endpoint_.empty() && request.endpoint == local_endpoint_;
+  }
   void Submit(std::span<const TransferRequest* const> requests,
               std::span<TransferResult> results, int64_t deadline_ms) override;
 
@@ -45,6 +48,7 @@ class LocalTransport final : public Transport {
 
   const LocalTransportOptions options_;
   SegmentTable& segments_;
+  const std::string local_endpoint_;
   WorkerPool pool_;
 };
 

@@ -1,18 +1,10 @@
 #include "transfer/rdma/handshake.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/socket.h>
-
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/clock.h"
 #include "common/status.h"
 #include "common/status_macros.h"
-#include "transfer/tcp/frame.h"
-#include "transfer/tcp/handshake.h"
-#include "transfer/tcp/socket_util.h"
 
 namespace mc::transfer::rdma {
 
@@ -128,43 +120,19 @@ absl::StatusOr<PeerHandshake> DecodeHandshake(std::string_view bytes) {
   return out;
 }
 
-absl::StatusOr<PeerHandshake> TcpRdmaConnector::Connect(const std::string& endpoint,
-                                                        std::span<const QpAddress> local,
-                                                        std::span<const uint32_t> retired) {
-  const int64_t deadline = RealClock::Get().NowMs() + timeout_ms_;
-  auto fd = tcp::ConnectTcp(endpoint, 0, deadline);
-  if (!fd.ok()) return fd.status();
-  if (keys_ != nullptr) MC_RETURN_IF_ERROR(tcp::ClientHandshake(fd->get(), *keys_, deadline));
-  // Blocking from here, bounded by socket timeouts.
-  const int flags = fcntl(fd->get(), F_GETFL, 0);
-  fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK);
-  timeval tv{timeout_ms_ / 1000, static_cast<suseconds_t>((timeout_ms_ % 1000) * 1000)};
-  setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd->get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-
-  std::string payload = EncodeConnectRequest(local, retired);
-  tcp::FrameBytes header =
-      tcp::EncodeFrameHeader(tcp::MakeRequest(tcp::FrameOp::kRdmaConnect, 1, 0, 0, payload.size()));
-  iovec iov[2] = {{header.data(), header.size()}, {payload.data(), payload.size()}};
-  MC_RETURN_IF_ERROR(tcp::SendAll(fd->get(), iov, 2));
-  tcp::FrameBytes reply;
-  MC_RETURN_IF_ERROR(tcp::RecvAll(fd->get(), reply.data(), reply.size()));
-  auto h = tcp::DecodeFrameHeader(reply.data(), reply.size(), kMaxResponseBytes);
-  if (!h.ok()) return h.status();
-  if (!h->is_response() || h->base_op() != static_cast<uint16_t>(tcp::FrameOp::kRdmaConnect) ||
-      h->request_id != 1) {
-    return McError(Code::kTransferFailed, "rdma handshake: unexpected response frame");
+absl::StatusOr<PeerHandshake> DataPlaneRdmaConnector::Connect(const std::string& endpoint,
+                                                              std::span<const QpAddress> local,
+                                                              std::span<const uint32_t> retired) {
+  absl::StatusOr<std::string> answer = exchange_.Exchange(
+      endpoint, DataOp::kRdmaConnect, EncodeConnectRequest(local, retired), kMaxResponseBytes);
+  if (!answer.ok()) {
+    return McError(ToCode(answer.status()),
+                   absl::StrCat("rdma handshake: ", answer.status().message()));
   }
-  if (h->code != 0) {
-    return McError(static_cast<Code>(h->code),
-                   absl::StrCat("rdma handshake refused by ", endpoint));
-  }
-  std::string body(h->length, '\0');
-  MC_RETURN_IF_ERROR(tcp::RecvAll(fd->get(), body.data(), body.size()));
-  return DecodeHandshake(body);
+  return DecodeHandshake(*answer);
 }
 
-absl::Status ServeRdmaConnect(RdmaTransport* transport, const DataRequest& request,
+absl::Status ServeRdmaConnect(RdmaTransport& transport, const DataRequest& request,
                               RequestStream& stream) {
   constexpr uint64_t kMaxRequestBytes = 8 + 2 * kMaxHandshakeQps * kQpBytes;
   if (request.length > kMaxRequestBytes) {
@@ -172,10 +140,9 @@ absl::Status ServeRdmaConnect(RdmaTransport* transport, const DataRequest& reque
   }
   std::string body(request.length, '\0');
   MC_RETURN_IF_ERROR(stream.ReadExact(body.data(), body.size()));
-  if (transport == nullptr) return stream.Respond(Code::kUnavailable);
   auto decoded = DecodeConnectRequest(body);
   if (!decoded.ok()) return decoded.status();
-  auto answer = transport->Accept(decoded->qps, decoded->retired);
+  auto answer = transport.Accept(decoded->qps, decoded->retired);
   if (!answer.ok()) return stream.Respond(Code::kUnavailable);
   std::string out = EncodeHandshake(*answer);
   iovec iov{out.data(), out.size()};

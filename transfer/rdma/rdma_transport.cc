@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "transfer/rdma/handshake.h"
 
 namespace mc::transfer::rdma {
 
@@ -167,6 +168,17 @@ absl::StatusOr<PeerHandshake> RdmaTransport::Accept(std::span<const QpAddress> r
     }
   }
   return out;
+}
+
+bool RdmaTransport::Claims(const TransferRequest& request) {
+  // SSD records and index notices are two-sided: tcp (transfer/data_server.h says why).
+  if (AsSegmentRange(request) == nullptr || !LocalBuffersRegistered(request)) return false;
+  return options_.no_fallback || PeerReachable(request.endpoint);
+}
+
+absl::Status RdmaTransport::ServeDataOp(const DataRequest& request, RequestStream& stream) {
+  if (request.op != DataOp::kRdmaConnect) return RefuseDataOp(request, stream);
+  return ServeRdmaConnect(*this, request, stream);
 }
 
 bool RdmaTransport::PeerReachable(const std::string& endpoint) {
@@ -406,34 +418,36 @@ void RdmaTransport::Submit(std::span<const TransferRequest* const> requests,
     const TransferRequest& request = *requests[i];
     TransferResult& result = results[i];
     const uint64_t total = TotalLength(request);
-    if (request.op == OpKind::kReadDisk || request.op == OpKind::kIndex) {
-      result.status =
-          McError(Code::kInvalidArgument, "rdma: kReadDisk and kIndex are served over tcp");
+    const SegmentRange* range = AsSegmentRange(request);
+    if (range == nullptr) {
+      result.status = McError(Code::kInvalidArgument,
+                              "rdma: SSD records and index notices are served over tcp");
       continue;
     }
     if (total == 0) continue;
     RemoteSegment segment;
-    absl::StatusOr<std::shared_ptr<Qp>> qp = PickQp(request.endpoint, &segment, request.segment_id);
+    absl::StatusOr<std::shared_ptr<Qp>> qp = PickQp(request.endpoint, &segment, range->segment_id);
     if (!qp.ok()) {
       result.status = qp.status();
       continue;
     }
-    if (request.offset > segment.length || total > segment.length - request.offset) {
-      result.status = McError(Code::kInvalidArgument,
-                              absl::StrCat("rdma: range [", request.offset, ", +", total,
-                                           ") outside segment ", request.segment_id));
+    if (range->offset > segment.length || total > segment.length - range->offset) {
+      result.status =
+          McError(Code::kInvalidArgument, absl::StrCat("rdma: range [", range->offset, ", +", total,
+                                                       ") outside segment ", range->segment_id));
       continue;
     }
     RequestPlan plan;
     plan.position = i;
     plan.qp = *std::move(qp);
     absl::Status bad;
-    uint64_t remote = segment.addr + request.offset;
+    uint64_t remote = segment.addr + range->offset;
     SendWorkRequest wr;
     uint64_t wr_bytes = 0;
     auto flush_wr = [&] {
       if (wr.sg.empty()) return;
-      wr.opcode = request.op == OpKind::kRead ? WrOpcode::kRdmaRead : WrOpcode::kRdmaWrite;
+      wr.opcode =
+          request.direction == Direction::kRead ? WrOpcode::kRdmaRead : WrOpcode::kRdmaWrite;
       wr.rkey = segment.rkey;
       wr.remote_addr = remote;
       remote += wr_bytes;
@@ -584,7 +598,7 @@ void RdmaTransport::Submit(std::span<const TransferRequest* const> requests,
     } else {
       result.status = r.status;
     }
-    if (result.status.ok() && request.want_checksum && request.op == OpKind::kRead) {
+    if (result.status.ok() && request.proof == Proof::kDeliveredBytes) {
       StreamingChecksum sum;
       for (const LocalBuffer& b : request.local) sum.Update(b.data, b.length);
       result.checksum = sum.Digest();

@@ -27,7 +27,8 @@
 // Deadline: outstanding requests fail with "deadline"; every queue pair that still carries one
 // of them is moved to ERROR and Submit returns only after their WRs were flushed (or, past
 // `flush_grace_ms`, after the queue pair was destroyed), so no byte lands after Submit returns.
-// kReadDisk is not served here (it stays two-sided over tcp; the registry never routes it here).
+// Only segment ranges are served here: SSD records and index notices stay two-sided over tcp
+// (the registry never routes them here).
 // Thread-safe: Submit() may run concurrently from many threads.
 #pragma once
 
@@ -47,6 +48,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "transfer/rdma/verbs.h"
+#include "transfer/remote_dma.h"
+#include "transfer/segment_table.h"
 #include "transfer/transport.h"
 
 namespace mc::transfer::rdma {
@@ -84,9 +87,12 @@ struct RdmaTransportOptions {
   int event_wait_ms = 50;                // completion-channel wait between stop checks
   int64_t flush_grace_ms = 2000;         // after a deadline: wait for flushes, then destroy the QP
   int64_t retry_unreachable_ms = 30000;  // a peer without rdma is asked again after this
+  // Claims: false (transport "auto") claims requests to peers that answered the setup only, the
+  // others going to tcp; true (transport "rdma") claims them whether or not (errors surface).
+  bool no_fallback = false;
 };
 
-class RdmaTransport final : public Transport {
+class RdmaTransport final : public Transport, public RemoteDma {
  public:
   // `connector` is borrowed and must outlive the transport.
   RdmaTransport(RdmaTransportOptions options, std::unique_ptr<VerbsDevice> device,
@@ -94,6 +100,10 @@ class RdmaTransport final : public Transport {
   ~RdmaTransport() override;
 
   std::string_view name() const override { return "rdma"; }
+  // Segment ranges whose local buffers lie in registered memory (others cannot be an RDMA source
+  // or sink: inline payloads, application buffers past the daemon's rdma budget), to a peer that
+  // is reachable (PeerReachable), or to any peer with `no_fallback`.
+  bool Claims(const TransferRequest& request) override;
   void Submit(std::span<const TransferRequest* const> requests, std::span<TransferResult> results,
               int64_t deadline_ms) override;
   // Local memory that requests may use as their local buffers (a memory region each). kRemote
@@ -102,14 +112,19 @@ class RdmaTransport final : public Transport {
   absl::Status RegisterMemory(void* base, uint64_t length, MemoryAccess access) override;
   // Blocks until no Submit uses the region (see the header), then deregisters it.
   void UnregisterMemory(void* base) override;
+  // Application buffers registered kLocal move as one-sided verbs; unregistered ones over tcp.
+  bool NeedsLocalRegistration() const override { return true; }
+  // The connection setup of peers (kRdmaConnect, handshake.h): Accept.
+  bool ServesDataOp(DataOp op) const override { return op == DataOp::kRdmaConnect; }
+  absl::Status ServeDataOp(const DataRequest& request, RequestStream& stream) override;
   // GPU memory for GPUDirect RDMA: [device_addr, device_addr + length), exported by CUDA as the
   // dma-buf `dmabuf_fd` (borrowed; the caller may close it once this returned), becomes a local
   // region with local access only, so that requests may name it as their local buffers (reads
   // land in it without a host copy). Never served to peers. Released with UnregisterMemory.
   // Note that this transport hashes a READ's destination on the CPU when asked
-  // (want_checksum): a request into GPU memory must not ask (client/: the cuda transport hashes
+  // (Proof::kDeliveredBytes): a request into GPU memory must not ask (the cuda transport hashes
   // it on the device).
-  absl::Status RegisterDeviceMemory(uint64_t device_addr, uint64_t length, int dmabuf_fd);
+  absl::Status RegisterDeviceMemory(uint64_t device_addr, uint64_t length, int dmabuf_fd) override;
 
   // Serving side. Registers a segment for remote READ/WRITE; peers learn its rkey in Accept.
   absl::Status ExportSegment(uint64_t segment_id, char* base, uint64_t size);
@@ -124,10 +139,10 @@ class RdmaTransport final : public Transport {
   void ServeSegments(const SegmentTable* table) { served_table_ = table; }
   // True when the peer is connected, or a connection setup to it succeeds now; a peer that
   // refused (no rdma there) is not asked again for `retry_unreachable_ms`.
-  bool PeerReachable(const std::string& endpoint);
+  bool PeerReachable(const std::string& endpoint) override;
 
   // True when every local buffer of `request` lies inside memory registered with us.
-  bool LocalBuffersRegistered(const TransferRequest& request) const;
+  bool LocalBuffersRegistered(const TransferRequest& request) const override;
   // Local memory regions registered (tests).
   size_t local_regions_for_test() const;
   const DeviceAttributes& device_attributes() const { return device_->attributes(); }

@@ -5,7 +5,7 @@
 //
 // One VerbsDevice is one opened device port with one protection domain and one completion
 // queue (with its completion channel) shared by all its queue pairs. Only reliable-connected
-// (RC) queue pairs, only one-sided READ/WRITE work requests: kReadDisk stays two-sided over tcp,
+// (RC) queue pairs, only one-sided READ/WRITE work requests: READ_DISK stays two-sided over tcp,
 // so no receive queue is ever posted to.
 // Thread-safety: PostSend/ModifyToError/CreateQp/DestroyQp/RegisterMemory may be called from
 // any thread; PollCq and WaitCq belong to the one completion thread of the device.

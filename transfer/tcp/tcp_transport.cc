@@ -44,6 +44,30 @@ std::vector<iovec> SliceLocal(const TransferRequest& request, uint64_t from, uin
   return out;
 }
 
+// How a request's target travels in frame fields (frame.h): a segment range as READ or WRITE
+// frames at consecutive offsets; an SSD record as one READ_DISK frame (segment_id = generation,
+// offset = locator, reserved = key tag); an index notice as one INDEX frame (fields 0).
+struct FramePlan {
+  FrameOp op;
+  uint64_t segment_id = 0;
+  uint64_t offset = 0;  // of the first frame
+  uint32_t reserved = 0;
+  // One frame for the whole request: a disk record is read whole (its owner verifies it as one
+  // unit), an index notice decoded whole.
+  bool whole = false;
+};
+
+FramePlan PlanFrames(const TransferRequest& request) {
+  if (const SegmentRange* range = AsSegmentRange(request)) {
+    return {request.direction == Direction::kRead ? FrameOp::kRead : FrameOp::kWrite,
+            range->segment_id, range->offset};
+  }
+  if (const DiskRecord* record = AsDiskRecord(request)) {
+    return {FrameOp::kReadDisk, record->generation, record->locator, record->key_tag, true};
+  }
+  return {FrameOp::kIndex, 0, 0, 0, true};
+}
+
 // Drives the connections of one group until each finished, failed, or the deadline passed.
 void RunPipelines(const std::vector<PipelinedConnection*>& conns, int64_t deadline_ms) {
   std::vector<pollfd> fds;
@@ -95,11 +119,10 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
     for (TransferResult& r : results) r.status = DeadlineError();
     return;
   }
-  // Hash state of the requests that want their delivered bytes' checksum (reads only).
+  // Hash state of the reads that want their delivered bytes' checksum.
   std::vector<std::unique_ptr<StreamingChecksum>> sums(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i]->want_checksum &&
-        (requests[i]->op == OpKind::kRead || requests[i]->op == OpKind::kReadDisk)) {
+    if (requests[i]->proof == Proof::kDeliveredBytes) {
       sums[i] = std::make_unique<StreamingChecksum>();
     }
   }
@@ -109,28 +132,19 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
   for (size_t i = 0; i < requests.size(); ++i) {
     const TransferRequest& req = *requests[i];
     const uint64_t total = TotalLength(req);
-    if (req.offset > UINT64_MAX - total) {
+    const FramePlan plan = PlanFrames(req);
+    if (plan.offset > UINT64_MAX - total) {
       results[i].status = McError(Code::kInvalidArgument, "segment offset + length overflows");
       continue;
     }
-    const FrameOp fop = req.op == OpKind::kRead    ? FrameOp::kRead
-                        : req.op == OpKind::kWrite ? FrameOp::kWrite
-                        : req.op == OpKind::kIndex ? FrameOp::kIndex
-                                                   : FrameOp::kReadDisk;
-    // A disk record is read whole (its owner verifies it as one unit), an index notice decoded
-    // whole: one frame.
-    const bool whole = fop == FrameOp::kReadDisk || fop == FrameOp::kIndex;
-    const uint64_t step = whole ? std::max<uint64_t>(total, 1) : frame_bytes;
+    const uint64_t step = plan.whole ? std::max<uint64_t>(total, 1) : frame_bytes;
     for (uint64_t done = 0; done < total; done += step) {
       const uint64_t n = std::min(step, total - done);
       WireOp op;
       op.request = i;
-      op.header =
-          fop == FrameOp::kIndex
-              ? tcp::MakeRequest(fop, next_request_id_.fetch_add(1), 0, 0, n)
-              : tcp::MakeRequest(fop, next_request_id_.fetch_add(1), req.segment_id,
-                                 fop == FrameOp::kReadDisk ? req.offset : req.offset + done, n);
-      op.header.reserved = req.tag;
+      op.header = tcp::MakeRequest(plan.op, next_request_id_.fetch_add(1), plan.segment_id,
+                                   plan.offset + done, n);
+      op.header.reserved = plan.reserved;
       op.header_bytes = tcp::EncodeFrameHeader(op.header);
       // Every frame cut from the request carries the capability of the whole range.
       if (req.capability.size() == op.capability.size()) {

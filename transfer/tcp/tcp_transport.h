@@ -17,24 +17,19 @@
 #include "common/auth.h"
 #include "transfer/tcp/connection_pool.h"
 #include "transfer/tcp/frame.h"
+#include "transfer/transfer_options.h"
 #include "transfer/transport.h"
 #include "transfer/worker_pool.h"
 
 namespace mc::transfer {
-
-struct TcpTransportOptions {
-  int connections_per_peer = 4;        // pooled connections per peer (and per batch)
-  int socket_buffer_bytes = 8 << 20;   // SO_SNDBUF / SO_RCVBUF
-  uint64_t frame_bytes = 4 << 20;      // frames carry at most this many payload bytes
-  int receive_threads = 2;             // helper threads running poll loops (0 = caller only)
-  auth::ClusterKeysPtr cluster_keys;   // null: connections skip the AUTH handshake
-};
 
 class TcpTransport final : public Transport {
  public:
   explicit TcpTransport(TcpTransportOptions options);
 
   std::string_view name() const override { return "tcp"; }
+  // Every request: tcp is the registry's fallback, last in its order.
+  bool Claims(const TransferRequest& /*request*/) override { return true; }
   void Submit(std::span<const TransferRequest* const> requests,
               std::span<TransferResult> results, int64_t deadline_ms) override;
 

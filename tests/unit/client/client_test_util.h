@@ -84,9 +84,9 @@ class ClientFixture : public ::testing::Test {
   static transfer::TransferEngineOptions EngineOptions() {
     transfer::TransferEngineOptions o;
     o.local_endpoint = kLocalEndpoint;
-    o.copy_threads = 1;
-    o.connections_per_peer = 1;
-    o.socket_buffer_bytes = 1 << 20;
+    o.local.copy_threads = 1;
+    o.tcp.connections_per_peer = 1;
+    o.tcp.socket_buffer_bytes = 1 << 20;
     return o;
   }
 

@@ -53,37 +53,36 @@ class CudaRdmaDirect : public ::testing::Test {
     TransferEngineOptions o;
     o.local_endpoint = kSelf;
     o.metrics = &metrics_;
-    o.rdma_device_factory = [this] {
+    o.rdma.device_factory = [this] {
       auto d = std::make_unique<FakeVerbsDevice>(network_, SmallFakeDeviceAttributes());
       verbs_ = d.get();
       return d;
     };
-    o.rdma_connector = connector_.get();
-    o.cuda_device = 0;
-    o.gpu_direct_rdma = mode;
-    o.cuda_api_factory = [this] {
+    o.rdma.connector = connector_.get();
+    o.cuda.device = 0;
+    o.cuda.gpu_direct_rdma = mode;
+    o.cuda.api_factory = [this] {
       auto api = std::make_unique<FakeCudaApi>();
       fake_ = api.get();
       return api;
     };
     engine_ = std::make_unique<TransferEngine>(o, table_);
-    ASSERT_NE(engine_->cuda(), nullptr) << engine_->status();
+    ASSERT_NE(engine_->gpu(), nullptr) << engine_->status();
     gpu_ = fake_->AllocDevice(kGpuBytes);
     cuda().AddDeviceRange(Addr(gpu_), kGpuBytes);
   }
 
-  CudaTransport& cuda() { return *engine_->cuda(); }
+  GpuTransfers& cuda() { return *engine_->gpu(); }
   static uint64_t Addr(const char* p) { return reinterpret_cast<uint64_t>(p); }
 
   TransferRequest Read(char* local, uint64_t length, uint64_t offset,
                        const std::string& endpoint = kPeer) {
     TransferRequest r;
-    r.op = OpKind::kRead;
+    r.direction = Direction::kRead;
     r.local = {LocalBuffer{local, length}};
     r.endpoint = endpoint;
-    r.segment_id = kSegment;
-    r.offset = offset;
-    r.want_checksum = true;
+    r.target = SegmentRange{kSegment, offset};
+    r.proof = Proof::kDeliveredBytes;
     return r;
   }
   TransferResult Submit(TransferRequest r) {
@@ -144,7 +143,8 @@ TEST_F(CudaRdmaDirect, RegisteredGpuMemoryIsWrittenToRemoteReplicasAndItsSourceH
   EXPECT_TRUE(cuda().CanWriteDirect(kPeer, gpu_ + 8192, 40000));
   const uint64_t hashes = fake_->hash_launches();
   TransferRequest write = Read(gpu_ + 8192, 40000, 777);
-  write.op = OpKind::kWrite;
+  write.direction = Direction::kWrite;
+  write.proof = Proof::kWrittenReplica;
   TransferResult r = Submit(write);
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(r.bytes, 40000u);
@@ -228,10 +228,11 @@ TEST_F(CudaRdmaDirect, WhatGpuDirectCannotServeIsRefusedWithoutTouchingMemory) {
   EXPECT_FALSE(cuda().CanReadDirect(kNoRdmaPeer, gpu_, 4096));
   EXPECT_EQ(ToCode(Submit(Read(gpu_, 4096, 0, kNoRdmaPeer)).status), Code::kTransferFailed);
   TransferRequest disk = Read(gpu_, 4096, 0);
-  disk.op = OpKind::kReadDisk;
+  disk.target = DiskRecord{1, 0, 0};
   EXPECT_EQ(ToCode(Submit(disk).status), Code::kTransferFailed);
   TransferRequest write = Read(gpu_, 4096, 0, kNoRdmaPeer);
-  write.op = OpKind::kWrite;
+  write.direction = Direction::kWrite;
+  write.proof = Proof::kWrittenReplica;
   EXPECT_FALSE(cuda().CanWriteDirect(kNoRdmaPeer, gpu_, 4096));
   EXPECT_EQ(ToCode(Submit(write).status), Code::kTransferFailed);
   // Past the registered range.
@@ -306,9 +307,9 @@ TEST(CudaRdmaDirectOptions, OnWithoutAnRdmaTransportAndUnknownModesFailTheEngine
     TransferEngineOptions o;
     o.local_endpoint = kSelf;
     o.transport = "tcp";
-    o.cuda_device = 0;
-    o.gpu_direct_rdma = mode;
-    o.cuda_api_factory = [] { return std::make_unique<FakeCudaApi>(); };
+    o.cuda.device = 0;
+    o.cuda.gpu_direct_rdma = mode;
+    o.cuda.api_factory = [] { return std::make_unique<FakeCudaApi>(); };
     TransferEngine engine(o, table);
     EXPECT_FALSE(engine.status().ok()) << mode;
   }

@@ -24,8 +24,8 @@ class CudaTransportTest : public ::testing::Test {
     table_.Add(1, segment_.data(), segment_.size());
     TransferEngineOptions options;
     options.local_endpoint = kSelf;
-    options.cuda_device = 0;
-    options.cuda_api_factory = [this] {
+    options.cuda.device = 0;
+    options.cuda.api_factory = [this] {
       auto api = std::make_unique<FakeCudaApi>();
       fake_ = api.get();
       return api;
@@ -34,18 +34,19 @@ class CudaTransportTest : public ::testing::Test {
     EXPECT_TRUE(
         engine_->RegisterMemory(segment_.data(), segment_.size(), MemoryAccess::kRemote).ok());
     gpu_ = fake_->AllocDevice(4 << 20);
-    engine_->cuda()->AddDeviceRange(reinterpret_cast<uint64_t>(gpu_), 4 << 20);
+    engine_->gpu()->AddDeviceRange(reinterpret_cast<uint64_t>(gpu_), 4 << 20);
   }
 
-  TransferRequest Req(OpKind op, char* local, uint64_t length, uint64_t offset,
+  TransferRequest Req(Direction op, char* local, uint64_t length, uint64_t offset,
                       bool checksum = false, const std::string& endpoint = kSelf) {
     TransferRequest r;
-    r.op = op;
+    r.direction = op;
     r.local = {LocalBuffer{local, length}};
     r.endpoint = endpoint;
-    r.segment_id = 1;
-    r.offset = offset;
-    r.want_checksum = checksum;
+    r.target = SegmentRange{1, offset};
+    if (checksum) {
+      r.proof = op == Direction::kRead ? Proof::kDeliveredBytes : Proof::kWrittenReplica;
+    }
     return r;
   }
 
@@ -70,12 +71,26 @@ TEST(GpuUuid, FormattedAsNvidiaSmiAndComparedInEitherSpelling) {
   EXPECT_FALSE(SameGpuUuid("GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf0", uuid));
 }
 
+// Memory reaches the transports only through the engine: a segment (kRemote) is pinned for the
+// copy engines; an application buffer (kLocal) is not (GPU copies never touch it), and the
+// engine without rdma says registering one changes nothing.
+TEST_F(CudaTransportTest, OnlySegmentsArePinned) {
+  EXPECT_EQ(fake_->host_registered(), 1u);
+  std::vector<char> app(1 << 16);
+  ASSERT_TRUE(engine_->RegisterMemory(app.data(), app.size(), MemoryAccess::kLocal).ok());
+  EXPECT_EQ(fake_->host_registered(), 1u);
+  EXPECT_FALSE(engine_->NeedsLocalRegistration());
+  engine_->UnregisterMemory(app.data());
+  engine_->UnregisterMemory(segment_.data());
+  EXPECT_EQ(fake_->host_registered(), 0u);
+}
+
 TEST_F(CudaTransportTest, ReadsIntoGpuMemoryInBatchesWithDeviceChecksums) {
-  ASSERT_NE(engine_->cuda(), nullptr);
+  ASSERT_NE(engine_->gpu(), nullptr);
   EXPECT_EQ(fake_->host_registered(), 1u);  // the segment was pinned
   std::vector<TransferRequest> reads;
   for (int i = 0; i < 256; ++i)
-    reads.push_back(Req(OpKind::kRead, gpu_ + i * 16384, 16384, i * 16384, true));
+    reads.push_back(Req(Direction::kRead, gpu_ + i * 16384, 16384, i * 16384, true));
   auto results = engine_->Submit(reads);
   for (int i = 0; i < 256; ++i) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status;
@@ -90,7 +105,7 @@ TEST_F(CudaTransportTest, ReadsIntoGpuMemoryInBatchesWithDeviceChecksums) {
 TEST_F(CudaTransportTest, WritesFromGpuMemoryLandInTheSegment) {
   for (int i = 0; i < 1000; ++i) gpu_[i] = static_cast<char>(255 - i);
   auto results =
-      engine_->Submit(std::vector<TransferRequest>{Req(OpKind::kWrite, gpu_, 1000, 5 << 20)});
+      engine_->Submit(std::vector<TransferRequest>{Req(Direction::kWrite, gpu_, 1000, 5 << 20)});
   ASSERT_TRUE(results[0].status.ok());
   EXPECT_EQ(results[0].bytes, 1000u);
   EXPECT_EQ(std::memcmp(segment_.data() + (5 << 20), gpu_, 1000), 0);
@@ -99,16 +114,16 @@ TEST_F(CudaTransportTest, WritesFromGpuMemoryLandInTheSegment) {
 
 TEST_F(CudaTransportTest, AWriteAskingForAChecksumGetsTheSegmentsBytesHashedAfterTheCopy) {
   for (int i = 0; i < 3000; ++i) gpu_[i] = static_cast<char>(i * 7);
-  ASSERT_TRUE(engine_->cuda()->CanWriteDirect(kSelf, gpu_, 3000));
-  EXPECT_FALSE(engine_->cuda()->CanWriteDirect(kSelf, segment_.data(), 3000)) << "host memory";
+  ASSERT_TRUE(engine_->gpu()->CanWriteDirect(kSelf, gpu_, 3000));
+  EXPECT_FALSE(engine_->gpu()->CanWriteDirect(kSelf, segment_.data(), 3000)) << "host memory";
   auto results = engine_->Submit(
-      std::vector<TransferRequest>{Req(OpKind::kWrite, gpu_, 3000, 1 << 20, /*checksum=*/true)});
+      std::vector<TransferRequest>{Req(Direction::kWrite, gpu_, 3000, 1 << 20, /*checksum=*/true)});
   ASSERT_TRUE(results[0].status.ok()) << results[0].status;
   EXPECT_EQ(results[0].checksum, Checksum(gpu_, 3000));
   // A copy that "succeeds" short: the hash is of what the segment holds, not of the source.
   fake_->ShortenNextCopy(10);
   results = engine_->Submit(
-      std::vector<TransferRequest>{Req(OpKind::kWrite, gpu_ + 3000, 3000, 2 << 20, true)});
+      std::vector<TransferRequest>{Req(Direction::kWrite, gpu_ + 3000, 3000, 2 << 20, true)});
   ASSERT_TRUE(results[0].status.ok()) << results[0].status;
   ASSERT_TRUE(results[0].checksum.has_value());
   EXPECT_NE(*results[0].checksum, Checksum(gpu_ + 3000, 3000));
@@ -118,7 +133,7 @@ TEST_F(CudaTransportTest, AWriteAskingForAChecksumGetsTheSegmentsBytesHashedAfte
 TEST_F(CudaTransportTest, AFailedCopyIsNeverOk) {
   fake_->FailNthCopy(0);
   auto results =
-      engine_->Submit(std::vector<TransferRequest>{Req(OpKind::kRead, gpu_, 4096, 0, true)});
+      engine_->Submit(std::vector<TransferRequest>{Req(Direction::kRead, gpu_, 4096, 0, true)});
   EXPECT_EQ(ToCode(results[0].status), Code::kTransferFailed);
   EXPECT_EQ(results[0].bytes, 0u);
   EXPECT_FALSE(results[0].checksum.has_value());
@@ -129,28 +144,28 @@ TEST_F(CudaTransportTest, AShortCompletionYieldsAChecksumTheCallerRejects) {
   // recorded one, so a short copy the driver called complete is a mismatch, never OK.
   fake_->ShortenNextCopy(100);
   auto results =
-      engine_->Submit(std::vector<TransferRequest>{Req(OpKind::kRead, gpu_, 65536, 0, true)});
+      engine_->Submit(std::vector<TransferRequest>{Req(Direction::kRead, gpu_, 65536, 0, true)});
   ASSERT_TRUE(results[0].status.ok());
   EXPECT_NE(results[0].checksum, Checksum(segment_.data(), 65536));
 }
 
 TEST_F(CudaTransportTest, OutOfBoundsSegmentRangesAreRejectedBeforeAnyCopy) {
   auto results = engine_->Submit(
-      std::vector<TransferRequest>{Req(OpKind::kRead, gpu_, 4096, (8 << 20) - 100)});
+      std::vector<TransferRequest>{Req(Direction::kRead, gpu_, 4096, (8 << 20) - 100)});
   EXPECT_EQ(ToCode(results[0].status), Code::kInvalidArgument);
   EXPECT_EQ(fake_->copies(), 0u);
 }
 
 TEST_F(CudaTransportTest, RemoteSegmentsAreRefusedLoudly) {
   auto results = engine_->Submit(
-      std::vector<TransferRequest>{Req(OpKind::kRead, gpu_, 4096, 0, false, "10.0.0.2:7000")});
+      std::vector<TransferRequest>{Req(Direction::kRead, gpu_, 4096, 0, false, "10.0.0.2:7000")});
   EXPECT_EQ(ToCode(results[0].status), Code::kTransferFailed);
   EXPECT_NE(results[0].status.message().find("GPUDirect RDMA"), std::string::npos);
   EXPECT_EQ(fake_->copies(), 0u);
 }
 
 TEST_F(CudaTransportTest, ScatteredDeviceDestinationWithChecksumIsRejected) {
-  TransferRequest r = Req(OpKind::kRead, gpu_, 100, 0, true);
+  TransferRequest r = Req(Direction::kRead, gpu_, 100, 0, true);
   r.local.push_back(LocalBuffer{gpu_ + 1000, 100});
   auto results = engine_->Submit(std::vector<TransferRequest>{r});
   EXPECT_EQ(ToCode(results[0].status), Code::kInvalidArgument);
@@ -159,7 +174,7 @@ TEST_F(CudaTransportTest, ScatteredDeviceDestinationWithChecksumIsRejected) {
 TEST_F(CudaTransportTest, HostBuffersStillGoThroughTheLocalTransport) {
   std::vector<char> host(4096);
   auto results = engine_->Submit(
-      std::vector<TransferRequest>{Req(OpKind::kRead, host.data(), host.size(), 0, true)});
+      std::vector<TransferRequest>{Req(Direction::kRead, host.data(), host.size(), 0, true)});
   ASSERT_TRUE(results[0].status.ok());
   EXPECT_EQ(fake_->copies(), 0u);
   EXPECT_EQ(results[0].checksum, Checksum(segment_.data(), 4096));
@@ -168,14 +183,14 @@ TEST_F(CudaTransportTest, HostBuffersStillGoThroughTheLocalTransport) {
 TEST_F(CudaTransportTest, NoCudaDeviceMeansNoCudaTransport) {
   TransferEngineOptions options;
   options.local_endpoint = kSelf;
-  options.cuda_device = 0;
-  options.cuda_api_factory = [] {
+  options.cuda.device = 0;
+  options.cuda.api_factory = [] {
     auto api = std::make_unique<FakeCudaApi>();
     api->LoseDevice();
     return api;
   };
   TransferEngine engine(options, table_);
-  EXPECT_EQ(engine.cuda(), nullptr);
+  EXPECT_EQ(engine.gpu(), nullptr);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "transfer/tcp/frame.h"
 #include "transfer/tcp/server.h"
 #include "transfer/tcp/socket_util.h"
+#include "transfer/transfer_engine.h"
 
 namespace mc::transfer {
 namespace {
@@ -84,6 +85,45 @@ TEST(RequestStream, AHandlerThatDoesNotRespondClosesTheConnection) {
   EXPECT_EQ(ToCode(server.Serve({.op = DataOp::kIndex, .length = 0}).status),
             Code::kInvalidArgument);  // unserved op
   EXPECT_EQ(server.closed_connections(), 2);
+}
+
+// The engine's data-plane ops are registered before the engine exists: until one is attached,
+// and on an engine whose transports do not serve the op (no rdma), the peer's rdma setup is
+// answered UNAVAILABLE (it then stays on tcp) with its payload consumed; a payload too long to
+// skip closes the connection instead of being read.
+TEST(EngineDataOps, RefusesUntilAnEngineThatServesTheOpIsAttached) {
+  LoopbackDataServer server;
+  EngineDataOps ops;
+  ASSERT_TRUE(ops.RegisterWith(server).ok());
+  ASSERT_TRUE(server.Start().ok());
+  const std::string setup(8 + 32, '\0');  // a connect request's size for one queue pair
+  DataRequest request;
+  request.op = DataOp::kRdmaConnect;
+  request.length = setup.size();
+  LoopbackResponse r = server.Serve(request, setup);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(r.responded);
+  EXPECT_EQ(r.code, Code::kUnavailable);
+  EXPECT_EQ(r.payload_left, 0u);
+
+  SegmentTable table;
+  TransferEngineOptions o;
+  o.transport = "tcp";
+  TransferEngine tcp_only(o, table);
+  ops.Attach(&tcp_only);
+  r = server.Serve(request, setup);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(r.code, Code::kUnavailable);
+  EXPECT_EQ(r.payload_left, 0u);
+
+  const std::string huge(kMaxRefusedPayloadBytes + 1, '\0');
+  request.length = huge.size();
+  r = server.Serve(request, huge);
+  EXPECT_FALSE(r.status.ok());
+  EXPECT_FALSE(r.responded);
+  EXPECT_EQ(r.payload_left, huge.size()) << "nothing read";
+  EXPECT_EQ(server.closed_connections(), 1);
+  ops.Attach(nullptr);
 }
 
 TEST(DataServer, HandlersRegisterOnlyBeforeStart) {

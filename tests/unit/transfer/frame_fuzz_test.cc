@@ -157,10 +157,10 @@ TEST(FrameFuzz, LiveServerSurvivesRandomFrames) {
   TransferEngine engine(TransferEngineOptions{}, table);
   std::vector<char> src = testing::Pattern(kSegmentBytes, 5), dst(kSegmentBytes);
   std::vector<TransferRequest> w = {
-      testing::Request(OpKind::kWrite, testing::Split(src, 2), server.endpoint(), 1, 0)};
+      testing::Request(Direction::kWrite, testing::Split(src, 2), server.endpoint(), 1, 0)};
   ASSERT_TRUE(engine.Submit(w, RealClock::Get().NowMs() + 5000)[0].status.ok());
   std::vector<TransferRequest> r = {
-      testing::Request(OpKind::kRead, testing::Split(dst, 3), server.endpoint(), 1, 0)};
+      testing::Request(Direction::kRead, testing::Split(dst, 3), server.endpoint(), 1, 0)};
   auto res = engine.Submit(r, RealClock::Get().NowMs() + 5000);
   ASSERT_TRUE(res[0].status.ok()) << res[0].status;
   EXPECT_TRUE(dst == src);

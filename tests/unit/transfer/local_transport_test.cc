@@ -43,9 +43,9 @@ class LocalTransportTest : public ::testing::Test {
 TEST_F(LocalTransportTest, WriteThenReadScatterGatherRoundTrips) {
   std::vector<char> a = Pattern(1, 1), b = Pattern(4097, 2), c = Pattern(1 << 20, 3);
   std::vector<TransferRequest> writes = {
-      Request(OpKind::kWrite, Split(a, 1), kSelf, 1, 0),
-      Request(OpKind::kWrite, Split(b, 3), kSelf, 1, 10),
-      Request(OpKind::kWrite, Split(c, 7), kSelf, 1, 1 << 20),
+      Request(Direction::kWrite, Split(a, 1), kSelf, 1, 0),
+      Request(Direction::kWrite, Split(b, 3), kSelf, 1, 10),
+      Request(Direction::kWrite, Split(c, 7), kSelf, 1, 1 << 20),
   };
   auto wr = engine_->Submit(writes);
   ASSERT_EQ(wr.size(), 3u);
@@ -55,9 +55,9 @@ TEST_F(LocalTransportTest, WriteThenReadScatterGatherRoundTrips) {
 
   std::vector<char> ra(1), rb(4097), rc(1 << 20);
   std::vector<TransferRequest> reads = {
-      Request(OpKind::kRead, Split(ra, 1), kSelf, 1, 0),
-      Request(OpKind::kRead, Split(rb, 5), kSelf, 1, 10),
-      Request(OpKind::kRead, Split(rc, 2), kSelf, 1, 1 << 20),
+      Request(Direction::kRead, Split(ra, 1), kSelf, 1, 0),
+      Request(Direction::kRead, Split(rb, 5), kSelf, 1, 10),
+      Request(Direction::kRead, Split(rc, 2), kSelf, 1, 1 << 20),
   };
   auto rr = engine_->Submit(reads);
   for (auto& r : rr) ASSERT_TRUE(r.status.ok()) << r.status;
@@ -72,10 +72,10 @@ TEST_F(LocalTransportTest, WriteThenReadScatterGatherRoundTrips) {
 
 TEST_F(LocalTransportTest, LargeParallelCopyIsExact) {
   std::vector<char> src = Pattern(32 << 20, 9);
-  std::vector<TransferRequest> w = {Request(OpKind::kWrite, Split(src, 3), kSelf, 1, 4096)};
+  std::vector<TransferRequest> w = {Request(Direction::kWrite, Split(src, 3), kSelf, 1, 4096)};
   ASSERT_TRUE(engine_->Submit(w)[0].status.ok());
   std::vector<char> dst(32 << 20);
-  std::vector<TransferRequest> r = {Request(OpKind::kRead, Split(dst, 5), kSelf, 1, 4096)};
+  std::vector<TransferRequest> r = {Request(Direction::kRead, Split(dst, 5), kSelf, 1, 4096)};
   auto res = engine_->Submit(r);
   ASSERT_TRUE(res[0].status.ok()) << res[0].status;
   EXPECT_EQ(res[0].bytes, dst.size());
@@ -84,7 +84,7 @@ TEST_F(LocalTransportTest, LargeParallelCopyIsExact) {
 
 TEST_F(LocalTransportTest, ReportsLocalCopyThroughput) {
   std::vector<char> dst(16 << 20);
-  std::vector<TransferRequest> r = {Request(OpKind::kRead, Split(dst, 1), kSelf, 1, 0)};
+  std::vector<TransferRequest> r = {Request(Direction::kRead, Split(dst, 1), kSelf, 1, 0)};
   ASSERT_TRUE(engine_->Submit(r)[0].status.ok());  // warm up (page faults)
   constexpr int kRounds = 20;
   auto start = std::chrono::steady_clock::now();
@@ -97,11 +97,11 @@ TEST_F(LocalTransportTest, ReportsLocalCopyThroughput) {
 TEST_F(LocalTransportTest, ErrorsArePerRequest) {
   std::vector<char> buf(4096), empty_buf;
   std::vector<TransferRequest> reqs = {
-      Request(OpKind::kRead, Split(buf, 1), kSelf, 99, 0),               // unknown segment
-      Request(OpKind::kRead, Split(buf, 1), kSelf, 1, (64 << 20) - 10),  // past the end
-      Request(OpKind::kRead, Split(buf, 2), kSelf, 1, 0),                // fine
-      Request(OpKind::kRead, {}, kSelf, 1, 0),                           // nothing to move
-      Request(OpKind::kRead, {{nullptr, 8}}, kSelf, 1, 0),               // bad buffer
+      Request(Direction::kRead, Split(buf, 1), kSelf, 99, 0),               // unknown segment
+      Request(Direction::kRead, Split(buf, 1), kSelf, 1, (64 << 20) - 10),  // past the end
+      Request(Direction::kRead, Split(buf, 2), kSelf, 1, 0),                // fine
+      Request(Direction::kRead, {}, kSelf, 1, 0),                           // nothing to move
+      Request(Direction::kRead, {{nullptr, 8}}, kSelf, 1, 0),               // bad buffer
   };
   auto res = engine_->Submit(reqs);
   EXPECT_EQ(ToCode(res[0].status), Code::kNotFound);
@@ -114,9 +114,33 @@ TEST_F(LocalTransportTest, ErrorsArePerRequest) {
   EXPECT_EQ(metrics_.GetCounter("mc_transfer_errors_total", "", {{"transport", "local"}}).Value(), 2u);
 }
 
+// A target is read or written the way it can be, and a proof belongs to one direction: the
+// engine refuses the others before any transport sees them (no byte moves, no transport error).
+TEST_F(LocalTransportTest, TargetsAndProofsOfTheWrongDirectionAreRefused) {
+  std::vector<char> buf(4096, 'x');
+  std::vector<TransferRequest> reqs(6);
+  reqs[0] = {Direction::kWrite, Split(buf, 1), kSelf, DiskRecord{1, 0, 0}};
+  reqs[1] = {Direction::kRead, Split(buf, 1), kSelf, IndexNotice{}};
+  reqs[2] = Request(Direction::kWrite, Split(buf, 1), kSelf, 1, 0);
+  reqs[2].proof = Proof::kDeliveredBytes;
+  reqs[3] = Request(Direction::kRead, Split(buf, 1), kSelf, 1, 0);
+  reqs[3].proof = Proof::kWrittenReplica;
+  // The local transport itself refuses the targets it does not serve.
+  reqs[4] = {Direction::kRead, Split(buf, 1), kSelf, DiskRecord{1, 0, 0}};
+  reqs[5] = {Direction::kWrite, Split(buf, 1), kSelf, IndexNotice{}};
+  auto res = engine_->Submit(reqs);
+  for (size_t i = 0; i < res.size(); ++i) {
+    EXPECT_EQ(ToCode(res[i].status), Code::kInvalidArgument) << i << ": " << res[i].status;
+    EXPECT_EQ(res[i].bytes, 0u) << i;
+  }
+  EXPECT_EQ(std::string(segment_.data(), 4096), std::string(4096, '\0')) << "nothing written";
+  EXPECT_EQ(metrics_.GetCounter("mc_transfer_errors_total", "", {{"transport", "local"}}).Value(),
+            2u);
+}
+
 TEST_F(LocalTransportTest, PastDeadlineFails) {
   std::vector<char> buf(4096);
-  std::vector<TransferRequest> reqs = {Request(OpKind::kRead, Split(buf, 1), kSelf, 1, 0)};
+  std::vector<TransferRequest> reqs = {Request(Direction::kRead, Split(buf, 1), kSelf, 1, 0)};
   auto res = engine_->Submit(reqs, RealClock::Get().NowMs() - 1);
   EXPECT_EQ(ToCode(res[0].status), Code::kTransferFailed);
   EXPECT_EQ(res[0].status.message(), "deadline");
@@ -134,10 +158,9 @@ TEST_F(LocalTransportTest, FusedChecksumIsOfTheDeliveredBytesAcrossABatch) {
   for (size_t i = 0; i < sizes.size(); ++i) {
     sources.push_back(Pattern(sizes[i], 40 + i));
     sinks.emplace_back(sizes[i]);
-    writes.push_back(Request(OpKind::kWrite, Split(sources.back(), 2), kSelf, 1, offset));
-    writes.back().want_checksum = true;  // ignored for writes
-    reads.push_back(Request(OpKind::kRead, Split(sinks.back(), 1 + i % 3), kSelf, 1, offset));
-    reads.back().want_checksum = i != 2;  // one read does not ask
+    writes.push_back(Request(Direction::kWrite, Split(sources.back(), 2), kSelf, 1, offset));
+    reads.push_back(Request(Direction::kRead, Split(sinks.back(), 1 + i % 3), kSelf, 1, offset));
+    if (i != 2) reads.back().proof = Proof::kDeliveredBytes;  // one read does not ask
     offset += sizes[i] + 3;
   }
   auto wr = engine_->Submit(writes);
@@ -162,11 +185,11 @@ TEST_F(LocalTransportTest, FusedChecksumIsOfTheDeliveredBytesAcrossABatch) {
 TEST_F(LocalTransportTest, FailedReadCarriesNoChecksum) {
   std::vector<char> buf(4096), good(2 << 20);
   std::vector<TransferRequest> reqs = {
-      Request(OpKind::kRead, Split(buf, 1), kSelf, 99, 0),               // unknown segment
-      Request(OpKind::kRead, Split(buf, 1), kSelf, 1, (64 << 20) - 10),  // past the end
-      Request(OpKind::kRead, Split(good, 2), kSelf, 1, 0),
+      Request(Direction::kRead, Split(buf, 1), kSelf, 99, 0),               // unknown segment
+      Request(Direction::kRead, Split(buf, 1), kSelf, 1, (64 << 20) - 10),  // past the end
+      Request(Direction::kRead, Split(good, 2), kSelf, 1, 0),
   };
-  for (auto& r : reqs) r.want_checksum = true;
+  for (auto& r : reqs) r.proof = Proof::kDeliveredBytes;
   auto res = engine_->Submit(reqs);
   EXPECT_FALSE(res[0].status.ok());
   EXPECT_FALSE(res[0].checksum.has_value());
@@ -181,8 +204,8 @@ TEST_F(LocalTransportTest, ChecksumOfOverlappingReadIsOfTheDestination) {
   std::vector<char> src = Pattern(1 << 20, 77);
   std::memcpy(segment_.data(), src.data(), src.size());
   std::vector<TransferRequest> r = {
-      Request(OpKind::kRead, {{segment_.data() + 4096, src.size()}}, kSelf, 1, 0)};
-  r[0].want_checksum = true;
+      Request(Direction::kRead, {{segment_.data() + 4096, src.size()}}, kSelf, 1, 0)};
+  r[0].proof = Proof::kDeliveredBytes;
   auto res = engine_->Submit(r);
   ASSERT_TRUE(res[0].status.ok()) << res[0].status;
   EXPECT_EQ(std::memcmp(segment_.data() + 4096, src.data(), src.size()), 0);
@@ -191,14 +214,14 @@ TEST_F(LocalTransportTest, ChecksumOfOverlappingReadIsOfTheDestination) {
 
 TEST_F(LocalTransportTest, ManySmallReadsOfOneBatchAreExact) {
   std::vector<char> src = Pattern(64 * (64 << 10), 5);
-  std::vector<TransferRequest> w = {Request(OpKind::kWrite, Split(src, 1), kSelf, 1, 0)};
+  std::vector<TransferRequest> w = {Request(Direction::kWrite, Split(src, 1), kSelf, 1, 0)};
   ASSERT_TRUE(engine_->Submit(w)[0].status.ok());
   std::vector<char> dst(src.size());
   std::vector<TransferRequest> reads;
   for (int i = 0; i < 64; ++i) {
-    reads.push_back(Request(OpKind::kRead, {{dst.data() + i * (64 << 10), 64 << 10}}, kSelf, 1,
+    reads.push_back(Request(Direction::kRead, {{dst.data() + i * (64 << 10), 64 << 10}}, kSelf, 1,
                             static_cast<uint64_t>(i) * (64 << 10)));
-    reads.back().want_checksum = true;
+    reads.back().proof = Proof::kDeliveredBytes;
   }
   auto res = engine_->Submit(reads);
   for (int i = 0; i < 64; ++i) {

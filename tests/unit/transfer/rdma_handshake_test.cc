@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "tests/fakes/fake_verbs.h"
 #include "tests/fakes/in_process_rdma_connector.h"
+#include "transfer/tcp/peer_exchange.h"
 #include "transfer/tcp/server.h"
 #include "transfer/transfer_engine.h"
 
@@ -88,15 +89,15 @@ TEST(RdmaHandshake, MalformedInputIsRejected) {
 class EngineOverFakeRdma : public ::testing::Test {
  protected:
   std::unique_ptr<TransferEngine> MakeEngine(const std::string& endpoint, SegmentTable& table,
-                                             const std::string& transport,
-                                             MetricsRegistry* metrics) {
+                                             const std::string& transport, MetricsRegistry* metrics,
+                                             bool in_process = true) {
     TransferEngineOptions o;
     o.local_endpoint = endpoint;
     o.transport = transport;
     o.metrics = metrics;
-    o.tcp_receive_threads = 0;
-    o.rdma_connector = &connector_;
-    o.rdma_device_factory = [this] {
+    o.tcp.receive_threads = 0;
+    o.rdma.connector = in_process ? &connector_ : nullptr;  // null: over the tcp data plane
+    o.rdma.device_factory = [this] {
       DeviceAttributes attr;
       attr.name = "fake0";
       attr.max_sge = 4;
@@ -114,18 +115,18 @@ TEST_F(EngineOverFakeRdma, RdmaCarriesReadsAndWritesToPeersThatAnswer) {
   SegmentTable server_table, client_table;
   MetricsRegistry metrics;
   auto server = MakeEngine("127.0.0.1:3", server_table, "auto", nullptr);
-  ASSERT_NE(server->rdma(), nullptr);
+  ASSERT_TRUE(server->NeedsLocalRegistration()) << "an rdma transport";
   std::vector<char> segment(1 << 16, 'q');
   ASSERT_TRUE(server->RegisterMemory(segment.data(), segment.size(), MemoryAccess::kRemote).ok());
   server_table.Add(42, segment.data(), segment.size());
-  connector_.AddPeer("127.0.0.1:3", server->rdma());
+  connector_.AddPeer("127.0.0.1:3", server.get());  // through its data-plane op
   auto client = MakeEngine("127.0.0.1:4", client_table, "auto", &metrics);
 
   std::vector<char> buf(8192, 'w');
   ASSERT_TRUE(client->RegisterMemory(buf.data(), buf.size(), MemoryAccess::kLocal).ok());
   std::vector<TransferRequest> reqs(2);
-  reqs[0] = {OpKind::kWrite, {{buf.data(), 4096}}, "127.0.0.1:3", 42, 100};
-  reqs[1] = {OpKind::kRead, {{buf.data() + 4096, 4096}}, "127.0.0.1:3", 42, 0};
+  reqs[0] = {Direction::kWrite, {{buf.data(), 4096}}, "127.0.0.1:3", SegmentRange{42, 100}};
+  reqs[1] = {Direction::kRead, {{buf.data() + 4096, 4096}}, "127.0.0.1:3", SegmentRange{42, 0}};
   auto results = client->Submit(reqs);
   ASSERT_TRUE(results[0].status.ok()) << results[0].status;
   ASSERT_TRUE(results[1].status.ok()) << results[1].status;
@@ -138,13 +139,13 @@ TEST_F(EngineOverFakeRdma, RdmaCarriesReadsAndWritesToPeersThatAnswer) {
   EXPECT_EQ(rdma_read.Value(), 4096u);
   EXPECT_EQ(rdma_write.Value(), 4096u);
 
-  // Unregistered local memory, a peer without rdma and kReadDisk go to tcp (which fails here:
+  // Unregistered local memory, a peer without rdma and an SSD record go to tcp (which fails here:
   // nobody listens at these endpoints; what matters is which transport counted the error).
   std::vector<char> plain(4096);
   std::vector<TransferRequest> tcp_reqs(3);
-  tcp_reqs[0] = {OpKind::kRead, {{plain.data(), 4096}}, "127.0.0.1:3", 42, 0};
-  tcp_reqs[1] = {OpKind::kRead, {{buf.data(), 4096}}, "127.0.0.1:1", 42, 0};
-  tcp_reqs[2] = {OpKind::kReadDisk, {{buf.data(), 4096}}, "127.0.0.1:3", 42, 0};
+  tcp_reqs[0] = {Direction::kRead, {{plain.data(), 4096}}, "127.0.0.1:3", SegmentRange{42, 0}};
+  tcp_reqs[1] = {Direction::kRead, {{buf.data(), 4096}}, "127.0.0.1:1", SegmentRange{42, 0}};
+  tcp_reqs[2] = {Direction::kRead, {{buf.data(), 4096}}, "127.0.0.1:3", DiskRecord{42, 0, 0}};
   auto tcp_results = client->Submit(tcp_reqs);
   for (const auto& r : tcp_results) EXPECT_FALSE(r.status.ok());
   auto& tcp_errors = metrics.GetCounter("mc_transfer_errors_total", "", {{"transport", "tcp"}});
@@ -153,17 +154,53 @@ TEST_F(EngineOverFakeRdma, RdmaCarriesReadsAndWritesToPeersThatAnswer) {
   EXPECT_EQ(rdma_errors.Value(), 0u);
 }
 
+// The production setup path without a NIC: the client engine's rdma setup rides a real tcp
+// data-plane connection (TcpPeerExchange) to the server's data server, which hands it to the
+// server engine (EngineDataOps); the bytes then move over the fake verbs.
+TEST_F(EngineOverFakeRdma, TheSetupRidesTheTcpDataPlane) {
+  SegmentTable server_table, client_table;
+  MetricsRegistry server_metrics, metrics;
+  tcp::TcpDataServerOptions so;
+  so.listen_address = "127.0.0.1:0";
+  so.metrics = &server_metrics;
+  tcp::TcpDataServer data_server(so, server_table);
+  EngineDataOps engine_ops;
+  ASSERT_TRUE(engine_ops.RegisterWith(data_server).ok());
+  ASSERT_TRUE(data_server.Start().ok());
+  auto server = MakeEngine(data_server.endpoint(), server_table, "auto", nullptr, false);
+  std::vector<char> segment(1 << 16, 'q');
+  ASSERT_TRUE(server->RegisterMemory(segment.data(), segment.size(), MemoryAccess::kRemote).ok());
+  server_table.Add(42, segment.data(), segment.size());
+  engine_ops.Attach(server.get());
+
+  auto client = MakeEngine("127.0.0.1:4", client_table, "rdma", &metrics, false);
+  std::vector<char> buf(4096, 'w');
+  ASSERT_TRUE(client->RegisterMemory(buf.data(), buf.size(), MemoryAccess::kLocal).ok());
+  std::vector<TransferRequest> reqs = {
+      {Direction::kRead, {{buf.data(), 4096}}, data_server.endpoint(), SegmentRange{42, 0}}};
+  auto results = client->Submit(reqs);
+  ASSERT_TRUE(results[0].status.ok()) << results[0].status;
+  EXPECT_EQ(std::string(buf.data(), 4096), std::string(4096, 'q'));
+  EXPECT_EQ(
+      metrics.GetCounter("mc_transfer_bytes_total", "", {{"transport", "rdma"}, {"op", "read"}})
+          .Value(),
+      4096u);
+  EXPECT_EQ(connector_.connects(), 0) << "not the in-process connector";
+  data_server.Stop();
+  engine_ops.Attach(nullptr);
+}
+
 TEST_F(EngineOverFakeRdma, TransportFlagForcesEither) {
   SegmentTable table;
   auto tcp_only = MakeEngine("127.0.0.1:4", table, "tcp", nullptr);
-  EXPECT_EQ(tcp_only->rdma(), nullptr);
+  EXPECT_FALSE(tcp_only->NeedsLocalRegistration()) << "no rdma transport";
   EXPECT_TRUE(tcp_only->status().ok());
 
   TransferEngineOptions o;
   o.transport = "rdma";
-  o.rdma_device_factory = [] { return std::unique_ptr<VerbsDevice>(); };  // no device
+  o.rdma.device_factory = [] { return std::unique_ptr<VerbsDevice>(); };  // no device
   TransferEngine forced(o, table);
-  EXPECT_EQ(forced.rdma(), nullptr);
+  EXPECT_FALSE(forced.NeedsLocalRegistration()) << "no rdma transport";
   EXPECT_FALSE(forced.status().ok());
 }
 
@@ -190,14 +227,16 @@ TEST(RdmaHandshake, SetupNeedsTheAuthenticatedConnection) {
   ASSERT_TRUE(server
                   .RegisterOpHandler(DataOp::kRdmaConnect,
                                      [](const DataRequest& r, RequestStream& s) {
-                                       return ServeRdmaConnect(nullptr, r, s);
+                                       return RefuseDataOp(r, s);  // no rdma here
                                      })
                   .ok());
   ASSERT_TRUE(server.Start().ok());
-  TcpRdmaConnector anonymous(2000);
+  tcp::TcpPeerExchange anonymous_exchange(2000);
+  DataPlaneRdmaConnector anonymous(anonymous_exchange);
   EXPECT_FALSE(anonymous.Connect(server.endpoint(), {}, {}).ok());
   EXPECT_EQ(server.auth_failures(tcp::HandshakeFailure::kNoHandshake), 1u);
-  TcpRdmaConnector member(2000, keys);
+  tcp::TcpPeerExchange member_exchange(2000, keys);
+  DataPlaneRdmaConnector member(member_exchange);
   auto answer = member.Connect(server.endpoint(), {}, {});
   EXPECT_EQ(ToCode(answer.status()), Code::kUnavailable) << answer.status();
   EXPECT_EQ(server.auth_failures(tcp::HandshakeFailure::kNoHandshake), 1u);

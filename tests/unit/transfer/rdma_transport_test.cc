@@ -57,13 +57,12 @@ class RdmaTransportTest : public ::testing::Test {
     ASSERT_TRUE(client_->RegisterMemory(local_.data(), local_.size(), MemoryAccess::kLocal).ok());
   }
 
-  TransferRequest Request(OpKind op, uint64_t offset, std::vector<LocalBuffer> local) {
+  TransferRequest Request(Direction op, uint64_t offset, std::vector<LocalBuffer> local) {
     TransferRequest r;
-    r.op = op;
+    r.direction = op;
     r.local = std::move(local);
     r.endpoint = kPeer;
-    r.segment_id = kSegment;
-    r.offset = offset;
+    r.target = SegmentRange{kSegment, offset};
     return r;
   }
 
@@ -98,8 +97,8 @@ class RdmaTransportTest : public ::testing::Test {
 
 TEST_F(RdmaTransportTest, ReadAndWriteMoveEveryByte) {
   Start();
-  std::vector<TransferRequest> reads = {Request(OpKind::kRead, 4096, {{local_.data(), 10000}})};
-  reads[0].want_checksum = true;
+  std::vector<TransferRequest> reads = {Request(Direction::kRead, 4096, {{local_.data(), 10000}})};
+  reads[0].proof = Proof::kDeliveredBytes;
   auto r = Run(reads);
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(r[0].bytes, 10000u);
@@ -108,7 +107,7 @@ TEST_F(RdmaTransportTest, ReadAndWriteMoveEveryByte) {
   EXPECT_EQ(*r[0].checksum, Checksum(segment_.data() + 4096, 10000));
 
   for (size_t i = 0; i < 5000; ++i) local_[100000 + i] = static_cast<char>(i ^ 0x5a);
-  auto w = Run({Request(OpKind::kWrite, 200000, {{local_.data() + 100000, 5000}})});
+  auto w = Run({Request(Direction::kWrite, 200000, {{local_.data() + 100000, 5000}})});
   ASSERT_TRUE(w[0].status.ok()) << w[0].status;
   EXPECT_EQ(0, std::memcmp(segment_.data() + 200000, local_.data() + 100000, 5000));
   EXPECT_EQ(connector_.connects(), 1);
@@ -121,7 +120,7 @@ TEST_F(RdmaTransportTest, ScatterGatherRespectsMaxSgeAndSignalsSelectively) {
   Start(options, /*max_sge=*/2);
   std::vector<LocalBuffer> pieces;
   for (int i = 0; i < 7; ++i) pieces.push_back({local_.data() + i * 10000, 3000});
-  auto r = Run({Request(OpKind::kRead, 0, pieces)});
+  auto r = Run({Request(Direction::kRead, 0, pieces)});
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(r[0].bytes, 21000u);
   uint64_t remote = 0;
@@ -140,7 +139,7 @@ TEST_F(RdmaTransportTest, SendQueueDepthIsNeverExceeded) {
   options.send_queue_depth = 4;
   options.qps_per_peer = 1;
   Start(options);
-  auto r = Run({Request(OpKind::kRead, 0, {{local_.data(), 64 * 1024}})});
+  auto r = Run({Request(Direction::kRead, 0, {{local_.data(), 64 * 1024}})});
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(client_dev_->wrs_posted(), 64u);
   EXPECT_EQ(client_dev_->signaled_posted(), 16u);  // chains of 4, each signalled once
@@ -154,7 +153,7 @@ TEST_F(RdmaTransportTest, CompletionsInAnyOrderAcrossQueuePairs) {
   client_dev_->SetHold(true);
   std::vector<TransferRequest> requests;
   for (int i = 0; i < 6; ++i) {
-    requests.push_back(Request(OpKind::kRead, i * 8192, {{local_.data() + i * 8192, 8192}}));
+    requests.push_back(Request(Direction::kRead, i * 8192, {{local_.data() + i * 8192, 8192}}));
   }
   std::vector<TransferResult> results;
   std::thread submit([&] { results = Run(requests); });
@@ -173,7 +172,7 @@ TEST_F(RdmaTransportTest, FailedWorkRequestFailsExactlyItsRequest) {
   client_dev_->FailNthWr(1);
   std::vector<TransferRequest> requests;
   for (int i = 0; i < 3; ++i) {
-    requests.push_back(Request(OpKind::kRead, i * 4096, {{local_.data() + i * 4096, 4096}}));
+    requests.push_back(Request(Direction::kRead, i * 4096, {{local_.data() + i * 4096, 4096}}));
   }
   auto r = Run(requests);
   EXPECT_TRUE(r[0].status.ok()) << r[0].status;
@@ -190,7 +189,7 @@ TEST_F(RdmaTransportTest, FlushedRequestsBehindAFailureFailToo) {
   client_dev_->FailNthWr(1);
   std::vector<TransferRequest> requests;
   for (int i = 0; i < 3; ++i) {
-    requests.push_back(Request(OpKind::kRead, i * 4096, {{local_.data() + i * 4096, 4096}}));
+    requests.push_back(Request(Direction::kRead, i * 4096, {{local_.data() + i * 4096, 4096}}));
   }
   auto r = Run(requests);
   EXPECT_TRUE(r[0].status.ok()) << r[0].status;
@@ -204,7 +203,7 @@ TEST_F(RdmaTransportTest, PartialCompletionIsNeverOk) {
   options.qps_per_peer = 1;
   Start(options);
   client_dev_->FailNthWr(2);  // WRs 0 and 1 move their bytes, 2 fails, 3 is flushed
-  auto r = Run({Request(OpKind::kRead, 0, {{local_.data(), 4 * 4096}})});
+  auto r = Run({Request(Direction::kRead, 0, {{local_.data(), 4 * 4096}})});
   EXPECT_EQ(ToCode(r[0].status), Code::kTransferFailed) << r[0].status;
   EXPECT_EQ(r[0].bytes, 2u * 4096);
   EXPECT_FALSE(r[0].checksum.has_value());
@@ -214,13 +213,13 @@ TEST_F(RdmaTransportTest, QueuePairErrorIsReestablished) {
   RdmaTransportOptions options;
   options.qps_per_peer = 1;
   Start(options);
-  auto ok = Run({Request(OpKind::kRead, 0, {{local_.data(), 4096}})});
+  auto ok = Run({Request(Direction::kRead, 0, {{local_.data(), 4096}})});
   ASSERT_TRUE(ok[0].status.ok());
   EXPECT_EQ(client_->qps_created_for_test(), 1u);
   client_dev_->FailNthWr(0);
-  auto bad = Run({Request(OpKind::kRead, 0, {{local_.data(), 4096}})});
+  auto bad = Run({Request(Direction::kRead, 0, {{local_.data(), 4096}})});
   EXPECT_FALSE(bad[0].status.ok());
-  auto again = Run({Request(OpKind::kWrite, 4096, {{local_.data() + 100, 4096}})});
+  auto again = Run({Request(Direction::kWrite, 4096, {{local_.data() + 100, 4096}})});
   ASSERT_TRUE(again[0].status.ok()) << again[0].status;
   EXPECT_EQ(client_->qps_created_for_test(), 2u);
   EXPECT_EQ(0, std::memcmp(segment_.data() + 4096, local_.data() + 100, 4096));
@@ -237,14 +236,16 @@ TEST_F(RdmaTransportTest, ForcedQueuePairErrorFailsWhatItCarries) {
   Start(options);
   client_dev_->SetHold(true);
   std::vector<TransferResult> results;
-  std::thread submit([&] { results = Run({Request(OpKind::kRead, 0, {{local_.data(), 4096}})}); });
+  std::thread submit([&] {
+    results = Run({Request(Direction::kRead, 0, {{local_.data(), 4096}})});
+  });
   ASSERT_TRUE(WaitHeld(1));
   // The fake's only active QP is the client's; QPNs are shared, so force all the client's.
   for (uint32_t qpn = 0x40; qpn < 0x50; ++qpn) client_dev_->ForceQpError(qpn);
   submit.join();
   EXPECT_EQ(ToCode(results[0].status), Code::kTransferFailed) << results[0].status;
   client_dev_->SetHold(false);
-  auto again = Run({Request(OpKind::kRead, 0, {{local_.data(), 4096}})});
+  auto again = Run({Request(Direction::kRead, 0, {{local_.data(), 4096}})});
   EXPECT_TRUE(again[0].status.ok()) << again[0].status;
 }
 
@@ -253,7 +254,7 @@ TEST_F(RdmaTransportTest, DeadlineFailsAndNoByteLandsAfterwards) {
   client_dev_->SetHold(true);
   std::memset(local_.data(), 0x11, 8192);
   const int64_t start = Now();
-  auto r = Run({Request(OpKind::kRead, 0, {{local_.data(), 8192}})}, start + 50);
+  auto r = Run({Request(Direction::kRead, 0, {{local_.data(), 8192}})}, start + 50);
   EXPECT_EQ(ToCode(r[0].status), Code::kTransferFailed);
   EXPECT_EQ(r[0].status.message(), "deadline");
   EXPECT_GE(Now() - start, 50);
@@ -261,7 +262,7 @@ TEST_F(RdmaTransportTest, DeadlineFailsAndNoByteLandsAfterwards) {
   client_dev_->Release();
   for (int i = 0; i < 8192; ++i) ASSERT_EQ(local_[i], 0x11) << i;
   client_dev_->SetHold(false);
-  auto again = Run({Request(OpKind::kRead, 0, {{local_.data(), 8192}})});
+  auto again = Run({Request(Direction::kRead, 0, {{local_.data(), 8192}})});
   EXPECT_TRUE(again[0].status.ok()) << again[0].status;
 }
 
@@ -274,7 +275,7 @@ TEST_F(RdmaTransportTest, DeadlineWithStuckQueuePairDestroysItAfterGrace) {
   client_dev_->SetHold(true);
   client_dev_->SetIgnoreModifyToError(true);
   const int64_t start = Now();
-  auto r = Run({Request(OpKind::kWrite, 0, {{local_.data(), 8192}})}, start + 20);
+  auto r = Run({Request(Direction::kWrite, 0, {{local_.data(), 8192}})}, start + 20);
   EXPECT_EQ(r[0].status.message(), "deadline");
   EXPECT_GE(Now() - start, 100);
   EXPECT_EQ(client_dev_->destroyed_with_held(), 1u);
@@ -284,13 +285,14 @@ TEST_F(RdmaTransportTest, BadRequestsFailAlone) {
   Start();
   std::vector<char> unregistered(4096);
   std::vector<TransferRequest> requests = {
-      Request(OpKind::kRead, 0, {{unregistered.data(), 4096}}),
-      Request(OpKind::kRead, kSegmentBytes - 10, {{local_.data(), 4096}}),
-      Request(OpKind::kRead, 0, {{local_.data(), 4096}}),
-      Request(OpKind::kReadDisk, 0, {{local_.data(), 4096}}),
-      Request(OpKind::kRead, 0, {{local_.data() + 8192, 100}}),
+      Request(Direction::kRead, 0, {{unregistered.data(), 4096}}),
+      Request(Direction::kRead, kSegmentBytes - 10, {{local_.data(), 4096}}),
+      Request(Direction::kRead, 0, {{local_.data(), 4096}}),
+      Request(Direction::kRead, 0, {{local_.data(), 4096}}),
+      Request(Direction::kRead, 0, {{local_.data() + 8192, 100}}),
   };
-  requests[2].segment_id = 99;
+  requests[2].target = SegmentRange{99, 0};
+  requests[3].target = DiskRecord{kSegment, 0, 0};
   requests[4].endpoint = "nobody:1";
   auto r = Run(requests);
   EXPECT_EQ(ToCode(r[0].status), Code::kInvalidArgument) << r[0].status;
@@ -315,7 +317,7 @@ TEST_F(RdmaTransportTest, ConcurrentSubmitsAllComplete) {
         std::vector<TransferRequest> requests;
         for (int i = 0; i < 4; ++i) {
           const uint64_t off = (t * 4 + i) * 16384;
-          requests.push_back(Request(OpKind::kRead, off, {{local_.data() + off, 16384}}));
+          requests.push_back(Request(Direction::kRead, off, {{local_.data() + off, 16384}}));
         }
         for (const TransferResult& r : Run(requests)) failures += r.status.ok() ? 0 : 1;
       }
@@ -332,7 +334,7 @@ TEST_F(RdmaTransportTest, RegistrationIsReleased) {
             Code::kAlreadyExists);
   client_->UnregisterMemory(local_.data());
   EXPECT_EQ(client_dev_->live_regions(), 0u);
-  auto r = Run({Request(OpKind::kRead, 0, {{local_.data(), 10}})});
+  auto r = Run({Request(Direction::kRead, 0, {{local_.data(), 10}})});
   EXPECT_EQ(ToCode(r[0].status), Code::kInvalidArgument);
 }
 
@@ -340,7 +342,7 @@ TEST_F(RdmaTransportTest, UnregisterWaitsForInFlightRequestsAndRefusesNewOnes) {
   Start();
   client_dev_->SetHold(true);
   std::vector<TransferResult> first;
-  std::thread submit([&] { first = Run({Request(OpKind::kRead, 0, {{local_.data(), 4096}})}); });
+  std::thread submit([&] { first = Run({Request(Direction::kRead, 0, {{local_.data(), 4096}})}); });
   ASSERT_TRUE(WaitHeld(1));
   std::atomic<bool> unregistered{false};
   std::thread unregister([&] {
@@ -348,12 +350,12 @@ TEST_F(RdmaTransportTest, UnregisterWaitsForInFlightRequestsAndRefusesNewOnes) {
     unregistered.store(true);
   });
   // Once the region is closing, a new request on it fails at once (not OK), no WR posted.
-  const TransferRequest probe = Request(OpKind::kRead, 0, {{local_.data(), 1}});
+  const TransferRequest probe = Request(Direction::kRead, 0, {{local_.data(), 1}});
   for (int i = 0; i < 2000 && client_->LocalBuffersRegistered(probe); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ASSERT_FALSE(client_->LocalBuffersRegistered(probe));
-  auto refused = Run({Request(OpKind::kRead, 8192, {{local_.data() + 8192, 100}})});
+  auto refused = Run({Request(Direction::kRead, 8192, {{local_.data() + 8192, 100}})});
   EXPECT_EQ(ToCode(refused[0].status), Code::kInvalidArgument) << refused[0].status;
   EXPECT_EQ(client_dev_->held(), 1u);
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
@@ -380,13 +382,13 @@ TEST_F(RdmaTransportTest, LocalOnlyMemoryIsNeverServedToPeers) {
   table.Add(22, app.data(), app.size());
   server_->ServeSegments(&table);
   auto r = Run({[&] {
-                  TransferRequest q = Request(OpKind::kRead, 0, {{local_.data(), 100}});
-                  q.segment_id = 21;
+                  TransferRequest q = Request(Direction::kRead, 0, {{local_.data(), 100}});
+                  q.target = SegmentRange{21, 0};
                   return q;
                 }(),
                 [&] {
-                  TransferRequest q = Request(OpKind::kWrite, 0, {{local_.data(), 100}});
-                  q.segment_id = 22;
+                  TransferRequest q = Request(Direction::kWrite, 0, {{local_.data(), 100}});
+                  q.target = SegmentRange{22, 0};
                   return q;
                 }()});
   EXPECT_TRUE(r[0].status.ok()) << r[0].status;

@@ -86,10 +86,11 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
     pieces.push_back({local.data() + at, len});
     at += len;
   }
-  TransferRequest write{OpKind::kWrite, pieces, "server:1", 3, kBytes / 2};
+  TransferRequest write{Direction::kWrite, pieces, "server:1", SegmentRange{3, kBytes / 2}};
   // READ the segment's first half into `back`, with a checksum.
-  TransferRequest read{OpKind::kRead, {{back.data(), kBytes / 2}}, "server:1", 3, 0};
-  read.want_checksum = true;
+  TransferRequest read{
+      Direction::kRead, {{back.data(), kBytes / 2}}, "server:1", SegmentRange{3, 0}};
+  read.proof = Proof::kDeliveredBytes;
   std::vector<const TransferRequest*> batch = {&write, &read};
   std::vector<TransferResult> results(2);
   client.Submit(batch, results, 0);
@@ -105,11 +106,10 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
   // Many small requests in one batch, spread over the queue pairs.
   std::vector<TransferRequest> many;
   for (int i = 0; i < 64; ++i) {
-    many.push_back({OpKind::kRead,
+    many.push_back({Direction::kRead,
                     {{back.data() + i * 4096, 4096}},
                     "server:1",
-                    3,
-                    static_cast<uint64_t>(i) * 8192});
+                    SegmentRange{3, static_cast<uint64_t>(i) * 8192}});
   }
   std::vector<const TransferRequest*> ptrs;
   for (auto& r : many) ptrs.push_back(&r);
@@ -122,7 +122,8 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
 
   // An rkey-violating range is refused by the transport before any WR; a stale rkey (segment
   // unexported) fails on the wire and the queue pair is re-established for the next request.
-  TransferRequest outside{OpKind::kRead, {{back.data(), 4096}}, "server:1", 3, kBytes - 100};
+  TransferRequest outside{
+      Direction::kRead, {{back.data(), 4096}}, "server:1", SegmentRange{3, kBytes - 100}};
   std::vector<const TransferRequest*> one = {&outside};
   std::vector<TransferResult> one_result(1);
   client.Submit(one, one_result, 0);
@@ -130,7 +131,7 @@ TEST(RdmaVerbs, TwoEndpointsMoveBytesBothWays) {
 
   std::vector<char> other(1 << 20, 'z');
   ASSERT_TRUE(server.ExportSegment(4, other.data(), other.size()).ok());
-  TransferRequest from4{OpKind::kRead, {{back.data(), 4096}}, "server:1", 4, 0};
+  TransferRequest from4{Direction::kRead, {{back.data(), 4096}}, "server:1", SegmentRange{4, 0}};
   one = {&from4};
   client.Submit(one, one_result, 0);  // learns segment 4's rkey
   ASSERT_TRUE(one_result[0].status.ok()) << one_result[0].status;
@@ -162,11 +163,11 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
     GTEST_SKIP() << "no usable verbs device";
   }
   TransferEngineOptions o;
-  o.rdma_device = Env("MC_RDMA_DEVICE", "");
-  o.rdma_gid_index = std::atoi(Env("MC_RDMA_GID_INDEX", "1").c_str());
-  o.tcp_receive_threads = 0;
+  o.rdma.device = Env("MC_RDMA_DEVICE", "");
+  o.rdma.gid_index = std::atoi(Env("MC_RDMA_GID_INDEX", "1").c_str());
+  o.tcp.receive_threads = 0;
   auto keys = *auth::ClusterKeys::FromSecrets({std::string(40, 'r')});
-  o.cluster_keys = keys;
+  o.tcp.cluster_keys = keys;
   auth::CapabilityVerifier verifier({}, RealClock::Get());
   const std::string owner_key(32, 'o');  // as the master would have given B
   verifier.SetKey(owner_key);
@@ -178,24 +179,19 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   server_opts.cluster_keys = keys;
   server_opts.capabilities = &verifier;
   tcp::TcpDataServer server(server_opts, b_table);
-  std::atomic<RdmaTransport*> serving{nullptr};
-  ASSERT_TRUE(server
-                  .RegisterOpHandler(DataOp::kRdmaConnect,
-                                     [&](const DataRequest& r, RequestStream& s) {
-                                       return ServeRdmaConnect(serving.load(), r, s);
-                                     })
-                  .ok());
+  EngineDataOps engine_ops;  // answers the rdma setup once B is attached
+  ASSERT_TRUE(engine_ops.RegisterWith(server).ok());
   ASSERT_TRUE(server.Start().ok());
   TransferEngineOptions bo = o;
   bo.local_endpoint = server.endpoint();
   TransferEngine b(bo, b_table);
-  ASSERT_NE(b.rdma(), nullptr);
+  ASSERT_TRUE(b.NeedsLocalRegistration()) << "an rdma transport";
   std::vector<char> segment(2 << 20);
   std::mt19937_64 rng(3);
   for (auto& c : segment) c = static_cast<char>(rng());
   ASSERT_TRUE(b.RegisterMemory(segment.data(), segment.size(), MemoryAccess::kRemote).ok());
   b_table.Add(11, segment.data(), segment.size());
-  serving.store(b.rdma());
+  engine_ops.Attach(&b);
 
   MetricsRegistry metrics;
   SegmentTable a_table;
@@ -206,14 +202,15 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   std::vector<char> buf(1 << 20);
   ASSERT_TRUE(a.RegisterMemory(buf.data(), buf.size(), MemoryAccess::kLocal).ok());
   std::vector<TransferRequest> reqs(1);
-  reqs[0] = {OpKind::kRead, {{buf.data(), 1 << 20}}, server.endpoint(), 11, 4096};
-  reqs[0].want_checksum = true;
+  reqs[0] = {Direction::kRead, {{buf.data(), 1 << 20}}, server.endpoint(), SegmentRange{11, 4096}};
+  reqs[0].proof = Proof::kDeliveredBytes;
   auto r = a.Submit(reqs);
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(0, std::memcmp(buf.data(), segment.data() + 4096, 1 << 20));
   EXPECT_EQ(*r[0].checksum, Checksum(segment.data() + 4096, 1 << 20));
   for (auto& c : buf) c = static_cast<char>(rng());
-  reqs[0] = {OpKind::kWrite, {{buf.data(), 1 << 20}}, server.endpoint(), 11, 1 << 20};
+  reqs[0] = {
+      Direction::kWrite, {{buf.data(), 1 << 20}}, server.endpoint(), SegmentRange{11, 1 << 20}};
   r = a.Submit(reqs);
   ASSERT_TRUE(r[0].status.ok()) << r[0].status;
   EXPECT_EQ(0, std::memcmp(buf.data(), segment.data() + (1 << 20), 1 << 20));
@@ -232,7 +229,8 @@ TEST(RdmaVerbs, EnginesConnectOverTheDataPlaneAndUseRdma) {
   // The same segment over tcp (a buffer not registered with rdma) reads the same bytes, with the
   // capability tcp frames need.
   std::vector<char> plain(4096);
-  reqs[0] = {OpKind::kRead, {{plain.data(), 4096}}, server.endpoint(), 11, 1 << 20};
+  reqs[0] = {
+      Direction::kRead, {{plain.data(), 4096}}, server.endpoint(), SegmentRange{11, 1 << 20}};
   const auth::CapabilityBytes cap = auth::MintCapability(
       auth::OwnerKey(owner_key),
       {auth::Right::kRead, 0, 11, 1 << 20, 4096, 1, RealClock::Get().NowMs() + 60'000});
@@ -271,7 +269,7 @@ TEST(RdmaVerbs, ADmaBufRegistrationTheDeviceRefusesLeavesNothingBehind) {
   EXPECT_FALSE(transport.RegisterDeviceMemory(0x7f0000000000, 1 << 16, fd).ok());
   EXPECT_EQ(transport.local_regions_for_test(), 0u);
   TransferRequest r;
-  r.op = OpKind::kRead;
+  r.direction = Direction::kRead;
   r.local = {LocalBuffer{reinterpret_cast<char*>(0x7f0000000000), 4096}};
   r.endpoint = "peer:1";
   EXPECT_FALSE(transport.LocalBuffersRegistered(r));

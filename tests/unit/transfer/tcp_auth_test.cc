@@ -76,8 +76,8 @@ class AuthTest : public ::testing::Test {
     TransferEngineOptions o;
     o.local_endpoint = "127.0.0.1:1";
     o.transport = "tcp";
-    o.cluster_keys = std::move(keys);
-    o.tcp_frame_bytes = frame_bytes;
+    o.tcp.cluster_keys = std::move(keys);
+    o.tcp.frame_bytes = frame_bytes;
     return std::make_unique<TransferEngine>(o, local_table_);
   }
   std::string Cap(Right right, uint64_t segment, uint64_t offset, uint64_t length,
@@ -87,9 +87,10 @@ class AuthTest : public ::testing::Test {
                              Capability{right, 0, segment, offset, length, 1, expiry});
     return std::string(reinterpret_cast<const char*>(b.data()), b.size());
   }
-  TransferResult Submit(TransferEngine& engine, OpKind op, std::vector<char>& buf, uint64_t offset,
-                        std::string cap, uint64_t segment = kSegment) {
-    TransferRequest r{op, {{buf.data(), buf.size()}}, server_->endpoint(), segment, offset};
+  TransferResult Submit(TransferEngine& engine, Direction op, std::vector<char>& buf,
+                        uint64_t offset, std::string cap, uint64_t segment = kSegment) {
+    TransferRequest r{
+        op, {{buf.data(), buf.size()}}, server_->endpoint(), SegmentRange{segment, offset}};
     r.capability = std::move(cap);
     return engine.Submit({&r, 1})[0];
   }
@@ -153,11 +154,11 @@ TEST_F(AuthTest, GrantedReadAndWriteWork) {
   auto engine = Engine(keys_, /*frame_bytes=*/64 << 10);  // a 1 MiB object is 16 frames
   std::vector<char> out(1 << 20, 'w');
   EXPECT_TRUE(
-      Submit(*engine, OpKind::kWrite, out, 4096, Cap(Right::kWrite, kSegment, 4096, out.size()))
+      Submit(*engine, Direction::kWrite, out, 4096, Cap(Right::kWrite, kSegment, 4096, out.size()))
           .status.ok());
   std::vector<char> in(1 << 20, 0);
   TransferResult r =
-      Submit(*engine, OpKind::kRead, in, 4096, Cap(Right::kRead, kSegment, 4096, in.size()));
+      Submit(*engine, Direction::kRead, in, 4096, Cap(Right::kRead, kSegment, 4096, in.size()));
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(in, out);
   for (int d = 1; d < static_cast<int>(auth::Denial::kCount); ++d) {
@@ -193,7 +194,7 @@ TEST_F(AuthTest, AnotherClusterSecretFailsTheHandshake) {
   StartServer();
   auto engine = Engine(*auth::ClusterKeys::FromSecrets({Secret('x')}));
   std::vector<char> in(4096);
-  TransferResult r = Submit(*engine, OpKind::kRead, in, 0, Cap(Right::kRead, kSegment, 0, 4096));
+  TransferResult r = Submit(*engine, Direction::kRead, in, 0, Cap(Right::kRead, kSegment, 0, 4096));
   EXPECT_FALSE(r.status.ok());
   // The requester sees the server's proof fail and leaves; or proves and is refused.
   const int fd = Raw();
@@ -234,25 +235,25 @@ TEST_F(AuthTest, ForgedCapabilityIsRefusedAndTheConnectionStaysUsable) {
   auto engine = Engine(keys_);
   std::vector<char> in(kSegmentBytes);
   TransferResult r = Submit(
-      *engine, OpKind::kRead, in, 0,
+      *engine, Direction::kRead, in, 0,
       Cap(Right::kRead, kSegment, 0, kSegmentBytes, kMasterNow + 1000, std::string(32, 'f')));
   EXPECT_EQ(ToCode(r.status), Code::kPermissionDenied) << r.status;
   std::string widened = Cap(Right::kRead, kSegment, 0, 4096);
   widened[24] = 0x7f;
   std::vector<char> small(4096 * 2);
-  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kRead, small, 0, widened).status),
+  EXPECT_EQ(ToCode(Submit(*engine, Direction::kRead, small, 0, widened).status),
             Code::kPermissionDenied);
   EXPECT_EQ(Denied(auth::Denial::kBadMac), 2u);
   std::vector<char> ok(4096);
   EXPECT_TRUE(
-      Submit(*engine, OpKind::kRead, ok, 0, Cap(Right::kRead, kSegment, 0, 4096)).status.ok());
+      Submit(*engine, Direction::kRead, ok, 0, Cap(Right::kRead, kSegment, 0, 4096)).status.ok());
 }
 
 TEST_F(AuthTest, FrameWithoutCapabilityIsRefused) {
   StartServer();
   auto engine = Engine(keys_);
   std::vector<char> in(4096);
-  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kRead, in, 0, "").status), Code::kPermissionDenied);
+  EXPECT_EQ(ToCode(Submit(*engine, Direction::kRead, in, 0, "").status), Code::kPermissionDenied);
   EXPECT_EQ(Denied(auth::Denial::kMalformed), 1u);
 }
 
@@ -263,12 +264,13 @@ TEST_F(AuthTest, CapabilityForOneRangeDoesNotReachAnother) {
   auto engine = Engine(keys_);
   const std::string key_a = Cap(Right::kRead, kSegment, 0, 4096);
   std::vector<char> in(4096);
-  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kRead, in, 8192, key_a).status),
+  EXPECT_EQ(ToCode(Submit(*engine, Direction::kRead, in, 8192, key_a).status),
             Code::kPermissionDenied);
-  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kRead, in, 0, key_a, /*segment=*/6).status),
+  EXPECT_EQ(ToCode(Submit(*engine, Direction::kRead, in, 0, key_a, /*segment=*/6).status),
             Code::kPermissionDenied);
   std::vector<char> more(8192);
-  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kRead, more, 0, key_a).status), Code::kPermissionDenied);
+  EXPECT_EQ(ToCode(Submit(*engine, Direction::kRead, more, 0, key_a).status),
+            Code::kPermissionDenied);
   EXPECT_EQ(Denied(auth::Denial::kOutOfRange), 3u);
 }
 
@@ -278,9 +280,9 @@ TEST_F(AuthTest, ExpiredCapabilityIsRefused) {
   auto engine = Engine(keys_);
   const std::string cap = Cap(Right::kRead, kSegment, 0, 4096, kMasterNow + 100);
   std::vector<char> in(4096);
-  EXPECT_TRUE(Submit(*engine, OpKind::kRead, in, 0, cap).status.ok());
+  EXPECT_TRUE(Submit(*engine, Direction::kRead, in, 0, cap).status.ok());
   clock_.AdvanceMs(151);  // past expiry + the 50 ms allowance
-  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kRead, in, 0, cap).status), Code::kPermissionDenied);
+  EXPECT_EQ(ToCode(Submit(*engine, Direction::kRead, in, 0, cap).status), Code::kPermissionDenied);
   EXPECT_EQ(Denied(auth::Denial::kExpired), 1u);
 }
 
@@ -290,12 +292,14 @@ TEST_F(AuthTest, WriteOutsideItsGrantTouchesNoByte) {
   auto engine = Engine(keys_);
   std::vector<char> out(8192, 'X');
   EXPECT_EQ(
-      ToCode(Submit(*engine, OpKind::kWrite, out, 0, Cap(Right::kWrite, kSegment, 0, 4096)).status),
+      ToCode(
+          Submit(*engine, Direction::kWrite, out, 0, Cap(Right::kWrite, kSegment, 0, 4096)).status),
       Code::kPermissionDenied);
   EXPECT_EQ(
-      ToCode(Submit(*engine, OpKind::kWrite, out, 0, Cap(Right::kRead, kSegment, 0, 8192)).status),
+      ToCode(
+          Submit(*engine, Direction::kWrite, out, 0, Cap(Right::kRead, kSegment, 0, 8192)).status),
       Code::kPermissionDenied);
-  EXPECT_EQ(ToCode(Submit(*engine, OpKind::kWrite, out, 0, "").status), Code::kPermissionDenied);
+  EXPECT_EQ(ToCode(Submit(*engine, Direction::kWrite, out, 0, "").status), Code::kPermissionDenied);
   EXPECT_TRUE(SegmentUntouched());
   EXPECT_EQ(Denied(auth::Denial::kOutOfRange), 1u);
   EXPECT_EQ(Denied(auth::Denial::kWrongOp), 1u);
@@ -320,7 +324,8 @@ TEST_F(AuthTest, ReadDiskNeedsItsOwnCapability) {
   StartServer();
   auto engine = Engine(keys_);
   std::vector<char> in(4096);
-  TransferRequest r{OpKind::kReadDisk, {{in.data(), in.size()}}, server_->endpoint(), 9, 77, 0xabc};
+  TransferRequest r{
+      Direction::kRead, {{in.data(), in.size()}}, server_->endpoint(), DiskRecord{9, 77, 0xabc}};
   EXPECT_EQ(ToCode(engine->Submit({&r, 1})[0].status), Code::kPermissionDenied);
   r.capability = Cap(Right::kRead, 9, 77, 4096);  // a memory read grant is not a disk grant
   EXPECT_EQ(ToCode(engine->Submit({&r, 1})[0].status), Code::kPermissionDenied);
@@ -351,7 +356,7 @@ TEST_F(AuthTest, WithoutKeysThereIsNoHandshakeNorCheck) {
   ASSERT_TRUE(server_->Start().ok());
   auto engine = Engine(nullptr);
   std::vector<char> in(4096);
-  EXPECT_TRUE(Submit(*engine, OpKind::kRead, in, 0, "").status.ok());
+  EXPECT_TRUE(Submit(*engine, Direction::kRead, in, 0, "").status.ok());
 }
 
 TEST_F(AuthTest, KeysWithoutAVerifierDoNotStart) {

@@ -73,9 +73,9 @@ TEST_F(TcpTransportTest, PipelinedBatchRoundTripsAcrossPeers) {
       sources.push_back(Pattern(sizes[i], peer * 100 + i));
       sinks.emplace_back(sizes[i]);
       writes.push_back(
-          Request(OpKind::kWrite, Split(sources.back(), pieces), Endpoint(peer), 5, offset));
+          Request(Direction::kWrite, Split(sources.back(), pieces), Endpoint(peer), 5, offset));
       reads.push_back(
-          Request(OpKind::kRead, Split(sinks.back(), 5 - pieces), Endpoint(peer), 5, offset));
+          Request(Direction::kRead, Split(sinks.back(), 5 - pieces), Endpoint(peer), 5, offset));
       offset += sizes[i] + 13;
     }
   }
@@ -100,10 +100,11 @@ TEST_F(TcpTransportTest, OutOfBoundsFailsAloneInItsBatch) {
   std::vector<char> src = Pattern(100000, 1), big = Pattern(1 << 20, 2);
   std::vector<char> dst(100000), dst_bad(1 << 20);
   std::vector<TransferRequest> writes = {
-      Request(OpKind::kWrite, Split(src, 2), Endpoint(0), 5, 0),
-      Request(OpKind::kWrite, Split(big, 2), Endpoint(0), 5, kSegmentBytes - 10),  // past the end
-      Request(OpKind::kWrite, Split(big, 1), Endpoint(0), 6, 0),                   // no segment
-      Request(OpKind::kWrite, Split(src, 3), Endpoint(0), 5, 200000),
+      Request(Direction::kWrite, Split(src, 2), Endpoint(0), 5, 0),
+      Request(Direction::kWrite, Split(big, 2), Endpoint(0), 5,
+              kSegmentBytes - 10),                                   // past the end
+      Request(Direction::kWrite, Split(big, 1), Endpoint(0), 6, 0),  // no segment
+      Request(Direction::kWrite, Split(src, 3), Endpoint(0), 5, 200000),
   };
   auto wr = engine_->Submit(writes);
   EXPECT_TRUE(wr[0].status.ok()) << wr[0].status;
@@ -111,8 +112,8 @@ TEST_F(TcpTransportTest, OutOfBoundsFailsAloneInItsBatch) {
   EXPECT_EQ(ToCode(wr[2].status), Code::kNotFound);
   EXPECT_TRUE(wr[3].status.ok()) << wr[3].status;
   std::vector<TransferRequest> reads = {
-      Request(OpKind::kRead, Split(dst_bad, 1), Endpoint(0), 5, UINT64_MAX - 100),  // overflow
-      Request(OpKind::kRead, Split(dst, 4), Endpoint(0), 5, 200000),
+      Request(Direction::kRead, Split(dst_bad, 1), Endpoint(0), 5, UINT64_MAX - 100),  // overflow
+      Request(Direction::kRead, Split(dst, 4), Endpoint(0), 5, 200000),
   };
   auto rr = engine_->Submit(reads);
   EXPECT_FALSE(rr[0].status.ok());
@@ -126,9 +127,9 @@ TEST_F(TcpTransportTest, FramesForAnUnpublishedSegmentAreRefusedAndCounted) {
   // A reader or writer of an earlier registration names a segment id that is gone.
   std::vector<char> src = Pattern(1000, 3), dst(1000);
   std::vector<TransferRequest> reqs = {
-      Request(OpKind::kWrite, Split(src, 1), Endpoint(0), 77, 0),
-      Request(OpKind::kRead, Split(dst, 1), Endpoint(0), 77, 0),
-      Request(OpKind::kRead, Split(dst, 1), Endpoint(0), 78, 0),
+      Request(Direction::kWrite, Split(src, 1), Endpoint(0), 77, 0),
+      Request(Direction::kRead, Split(dst, 1), Endpoint(0), 77, 0),
+      Request(Direction::kRead, Split(dst, 1), Endpoint(0), 78, 0),
   };
   auto res = engine_->Submit(reqs);
   for (const auto& r : res) EXPECT_EQ(ToCode(r.status), Code::kNotFound) << r.status;
@@ -136,15 +137,17 @@ TEST_F(TcpTransportTest, FramesForAnUnpublishedSegmentAreRefusedAndCounted) {
   EXPECT_EQ(server_metrics_.GetCounter(kUnknownSegmentMetric, "", {{"op", "read"}}).Value(), 2u);
   EXPECT_EQ(server_metrics_.GetCounter(kUnknownSegmentMetric, "", {{"op", "write"}}).Value(), 1u);
   // The connection stays usable.
-  std::vector<TransferRequest> again = {Request(OpKind::kWrite, Split(src, 1), Endpoint(0), 5, 0)};
+  std::vector<TransferRequest> again = {
+      Request(Direction::kWrite, Split(src, 1), Endpoint(0), 5, 0)};
   auto ok = engine_->Submit(again);
   EXPECT_TRUE(ok[0].status.ok()) << ok[0].status;
 }
 
 TEST_F(TcpTransportTest, DeadlineInThePastFailsEveryRequest) {
   std::vector<char> dst(4096);
-  std::vector<TransferRequest> reads = {Request(OpKind::kRead, Split(dst, 1), Endpoint(0), 5, 0),
-                                        Request(OpKind::kRead, Split(dst, 1), Endpoint(1), 5, 0)};
+  std::vector<TransferRequest> reads = {
+      Request(Direction::kRead, Split(dst, 1), Endpoint(0), 5, 0),
+      Request(Direction::kRead, Split(dst, 1), Endpoint(1), 5, 0)};
   auto rr = engine_->Submit(reads, RealClock::Get().NowMs() - 5);
   for (auto& r : rr) {
     EXPECT_EQ(ToCode(r.status), Code::kTransferFailed);
@@ -158,7 +161,7 @@ TEST_F(TcpTransportTest, ShortDeadlineFailsUnfinishedRequestsNeverShortOk) {
   std::vector<std::vector<char>> dsts(64, std::vector<char>(2 << 20));
   std::vector<TransferRequest> reads;
   for (int i = 0; i < 64; ++i) {
-    reads.push_back(Request(OpKind::kRead, Split(dsts[i], 1), Endpoint(i % 2), 5, 0));
+    reads.push_back(Request(Direction::kRead, Split(dsts[i], 1), Endpoint(i % 2), 5, 0));
   }
   auto rr = engine_->Submit(reads, RealClock::Get().NowMs() + 2);
   int failed = 0;
@@ -179,7 +182,7 @@ TEST_F(TcpTransportTest, ServerStopMidBatchGivesErrorsNotOk) {
   std::vector<std::vector<char>> dsts(64, std::vector<char>(4 << 20));
   std::vector<TransferRequest> reads;
   for (int i = 0; i < 64; ++i) {
-    reads.push_back(Request(OpKind::kRead, Split(dsts[i], 2), Endpoint(0), 5, 0));
+    reads.push_back(Request(Direction::kRead, Split(dsts[i], 2), Endpoint(0), 5, 0));
   }
   std::thread stopper([this] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -203,7 +206,7 @@ TEST_F(TcpTransportTest, ServerStopMidBatchGivesErrorsNotOk) {
 
 TEST_F(TcpTransportTest, ReconnectsAfterPeerRestart) {
   std::vector<char> src = Pattern(8192, 4), dst(8192);
-  std::vector<TransferRequest> w = {Request(OpKind::kWrite, Split(src, 1), Endpoint(0), 5, 0)};
+  std::vector<TransferRequest> w = {Request(Direction::kWrite, Split(src, 1), Endpoint(0), 5, 0)};
   ASSERT_TRUE(engine_->Submit(w)[0].status.ok());
   const std::string endpoint = Endpoint(0);
   peers_[0]->server->Stop();  // pooled connections now dead
@@ -211,7 +214,7 @@ TEST_F(TcpTransportTest, ReconnectsAfterPeerRestart) {
   options.listen_address = endpoint;
   TcpDataServer again(options, peers_[0]->table);
   ASSERT_TRUE(again.Start().ok());
-  std::vector<TransferRequest> r = {Request(OpKind::kRead, Split(dst, 1), endpoint, 5, 0)};
+  std::vector<TransferRequest> r = {Request(Direction::kRead, Split(dst, 1), endpoint, 5, 0)};
   auto res = engine_->Submit(r, RealClock::Get().NowMs() + 5000);
   ASSERT_TRUE(res[0].status.ok()) << res[0].status;
   EXPECT_TRUE(dst == src);
@@ -219,7 +222,7 @@ TEST_F(TcpTransportTest, ReconnectsAfterPeerRestart) {
 
 TEST_F(TcpTransportTest, ReportsLoopbackThroughput) {
   std::vector<char> dst(16 << 20);
-  std::vector<TransferRequest> r = {Request(OpKind::kRead, Split(dst, 1), Endpoint(0), 5, 0)};
+  std::vector<TransferRequest> r = {Request(Direction::kRead, Split(dst, 1), Endpoint(0), 5, 0)};
   ASSERT_TRUE(engine_->Submit(r)[0].status.ok());  // warm up: connections, page faults
   constexpr int kRounds = 20;
   auto start = std::chrono::steady_clock::now();
@@ -252,7 +255,7 @@ TEST(TcpTransportProtocol, MismatchedResponseFailsTheRequest) {
   SegmentTable none;
   TransferEngine engine(TransferEngineOptions{}, none);
   std::vector<char> dst(4096, 0);
-  std::vector<TransferRequest> r = {Request(OpKind::kRead, Split(dst, 1), endpoint, 1, 0)};
+  std::vector<TransferRequest> r = {Request(Direction::kRead, Split(dst, 1), endpoint, 1, 0)};
   auto res = engine.Submit(r, RealClock::Get().NowMs() + 5000);
   fake.join();
   EXPECT_EQ(ToCode(res[0].status), Code::kTransferFailed);
@@ -264,8 +267,8 @@ TEST_F(TcpTransportTest, HashedReadsChecksumTheDeliveredBytesFrameByFrame) {
   // order; an unhashed one may spread over several. Several peers, scattered destinations.
   TransferEngineOptions options;
   options.local_endpoint = "127.0.0.1:1";
-  options.tcp_frame_bytes = 64 << 10;
-  options.connections_per_peer = 3;
+  options.tcp.frame_bytes = 64 << 10;
+  options.tcp.connections_per_peer = 3;
   TransferEngine engine(options, local_table_);
   const std::vector<uint64_t> sizes = {1, 65535, 65536, 65537, (1 << 20) + 5, 3 << 20};
   std::vector<std::vector<char>> sources, sinks;
@@ -276,10 +279,10 @@ TEST_F(TcpTransportTest, HashedReadsChecksumTheDeliveredBytesFrameByFrame) {
       sources.push_back(Pattern(sizes[i], 500 + peer * 10 + i));
       sinks.emplace_back(sizes[i]);
       writes.push_back(
-          Request(OpKind::kWrite, Split(sources.back(), 1), Endpoint(peer), 5, offset));
+          Request(Direction::kWrite, Split(sources.back(), 1), Endpoint(peer), 5, offset));
       reads.push_back(
-          Request(OpKind::kRead, Split(sinks.back(), 1 + i % 3), Endpoint(peer), 5, offset));
-      reads.back().want_checksum = i != 4;
+          Request(Direction::kRead, Split(sinks.back(), 1 + i % 3), Endpoint(peer), 5, offset));
+      if (i != 4) reads.back().proof = Proof::kDeliveredBytes;
       offset += sizes[i] + 11;
     }
   }
@@ -304,18 +307,18 @@ TEST_F(TcpTransportTest, HashedReadsChecksumTheDeliveredBytesFrameByFrame) {
 TEST_F(TcpTransportTest, FailedHashedReadCarriesNoChecksum) {
   std::vector<char> dst(1 << 20);
   std::vector<TransferRequest> reads = {
-      Request(OpKind::kRead, Split(dst, 2), Endpoint(0), 5, kSegmentBytes - 10),  // past the end
-      Request(OpKind::kRead, Split(dst, 1), Endpoint(1), 6, 0),                   // no segment
+      Request(Direction::kRead, Split(dst, 2), Endpoint(0), 5, kSegmentBytes - 10),  // past the end
+      Request(Direction::kRead, Split(dst, 1), Endpoint(1), 6, 0),                   // no segment
   };
-  for (auto& r : reads) r.want_checksum = true;
+  for (auto& r : reads) r.proof = Proof::kDeliveredBytes;
   auto rr = engine_->Submit(reads);
   for (auto& r : rr) {
     EXPECT_FALSE(r.status.ok());
     EXPECT_FALSE(r.checksum.has_value());
   }
   std::vector<char> big(16 << 20);
-  std::vector<TransferRequest> late = {Request(OpKind::kRead, Split(big, 1), Endpoint(0), 5, 0)};
-  late[0].want_checksum = true;
+  std::vector<TransferRequest> late = {Request(Direction::kRead, Split(big, 1), Endpoint(0), 5, 0)};
+  late[0].proof = Proof::kDeliveredBytes;
   auto lr = engine_->Submit(late, RealClock::Get().NowMs() - 1);
   EXPECT_FALSE(lr[0].status.ok());
   EXPECT_FALSE(lr[0].checksum.has_value());

@@ -37,9 +37,9 @@ inline std::vector<LocalBuffer> Split(std::vector<char>& buf, int pieces) {
   return out;
 }
 
-inline TransferRequest Request(OpKind op, std::vector<LocalBuffer> local, std::string endpoint,
+inline TransferRequest Request(Direction op, std::vector<LocalBuffer> local, std::string endpoint,
                                uint64_t segment, uint64_t offset) {
-  return TransferRequest{op, std::move(local), std::move(endpoint), segment, offset};
+  return TransferRequest{op, std::move(local), std::move(endpoint), SegmentRange{segment, offset}};
 }
 
 inline double SecondsSince(std::chrono::steady_clock::time_point start) {

@@ -18,8 +18,8 @@
 namespace mc::client {
 namespace {
 
+using transfer::Direction;
 using transfer::LocalBuffer;
-using transfer::OpKind;
 using transfer::TransferRequest;
 using transfer::TransferResult;
 using transfer::rdma::DeviceAttributes;
@@ -38,6 +38,20 @@ class NoConnector final : public transfer::rdma::RdmaConnector {
                                                         std::span<const uint32_t>) override {
     return McError(Code::kUnavailable, "no peers");
   }
+};
+
+// The engine's registration seam over the bare client transport (what TransferEngine does for
+// each of its transports).
+class TransportRegistrar final : public transfer::MemoryRegistrar {
+ public:
+  explicit TransportRegistrar(transfer::Transport& transport) : transport_(transport) {}
+  absl::Status RegisterMemory(void* base, uint64_t length, transfer::MemoryAccess access) override {
+    return transport_.RegisterMemory(base, length, access);
+  }
+  void UnregisterMemory(void* base) override { transport_.UnregisterMemory(base); }
+
+ private:
+  transfer::Transport& transport_;
 };
 
 BufferRef Memfd(uint64_t size) {
@@ -64,18 +78,18 @@ class BufferRegistryRdma : public ::testing::Test {
     connector_.AddPeer(kPeer, server_.get());
     client_ = std::make_unique<RdmaTransport>(transfer::rdma::RdmaTransportOptions{},
                                               std::move(client_dev), connector_);
+    registrar_ = std::make_unique<TransportRegistrar>(*client_);
     segment_.resize(1 << 16);
     for (size_t i = 0; i < segment_.size(); ++i) segment_[i] = static_cast<char>(i * 13 + 1);
     ASSERT_TRUE(server_->ExportSegment(kSegment, segment_.data(), segment_.size()).ok());
   }
 
-  TransferResult Move(OpKind op, char* local, uint64_t length, uint64_t offset) {
+  TransferResult Move(Direction op, char* local, uint64_t length, uint64_t offset) {
     TransferRequest r;
-    r.op = op;
+    r.direction = op;
     r.local = {LocalBuffer{local, length}};
     r.endpoint = kPeer;
-    r.segment_id = kSegment;
-    r.offset = offset;
+    r.target = transfer::SegmentRange{kSegment, offset};
     const TransferRequest* ptr = &r;
     std::vector<TransferResult> results(1);
     client_->Submit(std::span<const TransferRequest* const>(&ptr, 1), results, 0);
@@ -89,11 +103,12 @@ class BufferRegistryRdma : public ::testing::Test {
   std::vector<char> segment_;
   std::unique_ptr<RdmaTransport> server_;
   std::unique_ptr<RdmaTransport> client_;
+  std::unique_ptr<TransportRegistrar> registrar_;
 };
 
 TEST_F(BufferRegistryRdma, BufferIsALocalOnlyRegionUntilItsLastReferenceGoes) {
   BufferRegistry reg;
-  reg.AttachRdma(client_.get());
+  reg.AttachRegistrar(registrar_.get());
   auto handle = reg.Stage(Memfd(1 << 15), "alice");
   ASSERT_TRUE(handle.ok()) << handle.status();
   auto id = reg.Claim(*handle);
@@ -104,11 +119,11 @@ TEST_F(BufferRegistryRdma, BufferIsALocalOnlyRegionUntilItsLastReferenceGoes) {
   BufferRef ref;
   auto dst = reg.Resolve(*id, 4096, 8192, &ref, "alice");
   ASSERT_TRUE(dst.ok()) << dst.status();
-  TransferResult get = Move(OpKind::kRead, *dst, 8192, 100);
+  TransferResult get = Move(Direction::kRead, *dst, 8192, 100);
   ASSERT_TRUE(get.status.ok()) << get.status;
   EXPECT_EQ(0, std::memcmp(*dst, segment_.data() + 100, 8192));
   std::memset(*dst, 0x5c, 1000);
-  TransferResult put = Move(OpKind::kWrite, *dst, 1000, 30000);
+  TransferResult put = Move(Direction::kWrite, *dst, 1000, 30000);
   ASSERT_TRUE(put.status.ok()) << put.status;
   EXPECT_EQ(segment_[30000], 0x5c);
   EXPECT_EQ(segment_[30999], 0x5c);
@@ -122,13 +137,13 @@ TEST_F(BufferRegistryRdma, BufferIsALocalOnlyRegionUntilItsLastReferenceGoes) {
   EXPECT_EQ(reg.RdmaBytes(), 0u);
   // Memory no region covers any more (the buffer is unmapped too): a request on it fails.
   std::vector<char> unregistered(4096);
-  EXPECT_EQ(ToCode(Move(OpKind::kRead, unregistered.data(), 4096, 0).status),
+  EXPECT_EQ(ToCode(Move(Direction::kRead, unregistered.data(), 4096, 0).status),
             Code::kInvalidArgument);
 }
 
 TEST_F(BufferRegistryRdma, ReleaseOwnerDeregistersItsBuffers) {
   BufferRegistry reg;
-  reg.AttachRdma(client_.get());
+  reg.AttachRegistrar(registrar_.get());
   ASSERT_TRUE(reg.Stage(Memfd(8192), "alice").ok());
   auto h = reg.Stage(Memfd(8192), "alice");
   ASSERT_TRUE(h.ok());
@@ -141,7 +156,7 @@ TEST_F(BufferRegistryRdma, ReleaseOwnerDeregistersItsBuffers) {
 
 TEST_F(BufferRegistryRdma, BuffersPastTheBudgetStayUsableOverTcp) {
   BufferRegistry reg(BufferRegistryOptions{.max_rdma_bytes = 12288});
-  reg.AttachRdma(client_.get());
+  reg.AttachRegistrar(registrar_.get());
   auto a = reg.Stage(Memfd(8192), "alice");
   auto b = reg.Stage(Memfd(8192), "alice");
   ASSERT_TRUE(a.ok() && b.ok());
@@ -154,12 +169,12 @@ TEST_F(BufferRegistryRdma, BuffersPastTheBudgetStayUsableOverTcp) {
   auto mem = reg.Resolve(*id, 0, 8192, &ref, "alice");
   ASSERT_TRUE(mem.ok()) << mem.status();
   TransferRequest r;
-  r.op = OpKind::kRead;
+  r.direction = Direction::kRead;
   r.local = {LocalBuffer{*mem, 8192}};
   EXPECT_FALSE(client_->LocalBuffersRegistered(r));  // the registry routes it to tcp
 
   BufferRegistry none(BufferRegistryOptions{.max_rdma_bytes = 0});
-  none.AttachRdma(client_.get());
+  none.AttachRegistrar(registrar_.get());
   ASSERT_TRUE(none.Stage(Memfd(4096), "bob").ok());
   EXPECT_EQ(none.RdmaBytes(), 0u);
   EXPECT_EQ(client_->local_regions_for_test(), 1u);
@@ -167,7 +182,7 @@ TEST_F(BufferRegistryRdma, BuffersPastTheBudgetStayUsableOverTcp) {
 
 TEST_F(BufferRegistryRdma, RefusedStageLeavesNoRegion) {
   BufferRegistry reg(BufferRegistryOptions{.max_buffers_per_owner = 1});
-  reg.AttachRdma(client_.get());
+  reg.AttachRegistrar(registrar_.get());
   ASSERT_TRUE(reg.Stage(Memfd(4096), "alice").ok());
   EXPECT_FALSE(reg.Stage(Memfd(4096), "alice").ok());
   EXPECT_EQ(client_->local_regions_for_test(), 1u);

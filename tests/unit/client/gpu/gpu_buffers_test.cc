@@ -8,10 +8,10 @@
 
 #include "client/gpu/gpu_fd_tickets.h"
 #include "client/store/gpu_buffer_service.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
 #include "tests/fakes/fake_cuda.h"
-#include "transfer/cuda/cuda_transport.h"
 #include "transfer/transfer_engine.h"
 
 namespace mc::client {
@@ -222,18 +222,20 @@ TEST(GpuBuffersTransport, RegisteredBuffersAreRoutedToTheCudaTransport) {
   std::vector<char> segment(1 << 20, 'x');
   transfer::SegmentTable table;
   table.Add(1, segment.data(), segment.size());
+  MetricsRegistry metrics;
   transfer::TransferEngineOptions options;
   options.local_endpoint = "10.0.0.1:7000";
-  options.cuda_device = 0;
+  options.metrics = &metrics;
+  options.cuda.device = 0;
   FakeCudaApi* fake = nullptr;
-  options.cuda_api_factory = [&fake] {
+  options.cuda.api_factory = [&fake] {
     auto api = std::make_unique<FakeCudaApi>();
     fake = api.get();
     return api;
   };
   transfer::TransferEngine engine(options, table);
-  ASSERT_NE(engine.cuda(), nullptr);
-  GpuBufferRegistry registry(engine.cuda()->api(), engine.cuda());
+  ASSERT_NE(engine.gpu(), nullptr);
+  GpuBufferRegistry registry(engine.gpu()->api(), engine.gpu());
   char* alloc = fake->AllocDevice(65536);
   const auto handle = fake->ExportIpc(alloc, 65536);
   GpuBufferSpec spec;
@@ -245,20 +247,29 @@ TEST(GpuBuffersTransport, RegisteredBuffersAreRoutedToTheCudaTransport) {
   auto addr = registry.Resolve(*id, 0, 65536, &ref);
   ASSERT_TRUE(addr.ok());
   transfer::TransferRequest read;
-  read.op = transfer::OpKind::kRead;
+  read.direction = transfer::Direction::kRead;
   read.local = {transfer::LocalBuffer{reinterpret_cast<char*>(*addr), 65536}};
   read.endpoint = options.local_endpoint;
-  read.segment_id = 1;
-  read.offset = 0;
-  read.want_checksum = true;
-  EXPECT_TRUE(engine.cuda()->HandlesRequest(read));
+  read.target = transfer::SegmentRange{1, 0};
+  read.proof = transfer::Proof::kDeliveredBytes;
+  auto read_bytes = [&](const std::string& transport) {
+    return metrics
+        .GetCounter("mc_transfer_bytes_total", "", {{"transport", transport}, {"op", "read"}})
+        .Value();
+  };
   auto results = engine.Submit(std::vector<transfer::TransferRequest>{read});
   ASSERT_TRUE(results[0].status.ok()) << results[0].status;
   EXPECT_EQ(results[0].bytes, 65536u);
   EXPECT_EQ(fake->copies(), 1u);
+  EXPECT_EQ(read_bytes("cuda"), 65536u);
   ref.reset();
   ASSERT_TRUE(registry.Unregister(*id).ok());
-  EXPECT_FALSE(engine.cuda()->HandlesRequest(read));  // the range left with the buffer
+  // The range left with the buffer: the same request (into what the fake's memory still is) is
+  // no longer the cuda transport's.
+  results = engine.Submit(std::vector<transfer::TransferRequest>{read});
+  EXPECT_EQ(fake->copies(), 1u);
+  EXPECT_EQ(read_bytes("cuda"), 65536u);
+  EXPECT_EQ(read_bytes("local"), 65536u);
 }
 
 TEST(GpuBufferServiceTest, ServiceTranslatesRequestsAndRejectsUnknownVersions) {

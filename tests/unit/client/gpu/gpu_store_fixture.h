@@ -40,7 +40,7 @@ class GpuStore : public ClientFixture {
   // `engine`: GpuEngineOptions() with changes (e.g. an rdma device).
   explicit GpuStore(transfer::TransferEngineOptions engine)
       : ClientFixture(FakeMasterClient::DefaultOptions(), std::move(engine)),
-        cuda_(*engine_.cuda()),
+        cuda_(*engine_.gpu()),
         fake_(static_cast<FakeCudaApi&>(cuda_.api())),
         gpu_(cuda_.api(), &cuda_),
         gpu_service_(gpu_, cuda_.api()),
@@ -57,9 +57,9 @@ class GpuStore : public ClientFixture {
 
   static transfer::TransferEngineOptions GpuEngineOptions() {
     transfer::TransferEngineOptions o = EngineOptions();
-    o.cuda_device = 0;
-    o.cuda_streams = 2;
-    o.cuda_api_factory = [] { return std::make_unique<FakeCudaApi>(1); };
+    o.cuda.device = 0;
+    o.cuda.streams = 2;
+    o.cuda.api_factory = [] { return std::make_unique<FakeCudaApi>(1); };
     return o;
   }
 
@@ -163,7 +163,7 @@ class GpuStore : public ClientFixture {
 
   static constexpr uint64_t kStagingBytes = 256 << 10;
   static constexpr uint64_t kGetStagingBytes = 64 << 10;
-  transfer::cuda::CudaTransport& cuda_;
+  transfer::GpuTransfers& cuda_;
   FakeCudaApi& fake_;
   GpuBufferRegistry gpu_;
   GpuBufferService gpu_service_;

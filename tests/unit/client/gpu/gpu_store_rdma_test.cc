@@ -38,12 +38,12 @@ class GpuStoreRdma : protected VerbsWorld, public GpuStore {
 
   static transfer::TransferEngineOptions RdmaEngineOptions(VerbsWorld& world) {
     transfer::TransferEngineOptions o = GpuEngineOptions();
-    o.rdma_device_factory = [&world] {
+    o.rdma.device_factory = [&world] {
       auto d = std::make_unique<FakeVerbsDevice>(world.network, SmallFakeDeviceAttributes());
       world.local_device = d.get();
       return d;
     };
-    o.rdma_connector = &world.connector;
+    o.rdma.connector = &world.connector;
     return o;
   }
 

@@ -127,8 +127,10 @@ TEST_F(IndexHandler, ServesFramesAndAnswersHostilePayloads) {
   eo.transport = "tcp";
   transfer::TransferEngine engine(eo, local);
   auto send = [&](std::string payload) {
-    transfer::TransferRequest r{
-        transfer::OpKind::kIndex, {{payload.data(), payload.size()}}, server.endpoint(), 0, 0};
+    transfer::TransferRequest r{transfer::Direction::kWrite,
+                                {{payload.data(), payload.size()}},
+                                server.endpoint(),
+                                transfer::IndexNotice{}};
     return engine.Submit({&r, 1})[0];
   };
   std::vector<IndexNoticeEntry> entries = {Entry(kSegA, 0, 1), Entry(kSegA, 200, 2)};
