@@ -632,13 +632,12 @@ void BatchGetter::RepairReplicas(Batch& batch) {
     bytes += size;
     copies.push_back(std::make_unique<char[]>(size));
     const v1::Replica& rep = plan.lookup->replicas(r);
-    reads.push_back({transfer::OpKind::kRead,
+    reads.push_back({transfer::Direction::kRead,
                      {LocalBuffer{copies.back().get(), size}},
                      rep.data_endpoint(),
-                     rep.segment_id(),
-                     rep.offset()});
+                     transfer::SegmentRange{rep.segment_id(), rep.offset()}});
     reads.back().capability = rep.capability();
-    reads.back().want_checksum = true;
+    reads.back().proof = transfer::Proof::kDeliveredBytes;
     read_of.emplace_back(p, r);
     deadline = std::min(deadline, plan.deadline_ms);
   }
