@@ -53,10 +53,10 @@ struct ClientServerOptions {
   StoreServiceOptions store;      // client_id is filled in
   uint32_t get_lease_ttl_ms = 0;  // read lease asked by BatchGet; 0 = master default
   int64_t master_rpc_timeout_ms = 10'000;
-  int64_t lease_release_delay_us = 1000;     // GrpcMasterClientOptions::release_delay_us
-  int64_t put_no_space_wait_ms = 100;        // BatchPutOptions::no_space_wait_ms
-  int64_t put_write_timeout_ms = 10'000;     // BatchPutOptions::write_timeout_ms
-  int64_t put_write_back_wait_ms = 10'000;   // BatchPutOptions::write_back_wait_ms
+  int64_t lease_release_delay_us = 1000;    // GrpcMasterClientOptions::release_delay_us
+  int64_t put_no_space_wait_ms = 100;       // BatchPutOptions::no_space_wait_ms
+  int64_t put_write_timeout_ms = 10'000;    // BatchPutOptions::write_timeout_ms
+  int64_t put_write_back_wait_ms = 10'000;  // BatchPutOptions::write_back_wait_ms
   // A holder that refused a connection is skipped this long by gets and puts (HolderBackoff);
   // 0 = never skipped.
   int64_t holder_backoff_ms = 2000;

@@ -396,7 +396,7 @@ void BatchGetter::TransferRounds(Batch& batch) {
             {transfer::Direction::kRead, ReadInto(batch, plan), rep.data_endpoint(),
              transfer::DiskRecord{plan.lookup->generation(), rep.offset(), DiskKeyTag(plan.key)}});
       }
-      reqs.back().capability = rep.capability();  // the master's read grant, if any
+      reqs.back().capability = rep.capability();             // the master's read grant, if any
       reqs.back().proof = transfer::Proof::kDeliveredBytes;  // hashed as the bytes land
       owner.push_back(p);
       deadline = std::min(deadline, plan.deadline_ms);

@@ -220,7 +220,7 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
   }
   // Write every replica of every placed item in one submission.
   std::vector<transfer::TransferRequest> writes;
-  std::vector<size_t> write_owner;  // position in `started`
+  std::vector<size_t> write_owner;               // position in `started`
   std::vector<const std::string*> write_holder;  // the replica's client id (in `placed`)
   std::vector<absl::Status> write_status(started.size());
   // Direct GPU items written from a host copy after all (a deque: the writes point into it).
