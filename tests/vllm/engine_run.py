@@ -263,9 +263,12 @@ def main():
         os.makedirs(args.dump, exist_ok=True)
     for n, phase in enumerate(args.phases.split(",")):
         if args.pause_dir and n > 0:
+            print("phase %d (%s) waits for its go at %.3f" % (n, phase, time.time()), flush=True)
             wait_for_go(args.pause_dir, n, {
                 "key_prefix": conn._worker.prefix.decode() if conn else "",
                 "phases": result["phases"]})
+        if args.pause_dir:
+            print("phase %d (%s) starts at %.3f" % (n, phase, time.time()), flush=True)
         w0 = len(conn._worker.loaded_log) if conn else 0
         s0 = len(conn._worker.saved_log) if conn else 0
         l0 = len(conn._worker.load_times) if conn else 0
