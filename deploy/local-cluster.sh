@@ -3,6 +3,10 @@
 # ready files in one run directory.
 #   ./deploy/local-cluster.sh start N   (default 2)
 #   ./deploy/local-cluster.sh status
+#   ./deploy/local-cluster.sh restart master|clientI [--kill]
+#       stops one daemon (SIGTERM; --kill: SIGKILL, a crash) and starts it again with the same
+#       flags, socket and id (the master on the same gRPC port); returns once it serves again:
+#       a client registered with the master, every client registered again with a new master
 #   ./deploy/local-cluster.sh stop
 # Environment: MC_BUILD_DIR (default build), MC_RUN_DIR (default run/cluster),
 #   MC_SEGMENT_SIZE bytes per client (default 268435456), MC_CLIENT_ARGS / MC_MASTER_ARGS extra flags,
@@ -36,6 +40,75 @@ wait_ready() {  # wait_ready FILE PID NAME
     sleep 0.1
   done
   echo "local-cluster: $3 not ready after 10 s (log: $run/$3.log)" >&2
+  return 1
+}
+
+launch() {  # launch NAME COMMAND...: starts a daemon in the background, keeps its command line
+  local name="$1"
+  shift
+  printf '%s\0' "$@" >"$run/$name.cmd"
+  "$@" >"$run/$name.log" 2>&1 &
+  echo $! >"$run/$name.pid"
+}
+
+stop_one() {  # stop_one NAME [SIGNAL]: ends a daemon and waits for it (bounded)
+  local pidfile="$run/$1.pid" sig="${2:-TERM}"
+  [[ -e "$pidfile" ]] || return 0
+  local pid
+  pid=$(cat "$pidfile")
+  kill "-$sig" "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$pidfile"
+}
+
+registrations() {  # registrations: "client1=N client2=M ..." (mc_client_registrations)
+  local out=""
+  for f in "$run"/client*.json; do
+    [[ -e "$f" ]] || continue
+    local n
+    n=$(curl -fsS "http://$(field "$f" http)/metrics" 2>/dev/null |
+      awk '$1 == "mc_client_registrations" {print $2}')
+    out+="$(basename "$f" .json)=${n:-0} "
+  done
+  echo "$out"
+}
+
+restart() {  # restart master|clientI [--kill]
+  local name="$1" sig=TERM
+  [[ "${2:-}" == "--kill" ]] && sig=KILL
+  [[ -s "$run/$name.cmd" ]] || { echo "local-cluster: no daemon $name in $run" >&2; exit 1; }
+  local cmd=()
+  while IFS= read -r -d '' arg; do cmd+=("$arg"); done <"$run/$name.cmd"
+  local before
+  before=$(registrations)
+  if [[ "$name" == master ]]; then
+    # Same gRPC port: the clients know the master by it (absl takes the last --listen).
+    cmd+=(--listen "$(field "$run/master.json" grpc)")
+  fi
+  stop_one "$name" "$sig"
+  rm -f "$run/$name.json"
+  "${cmd[@]}" >>"$run/$name.log" 2>&1 &
+  echo $! >"$run/$name.pid"
+  wait_ready "$run/$name.json" "$(cat "$run/$name.pid")" "$name"
+  # Serving again means registered: a restarted client (with its old id: once the master lets
+  # it take over), every client with a restarted master.
+  local deadline=$((SECONDS + 60))
+  while ((SECONDS < deadline)); do
+    local now ok=1
+    now=$(registrations)
+    for entry in $now; do
+      local client="${entry%%=*}" count="${entry#*=}" old=0
+      for b in $before; do [[ "${b%%=*}" == "$client" ]] && old="${b#*=}"; done
+      if [[ "$name" == master || "$name" == "$client" ]]; then
+        [[ "$name" == "$client" ]] && old=0   # a new process counts from 0
+        ((count > old)) || ok=0
+      fi
+    done
+    ((ok)) && { echo "local-cluster: $name restarted (registrations: $now)"; return 0; }
+    sleep 0.1
+  done
+  echo "local-cluster: $name restarted but not every client registered again within 60 s" >&2
   return 1
 }
 
@@ -74,20 +147,17 @@ start() {
     fi
     auth=(--cluster_secret_file "$run/cluster.secret")
   fi
-  "$build/master/mc-master" --listen 127.0.0.1:0 --http 127.0.0.1:0 "${auth[@]}" \
-    --ready_file "$run/master.json" ${MC_MASTER_ARGS:-} >"$run/master.log" 2>&1 &
-  echo $! >"$run/master.pid"
+  launch master "$build/master/mc-master" --listen 127.0.0.1:0 --http 127.0.0.1:0 "${auth[@]}" \
+    --ready_file "$run/master.json" ${MC_MASTER_ARGS:-}
   wait_ready "$run/master.json" "$(cat "$run/master.pid")" master
   local master
   master=$(field "$run/master.json" grpc)
   for i in $(seq 1 "$n"); do
     local per="MC_CLIENT${i}_ARGS"
-    "$build/client/mc-client" --master "$master" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
-      --data 127.0.0.1:0 --unix_socket "$run/client$i.sock" --client_id "client$i" "${auth[@]}" \
-      --store_token_file "$run/store.token" \
-      --segment_size "$segment" --ready_file "$run/client$i.json" ${MC_CLIENT_ARGS:-} \
-      ${!per:-} >"$run/client$i.log" 2>&1 &
-    echo $! >"$run/client$i.pid"
+    launch "client$i" "$build/client/mc-client" --master "$master" --listen 127.0.0.1:0 \
+      --http 127.0.0.1:0 --data 127.0.0.1:0 --unix_socket "$run/client$i.sock" \
+      --client_id "client$i" "${auth[@]}" --store_token_file "$run/store.token" \
+      --segment_size "$segment" --ready_file "$run/client$i.json" ${MC_CLIENT_ARGS:-} ${!per:-}
   done
   for i in $(seq 1 "$n"); do
     wait_ready "$run/client$i.json" "$(cat "$run/client$i.pid")" "client$i"
@@ -111,5 +181,6 @@ case "${1:-}" in
   start) start "${2:-2}" ;;
   stop) stop ;;
   status) status ;;
-  *) echo "usage: $0 start [N] | status | stop" >&2; exit 2 ;;
+  restart) restart "${2:?restart master|clientI [--kill]}" "${3:-}" ;;
+  *) echo "usage: $0 start [N] | status | restart master|clientI [--kill] | stop" >&2; exit 2 ;;
 esac

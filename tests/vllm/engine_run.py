@@ -61,6 +61,8 @@ def make_llm(args):
         kwargs.update(tensor_parallel_size=args.tp, distributed_executor_backend="mp")
     if not args.no_connector:
         kwargs["kv_transfer_config"] = ktc
+    if getattr(args, "log_stats", False):
+        kwargs["disable_log_stats"] = False
     with open(os.path.join(args.model, "config.json")) as f:
         mla = "kv_lora_rank" in json.load(f)
     if mla:
@@ -215,6 +217,9 @@ def main():
                     help="publish vLLM's KV events on tcp://127.0.0.1:PORT and record, per "
                          "phase, what a subscriber received of the connector's")
     ap.add_argument("--dump", default="")
+    ap.add_argument("--log-stats", action="store_true",
+                    help="vLLM's stats on: the output gets the connector's counters as "
+                         "LLM.get_metrics() reports them (vllm:mcstore_*)")
     ap.add_argument("--kv-role", default="kv_both",
                     choices=("kv_both", "kv_producer", "kv_consumer"))
     ap.add_argument("--pause-dir", default="",
@@ -341,6 +346,9 @@ def main():
                         f.write(data)
         result["phases"]["%s#%d" % (phase, n) if args.pause_dir else phase] = ph
     result["fault_log"] = FAULT_LOG
+    if args.log_stats:
+        result["vllm_metrics"] = {m.name: getattr(m, "value", None) for m in llm.get_metrics()
+                                  if m.name.startswith("vllm:mcstore")}
     with open(args.out, "w") as f:
         json.dump(result, f)
     if conn is not None:

@@ -233,7 +233,7 @@ def test_prefill_and_decode_engines_share_kv_through_the_store(env, workdir, mod
     prefill = run_engine(env, workdir, "prefill", models["a"], address(cluster, 0), prompts_file,
                          "cold,warm", "--kv-role", "kv_producer", "--namespace", "pd")
     decode = run_engine(env, workdir, "decode", models["a"], address(cluster, 1), prompts_file,
-                        "each", "--kv-role", "kv_consumer", "--namespace", "pd")
+                        "each", "--kv-role", "kv_consumer", "--namespace", "pd", "--log-stats")
     cold = prefill["phases"]["cold"]
     assert cold["sched"].get("lookups", 0) == 0, "a producer never looks up"
     assert cold["worker"]["save_blocks"] > 0
@@ -244,3 +244,9 @@ def test_prefill_and_decode_engines_share_kv_through_the_store(env, workdir, mod
     assert each["worker"].get("load_error_blocks", 0) == 0
     assert each["outputs"] == prefill["phases"]["warm"]["outputs"]
     leases_back_to_zero(cluster)
+    # What an operator reads through vLLM (LLM.get_metrics(), `vllm serve`'s /metrics): the
+    # connector's counters, the scheduler's lookups and the worker's loads alike.
+    vm = decode["vllm_metrics"]
+    print("vllm:mcstore metrics of the decode engine: %s" % vm)
+    assert vm["vllm:mcstore_load_blocks"] == sum(loads)
+    assert vm["vllm:mcstore_lookup_hit_blocks"] >= sum(loads)

@@ -81,7 +81,7 @@ def worker(record_blocks=False):
     w.cfg.update(unavailable_backoff_s=2.0, address="unix:/test.sock")
     w.lock = threading.Lock()
     w.reg_lock = threading.RLock()
-    w.reg_gen, w.next_reregister = 0, 0.0
+    w.reg_gen, w.next_reregister, w.saves_paused_until = 0, 0.0, 0.0
     w.failed, w.store_down, w.removed, w.buffer_ids = [], False, [], []
     w.interval = MCStoreConnectorStats()
     w.totals = defaultdict(float)

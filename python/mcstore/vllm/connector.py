@@ -364,12 +364,47 @@ class MCStoreConnector(KVConnectorBase_V1):
     def build_kv_connector_stats(cls, data: Optional[dict[str, Any]] = None):
         return MCStoreConnectorStats(data=dict(data or {}))
 
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: "VllmConfig", metric_types: dict[type, type],
+                           labelnames: list[str], per_engine_labelvalues: dict[int, list[object]]):
+        """The connector's counters as vLLM Prometheus counters (vllm:mcstore_<counter>_total),
+        so that `vllm serve`'s /metrics and an offline `LLM(...).get_metrics()` (with
+        disable_log_stats=False) report them: lookups and hits (the scheduler's), loads, saves,
+        failures and re-registrations (the workers', summed)."""
+        return _MCStorePromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
     # -- introspection (tests, benchmarks) -----------------------------------------------
     @property
     def totals(self) -> dict[str, float]:
         """Counters since start (this side of the connector)."""
         side = self._worker or self._sched
         return dict(side.totals)
+
+
+def _prom_base():
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics
+    return KVConnectorPromMetrics
+
+
+class _MCStorePromMetrics(_prom_base()):
+    """One vLLM Prometheus counter per connector counter (MCStoreConnectorStats)."""
+
+    def __init__(self, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+        from vllm.v1.metrics.utils import create_metric_per_engine
+        self._counters = {}
+        for key in _STAT_KEYS:
+            counter = self._counter_cls(
+                name="vllm:mcstore_%s_total" % key,
+                documentation="MCStoreConnector: %s (docs/vllm.md, Metrics)" % key,
+                labelnames=labelnames)
+            self._counters[key] = create_metric_per_engine(counter, self.per_engine_labelvalues)
+
+    def observe(self, transfer_stats_data: dict[str, Any], engine_idx: int = 0):
+        for key, value in (transfer_stats_data or {}).items():
+            per_engine = self._counters.get(key)
+            if per_engine is not None and value:
+                per_engine[engine_idx].inc(value)
 
 
 def _client(cfg: dict[str, Any]):

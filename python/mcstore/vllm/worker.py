@@ -84,6 +84,7 @@ class WorkerSide:
         self.reg_lock = threading.RLock()
         self.reg_gen = 0
         self.next_reregister = 0.0
+        self.saves_paused_until = 0.0   # the store unavailable: saves skipped until then
         # (req, block id, hash) of each block loaded OK / saved, kept only with record_blocks
         # (tests, debugging): they grow with every block moved.
         self.record_blocks = bool(self.cfg["record_blocks"])
@@ -462,6 +463,12 @@ class WorkerSide:
             with self.lock:
                 self._count({"lease_release_failures": 1})
 
+    def _pause_saves(self) -> None:
+        """Saves are skipped for unavailable_backoff_s (counted save_skipped_blocks), and the
+        scheduler pauses its lookups as long."""
+        self.saves_paused_until = time.monotonic() + float(self.cfg["unavailable_backoff_s"])
+        self.store_down = True
+
     def _note_store_error(self, e: BaseException) -> None:
         """A whole call failed: if the daemon is down or restarted, the scheduler is told (it
         then answers lookups as misses for a while instead of scheduling loads that fail)."""
@@ -504,6 +511,11 @@ class WorkerSide:
         t0 = time.perf_counter()
         st = defaultdict(float)
         stored: list[bytes] = []
+        if time.monotonic() < self.saves_paused_until:
+            # The store was found unavailable moments ago: a cache skips the save (a later
+            # miss) instead of sending every block into the same failure.
+            st["save_skipped_blocks"] += len(job.blocks)
+            return st, stored
         try:
             keys = [self._key(r.block_hash) for r in job.blocks]
             if ready is not None:
@@ -524,11 +536,16 @@ class WorkerSide:
                     stored.append(r.block_hash)
                 else:
                     st["save_error_blocks"] += 1
+                    if res.code.name == "UNAVAILABLE":
+                        self._pause_saves()   # the daemon answers, its master does not
                     log.warning("mcstore: save of block %d (request %s) failed: %s: %s",
                                 r.block_id, job.req_id, res.code.name, res.message)
         except Exception as e:
             st["save_error_blocks"] += len(job.blocks)
             self._note_store_error(e)
+            from mcstore import SessionLostError, UnavailableError
+            if isinstance(e, (UnavailableError, SessionLostError)):
+                self._pause_saves()
             log.warning("mcstore: save of %d blocks for request %s failed: %s",
                         len(job.blocks), job.req_id, e)
         st["save_s"] += time.perf_counter() - t0
