@@ -215,6 +215,7 @@ class Soak:
             for i in range(1, self.engines + 1):
                 sock = os.path.join(self.run_dir, "client%d.sock" % i)
                 procs.append(self.start_engine(i, "unix:" + sock))
+            self.wait_engines_up(procs)
             self.t0 = time.monotonic()
             faults = sorted(self.faults)
             next_sample = 0.0
@@ -255,10 +256,33 @@ class Soak:
         ref.wait(timeout=900)
         return self.report()
 
+    def wait_engines_up(self, procs, limit_s=900):
+        """Until every engine wrote its first stats line (its LLM is built): loading vLLM takes
+        from seconds to minutes on a loaded machine, and faults and windows count from here."""
+        deadline = time.monotonic() + limit_s
+        tags = ["engine%d" % i for i in range(1, self.engines + 1)]
+        while True:
+            for p in procs:
+                if p.poll() is not None:
+                    raise RuntimeError("an engine exited while starting (%s)" % p.returncode)
+            up = [t for t in tags if os.path.exists(os.path.join(self.workdir, t + ".stats"))
+                  and self._stats(t)]
+            if len(up) == len(tags):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("engines not up after %d s: %s" % (limit_s, up))
+            time.sleep(0.2)   # polling inside the deadline above
+
     # -- what the run shows ------------------------------------------------------------------
     def _stats(self, tag):
+        """The engine's lines, their "t" on the driver's axis (seconds since self.t0)."""
         with open(os.path.join(self.workdir, tag + ".stats")) as f:
-            return [json.loads(line) for line in f if line.strip()]
+            lines = [json.loads(line) for line in f if line.strip()]
+        if getattr(self, "t0", None) is not None:
+            for line in lines:
+                if "mono" in line:
+                    line["t"] = round(line["mono"] - self.t0, 3)
+        return lines
 
     def _outputs(self, tag):
         with open(os.path.join(self.workdir, tag + ".out")) as f:

@@ -21,13 +21,17 @@ from soak import DEFAULT_FAULTS, Soak, accumulate, per_minute
 
 
 def window(stats, t0, t1):
-    """(requests, hits) an engine completed between t0 and t1 (seconds of the soak)."""
+    """(requests, hits, requests per second) an engine completed between its stats lines at or
+    before t0 and t1 (seconds of the soak): a rate, so a window cut short by the end of the run
+    compares fairly with a whole one."""
     before = [s for s in stats if s["t"] <= t0]
     upto = [s for s in stats if s["t"] <= t1]
     if not upto:
-        return 0, 0
-    b = before[-1] if before else {"requests": 0, "hits": 0}
-    return upto[-1]["requests"] - b["requests"], upto[-1]["hits"] - b["hits"]
+        return 0, 0, 0.0
+    b = before[-1] if before else {"requests": 0, "hits": 0, "t": 0.0}
+    span = upto[-1]["t"] - b["t"]
+    n = upto[-1]["requests"] - b["requests"]
+    return n, upto[-1]["hits"] - b["hits"], (n / span if span > 0 else 0.0)
 
 
 def test_serving_soak(tmp_path):
@@ -73,8 +77,9 @@ def test_serving_soak(tmp_path):
         for name, e in rep["engines"].items():
             before = window(e["stats"], t - 20 * scale, t)
             after = window(e["stats"], t + f["took_s"] + 5, t + f["took_s"] + 5 + 20 * scale)
-            ratio = after[0] / before[0] if before[0] else None
-            print("after %s, %s: %s requests vs %s before (ratio %s), hits %d"
-                  % (f["fault"], name, after[0], before[0], ratio, after[1]))
+            ratio = after[2] / before[2] if before[2] else None
+            print("after %s, %s: %s requests (%.1f/s) vs %s before (%.1f/s), ratio %s, hits %d"
+                  % (f["fault"], name, after[0], after[2], before[0], before[2], ratio,
+                     after[1]))
             assert after[1] > 0, (f, name, after)
             assert ratio is None or ratio >= 0.5, (f, name, before, after)
