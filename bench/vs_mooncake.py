@@ -451,8 +451,16 @@ class Bench:
         segment = (segment + MiB - 1) // MiB * MiB
         base = {"batch": a.batch, "max_size": max(a.sizes), "seed": 1234}
         wenv = dict(os.environ)
+        mkenv = dict(wenv)
         if a.mooncake_checksum:
-            wenv["MOONCAKE_STORE_CHECKSUM"] = "1"
+            mkenv["MOONCAKE_STORE_CHECKSUM"] = "1"
+        for kv in a.mooncake_env:
+            k, _, v = kv.partition("=")
+            mkenv[k] = v
+        if a.mooncake_checksum or a.mooncake_env:
+            print("Mooncake nodes' environment: %s"
+                  % " ".join(a.mooncake_env + (["MOONCAKE_STORE_CHECKSUM=1"]
+                                               if a.mooncake_checksum else [])), flush=True)
         print("starting mcstore (deploy/local-cluster.sh, 2 daemons, segments of %s) and "
               "Mooncake (mooncake_master, 2 stores, segments of %s); logs in %s"
               % (fmt_size(segment), fmt_size(segment), self.run_dir), flush=True)
@@ -469,7 +477,7 @@ class Bench:
         for node in (1, 2):
             cfg = dict(base, master=master, segment_size=segment, local_buffer_size=64 * MiB)
             mk.nodes.append(Worker("mooncake-node%d" % node, "mooncake", node, cfg, self.run_dir,
-                                   wenv, a.timeout))
+                                   mkenv, a.timeout))
         print("Mooncake segments: node 1 %s, node 2 %s"
               % (mk.nodes[0].info.get("segment"), mk.nodes[1].info.get("segment")), flush=True)
 
@@ -497,9 +505,17 @@ class Bench:
         c1 = side.cpu()
         r["cpu"] = c1 - c0 - r["excluded_cpu"]
         if "placement" in r:
-            print("Mooncake replica of %s (put by node 1, %s): in %s"
-                  % (prefix + "-0", side.nodes[0].info.get("segment"), r["placement"]),
-                  flush=True)
+            # A replica names the transfer engine endpoint (P2P handshake RPC) of the process
+            # holding it; node 1's is in its log.
+            own = None
+            with open(side.nodes[0].log, errors="replace") as f:
+                for line in f:
+                    if "P2P handshake, listening on" in line:
+                        own = line.rsplit(" ", 1)[1].strip()
+            print("Mooncake replica of %s, put by node 1 (segment %s, endpoint %s): at %s%s"
+                  % (prefix + "-0", side.nodes[0].info.get("segment"), own, r["placement"],
+                     "" if own is None else (", node 1's own segment" if own == r["placement"]
+                                             else ", NOT node 1's own segment")), flush=True)
         return r
 
     def round_of(self, system, rnd, size, record):
@@ -646,8 +662,8 @@ def main():
     p.add_argument("--config", help=argparse.SUPPRESS)
     p.add_argument("--sizes", default="64KiB,1MiB,4MiB",
                    help="value sizes, comma-separated (default 64KiB,1MiB,4MiB)")
-    p.add_argument("--total", default="128MiB",
-                   help="bytes put (and got twice) per size and round (default 128MiB)")
+    p.add_argument("--total", default="256MiB",
+                   help="bytes put (and got twice) per size and round (default 256MiB)")
     p.add_argument("--rounds", type=int, default=3, help="measured rounds (default 3)")
     p.add_argument("--batch", type=int, default=16, help="values per batch call (default 16)")
     p.add_argument("--no-mc-bench", dest="mc_bench", action="store_false",
@@ -655,6 +671,11 @@ def main():
     p.add_argument("--mooncake-checksum", action="store_true",
                    help="run Mooncake's stores with MOONCAKE_STORE_CHECKSUM=1 (off by default "
                         "in Mooncake; mcstore always verifies)")
+    p.add_argument("--mooncake-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an environment variable for Mooncake's two store processes (repeatable),"
+                        " e.g. MC_TCP_ENABLE_CONNECTION_POOL=1")
+    p.add_argument("--keep-logs", action="store_true",
+                   help="keep bench/run/vs-mooncake-PID/ (daemon and node logs) after a good run")
     p.add_argument("--build-dir", default=os.environ.get("MC_BUILD_DIR",
                                                          os.path.join(ROOT, "build")))
     p.add_argument("--timeout", type=int, default=300,
@@ -665,6 +686,9 @@ def main():
         return 0
     a.sizes = [parse_size(s) for s in a.sizes.split(",") if s.strip()]
     a.total = parse_size(a.total)
+    for kv in a.mooncake_env:
+        if "=" not in kv or not kv.split("=", 1)[0].isidentifier():
+            p.error("--mooncake-env wants NAME=VALUE, got %r" % kv)
     if not a.sizes or min(a.sizes) <= 0 or max(a.sizes) > 64 * MiB:
         p.error("--sizes: each between 1 B and 64 MiB")
     if a.batch < 1 or a.batch > 1024 or a.rounds < 1 or a.total < 1:
@@ -689,7 +713,7 @@ def main():
         bench.stop()
         shutil.copy(os.path.join(bench.run_dir, "raw.log"),
                     os.path.join(HERE, "run", "last-vs_mooncake.log"))
-        if rc == 0:
+        if rc == 0 and not a.keep_logs:
             shutil.rmtree(bench.run_dir, ignore_errors=True)
         else:
             print("vs_mooncake: logs kept in %s" % bench.run_dir, file=sys.stderr)

@@ -2,7 +2,7 @@
 # mcstore against Mooncake Store on loopback (bench/vs_mooncake.py; see bench/README.md,
 # "Against Mooncake"). Prints figures, asserts nothing.
 #
-#   ./bench/vs_mooncake.sh [--sizes 64KiB,1MiB,4MiB] [--total 128MiB] [--rounds 3] [--batch 16]
+#   ./bench/vs_mooncake.sh [--sizes 64KiB,1MiB,4MiB] [--total 256MiB] [--rounds 3] [--batch 16]
 #                          [--no-mc-bench] [--mooncake-checksum]
 #
 # Makes (once, then reuses) a venv of its own with the pinned Mooncake wheel
