@@ -481,6 +481,25 @@ class Bench:
         print("Mooncake segments: node 1 %s, node 2 %s"
               % (mk.nodes[0].info.get("segment"), mk.nodes[1].info.get("segment")), flush=True)
 
+    def dead_daemons(self):
+        """Which daemons have exited, with their logs' ends (for a failed run's report)."""
+        out = []
+        if self.mm_proc is not None and self.mm_proc.poll() is not None:
+            log = os.path.join(self.run_dir, "mooncake_master.log")
+            out.append("mooncake_master exited (status %s); its log (%s):\n%s"
+                       % (self.mm_proc.returncode, log, log_tail(log, 15)))
+        mc = self.sides.get("mcstore")
+        for name, pid in (mc.daemons.items() if mc else ()):
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    alive = f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                alive = False
+            if not alive:
+                log = os.path.join(self.mc_run, name + ".log")
+                out.append("mcstore %s exited; its log (%s):\n%s" % (name, log, log_tail(log, 15)))
+        return out
+
     def stop(self):
         for side in self.sides.values():
             for w in side.nodes:
@@ -708,6 +727,8 @@ def main():
         bench.run()
     except Failure as e:
         print("vs_mooncake: %s" % e, file=sys.stderr)
+        for line in bench.dead_daemons():
+            print("vs_mooncake: %s" % line, file=sys.stderr)
         rc = 1
     finally:
         bench.stop()
