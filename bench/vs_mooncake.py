@@ -628,11 +628,18 @@ class Bench:
             rs = self.results.get((size, op, system))
             return med([r[field] for r in rs]) if rs else None
 
-        def ratio(size, op):
+        def ratios(size, op):
             mc = self.results.get((size, op, "mcstore"), [])
             mk = self.results.get((size, op, "mooncake"), [])
-            pairs = [x["gbs"] / y["gbs"] for x, y in zip(mc, mk) if y["gbs"] > 0]
-            return med(pairs) if pairs else None
+            return [x["gbs"] / y["gbs"] for x, y in zip(mc, mk) if y["gbs"] > 0]
+
+        def ratio(size, op):
+            r = ratios(size, op)
+            return med(r) if r else None
+
+        def spread(size, op):
+            r = ratios(size, op)
+            return "%.2f-%.2f" % (min(r), max(r)) if r else "-"
 
         def f(v, spec="%.3f"):
             return spec % v if v is not None else "-"
@@ -644,19 +651,20 @@ class Bench:
               "measured in %.0f s"
               % (self.mooncake_version(), a.rounds, fmt_size(a.total), a.batch, load[0], seconds))
         print("GB/s: bytes / time inside the batch calls; ratio: median of the rounds' "
-              "mcstore/Mooncake; CPU: all processes of the side, s per GB moved")
+              "mcstore/Mooncake (range: lowest-highest round); CPU: all processes of the side, "
+              "s per GB moved")
         print()
-        hdr = ("%-8s %-10s %12s %13s %13s %7s %11s %12s"
+        hdr = ("%-8s %-10s %12s %13s %13s %7s %11s %11s %12s"
                % ("value", "op", "mcstore GB/s", "mc-bench GB/s", "Mooncake GB/s", "ratio",
-                  "mc CPU s/GB", "Mk CPU s/GB"))
+                  "range", "mc CPU s/GB", "Mk CPU s/GB"))
         print(hdr)
         for size in a.sizes:
             for op in ("put", "get cross", "get local"):
-                print("%-8s %-10s %12s %13s %13s %7s %11s %12s"
+                print("%-8s %-10s %12s %13s %13s %7s %11s %11s %12s"
                       % (fmt_size(size), op, f(col(size, op, "mcstore", "gbs")),
                          f(col(size, op, "mc-bench", "gbs")), f(col(size, op, "mooncake", "gbs")),
-                         f(ratio(size, op), "%.2f"), f(col(size, op, "mcstore", "cpu")),
-                         f(col(size, op, "mooncake", "cpu"))))
+                         f(ratio(size, op), "%.2f"), spread(size, op),
+                         f(col(size, op, "mcstore", "cpu")), f(col(size, op, "mooncake", "cpu"))))
         small = min(a.sizes)
         print()
         print("p50 per-batch latency, %s local get (%d values per call): mcstore %s ms, "
