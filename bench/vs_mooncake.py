@@ -730,15 +730,17 @@ def main():
         raise SystemExit(128 + signum)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    rc = 0
+    rc = 1  # until the run finishes (an interrupt keeps the logs too)
     try:
         bench.run()
+        rc = 0
     except Failure as e:
         print("vs_mooncake: %s" % e, file=sys.stderr)
         for line in bench.dead_daemons():
             print("vs_mooncake: %s" % line, file=sys.stderr)
-        rc = 1
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut cleanup
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         bench.stop()
         shutil.copy(os.path.join(bench.run_dir, "raw.log"),
                     os.path.join(HERE, "run", "last-vs_mooncake.log"))
