@@ -158,6 +158,9 @@ class CorruptionTest(unittest.TestCase):
             for rnd_i in range(3):
                 stub = self.c.stub(0)
                 base = len(keys)
+                # Counted before the puts: 12 MiB into an 8 MiB segment make the puts wait for
+                # write-backs, and the last of them may all be done before the puts return.
+                before = self.c.offloads(0)
                 for i in range(base, base + 12):
                     # Unpaced: offloads run while puts keep coming (memory-only objects may be
                     # evicted before they are persisted; that is a miss, never wrong bytes).
@@ -166,9 +169,8 @@ class CorruptionTest(unittest.TestCase):
                     self.assertEqual(r.code, sc.OK, r.message)
                     keys.append(k)
                     values.append(v)
-                before = self.c.offloads(0)
                 harness.wait_until(lambda: self.c.offloads(0) > before, 30, interval_s=0.002,
-                                   what="offloads under way")
+                                   what="offloads of this round")
                 time.sleep(rnd.uniform(0, 0.03))  # somewhere inside the next record writes
                 self.c.stop_client(0, signal.SIGKILL)
                 self.c.start_client(0)
