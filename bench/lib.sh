@@ -93,6 +93,10 @@ mcbench() {
     esac
     prev="$a"
   done
+  # The local cluster's daemons (master and clients): their CPU per GB moved is printed too.
+  local pids=() f
+  for f in "$MC_RUN_DIR"/*.pid; do [[ -e "$f" ]] && pids+=("$(cat "$f")"); done
+  if [[ ${#pids[@]} -gt 0 ]]; then extra+=(--cpu_pids "$(IFS=,; echo "${pids[*]}")"); fi
   out="$("$tools/mc-bench" "$@" "${extra[@]}" 2>&1)" || rc=$?
   printf '%s\n' "$out" >>"$MC_RUN_DIR/bench.log"
   if [[ $rc -ne 0 ]]; then

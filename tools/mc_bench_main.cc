@@ -62,6 +62,9 @@ ABSL_FLAG(bool, stored, false,
           "get only: read the keys an earlier --keep --runs 1 run left (same --key_prefix, --keys, "
           "--value_size); nothing is put or removed");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the key choice");
+ABSL_FLAG(std::string, cpu_pids, "",
+          "comma-separated pids (the daemons) whose CPU seconds per GB moved are printed beside "
+          "mc-bench's own (daemons_cpu_s/GB; -1 = not measured)");
 ABSL_FLAG(bool, baseline, false, "measure memcpy and loopback TCP throughput instead");
 ABSL_FLAG(std::string, baseline_bytes, "1GiB", "memcpy source size (keep it well above the LLC)");
 ABSL_FLAG(std::string, baseline_blocks, "1MiB,4MiB,16MiB", "memcpy block sizes");
@@ -165,5 +168,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.seed = absl::GetFlag(FLAGS_seed);
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_cpu_pids), ',', absl::SkipEmpty())) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(part, &pid) || pid <= 0) {
+      std::fprintf(stderr, "bad --cpu_pids: '%s' is not a pid\n", std::string(part).c_str());
+      return 2;
+    }
+    o.cpu_pids.push_back(pid);
+  }
   return mc::bench::RunStoreBench(o, stdout);
 }

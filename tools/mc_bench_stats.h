@@ -2,9 +2,14 @@
 // latency percentiles and the median of repeated runs. Pure functions; thread-safe.
 #pragma once
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 namespace mc::bench {
@@ -39,6 +44,50 @@ inline double Median(std::vector<double> v) {
 
 inline double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// CPU seconds (user + system) this process has used so far.
+inline double OwnCpuSeconds() {
+  struct rusage u {};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+// CPU seconds (user + system, its threads included) process `pid` has used so far, from
+// /proc/PID/stat; a negative value when it cannot be read (gone, not ours to read).
+inline double ProcessCpuSeconds(int pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[1024];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
+  std::string stat(buf);
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  unsigned long long utime = 0, stime = 0;
+  // Fields 3.. follow ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt
+  // cmajflt utime stime.
+  if (std::sscanf(stat.c_str() + close + 1,
+                  " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2) {
+    return -1;
+  }
+  long ticks = sysconf(_SC_CLK_TCK);
+  return ticks > 0 ? static_cast<double>(utime + stime) / static_cast<double>(ticks) : -1;
+}
+
+// The summed CPU seconds of `pids` (negative when any cannot be read; none: 0).
+inline double ProcessesCpuSeconds(const std::vector<int>& pids) {
+  double sum = 0;
+  for (int pid : pids) {
+    double s = ProcessCpuSeconds(pid);
+    if (s < 0) return -1;
+    sum += s;
+  }
+  return sum;
 }
 
 }  // namespace mc::bench

@@ -154,6 +154,9 @@ struct Tally {
 struct PhaseResult {
   Tally total;
   double gbps = 0, wall_gbps = 0, items_per_s = 0, wall_s = 0;
+  // CPU seconds per GB moved: this process (its verification included) and --cpu_pids summed;
+  // negative when not measured.
+  double cpu_s_per_gb = -1, pids_cpu_s_per_gb = -1;
   LatencySummary lat;
 };
 
@@ -238,6 +241,8 @@ class Runner {
   PhaseResult Phase(int run, bool is_put) {
     std::vector<Tally> tallies(o_.threads);
     std::vector<std::thread> workers;
+    const double cpu0 = OwnCpuSeconds();
+    const double pids0 = o_.cpu_pids.empty() ? -1 : ProcessesCpuSeconds(o_.cpu_pids);
     auto t0 = std::chrono::steady_clock::now();
     for (int t = 0; t < o_.threads; ++t) {
       workers.emplace_back([this, t, run, is_put, &tallies] {
@@ -251,6 +256,8 @@ class Runner {
     for (auto& w : workers) w.join();
     PhaseResult r;
     r.wall_s = SecondsSince(t0);
+    const double cpu1 = OwnCpuSeconds();
+    const double pids1 = o_.cpu_pids.empty() ? -1 : ProcessesCpuSeconds(o_.cpu_pids);
     for (const Tally& t : tallies) {
       r.total.Add(t);
       r.total.busy_s += t.busy_s;
@@ -260,6 +267,11 @@ class Runner {
       }
     }
     if (r.wall_s > 0) r.wall_gbps = static_cast<double>(r.total.bytes) / r.wall_s / kGB;
+    const double gb = static_cast<double>(r.total.bytes) / kGB;
+    if (gb > 0) {
+      r.cpu_s_per_gb = (cpu1 - cpu0) / gb;
+      if (pids0 >= 0 && pids1 >= 0) r.pids_cpu_s_per_gb = (pids1 - pids0) / gb;
+    }
     r.lat = Summarize(r.total.latency_ms);
     return r;
   }
@@ -449,19 +461,20 @@ class Runner {
                  "mc-bench run=%d op=%s value_size=%llu batch=%d threads=%d dest=%s dup=%.2f "
                  "hit=%.2f gap_ms=%g rpcs=%llu items=%llu ok=%llu miss=%llu err=%llu "
                  "verify_fail=%llu wall_s=%.3f GB/s=%.3f wall_GB/s=%.3f items/s=%.1f p50_ms=%.3f "
-                 "p90_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
+                 "p90_ms=%.3f p99_ms=%.3f max_ms=%.3f cpu_s/GB=%.3f daemons_cpu_s/GB=%.3f\n",
                  run, op, static_cast<unsigned long long>(o_.value_size), o_.batch, o_.threads,
                  o_.shm ? "shm" : "inline", o_.duplicate_ratio, o_.hit_ratio, o_.get_gap_ms,
                  static_cast<unsigned long long>(t.rpcs), static_cast<unsigned long long>(t.items),
                  static_cast<unsigned long long>(t.ok), static_cast<unsigned long long>(t.miss),
                  static_cast<unsigned long long>(t.err),
                  static_cast<unsigned long long>(t.verify_fail), r.wall_s, r.gbps, r.wall_gbps,
-                 r.items_per_s, r.lat.p50_ms, r.lat.p90_ms, r.lat.p99_ms, r.lat.max_ms);
+                 r.items_per_s, r.lat.p50_ms, r.lat.p90_ms, r.lat.p99_ms, r.lat.max_ms,
+                 r.cpu_s_per_gb, r.pids_cpu_s_per_gb);
     std::fflush(out_);
   }
 
   void Summary(const char* op, const std::vector<PhaseResult>& runs) {
-    std::vector<double> gbps, items, p50, p90, p99;
+    std::vector<double> gbps, items, p50, p90, p99, cpu, pids_cpu;
     double max_ms = 0;
     uint64_t err = 0, vfail = 0;
     for (const PhaseResult& r : runs) {
@@ -470,6 +483,8 @@ class Runner {
       p50.push_back(r.lat.p50_ms);
       p90.push_back(r.lat.p90_ms);
       p99.push_back(r.lat.p99_ms);
+      cpu.push_back(r.cpu_s_per_gb);
+      pids_cpu.push_back(r.pids_cpu_s_per_gb);
       max_ms = std::max(max_ms, r.lat.max_ms);
       err += r.total.err;
       vfail += r.total.verify_fail;
@@ -477,11 +492,12 @@ class Runner {
     std::fprintf(out_,
                  "mc-bench summary op=%s runs=%zu value_size=%llu batch=%d threads=%d dest=%s "
                  "gap_ms=%g GB/s=%.3f items/s=%.1f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f "
-                 "max_ms=%.3f err=%llu verify_fail=%llu\n",
+                 "max_ms=%.3f err=%llu verify_fail=%llu cpu_s/GB=%.3f daemons_cpu_s/GB=%.3f\n",
                  op, runs.size(), static_cast<unsigned long long>(o_.value_size), o_.batch,
                  o_.threads, o_.shm ? "shm" : "inline", o_.get_gap_ms, Median(gbps), Median(items),
                  Median(p50), Median(p90), Median(p99), max_ms,
-                 static_cast<unsigned long long>(err), static_cast<unsigned long long>(vfail));
+                 static_cast<unsigned long long>(err), static_cast<unsigned long long>(vfail),
+                 Median(cpu), Median(pids_cpu));
   }
 
   const StoreBenchOptions& o_;

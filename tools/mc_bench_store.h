@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace mc::bench {
 
@@ -37,6 +38,7 @@ struct StoreBenchOptions {
   bool keep = false;            // leave the keys of the last run stored
   bool stored = false;          // get the keys a --keep run left: no put, no removal
   uint64_t seed = 1;
+  std::vector<int> cpu_pids;  // processes (the daemons) whose CPU per GB moved is printed too
 };
 
 // Returns 0 when every item ended as expected and verified, 1 otherwise, 2 on setup errors.
