@@ -25,7 +25,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -33,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "common/periodic_thread.h"
 
 namespace mc::master {
 
@@ -129,9 +129,8 @@ class LeaderElection final : public LeaderGate {
   mutable absl::Mutex mu_;
   Role role_ ABSL_GUARDED_BY(mu_) = Role::kStarting;
   std::string leader_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> on_lost_;
-  std::thread thread_;
+  PeriodicThread thread_;  // last: it runs Step() on the members above
 };
 
 }  // namespace mc::master
