@@ -125,6 +125,7 @@ class AuthTest(MasterFixture):
         self.assertEqual(started.replicas[0].data_endpoint, "127.0.0.1:%d" % (10000 + 2))
         # A restarted daemon (no token) gets the id once the old session is silent long enough.
         c1.stop_heartbeating()
+        # The takeover window runs on the master's clock and nothing signals its end: wait it out.
         time.sleep(TAKEOVER_MS / 1000 + 0.3)
         new = self.raw.RegisterClient(req, metadata=self.keys.register_metadata(req), timeout=5)
         self.assertNotEqual(new.session, c1.session)

@@ -201,7 +201,7 @@ def test_a_failed_block_is_a_miss_for_every_request_for_a_while():
     assert s.totals["lookup_negative_blocks"] == 4
     deadline = time.monotonic() + 10
     while s.negative and time.monotonic() < deadline:   # wait for the entry to expire
-        time.sleep(0.05)
+        time.sleep(0.05)  # the poll interval: the entry expires on the real clock
         s._negative_cut(s.reqs["b"], 6)
     s.reqs["b"].lookup = None
     c = Req("c", 6)
@@ -225,7 +225,7 @@ def test_a_store_that_is_down_pauses_lookups_instead_of_storming_it():
     assert s.totals["lookups_skipped_store_down"] == 20
     deadline = time.monotonic() + 10
     while time.monotonic() < s.paused_until and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.05)  # the poll interval: the pause ends on the real clock
     assert s.num_new_matched_tokens(Req("b", 4), 0) == (4 * 4, True)
     # A worker that found the daemon down pauses them too.
     s.on_output(type("Out", (), {"kv_connector_worker_meta": MCStoreWorkerMetadata(

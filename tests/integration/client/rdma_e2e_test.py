@@ -236,7 +236,7 @@ class RdmaEndToEndTest(cc.ClusterTestMixin, unittest.TestCase):
             t.join(timeout=3 * RPC_DEADLINE_S)
             raise
         self.c.clients[1].kill()
-        time.sleep(2.0)
+        time.sleep(2.0)  # reads go on at the dead peer for a while: their answers are tested
         stop.set()
         t.join(timeout=3 * RPC_DEADLINE_S)
         self.assertFalse(t.is_alive(), "a BatchGet never returned")

@@ -256,7 +256,7 @@ class FailoverTestBase(cc.ClusterTestMixin, unittest.TestCase):
                         self.answers[name] = self.answers.get(name, 0) + 1
                         if r.code == spb.OK:
                             self.acked.append((k, v, sent, now))
-                time.sleep(0.01)
+                time.sleep(0.01)  # paces the writer: a steady load across the failover
 
         self.threads = [
             threading.Thread(target=writer, args=(0, self.cluster.stub(0), 1), daemon=True),
