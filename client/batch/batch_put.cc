@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/batch/batch_get.h"
+#include "common/keys.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
@@ -36,10 +37,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
   for (size_t i = 0; i < items.size(); ++i) {
     out[i] = items[i].input_error;
     uint64_t size = TotalLength(items[i].pieces);
-    if (out[i].ok() && (items[i].key.empty() || items[i].key.size() > options_.max_key_size)) {
-      out[i] = McError(Code::kInvalidArgument, absl::StrCat("key length ", items[i].key.size(),
-                                                            " outside 1..", options_.max_key_size));
-    }
+    if (out[i].ok()) out[i] = ValidateKey(items[i].key);
     if (out[i].ok() && size == 0) out[i] = McError(Code::kInvalidArgument, "empty payload");
     if (out[i].ok() && replicas > options_.max_replicas) {
       out[i] = McError(Code::kInvalidArgument, absl::StrCat(replicas, " replicas asked"));
