@@ -1,4 +1,5 @@
-// Leader election among mc-masters through etcd (issue 16, standby masters).
+// Leader election among mc-masters through etcd (standby masters: docs/operations.md, "HA
+// deployment").
 //
 // A master run with etcd endpoints is a candidate: it serves only while it holds the election
 // key (prefix + "leader", value = its advertised gRPC address) bound to an etcd lease it keeps

@@ -3,12 +3,13 @@ and during batch gets (its keys fail, never OK; keys held by live clients stay O
 SIGKILLed during puts with two replicas (every put answered OK reads back exact), and the master
 is killed and restarted on the same port (clients re-register, the cluster takes puts again).
 
-Hardening (issue 15): a registered shm buffer truncated under the daemon (no crash, that item
-fails), a replica holder and an owner stopped with SIGSTOP mid-put and mid-get (answers within
-the deadline, never OK with fewer replicas or wrong bytes), the master stopped and restarted
-during puts (transient UNAVAILABLE, never INVALID_ARGUMENT), slow clients on every port (health
-checks still answer), and the data plane at its fd limit (accept backs off, no spin). Every call
-carries a deadline; each test stays within a few seconds of daemon time."""
+Hardening against faults that once crashed or hung the daemon: a registered shm buffer truncated
+under the daemon (no crash, that item fails), a replica holder and an owner stopped with SIGSTOP
+mid-put and mid-get (answers within the deadline, never OK with fewer replicas or wrong bytes),
+the master stopped and restarted during puts (transient UNAVAILABLE, never INVALID_ARGUMENT),
+slow clients on every port (health checks still answer), and the data plane at its fd limit
+(accept backs off, no spin). Every call carries a deadline; each test stays within a few seconds
+of daemon time."""
 
 import collections
 import os

@@ -1,4 +1,4 @@
-"""Issue 14's attacks on the real mc-master, made with just a socket (master_fixture.py): no,
+"""Attacks on the real mc-master, made with just a socket (master_fixture.py): no,
 forged, stale or replayed proofs, and calls in another client's name. Each must be refused,
 counted and change nothing."""
 
@@ -15,7 +15,7 @@ from mcstore.v1 import store_pb2
 
 
 class AuthTest(MasterFixture):
-    """Issue 14: every master RPC is bound to its authenticated caller. Each case is an attack
+    """Every master RPC is bound to its authenticated caller. Each case is an attack
     that worked with just a socket before authentication; each must now be refused, counted and
     change nothing."""
 

@@ -1,4 +1,4 @@
-"""The authenticated data plane with real daemons (issue 14, docs/security.md): one test per
+"""The authenticated data plane with real daemons (docs/security.md): one test per
 attack found against an mc-client's data port. Each sends raw frames from a socket of its own
 and checks that the owner refused them, counted them in /metrics, and touched no byte (the
 stored objects still read back whole through the Store service).

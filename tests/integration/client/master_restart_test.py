@@ -1,4 +1,4 @@
-"""Issue 16: a master restart, or a client that was dropped and comes back, loses nothing.
+"""A master restart, or a client that was dropped and comes back, loses nothing.
 
 Real daemons on loopback (client_cluster.py). Each mc-client keeps an owner-side index of the
 objects in its memory segments and reports it after every registration; the master rebuilds the

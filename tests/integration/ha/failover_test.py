@@ -1,4 +1,4 @@
-"""Issue 16: standby masters with leader election through etcd; clients follow the leader.
+"""Standby masters with leader election through etcd; clients follow the leader.
 
 Real daemons on loopback: one etcd (started here on free ports, temp data dir), three mc-masters
 with --etcd_endpoints, two mc-clients with segments and one pure client, all with --master a,b,c.

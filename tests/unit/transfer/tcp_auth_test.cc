@@ -1,6 +1,6 @@
-// The authenticated data plane (issue 14): the connection handshake and the capability check on
-// every READ/WRITE/READ_DISK frame. One test per attack: each must be refused, counted, and leave
-// the segment's bytes untouched; the honest path must keep working.
+// The authenticated data plane (docs/security.md): the connection handshake and the capability
+// check on every READ/WRITE/READ_DISK frame. One test per attack: each must be refused, counted,
+// and leave the segment's bytes untouched; the honest path must keep working.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>

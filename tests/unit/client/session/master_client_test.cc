@@ -244,7 +244,7 @@ TEST_F(GrpcMasterClientTest, ReleaseToAStoppedMasterReportsAnErrorNotAHang) {
   EXPECT_FALSE(status->ok());
 }
 
-// ---- Authentication (issue 14): the gRPC client against a master that has the cluster keys.
+// ---- Authentication: the gRPC client against a master that has the cluster keys.
 
 class AuthenticatedMasterClientTest : public ::testing::Test {
  protected:
