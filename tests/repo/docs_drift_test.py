@@ -1,11 +1,13 @@
-"""docs/operations.md says what the daemons' flags and metrics are; this keeps it true.
+"""The docs say what the daemons' flags and metrics are and where things live; this keeps it true.
 
 Flags: every `--flag` in the mc-master and mc-client flag tables (and the ports table) is an
 ABSL_FLAG of that daemon, and every ABSL_FLAG of a daemon is in its tables. Metrics: every
 `mc_...` name the page mentions is a string in the C++ sources, and every `"mc_..."` string of
-the daemons' sources (the names they register) is listed under "Metrics". Plain text: reads the
-sources, builds nothing.
+the daemons' sources (the names they register) is listed under "Metrics". Files: every path of
+the repository that docs/*.md and README.md name (a file with its extension, `name.*`, or a
+folder ending in /) exists. Plain text: reads the sources, builds nothing.
 """
+import glob
 import os
 import re
 import unittest
@@ -21,6 +23,12 @@ METRICS_SECTION = "Metrics (Prometheus text at /metrics)"
 # Names of the mc_ form on the page that are not metrics.
 NOT_METRICS = {"mc_fuzzers"}  # the fuzz targets' ninja target
 
+# The repository's top-level folders: a path the docs name starts with one of them.
+TOPS = ("bench", "client", "common", "deploy", "docs", "master", "offload", "proto", "python",
+        "tests", "tools", "transfer")
+FILE_PATH = re.compile(r"(?<![\w/.-])((?:%s)/[\w/.@-]+\.(?:h|cc|py|md|sh|proto|txt|service|flags|"
+                       r"yaml|yml|json|toml|cfg|\*))(?![\w*])" % "|".join(TOPS))
+DIR_PATH = re.compile(r"(?<![\w/.-])((?:%s)/(?:[\w.@-]+/)*)(?![\w.*@-])" % "|".join(TOPS))
 FLAG_DEF = re.compile(r"ABSL_FLAG\(\s*[^,]+,\s*([a-z0-9_]+)\s*,")
 DOC_FLAG = re.compile(r"`--([a-z0-9_]+)")
 METRIC = re.compile(r"\bmc_[a-z0-9_]+")
@@ -98,6 +106,24 @@ class DocsDriftTest(unittest.TestCase):
         listed = set(METRIC.findall(section(self.doc, METRICS_SECTION)))
         self.assertEqual(sorted(exported - listed), [],
                          "metrics missing from %s's '%s'" % (DOC, METRICS_SECTION))
+
+    def test_every_path_the_docs_name_exists(self):
+        missing = []
+        docs = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + [
+            os.path.join(ROOT, "README.md")]
+        self.assertGreater(len(docs), 5)
+        for doc in docs:
+            with open(doc, encoding="utf-8") as f:
+                text = f.read()
+            rel = os.path.relpath(doc, ROOT)
+            for path in FILE_PATH.findall(text):
+                full = os.path.join(ROOT, path)
+                if not (glob.glob(full) if path.endswith("*") else os.path.exists(full)):
+                    missing.append("%s: %s" % (rel, path))
+            for path in DIR_PATH.findall(text):
+                if not os.path.isdir(os.path.join(ROOT, path)):
+                    missing.append("%s: %s" % (rel, path))
+        self.assertEqual(missing, [], "paths the docs name that do not exist")
 
 
 if __name__ == "__main__":
