@@ -351,7 +351,9 @@ TEST_F(RdmaTransportTest, UnregisterWaitsForInFlightRequestsAndRefusesNewOnes) {
   EXPECT_EQ(ToCode(refused[0].status), Code::kInvalidArgument) << refused[0].status;
   EXPECT_EQ(client_dev_->held(), 1u);
   // The region turned closing under the lock that UnregisterMemory then waits on for its users
-  // to fall to 0: it is blocked now, and only the held WR's end can release it.
+  // to fall to 0: it is blocked now, and only the held WR's end can release it. (An unregister
+  // that did not wait would deregister the region before Release, and the held WR, executed
+  // against the fake device's regions then, would fail below.)
   EXPECT_FALSE(unregistered.load());  // the held WR still names the region
   EXPECT_EQ(client_dev_->live_regions(), 1u);
   client_dev_->Release();
