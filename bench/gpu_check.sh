@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of issue 18 (docs/gpu.md), for a machine with an NVIDIA GPU (H100/H200: sm_90)
+# The GPU check (docs/gpu.md), for a machine with an NVIDIA GPU (H100/H200: sm_90)
 # and a driver for CUDA 13; no network. About 3-5 minutes, most of it the build:
 #   1. builds, with MC_WITH_CUDA=ON, the CUDA unit tests and mc-gpu-check (build-gpu/);
 #   2. runs the fake-device tests (cuda_transport_test, gpu_buffers_test) and cuda_device_test

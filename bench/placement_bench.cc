@@ -1,4 +1,4 @@
-// Placement cost vs segments that have no room (issue 15: junk or full segments must not slow
+// Placement cost vs segments that have no room (junk or full segments must not slow
 // every put). N clients each register 16 full 4 KiB segments; two clients have room. Each
 // iteration places one 8 KiB replica and frees it. Prints ns per placement for each N; compare
 // across N within one run (the figure should stay flat).

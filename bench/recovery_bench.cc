@@ -1,4 +1,4 @@
-// Master rebuild after a restart (issue 16): one client registers big segments with
+// Master rebuild after a restart: one client registers big segments with
 // will_report_objects and reports N COMPLETE objects (keys of ~64 bytes) in chunks, straight
 // through MetadataService::ReportObjects (no gRPC). Prints the rebuild time and the master's
 // memory per object (the RSS growth over the report, from /proc/self/statm, divided by N; the

@@ -223,7 +223,6 @@ void ClientServer::BuildBatchPaths() {
   holder_backoff_ = std::make_unique<HolderBackoff>(RealClock::Get(), options_.holder_backoff_ms);
   putter_ = std::make_unique<BatchPutter>(
       BatchPutOptions{.client_id = options_.client_id,
-                      .max_key_size = 4096,
                       .max_replicas = 8,
                       .no_space_wait_ms = options_.put_no_space_wait_ms,
                       .write_timeout_ms = options_.put_write_timeout_ms,
@@ -236,8 +235,8 @@ void ClientServer::BuildBatchPaths() {
     putter_->SetIndexNotifier(notifier_.get());
   }
   getter_ = std::make_unique<BatchGetter>(
-      BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 4096, 8},
-      *master_, *engine_, *prefix_leases_, RealClock::Get(), metrics_);
+      BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 8}, *master_,
+      *engine_, *prefix_leases_, RealClock::Get(), metrics_);
   getter_->SetHolderBackoff(holder_backoff_.get());
   if (offload_) {
     getter_->SetDiskReader(offload_.get());

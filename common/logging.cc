@@ -43,9 +43,7 @@ bool SetLogLevel(std::string_view level) {
 }
 
 bool RateLimiter::Allow(uint64_t* suppressed) {
-  int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    std::chrono::steady_clock::now().time_since_epoch())
-                    .count();
+  const int64_t now = clock_.NowMs();
   int64_t next = next_ms_.load(std::memory_order_relaxed);
   if (now >= next && next_ms_.compare_exchange_strong(next, now + interval_ms_)) {
     if (suppressed != nullptr) *suppressed = suppressed_.exchange(0);

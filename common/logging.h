@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/clock.h"
 #include "spdlog/spdlog.h"
 
 namespace mc {
@@ -20,14 +21,17 @@ spdlog::logger& Logger(std::string_view module);
 // "trace", "debug", "info", "warn", "error", "off". False on an unknown name.
 bool SetLogLevel(std::string_view level);
 
-// Lets at most one event through per `interval` (for hot paths); counts what it suppressed.
+// Lets at most one event through per `interval` of `clock` (for hot paths); counts what it
+// suppressed. `clock` is borrowed.
 class RateLimiter {
  public:
-  explicit RateLimiter(std::chrono::milliseconds interval) : interval_ms_(interval.count()) {}
+  explicit RateLimiter(std::chrono::milliseconds interval, const Clock& clock = RealClock::Get())
+      : clock_(clock), interval_ms_(interval.count()) {}
   // True when the caller may log now; `suppressed` receives how many were dropped since.
   bool Allow(uint64_t* suppressed);
 
  private:
+  const Clock& clock_;
   const int64_t interval_ms_;
   std::atomic<int64_t> next_ms_{0};
   std::atomic<uint64_t> suppressed_{0};

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/master_credentials.h"
+#include "common/rpc_scope.h"
 #include "proto/packed_lookups.h"
 #include "proto/status_convert.h"
 
@@ -17,28 +18,14 @@ namespace mc::master {
 
 namespace v1 = mcstore::v1;
 
-// Counts one RPC and observes its latency; Finish() records failure.
-class MasterGrpcService::RpcScope {
- public:
-  RpcScope(MasterGrpcService& service, const char* rpc)
-      : metrics_(service.MetricsFor(rpc)), start_(std::chrono::steady_clock::now()) {
-    metrics_.requests.Inc();
-  }
-  grpc::Status Finish(grpc::Status status) {
-    if (!status.ok()) metrics_.failures.Inc();
-    return status;
-  }
-  ~RpcScope() {
-    std::chrono::duration<double> d = std::chrono::steady_clock::now() - start_;
-    metrics_.latency.Observe(d.count());
-  }
-
- private:
-  RpcMetrics& metrics_;
-  std::chrono::steady_clock::time_point start_;
-};
-
 namespace {
+
+// An RPC's answer, counted as a failure unless OK.
+template <typename Metrics>
+grpc::Status Counted(RpcScope<Metrics>& scope, grpc::Status status) {
+  if (!status.ok()) scope.metrics().failures.Inc();
+  return status;
+}
 
 // PutStartRequest.avoid_clients taken into account (a bound on the placement cost of a request).
 constexpr size_t kMaxAvoidedClients = 16;
@@ -171,14 +158,15 @@ template <typename Req, typename Resp>
 grpc::ServerUnaryReactor* MasterGrpcService::Serve(grpc::CallbackServerContext* ctx,
                                                    const char* rpc, const Req* req, Resp* resp,
                                                    Handler<Req, Resp> handler) {
-  RpcScope scope(*this, rpc);
+  RpcScope scope(MetricsFor(rpc));
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (gate_ != nullptr && !gate_->Serving()) {
     const std::string leader = gate_->LeaderAddress();
     if (!leader.empty()) ctx->AddTrailingMetadata(auth::kLeaderHeader, leader);
-    reactor->Finish(scope.Finish(grpc::Status(
-        grpc::StatusCode::UNAVAILABLE,
-        absl::StrCat("mc-master standby; leader is ", leader.empty() ? "unknown" : leader))));
+    reactor->Finish(
+        Counted(scope, grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                    absl::StrCat("mc-master standby; leader is ",
+                                                 leader.empty() ? "unknown" : leader))));
     return reactor;
   }
   Caller caller;
@@ -188,7 +176,7 @@ grpc::ServerUnaryReactor* MasterGrpcService::Serve(grpc::CallbackServerContext* 
     status = items > max_batch_items_ ? TooMany(items, max_batch_items_)
                                       : (this->*handler)(caller, req, resp);
   }
-  reactor->Finish(scope.Finish(std::move(status)));
+  reactor->Finish(Counted(scope, std::move(status)));
   return reactor;
 }
 

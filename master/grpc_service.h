@@ -144,7 +144,6 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
     grpc::MessageHolder<Req, Resp>* AllocateMessages() override { return new Holder; }
   };
 
-  class RpcScope;
   struct RpcMetrics {
     Counter& requests;
     Counter& failures;

@@ -39,7 +39,11 @@ LeaderElection::LeaderElection(LeaderElectionOptions options, EtcdKv& kv, const 
       elections_won_(
           metrics.GetCounter("mc_master_elections_won_total", "Elections this master won (etcd)")),
       etcd_errors_(metrics.GetCounter("mc_master_etcd_errors_total",
-                                      "etcd requests that failed (unreachable, refused)")) {}
+                                      "etcd requests that failed (unreachable, refused)")),
+      thread_(clock_, [this] {
+        const int64_t wait_ms = Step();
+        return role() == Role::kLost ? PeriodicThread::kStop : wait_ms;
+      }) {}
 
 LeaderElection::~LeaderElection() { Stop(); }
 
@@ -47,24 +51,11 @@ void LeaderElection::Start(std::function<void()> on_lost) {
   on_lost_ = std::move(on_lost);
   Log().info("leader election through etcd: key {}, advertising {}, lease TTL {} s", options_.key,
              options_.advertise, ttl_ms_ / 1000);
-  thread_ = std::thread([this] {
-    for (;;) {
-      const int64_t wait_ms = Step();
-      absl::MutexLock lock(&mu_);
-      if (role_ == Role::kLost) return;
-      auto stopping = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_; };
-      mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(wait_ms));
-      if (stopping_) return;
-    }
-  });
+  thread_.Start(0);
 }
 
 void LeaderElection::Stop() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
+  thread_.Stop();
   if (role() == Role::kLeader) {
     serve_until_ms_.store(0);
     absl::Status s = kv_.RevokeLease(lease_id_);

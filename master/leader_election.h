@@ -1,4 +1,5 @@
-// Leader election among mc-masters through etcd (issue 16, standby masters).
+// Leader election among mc-masters through etcd (standby masters: docs/operations.md, "HA
+// deployment").
 //
 // A master run with etcd endpoints is a candidate: it serves only while it holds the election
 // key (prefix + "leader", value = its advertised gRPC address) bound to an etcd lease it keeps
@@ -25,7 +26,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "common/periodic_thread.h"
 
 namespace mc::master {
 
@@ -129,9 +130,8 @@ class LeaderElection final : public LeaderGate {
   mutable absl::Mutex mu_;
   Role role_ ABSL_GUARDED_BY(mu_) = Role::kStarting;
   std::string leader_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void()> on_lost_;
-  std::thread thread_;
+  PeriodicThread thread_;  // last: it runs Step() on the members above
 };
 
 }  // namespace mc::master

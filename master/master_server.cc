@@ -34,7 +34,11 @@ std::vector<std::string> MasterServerOptions::Validate() const {
   return problems;
 }
 
-MasterServer::MasterServer(MasterServerOptions options) : options_(std::move(options)) {}
+MasterServer::MasterServer(MasterServerOptions options)
+    : options_(std::move(options)), maintenance_(RealClock::Get(), [this] {
+        service_->RunMaintenance();
+        return options_.maintenance_interval_ms;
+      }) {}
 
 MasterServer::~MasterServer() { Shutdown(); }
 
@@ -121,7 +125,7 @@ absl::Status MasterServer::Start() {
     if (!bound.ok()) return bound.status();
     http_address_ = *bound;
   }
-  maintenance_ = std::thread([this] { MaintenanceLoop(); });
+  maintenance_.Start(options_.maintenance_interval_ms);
   if (!options_.ready_file.empty()) {
     absl::Status s =
         WriteReadyFile(options_.ready_file, {{"grpc", grpc_address_}, {"http", http_address_}});
@@ -176,37 +180,27 @@ absl::Status MasterServer::StartElection() {
   return absl::OkStatus();
 }
 
-void MasterServer::MaintenanceLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.maintenance_interval_ms));
-    if (stopping_) break;
-    lock.unlock();
-    service_->RunMaintenance();
-    lock.lock();
-  }
-}
-
 void MasterServer::Wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return stopping_; });
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&stopping_));
 }
 
 void MasterServer::Shutdown() {
+  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  if (shut_down_) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_ && !maintenance_.joinable() && !server_) return;
-    stopping_ = true;
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;  // releases Wait()
   }
-  cv_.notify_all();
   // A leader steps down first (revokes its lease), so a standby takes over at once.
   if (election_) election_->Stop();
-  if (maintenance_.joinable()) maintenance_.join();
+  maintenance_.Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_.reset();
   }
   if (admin_) admin_->Stop();
+  shut_down_ = true;
 }
 
 }  // namespace mc::master

@@ -6,19 +6,19 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/http_admin.h"
 #include "common/metrics.h"
+#include "common/periodic_thread.h"
 #include "master/grpc_service.h"
 #include "master/leader_election.h"
 #include "master/metadata_service.h"
@@ -68,9 +68,10 @@ class MasterServer {
   ~MasterServer();
 
   absl::Status Start();
-  void Shutdown();
+  // Stops everything; idempotent (a second caller returns once the first is done).
+  void Shutdown() ABSL_LOCKS_EXCLUDED(shutdown_mu_, mu_);
   // Blocks until Shutdown() is called from another thread.
-  void Wait();
+  void Wait() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& grpc_address() const { return grpc_address_; }
   const std::string& http_address() const { return http_address_; }
@@ -80,7 +81,6 @@ class MasterServer {
   LeaderElection* election() { return election_.get(); }
 
  private:
-  void MaintenanceLoop();
   absl::Status StartElection();
 
   // The service's gate from before the election exists (the advertised address may be known
@@ -111,10 +111,12 @@ class MasterServer {
   std::unique_ptr<LeaderElection> election_;
   std::string grpc_address_;
   std::string http_address_;
-  std::thread maintenance_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
+  // Liveness, put timeouts, lease sweep, watermark eviction: service_->RunMaintenance().
+  PeriodicThread maintenance_;
+  absl::Mutex shutdown_mu_;  // one Shutdown() at a time
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(shutdown_mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace mc::master

@@ -179,16 +179,6 @@ uint64_t MetadataService::NextGeneration() {
   return g < kGenerationLimit ? g : 0;
 }
 
-absl::Status MetadataService::ValidateKey(std::string_view key) const {
-  if (key.empty()) return McError(Code::kInvalidArgument, "empty key");
-  if (key.size() > options_.max_key_size) {
-    return McError(
-        Code::kInvalidArgument,
-        absl::StrCat("key of ", key.size(), " bytes exceeds the limit of ", options_.max_key_size));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<Registration> MetadataService::RegisterClient(
     const ClientInfo& info, const std::vector<uint64_t>& segment_sizes,
     const RegistrationAuth& auth, bool will_report_objects) {

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/keys.h"
 #include "common/metrics.h"
 #include "master/client_registry.h"
 #include "master/evictor.h"
@@ -53,7 +54,6 @@ struct MasterOptions {
   int64_t heartbeat_interval_ms = 1000;  // told to clients
   int64_t put_timeout_ms = 60'000;       // PENDING puts older than this are revoked
   uint64_t max_object_size = 1ull << 30;
-  size_t max_key_size = 4096;
   uint32_t max_replicas = 8;
   size_t shards = 32;
   uint64_t alignment = 64;  // allocation granularity inside segments
@@ -295,7 +295,6 @@ class MetadataService {
  private:
   // Keys a prefix match looks up per step (it stops after the step that finds the first miss).
   static constexpr size_t kPrefixChunk = 128;
-  absl::Status ValidateKey(std::string_view key) const;
   // The loop of the per-item batch calls: for each item (anything with a `key`), the key check,
   // then fn(shard, i) -> Status with the key's shard locked. One status per item, in order.
   template <typename Item, typename Fn>

@@ -6,7 +6,7 @@
 // in ObjectTable; helpers here take the current time explicitly, so tests drive them with a
 // FakeClock.
 //
-// Layout (issue 16: master memory per object). The table holds millions of objects, so an
+// Layout (master memory per object). The table holds millions of objects, so an
 // Object keeps only what every stored object needs: its numbers, its replicas in compact form
 // (StoredReplica: the client and endpoint as a 32-bit PeerNames index, the first one inline),
 // the links of its shard's LRU list, and its key, stored once, in the same allocation right
@@ -14,12 +14,12 @@
 // What only a put, promotion, offload or lease in progress needs lives in a Transient record
 // allocated on demand and freed (TrimTransient) once it holds nothing.
 //
-// One writer (issue 16): a stored Object is changed only by its ObjectTable shard's named
-// operations (ObjectTable::Shard: Insert, Erase, Touch, AddReplica, CompletePut, GrantLease...).
-// Everyone else sees `const Object&` (the table's iterators and LRU walks hand out nothing
-// else) and the mutators below are private to the table, so the compiler refuses any other
-// writer. The public fields are read freely, and set directly only on a fresh Object that is
-// about to be handed to Shard::Insert.
+// One writer (no path changes an object behind its shard's lock): a stored Object is changed only
+// by its ObjectTable shard's named operations (ObjectTable::Shard: Insert, Erase, Touch,
+// AddReplica, CompletePut, GrantLease...). Everyone else sees `const Object&` (the table's
+// iterators and LRU walks hand out nothing else) and the mutators below are private to the table,
+// so the compiler refuses any other writer. The public fields are read freely, and set directly
+// only on a fresh Object that is about to be handed to Shard::Insert.
 #pragma once
 
 #include <cstdint>

@@ -6,15 +6,17 @@
 // Lock order: a shard lock may be held while taking SegmentManager's lock, never the reverse.
 // Thread-safe.
 //
-// One writer (issue 16): the table is the only writer of object state. Every change of a stored
-// object is one of Shard's named operations below (create, erase, touch, replicas, put end,
-// promotion, offload marks, leases); its iterators and LRU walks hand out `const Object&` only,
-// and Object's mutators are private to the table, so any other writer fails to compile. A
-// journal, an audit counter or a consistency check of object state hooks in here, in one place.
+// One writer (so that no path can change an object behind its shard's lock): the table is the only
+// writer of object state. Every change of a stored object is one of Shard's named operations below
+// (create, erase, touch, replicas, put end, promotion, offload marks, leases); its iterators and
+// LRU walks hand out `const Object&` only, and Object's mutators are private to the table, so any
+// other writer fails to compile. A journal, an audit counter or a consistency check of object state
+// hooks in here, in one place.
 //
-// Memory (issue 16): an object is one heap node, an Object followed by its key's bytes (the key
-// is stored once); a shard's map is a flat set of pointers to the nodes, found by key, and its
-// LRU list is intrusive (the links are in the Object). See object.h for the Object's layout.
+// Memory (millions of objects per master): an object is one heap node, an Object followed by its
+// key's bytes (the key is stored once); a shard's map is a flat set of pointers to the nodes, found
+// by key, and its LRU list is intrusive (the links are in the Object). See object.h for the
+// Object's layout.
 #pragma once
 
 #include <algorithm>

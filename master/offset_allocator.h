@@ -48,8 +48,8 @@ class OffsetAllocator {
   const uint64_t alignment_;
   uint64_t used_ = 0;
   // B-trees (~20 bytes an entry instead of a red-black node's 64): one allocation per stored
-  // replica lives in allocated_ (issue 16: master memory per object). No iterator is kept
-  // across a change of its tree.
+  // replica lives in allocated_ (the master keeps millions of objects: bytes per object count). No
+  // iterator is kept across a change of its tree.
   absl::btree_map<uint64_t, uint64_t> free_by_offset_;           // offset -> size
   absl::btree_set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, offset)
   absl::btree_map<uint64_t, uint64_t> allocated_;                // offset -> rounded size

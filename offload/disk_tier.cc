@@ -120,7 +120,7 @@ absl::StatusOr<RecordRef> DiskTier::Write(
     std::string_view key, uint64_t generation,
     const std::vector<std::pair<const char*, uint64_t>>& payload_pieces,
     std::optional<uint64_t> expected_checksum) {
-  if (key.size() > kMaxRecordKeyLength) return McError(Code::kInvalidArgument, "key over 4 KiB");
+  MC_RETURN_IF_ERROR(ValidateKey(key));
   uint64_t payload_len = 0;
   for (const auto& [ptr, len] : payload_pieces) {
     if (len > kMaxRecordPayloadLength - payload_len || (ptr == nullptr && len > 0)) {

@@ -39,7 +39,7 @@ constexpr uint64_t kRampStartBytes = 64 << 10;
 constexpr uint64_t kMaxUnsplitWriteBytes = 2 << 20;
 constexpr uint64_t kHashStepBytes = 256 << 10;  // copy and hash in cache-sized steps
 static_assert(kMaxIoChunkBytes <= kRequestBytes, "a chunk is one request");
-static_assert(3 * std::max(kMaxIoChunkBytes, HeaderBlockSize(kMaxRecordKeyLength)) <= kStagingBytes,
+static_assert(3 * std::max(kMaxIoChunkBytes, HeaderBlockSize(kMaxKeyBytes)) <= kStagingBytes,
               "the staging buffer holds at least three chunk slots (chunk 0 and two in turn)");
 
 // How a record's extent is cut into chunks: chunk 0 starts with the header block and holds all of

@@ -41,7 +41,7 @@ absl::Status Corrupt(std::string_view what) {
 
 absl::Status EncodeHeaderInto(std::string_view key, uint64_t generation, uint64_t payload_len,
                               uint64_t payload_checksum, char* dst) {
-  if (key.size() > kMaxRecordKeyLength) return McError(Code::kInvalidArgument, "key too long");
+  if (!key.empty()) MC_RETURN_IF_ERROR(ValidateKey(key));  // the format holds an empty key too
   if (payload_len > kMaxRecordPayloadLength) {
     return McError(Code::kInvalidArgument, "payload too large for the record format");
   }
@@ -62,7 +62,7 @@ absl::Status EncodeHeaderInto(std::string_view key, uint64_t generation, uint64_
 
 absl::StatusOr<std::string> EncodeHeader(std::string_view key, uint64_t generation,
                                          uint64_t payload_len, uint64_t payload_checksum) {
-  if (key.size() > kMaxRecordKeyLength) return McError(Code::kInvalidArgument, "key too long");
+  if (!key.empty()) MC_RETURN_IF_ERROR(ValidateKey(key));  // the format holds an empty key too
   std::string block(HeaderBlockSize(key.size()), '\0');
   MC_RETURN_IF_ERROR(
       EncodeHeaderInto(key, generation, payload_len, payload_checksum, block.data()));
@@ -83,7 +83,7 @@ absl::StatusOr<RecordHeader> DecodeHeader(std::string_view bytes) {
   if (Get<uint16_t>(p, kOffFlags) != 0) return Corrupt("unknown flags");
   const uint64_t header_len = Get<uint32_t>(p, kOffHeaderLen);
   const uint64_t key_len = Get<uint32_t>(p, kOffKeyLen);
-  if (key_len > kMaxRecordKeyLength) return Corrupt("key length out of range");
+  if (key_len > kMaxKeyBytes) return Corrupt("key length out of range");
   if (header_len != HeaderBlockSize(key_len)) return Corrupt("header length inconsistent");
   if (bytes.size() < header_len) return Corrupt("truncated header block");
   if (Get<uint64_t>(p, kOffHeaderSum) != HeaderChecksum(p, header_len)) {

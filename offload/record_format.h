@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/keys.h"
 #include "offload/extent_allocator.h"
 
 namespace mc::offload {
@@ -22,7 +23,6 @@ namespace mc::offload {
 inline constexpr uint32_t kRecordMagic = 0x3152434Du;  // "MCR1"
 inline constexpr uint16_t kRecordFormatVersion = 1;
 inline constexpr uint64_t kFixedHeaderSize = 48;
-inline constexpr uint64_t kMaxRecordKeyLength = 4096;
 inline constexpr uint64_t kMaxRecordPayloadLength = uint64_t{1} << 40;  // 1 TiB
 
 // Bytes of the header block of a record with a key of `key_len` bytes.

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "client/buffers/fd_session.h"
 #include "common/auth.h"
+#include "common/keys.h"
 #include "common/master_credentials.h"
 #include "common/util.h"
 
@@ -29,6 +30,17 @@ void SetDeadline(grpc::ClientContext* c, const AdminContext& ctx, const std::str
   c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ctx.timeout_ms));
   if (!ctx.store_token.empty()) c->AddMetadata("authorization", "Bearer " + ctx.store_token);
   if (!owner.empty()) c->AddMetadata("x-mc-owner", owner);
+}
+
+// False (after saying why) when a key breaks the keys' rule: refused here as the daemon would.
+bool KeysValid(const AdminContext& ctx, const char* what, const std::vector<std::string>& keys) {
+  for (const std::string& k : keys) {
+    if (absl::Status s = ValidateKey(k); !s.ok()) {
+      std::fprintf(ctx.err, "%s: %s\n", what, std::string(s.message()).c_str());
+      return false;
+    }
+  }
+  return true;
 }
 
 int RpcFailed(const AdminContext& ctx, const char* what, const grpc::Status& s) {
@@ -155,6 +167,7 @@ int CmdStatus(const AdminContext& ctx) {
 }
 
 int CmdPut(const AdminContext& ctx, const std::string& file, const std::string& key) {
+  if (!KeysValid(ctx, "put", {key})) return 2;
   std::string payload;
   if (!ReadFile(file, &payload)) {
     std::fprintf(ctx.err, "cannot read %s\n", file.c_str());
@@ -190,6 +203,7 @@ int CmdPut(const AdminContext& ctx, const std::string& file, const std::string& 
 }
 
 int CmdGet(const AdminContext& ctx, const std::string& key, const std::string& file) {
+  if (!KeysValid(ctx, "get", {key})) return 2;
   v1::BatchGetRequest req;
   req.add_items()->set_key(key);
   grpc::ClientContext c;
@@ -230,6 +244,7 @@ int CmdGet(const AdminContext& ctx, const std::string& key, const std::string& f
 }
 
 int CmdExist(const AdminContext& ctx, const std::vector<std::string>& keys) {
+  if (!KeysValid(ctx, "exist", keys)) return 2;
   v1::BatchExistRequest req;
   for (const auto& k : keys) req.add_keys(k);
   grpc::ClientContext c;
@@ -246,6 +261,7 @@ int CmdExist(const AdminContext& ctx, const std::vector<std::string>& keys) {
 }
 
 int CmdRemove(const AdminContext& ctx, const std::vector<std::string>& keys) {
+  if (!KeysValid(ctx, "remove", keys)) return 2;
   v1::BatchRemoveRequest req;
   for (const auto& k : keys) req.add_keys(k);
   grpc::ClientContext c;

@@ -47,7 +47,7 @@ absl::StatusOr<std::string> EncodeIndexNotice(std::span<const IndexNoticeEntry> 
   }
   size_t total = 4;
   for (const IndexNoticeEntry& e : entries) {
-    if (e.key.empty() || e.key.size() > kMaxIndexKeySize) {
+    if (e.key.empty() || e.key.size() > kMaxKeyBytes) {
       return Malformed(absl::StrCat("key of ", e.key.size(), " bytes"));
     }
     total += IndexEntryBytes(e);
@@ -91,7 +91,7 @@ absl::StatusOr<std::vector<IndexNoticeEntry>> DecodeIndexNotice(const uint8_t* d
         !r.Get(&e.checksum) || !r.Get(&key_len)) {
       return Malformed(absl::StrCat("entry ", i, " truncated"));
     }
-    if (key_len == 0 || key_len > kMaxIndexKeySize) {
+    if (key_len == 0 || key_len > kMaxKeyBytes) {
       return Malformed(absl::StrCat("entry ", i, " key of ", key_len, " bytes"));
     }
     if (r.left() < key_len + auth::kCapabilitySize) {

@@ -16,11 +16,11 @@
 
 #include "absl/status/statusor.h"
 #include "common/capability.h"
+#include "common/keys.h"
 
 namespace mc::transfer {
 
 inline constexpr size_t kMaxIndexNoticeEntries = 4096;
-inline constexpr size_t kMaxIndexKeySize = 4096;
 inline constexpr size_t kMaxIndexNoticeBytes = size_t{8} << 20;  // 8 MiB
 // Bytes of one entry besides its key.
 inline constexpr size_t kIndexEntryFixedBytes = 5 * 8 + 4 + auth::kCapabilitySize;
@@ -40,7 +40,7 @@ inline size_t IndexEntryBytes(const IndexNoticeEntry& entry) {
   return kIndexEntryFixedBytes + entry.key.size();
 }
 
-// The payload for `entries` (1..kMaxIndexNoticeEntries of them, keys 1..kMaxIndexKeySize,
+// The payload for `entries` (1..kMaxIndexNoticeEntries of them, keys 1..kMaxKeyBytes,
 // total at most kMaxIndexNoticeBytes): INVALID_ARGUMENT otherwise.
 absl::StatusOr<std::string> EncodeIndexNotice(std::span<const IndexNoticeEntry> entries);
 // The entries of a payload, or INVALID_ARGUMENT naming what is malformed.

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
+#include "common/keys.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "proto/status_convert.h"
@@ -159,11 +160,7 @@ std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, 
   for (size_t i = 0; i < items.size(); ++i) {
     GetItemResult& r = batch.results[i];
     r.status = items[i].input_error;
-    if (r.status.ok() && (items[i].key.empty() || items[i].key.size() > options_.max_key_size)) {
-      r.status = McError(
-          Code::kInvalidArgument,
-          absl::StrCat("key length ", items[i].key.size(), " outside 1..", options_.max_key_size));
-    }
+    if (r.status.ok()) r.status = ValidateKey(items[i].key);
     if (!r.status.ok()) continue;
     auto [it, inserted] = plan_of.emplace(items[i].key, batch.plans.size());
     if (inserted) {

@@ -52,7 +52,6 @@ struct BatchGetOptions {
   std::string client_id;
   std::string local_endpoint;  // replicas here are read first (local memcpy)
   uint32_t lease_ttl_ms = 0;   // 0 = the master's default
-  size_t max_key_size = 4096;
   int max_replica_rounds = 8;  // fallback rounds before a key fails
   // Self-repair: checksum mismatches re-read into private memory per call, and their bytes.
   size_t max_confirm_reads = 16;

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
 #include "client/batch/batch_get.h"
+#include "common/keys.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/status_macros.h"
@@ -37,10 +37,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
   for (size_t i = 0; i < items.size(); ++i) {
     out[i] = items[i].input_error;
     uint64_t size = TotalLength(items[i].pieces);
-    if (out[i].ok() && (items[i].key.empty() || items[i].key.size() > options_.max_key_size)) {
-      out[i] = McError(Code::kInvalidArgument, absl::StrCat("key length ", items[i].key.size(),
-                                                            " outside 1..", options_.max_key_size));
-    }
+    if (out[i].ok()) out[i] = ValidateKey(items[i].key);
     if (out[i].ok() && size == 0) out[i] = McError(Code::kInvalidArgument, "empty payload");
     if (out[i].ok() && replicas > options_.max_replicas) {
       out[i] = McError(Code::kInvalidArgument, absl::StrCat(replicas, " replicas asked"));
@@ -88,9 +85,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
       if (ToCode(out[i]) != Code::kNoSpace || kind[i] == NoSpaceKind::kFinal) return true;
       const int64_t limit = kind[i] == NoSpaceKind::kWriteBack ? options_.write_back_wait_ms
                                                                : options_.no_space_wait_ms;
-      // Every pause is at least 1 ms, so with a real clock the time runs out before this many
-      // rounds; the cap bounds the loop where the clock stands still (a test's fake clock).
-      if (elapsed < limit && rounds < limit) return false;
+      if (elapsed < limit) return false;
       if (rounds > 0) {
         out[i] = McError(Code::kNoSpace, absl::StrCat(out[i].message(), " (still after ", rounds,
                                                       " retries over ", elapsed, " ms)"));
@@ -104,7 +99,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
                                           : metrics_.put_no_space_retries)
           .Inc();
     }
-    absl::SleepFor(absl::Milliseconds(pause_ms));
+    clock_.SleepForMs(pause_ms);
     pause_ms = std::min<int64_t>(pause_ms * 2, kMaxNoSpacePauseMs);
     ++rounds;
   }

@@ -41,7 +41,6 @@ namespace mc::client {
 
 struct BatchPutOptions {
   std::string client_id;
-  size_t max_key_size = 4096;
   uint32_t max_replicas = 8;
   // How long a NO_SPACE item is retried before NO_SPACE is answered; 0 = answer at once.
   int64_t no_space_wait_ms = 100;

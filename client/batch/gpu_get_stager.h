@@ -1,4 +1,4 @@
-// GpuGetStager: lets a BatchGet fill GPU destinations from any replica (issue 18).
+// GpuGetStager: lets a BatchGet fill GPU destinations from any replica (docs/gpu.md).
 //
 // The cuda transport copies between GPU memory and this daemon's own memory segments only. A
 // key whose replicas are elsewhere (another host's memory over TCP or RDMA, an SSD tier), or

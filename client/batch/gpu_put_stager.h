@@ -1,4 +1,4 @@
-// GpuPutStager: lets a BatchPut item take its bytes from GPU memory (issue 18).
+// GpuPutStager: lets a BatchPut item take its bytes from GPU memory (docs/gpu.md).
 //
 // The put path hashes and writes from host memory, so an item with GPU pieces is first staged
 // into one host buffer that this daemon allocates: each GPU piece copied by the GPU mover, with

@@ -7,7 +7,7 @@
 // answers and sends it with every later call. A call the master refuses for an unknown session
 // (it restarted or dropped us) comes back as kUnavailable, and a Heartbeat so refused as
 // known=false, so the session registers again as after any restart.
-// Standby masters (issue 16): the address may be a comma list of masters. The client keeps a
+// Standby masters: the address may be a comma list of masters. The client keeps a
 // channel per address and a current one; when a call answers UNAVAILABLE (no connection, or a
 // standby's refusal naming the leader in trailing metadata x-mc-leader) or runs out of time,
 // the current master moves to the leader named, else to the next address. The call is tried

@@ -22,7 +22,12 @@ constexpr size_t kReportItemOverhead = 64;
 
 MasterSession::MasterSession(MasterSessionOptions options, MasterClient& master, SegmentPool& pool,
                              transfer::SegmentTable& table)
-    : options_(std::move(options)), master_(master), pool_(pool), table_(table) {
+    : options_(std::move(options)),
+      master_(master),
+      pool_(pool),
+      table_(table),
+      thread_(options_.clock != nullptr ? *options_.clock : RealClock::Get(),
+              [this] { return Round(); }) {
   MetricsRegistry* m = options_.metrics;
   if (m == nullptr) {
     own_metrics_ = std::make_unique<MetricsRegistry>();
@@ -146,7 +151,7 @@ absl::Status MasterSession::ReportObjects(uint64_t session) {
       "in {} chunk(s), {} ms",
       session, stats.reported, stats.kept, stats.dropped, stats.verify_failed, stats.chunks,
       stats.elapsed_ms);
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   last_report_ = stats;
   return absl::OkStatus();
 }
@@ -180,7 +185,7 @@ absl::Status MasterSession::SendReportChunk(v1::ReportObjectsRequest& req,
 
 absl::Status MasterSession::Start() {
   absl::Status s = Register();
-  thread_ = std::thread([this] { Loop(); });
+  thread_.Start(registered_ ? heartbeat_ms_.load() : options_.retry_interval_ms);
   return s;
 }
 
@@ -206,9 +211,7 @@ void MasterSession::Heartbeat() {
     }
     if (on_capability_info_) on_capability_info_({nullptr, resp.capability_clock_ms(), sent_ms});
     ApplyForgotten(resp);
-    if (!resp.more_forgotten()) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
+    if (!resp.more_forgotten() || thread_.stopping()) return;
   }
 }
 
@@ -231,33 +234,21 @@ void MasterSession::ApplyForgotten(const v1::HeartbeatResponse& resp) {
   }
 }
 
-void MasterSession::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    int64_t wait = registered_ ? heartbeat_ms_.load() : options_.retry_interval_ms;
-    cv_.wait_for(lock, std::chrono::milliseconds(wait));
-    if (stopping_) break;
-    lock.unlock();
-    if (registered_) Heartbeat();
-    if (!registered_) {
-      absl::Status s = Register();
-      if (!s.ok()) {
-        MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn, "registration failed: {}",
-                     s.ToString());
-      }
+int64_t MasterSession::Round() {
+  if (registered_) Heartbeat();
+  if (!registered_) {
+    absl::Status s = Register();
+    if (!s.ok()) {
+      MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn, "registration failed: {}",
+                   s.ToString());
     }
-    lock.lock();
   }
+  return registered_ ? heartbeat_ms_.load() : options_.retry_interval_ms;
 }
 
 void MasterSession::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (stopped_.exchange(true)) return;
+  thread_.Stop();
   if (registered_) {
     v1::UnregisterClientRequest req;
     req.set_client_id(options_.client_id);

@@ -20,19 +20,20 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "client/buffers/segment_pool.h"
 #include "client/session/master_client.h"
 #include "client/session/object_index.h"
+#include "common/clock.h"
 #include "common/metrics.h"
+#include "common/periodic_thread.h"
 #include "transfer/transfer_engine.h"
 
 namespace mc::client {
@@ -49,6 +50,8 @@ struct MasterSessionOptions {
   // Heartbeats in a row while the master answers more_forgotten.
   int max_forget_rounds = 16;
   MetricsRegistry* metrics = nullptr;  // optional: the index report and forget counters
+  // The clock of the heartbeat and registration waits (borrowed); null = RealClock.
+  const Clock* clock = nullptr;
 };
 
 class MasterSession {
@@ -89,7 +92,7 @@ class MasterSession {
     int64_t elapsed_ms = 0;
   };
   ReportStats last_report() const {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    absl::MutexLock lock(&stats_mu_);
     return last_report_;
   }
   // One heartbeat round now (with its more_forgotten follow-ups), outside the session thread.
@@ -101,10 +104,13 @@ class MasterSession {
   // The current session, 0 while unregistered.
   uint64_t session() const { return registered_.load() ? session_.load() : 0; }
   uint64_t registrations() const { return registrations_.load(); }
+  // Rounds of the session thread completed (a heartbeat or a registration attempt each).
+  uint64_t rounds() const { return thread_.runs(); }
 
  private:
   absl::Status Register();
-  void Loop();
+  // One round of the session thread; returns the ms until the next.
+  int64_t Round();
   // Heartbeats (again at once while more_forgotten, bounded); clears registered_ when unknown.
   void Heartbeat();
   void ApplyForgotten(const v1::HeartbeatResponse& resp);
@@ -131,16 +137,14 @@ class MasterSession {
   Counter* forgotten_counter_;
   Gauge* report_ms_;
   std::atomic<uint64_t> forgotten_count_{0};
-  mutable std::mutex stats_mu_;
-  ReportStats last_report_;
+  mutable absl::Mutex stats_mu_;
+  ReportStats last_report_ ABSL_GUARDED_BY(stats_mu_);
   std::atomic<bool> registered_{false};
   std::atomic<uint64_t> registrations_{0};
   std::atomic<uint64_t> session_{0};
   std::atomic<int64_t> heartbeat_ms_{1000};
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
+  std::atomic<bool> stopped_{false};
+  PeriodicThread thread_;  // last: it runs Round() on the members above
 };
 
 }  // namespace mc::client

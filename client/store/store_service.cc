@@ -7,6 +7,7 @@
 #include "common/auth.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
+#include "common/rpc_scope.h"
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "proto/packed_lookups.h"
@@ -15,24 +16,6 @@
 namespace mc::client {
 
 namespace sv1 = mcstore::v1;
-
-// Counts one Store RPC and its latency.
-class StoreGrpcService::Scope {
- public:
-  Scope(ClientMetrics& metrics, const char* rpc)
-      : metrics_(metrics.For(rpc)), start_(std::chrono::steady_clock::now()) {
-    metrics_.requests.Inc();
-  }
-  ~Scope() {
-    std::chrono::duration<double> d = std::chrono::steady_clock::now() - start_;
-    metrics_.latency.Observe(d.count());
-  }
-  void Item(const absl::Status& s) { metrics_.CountItem(ToCode(s)); }
-
- private:
-  ClientMetrics::Rpc& metrics_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 namespace {
 
@@ -201,7 +184,7 @@ absl::Status StoreGrpcService::CheckSliceCount(
 grpc::Status StoreGrpcService::RegisterBuffer(grpc::ServerContext* context,
                                               const sv1::RegisterBufferRequest* req,
                                               sv1::RegisterBufferResponse* resp) {
-  Scope scope(metrics_, "RegisterBuffer");
+  RpcScope scope(metrics_.For("RegisterBuffer"));
   MC_ADMIT(caller, context);
   absl::StatusOr<uint64_t> id;
   if (!req->handle().empty()) {
@@ -225,7 +208,7 @@ grpc::Status StoreGrpcService::RegisterBuffer(grpc::ServerContext* context,
 grpc::Status StoreGrpcService::UnregisterBuffer(grpc::ServerContext* context,
                                                 const sv1::UnregisterBufferRequest* req,
                                                 sv1::UnregisterBufferResponse*) {
-  Scope scope(metrics_, "UnregisterBuffer");
+  RpcScope scope(metrics_.For("UnregisterBuffer"));
   MC_ADMIT(caller, context);
   return ToGrpcStatus(buffers_.Unregister(req->buffer_id(), caller->owner));
 }
@@ -233,7 +216,7 @@ grpc::Status StoreGrpcService::UnregisterBuffer(grpc::ServerContext* context,
 grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
                                         const sv1::BatchPutRequest* req,
                                         sv1::BatchPutResponse* resp) {
-  Scope scope(metrics_, "BatchPut");
+  RpcScope scope(metrics_.For("BatchPut"));
   MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return TooMany(req->items_size(), options_.max_batch_items);
@@ -276,7 +259,7 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
   uint32_t replicas = req->replicas() == 0 ? options_.default_replicas : req->replicas();
   for (const absl::Status& s : putter_.Put(items, replicas)) {
     SetResult(s, resp->add_results());
-    scope.Item(s);
+    scope.metrics().CountItem(ToCode(s));
   }
   return grpc::Status::OK;
 }
@@ -284,7 +267,7 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
 grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
                                         const sv1::BatchGetRequest* req,
                                         sv1::BatchGetResponse* resp) {
-  Scope scope(metrics_, "BatchGet");
+  RpcScope scope(metrics_.For("BatchGet"));
   MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return TooMany(req->items_size(), options_.max_batch_items);
@@ -332,7 +315,7 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
     r->set_size(g.size);
     r->set_bytes_written(g.bytes_written);
     if (!g.status.ok()) r->clear_data();  // never hand out bytes that were not verified
-    scope.Item(g.status);
+    scope.metrics().CountItem(ToCode(g.status));
   }
   return grpc::Status::OK;
 }
@@ -340,7 +323,7 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
 grpc::Status StoreGrpcService::BatchExist(grpc::ServerContext* context,
                                           const sv1::BatchExistRequest* req,
                                           sv1::BatchExistResponse* resp) {
-  Scope scope(metrics_, "BatchExist");
+  RpcScope scope(metrics_.For("BatchExist"));
   MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
     return TooMany(req->keys_size(), options_.max_batch_items);
@@ -431,7 +414,7 @@ absl::Status StoreGrpcService::LookUpPrefix(const sv1::MatchPrefixRequest& req,
 grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
                                            const sv1::MatchPrefixRequest* req,
                                            sv1::MatchPrefixResponse* resp) {
-  Scope scope(metrics_, "MatchPrefix");
+  RpcScope scope(metrics_.For("MatchPrefix"));
   MC_ADMIT(caller, context);
   absl::StatusOr<std::vector<std::string_view>> asked = RequestKeys(*req);
   if (!asked.ok()) return ToGrpcStatus(asked.status());
@@ -515,7 +498,7 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
 grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext* context,
                                             const sv1::ReleaseLeaseRequest* req,
                                             sv1::ReleaseLeaseResponse*) {
-  Scope scope(metrics_, "ReleaseLease");
+  RpcScope scope(metrics_.For("ReleaseLease"));
   MC_ADMIT(caller, context);
   std::optional<PrefixLease> lease =
       prefix_leases_.Take(req->lease_id(), caller->owner, req->lease_token());
@@ -538,7 +521,7 @@ grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext* context,
 grpc::Status StoreGrpcService::BatchRemove(grpc::ServerContext* context,
                                            const sv1::BatchRemoveRequest* req,
                                            sv1::BatchRemoveResponse* resp) {
-  Scope scope(metrics_, "BatchRemove");
+  RpcScope scope(metrics_.For("BatchRemove"));
   MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
     return TooMany(req->keys_size(), options_.max_batch_items);
@@ -549,7 +532,7 @@ grpc::Status StoreGrpcService::BatchRemove(grpc::ServerContext* context,
   absl::Status s = master_.Remove(mreq, &mresp);
   if (!s.ok()) return ToGrpcStatus(s);
   *resp->mutable_results() = mresp.results();
-  for (const auto& r : resp->results()) scope.Item(FromResult(r));
+  for (const auto& r : resp->results()) scope.metrics().CountItem(ToCode(FromResult(r)));
   return grpc::Status::OK;
 }
 

@@ -94,7 +94,6 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
                            mcstore::v1::BatchRemoveResponse*) override;
 
  private:
-  class Scope;
   struct Caller {
     std::string owner;
     CallerLimits::Admission admission;

@@ -38,6 +38,7 @@ OffloadDriver::OffloadDriver(OffloadDriverOptions options, offload::DiskTier& ti
                              MasterClient& master, transfer::SegmentTable& segments,
                              std::function<uint64_t()> session, MetricsRegistry& metrics)
     : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : RealClock::Get()),
       tier_(tier),
       master_(master),
       segments_(segments),
@@ -58,42 +59,17 @@ OffloadDriver::OffloadDriver(OffloadDriverOptions options, offload::DiskTier& ti
                                              {{"result", "error"}})),
       corrupt_dropped_(metrics.GetCounter(
           "mc_client_disk_corrupt_dropped_total",
-          "SSD records that failed verification when read, reported to the master and deleted")) {
+          "SSD records that failed verification when read, reported to the master and deleted")),
+      // While the master has work for us, take the next tasks at once (bursts), else wait a poll.
+      thread_(clock_, [this] { return RunOnce() ? 0 : options_.poll_interval_ms; }) {
   for (const auto& e : tier_.List()) Remember(e.key, e.generation, e.ref.length);
 }
 
 OffloadDriver::~OffloadDriver() { Stop(); }
 
-void OffloadDriver::Start() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (started_) return;
-  started_ = true;
-  thread_ = std::thread([this] { Loop(); });
-}
+void OffloadDriver::Start() { thread_.Start(options_.poll_interval_ms); }
 
-void OffloadDriver::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
-
-void OffloadDriver::Loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(options_.poll_interval_ms));
-    if (stopping_) break;
-    lock.unlock();
-    // While the master has work for us, take the next tasks at once (bursts), else wait a poll.
-    while (RunOnce()) {
-      std::lock_guard<std::mutex> check(mu_);
-      if (stopping_) break;
-    }
-    lock.lock();
-  }
-}
+void OffloadDriver::Stop() { thread_.Stop(); }
 
 void OffloadDriver::Remember(const std::string& key, uint64_t generation, uint64_t length) {
   absl::MutexLock lock(&keys_mu_);
@@ -284,12 +260,7 @@ void OffloadDriver::Report(std::vector<OffloadResult>& results) {
 std::vector<bool> OffloadDriver::MayReclaim(const std::vector<offload::DiskTierVictim>& victims) {
   std::vector<bool> allowed(victims.size(), false);
   if (session_() == 0) return allowed;
-  const auto now_ms = [] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  };
-  if (now_ms() < reclaim_blocked_until_ms_.load()) return allowed;
+  if (clock_.NowMs() < reclaim_blocked_until_ms_.load()) return allowed;
   v1::RemoveDiskReplicasRequest req;
   req.set_client_id(options_.client_id);
   for (const auto& v : victims) {
@@ -302,7 +273,7 @@ std::vector<bool> OffloadDriver::MayReclaim(const std::vector<offload::DiskTierV
   v1::RemoveDiskReplicasResponse resp;
   absl::Status s = master_.RemoveDiskReplicas(req, &resp);
   if (!s.ok()) {
-    reclaim_blocked_until_ms_ = now_ms() + options_.reclaim_backoff_ms;
+    reclaim_blocked_until_ms_ = clock_.NowMs() + options_.reclaim_backoff_ms;
     MC_LOG_EVERY(std::chrono::seconds(10), Log(), warn,
                  "cannot ask the master before reclaiming SSD records: {}; no reclaim for {} ms",
                  s.ToString(), options_.reclaim_backoff_ms);
@@ -332,7 +303,7 @@ absl::Status OffloadDriver::ReadLocal(std::string_view key, uint64_t generation,
       absl::MutexLock lock(&retry_mu_);
       corrupt_.push_back({std::string(key), generation, locator, length});
     }
-    cv_.notify_all();
+    thread_.WakeNow();  // dropped by the driver's thread, now
   }
   return s;
 }

@@ -21,11 +21,8 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -33,7 +30,9 @@
 #include "absl/synchronization/mutex.h"
 #include "client/session/master_client.h"
 #include "client/tier/disk_reader.h"
+#include "common/clock.h"
 #include "common/metrics.h"
+#include "common/periodic_thread.h"
 #include "offload/disk_tier.h"
 #include "transfer/data_server.h"
 #include "transfer/transfer_engine.h"
@@ -54,6 +53,8 @@ struct OffloadDriverOptions {
   // Records per AddDiskReplicas report while running tasks: their memory may be reused only once
   // reported, so a burst reports in small steps rather than after the whole poll's tasks.
   size_t task_report_batch = 4;
+  // The clock of the poll waits and the reclaim backoff (borrowed); null = RealClock.
+  const Clock* clock = nullptr;
 };
 
 class OffloadDriver final : public DiskReader {
@@ -81,9 +82,10 @@ class OffloadDriver final : public DiskReader {
 
   // One iteration of the loop (tests call it directly); true when it ran tasks.
   bool RunOnce();
+  // Iterations of the driver's thread completed.
+  uint64_t rounds() const { return thread_.runs(); }
 
  private:
-  void Loop();
   void ReportAll();
   void RunTasks(const std::vector<v1::OffloadTask>& tasks);
   struct OffloadResult {
@@ -103,6 +105,7 @@ class OffloadDriver final : public DiskReader {
   void Forget(uint64_t generation);
 
   const OffloadDriverOptions options_;
+  const Clock& clock_;
   offload::DiskTier& tier_;
   MasterClient& master_;
   transfer::SegmentTable& segments_;
@@ -118,7 +121,7 @@ class OffloadDriver final : public DiskReader {
   Counter& disk_read_failures_;
   Counter& corrupt_dropped_;
   std::atomic<bool> report_pending_{true};
-  std::atomic<int64_t> reclaim_blocked_until_ms_{0};  // steady clock
+  std::atomic<int64_t> reclaim_blocked_until_ms_{0};  // on clock_
 
   // generation -> key and payload length of every record we hold: a kReadDisk frame names only
   // the generation, and its length is checked before any memory is taken for it.
@@ -135,11 +138,7 @@ class OffloadDriver final : public DiskReader {
   // Records that failed verification when read, to drop on the loop's thread.
   std::vector<offload::DiskTierVictim> corrupt_ ABSL_GUARDED_BY(retry_mu_);
 
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  bool started_ = false;
+  PeriodicThread thread_;  // last: it runs RunOnce() on the members above
 };
 
 }  // namespace mc::client

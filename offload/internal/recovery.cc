@@ -40,7 +40,7 @@ absl::StatusOr<ScanResult> ScanDataFile(IoEngine& engine, int fd, uint32_t file,
   static auto& log = Logger("offload");
   ScanResult result;
   AlignedBuffer window(kScanWindow);
-  AlignedBuffer header_buf(HeaderBlockSize(kMaxRecordKeyLength));
+  AlignedBuffer header_buf(HeaderBlockSize(kMaxKeyBytes));
   if (!window.ok() || !header_buf.ok()) return McError(Code::kInternal, "out of memory for a scan");
   uint64_t off = 0;
   while (off < size) {

@@ -199,7 +199,7 @@ class PartitionTest(unittest.TestCase):
             self.assert_never_wrong(after, "after the holder came back")
             readable = sum(1 for r in after if r.code == cc.spb.OK)
             print("partition past the TTL: %d/%d keys readable after the holder came back "
-                  "(a returning client does not re-report memory objects yet: issue 16)"
+                  "(a returning client re-reports its memory objects only with --object_index)"
                   % (readable, len(self.keys)))
             fresh = [(b"np-new-%d" % i, cc.payload(64 * 1024, 7100 + i)) for i in range(4)]
             for r in cc.put_inline(self.reader, fresh):

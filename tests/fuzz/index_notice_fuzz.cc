@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!entries.ok()) return 0;
   if (entries->empty() || entries->size() > transfer::kMaxIndexNoticeEntries) abort();
   for (const transfer::IndexNoticeEntry& e : *entries) {
-    if (e.key.empty() || e.key.size() > transfer::kMaxIndexKeySize) abort();
+    if (e.key.empty() || e.key.size() > mc::kMaxKeyBytes) abort();
   }
   auto again = transfer::EncodeIndexNotice(std::span<const transfer::IndexNoticeEntry>(*entries));
   if (!again.ok() || again->size() != size || std::memcmp(again->data(), data, size) != 0) {

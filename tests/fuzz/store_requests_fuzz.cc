@@ -60,10 +60,9 @@ struct Node {
     eo.tcp.connections_per_peer = 1;
     engine = std::make_unique<mc::transfer::TransferEngine>(eo, table);
     putter = std::make_unique<mc::client::BatchPutter>(
-        BatchPutOptions{
-            .client_id = kId, .max_key_size = 4096, .max_replicas = 8, .no_space_wait_ms = 0},
-        master, *engine, clock, metrics);
-    getter = std::make_unique<mc::client::BatchGetter>(BatchGetOptions{kId, kEndpoint, 0, 4096, 8},
+        BatchPutOptions{.client_id = kId, .max_replicas = 8, .no_space_wait_ms = 0}, master,
+        *engine, clock, metrics);
+    getter = std::make_unique<mc::client::BatchGetter>(BatchGetOptions{kId, kEndpoint, 0, 8},
                                                        master, *engine, leases, clock, metrics);
     service = std::make_unique<mc::client::StoreGrpcService>(
         mc::client::StoreServiceOptions{.client_id = kId,

@@ -53,7 +53,7 @@ def wait_until(predicate, timeout_s, interval_s=0.05, what="condition"):
             return value
         if time.monotonic() >= deadline:
             raise TimeoutError("timed out after %.1fs waiting for %s" % (timeout_s, what))
-        time.sleep(interval_s)
+        time.sleep(interval_s)  # the poll interval, inside the deadline above
 
 
 def http_get(address, path, timeout_s=5.0):

@@ -1,4 +1,4 @@
-"""Issue 14's attacks on the real mc-master, made with just a socket (master_fixture.py): no,
+"""Attacks on the real mc-master, made with just a socket (master_fixture.py): no,
 forged, stale or replayed proofs, and calls in another client's name. Each must be refused,
 counted and change nothing."""
 
@@ -15,7 +15,7 @@ from mcstore.v1 import store_pb2
 
 
 class AuthTest(MasterFixture):
-    """Issue 14: every master RPC is bound to its authenticated caller. Each case is an attack
+    """Every master RPC is bound to its authenticated caller. Each case is an attack
     that worked with just a socket before authentication; each must now be refused, counted and
     change nothing."""
 
@@ -125,6 +125,7 @@ class AuthTest(MasterFixture):
         self.assertEqual(started.replicas[0].data_endpoint, "127.0.0.1:%d" % (10000 + 2))
         # A restarted daemon (no token) gets the id once the old session is silent long enough.
         c1.stop_heartbeating()
+        # The takeover window runs on the master's clock and nothing signals its end: wait it out.
         time.sleep(TAKEOVER_MS / 1000 + 0.3)
         new = self.raw.RegisterClient(req, metadata=self.keys.register_metadata(req), timeout=5)
         self.assertNotEqual(new.session, c1.session)

@@ -52,7 +52,7 @@ def remove_eventually(c, keys, timeout_s=10.0):
         todo = [k for k in todo if final[k].code is Code.HAS_LEASE]
         if time.monotonic() > deadline:
             break
-        time.sleep(0.01)
+        time.sleep(0.01)  # the poll interval, inside the deadline above
     return [final[k] for k in keys]
 
 

@@ -121,7 +121,7 @@ class EventSubscriber:
                 last, since = n, time.monotonic()
             elif time.monotonic() - since >= quiet_s:
                 break
-            time.sleep(0.05)
+            time.sleep(0.05)  # the poll interval of the quiet-period check, inside max_s
         return last
 
     def take(self):
@@ -372,7 +372,7 @@ def reset_local_cache(llm):
         if llm.reset_prefix_cache():
             return
         llm.llm_engine.step()
-        time.sleep(0.005)
+        time.sleep(0.005)  # between engine steps, 200 at most
     raise SystemExit("vLLM's local prefix cache could not be reset")
 
 

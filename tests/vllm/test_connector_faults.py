@@ -4,15 +4,31 @@ neither again for its request nor, for a while, for others; the store found down
 instead of storming it; a daemon restart makes the worker register its KV cache again and go on.
 """
 
-import time
-
 import pytest
 
 from mcstore import Code, GetResult, LeaseRef, SessionLostError, UnavailableError
+from mcstore.vllm import connector
 from mcstore.vllm.connector import (LoadJob, MCStoreConnectorStats, MCStoreWorkerMetadata,
                                     _ReqState, _SchedulerSide)
 
 from test_worker_load import refs, store, worker
+
+
+class FakeTime:
+    """The connector's clock (it reads only time.monotonic), moved by the test."""
+
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def monotonic(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeTime()
+    monkeypatch.setattr(connector, "time", fake)
+    return fake
 
 
 def take_meta(w):
@@ -193,16 +209,18 @@ def test_a_block_that_failed_is_not_looked_up_again_for_its_request():
     assert s.client.matches == [8, 3]
 
 
-def test_a_failed_block_is_a_miss_for_every_request_for_a_while():
-    s = scheduler(negative_cache_s=0.2)
+def test_a_failed_block_is_a_miss_for_every_request_for_a_while(clock):
+    s = scheduler(negative_cache_s=0.25)   # times in binary fractions: exact sums
     a, b = Req("a", 6), Req("b", 6)   # same prefix
     s._note_failed([("a", a.block_hashes[2])])
     assert s.num_new_matched_tokens(b, 0) == (2 * 4, True)
     assert s.totals["lookup_negative_blocks"] == 4
-    deadline = time.monotonic() + 10
-    while s.negative and time.monotonic() < deadline:   # wait for the entry to expire
-        time.sleep(0.05)
-        s._negative_cut(s.reqs["b"], 6)
+    clock.now += 0.125
+    s._negative_cut(s.reqs["b"], 6)
+    assert s.negative, "still inside negative_cache_s"
+    clock.now += 0.125
+    s._negative_cut(s.reqs["b"], 6)
+    assert not s.negative, "expired after negative_cache_s"
     s.reqs["b"].lookup = None
     c = Req("c", 6)
     assert s.num_new_matched_tokens(c, 0) == (6 * 4, True)
@@ -214,7 +232,7 @@ def test_the_negative_cache_is_bounded():
     assert list(s.negative) == [b"h7", b"h8", b"h9"]
 
 
-def test_a_store_that_is_down_pauses_lookups_instead_of_storming_it():
+def test_a_store_that_is_down_pauses_lookups_instead_of_storming_it(clock):
     s = scheduler(unavailable_backoff_s=0.3)
     s.client.down = True
     assert s.num_new_matched_tokens(Req("a", 4), 0) == (0, False)
@@ -223,9 +241,8 @@ def test_a_store_that_is_down_pauses_lookups_instead_of_storming_it():
         assert s.num_new_matched_tokens(Req("p%d" % i, 4), 0) == (0, False)
     assert s.client.matches == []
     assert s.totals["lookups_skipped_store_down"] == 20
-    deadline = time.monotonic() + 10
-    while time.monotonic() < s.paused_until and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert s.paused_until == clock.now + 0.3
+    clock.now += 0.3   # the backoff has passed
     assert s.num_new_matched_tokens(Req("b", 4), 0) == (4 * 4, True)
     # A worker that found the daemon down pauses them too.
     s.on_output(type("Out", (), {"kv_connector_worker_meta": MCStoreWorkerMetadata(

@@ -1,5 +1,5 @@
 """A real vLLM engine (CPU build) through faults of the store, and prefill/decode disaggregation
-through it (issue 38). One engine process runs phases with pauses in between, during which the
+through it. One engine process runs phases with pauses in between, during which the
 test breaks the store:
 
   cold, warm   saves every prompt block; warm is the reference (vLLM's local prefix cache)

@@ -9,7 +9,8 @@
 // reserved are 0; length = payload bytes (at most kMaxIndexNoticeBytes). Payload, little-endian:
 //   u32 count (1..kMaxIndexNoticeEntries), then `count` entries of
 //   u64 segment_id, u64 offset, u64 length, u64 generation, u64 checksum, u32 key_len
-//   (1..kMaxIndexKeySize), key_len bytes of key, 64 bytes of capability (zeros without auth).
+//   (1..kMaxKeyBytes, common/keys.h), key_len bytes of key, 64 bytes of capability (zeros without
+//   auth).
 // The payload must end exactly after the last entry. The response (no payload) is OK when every
 // entry was recorded, else the code of the first refusal (PERMISSION_DENIED, NOT_FOUND for a
 // segment the owner does not publish, INVALID_ARGUMENT; NOT_READY from an owner that keeps no

@@ -40,7 +40,7 @@ class BadInputTest(cc.ClusterTestMixin, unittest.TestCase):
             got = (m.get("mc_keys"), m.get("mc_memory_used_bytes"), m.get("mc_leases_active"))
             if want is None or got == want or time.monotonic() > deadline:
                 return got
-            time.sleep(0.01)
+            time.sleep(0.01)  # the poll interval, inside the deadline above
 
     def assertStillUp(self):
         self.assertTrue(self.c.healthy(0), "client 0 /healthz")

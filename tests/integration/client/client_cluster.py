@@ -171,7 +171,7 @@ class Cluster:
             except harness.DaemonError:
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(0.2)
+                time.sleep(0.2)  # retry pause while the old port is released, inside the deadline
 
     def master_address(self):
         """What the clients' --master says (a subclass with standbys gives the list)."""

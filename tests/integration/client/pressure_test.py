@@ -119,7 +119,7 @@ class SmallPoolTest(cc.ClusterTestMixin, unittest.TestCase):
             # The put is waiting (it was answered NO_SPACE and is being retried) ...
             deadline = time.monotonic() + 15
             while self.retries() == 0 and time.monotonic() < deadline:
-                time.sleep(0.02)
+                time.sleep(0.02)  # the poll interval, inside the deadline above
             self.assertGreater(self.retries(), 0, "the put never met a full pool")
             self.assertTrue(writer.is_alive(), "the put must still be waiting")
         finally:

@@ -1,4 +1,4 @@
-"""Self-repair with real daemons (issue 38, DESIGN.md invariant 10).
+"""Self-repair with real daemons (DESIGN.md invariant 10).
 
 A corrupt memory replica is made the way a lying writer would: the test, registered with the
 master as a member, starts a put, writes other bytes than the checksum it then records (through

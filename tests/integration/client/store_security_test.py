@@ -152,6 +152,11 @@ class StoreSecurityTest(cc.ClusterTestMixin, unittest.TestCase):
                             capture_output=True, text=True, timeout=60)
         # exit 1: the key is missing (the call itself went through with the token)
         self.assertEqual((ok.returncode, ok.stdout), (1, "tool-k: missing\n"), ok.stderr)
+        # The keys' rule (common/keys.h) holds in the tool too, with the daemons' message.
+        long_key = subprocess.run(base + ["--token_file", self.c.token_file, "exist", "k" * 4097],
+                                  capture_output=True, text=True, timeout=60)
+        self.assertEqual(long_key.returncode, 2, long_key.stderr)
+        self.assertIn("key of 4097 bytes exceeds the limit of 4096", long_key.stderr)
         loose = os.path.join(self.c.tmp, "loose.token")
         with open(loose, "w") as f:
             f.write(self.c.token + "\n")

@@ -1,4 +1,4 @@
-"""Issue 16: standby masters with leader election through etcd; clients follow the leader.
+"""Standby masters with leader election through etcd; clients follow the leader.
 
 Real daemons on loopback: one etcd (started here on free ports, temp data dir), three mc-masters
 with --etcd_endpoints, two mc-clients with segments and one pure client, all with --master a,b,c.
@@ -256,7 +256,7 @@ class FailoverTestBase(cc.ClusterTestMixin, unittest.TestCase):
                         self.answers[name] = self.answers.get(name, 0) + 1
                         if r.code == spb.OK:
                             self.acked.append((k, v, sent, now))
-                time.sleep(0.01)
+                time.sleep(0.01)  # paces the writer: a steady load across the failover
 
         self.threads = [
             threading.Thread(target=writer, args=(0, self.cluster.stub(0), 1), daemon=True),

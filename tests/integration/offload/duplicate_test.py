@@ -73,7 +73,7 @@ class DuplicateStormTest(unittest.TestCase):
                                 self.errors.append("remove %r: %s" % (k, sc.cc.code_name(r.code)))
                 except grpc.RpcError:
                     # Our client restarts under us (new ports): reconnect once it is back.
-                    time.sleep(0.1)
+                    time.sleep(0.1)  # retry pause while our client restarts (bounded by STORM_S)
                     try:
                         stub = self.c.stub(client)
                     except Exception:
@@ -112,12 +112,13 @@ class DuplicateStormTest(unittest.TestCase):
             end = time.monotonic() + STORM_S
             restarts = 0
             while time.monotonic() < end:
-                time.sleep(1.0)
+                time.sleep(1.0)  # spaces the restarts: load runs between them
                 self.c.restart_client(restarts % 2 and 1 or 0,
                                       signal.SIGKILL if restarts % 2 else signal.SIGTERM)
                 restarts += 1
                 if restarts >= 3:
                     break
+            # The storm lasts STORM_S: its length is what the test sets.
             time.sleep(max(0, end - time.monotonic()))
             self.stop.set()
             for t in threads:

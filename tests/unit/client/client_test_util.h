@@ -69,16 +69,13 @@ class ClientFixture : public ::testing::Test {
         metrics_(registry_),
         prefix_leases_(clock_),
         putter_(PutOptions(0), master_, engine_, clock_, metrics_),
-        getter_(BatchGetOptions{kLocalId, kLocalEndpoint, 0, 4096, 8}, master_, engine_,
-                prefix_leases_, clock_, metrics_) {}
+        getter_(BatchGetOptions{kLocalId, kLocalEndpoint, 0, 8}, master_, engine_, prefix_leases_,
+                clock_, metrics_) {}
 
   void SetUp() override { local_ = Register(kLocalId, kLocalEndpoint, local_table_, 2, 1 << 20); }
 
   static BatchPutOptions PutOptions(int64_t no_space_wait_ms) {
-    return {.client_id = kLocalId,
-            .max_key_size = 4096,
-            .max_replicas = 8,
-            .no_space_wait_ms = no_space_wait_ms};
+    return {.client_id = kLocalId, .max_replicas = 8, .no_space_wait_ms = no_space_wait_ms};
   }
 
   static transfer::TransferEngineOptions EngineOptions() {

@@ -14,6 +14,7 @@
 
 #include "common/metrics.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/await.h"
 
 namespace mc {
 namespace {
@@ -129,10 +130,7 @@ TEST(AdminServer, ConnectionsBeyondThePerPeerCapGet503) {
   const int port = PortOf(*bound);
   const int a = ConnectTo(port);
   const int b = ConnectTo(port);
-  // Let the loop accept both before the third arrives.
-  for (int i = 0; i < 50 && server.rejected_connections() == 0; ++i) {
-    ::usleep(2000);
-  }
+  // The loop accepts in the order the kernel queued the connections: both before the third.
   const std::string got = Exchange(port, "GET /healthz HTTP/1.1\r\n\r\n");
   EXPECT_NE(got.find("503"), std::string::npos) << got;
   EXPECT_EQ(server.rejected_connections(), 1u);
@@ -140,12 +138,10 @@ TEST(AdminServer, ConnectionsBeyondThePerPeerCapGet503) {
   ::close(b);
   // Once they are gone, requests are served again.
   std::string again;
-  for (int i = 0; i < 100; ++i) {
+  EXPECT_TRUE(WaitFor([&] {
     again = Exchange(port, "GET /healthz HTTP/1.1\r\n\r\n");
-    if (again.find("200 OK") != std::string::npos) break;
-    ::usleep(10000);
-  }
-  EXPECT_NE(again.find("200 OK"), std::string::npos) << again;
+    return again.find("200 OK") != std::string::npos;
+  })) << again;
 }
 
 }  // namespace

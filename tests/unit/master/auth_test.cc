@@ -1,6 +1,6 @@
-// Issue 14, the master's side: registration and admin proofs (RpcAuthenticator), client ids bound
-// to their session (the takeover rule), random session numbers, tokens and lease ids, leases owned
-// by their caller, and per-call ownership of pending puts and DISK reports (MetadataService).
+// Authentication, the master's side: registration and admin proofs (RpcAuthenticator), client ids
+// bound to their session (the takeover rule), random session numbers, tokens and lease ids, leases
+// owned by their caller, and per-call ownership of pending puts and DISK reports (MetadataService).
 #include <atomic>
 #include <set>
 #include <string>

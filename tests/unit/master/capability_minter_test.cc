@@ -1,6 +1,6 @@
-// The master's capabilities (issue 14): owners get their own key at registration; every replica a
-// lookup, put or promotion answers carries a capability for exactly its range, under the owner's
-// key, expiring with the lease or the write deadline; nothing is granted without a lease.
+// The master's capabilities (docs/security.md): owners get their own key at registration; every
+// replica a lookup, put or promotion answers carries a capability for exactly its range, under the
+// owner's key, expiring with the lease or the write deadline; nothing is granted without a lease.
 #include "master/capability_minter.h"
 
 #include <gtest/gtest.h>

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "master/etcd_http.h"
+#include "tests/fakes/await.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_etcd.h"
 
@@ -88,14 +89,12 @@ TEST_F(LeaderElectionTest, ExpiredLeaseLosesForGoodAndCallsOnLost) {
   EXPECT_EQ(b.election.role(), Role::kLeader);
   EXPECT_EQ(etcd_.Value(kKey), "10.0.0.2:5000");
   // a resumes: it learns the lease is gone, stops for good.
-  int lost = 0;
-  a.election.Start([&] { ++lost; });
-  for (int i = 0; i < 200 && a.election.role() != Role::kLost; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  EventCounter lost;
+  a.election.Start([&] { lost.Add(); });
+  ASSERT_TRUE(lost.AwaitAtLeast(1));
   a.election.Stop();
   EXPECT_EQ(a.election.role(), Role::kLost);
-  EXPECT_EQ(lost, 1);
+  EXPECT_EQ(lost.value(), 1);
   EXPECT_FALSE(a.election.Serving());
   EXPECT_EQ(a.Metric("mc_master_leader"), 0);
   a.election.Step();  // nothing brings it back

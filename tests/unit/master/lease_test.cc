@@ -254,7 +254,7 @@ TEST_F(Leases, LookupWithoutReplicasAnswersSizeChecksumAndGeneration) {
   EXPECT_EQ(bare.results[0].generation, full.results[0].generation);
 }
 
-// Issue 16 (master memory per object): leases live in the object's transient record, which the
+// Master memory per object: leases live in the object's transient record, which the
 // lease sweep frees once no lease is left (a release alone keeps it, like the leased index).
 TEST_F(Leases, LeasesComeAndGoWithTheirTransientState) {
   m_.Put("c1", "k", 100);

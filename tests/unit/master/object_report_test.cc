@@ -1,4 +1,4 @@
-// Restart and return (issue 16, master side), through MetadataService with a FakeClock: the run's
+// Restart and return (master side), through MetadataService with a FakeClock: the run's
 // epoch in segment ids, owners' reports rebuilding objects (ReportObjects), held segments, and
 // the forget queue handed out with heartbeats; and the same through the gRPC handlers.
 #include <algorithm>

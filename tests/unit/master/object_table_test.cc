@@ -1,7 +1,7 @@
 // ObjectTable::ForKeys: every position visited exactly once, grouped by shard (each shard locked
 // once), ascending within a shard, for empty, single-key and large batches. The layout of a
-// stored object (issue 16: master memory per object): sizes, the key stored once in the node,
-// the intrusive LRU list.
+// stored object (master memory per object: millions of objects): sizes, the key stored once in the
+// node, the intrusive LRU list.
 #include "master/object_table.h"
 
 #include <gtest/gtest.h>
@@ -47,7 +47,7 @@ TEST(ObjectTable, ForKeysVisitsEveryPositionOnceGroupedByShard) {
   CheckVisits(table, many);
 }
 
-// The per-object budget (issue 16: <= 200 bytes beyond the key at 10 M objects, measured by
+// The per-object budget (<= 200 bytes beyond the key at 10 M objects, measured by
 // bench/recovery_bench.cc): a node is an Object plus the key's bytes; the table slot adds ~15
 // bytes and the segment allocator's B-tree entry ~20. Growing these types breaks the budget.
 static_assert(sizeof(StoredReplica) == 40, "compact replica: 4 numbers, a peer index, the tier");
@@ -190,7 +190,8 @@ TEST(Object, TransientStateIsAllocatedOnDemandAndTrimmedWhenEmpty) {
   EXPECT_FALSE(o.has_transient());
 }
 
-// The contract of issue 16: the table is the only writer of object state. What its iterators
+// The one-writer contract (no path changes an object behind its shard's lock): the table is
+// the only writer of object state. What its iterators
 // and LRU walks hand out is const, and Object's mutators are not reachable from outside it.
 // (Each line fails to compile, or the assertion fails, if a write path is opened again.)
 template <typename T>

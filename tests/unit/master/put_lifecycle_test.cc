@@ -176,7 +176,7 @@ TEST_F(PutLifecycle, PutEndAfterItsReplicaHolderDiedAndTheKeyWasPutAgainIsNotFou
 TEST_F(PutLifecycle, PutEndByAnotherClientFailsAndLeavesPutPending) {
   PutStartOutcome o = m_.Start("c1", "k", 100);
   // NOT_FOUND, as for a put that does not exist: another writer's put is not the caller's to
-  // end (issue 14; the answer tells nothing about it).
+  // end (authentication binds a put to its writer; the answer tells nothing about it).
   EXPECT_EQ(CodeOf(m_.End("c2", "k", o.generation)), Code::kNotFound);
   EXPECT_FALSE(m_.Exists("k"));
   EXPECT_TRUE(m_.End("c1", "k", o.generation).ok());
@@ -408,7 +408,7 @@ TEST_F(PutLifecycle, MoreReplicasThanClientsIsNoSpaceAndReservesNothing) {
   EXPECT_EQ(m_.CounterValue("mc_put_no_space_total"), 1u);
 }
 
-// Issue 16 (master memory per object): what only a put in progress needs lives in a transient
+// Master memory per object: what only a put in progress needs lives in a transient
 // record that the end of the put frees; the writer stays, so a repeated PutEnd still answers.
 TEST_F(PutLifecycle, EndedPutFreesItsTransientStateAndStillAnswersARepeatedEnd) {
   PutStartOutcome o = m_.Start("c1", "k", 100);

@@ -238,7 +238,7 @@ TEST_F(DiskTierPipelineTest, AutomaticChunksWriteSmallRecordsInOneRequestAndSpli
 
 TEST_F(DiskTierPipelineTest, HeaderOfALongKeySpansWhatWouldBeTwoChunks) {
   auto tier = OpenTier(Options(4 * kKiB));
-  const std::string key(kMaxRecordKeyLength, 'K');  // 8 KiB header block
+  const std::string key(kMaxKeyBytes, 'K');  // 8 KiB header block
   const std::string data = RandomBytes(50 * kKiB + 1, 4);
   auto ref = tier->Write(key, 9, {{data.data(), data.size()}});
   ASSERT_TRUE(ref.ok()) << ref.status();

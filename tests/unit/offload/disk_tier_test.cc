@@ -111,7 +111,7 @@ TEST_F(DiskTierTest, ReadChecksSizeKeyGenerationAndRef) {
   RecordRef moved = *ref;
   moved.locator += kPageSize;
   EXPECT_EQ(ToCode(Get(*tier, moved, "k", 3, &out)), Code::kNotFound);
-  EXPECT_EQ(ToCode(tier->Write(std::string(kMaxRecordKeyLength + 1, 'k'), 1, {}).status()),
+  EXPECT_EQ(ToCode(tier->Write(std::string(kMaxKeyBytes + 1, 'k'), 1, {}).status()),
             Code::kInvalidArgument);
 }
 

@@ -16,7 +16,7 @@ TEST(RecordFormat, SizesAre4KiBMultiples) {
   EXPECT_EQ(HeaderBlockSize(0), kPageSize);
   EXPECT_EQ(HeaderBlockSize(kPageSize - kFixedHeaderSize), kPageSize);
   EXPECT_EQ(HeaderBlockSize(kPageSize - kFixedHeaderSize + 1), 2 * kPageSize);
-  EXPECT_EQ(HeaderBlockSize(kMaxRecordKeyLength), 2 * kPageSize);
+  EXPECT_EQ(HeaderBlockSize(kMaxKeyBytes), 2 * kPageSize);
   EXPECT_EQ(RecordSize(10, 0), kPageSize);
   EXPECT_EQ(RecordSize(10, 1), 2 * kPageSize);
   EXPECT_EQ(RecordSize(10, 8192), 3 * kPageSize);
@@ -40,7 +40,7 @@ TEST(RecordFormat, EncodeDecodeRoundTrip) {
 }
 
 TEST(RecordFormat, EncodeRejectsOutOfRangeInput) {
-  EXPECT_EQ(ToCode(EncodeHeader(std::string(kMaxRecordKeyLength + 1, 'k'), 1, 1, 1).status()),
+  EXPECT_EQ(ToCode(EncodeHeader(std::string(kMaxKeyBytes + 1, 'k'), 1, 1, 1).status()),
             Code::kInvalidArgument);
   EXPECT_EQ(ToCode(EncodeHeader("k", 1, kMaxRecordPayloadLength + 1, 1).status()),
             Code::kInvalidArgument);
@@ -67,7 +67,7 @@ TEST(RecordFormat, DecodeRejectsEachKindOfCorruption) {
   b[6] = 1;
   ExpectRejected(b, "unknown flags");
   b = good;
-  SetU32(b, 12, kMaxRecordKeyLength + 1);
+  SetU32(b, 12, kMaxKeyBytes + 1);
   ExpectRejected(b, "key length out of range");
   b = good;
   SetU32(b, 8, 2 * kPageSize);

@@ -27,7 +27,7 @@ absl::StatusOr<std::vector<IndexNoticeEntry>> Decode(const std::string& p) {
 }
 
 TEST(IndexNotice, RoundTripsEveryField) {
-  std::vector<IndexNoticeEntry> in = {Entry(1), Entry(2, 1), Entry(3, kMaxIndexKeySize)};
+  std::vector<IndexNoticeEntry> in = {Entry(1), Entry(2, 1), Entry(3, kMaxKeyBytes)};
   absl::StatusOr<std::string> payload = EncodeIndexNotice(in);
   ASSERT_TRUE(payload.ok()) << payload.status();
   size_t expect = 4;
@@ -51,13 +51,13 @@ TEST(IndexNotice, EncodeRefusesOutOfBounds) {
   EXPECT_EQ(ToCode(EncodeIndexNotice({}).status()), Code::kInvalidArgument);
   std::vector<IndexNoticeEntry> empty_key = {Entry(1, 0)};
   EXPECT_FALSE(EncodeIndexNotice(empty_key).ok());
-  std::vector<IndexNoticeEntry> long_key = {Entry(1, kMaxIndexKeySize + 1)};
+  std::vector<IndexNoticeEntry> long_key = {Entry(1, kMaxKeyBytes + 1)};
   EXPECT_FALSE(EncodeIndexNotice(long_key).ok());
   std::vector<IndexNoticeEntry> many(kMaxIndexNoticeEntries + 1, Entry(1, 1));
   EXPECT_FALSE(EncodeIndexNotice(many).ok());
   // Within the entry count but above the byte bound.
-  std::vector<IndexNoticeEntry> big(kMaxIndexNoticeBytes / kMaxIndexKeySize + 1,
-                                    Entry(1, kMaxIndexKeySize));
+  std::vector<IndexNoticeEntry> big(kMaxIndexNoticeBytes / kMaxKeyBytes + 1,
+                                    Entry(1, kMaxKeyBytes));
   ASSERT_LE(big.size(), kMaxIndexNoticeEntries);
   EXPECT_FALSE(EncodeIndexNotice(big).ok());
 }
@@ -115,7 +115,7 @@ TEST(IndexNotice, RandomMutationsNeverCrash) {
     size_t bytes = 4;
     for (const auto& e : *out) {
       ASSERT_GE(e.key.size(), 1u);
-      ASSERT_LE(e.key.size(), kMaxIndexKeySize);
+      ASSERT_LE(e.key.size(), kMaxKeyBytes);
       bytes += IndexEntryBytes(e);
     }
     ASSERT_EQ(bytes, p.size()) << "a decoded payload is exactly its entries";

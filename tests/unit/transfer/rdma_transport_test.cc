@@ -13,6 +13,7 @@
 #include "common/checksum.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "tests/fakes/await.h"
 #include "tests/fakes/fake_verbs.h"
 #include "tests/fakes/in_process_rdma_connector.h"
 
@@ -77,11 +78,7 @@ class RdmaTransportTest : public ::testing::Test {
 
   // Waits (bounded) until the client device holds `n` WRs.
   bool WaitHeld(size_t n) {
-    for (int i = 0; i < 2000; ++i) {
-      if (client_dev_->held() >= n) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return false;
+    return WaitFor([&] { return client_dev_->held() >= n; });
   }
 
   FakeVerbsNetwork network_;
@@ -224,10 +221,8 @@ TEST_F(RdmaTransportTest, QueuePairErrorIsReestablished) {
   EXPECT_EQ(client_->qps_created_for_test(), 2u);
   EXPECT_EQ(0, std::memcmp(segment_.data() + 4096, local_.data() + 100, 4096));
   EXPECT_EQ(server_dev_->live_qps(), 1u);  // the peer destroyed the retired one's partner
-  for (int i = 0; i < 1000 && client_dev_->live_qps() != 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  EXPECT_EQ(client_dev_->live_qps(), 1u);  // the broken one was drained and destroyed
+  // The broken one is drained and destroyed by the completion thread.
+  EXPECT_TRUE(WaitFor([&] { return client_dev_->live_qps() == 1; })) << client_dev_->live_qps();
 }
 
 TEST_F(RdmaTransportTest, ForcedQueuePairErrorFailsWhatItCarries) {
@@ -351,14 +346,14 @@ TEST_F(RdmaTransportTest, UnregisterWaitsForInFlightRequestsAndRefusesNewOnes) {
   });
   // Once the region is closing, a new request on it fails at once (not OK), no WR posted.
   const TransferRequest probe = Request(Direction::kRead, 0, {{local_.data(), 1}});
-  for (int i = 0; i < 2000 && client_->LocalBuffersRegistered(probe); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_FALSE(client_->LocalBuffersRegistered(probe));
+  ASSERT_TRUE(WaitFor([&] { return !client_->LocalBuffersRegistered(probe); }));
   auto refused = Run({Request(Direction::kRead, 8192, {{local_.data() + 8192, 100}})});
   EXPECT_EQ(ToCode(refused[0].status), Code::kInvalidArgument) << refused[0].status;
   EXPECT_EQ(client_dev_->held(), 1u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  // The region turned closing under the lock that UnregisterMemory then waits on for its users
+  // to fall to 0: it is blocked now, and only the held WR's end can release it. (An unregister
+  // that did not wait would deregister the region before Release, and the held WR, executed
+  // against the fake device's regions then, would fail below.)
   EXPECT_FALSE(unregistered.load());  // the held WR still names the region
   EXPECT_EQ(client_dev_->live_regions(), 1u);
   client_dev_->Release();

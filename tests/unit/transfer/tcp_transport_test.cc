@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "tests/fakes/await.h"
 #include "tests/unit/transfer/transfer_test_util.h"
 #include "transfer/tcp/frame.h"
 #include "transfer/tcp/server.h"
@@ -184,8 +185,9 @@ TEST_F(TcpTransportTest, ServerStopMidBatchGivesErrorsNotOk) {
   for (int i = 0; i < 64; ++i) {
     reads.push_back(Request(Direction::kRead, Split(dsts[i], 2), Endpoint(0), 5, 0));
   }
+  // Stops the server once the batch's connections are up: 256 MiB are still to come.
   std::thread stopper([this] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(WaitFor([&] { return peers_[0]->server->connection_count() > 0; }));
     peers_[0]->server->Stop();
   });
   auto rr = engine_->Submit(reads, RealClock::Get().NowMs() + 30000);

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <atomic>
@@ -547,9 +548,11 @@ TEST_F(StalledOwner, AnOwnerThatNeverAnswersIsATransferFailureNotAnExpiredLease)
   items.push_back(SliceItem(k, arena.Slices(0, pk.size())));
   const auto start = std::chrono::steady_clock::now();
   // The transfer waits for the lease's end on the real clock; the getter judges the lease on
-  // the fake one, moved past the lease meanwhile.
-  std::thread advance([this] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // the fake one, moved past the lease meanwhile: once the transfer has connected to the black
+  // hole (its listening socket turns readable), long before the lease ends.
+  std::thread advance([this, black_hole] {
+    pollfd p{black_hole, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 30'000), 1) << "the get never connected";
     clock_.AdvanceMs(1000);
   });
   auto res = getter_.Get(items, 0, nullptr);

@@ -142,31 +142,35 @@ TEST_F(BatchPut, MasterUnavailableAtPutEndIsUnavailableNotOk) {
 TEST_F(BatchPut, NoSpaceWhileMemoryIsLeasedIsRetriedUntilTheReadsEnd) {
   v1::ReleaseLeasesRequest release = FillAndLease();
   BatchPutter patient(PutOptions(60'000), master_, engine_, clock_, metrics_);
-  // The reads end while the put waits (once it has met NO_SPACE): it then evicts one of them and
-  // lands.
-  std::thread reader([&] {
-    for (int i = 0; i < 10'000 && metrics_.put_no_space_retries.Value() == 0; ++i) {
-      absl::SleepFor(absl::Milliseconds(1));
+  // The reads end while the put waits (once it has met NO_SPACE and pauses on the clock): it then
+  // evicts one of them and lands.
+  int pauses = 0;
+  clock_.SetOnSleep([&](int64_t) {
+    if (pauses++ == 0) {
+      EXPECT_TRUE(master_.ReleaseLeases(release).ok());
     }
-    EXPECT_TRUE(master_.ReleaseLeases(release).ok());
   });
   const std::string p = Payload(1 << 20, 22);
   std::vector<PutRequestItem> items(1);
   items[0].key = "late";
   items[0].pieces = {{const_cast<char*>(p.data()), p.size()}};
+  const int starts = master_.Calls(Rpc::kPutStart);
   auto s = patient.Put(items, 1);
-  reader.join();
+  clock_.SetOnSleep(nullptr);
   ASSERT_TRUE(s[0].ok()) << s[0];
-  EXPECT_GT(metrics_.put_no_space_retries.Value(), 0u);
-  EXPECT_GT(master_.Calls(Rpc::kPutStart), 3) << "the NO_SPACE item went to the master again";
+  EXPECT_EQ(pauses, 1) << "one pause, then the put landed";
+  EXPECT_EQ(metrics_.put_no_space_retries.Value(), 1u);
+  EXPECT_EQ(master_.Calls(Rpc::kPutStart), starts + 2)
+      << "the NO_SPACE item went to the master again";
   absl::Status gs;
   EXPECT_EQ(GetInline("late", &gs), p);
 }
 
 TEST_F(BatchPut, NoSpaceThatOutlastsTheWaitIsAnsweredWithWhatWasTried) {
   v1::ReleaseLeasesRequest release = FillAndLease();
-  // The fake clock stands still: the round cap (one round per ms of wait) ends the wait.
+  // Each pause moves the fake clock: the wait ends once the pauses (1, 2, 4, 8, 16 ms) pass 20 ms.
   BatchPutter patient(PutOptions(20), master_, engine_, clock_, metrics_);
+  const int64_t started_ms = clock_.NowMs();
   const std::string p = Payload(1 << 20, 23), small = Payload(100, 24);
   std::vector<PutRequestItem> items(2);
   items[0].key = "never";
@@ -176,6 +180,8 @@ TEST_F(BatchPut, NoSpaceThatOutlastsTheWaitIsAnsweredWithWhatWasTried) {
   auto s = patient.Put(items, 1);
   EXPECT_EQ(CodeOf(s[0]), Code::kNoSpace) << s[0];
   EXPECT_NE(s[0].message().find("retries"), std::string::npos) << s[0];
+  EXPECT_EQ(clock_.NowMs() - started_ms, 31) << "1 + 2 + 4 + 8 + 16 ms of pauses";
+  EXPECT_EQ(metrics_.put_no_space_retries.Value(), 5u);
   EXPECT_EQ(CodeOf(s[1]), Code::kAlreadyExists) << s[1];
   EXPECT_EQ(master_.service().KeyCount(), 2u) << "the failed put left no pending object";
   EXPECT_TRUE(master_.ReleaseLeases(release).ok());

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status.h"
 #include "gtest/gtest.h"
+#include "tests/fakes/await.h"
 
 namespace mc::client {
 namespace {
@@ -122,11 +123,7 @@ class FdChannel : public ::testing::Test {
   }
   template <typename Pred>
   bool Eventually(Pred pred) {
-    for (int i = 0; i < 300; ++i) {
-      if (pred()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+    return WaitFor(pred);
   }
 
   MetricsRegistry metrics_;

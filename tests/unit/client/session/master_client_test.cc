@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "gtest/gtest.h"
 #include "master/master_server.h"
+#include "tests/fakes/await.h"
 
 namespace mc::client {
 namespace {
@@ -82,20 +83,16 @@ class GrpcMasterClientTest : public ::testing::Test {
 
   // Leases `key` and queues its release; the counter goes up once the release is answered (it
   // must be answered OK).
-  std::shared_ptr<std::atomic<int>> QueueRelease(const std::string& key) {
-    auto done = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<EventCounter> QueueRelease(const std::string& key) {
+    auto done = std::make_shared<EventCounter>();
     client_->ReleaseLeasesAsync(Lease(key), [done](absl::Status s) {
       EXPECT_TRUE(s.ok()) << s;
-      done->fetch_add(1);
+      done->Add();
     });
     return done;
   }
-  // Waits up to 5 s for `done` to count one answer.
-  static void WaitAnswered(const std::atomic<int>& done) {
-    for (int i = 0; i < 500 && done.load() == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
+  // Waits for `done` to count one answer.
+  static void WaitAnswered(const EventCounter& done) { EXPECT_TRUE(done.AwaitAtLeast(1)); }
   // Removes `key` through the client; the master's answer for it.
   v1::Result Remove(const std::string& key) {
     v1::RemoveRequest rm;
@@ -127,7 +124,7 @@ TEST_F(GrpcMasterClientTest, TheNextLookupCarriesQueuedReleases) {
   EXPECT_EQ(ActiveLeases(), 1u);
   const uint64_t rpcs_before = ReleaseRpcs();
   v1::ReleaseLeasesRequest b = Lease("b");  // carries a's release
-  EXPECT_EQ(done->load(), 1);
+  EXPECT_EQ(done->value(), 1);
   EXPECT_EQ(ActiveLeases(), 1u) << "a's lease should be gone, b's held";
   EXPECT_EQ(ReleaseRpcs(), rpcs_before) << "the release needed no RPC of its own";
   ASSERT_TRUE(client_->ReleaseLeases(b).ok());
@@ -153,7 +150,7 @@ TEST_F(GrpcMasterClientTest, WithoutALookupReleasesGoAloneAfterTheDelay) {
   Put("a");
   auto done = QueueRelease("a");
   WaitAnswered(*done);
-  EXPECT_EQ(done->load(), 1);
+  EXPECT_EQ(done->value(), 1);
   EXPECT_EQ(ActiveLeases(), 0u);
 }
 
@@ -190,7 +187,7 @@ TEST_F(GrpcMasterClientTest, AnExplicitReleaseFirstEndsTheQueuedOnes) {
   rel.set_lease_id(got.lease_id());
   rel.add_keys("b");
   ASSERT_TRUE(client_->ReleaseLeases(rel).ok());
-  EXPECT_EQ(done->load(), 1) << "a's queued release went first";
+  EXPECT_EQ(done->value(), 1) << "a's queued release went first";
   EXPECT_EQ(ActiveLeases(), 0u);
 }
 
@@ -206,7 +203,7 @@ TEST_F(GrpcMasterClientTest, ALookupTheMasterRejectsDoesNotLoseTheReleasesItCarr
   EXPECT_FALSE(client_->GetReplicas(bad, &resp).ok());
   // Sent again, alone and at once.
   WaitAnswered(*done);
-  EXPECT_EQ(done->load(), 1);
+  EXPECT_EQ(done->value(), 1);
   EXPECT_EQ(ActiveLeases(), 0u);
 }
 
@@ -217,7 +214,7 @@ TEST_F(GrpcMasterClientTest, RemoveWaitsForTheReleasesSentBeforeIt) {
     Put(key);
     auto done = QueueRelease(key);
     const v1::Result removed = Remove(key);
-    EXPECT_EQ(done->load(), 1) << "Remove returned before the release it follows completed";
+    EXPECT_EQ(done->value(), 1) << "Remove returned before the release it follows completed";
     EXPECT_EQ(removed.code(), v1::OK) << removed.message();
   }
 }
@@ -225,10 +222,10 @@ TEST_F(GrpcMasterClientTest, RemoveWaitsForTheReleasesSentBeforeIt) {
 TEST_F(GrpcMasterClientTest, DestroyingTheClientWaitsForReleasesInFlight) {
   Connect(1000);
   Put("k");
-  auto done = std::make_shared<std::atomic<int>>(0);
-  client_->ReleaseLeasesAsync(Lease("k"), [done](absl::Status) { done->fetch_add(1); });
+  auto done = std::make_shared<EventCounter>();
+  client_->ReleaseLeasesAsync(Lease("k"), [done](absl::Status) { done->Add(); });
   client_.reset();
-  EXPECT_EQ(done->load(), 1);
+  EXPECT_EQ(done->value(), 1);
 }
 
 TEST_F(GrpcMasterClientTest, ReleaseToAStoppedMasterReportsAnErrorNotAHang) {
@@ -237,17 +234,17 @@ TEST_F(GrpcMasterClientTest, ReleaseToAStoppedMasterReportsAnErrorNotAHang) {
   v1::ReleaseLeasesRequest rel = Lease("k");
   server_->Shutdown();
   auto status = std::make_shared<absl::Status>();
-  auto done = std::make_shared<std::atomic<int>>(0);
+  auto done = std::make_shared<EventCounter>();
   client_->ReleaseLeasesAsync(rel, [status, done](absl::Status s) {
     *status = s;
-    done->fetch_add(1);
+    done->Add();
   });
   client_.reset();  // waits for the answer (an error, within the RPC deadline)
-  EXPECT_EQ(done->load(), 1);
+  EXPECT_EQ(done->value(), 1);
   EXPECT_FALSE(status->ok());
 }
 
-// ---- Authentication (issue 14): the gRPC client against a master that has the cluster keys.
+// ---- Authentication: the gRPC client against a master that has the cluster keys.
 
 class AuthenticatedMasterClientTest : public ::testing::Test {
  protected:

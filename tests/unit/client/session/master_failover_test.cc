@@ -1,4 +1,4 @@
-// The gRPC MasterClient with a list of masters (standbys, issue 16): in-process masters on
+// The gRPC MasterClient with a list of masters (standbys): in-process masters on
 // loopback whose gRPC service answers as leader or standby through a test LeaderGate; calls
 // follow the leader a standby names, skip addresses that refuse connections, retry what was
 // certainly not executed, and a heartbeat to a new leader learns the session is unknown.

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <mutex>
 #include <set>
-#include <thread>
 
 #include "common/checksum.h"
 #include "common/status.h"
@@ -49,7 +48,8 @@ class MasterSessionReport : public ::testing::Test {
                                                                   .data_endpoint = "owner:1",
                                                                   .retry_interval_ms = 10,
                                                                   .report_chunk_items = chunk_items,
-                                                                  .metrics = &metrics_},
+                                                                  .metrics = &metrics_,
+                                                                  .clock = &clock_},
                                              master_, *pool_, table_);
     s->SetObjectIndex(index_.get());
     return s;
@@ -147,10 +147,12 @@ TEST_F(MasterSessionReport, AFailedReportFailsTheRegistrationUntilARetryReports)
   EXPECT_FALSE(session_->Start().ok());
   EXPECT_FALSE(session_->registered());
   EXPECT_EQ(index_->size(), 1u) << "nothing is dropped for a failed call";
-  // The session loop registers again (retry_interval_ms = 10) and reports again.
-  for (int i = 0; i < 500 && !session_->registered(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  // The session thread registers again after retry_interval_ms (10, on the fake clock) and
+  // reports again.
+  ASSERT_TRUE(clock_.AwaitWaiting(1));
+  clock_.AdvanceMs(10);
+  ASSERT_TRUE(clock_.AwaitWaitsBegun(2)) << "the thread's round ended";
+  EXPECT_EQ(session_->rounds(), 1u);
   ASSERT_TRUE(session_->registered());
   EXPECT_GE(session_->registrations(), 1u);
   const std::vector<v1::ReportObjectsRequest> reports = Reports();

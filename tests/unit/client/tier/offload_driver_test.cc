@@ -101,8 +101,13 @@ class OffloadDriverTest : public ClientFixture {
     ASSERT_TRUE(tier.ok()) << tier.status();
     tier_ = std::move(*tier);
     driver_ = std::make_unique<OffloadDriver>(
-        OffloadDriverOptions{kLocalId, 100, 64, 1000, reclaim_backoff_ms}, *tier_,
-        master != nullptr ? *master : static_cast<MasterClient&>(master_), local_table_,
+        OffloadDriverOptions{.client_id = kLocalId,
+                             .poll_interval_ms = 100,
+                             .max_tasks_per_poll = 64,
+                             .report_batch = 1000,
+                             .reclaim_backoff_ms = reclaim_backoff_ms,
+                             .clock = &clock_},
+        *tier_, master != nullptr ? *master : static_cast<MasterClient&>(master_), local_table_,
         [this] { return session_.load(); }, registry_);
   }
 
@@ -168,6 +173,26 @@ TEST_F(OffloadDriverTest, ManyTasksRunInParallelAndAllPersist) {
   EXPECT_EQ(tier_->List().size(), 20u);
   for (int i = 0; i < 20; ++i) EXPECT_TRUE(HasDiskReplica("p" + std::to_string(i))) << i;
   EXPECT_FALSE(driver_->RunOnce()) << "no task left";
+}
+
+TEST_F(OffloadDriverTest, TheThreadPollsEveryIntervalAndAgainAtOnceWhileTasksCome) {
+  for (int i = 0; i < 3; ++i) PutOk("t" + std::to_string(i), Payload(10'000 + i, 60 + i));
+  master_.service().RunMaintenance();  // plans the three OFFLOAD tasks
+  using Rpc = FakeMasterClient::Rpc;
+  const int polls = master_.Calls(Rpc::kTakeOffloadTasks);
+  driver_->Start();
+  ASSERT_TRUE(clock_.AwaitWaiting(1));
+  EXPECT_EQ(master_.Calls(Rpc::kTakeOffloadTasks), polls) << "the first poll waits an interval";
+  clock_.AdvanceMs(100);
+  // Back to waiting: the poll that brought the tasks, and the one at once after it, are done.
+  ASSERT_TRUE(clock_.AwaitWaitsBegun(2));
+  EXPECT_EQ(master_.Calls(Rpc::kTakeOffloadTasks), polls + 2);
+  EXPECT_EQ(driver_->rounds(), 2u);
+  EXPECT_EQ(Offloads("ok"), 3u);
+  clock_.AdvanceMs(100);
+  ASSERT_TRUE(clock_.AwaitWaitsBegun(3));
+  EXPECT_EQ(master_.Calls(Rpc::kTakeOffloadTasks), polls + 3) << "an empty poll: wait again";
+  driver_->Stop();
 }
 
 TEST_F(OffloadDriverTest, RecordFailingVerificationIsReportedAndDeleted) {
@@ -319,7 +344,10 @@ TEST_F(OffloadDriverTest, MayReclaimBacksOffAfterTheMasterFailsToAnswer) {
   EXPECT_EQ(driver_->MayReclaim(victims), std::vector<bool>{false});
   EXPECT_EQ(master_.Calls(Rpc::kRemoveDiskReplicas), before + 1);
   EXPECT_TRUE(HasDiskReplica("k1"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  clock_.AdvanceMs(199);
+  EXPECT_EQ(driver_->MayReclaim(victims), std::vector<bool>{false});
+  EXPECT_EQ(master_.Calls(Rpc::kRemoveDiskReplicas), before + 1) << "still inside the backoff";
+  clock_.AdvanceMs(1);
   EXPECT_EQ(driver_->MayReclaim(victims), std::vector<bool>{true});
   EXPECT_EQ(master_.Calls(Rpc::kRemoveDiskReplicas), before + 2);
   EXPECT_FALSE(HasDiskReplica("k1"));
