@@ -244,7 +244,7 @@ class Soak:
                         s.get("client%d_leases" % i, 1) == 0
                         for i in range(1, self.engines + 1)):
                     break
-                time.sleep(0.2)
+                time.sleep(0.2)   # polling interval inside the 30 s deadline above
             self.final_sample = self.samples[-1]
         finally:
             for p in procs:
