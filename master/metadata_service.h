@@ -42,6 +42,11 @@ namespace mc::master {
 // Generations are in [1, kGenerationLimit): 0 means "never reserved", and the headroom above
 // the wall-clock start (ms << 20, about 2^60.6 in 2026) lasts past the year 2240.
 inline constexpr uint64_t kGenerationLimit = 1ull << 63;
+// A generation reported to a master (an owner's index, a recovered SSD record) must be one some
+// master run could have issued: below the wall clock this far ahead (ms << 20), or below this
+// run's counter. Leaves room for masters whose clocks differ by up to this much; a report above
+// it is refused, so no report can push the counter towards kGenerationLimit.
+inline constexpr int64_t kGenerationLeadMs = 3'600'000;
 
 // UNAVAILABLE "unknown client" with a retry hint (a transient state after a master restart).
 absl::Status UnknownClient(const std::string& client_id);
@@ -335,6 +340,10 @@ class MetadataService {
   uint64_t NextGeneration();
   // Raises the next generation past `generation` (a reported one), never lowering it.
   void RaiseGenerationPast(uint64_t generation);
+  // INVALID_ARGUMENT unless `generation` (a reported one) is one a master run could have issued:
+  // 1 and above, below the larger of this run's counter and the wall clock kGenerationLeadMs
+  // ahead (<< 20).
+  absl::Status CheckReportedGeneration(uint64_t generation) const;
   // Checks one reported item's key, size and generation.
   absl::Status ValidateReported(const ReportedObjectItem& item) const;
   // Restores or joins one reported object whose range is reserved (`location`), with its shard

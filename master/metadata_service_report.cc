@@ -1,6 +1,7 @@
 // Restart and return: owners report the objects their memory segments hold, and the master
 // rebuilds them (ReportObjects); held segments are released at the report's end or timeout.
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -23,6 +24,22 @@ void MetadataService::RaiseGenerationPast(uint64_t generation) {
   }
 }
 
+absl::Status MetadataService::CheckReportedGeneration(uint64_t generation) const {
+  const int64_t wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  const uint64_t ceiling =
+      std::max(next_generation_.load(), static_cast<uint64_t>(wall_ms + kGenerationLeadMs) << 20);
+  if (generation == 0 || generation >= ceiling || generation >= kGenerationLimit) {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("generation ", generation,
+                                " was never issued by a master (reported generations must lie "
+                                "in 1..",
+                                std::min(ceiling, kGenerationLimit) - 1, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MetadataService::ValidateReported(const ReportedObjectItem& item) const {
   absl::Status s = ValidateKey(item.key);
   if (!s.ok()) return s;
@@ -30,11 +47,7 @@ absl::Status MetadataService::ValidateReported(const ReportedObjectItem& item) c
     return McError(Code::kInvalidArgument,
                    absl::StrCat("size ", item.size, " outside 1..", options_.max_object_size));
   }
-  if (item.generation == 0 || item.generation >= kGenerationLimit) {
-    return McError(Code::kInvalidArgument, absl::StrCat("generation ", item.generation,
-                                                        " outside 1..", kGenerationLimit - 1));
-  }
-  return absl::OkStatus();
+  return CheckReportedGeneration(item.generation);
 }
 
 absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,

@@ -47,7 +47,7 @@ class Keys:
     def __init__(self, secret_file):
         self.key = master_rpc_key(read_secret(secret_file))
 
-    def register_metadata(self, req, previous_token=None):
+    def register_metadata(self, req, previous_token=None, stub=None):
         md = [(PROOF_HEADER, proof(self.key, "register", req.client_id, req.data_endpoint))]
         if previous_token:
             md += session_metadata(req.client_id, previous_token)

@@ -189,11 +189,12 @@ TEST_F(Report, BadItemsAreRefusedOneByOne) {
   const uint64_t seg = reg.segment_ids[0];
   const uint64_t max = m_.svc().options().max_object_size;
   std::vector<ReportedObjectItem> items{
-      {"", 5, 64, 1, seg, 0},                       // empty key
-      {"size0", 5, 0, 1, seg, 0},                   // empty object
-      {"huge", 5, max + 1, 1, seg, 0},              // past max_object_size
-      {"gen0", 0, 64, 1, seg, 0},                   // generation 0
-      {"genmax", kGenerationLimit, 64, 1, seg, 0},  // generation past the limit
+      {"", 5, 64, 1, seg, 0},                           // empty key
+      {"size0", 5, 0, 1, seg, 0},                       // empty object
+      {"huge", 5, max + 1, 1, seg, 0},                  // past max_object_size
+      {"gen0", 0, 64, 1, seg, 0},                       // generation 0
+      {"genmax", kGenerationLimit, 64, 1, seg, 0},      // generation past the limit
+      {"genend", kGenerationLimit - 1, 64, 1, seg, 0},  // one no master issued (issue 35)
       {"foreign", 5, 64, 1, other.segment_ids[0], 0},
       {"unknown", 5, 64, 1, seg + 1000, 0},
       {"unaligned", 5, 64, 1, seg, 32},
