@@ -307,6 +307,7 @@ int RunClientMain(int argc, char** argv, const char* allocator,
   if (adjust) adjust(o);
   problems.Append(o.Validate());
   if (!daemon::Report("mc-client", problems)) return 2;
+  daemon::RaiseFdLimit("client");
   ClientServer server(std::move(o));
   daemon::ServeHooks hooks;
   hooks.on_started = [&] {

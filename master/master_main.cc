@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
   };
   problems.Append(opts.Validate());
   if (!mc::daemon::Report("mc-master", problems)) return 2;
+  mc::daemon::RaiseFdLimit("master");
   mc::master::MasterServer server(opts);
   mc::daemon::ServeHooks hooks;
   hooks.on_started = [] { mc::Logger("master").info("allocator: {}", MC_MALLOC_NAME); };
