@@ -95,6 +95,8 @@ template <typename Req>
 grpc::Status MasterGrpcService::Authenticate(const grpc::CallbackServerContext& ctx,
                                              const char* rpc, const Req& req, Caller* caller) {
   if (auth_ == nullptr) return grpc::Status::OK;  // Caller::Kind::kAnyone
+  // Hello needs no credential: it answers what every proof must name.
+  if constexpr (std::is_same_v<Req, v1::HelloRequest>) return grpc::Status::OK;
   bool repeated = false;
   std::optional<std::string_view> proof = MetadataValue(ctx, auth::kProofHeader, &repeated);
   std::optional<std::string_view> session = MetadataValue(ctx, auth::kSessionHeader, &repeated);
@@ -213,6 +215,7 @@ MC_MASTER_SERVE(PromoteStart)
 MC_MASTER_SERVE(PromoteEnd)
 MC_MASTER_SERVE(TakeOffloadTasks)
 MC_MASTER_SERVE(GetStatus)
+MC_MASTER_SERVE(Hello)
 MC_MASTER_SERVE(ReportObjects)
 MC_MASTER_SERVE(ReportReplicaFaults)
 #undef MC_MASTER_SERVE
@@ -641,6 +644,12 @@ grpc::Status MasterGrpcService::DoReportReplicaFaults(const Caller& caller,
       service_.ReportReplicaFaults(Self(caller, *req), caller.session, items);
   for (size_t k = 0; k < index.size(); ++k) invalid[index[k]] = std::move(results[k]);
   AddResults(invalid, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterGrpcService::DoHello(const Caller&, const v1::HelloRequest*,
+                                        v1::HelloResponse* resp) {
+  if (auth_ != nullptr) resp->set_run_id(auth_->run_id());
   return grpc::Status::OK;
 }
 
