@@ -342,7 +342,8 @@ void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_d
                    const Grants& grants, Response* resp) {
   std::optional<CapabilityMinter::Batch> batch;
   auth::CapabilityBytes cap;
-  for (const PutStartOutcome& o : outcomes) {
+  for (size_t row = 0; row < outcomes.size(); ++row) {
+    const PutStartOutcome& o = outcomes[row];
     v1::PutStartResult* r = resp->add_results();
     r->set_code(ToProtoCode(ToCode(o.status)));
     r->set_message(std::string(o.status.message()));
@@ -350,7 +351,7 @@ void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_d
     r->set_no_space_final(o.no_space_final);
     r->set_write_back_pending(o.write_back_pending);
     for (const Replica& replica : o.replicas) {
-      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, 0, cap));
+      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, row, cap));
     }
   }
   resp->set_write_deadline_ms(write_deadline_ms);
@@ -371,16 +372,27 @@ std::vector<DiskReplicaItem> DiskItems(
 }
 
 // The writer stops writing write_deadline_ms after it sent PutStart; the grant ends then too
-// (counted from now, a little after it sent), long before the put is revoked (2x).
-Grants WriteGrants(CapabilityMinter* minter, int64_t write_deadline_ms) {
+// (counted from now, a little after it sent), long before the put is revoked (2x). Each grant
+// binds its row's key (`keys`, one per requested item): the owner records the replica under no
+// other (an INDEX notice naming another key is refused).
+Grants WriteGrants(CapabilityMinter* minter, int64_t write_deadline_ms,
+                   std::span<const std::string_view> keys) {
   Grants grants;
   if (minter != nullptr) {
     grants = {.minter = minter,
               .right = auth::Right::kWrite,
               .expiry_ms = minter->NowMs() + write_deadline_ms,
-              .keys = {}};
+              .keys = keys};
   }
   return grants;
+}
+
+template <typename Items>
+std::vector<std::string_view> ItemKeys(const Items& items) {
+  std::vector<std::string_view> keys;
+  keys.reserve(items.size());
+  for (const auto& item : items) keys.push_back(item.key);
+  return keys;
 }
 
 }  // namespace
@@ -445,7 +457,8 @@ grpc::Status MasterGrpcService::DoPutStart(const Caller& caller, const v1::PutSt
   std::vector<PutStartItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.size()});
   const int64_t write_deadline_ms = service_.options().put_timeout_ms / 2;
-  const Grants grants = WriteGrants(minter_, write_deadline_ms);
+  const std::vector<std::string_view> keys = ItemKeys(items);
+  const Grants grants = WriteGrants(minter_, write_deadline_ms, keys);
   std::vector<std::string> avoid;
   for (const std::string& client : req->avoid_clients()) {
     if (avoid.size() == kMaxAvoidedClients) break;
@@ -563,7 +576,8 @@ grpc::Status MasterGrpcService::DoPromoteStart(const Caller& caller,
   std::vector<PutRevokeItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
   const int64_t write_deadline_ms = service_.options().put_timeout_ms / 2;
-  const Grants grants = WriteGrants(minter_, write_deadline_ms);
+  const std::vector<std::string_view> keys = ItemKeys(items);
+  const Grants grants = WriteGrants(minter_, write_deadline_ms, keys);
   AddPlacements(service_.PromoteStart(Self(caller, *req), items), write_deadline_ms, grants, resp);
   return grpc::Status::OK;
 }
