@@ -19,6 +19,9 @@ ABSL_FLAG(
     std::string, listen, "",
     "Store gRPC on TCP HOST:PORT (port 0 = free port); empty = off (the default: local "
     "applications use --unix_socket). Needs --store_token_file unless --store_tcp_auth=false");
+ABSL_FLAG(int64_t, grpc_handshake_timeout_ms, 5000,
+          "Store gRPC (TCP and Unix socket): a connection that has not completed its HTTP/2 "
+          "handshake within this is closed (100..120000)");
 ABSL_FLAG(std::string, unix_socket, "",
           "serve Store gRPC on this Unix socket path (and the fd socket <path>.fd); callers are "
           "authorized by the socket file's mode and group");
@@ -195,6 +198,7 @@ void StoreFromFlags(ClientServerOptions& o, daemon::Problems& problems) {
   // Relative paths are resolved against the working directory once, so the ready file and the
   // logs name absolute ones that hold from anywhere.
   o.unix_socket = AbsolutePath(absl::GetFlag(FLAGS_unix_socket));
+  o.grpc_handshake_timeout_ms = absl::GetFlag(FLAGS_grpc_handshake_timeout_ms);
   o.unix_socket_mode =
       problems.Take("--unix_socket_mode", ParseSocketMode(absl::GetFlag(FLAGS_unix_socket_mode)));
   if (!absl::GetFlag(FLAGS_unix_socket_group).empty()) {
