@@ -169,6 +169,11 @@ ABSL_FLAG(int64_t, data_handshake_timeout_ms, 5000,
           "With --auth: a data-plane connection must finish its handshake within this");
 ABSL_FLAG(int32_t, data_max_connections_per_peer, 256,
           "data-plane server: most open connections from one IP address");
+ABSL_FLAG(int32_t, data_max_pending_connections, 64,
+          "With --auth: data-plane connections still in the handshake, in all (a new one closes "
+          "the oldest); they do not count against --data_max_connections");
+ABSL_FLAG(int32_t, data_max_pending_per_peer, 8,
+          "With --auth: data-plane connections still in the handshake from one IP address");
 ABSL_FLAG(int64_t, data_idle_timeout_ms, 300000,
           "data-plane server: close a connection idle this long between requests");
 ABSL_FLAG(int64_t, data_io_timeout_ms, 30000,
@@ -266,6 +271,8 @@ void TransferFromFlags(ClientServerOptions& o) {
   o.data_server.max_connections = absl::GetFlag(FLAGS_data_max_connections);
   o.data_server.max_connections_per_peer = absl::GetFlag(FLAGS_data_max_connections_per_peer);
   o.data_server.handshake_timeout_ms = absl::GetFlag(FLAGS_data_handshake_timeout_ms);
+  o.data_server.max_pending_connections = absl::GetFlag(FLAGS_data_max_pending_connections);
+  o.data_server.max_pending_per_peer = absl::GetFlag(FLAGS_data_max_pending_per_peer);
   o.data_server.idle_timeout_ms = absl::GetFlag(FLAGS_data_idle_timeout_ms);
   o.data_server.io_timeout_ms = absl::GetFlag(FLAGS_data_io_timeout_ms);
   o.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);

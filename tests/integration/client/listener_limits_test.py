@@ -1,4 +1,12 @@
-"""Issue 35, item 2: the gRPC listeners (mc-master, mc-client's Store service over TCP and its
+"""Issue 35, items 1 and 2: connections that never speak must not take what authenticated peers
+need.
+
+Item 1: the data plane counted connections still in their handshake against the same caps as
+authenticated ones, so silent sockets from a few addresses blocked new peer connections. They
+now have their own small budget (--data_max_pending_connections, the oldest dropped when it is
+full; --data_max_pending_per_peer per address).
+
+Item 2: the gRPC listeners (mc-master, mc-client's Store service over TCP and its
 Unix socket) accepted connections and held them for gRPC's default 120 s handshake deadline
 before any token check, so silent connections from anyone who could reach the port exhausted the
 daemon's fds. --grpc_handshake_timeout_ms (here 1000) closes a connection that has not completed
@@ -97,6 +105,57 @@ class ListenerHandshakeTimeoutTest(cc.ClusterTestMixin, unittest.TestCase):
                             lambda: stub.BatchExist(spb.BatchExistRequest(keys=[b"k"]),
                                                     timeout=5))
         self.assertTrue(self.cluster.healthy(0))
+
+
+class DataPlanePendingBudgetTest(cc.ClusterTestMixin, unittest.TestCase):
+    """Silent sockets from many loopback addresses (127.0.0.2..) at client 0's data port; client
+    1 (from 127.0.0.1) then writes a replica there. The authenticated cap is set low (48), the
+    handshake deadline long (20 s), so on a data plane without a separate pending budget the
+    silent sockets hold every slot for the whole test and the put fails."""
+
+    ADDRESSES = 16
+    PER_ADDRESS = 8
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = cc.Cluster(clients=2, client_args=[
+            "--data_max_connections", "48", "--data_handshake_timeout_ms", "20000"]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def test_silent_sockets_cannot_block_a_peer(self):
+        host, port = self.cluster.clients[0].ready["data"].rsplit(":", 1)
+        gauge = lambda: cc.metric(self.cluster.http(0), "mc_dataplane_connections")
+        self.assertEqual(gauge(), 0, "no peer connection yet: the put below opens the first")
+        socks = []
+        try:
+            for a in range(self.ADDRESSES):
+                for _ in range(self.PER_ADDRESS):
+                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    s.bind(("127.0.0.%d" % (a + 2), 0))
+                    s.settimeout(5)
+                    s.connect((host, int(port)))
+                    socks.append(s)
+            # The data server has taken them in (none is authenticated).
+            harness.wait_until(lambda: gauge() >= 48, 5, what="the silent sockets accepted")
+            start = time.monotonic()
+            vals = [(b"pending-budget-%d" % i, cc.payload(64 * cc.KiB, i)) for i in range(4)]
+            res = cc.put_inline(self.cluster.stub(1), vals, replicas=2)
+            took = time.monotonic() - start
+            self.assertEqual([cc.code_name(r.code) for r in res], ["OK"] * 4,
+                             "a put with a replica on the flooded client (took %.1f s)" % took)
+            self.assertLess(took, 5.0)
+            self.assert_exact(self.cluster.stub(0), vals, "read back on the flooded client")
+            evicted = cc.metric(self.cluster.http(0), "mc_dataplane_pending_evicted_total") or 0
+            print("%d silent sockets from %d addresses; put with a replica there took %.2f s; "
+                  "%d pending evicted" % (len(socks), self.ADDRESSES, took, evicted))
+            self.assertGreater(evicted, 0, "the pending budget (64) was full: oldest dropped")
+            self.assertTrue(self.cluster.healthy(0))
+        finally:
+            for s in socks:
+                s.close()
 
 
 if __name__ == "__main__":
