@@ -1,4 +1,4 @@
-"""Issue 35, items 1 and 2: connections that never speak must not take what authenticated peers
+"""Issue 35, items 1 to 3: connections that never speak must not take what authenticated peers
 need.
 
 Item 1: the data plane counted connections still in their handshake against the same caps as
@@ -10,9 +10,15 @@ Item 2: the gRPC listeners (mc-master, mc-client's Store service over TCP and it
 Unix socket) accepted connections and held them for gRPC's default 120 s handshake deadline
 before any token check, so silent connections from anyone who could reach the port exhausted the
 daemon's fds. --grpc_handshake_timeout_ms (here 1000) closes a connection that has not completed
-its HTTP/2 handshake in time; legitimate calls go on meanwhile."""
+its HTTP/2 handshake in time; legitimate calls go on meanwhile.
 
+Item 3: the admin HTTP endpoint's connection cap was filled from a few addresses and /healthz
+went unanswered; a new connection at the cap now closes the oldest one still waiting for its
+request."""
+
+import shutil
 import socket
+import tempfile
 import time
 import unittest
 
@@ -153,6 +159,48 @@ class DataPlanePendingBudgetTest(cc.ClusterTestMixin, unittest.TestCase):
                   "%d pending evicted" % (len(socks), self.ADDRESSES, took, evicted))
             self.assertGreater(evicted, 0, "the pending budget (64) was full: oldest dropped")
             self.assertTrue(self.cluster.healthy(0))
+        finally:
+            for s in socks:
+                s.close()
+
+
+class HttpAdminFloodTest(unittest.TestCase):
+    """Issue 35, item 3: the admin HTTP cap (here 16, 4 per address, requests allowed 10 s) was
+    filled by silent sockets from a few addresses and /healthz went unanswered (503). When the
+    cap is reached a new connection now closes the oldest one still waiting for its request."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="mc-http-flood-")
+        self.master = harness.Daemon(
+            "mc-master", harness.binary("master/mc-master"),
+            ["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0", "--log_level", "warn",
+             "--http_max_connections", "16", "--http_max_connections_per_peer", "4",
+             "--http_request_timeout_ms", "10000"], self.tmp).start()
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.addCleanup(self.master.stop)
+
+    def test_healthz_answers_under_a_flood_of_silent_connections(self):
+        host, port = self.master.ready["http"].rsplit(":", 1)
+        socks = []
+        try:
+            for a in range(8):
+                for _ in range(4):
+                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    s.bind(("127.0.0.%d" % (a + 2), 0))
+                    s.settimeout(5)
+                    s.connect((host, int(port)))
+                    socks.append(s)
+            answered = 0
+            for _ in range(20):
+                try:
+                    status, _ = harness.http_get(self.master.ready["http"], "/healthz",
+                                                 timeout_s=5)
+                except OSError:
+                    status = None
+                answered += status == 200
+            print("/healthz answered %d of 20 probes under %d silent connections"
+                  % (answered, len(socks)))
+            self.assertEqual(answered, 20)
         finally:
             for s in socks:
                 s.close()
