@@ -169,11 +169,12 @@ ABSL_FLAG(int64_t, data_handshake_timeout_ms, 5000,
           "With --auth: a data-plane connection must finish its handshake within this");
 ABSL_FLAG(int32_t, data_max_connections_per_peer, 256,
           "data-plane server: most open connections from one IP address");
-ABSL_FLAG(int32_t, data_max_pending_connections, 64,
+ABSL_FLAG(int32_t, data_max_pending_connections, 128,
           "With --auth: data-plane connections still in the handshake, in all (a new one closes "
           "the oldest); they do not count against --data_max_connections");
-ABSL_FLAG(int32_t, data_max_pending_per_peer, 8,
-          "With --auth: data-plane connections still in the handshake from one IP address");
+ABSL_FLAG(int32_t, data_max_pending_per_peer, 32,
+          "With --auth: data-plane connections still in the handshake from one IP address (a new "
+          "one closes that address's oldest)");
 ABSL_FLAG(int64_t, data_idle_timeout_ms, 300000,
           "data-plane server: close a connection idle this long between requests");
 ABSL_FLAG(int64_t, data_io_timeout_ms, 30000,

@@ -284,14 +284,22 @@ void TcpDataServer::AcceptLoop() {
     if (stopping_) return;
     if (options_.cluster_keys != nullptr) {
       // Not authenticated yet: the pending budget only (docs/security.md).
-      int& pending_from_peer = pending_per_peer_[peer];
-      if (pending_from_peer >= options_.max_pending_per_peer) {
-        pending_rejected_->Inc();
-        MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
-                     "data-plane connection from {} refused: {} of its connections are still in "
-                     "the handshake (cap {})",
-                     peer, pending_from_peer, options_.max_pending_per_peer);
-        continue;  // `conn` closes the socket
+      if (pending_per_peer_[peer] >= options_.max_pending_per_peer) {
+        // This address's oldest pending connection makes room: one address never holds more
+        // than its share, and a burst of a real peer's pool only loses a handshake that took
+        // longer than max_pending_per_peer newer connections took to arrive.
+        auto oldest = std::find_if(pending_.begin(), pending_.end(),
+                                   [&peer](const Conn* c) { return c->peer == peer; });
+        if (oldest != pending_.end()) {
+          Conn* victim = *oldest;
+          ::shutdown(victim->fd.get(), SHUT_RDWR);
+          LeavePending(*victim);
+          pending_rejected_->Inc();
+          MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                       "data-plane connections from {} still in the handshake at the cap ({}): "
+                       "the oldest closed",
+                       peer, options_.max_pending_per_peer);
+        }
       }
       if (static_cast<int>(pending_.size()) >= options_.max_pending_connections) {
         Conn* oldest = pending_.front();

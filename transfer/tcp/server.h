@@ -67,10 +67,10 @@ struct TcpDataServerOptions {
   // sockets that never speak cannot take what authenticated peers need: at most
   // max_pending_connections in all (a new one then closes the OLDEST pending one: a real peer
   // completes its handshake in a round trip, an idle socket would hold its slot for the whole
-  // handshake_timeout_ms) and max_pending_per_peer from one IP address (beyond, the new one is
-  // closed at once).
-  int max_pending_connections = 64;
-  int max_pending_per_peer = 8;
+  // handshake_timeout_ms) and max_pending_per_peer from one IP address (beyond, that address's
+  // oldest pending one is closed).
+  int max_pending_connections = 128;
+  int max_pending_per_peer = 32;
   // A connection with no request for this long is closed (peers' pools reconnect).
   int64_t idle_timeout_ms = 300'000;
   // A request (or response) stalled mid-frame for this long closes its connection.

@@ -120,7 +120,7 @@ class DataPlanePendingBudgetTest(cc.ClusterTestMixin, unittest.TestCase):
     silent sockets hold every slot for the whole test and the put fails."""
 
     ADDRESSES = 16
-    PER_ADDRESS = 8
+    PER_ADDRESS = 16  # 256 in all: twice the default pending budget (128), 16 per address (32)
 
     @classmethod
     def setUpClass(cls):
@@ -157,7 +157,7 @@ class DataPlanePendingBudgetTest(cc.ClusterTestMixin, unittest.TestCase):
             evicted = cc.metric(self.cluster.http(0), "mc_dataplane_pending_evicted_total") or 0
             print("%d silent sockets from %d addresses; put with a replica there took %.2f s; "
                   "%d pending evicted" % (len(socks), self.ADDRESSES, took, evicted))
-            self.assertGreater(evicted, 0, "the pending budget (64) was full: oldest dropped")
+            self.assertGreater(evicted, 0, "the pending budget (128) was full: oldest dropped")
             self.assertTrue(self.cluster.healthy(0))
         finally:
             for s in socks:
