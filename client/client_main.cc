@@ -19,6 +19,9 @@ ABSL_FLAG(
     std::string, listen, "",
     "Store gRPC on TCP HOST:PORT (port 0 = free port); empty = off (the default: local "
     "applications use --unix_socket). Needs --store_token_file unless --store_tcp_auth=false");
+ABSL_FLAG(int64_t, grpc_handshake_timeout_ms, 5000,
+          "Store gRPC (TCP and Unix socket): a connection that has not completed its HTTP/2 "
+          "handshake within this is closed (100..120000)");
 ABSL_FLAG(std::string, unix_socket, "",
           "serve Store gRPC on this Unix socket path (and the fd socket <path>.fd); callers are "
           "authorized by the socket file's mode and group");
@@ -166,6 +169,12 @@ ABSL_FLAG(int64_t, data_handshake_timeout_ms, 5000,
           "With --auth: a data-plane connection must finish its handshake within this");
 ABSL_FLAG(int32_t, data_max_connections_per_peer, 256,
           "data-plane server: most open connections from one IP address");
+ABSL_FLAG(int32_t, data_max_pending_connections, 128,
+          "With --auth: data-plane connections still in the handshake, in all (a new one closes "
+          "the oldest); they do not count against --data_max_connections");
+ABSL_FLAG(int32_t, data_max_pending_per_peer, 32,
+          "With --auth: data-plane connections still in the handshake from one IP address (a new "
+          "one closes that address's oldest)");
 ABSL_FLAG(int64_t, data_idle_timeout_ms, 300000,
           "data-plane server: close a connection idle this long between requests");
 ABSL_FLAG(int64_t, data_io_timeout_ms, 30000,
@@ -195,6 +204,7 @@ void StoreFromFlags(ClientServerOptions& o, daemon::Problems& problems) {
   // Relative paths are resolved against the working directory once, so the ready file and the
   // logs name absolute ones that hold from anywhere.
   o.unix_socket = AbsolutePath(absl::GetFlag(FLAGS_unix_socket));
+  o.grpc_handshake_timeout_ms = absl::GetFlag(FLAGS_grpc_handshake_timeout_ms);
   o.unix_socket_mode =
       problems.Take("--unix_socket_mode", ParseSocketMode(absl::GetFlag(FLAGS_unix_socket_mode)));
   if (!absl::GetFlag(FLAGS_unix_socket_group).empty()) {
@@ -262,6 +272,8 @@ void TransferFromFlags(ClientServerOptions& o) {
   o.data_server.max_connections = absl::GetFlag(FLAGS_data_max_connections);
   o.data_server.max_connections_per_peer = absl::GetFlag(FLAGS_data_max_connections_per_peer);
   o.data_server.handshake_timeout_ms = absl::GetFlag(FLAGS_data_handshake_timeout_ms);
+  o.data_server.max_pending_connections = absl::GetFlag(FLAGS_data_max_pending_connections);
+  o.data_server.max_pending_per_peer = absl::GetFlag(FLAGS_data_max_pending_per_peer);
   o.data_server.idle_timeout_ms = absl::GetFlag(FLAGS_data_idle_timeout_ms);
   o.data_server.io_timeout_ms = absl::GetFlag(FLAGS_data_io_timeout_ms);
   o.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
@@ -307,6 +319,7 @@ int RunClientMain(int argc, char** argv, const char* allocator,
   if (adjust) adjust(o);
   problems.Append(o.Validate());
   if (!daemon::Report("mc-client", problems)) return 2;
+  daemon::RaiseFdLimit("client");
   ClientServer server(std::move(o));
   daemon::ServeHooks hooks;
   hooks.on_started = [&] {

@@ -61,6 +61,8 @@ void ValidateTransfer(const ClientServerOptions& o, Checker& check) {
   const auto& d = o.data_server;
   check(d.max_connections >= 1, "--data_max_connections must be >= 1");
   check(d.max_connections_per_peer >= 1, "--data_max_connections_per_peer must be >= 1");
+  check(d.max_pending_connections >= 1, "--data_max_pending_connections must be >= 1");
+  check(d.max_pending_per_peer >= 1, "--data_max_pending_per_peer must be >= 1");
   check(d.idle_timeout_ms >= 1, "--data_idle_timeout_ms must be >= 1");
   check(d.io_timeout_ms >= 1, "--data_io_timeout_ms must be >= 1");
   check(o.admin.max_connections >= 1, "--http_max_connections must be >= 1");

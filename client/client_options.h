@@ -36,6 +36,9 @@ struct ClientServerOptions {
   int64_t capability_clock_skew_ms = 1000;
   std::string listen;                      // Store gRPC on TCP; empty = off (needs store_token)
   std::string unix_socket;                 // Store gRPC on a Unix socket; empty = off
+  // Store gRPC (TCP and Unix socket): a connection that has not completed its HTTP/2 handshake
+  // within this is closed (docs/security.md, "Connections before any credential").
+  int64_t grpc_handshake_timeout_ms = 5000;
   mode_t unix_socket_mode = 0660;          // of the Unix socket and the fd socket
   std::optional<gid_t> unix_socket_group;  // their group (default: the daemon's)
   std::string fd_socket;                   // the fd side channel; default <unix_socket>.fd

@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "common/util.h"
+#include "proto/grpc_server_limits.h"
 
 namespace mc::client {
 
@@ -375,6 +376,7 @@ absl::Status ClientServer::StartGrpc() {
       static_cast<int>(std::min<uint64_t>(options_.store.max_inline_bytes + (1 << 20), INT32_MAX));
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
+  MC_RETURN_IF_ERROR(SetGrpcHandshakeTimeout(builder, options_.grpc_handshake_timeout_ms));
   builder.RegisterService(store_.get());
   if (gpu_service_) builder.RegisterService(gpu_service_.get());
   // gRPC binds the Unix socket with the process umask: nobody else may connect until the mode

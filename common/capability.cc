@@ -72,13 +72,23 @@ std::string DeriveOwnerKey(std::string_view root, std::string_view client_id, ui
   return std::string(View(HmacSha256(root, message)));
 }
 
+uint64_t WriteKeyBinding(const OwnerKey& key, std::string_view object_key) {
+  std::string message = "mcstore/v1/write-key\n";
+  message.append(object_key);
+  const Mac mac = key.Sign(message);
+  uint64_t binding = 0;
+  for (int i = 5; i >= 0; --i) binding = (binding << 8) | mac[static_cast<size_t>(i)];
+  return binding;
+}
+
 CapabilityBytes MintCapability(const OwnerKey& key, const Capability& cap) {
   CapabilityBytes out{};
   uint8_t* p = out.data();
+  const bool write = cap.right == Right::kWrite;
   PutLe<uint8_t>(p, kCapabilityVersion);
   PutLe<uint8_t>(p, static_cast<uint8_t>(cap.right));
-  PutLe<uint16_t>(p, 0);
-  PutLe<uint32_t>(p, cap.key_tag);
+  PutLe<uint16_t>(p, write ? static_cast<uint16_t>((cap.key_binding >> 32) & 0xffff) : 0);
+  PutLe<uint32_t>(p, write ? static_cast<uint32_t>(cap.key_binding) : cap.key_tag);
   PutLe<uint64_t>(p, cap.segment_id);
   PutLe<uint64_t>(p, cap.offset);
   PutLe<uint64_t>(p, cap.length);
@@ -105,10 +115,16 @@ absl::StatusOr<Capability> DecodeCapability(const uint8_t* data, size_t size) {
       rights != static_cast<uint8_t>(Right::kReadDisk)) {
     return McError(Code::kInvalidArgument, absl::StrCat("capability rights ", rights));
   }
-  if (reserved != 0) return McError(Code::kInvalidArgument, "capability reserved bits set");
   Capability cap;
   cap.right = static_cast<Right>(rights);
+  if (reserved != 0 && cap.right != Right::kWrite) {
+    return McError(Code::kInvalidArgument, "capability reserved bits set");
+  }
   cap.key_tag = GetLe<uint32_t>(p);
+  if (cap.right == Right::kWrite) {  // the key binding, not a disk record's tag
+    cap.key_binding = (uint64_t{reserved} << 32) | cap.key_tag;
+    cap.key_tag = 0;
+  }
   cap.segment_id = GetLe<uint64_t>(p);
   cap.offset = GetLe<uint64_t>(p);
   cap.length = GetLe<uint64_t>(p);
@@ -181,6 +197,8 @@ std::string_view DenialName(Denial denial) {
       return "wrong_op";
     case Denial::kOutOfRange:
       return "out_of_range";
+    case Denial::kWrongKey:
+      return "wrong_key";
     case Denial::kCount:
       break;
   }
@@ -217,12 +235,44 @@ Denial CapabilityVerifier::Check(const uint8_t* bytes, const FrameAccess& access
     epoch = epoch_.load();
   }
   if (key == nullptr) return Denial::kNoKey;
+  Capability decoded;
+  return CheckWith(*key, epoch, bytes, access, cache, &decoded);
+}
+
+Denial CapabilityVerifier::CheckIndexEntry(const uint8_t* bytes, uint64_t segment_id,
+                                           uint64_t offset, uint64_t length, uint64_t generation,
+                                           std::string_view object_key) const {
+  std::shared_ptr<const OwnerKey> key;
+  uint64_t epoch;
+  {
+    absl::MutexLock lock(&mu_);
+    key = key_;
+    epoch = epoch_.load();
+  }
+  if (key == nullptr) return Denial::kNoKey;
+  const FrameAccess access{
+      .right = Right::kWrite, .segment_id = segment_id, .offset = offset, .length = length};
+  Capability cap;
+  const Denial denial = CheckWith(*key, epoch, bytes, access, nullptr, &cap);
+  if (denial != Denial::kNone) return denial;
+  // Exactly this replica's grant, not a wider one.
+  if (cap.offset != offset || cap.length != length || cap.generation != generation) {
+    return Denial::kOutOfRange;
+  }
+  if (cap.key_binding != WriteKeyBinding(*key, object_key)) return Denial::kWrongKey;
+  return Denial::kNone;
+}
+
+Denial CapabilityVerifier::CheckWith(const OwnerKey& key, uint64_t epoch, const uint8_t* bytes,
+                                     const FrameAccess& access, Cache* cache,
+                                     Capability* decoded) const {
   absl::StatusOr<Capability> cap = DecodeCapability(bytes, kCapabilitySize);
   if (!cap.ok()) return Denial::kMalformed;
+  *decoded = *cap;
   const bool cached = cache != nullptr && cache->epoch == epoch &&
                       std::memcmp(cache->bytes.data(), bytes, kCapabilitySize) == 0;
   if (!cached) {
-    if (!CapabilityMacValid(*key, bytes)) return Denial::kBadMac;
+    if (!CapabilityMacValid(key, bytes)) return Denial::kBadMac;
     if (cache != nullptr) {
       cache->epoch = epoch;
       std::memcpy(cache->bytes.data(), bytes, kCapabilitySize);

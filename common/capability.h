@@ -12,11 +12,20 @@
 // the cluster secret cannot forge one.
 //
 // Wire form (kCapabilitySize bytes, little-endian):
-//   0  u8  version (kCapabilityVersion)     1  u8  rights (one Right)   2 u16 0
-//   4  u32 key_tag (READ_DISK; else 0)      8  u64 segment_id (READ_DISK: generation)
+//   0  u8  version (kCapabilityVersion)     1  u8  rights (one Right)
+//   2  u16 WRITE: key binding bits 32..47; else 0
+//   4  u32 READ_DISK: key_tag; WRITE: key binding bits 0..31; else 0
+//   8  u64 segment_id (READ_DISK: generation)
 //  16  u64 offset (READ_DISK: locator)     24  u64 length
 //  32  u64 generation                      40  i64 expiry_ms (master clock)
 //  48  16  MAC = HMAC-SHA256(owner key, bytes [0, 48)) truncated to 16 bytes
+//
+// Key binding (WRITE only): the 48 low bits of HMAC-SHA256(owner key, "mcstore/v1/write-key\n"
+// || object key), WriteKeyBinding below. WRITE frames ignore it (they name no key); an INDEX
+// notice entry must name the key the grant was minted for (CapabilityVerifier::CheckIndexEntry),
+// so a member cannot tell an owner that the bytes it wrote under its own key are another key's
+// (issue 35, item 4). Keyed with the owner key, which members do not know: finding another key
+// with the same binding takes ~2^47 PutStarts on average.
 //
 // Clocks: the owner learns the master's clock at every registration and heartbeat
 // (CapabilityVerifier::SetMasterClock), converts, and accepts a capability until its expiry
@@ -60,7 +69,10 @@ struct Capability {
   uint64_t length = 0;
   uint64_t generation = 0;
   int64_t expiry_ms = 0;
+  uint64_t key_binding = 0;  // kWrite: WriteKeyBinding of the object key (48 bits); else 0
 };
+
+inline constexpr uint64_t kKeyBindingMask = (uint64_t{1} << 48) - 1;
 
 // HMAC-SHA256 under one fixed key with the key's inner and outer SHA-256 states computed once
 // (RFC 2104), so a MAC of a short message costs two compression rounds and no allocation
@@ -78,6 +90,9 @@ class OwnerKey {
 
 // The owner key of `client_id`'s registration `session` under the master's `root` key.
 std::string DeriveOwnerKey(std::string_view root, std::string_view client_id, uint64_t session);
+
+// The binding of `object_key` in a WRITE capability minted under `key` (48 bits).
+uint64_t WriteKeyBinding(const OwnerKey& key, std::string_view object_key);
 
 // Encodes and MACs `cap` under `key`.
 CapabilityBytes MintCapability(const OwnerKey& key, const Capability& cap);
@@ -104,6 +119,7 @@ enum class Denial {
   kExpired,
   kWrongOp,     // the rights do not cover the frame's op
   kOutOfRange,  // another segment, or bytes outside the granted range
+  kWrongKey,    // an INDEX entry names another key than the WRITE grant was minted for
   kCount,
 };
 std::string_view DenialName(Denial denial);
@@ -143,6 +159,11 @@ class CapabilityVerifier {
   };
   // Checks `cap` (kCapabilitySize bytes) for `access`; kNone when it grants it. `cache` optional.
   Denial Check(const uint8_t* cap, const FrameAccess& access, Cache* cache = nullptr) const;
+  // An INDEX notice entry: `cap` must grant WRITE on exactly [offset, +length) of `segment_id`
+  // for `generation` (as a WRITE frame of the whole replica would be checked) and be minted for
+  // `object_key` (kWrongKey otherwise). kNone when it does.
+  Denial CheckIndexEntry(const uint8_t* cap, uint64_t segment_id, uint64_t offset, uint64_t length,
+                         uint64_t generation, std::string_view object_key) const;
   // Changes whenever the key does (starts at 1 with the first key).
   uint64_t key_epoch() const { return epoch_.load(); }
 
@@ -151,6 +172,9 @@ class CapabilityVerifier {
   const Clock& clock_;
   std::atomic<int64_t> offset_ms_{0};  // master clock - our clock (conservative: high)
   std::atomic<uint64_t> epoch_{0};
+  Denial CheckWith(const OwnerKey& key, uint64_t epoch, const uint8_t* bytes,
+                   const FrameAccess& access, Cache* cache, Capability* decoded) const;
+
   mutable absl::Mutex mu_;
   std::shared_ptr<const OwnerKey> key_ ABSL_GUARDED_BY(mu_);
 };

@@ -122,7 +122,11 @@ AdminServer::AdminServer(AdminServerOptions options) : options_(std::move(option
         "mc_http_accept_errors_total", "Admin HTTP accept() failures (each backs off)");
     rejected_metric_ = &options_.metrics->GetCounter(
         "mc_http_connections_rejected_total",
-        "Admin HTTP connections refused (503): over the total or per-peer cap");
+        "Admin HTTP connections refused (503): over the per-peer cap");
+    evicted_metric_ = &options_.metrics->GetCounter(
+        "mc_http_connections_evicted_total",
+        "Admin HTTP connections closed before their request had arrived, to make room for a new "
+        "one (the total cap was reached)");
     timed_out_metric_ = &options_.metrics->GetCounter(
         "mc_http_connections_timed_out_total",
         "Admin HTTP connections closed because the request or response outlasted the timeout");
@@ -316,6 +320,21 @@ void AdminServer::Loop() {
       }
       backoff_ms = 0;
       std::string peer = PeerHost(addr);
+      if (static_cast<int>(conns.size()) >= options_.max_connections &&
+          per_peer[peer] < options_.max_connections_per_peer) {
+        // Full: the oldest connection still waiting for its request makes room (issue 35,
+        // item 3: a few addresses filled the cap and /healthz went unanswered).
+        auto oldest =
+            std::find_if(conns.begin(), conns.end(), [](const Conn& c) { return !c.responding; });
+        if (oldest != conns.end()) {
+          count(evicted_, evicted_metric_);
+          MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                       "admin HTTP at its cap ({}): the oldest waiting connection, from {}, "
+                       "closed for a new one from {}",
+                       options_.max_connections, oldest->peer, peer);
+          close_conn(oldest);
+        }
+      }
       int& from_peer = per_peer[peer];
       if (static_cast<int>(conns.size()) >= options_.max_connections ||
           from_peer >= options_.max_connections_per_peer) {

@@ -7,8 +7,11 @@
 // Built for hostile peers, since a liveness probe that times out restarts the daemon (and loses
 // its memory): one non-blocking event loop, so a slow client costs an fd, never a thread; one
 // request per connection (Connection: close); the whole request must arrive and the response
-// leave within request_timeout_ms; at most max_connections open, max_connections_per_peer from
-// one IP address (beyond: 503 and close); request heads above max_request_bytes get 431.
+// leave within request_timeout_ms; at most max_connections open: when that many are, a new one
+// closes the OLDEST connection whose request has not fully arrived yet (a probe sends its request
+// at once, a flood of silent or dripping sockets cannot keep /healthz from being answered);
+// at most max_connections_per_peer from one IP address (beyond: 503 and close); request heads
+// above max_request_bytes get 431.
 // accept() failures (EMFILE...) back off instead of spinning and are counted.
 #pragma once
 
@@ -77,6 +80,7 @@ class AdminServer {
 
   uint64_t accept_errors() const { return accept_errors_.load(); }
   uint64_t rejected_connections() const { return rejected_.load(); }
+  uint64_t evicted_connections() const { return evicted_.load(); }
   uint64_t timed_out_connections() const { return timed_out_.load(); }
 
  private:
@@ -93,9 +97,11 @@ class AdminServer {
   std::thread thread_;
   std::atomic<uint64_t> accept_errors_{0};
   std::atomic<uint64_t> rejected_{0};
+  std::atomic<uint64_t> evicted_{0};
   std::atomic<uint64_t> timed_out_{0};
   Counter* accept_errors_metric_ = nullptr;
   Counter* rejected_metric_ = nullptr;
+  Counter* evicted_metric_ = nullptr;
   Counter* timed_out_metric_ = nullptr;
 };
 

@@ -27,19 +27,20 @@ std::string_view ProofRoleName(ProofRole role) {
 }
 
 std::string ProofMessage(ProofRole role, std::string_view id, std::string_view endpoint,
-                         int64_t unix_ms, std::string_view nonce_hex) {
-  // id, time and nonce hold no '\n' (parsed so), so the endpoint is the only free-form part
-  // and the message decodes one way.
-  return absl::StrCat("mcstore master v1\n", A(ProofRoleName(role)), "\n", A(id), "\n", unix_ms,
-                      "\n", A(nonce_hex), "\n", A(endpoint));
+                         int64_t unix_ms, std::string_view nonce_hex, std::string_view run_id) {
+  // id, time, nonce and run hold no '\n' (parsed so; the run as hex), so the endpoint is the
+  // only free-form part and the message decodes one way.
+  return absl::StrCat("mcstore master v2\n", A(ProofRoleName(role)), "\n", A(id), "\n", unix_ms,
+                      "\n", A(nonce_hex), "\n", Hex(run_id), "\n", A(endpoint));
 }
 
 std::string MakeProof(const ClusterKeys& keys, ProofRole role, std::string_view id,
-                      std::string_view endpoint, int64_t unix_ms) {
+                      std::string_view endpoint, int64_t unix_ms, std::string_view run_id) {
   const std::string nonce_hex = Hex(RandomBytes(kNonceSize));
   const Mac mac =
-      keys.Sign(Purpose::kMasterRpc, ProofMessage(role, id, endpoint, unix_ms, nonce_hex));
-  return absl::StrCat("v1 ", A(ProofRoleName(role)), " ", A(id), " ", unix_ms, " ", nonce_hex, " ",
+      keys.Sign(Purpose::kMasterRpc, ProofMessage(role, id, endpoint, unix_ms, nonce_hex, run_id));
+  return absl::StrCat("v2 ", A(ProofRoleName(role)), " ", A(id), " ", unix_ms, " ", nonce_hex, " ",
+                      Hex(run_id), " ",
                       Hex(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size())));
 }
 
@@ -75,10 +76,14 @@ absl::StatusOr<std::string> FromHex(std::string_view hex, size_t bytes) {
 absl::StatusOr<ParsedProof> ParseProof(std::string_view value) {
   if (value.size() > kMaxCredentialSize) return absl::InvalidArgumentError("proof too long");
   std::vector<std::string_view> f = SplitSpaces(value);
-  if (f.size() != 6) {
-    return absl::InvalidArgumentError(absl::StrCat("proof has ", f.size(), " fields, not 6"));
+  if (!f.empty() && f[0] == "v1") {
+    return absl::InvalidArgumentError(
+        "proof version 1 (no master run id; replayable after a restart) is no longer accepted");
   }
-  if (f[0] != "v1") return absl::InvalidArgumentError("unknown proof version");
+  if (f.size() != 7) {
+    return absl::InvalidArgumentError(absl::StrCat("proof has ", f.size(), " fields, not 7"));
+  }
+  if (f[0] != "v2") return absl::InvalidArgumentError("unknown proof version");
   ParsedProof p;
   if (f[1] == "register") {
     p.role = ProofRole::kRegister;
@@ -99,7 +104,12 @@ absl::StatusOr<ParsedProof> ParseProof(std::string_view value) {
   if (!nonce.ok()) return absl::InvalidArgumentError("bad nonce in proof");
   p.nonce_hex = Hex(*nonce);  // canonical lower case: a replay in upper case is the same nonce
   if (p.nonce_hex != f[4]) return absl::InvalidArgumentError("nonce must be lower-case hex");
-  absl::StatusOr<std::string> mac = FromHex(f[5], kMacSize);
+  absl::StatusOr<std::string> run = FromHex(f[5], kRunIdSize);
+  if (!run.ok() || Hex(*run) != f[5]) {
+    return absl::InvalidArgumentError("bad run id in proof (lower-case hex)");
+  }
+  p.run_id = std::move(*run);
+  absl::StatusOr<std::string> mac = FromHex(f[6], kMacSize);
   if (!mac.ok()) return absl::InvalidArgumentError("bad mac in proof");
   p.mac = std::move(*mac);
   return p;

@@ -3,11 +3,14 @@
 // cache and the session table live in the master (master/rpc_auth.h, master/client_registry.h);
 // this file only holds the wire format, so that every caller builds it the same way.
 //
-//   x-mc-auth: v1 <role> <id> <unix_ms> <nonce_hex> <mac_hex>
+//   x-mc-auth: v2 <role> <id> <unix_ms> <nonce_hex> <run_hex> <mac_hex>
 //     A proof that the caller holds the cluster secret: role is "register" (RegisterClient; id is
-//     the client id) or "admin" (GetStatus; id names the tool). nonce: 16 random bytes; mac: the
-//     full HMAC-SHA256 under the kMasterRpc key of ProofMessage(...), which also binds the
-//     registering client's data endpoint (a captured proof cannot point puts elsewhere).
+//     the client id) or "admin" (GetStatus; id names the tool). nonce: 16 random bytes; run: the
+//     16-byte run id the master answered to Hello (a proof is good for that master run only:
+//     its replay cache lives in memory, so a proof of an earlier run would pass it again after a
+//     restart); mac: the full HMAC-SHA256 under the kMasterRpc key of ProofMessage(...), which
+//     also binds the registering client's data endpoint (a captured proof cannot point puts
+//     elsewhere). Version 1 (no run id) is refused.
 //   x-mc-session: <client_id> <token_hex>
 //     Every other call of a registered client: the 128-bit token its registration answered.
 //
@@ -30,6 +33,7 @@ inline constexpr char kSessionHeader[] = "x-mc-session";
 inline constexpr char kLeaderHeader[] = "x-mc-leader";
 inline constexpr size_t kSessionTokenSize = 16;
 inline constexpr size_t kNonceSize = 16;
+inline constexpr size_t kRunIdSize = 16;
 inline constexpr size_t kMaxCallerIdSize = 128;
 // Longer metadata values are refused before they are parsed.
 inline constexpr size_t kMaxCredentialSize = 512;
@@ -42,6 +46,7 @@ struct ParsedProof {
   std::string id;
   int64_t unix_ms = 0;
   std::string nonce_hex;  // 2 * kNonceSize lower-case hex digits
+  std::string run_id;     // kRunIdSize raw bytes
   std::string mac;        // kMacSize raw bytes
 };
 
@@ -52,10 +57,11 @@ struct SessionCredential {
 
 // The string the proof's MAC covers.
 std::string ProofMessage(ProofRole role, std::string_view id, std::string_view endpoint,
-                         int64_t unix_ms, std::string_view nonce_hex);
-// A fresh proof (random nonce, the given time) as the x-mc-auth value.
+                         int64_t unix_ms, std::string_view nonce_hex, std::string_view run_id);
+// A fresh proof (random nonce, the given time) for the master run `run_id` (kRunIdSize bytes, as
+// HelloResponse.run_id) as the x-mc-auth value.
 std::string MakeProof(const ClusterKeys& keys, ProofRole role, std::string_view id,
-                      std::string_view endpoint, int64_t unix_ms);
+                      std::string_view endpoint, int64_t unix_ms, std::string_view run_id);
 // INVALID_ARGUMENT naming what is wrong (field count, version, role, id, time, hex).
 absl::StatusOr<ParsedProof> ParseProof(std::string_view value);
 

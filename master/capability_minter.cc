@@ -51,6 +51,9 @@ bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right, ui
     cap.key_tag = static_cast<uint32_t>(Checksum(key.data(), key.size()));
   } else {
     cap.segment_id = loc.segment_id;
+    // A WRITE grant names its key, so the owner records the replica only under it (an INDEX
+    // notice naming another key is refused).
+    if (right == auth::Right::kWrite) cap.key_binding = auth::WriteKeyBinding(*last_key_, key);
   }
   out = auth::MintCapability(*last_key_, cap);
   return true;

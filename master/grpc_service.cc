@@ -82,6 +82,8 @@ template <typename Req>
 grpc::Status MasterGrpcService::Authenticate(const grpc::CallbackServerContext& ctx,
                                              const char* rpc, const Req& req, Caller* caller) {
   if (auth_ == nullptr) return grpc::Status::OK;  // Caller::Kind::kAnyone
+  // Hello needs no credential: it answers what every proof must name.
+  if constexpr (std::is_same_v<Req, v1::HelloRequest>) return grpc::Status::OK;
   bool repeated = false;
   std::optional<std::string_view> proof = MetadataValue(ctx, auth::kProofHeader, &repeated);
   std::optional<std::string_view> session = MetadataValue(ctx, auth::kSessionHeader, &repeated);
@@ -201,6 +203,7 @@ MC_MASTER_SERVE(PromoteStart)
 MC_MASTER_SERVE(PromoteEnd)
 MC_MASTER_SERVE(TakeOffloadTasks)
 MC_MASTER_SERVE(GetStatus)
+MC_MASTER_SERVE(Hello)
 MC_MASTER_SERVE(ReportObjects)
 MC_MASTER_SERVE(ReportReplicaFaults)
 #undef MC_MASTER_SERVE
@@ -327,7 +330,8 @@ void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_d
                    const Grants& grants, Response* resp) {
   std::optional<CapabilityMinter::Batch> batch;
   auth::CapabilityBytes cap;
-  for (const PutStartOutcome& o : outcomes) {
+  for (size_t row = 0; row < outcomes.size(); ++row) {
+    const PutStartOutcome& o = outcomes[row];
     v1::PutStartResult* r = resp->add_results();
     r->set_code(ToProtoCode(ToCode(o.status)));
     r->set_message(std::string(o.status.message()));
@@ -335,7 +339,7 @@ void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_d
     r->set_no_space_final(o.no_space_final);
     r->set_write_back_pending(o.write_back_pending);
     for (const Replica& replica : o.replicas) {
-      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, 0, cap));
+      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, row, cap));
     }
   }
   resp->set_write_deadline_ms(write_deadline_ms);
@@ -356,16 +360,27 @@ std::vector<DiskReplicaItem> DiskItems(
 }
 
 // The writer stops writing write_deadline_ms after it sent PutStart; the grant ends then too
-// (counted from now, a little after it sent), long before the put is revoked (2x).
-Grants WriteGrants(CapabilityMinter* minter, int64_t write_deadline_ms) {
+// (counted from now, a little after it sent), long before the put is revoked (2x). Each grant
+// binds its row's key (`keys`, one per requested item): the owner records the replica under no
+// other (an INDEX notice naming another key is refused).
+Grants WriteGrants(CapabilityMinter* minter, int64_t write_deadline_ms,
+                   std::span<const std::string_view> keys) {
   Grants grants;
   if (minter != nullptr) {
     grants = {.minter = minter,
               .right = auth::Right::kWrite,
               .expiry_ms = minter->NowMs() + write_deadline_ms,
-              .keys = {}};
+              .keys = keys};
   }
   return grants;
+}
+
+template <typename Items>
+std::vector<std::string_view> ItemKeys(const Items& items) {
+  std::vector<std::string_view> keys;
+  keys.reserve(items.size());
+  for (const auto& item : items) keys.push_back(item.key);
+  return keys;
 }
 
 }  // namespace
@@ -430,7 +445,8 @@ grpc::Status MasterGrpcService::DoPutStart(const Caller& caller, const v1::PutSt
   std::vector<PutStartItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.size()});
   const int64_t write_deadline_ms = service_.options().put_timeout_ms / 2;
-  const Grants grants = WriteGrants(minter_, write_deadline_ms);
+  const std::vector<std::string_view> keys = ItemKeys(items);
+  const Grants grants = WriteGrants(minter_, write_deadline_ms, keys);
   std::vector<std::string> avoid;
   for (const std::string& client : req->avoid_clients()) {
     if (avoid.size() == kMaxAvoidedClients) break;
@@ -548,7 +564,8 @@ grpc::Status MasterGrpcService::DoPromoteStart(const Caller& caller,
   std::vector<PutRevokeItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
   const int64_t write_deadline_ms = service_.options().put_timeout_ms / 2;
-  const Grants grants = WriteGrants(minter_, write_deadline_ms);
+  const std::vector<std::string_view> keys = ItemKeys(items);
+  const Grants grants = WriteGrants(minter_, write_deadline_ms, keys);
   AddPlacements(service_.PromoteStart(Self(caller, *req), items), write_deadline_ms, grants, resp);
   return grpc::Status::OK;
 }
@@ -629,6 +646,12 @@ grpc::Status MasterGrpcService::DoReportReplicaFaults(const Caller& caller,
       service_.ReportReplicaFaults(Self(caller, *req), caller.session, items);
   for (size_t k = 0; k < index.size(); ++k) invalid[index[k]] = std::move(results[k]);
   AddResults(invalid, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status MasterGrpcService::DoHello(const Caller&, const v1::HelloRequest*,
+                                        v1::HelloResponse* resp) {
+  if (auth_ != nullptr) resp->set_run_id(auth_->run_id());
   return grpc::Status::OK;
 }
 

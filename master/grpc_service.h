@@ -1,9 +1,10 @@
 // MasterGrpcService: the Master gRPC service as thin handlers (proto in -> MetadataService call
 // -> proto out), with per-RPC request/failure counters and latency histograms.
 // With an RpcAuthenticator, every call is first bound to its caller (docs/security.md):
-// RegisterClient to a registration proof, GetStatus to an admin proof or a session, every other
-// call to a live session's token, and the handlers then act as that caller only (a request's
-// client_id naming another client answers PERMISSION_DENIED). Refused calls change nothing.
+// RegisterClient to a registration proof, GetStatus to an admin proof or a session, Hello to
+// nothing (it answers the run id that proofs name), every other call to a live session's token,
+// and the handlers then act as that caller only (a request's client_id naming another client
+// answers PERMISSION_DENIED). Refused calls change nothing.
 // Thread-safe (gRPC calls handlers concurrently; MetadataService is thread-safe).
 #pragma once
 
@@ -62,6 +63,7 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   MC_MASTER_UNARY(PromoteEnd)
   MC_MASTER_UNARY(TakeOffloadTasks)
   MC_MASTER_UNARY(GetStatus)
+  MC_MASTER_UNARY(Hello)
   MC_MASTER_UNARY(ReportObjects)
   MC_MASTER_UNARY(ReportReplicaFaults)
 #undef MC_MASTER_UNARY
@@ -110,6 +112,8 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
                                      mcstore::v1::ReportReplicaFaultsResponse* resp);
   grpc::Status DoGetStatus(const Caller& caller, const mcstore::v1::GetStatusRequest* req,
                            mcstore::v1::GetStatusResponse* resp);
+  grpc::Status DoHello(const Caller& caller, const mcstore::v1::HelloRequest* req,
+                       mcstore::v1::HelloResponse* resp);
 
  private:
   template <typename Req, typename Resp>

@@ -39,6 +39,9 @@ ABSL_FLAG(int64_t, maintenance_interval_ms, 200,
           "period of liveness/timeout/lease/eviction sweeps");
 ABSL_FLAG(uint64_t, max_batch_items, 100000, "most keys in one batched RPC");
 ABSL_FLAG(int32_t, http_max_connections, 64, "admin HTTP: most open connections");
+ABSL_FLAG(int64_t, grpc_handshake_timeout_ms, 5000,
+          "gRPC: a connection that has not completed its HTTP/2 handshake within this is closed "
+          "(100..120000)");
 ABSL_FLAG(int32_t, http_max_connections_per_peer, 16,
           "admin HTTP: most open connections from one IP address");
 ABSL_FLAG(int64_t, http_request_timeout_ms, 2000,
@@ -104,6 +107,7 @@ void ServerFromFlags(MasterServerOptions& opts) {
   opts.ready_file = mc::AbsolutePath(absl::GetFlag(FLAGS_ready_file));
   opts.maintenance_interval_ms = absl::GetFlag(FLAGS_maintenance_interval_ms);
   opts.max_batch_items = absl::GetFlag(FLAGS_max_batch_items);
+  opts.grpc_handshake_timeout_ms = absl::GetFlag(FLAGS_grpc_handshake_timeout_ms);
   opts.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
   opts.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
   opts.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
@@ -171,6 +175,7 @@ int main(int argc, char** argv) {
   };
   problems.Append(opts.Validate());
   if (!mc::daemon::Report("mc-master", problems)) return 2;
+  mc::daemon::RaiseFdLimit("master");
   mc::master::MasterServer server(opts);
   mc::daemon::ServeHooks hooks;
   hooks.on_started = [] { mc::Logger("master").info("allocator: {}", MC_MALLOC_NAME); };

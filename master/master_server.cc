@@ -10,6 +10,7 @@
 #include "common/util.h"
 #include "master/etcd_http.h"
 #include "master/master_status_page.h"
+#include "proto/grpc_server_limits.h"
 
 namespace mc::master {
 
@@ -90,6 +91,7 @@ absl::Status MasterServer::Start() {
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &bound_port);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
+  MC_RETURN_IF_ERROR(SetGrpcHandshakeTimeout(builder, options_.grpc_handshake_timeout_ms));
   builder.RegisterService(grpc_service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || bound_port == 0) {

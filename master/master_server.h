@@ -37,6 +37,10 @@ struct MasterServerOptions {
   int64_t maintenance_interval_ms = 200;
   size_t max_batch_items = 100'000;  // per batched RPC
   int max_message_bytes = 256 << 20;
+  // A gRPC connection that has not completed its HTTP/2 handshake (sent its preface and
+  // SETTINGS) within this is closed: silent connections cannot pile up before any credential
+  // is checked (docs/security.md, "Connections before any credential").
+  int64_t grpc_handshake_timeout_ms = 5000;
   MasterOptions master;
   AdminServerOptions admin;  // limits; host, port and metrics come from `http`
   // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).

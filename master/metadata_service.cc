@@ -137,6 +137,10 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
           "Objects clients reported holding (ReportObjects), by result: restored (the master "
           "knew no such key), joined (a replica added to the known object), refused",
           {{"result", "refused"}})),
+      reported_conflicts_(metrics.GetCounter(
+          "mc_master_report_conflicts_total",
+          "Reports (ReportObjects) that differed from another owner's report of the same key: "
+          "the key was dropped and is refused to further reports (docs/security.md)")),
       reports_timed_out_(metrics.GetCounter(
           "mc_master_object_reports_timed_out_total",
           "Object reports whose last chunk did not arrive within --object_report_timeout_ms "
@@ -528,6 +532,7 @@ std::vector<absl::Status> MetadataService::PutEnd(const std::string& client_id,
         }
         pending_.Remove(object.put_start_ms() + options_.put_timeout_ms, object.generation);
         shard.CompletePut(object, items[i].checksum);
+        ForgetDisputed(items[i].key);  // a put of this run vouches for the key again
         return absl::OkStatus();
       });
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -43,6 +44,13 @@ namespace mc::master {
 // Generations are in [1, kGenerationLimit): 0 means "never reserved", and the headroom above
 // the wall-clock start (ms << 20, about 2^60.6 in 2026) lasts past the year 2240.
 inline constexpr uint64_t kGenerationLimit = 1ull << 63;
+// A generation reported to a master (an owner's index, a recovered SSD record) must be one some
+// master run could have issued: below the wall clock this far ahead (ms << 20), or below this
+// run's counter. Leaves room for masters whose clocks differ by up to this much; a report above
+// it is refused, so no report can push the counter towards kGenerationLimit.
+inline constexpr int64_t kGenerationLeadMs = 3'600'000;
+// Keys whose reports conflicted, remembered so no later report restores either version.
+inline constexpr size_t kMaxDisputedKeys = 100'000;
 
 // UNAVAILABLE "unknown client" with a retry hint (a transient state after a master restart).
 absl::Status UnknownClient(const std::string& client_id);
@@ -256,6 +264,14 @@ class MetadataService {
   // INVALID_ARGUMENT for a bad key, size or generation, a segment not of this registration, or
   // a range unaligned, outside it or overlapping another. `last` ends the report: the client's
   // segments take new placements again.
+  // Conflicts (issue 35, item 4): reports are not first-come. A report that differs in
+  // generation, size or checksum from an object that itself was only reported (no put of this
+  // run vouches for it) drops that object with all its replicas, and the key is remembered as
+  // disputed: every later report of it is refused (CHECKSUM_MISMATCH) until a put of this run
+  // ends, since the master cannot tell which owner holds the written bytes. A miss, never wrong
+  // bytes.
+  // At most kMaxDisputedKeys are remembered; beyond that, reports of keys the master does not
+  // know are refused too (fail closed).
   absl::StatusOr<std::vector<absl::Status>> ReportObjects(
       const std::string& client_id, uint64_t session, const std::vector<ReportedObjectItem>& items,
       bool last);
@@ -334,13 +350,22 @@ class MetadataService {
   uint64_t NextGeneration();
   // Raises the next generation past `generation` (a reported one), never lowering it.
   void RaiseGenerationPast(uint64_t generation);
+  // INVALID_ARGUMENT unless `generation` (a reported one) is one a master run could have issued:
+  // 1 and above, below the larger of this run's counter and the wall clock kGenerationLeadMs
+  // ahead (<< 20).
+  absl::Status CheckReportedGeneration(uint64_t generation) const;
   // Checks one reported item's key, size and generation.
   absl::Status ValidateReported(const ReportedObjectItem& item) const;
   // Restores or joins one reported object whose range is reserved (`location`), with its shard
   // locked; a non-OK answer leaves the range to be freed by the caller.
+  // A conflicting report drops the known (reported) object: its memory ranges go to `to_free`.
   absl::Status ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,
                              const ReportedObjectItem& item, const MemoryLocation& location,
-                             bool* restored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+                             bool* restored, std::vector<MemoryLocation>* to_free)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+  // Whether `key` is disputed (ReportObjects); ForgetDisputed after a put of it ended.
+  bool Disputed(std::string_view key);
+  void ForgetDisputed(std::string_view key);
   // Releases the held segments of clients whose report outlived object_report_timeout_ms.
   void ReleaseTimedOutReports();
   // ReportReplicaFaults' two kinds.
@@ -379,6 +404,10 @@ class MetadataService {
   // Reports in progress, by client id. A leaf lock: nothing else is taken while it is held.
   absl::Mutex report_mu_;
   absl::flat_hash_map<std::string, ReportState> reports_ ABSL_GUARDED_BY(report_mu_);
+  // Keys whose reports conflicted (ReportObjects). A leaf lock, taken under a shard's.
+  absl::Mutex disputed_mu_;
+  absl::flat_hash_set<std::string> disputed_ ABSL_GUARDED_BY(disputed_mu_);
+  std::atomic<bool> any_disputed_{false};
   std::atomic<int64_t> last_kick_ms_{std::numeric_limits<int64_t>::min()};
   // Ranges of corrupt replicas dropped under leases: (free no earlier than, range). A leaf lock.
   absl::Mutex deferred_mu_;
@@ -400,6 +429,7 @@ class MetadataService {
   Counter& reported_restored_;
   Counter& reported_joined_;
   Counter& reported_refused_;
+  Counter& reported_conflicts_;
   Counter& reports_timed_out_;
   Counter& corrupt_memory_replicas_;
   Counter& corrupt_disk_replicas_;

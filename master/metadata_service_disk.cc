@@ -34,16 +34,15 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
         out[i] = McError(Code::kInvalidArgument, absl::StrCat("bad length ", item.length));
         continue;
       }
-      if (item.generation == 0 || item.generation >= kGenerationLimit) {
-        // Adopting it would push the next generation past the limit (or wrap it to 0, which
-        // means "never reserved"): refuse the record instead.
-        out[i] = McError(Code::kInvalidArgument,
-                         absl::StrCat("generation ", item.generation, " outside 1..",
-                                      kGenerationLimit - 1, "; record refused"));
-        Logger("master").error(
-            "client {}: disk record of key of {} bytes has generation {} "
-            "outside 1..{}; refused",
-            client_id, item.key.size(), item.generation, kGenerationLimit - 1);
+      if (absl::Status g = CheckReportedGeneration(item.generation); !g.ok()) {
+        // Adopting it would push the next generation towards the limit (or wrap it to 0, which
+        // means "never reserved"), and every later put would fail: refuse the record instead.
+        out[i] = std::move(g);
+        if (recovered) disk_reports_refused_.Inc();
+        MC_LOG_EVERY(std::chrono::seconds(5), Logger("master"), err,
+                     "client {}: disk record of a key of {} bytes has generation {}, which no "
+                     "master issued; refused",
+                     client_id, item.key.size(), item.generation);
         continue;
       }
       Replica replica{ReplicaTier::kDisk,

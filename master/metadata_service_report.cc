@@ -1,6 +1,7 @@
 // Restart and return: owners report the objects their memory segments hold, and the master
 // rebuilds them (ReportObjects); held segments are released at the report's end or timeout.
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -23,6 +24,22 @@ void MetadataService::RaiseGenerationPast(uint64_t generation) {
   }
 }
 
+absl::Status MetadataService::CheckReportedGeneration(uint64_t generation) const {
+  const int64_t wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  const uint64_t ceiling =
+      std::max(next_generation_.load(), static_cast<uint64_t>(wall_ms + kGenerationLeadMs) << 20);
+  if (generation == 0 || generation >= ceiling || generation >= kGenerationLimit) {
+    return McError(Code::kInvalidArgument,
+                   absl::StrCat("generation ", generation,
+                                " was never issued by a master (reported generations must lie "
+                                "in 1..",
+                                std::min(ceiling, kGenerationLimit) - 1, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status MetadataService::ValidateReported(const ReportedObjectItem& item) const {
   absl::Status s = ValidateKey(item.key);
   if (!s.ok()) return s;
@@ -30,21 +47,35 @@ absl::Status MetadataService::ValidateReported(const ReportedObjectItem& item) c
     return McError(Code::kInvalidArgument,
                    absl::StrCat("size ", item.size, " outside 1..", options_.max_object_size));
   }
-  if (item.generation == 0 || item.generation >= kGenerationLimit) {
-    return McError(Code::kInvalidArgument, absl::StrCat("generation ", item.generation,
-                                                        " outside 1..", kGenerationLimit - 1));
-  }
-  return absl::OkStatus();
+  return CheckReportedGeneration(item.generation);
+}
+
+bool MetadataService::Disputed(std::string_view key) {
+  if (!any_disputed_.load()) return false;
+  absl::MutexLock lock(&disputed_mu_);
+  return disputed_.size() >= kMaxDisputedKeys ||
+         disputed_.contains(absl::string_view(key.data(), key.size()));
+}
+
+void MetadataService::ForgetDisputed(std::string_view key) {
+  if (!any_disputed_.load()) return;
+  absl::MutexLock lock(&disputed_mu_);
+  disputed_.erase(absl::string_view(key.data(), key.size()));
 }
 
 absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,
                                             const ReportedObjectItem& item,
-                                            const MemoryLocation& location, bool* restored) {
+                                            const MemoryLocation& location, bool* restored,
+                                            std::vector<MemoryLocation>* to_free) {
   auto it = shard.objects.find(AsKey(item.key));
   if (it == shard.objects.end()) {
     // Removed while this client was away, with its SSD record still to be deleted.
     if (offload_queue_.HasPendingDrop(client_id, item.key, item.generation)) {
       return McError(Code::kNotFound, "superseded: the key was removed");
+    }
+    if (Disputed(item.key)) {
+      return McError(Code::kChecksumMismatch,
+                     "owners reported conflicting versions of this key: it is not restored");
     }
     Object object;
     object.size = item.size;
@@ -57,7 +88,40 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
     return absl::OkStatus();
   }
   const Object& object = it->second;
-  // The known object always wins: a report never changes its generation, size or checksum.
+  const bool differs = object.generation != item.generation || object.size != item.size ||
+                       object.checksum != item.checksum;
+  // An object only reported (no writer: no put of this run vouches for it) against a report
+  // that differs: the master cannot tell which owner holds the bytes that were written, and a
+  // member may have reported (or had an owner record) its own bytes under this key. Neither
+  // wins: the object and all its replicas go, and the key stays disputed.
+  if (differs && object.writer == 0 && object.state == ObjectState::kComplete) {
+    Log().warn(
+        "conflicting reports of {}: generation {} size {} checksum {:#x} (known, reported) "
+        "against generation {} size {} checksum {:#x} from client {}; the key is dropped",
+        KeyForLog(item.key), object.generation, object.size, object.checksum, item.generation,
+        item.size, item.checksum, client_id);
+    DropPromotion(shard, object, to_free);
+    for (const StoredReplica& r : object.replicas) {
+      if (r.tier == ReplicaTier::kMemory) {
+        to_free->push_back(r.location());
+      } else {  // the owning client deletes the record
+        offload_queue_.Push(
+            r.client_id(),
+            OffloadTask{OffloadTask::Kind::kDrop, std::string(it->first), object.generation,
+                        object.size, object.checksum, 0, 0, r.offset});
+      }
+    }
+    shard.Erase(it);
+    {
+      absl::MutexLock lock(&disputed_mu_);
+      if (disputed_.size() < kMaxDisputedKeys) disputed_.insert(std::string(item.key));
+      any_disputed_.store(true);
+    }
+    reported_conflicts_.Inc();
+    return McError(Code::kChecksumMismatch,
+                   "owners reported conflicting versions of this key: it is dropped");
+  }
+  // A known object of this run wins: a report never changes its generation, size or checksum.
   if (object.generation != item.generation || object.state != ObjectState::kComplete) {
     return McError(Code::kNotFound,
                    "superseded: the key is stored under another generation or being put");
@@ -125,7 +189,7 @@ absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
     for (size_t i : indices) {
       if (range_of[i] == kNone) continue;
       bool created = false;
-      out[i] = ApplyReported(shard, client_id, items[i], ranges[range_of[i]], &created);
+      out[i] = ApplyReported(shard, client_id, items[i], ranges[range_of[i]], &created, &to_free);
       if (!out[i].ok()) {
         to_free.push_back(ranges[range_of[i]]);
       } else {

@@ -28,6 +28,8 @@ std::string_view AuthFailureName(AuthFailure reason) {
       return "wrong_client";
     case AuthFailure::kWrongRole:
       return "wrong_role";
+    case AuthFailure::kOtherRun:
+      return "other_run";
     case AuthFailure::kCount:
       break;
   }
@@ -36,7 +38,9 @@ std::string_view AuthFailureName(AuthFailure reason) {
 
 RpcAuthenticator::RpcAuthenticator(auth::ClusterKeysPtr keys, RpcAuthOptions options,
                                    MetricsRegistry& metrics)
-    : keys_(std::move(keys)), options_(std::move(options)) {
+    : keys_(std::move(keys)),
+      options_(std::move(options)),
+      run_id_(auth::RandomBytes(auth::kRunIdSize)) {
   for (int r = 0; r < static_cast<int>(AuthFailure::kCount); ++r) {
     failures_[r] = &metrics.GetCounter(
         "mc_master_auth_failures_total",
@@ -68,13 +72,19 @@ absl::Status RpcAuthenticator::CheckProof(std::string_view value, auth::ProofRol
     return absl::UnauthenticatedError("x-mc-auth names another id than the request");
   }
   const std::string message =
-      auth::ProofMessage(role, id, endpoint, proof->unix_ms, proof->nonce_hex);
+      auth::ProofMessage(role, id, endpoint, proof->unix_ms, proof->nonce_hex, proof->run_id);
   if (!keys_->Verify(auth::Purpose::kMasterRpc, message,
                      reinterpret_cast<const uint8_t*>(proof->mac.data()), proof->mac.size())) {
     *reason = AuthFailure::kBadMac;
     return absl::UnauthenticatedError(
         "x-mc-auth does not verify: not signed with this cluster's secret (compare the "
         "fingerprints in the daemons' start-up logs)");
+  }
+  if (proof->run_id != run_id_) {
+    *reason = AuthFailure::kOtherRun;
+    return absl::UnauthenticatedError(
+        "x-mc-auth was made for another master run (a restart or another master): ask Hello "
+        "for this run's id and prove again");
   }
   const int64_t now = NowMs();
   if (proof->unix_ms < now - options_.max_clock_skew_ms ||

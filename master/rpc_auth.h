@@ -1,9 +1,12 @@
 // RpcAuthenticator: who is calling the Master service (docs/security.md).
 //
 // Checks the registration and admin proofs of common/master_credentials.h: the MAC under the
-// cluster keys (any secret of a rotation verifies), the proof's time against this host's clock
-// (within max_clock_skew_ms either way) and that its nonce was not seen before (a bounded replay
-// cache that remembers each nonce for twice the skew window, so a proof cannot be used twice).
+// cluster keys (any secret of a rotation verifies), that the proof names this master run (a
+// random run id drawn here at start and answered to Hello: the replay cache below is in memory,
+// so a proof of an earlier run, or made for another master, would otherwise pass it again), the
+// proof's time against this host's clock (within max_clock_skew_ms either way) and that its
+// nonce was not seen before (a bounded replay cache that remembers each nonce for twice the
+// skew window, so a proof cannot be used twice).
 // It also counts and logs (rate-limited) every refused call by reason, in
 // mc_master_auth_failures_total{reason}. Session tokens themselves are checked against the
 // ClientRegistry, which owns them; this class does not know sessions.
@@ -55,6 +58,7 @@ enum class AuthFailure {
   kUnknownSession,   // no live session has this token (or the master restarted)
   kWrongClient,      // the request names another client than the credential
   kWrongRole,        // e.g. an admin proof on a client RPC
+  kOtherRun,         // a proof made for another master run (before a restart, or another master)
   kCount,
 };
 std::string_view AuthFailureName(AuthFailure reason);
@@ -78,6 +82,9 @@ class RpcAuthenticator {
   absl::Status CheckProof(std::string_view value, auth::ProofRole role, std::string_view id,
                           std::string_view endpoint, AuthFailure* reason);
 
+  // This master run's id (kRunIdSize random bytes), answered to Hello.
+  const std::string& run_id() const { return run_id_; }
+
   // Counts a refused call and logs it (at most every few seconds).
   void CountFailure(std::string_view rpc, AuthFailure reason, std::string_view detail);
   uint64_t Failures(AuthFailure reason) const;
@@ -91,6 +98,7 @@ class RpcAuthenticator {
 
   const auth::ClusterKeysPtr keys_;
   const RpcAuthOptions options_;
+  const std::string run_id_;
   Counter* failures_[static_cast<int>(AuthFailure::kCount)];
   absl::Mutex mu_;
   absl::flat_hash_set<std::string> nonces_ ABSL_GUARDED_BY(mu_);

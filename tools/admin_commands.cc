@@ -146,9 +146,18 @@ int CmdStatus(const AdminContext& ctx) {
   for (v1::Master::Stub* master : masters) {
     grpc::ClientContext c;
     SetDeadline(&c, ctx);
-    if (ctx.cluster_keys) {  // a read-only admin proof (docs/security.md)
-      c.AddMetadata(auth::kProofHeader, auth::MakeProof(*ctx.cluster_keys, auth::ProofRole::kAdmin,
-                                                        "mc-admin", "", auth::UnixNowMs()));
+    if (ctx.cluster_keys) {  // a read-only admin proof for this master's run (docs/security.md)
+      grpc::ClientContext hello_ctx;
+      SetDeadline(&hello_ctx, ctx);
+      v1::HelloResponse hello;
+      s = master->Hello(&hello_ctx, v1::HelloRequest(), &hello);
+      if (!s.ok()) {
+        if (s.error_code() == grpc::StatusCode::UNAVAILABLE) continue;  // a standby: the next
+        break;
+      }
+      c.AddMetadata(auth::kProofHeader,
+                    auth::MakeProof(*ctx.cluster_keys, auth::ProofRole::kAdmin, "mc-admin", "",
+                                    auth::UnixNowMs(), hello.run_id()));
     }
     resp.Clear();
     s = master->GetStatus(&c, v1::GetStatusRequest(), &resp);

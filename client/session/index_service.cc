@@ -193,21 +193,14 @@ absl::Status IndexNoticeHandler::Apply(std::span<const IndexNoticeEntry> entries
 
 absl::Status IndexNoticeHandler::ApplyOne(const IndexNoticeEntry& e) {
   if (verifier_ != nullptr) {
-    // Exactly as a WRITE frame of the whole replica would be checked, and its generation.
-    const auth::FrameAccess access{.right = auth::Right::kWrite,
-                                   .segment_id = e.segment_id,
-                                   .offset = e.offset,
-                                   .length = e.length};
-    const auth::Denial denial = verifier_->Check(e.capability.data(), access);
+    // Exactly as a WRITE frame of the whole replica would be checked, its generation, and the
+    // key the master granted the write for (issue 35, item 4: a member cannot file the bytes it
+    // wrote under its own key as another key's).
+    const auth::Denial denial = verifier_->CheckIndexEntry(e.capability.data(), e.segment_id,
+                                                           e.offset, e.length, e.generation, e.key);
     if (denial != auth::Denial::kNone) {
       return McError(Code::kPermissionDenied,
                      absl::StrCat("capability refused: ", std::string(auth::DenialName(denial))));
-    }
-    absl::StatusOr<auth::Capability> cap =
-        auth::DecodeCapability(e.capability.data(), e.capability.size());
-    if (!cap.ok() || cap->generation != e.generation || cap->segment_id != e.segment_id ||
-        cap->offset != e.offset || cap->length != e.length) {
-      return McError(Code::kPermissionDenied, "the capability is not this replica's");
     }
   }
   std::optional<size_t> local = resolve_ ? resolve_(e.segment_id) : std::nullopt;

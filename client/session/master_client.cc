@@ -45,12 +45,24 @@ class GrpcMasterClient final : public MasterClient {
 
   absl::Status RegisterClient(const v1::RegisterClientRequest& req,
                               v1::RegisterClientResponse* resp) override {
+    // The proof names the master run it is for (docs/security.md): asked of the master that
+    // serves now. Should another one answer the registration (a failover in between), it refuses
+    // the proof and the session registers again.
+    std::string run_id;
+    if (options_.cluster_keys) {
+      v1::HelloResponse hello;
+      grpc::Status h = Invoke(&v1::Master::Stub::Hello, v1::HelloRequest(), &hello, Retry::kAlways,
+                              [](grpc::ClientContext*) {});
+      if (!h.ok()) return FromGrpcStatus(h);
+      run_id = hello.run_id();
+    }
     // A fresh proof per attempt: each master remembers the nonces it saw.
     auto prepare = [&](grpc::ClientContext* ctx) {
       if (!options_.cluster_keys) return;
-      ctx->AddMetadata(auth::kProofHeader,
-                       auth::MakeProof(*options_.cluster_keys, auth::ProofRole::kRegister,
-                                       req.client_id(), req.data_endpoint(), auth::UnixNowMs()));
+      ctx->AddMetadata(
+          auth::kProofHeader,
+          auth::MakeProof(*options_.cluster_keys, auth::ProofRole::kRegister, req.client_id(),
+                          req.data_endpoint(), auth::UnixNowMs(), run_id));
       // The session being replaced, if any: proves this is the daemon that holds it.
       std::string session = SessionCredential();
       if (!session.empty()) ctx->AddMetadata(auth::kSessionHeader, session);

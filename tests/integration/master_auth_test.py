@@ -42,21 +42,27 @@ class AuthTest(MasterFixture):
         key = self.keys.key
         wrong_key = master_auth.master_rpc_key("not-the-cluster-secret-" + "x" * 32)
         now = int(time.time() * 1000)
-        good = master_auth.proof(key, "register", "intruder", "127.0.0.1:9")
-        f = good.split(" ")
+        run = master_auth.run_id(self.raw)
+        good = master_auth.proof(key, "register", "intruder", "127.0.0.1:9", run=run)
+        f = good.split(" ")  # v2 role id time nonce run mac
         bad = {
             "missing": [],
             "bad_mac": [("x-mc-auth", master_auth.proof(wrong_key, "register", "intruder",
-                                                        "127.0.0.1:9"))],
+                                                        "127.0.0.1:9", run=run))],
             "stale": [("x-mc-auth", master_auth.proof(key, "register", "intruder", "127.0.0.1:9",
-                                                      unix_ms=now - 10 * 60 * 1000))],
+                                                      unix_ms=now - 10 * 60 * 1000, run=run))],
             "wrong_client": [("x-mc-auth", master_auth.proof(key, "register", "someone-else",
-                                                             "127.0.0.1:9"))],
-            "malformed": [("x-mc-auth", "v1 register intruder")],
+                                                             "127.0.0.1:9", run=run))],
+            "malformed": [("x-mc-auth", "v2 register intruder")],
+            # Issue 35: a proof made for another master run (captured before a restart).
+            "other_run": [("x-mc-auth", master_auth.proof(key, "register", "intruder",
+                                                          "127.0.0.1:9", run=os.urandom(16)))],
         }
-        malformed = [" ".join(f[:5]), " ".join(f + ["extra"]), " ".join(f[:4] + ["zz" * 16, f[5]]),
-                     " ".join(f[:5] + [f[5][:-2]]), " ".join(f[:3] + ["-5"] + f[4:]),
-                     "v2 " + " ".join(f[1:]), " ".join(f[:1] + ["root"] + f[2:]), "x" * 4000]
+        malformed = [" ".join(f[:6]), " ".join(f + ["extra"]), " ".join(f[:4] + ["zz" * 16] + f[5:]),
+                     " ".join(f[:6] + [f[6][:-2]]), " ".join(f[:3] + ["-5"] + f[4:]),
+                     " ".join(f[:5] + ["zz" * 16, f[6]]), "v3 " + " ".join(f[1:]),
+                     "v1 " + " ".join(f[1:5] + f[6:]), " ".join(f[:1] + ["root"] + f[2:]),
+                     "x" * 4000]
         for reason, md in bad.items():
             before = self.auth_failures(reason)
             code = (grpc.StatusCode.PERMISSION_DENIED if reason == "wrong_client"
@@ -80,6 +86,27 @@ class AuthTest(MasterFixture):
         self.assertEqual(self.auth_failures("replay"), before + 1)
         _, m = self.metrics()
         self.assertEqual(m["mc_clients_alive"], 1)
+
+    def test_a_proof_captured_before_a_restart_is_refused_after_it(self):
+        """Issue 35, item 7: the replay cache lives in memory, so a registration proof captured
+        on the wire registered again once the master had restarted. A proof names the master
+        run it was made for; after a restart it is refused as other_run."""
+        req = self.reg_request("victim")
+        captured = self.keys.register_metadata(req)
+        self.assertEqual(len(self.raw.RegisterClient(req, metadata=captured,
+                                                     timeout=5).session_token), 16)
+        run_before = master_auth.run_id(self.raw)
+        self.restart_master()
+        self.assertNotEqual(master_auth.run_id(self.raw), run_before, "each run draws its own id")
+        before = self.auth_failures("other_run")
+        self.assert_refused(lambda: self.raw.RegisterClient(req, metadata=captured, timeout=5),
+                            grpc.StatusCode.UNAUTHENTICATED)
+        self.assertEqual(self.auth_failures("other_run"), before + 1)
+        self.assertEqual(self.clients_known(), [], "the replay registered nobody")
+        # The daemon itself proves again for this run and gets in.
+        ok = self.raw.RegisterClient(req, metadata=self.keys.register_metadata(req), timeout=5)
+        self.assertEqual(len(ok.session_token), 16)
+        self.assertEqual(self.clients_known(), ["victim"])
 
     def test_every_client_call_needs_a_live_session(self):
         c1 = self.client("c1", [MiB])
@@ -251,7 +278,8 @@ class AuthTest(MasterFixture):
                                                    timeout=5), grpc.StatusCode.UNAUTHENTICATED)
         self.assert_refused(lambda: self.raw.GetStatus(pb.GetStatusRequest(), metadata=md,
                                                        timeout=5), grpc.StatusCode.UNAUTHENTICATED)
-        reg_proof = [("x-mc-auth", master_auth.proof(self.keys.key, "register", "c1", ""))]
+        reg_proof = [("x-mc-auth", master_auth.proof(self.keys.key, "register", "c1", "",
+                                                     run=master_auth.run_id(self.raw)))]
         self.assert_refused(lambda: self.raw.GetStatus(pb.GetStatusRequest(), metadata=reg_proof,
                                                        timeout=5),
                             grpc.StatusCode.PERMISSION_DENIED)

@@ -137,12 +137,24 @@ class MasterFixture(unittest.TestCase):
              "--client_takeover_after_ms", str(TAKEOVER_MS)],
             self.tmp, ready_timeout_s=30)
         self.master.start()
+        self._connect()
+
+    def _connect(self):
         self.http = self.master.ready["http"]
         self.channel = grpc.insecure_channel(self.master.ready["grpc"])
         grpc.channel_ready_future(self.channel).result(timeout=10)
         self.raw = master_pb2_grpc.MasterStub(self.channel)
-        self.keys = master_auth.Keys(harness.cluster_secret_file())
+        self.keys = master_auth.Keys(harness.cluster_secret_file(), stub=self.raw)
         self.stub = Router(self.raw, self.keys)
+
+    def restart_master(self):
+        """Stops mc-master and starts it again with the same flags (it forgets everything; its
+        ports change), and reconnects raw/stub/http. Fake clients must be stopped first."""
+        self.channel.close()
+        rc = self.master.stop()
+        self.assertIn(rc, (0, -15), self.master.log_tail())
+        self.master.start()
+        self._connect()
 
     def tearDown(self):
         for c in self.clients:

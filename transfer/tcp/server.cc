@@ -120,6 +120,14 @@ TcpDataServer::TcpDataServer(TcpDataServerOptions options, SegmentTable& segment
   rejected_ = &m->GetCounter("mc_dataplane_connections_rejected_total",
                              "Data-plane connections closed at once: over the total or "
                              "per-peer connection cap.");
+  pending_evicted_ = &m->GetCounter(
+      "mc_dataplane_pending_evicted_total",
+      "Data-plane connections still in the handshake closed to make room for a newer one "
+      "(the pending budget, --data_max_pending_connections, was full).");
+  pending_rejected_ =
+      &m->GetCounter("mc_dataplane_pending_rejected_total",
+                     "Data-plane connections closed at once: their address already had "
+                     "--data_max_pending_per_peer connections in the handshake.");
   idle_closed_ = &m->GetCounter("mc_dataplane_connections_timed_out_total",
                                 "Data-plane connections closed for idleness or a stalled frame.");
   open_gauge_ = &m->GetGauge("mc_dataplane_connections", "Open data-plane server connections");
@@ -175,6 +183,9 @@ void TcpDataServer::Stop() {
     if (stopping_ || !started_) return;
     stopping_ = true;
     per_peer_.clear();
+    pending_.clear();
+    pending_per_peer_.clear();
+    authenticated_ = 0;
     open_gauge_->Add(-static_cast<int64_t>(conns_.size()));
     for (auto& c : conns_) ::shutdown(c->fd.get(), SHUT_RDWR);  // unblocks recv/send
     conns.swap(conns_);
@@ -195,8 +206,12 @@ void TcpDataServer::ReapFinished() {
     absl::MutexLock lock(&mu_);
     for (auto it = conns_.begin(); it != conns_.end();) {
       if ((*it)->done.load()) {
-        auto peer = per_peer_.find((*it)->peer);
-        if (peer != per_peer_.end() && --peer->second <= 0) per_peer_.erase(peer);
+        LeavePending(**it);
+        if ((*it)->admitted) {
+          auto peer = per_peer_.find((*it)->peer);
+          if (peer != per_peer_.end() && --peer->second <= 0) per_peer_.erase(peer);
+          --authenticated_;
+        }
         open_gauge_->Add(-1);
         finished.push_back(std::move(*it));
         it = conns_.erase(it);
@@ -267,19 +282,55 @@ void TcpDataServer::AcceptLoop() {
     Conn* raw = conn.get();
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
-    int& from_peer = per_peer_[peer];
-    if (static_cast<int>(conns_.size()) >= options_.max_connections ||
-        from_peer >= options_.max_connections_per_peer) {
-      if (from_peer == 0) per_peer_.erase(peer);
-      rejected_->Inc();
-      MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
-                   "data-plane connection from {} refused: {} open ({} from it), caps {} / {} "
-                   "per peer",
-                   peer, conns_.size(), from_peer, options_.max_connections,
-                   options_.max_connections_per_peer);
-      continue;  // `conn` closes the socket
+    if (options_.cluster_keys != nullptr) {
+      // Not authenticated yet: the pending budget only (docs/security.md).
+      if (pending_per_peer_[peer] >= options_.max_pending_per_peer) {
+        // This address's oldest pending connection makes room: one address never holds more
+        // than its share, and a burst of a real peer's pool only loses a handshake that took
+        // longer than max_pending_per_peer newer connections took to arrive.
+        auto oldest = std::find_if(pending_.begin(), pending_.end(),
+                                   [&peer](const Conn* c) { return c->peer == peer; });
+        if (oldest != pending_.end()) {
+          Conn* victim = *oldest;
+          ::shutdown(victim->fd.get(), SHUT_RDWR);
+          LeavePending(*victim);
+          pending_rejected_->Inc();
+          MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                       "data-plane connections from {} still in the handshake at the cap ({}): "
+                       "the oldest closed",
+                       peer, options_.max_pending_per_peer);
+        }
+      }
+      if (static_cast<int>(pending_.size()) >= options_.max_pending_connections) {
+        Conn* oldest = pending_.front();
+        ::shutdown(oldest->fd.get(), SHUT_RDWR);  // its handshake fails; its thread ends
+        LeavePending(*oldest);
+        pending_evicted_->Inc();
+        MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                     "data-plane pending connections at the cap ({}): the oldest, from {}, "
+                     "closed for a new one from {}",
+                     options_.max_pending_connections, oldest->peer, peer);
+      }
+      ++pending_per_peer_[peer];
+      raw->pending = true;
+      pending_.push_back(raw);
+    } else {
+      int& from_peer = per_peer_[peer];
+      if (authenticated_ >= options_.max_connections ||
+          from_peer >= options_.max_connections_per_peer) {
+        if (from_peer == 0) per_peer_.erase(peer);
+        rejected_->Inc();
+        MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                     "data-plane connection from {} refused: {} open ({} from it), caps {} / {} "
+                     "per peer",
+                     peer, authenticated_, from_peer, options_.max_connections,
+                     options_.max_connections_per_peer);
+        continue;  // `conn` closes the socket
+      }
+      ++from_peer;
+      ++authenticated_;
+      raw->admitted = true;
     }
-    ++from_peer;
     open_gauge_->Add(1);
     conns_.push_back(std::move(conn));
     raw->thread = std::thread([this, raw] { ServeConnection(raw); });
@@ -299,8 +350,38 @@ bool TcpDataServer::Authenticate(Conn& conn) {
   return false;
 }
 
+void TcpDataServer::LeavePending(Conn& conn) {
+  if (!conn.pending) return;
+  conn.pending = false;
+  pending_.remove(&conn);  // at most max_pending_connections entries
+  auto it = pending_per_peer_.find(conn.peer);
+  if (it != pending_per_peer_.end() && --it->second <= 0) pending_per_peer_.erase(it);
+}
+
+bool TcpDataServer::Admit(Conn& conn) {
+  absl::MutexLock lock(&mu_);
+  if (!conn.pending) return false;  // evicted for a newer one while it shook hands
+  LeavePending(conn);
+  int& from_peer = per_peer_[conn.peer];
+  if (authenticated_ >= options_.max_connections ||
+      from_peer >= options_.max_connections_per_peer) {
+    if (from_peer == 0) per_peer_.erase(conn.peer);
+    rejected_->Inc();
+    MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                 "data-plane connection from {} refused: {} authenticated ({} from it), caps {} / "
+                 "{} per peer",
+                 conn.peer, authenticated_, from_peer, options_.max_connections,
+                 options_.max_connections_per_peer);
+    return false;
+  }
+  ++from_peer;
+  ++authenticated_;
+  conn.admitted = true;
+  return true;
+}
+
 void TcpDataServer::ServeConnection(Conn* conn) {
-  bool closed = options_.cluster_keys != nullptr && !Authenticate(*conn);
+  bool closed = options_.cluster_keys != nullptr && !(Authenticate(*conn) && Admit(*conn));
   while (!closed) {
     // Idle between requests: wait for the next header at most idle_timeout_ms.
     pollfd pfd{conn->fd.get(), POLLIN, 0};

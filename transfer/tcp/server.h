@@ -59,9 +59,18 @@ struct TcpDataServerOptions {
   int socket_buffer_bytes = 8 << 20;         // SO_SNDBUF / SO_RCVBUF
   uint64_t max_frame_length = kDefaultMaxFrameLength;
   MetricsRegistry* metrics = nullptr;  // optional; the counters and gauges live here
-  // Connection limits: beyond them a new connection is closed at once (and counted).
+  // Connection limits of AUTHENTICATED connections (with keys: those that passed the handshake;
+  // without: all): beyond them a new one is closed at once (and counted).
   int max_connections = 1024;
   int max_connections_per_peer = 256;  // per peer IP address
+  // With keys, connections still in the handshake (pending) have their own, small budget, so
+  // sockets that never speak cannot take what authenticated peers need: at most
+  // max_pending_connections in all (a new one then closes the OLDEST pending one: a real peer
+  // completes its handshake in a round trip, an idle socket would hold its slot for the whole
+  // handshake_timeout_ms) and max_pending_per_peer from one IP address (beyond, that address's
+  // oldest pending one is closed).
+  int max_pending_connections = 128;
+  int max_pending_per_peer = 32;
   // A connection with no request for this long is closed (peers' pools reconnect).
   int64_t idle_timeout_ms = 300'000;
   // A request (or response) stalled mid-frame for this long closes its connection.
@@ -118,6 +127,10 @@ class TcpDataServer final : public DataServer {
     std::thread thread;
     std::atomic<bool> done{false};
     auth::CapabilityVerifier::Cache capability_cache;  // used by its own thread only
+    // Guarded by the server's mu_: in pending_ (handshake not done), or counted as
+    // authenticated (in per_peer_ and authenticated_).
+    bool pending = false;
+    bool admitted = false;
   };
   // Waits up to `ms` for Stop(); true when stopping.
   bool WaitForStop(int64_t ms);
@@ -126,6 +139,11 @@ class TcpDataServer final : public DataServer {
   absl::Status ServeOne(Conn& conn, bool* closed);
   // With keys: the handshake; false closes the connection (counted, logged).
   bool Authenticate(Conn& conn);
+  // A pending connection passed its handshake: counted as authenticated if the caps allow it
+  // (false: refused, counted) and it was not evicted meanwhile.
+  bool Admit(Conn& conn) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes `conn` out of the pending budget, if it is there.
+  void LeavePending(Conn& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The capability block of a data-op request: reads it and, with keys, checks it. A refusal is
   // answered on `stream` (WRITE payload drained) and *refused set; a non-OK return closes the
   // connection.
@@ -141,6 +159,8 @@ class TcpDataServer final : public DataServer {
   Counter* malformed_;
   Counter* accept_errors_;
   Counter* rejected_;
+  Counter* pending_evicted_;
+  Counter* pending_rejected_;
   Counter* idle_closed_;
   Gauge* open_gauge_;
   Counter* unknown_read_;
@@ -159,7 +179,10 @@ class TcpDataServer final : public DataServer {
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::list<std::unique_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int> per_peer_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int> per_peer_ ABSL_GUARDED_BY(mu_);  // authenticated
+  int authenticated_ ABSL_GUARDED_BY(mu_) = 0;
+  std::list<Conn*> pending_ ABSL_GUARDED_BY(mu_);  // oldest first
+  absl::flat_hash_map<std::string, int> pending_per_peer_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mc::transfer::tcp

@@ -50,11 +50,13 @@ TEST(WrapOwnerKey, OpensOnlyForTheClientItWasSealedFor) {
 
 TEST(Capability, RoundTripsAndRejectsMalformedBytes) {
   OwnerKey key(KeyBytes('k'));
-  Capability cap{Right::kWrite, 0, 7, 4096, 100, 42, 123456};
+  Capability cap{Right::kWrite, 0, 7, 4096, 100, 42, 123456, 0xba9876543210};
   CapabilityBytes bytes = MintCapability(key, cap);
   auto back = DecodeCapability(bytes.data(), bytes.size());
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->right, Right::kWrite);
+  EXPECT_EQ(back->key_binding, 0xba9876543210u) << "a WRITE grant carries its key binding";
+  EXPECT_EQ(back->key_tag, 0u);
   EXPECT_EQ(back->segment_id, 7u);
   EXPECT_EQ(back->offset, 4096u);
   EXPECT_EQ(back->length, 100u);
@@ -69,12 +71,22 @@ TEST(Capability, RoundTripsAndRejectsMalformedBytes) {
   bad = bytes;
   bad[1] = 3;  // two rights at once
   EXPECT_FALSE(DecodeCapability(bad.data(), bad.size()).ok());
-  bad = bytes;
-  bad[2] = 1;  // reserved
+  bad = MintCapability(key, {Right::kRead, 0, 7, 4096, 100, 42, 123456});
+  ASSERT_TRUE(DecodeCapability(bad.data(), bad.size()).ok());
+  bad[2] = 1;  // reserved (bits of the key binding on WRITE grants only)
   EXPECT_FALSE(DecodeCapability(bad.data(), bad.size()).ok());
   cap.offset = UINT64_MAX - 10;  // offset + length wraps
   bad = MintCapability(key, cap);
   EXPECT_FALSE(DecodeCapability(bad.data(), bad.size()).ok());
+}
+
+TEST(Capability, TheWriteKeyBindingIsKeyedAndDistinguishesKeys) {
+  OwnerKey key(KeyBytes('k'));
+  const uint64_t a = WriteKeyBinding(key, "key-a");
+  EXPECT_EQ(a, WriteKeyBinding(key, "key-a"));
+  EXPECT_EQ(a & ~kKeyBindingMask, 0u) << "48 bits";
+  EXPECT_NE(a, WriteKeyBinding(key, "key-b"));
+  EXPECT_NE(a, WriteKeyBinding(OwnerKey(KeyBytes('o')), "key-a")) << "keyed by the owner key";
 }
 
 class Verifier : public ::testing::Test {

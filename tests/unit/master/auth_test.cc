@@ -51,9 +51,11 @@ class ProofTest : public ::testing::Test {
     last_reason_ = AuthFailure::kCount;
     return auth_.CheckProof(proof, role, id, endpoint, &last_reason_);
   }
+  // A proof for auth_'s run unless `run` names another.
   std::string Proof(const auth::ClusterKeys& keys, int64_t at = kNow, std::string_view id = "c1",
-                    std::string_view endpoint = "10.0.0.1:7000") {
-    return auth::MakeProof(keys, auth::ProofRole::kRegister, id, endpoint, at);
+                    std::string_view endpoint = "10.0.0.1:7000", const std::string* run = nullptr) {
+    return auth::MakeProof(keys, auth::ProofRole::kRegister, id, endpoint, at,
+                           run != nullptr ? *run : auth_.run_id());
   }
 
   MetricsRegistry metrics_;
@@ -79,13 +81,14 @@ TEST_F(ProofTest, AProofUnderAnotherSecretIsRefused) {
 TEST_F(ProofTest, DuringARotationBothSecretsVerify) {
   RpcAuthenticator rotating(Keys({kSecretB, kSecretA}), FixedClockOptions(), metrics_);
   AuthFailure reason;
+  const std::string& run = rotating.run_id();
   EXPECT_TRUE(rotating
-                  .CheckProof(Proof(*Keys({kSecretA})), auth::ProofRole::kRegister, "c1",
-                              "10.0.0.1:7000", &reason)
+                  .CheckProof(Proof(*Keys({kSecretA}), kNow, "c1", "10.0.0.1:7000", &run),
+                              auth::ProofRole::kRegister, "c1", "10.0.0.1:7000", &reason)
                   .ok());
   EXPECT_TRUE(rotating
-                  .CheckProof(Proof(*Keys({kSecretB})), auth::ProofRole::kRegister, "c1",
-                              "10.0.0.1:7000", &reason)
+                  .CheckProof(Proof(*Keys({kSecretB}), kNow, "c1", "10.0.0.1:7000", &run),
+                              auth::ProofRole::kRegister, "c1", "10.0.0.1:7000", &reason)
                   .ok());
 }
 
@@ -109,20 +112,59 @@ TEST_F(ProofTest, TheProofBindsItsClientIdEndpointAndRole) {
   EXPECT_EQ(last_reason_, AuthFailure::kWrongRole);
 }
 
+// Security issue 35, item 7: the replay cache lives in memory, so a proof captured on the wire
+// was good again once the master restarted (or against a standby that took over). A proof names
+// the run it is for; another run's (here: another authenticator, as after a restart) is refused.
+TEST_F(ProofTest, AProofOfAnotherMasterRunIsRefused) {
+  auto keys = Keys({kSecretA});
+  RpcAuthenticator before_restart(Keys({kSecretA}), Options(), metrics_);
+  ASSERT_NE(before_restart.run_id(), auth_.run_id()) << "each run draws its own id";
+  EXPECT_EQ(before_restart.run_id().size(), auth::kRunIdSize);
+  const std::string captured = Proof(*keys, kNow, "c1", "10.0.0.1:7000", &before_restart.run_id());
+  AuthFailure reason;
+  EXPECT_TRUE(before_restart
+                  .CheckProof(captured, auth::ProofRole::kRegister, "c1", "10.0.0.1:7000", &reason)
+                  .ok());
+  EXPECT_EQ(Check(captured).code(), absl::StatusCode::kUnauthenticated) << "replayed after it";
+  EXPECT_EQ(last_reason_, AuthFailure::kOtherRun);
+  EXPECT_EQ(auth_.ReplayCacheSizeForTest(), 0u);
+}
+
 TEST_F(ProofTest, MalformedProofsAreRefusedAsMalformed) {
   const std::string good = Proof(*Keys({kSecretA}));
   const std::string mac(64, '0');
   const std::string nonce(32, '1');
+  const std::string run = " " + auth::Hex(auth_.run_id()) + " ";
+  // A version 1 proof (no run id) as the old daemons made it, with a valid MAC.
+  const std::string v1_nonce = auth::Hex(auth::RandomBytes(16));
+  const auth::Mac v1_mac = Keys({kSecretA})
+                               ->Sign(auth::Purpose::kMasterRpc,
+                                      "mcstore master v1\nregister\nc1\n" + std::to_string(kNow) +
+                                          "\n" + v1_nonce + "\n10.0.0.1:7000");
+  const std::string v1 =
+      "v1 register c1 " + std::to_string(kNow) + " " + v1_nonce + " " +
+      auth::Hex(std::string_view(reinterpret_cast<const char*>(v1_mac.data()), v1_mac.size()));
   for (const std::string& bad : std::vector<std::string>{
-           "", "v1", good + " extra", "v2" + good.substr(2), "v1 root c1 1 " + nonce + " " + mac,
-           "v1 register c1 -5 " + nonce + " " + mac, "v1 register c1 12a " + nonce + " " + mac,
-           "v1 register c1 1 " + nonce.substr(1) + " " + mac,
-           "v1 register c1 1 " + std::string(32, 'z') + " " + mac,
-           "v1 register c1 1 " + std::string(32, 'A') + " " + mac,
-           "v1 register c1 1 " + nonce + " " + mac.substr(2),
-           "v1 register c1 1 " + nonce + " " + mac + "00", "v1  register c1 1 " + nonce + " " + mac,
-           "v1 register " + std::string(200, 'c') + " 1 " + nonce + " " + mac,
-           std::string(100'000, 'v'), std::string("v1 register c\x01 1 ") + nonce + " " + mac}) {
+           "",
+           "v2",
+           v1,
+           good + " extra",
+           "v3" + good.substr(2),
+           "v2 root c1 1 " + nonce + run + mac,
+           "v2 register c1 -5 " + nonce + run + mac,
+           "v2 register c1 12a " + nonce + run + mac,
+           "v2 register c1 1 " + nonce.substr(1) + run + mac,
+           "v2 register c1 1 " + std::string(32, 'z') + run + mac,
+           "v2 register c1 1 " + std::string(32, 'A') + run + mac,
+           "v2 register c1 1 " + nonce + " " + std::string(32, 'A') + " " + mac,
+           "v2 register c1 1 " + nonce + " " + std::string(30, 'a') + " " + mac,
+           "v2 register c1 1 " + nonce + " " + mac,
+           "v2 register c1 1 " + nonce + run + mac.substr(2),
+           "v2 register c1 1 " + nonce + run + mac + "00",
+           "v2  register c1 1 " + nonce + run + mac,
+           "v2 register " + std::string(200, 'c') + " 1 " + nonce + run + mac,
+           std::string(100'000, 'v'),
+           std::string("v2 register c\x01 1 ") + nonce + run + mac}) {
     EXPECT_EQ(Check(bad).code(), absl::StatusCode::kUnauthenticated) << bad.substr(0, 80);
     EXPECT_EQ(last_reason_, AuthFailure::kMalformed) << bad.substr(0, 80);
   }

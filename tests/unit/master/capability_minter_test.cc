@@ -112,6 +112,36 @@ TEST_F(Capabilities, PutGrantsWriteOnExactlyThePendingRangeUntilTheWriteDeadline
   EXPECT_EQ(Check(*owner, r, Right::kWrite, r.offset(), r.length()), Denial::kExpired);
 }
 
+// Issue 35, item 4: each WRITE grant of a batch names its own item's key, which the owner checks
+// on INDEX notice entries (and PromoteStart's the same way, through the same path).
+TEST_F(Capabilities, EachWriteGrantBindsItsItemsKey) {
+  auto owner = Register("c1");
+  v1::PutStartRequest req;
+  req.set_client_id("c1");
+  for (const char* key : {"first", "second"}) {
+    auto* item = req.add_items();
+    item->set_key(key);
+    item->set_size(1000);
+  }
+  v1::PutStartResponse put;
+  ASSERT_TRUE(grpc_.DoPutStart(Caller{}, &req, &put).ok());
+  ASSERT_EQ(put.results_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    const v1::Replica& r = put.results(i).replicas(0);
+    const auto* cap = reinterpret_cast<const uint8_t*>(r.capability().data());
+    const uint64_t gen = put.results(i).generation();
+    EXPECT_EQ(owner->CheckIndexEntry(cap, r.segment_id(), r.offset(), r.length(), gen,
+                                     req.items(i).key()),
+              Denial::kNone);
+    EXPECT_EQ(owner->CheckIndexEntry(cap, r.segment_id(), r.offset(), r.length(), gen,
+                                     req.items(1 - i).key()),
+              Denial::kWrongKey);
+    EXPECT_EQ(owner->CheckIndexEntry(cap, r.segment_id(), r.offset(), r.length(), gen + 1,
+                                     req.items(i).key()),
+              Denial::kOutOfRange);
+  }
+}
+
 TEST_F(Capabilities, LookupsGrantReadUntilTheLeaseEndsInBothAnswerForms) {
   auto owner = Register("c1");
   v1::PutStartResponse put = PutStart("c1", "k");

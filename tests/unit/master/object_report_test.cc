@@ -189,11 +189,12 @@ TEST_F(Report, BadItemsAreRefusedOneByOne) {
   const uint64_t seg = reg.segment_ids[0];
   const uint64_t max = m_.svc().options().max_object_size;
   std::vector<ReportedObjectItem> items{
-      {"", 5, 64, 1, seg, 0},                       // empty key
-      {"size0", 5, 0, 1, seg, 0},                   // empty object
-      {"huge", 5, max + 1, 1, seg, 0},              // past max_object_size
-      {"gen0", 0, 64, 1, seg, 0},                   // generation 0
-      {"genmax", kGenerationLimit, 64, 1, seg, 0},  // generation past the limit
+      {"", 5, 64, 1, seg, 0},                           // empty key
+      {"size0", 5, 0, 1, seg, 0},                       // empty object
+      {"huge", 5, max + 1, 1, seg, 0},                  // past max_object_size
+      {"gen0", 0, 64, 1, seg, 0},                       // generation 0
+      {"genmax", kGenerationLimit, 64, 1, seg, 0},      // generation past the limit
+      {"genend", kGenerationLimit - 1, 64, 1, seg, 0},  // one no master issued (issue 35)
       {"foreign", 5, 64, 1, other.segment_ids[0], 0},
       {"unknown", 5, 64, 1, seg + 1000, 0},
       {"unaligned", 5, 64, 1, seg, 32},
@@ -247,18 +248,23 @@ TEST_F(Report, AReturningClientsStaleObjectsAreSupersededAndFreed) {
                                         {"same", same_gen, 999, 42, seg, 32768}};
   EXPECT_EQ(SendCodes("c1", back, items),
             (std::vector<Code>{Code::kNotFound, Code::kNotFound, Code::kNotFound,
-                               Code::kInvalidArgument}))
-      << "k: a newer generation; p: being put; 'same': c1 holds it already, then another size";
+                               Code::kChecksumMismatch}))
+      << "k: a newer generation; p: being put; 'same': c1 holds it already, then another size "
+         "(a conflict with the reported object: both go)";
   EXPECT_EQ(Find("k").generation, new_gen);
   EXPECT_EQ(Find("k").replicas[0].location.client_id, "c2");
-  EXPECT_EQ(m_.svc().ClientSegmentStats("c1").used, 1024u) << "only 'same' holds space";
+  EXPECT_FALSE(m_.Exists("same"));
+  EXPECT_EQ(m_.svc().ClientSegmentStats("c1").used, 0u) << "nothing holds space";
   // The refused ranges are forgotten: the owner drops them at its next heartbeat.
   std::vector<ReplicaRef> forgotten;
   bool more = true;
   ASSERT_TRUE(m_.svc().Heartbeat("c1", back.session, 0, &forgotten, &more));
   EXPECT_FALSE(more);
-  std::vector<ReplicaRef> want{
-      {seg, offset, old_gen}, {seg, 8192, old_gen}, {seg, 16384, same_gen}, {seg, 32768, same_gen}};
+  std::vector<ReplicaRef> want{{seg, offset, old_gen},
+                               {seg, 8192, old_gen},
+                               {seg, 16384, same_gen},
+                               {seg, 32768, same_gen},
+                               {seg, same_off, same_gen}};
   std::sort(forgotten.begin(), forgotten.end(),
             [](const ReplicaRef& a, const ReplicaRef& b) { return a.offset < b.offset; });
   std::sort(want.begin(), want.end(),
@@ -278,6 +284,48 @@ TEST_F(Report, ASizeOrChecksumMismatchOfTheSameGenerationIsInvalid) {
   EXPECT_EQ(SendCodes("c1", back, {{"k", gen, 1000, 43, seg, 0}, {"k", gen, 1064, 42, seg, 4096}}),
             (std::vector<Code>{Code::kInvalidArgument, Code::kInvalidArgument}));
   EXPECT_EQ(m_.svc().ClientSegmentStats("c1").used, 0u);
+}
+
+// Security issue 35, item 4: after a master restart the first report of a key won, so a member
+// that had an owner record (or itself reported) its own bytes under an existing key made that key
+// answer with them. Conflicting reports are not resolved first-come: the key is dropped and stays
+// disputed until a put of this run ends (a miss, never wrong bytes).
+TEST_F(Report, ConflictingReportsOfAKeyDropItAndNoLaterReportRestoresIt) {
+  Register("writer", false);
+  const uint64_t gen = m_.Put("writer", "probe", 64);  // a generation a master issued
+  Registration honest = Register("honest", true);
+  Registration member = Register("member", true);
+  Registration third = Register("third", true);
+  // The member's report comes first (on main it won: the honest one was refused).
+  EXPECT_EQ(SendCodes("member", member, {{"k", gen, 1000, 0xbad, member.segment_ids[0], 0}}),
+            std::vector<Code>{Code::kOk});
+  EXPECT_EQ(SendCodes("honest", honest, {{"k", gen, 1000, 42, honest.segment_ids[0], 4096}}),
+            std::vector<Code>{Code::kChecksumMismatch});
+  EXPECT_EQ(Find("k").status.code(), absl::StatusCode::kNotFound) << "neither version is served";
+  EXPECT_EQ(m_.CounterValue("mc_master_report_conflicts_total", {}), 1u);
+  EXPECT_EQ(m_.svc().ClientSegmentStats("member").used, 0u) << "the dropped replica's range";
+  EXPECT_EQ(m_.svc().ClientSegmentStats("honest").used, 0u);
+  // Whoever reports it next, with either version, does not restore it.
+  EXPECT_EQ(SendCodes("third", third,
+                      {{"k", gen, 1000, 0xbad, third.segment_ids[0], 0},
+                       {"k", gen, 1000, 42, third.segment_ids[0], 4096}}),
+            (std::vector<Code>{Code::kChecksumMismatch, Code::kChecksumMismatch}));
+  EXPECT_FALSE(m_.Exists("k"));
+  // The honest order (honest first) ends the same way, for another key.
+  EXPECT_EQ(SendCodes("honest", honest, {{"k2", gen, 1000, 42, honest.segment_ids[0], 8192}}),
+            std::vector<Code>{Code::kOk});
+  EXPECT_EQ(SendCodes("member", member, {{"k2", gen, 1000, 0xbad, member.segment_ids[0], 8192}}),
+            std::vector<Code>{Code::kChecksumMismatch});
+  EXPECT_FALSE(m_.Exists("k2"));
+  // Agreeing reports still join, and a put of this run makes the key ordinary again.
+  EXPECT_EQ(SendCodes("honest", honest, {{"k3", gen, 1000, 42, honest.segment_ids[0], 16384}}),
+            std::vector<Code>{Code::kOk});
+  EXPECT_EQ(SendCodes("third", third, {{"k3", gen, 1000, 42, third.segment_ids[0], 16384}}),
+            std::vector<Code>{Code::kOk});
+  EXPECT_EQ(Find("k3").replicas.size(), 2u);
+  m_.Put("writer", "k", 1000);
+  EXPECT_TRUE(m_.Exists("k"));
+  EXPECT_EQ(m_.CounterValue("mc_master_report_conflicts_total", {}), 2u);
 }
 
 TEST_F(Report, AReturningClientsReplicaJoinsTheKnownObject) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "common/master_credentials.h"
 #include "gtest/gtest.h"
 #include "tests/unit/master/master_test_util.h"
 
@@ -358,13 +359,25 @@ TEST_F(PutLifecycle, RecoveredGenerationsNeverWrapTheCounter) {
   ASSERT_TRUE(o.status.ok()) << o.status;
   EXPECT_NE(o.generation, 0u);
   EXPECT_LT(o.generation, kGenerationLimit);
-  // The largest generation a record may carry is adopted; the counter then stops, never wraps.
-  out = m_.svc().AddDiskReplicas("ssd", {{"last", kGenerationLimit - 1, 8, 1000, 42}}, true);
-  ASSERT_TRUE(out[0].ok()) << out[0];
-  PutStartOutcome after = m_.Start("c1", "after", 100);
-  EXPECT_EQ(CodeOf(after.status), Code::kInternal) << after.status;
-  EXPECT_EQ(after.generation, 0u);
-  EXPECT_FALSE(m_.Exists("after"));
+  // Security issue 35: one recovered record with generation 2^63 - 1 (any member may send one)
+  // pushed the counter to its end, and every later put in the cluster failed INTERNAL
+  // "generation numbers exhausted" until a restart. A generation no master can have issued
+  // (beyond the wall clock kGenerationLeadMs ahead, << 20) is refused and raises nothing.
+  const uint64_t next_hour = static_cast<uint64_t>(auth::UnixNowMs() + kGenerationLeadMs) << 20;
+  out = m_.svc().AddDiskReplicas(
+      "ssd",
+      {{"last", kGenerationLimit - 1, 8, 1000, 42},
+       {"ahead", next_hour + (1ull << 30), 9, 1000, 42},
+       {"past", static_cast<uint64_t>(auth::UnixNowMs() - 86'400'000) << 20, 10, 1000, 42}},
+      true);
+  EXPECT_EQ(CodeOf(out[0]), Code::kInvalidArgument) << out[0];
+  EXPECT_EQ(CodeOf(out[1]), Code::kInvalidArgument) << out[1];
+  EXPECT_TRUE(out[2].ok()) << "a generation of an earlier run: " << out[2];
+  for (int i = 0; i < 3; ++i) {
+    PutStartOutcome after = m_.Start("c1", "after" + std::to_string(i), 100);
+    ASSERT_TRUE(after.status.ok()) << after.status;
+    EXPECT_LT(after.generation, next_hour) << "the refused generations raised nothing";
+  }
 }
 
 // The issue: a put with replicas=2 whose second holder was lost meanwhile was answered OK with

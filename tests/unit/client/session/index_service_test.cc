@@ -39,12 +39,17 @@ class IndexHandler : public ::testing::Test {
       return std::nullopt;
     };
   }
+  // The grant the master would mint for e's replica (WRITE: bound to e.key, or `granted_key`).
   void Sign(IndexNoticeEntry& e, auth::Right right = auth::Right::kWrite, uint64_t generation = 0,
-            const std::string& key = "") {
-    e.capability =
-        auth::MintCapability(auth::OwnerKey(key.empty() ? owner_key_ : key),
-                             {right, 0, e.segment_id, e.offset, e.length,
-                              generation ? generation : e.generation, kMasterNow + 1000});
+            const std::string& key = "", const std::string* granted_key = nullptr) {
+    const auth::OwnerKey owner(key.empty() ? owner_key_ : key);
+    const uint64_t binding =
+        right == auth::Right::kWrite
+            ? auth::WriteKeyBinding(owner, granted_key != nullptr ? *granted_key : e.key)
+            : 0;
+    e.capability = auth::MintCapability(
+        owner, {right, 0, e.segment_id, e.offset, e.length, generation ? generation : e.generation,
+                kMasterNow + 1000, binding});
   }
   // `server` serving INDEX requests with `handler`, whichever transport it has.
   static void StartServing(transfer::DataServer& server, IndexNoticeHandler& handler) {
@@ -112,6 +117,31 @@ TEST_F(IndexHandler, WithAuthNeedsTheReplicasOwnWriteCapability) {
   Sign(stale);
   EXPECT_EQ(ToCode(handler.Apply({&stale, 1})), Code::kNotFound);
   EXPECT_EQ(index_.size(), 1u);
+}
+
+// Security issue 35, item 4: a member put its own key K' (the master granted it WRITE on a range
+// for K'), wrote its bytes, then told the owner the range held an existing key K with the
+// checksum of its bytes; the grant did not name the key, so the owner recorded K -> the member's
+// bytes and reported it after the next master restart. The grant now binds the key.
+TEST_F(IndexHandler, ANoticeNamingAnotherKeyThanTheGrantIsRefused) {
+  IndexNoticeHandler handler(index_, Resolver(), &verifier_, metrics_);
+  IndexNoticeEntry own = Entry(kSegA, 0, 7);
+  own.key = "attacker-own-key";
+  Sign(own);
+  IndexNoticeEntry lie = own;  // the same range, generation and grant, another key
+  lie.key = "victim-key";
+  lie.checksum = 0xbad;
+  EXPECT_EQ(ToCode(handler.Apply({&lie, 1})), Code::kPermissionDenied);
+  EXPECT_EQ(index_.size(), 0u) << "nothing recorded under the victim's key";
+  const std::string victim = "victim-key";
+  IndexNoticeEntry also_lie = Entry(kSegA, 512, 7);
+  Sign(also_lie, auth::Right::kWrite, 0, "", &victim);  // granted for victim-key ...
+  also_lie.key = "victim-key2";                         // ... noticed as another
+  EXPECT_EQ(ToCode(handler.Apply({&also_lie, 1})), Code::kPermissionDenied);
+  EXPECT_EQ(index_.size(), 0u);
+  EXPECT_TRUE(handler.Apply({&own, 1}).ok()) << "its own key, as granted, is recorded";
+  ASSERT_EQ(index_.size(), 1u);
+  EXPECT_EQ(index_.Snapshot()[0].object.key, "attacker-own-key");
 }
 
 TEST_F(IndexHandler, ServesFramesAndAnswersHostilePayloads) {
