@@ -124,10 +124,10 @@ TcpDataServer::TcpDataServer(TcpDataServerOptions options, SegmentTable& segment
       "mc_dataplane_pending_evicted_total",
       "Data-plane connections still in the handshake closed to make room for a newer one "
       "(the pending budget, --data_max_pending_connections, was full).");
-  pending_rejected_ =
-      &m->GetCounter("mc_dataplane_pending_rejected_total",
-                     "Data-plane connections closed at once: their address already had "
-                     "--data_max_pending_per_peer connections in the handshake.");
+  pending_per_peer_evicted_ =
+      &m->GetCounter("mc_dataplane_pending_per_peer_evicted_total",
+                     "Data-plane connections still in the handshake closed because their address "
+                     "opened another one with --data_max_pending_per_peer already pending.");
   idle_closed_ = &m->GetCounter("mc_dataplane_connections_timed_out_total",
                                 "Data-plane connections closed for idleness or a stalled frame.");
   open_gauge_ = &m->GetGauge("mc_dataplane_connections", "Open data-plane server connections");
@@ -294,7 +294,7 @@ void TcpDataServer::AcceptLoop() {
           Conn* victim = *oldest;
           ::shutdown(victim->fd.get(), SHUT_RDWR);
           LeavePending(*victim);
-          pending_rejected_->Inc();
+          pending_per_peer_evicted_->Inc();
           MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
                        "data-plane connections from {} still in the handshake at the cap ({}): "
                        "the oldest closed",

@@ -160,7 +160,7 @@ class TcpDataServer final : public DataServer {
   Counter* accept_errors_;
   Counter* rejected_;
   Counter* pending_evicted_;
-  Counter* pending_rejected_;
+  Counter* pending_per_peer_evicted_;
   Counter* idle_closed_;
   Gauge* open_gauge_;
   Counter* unknown_read_;
