@@ -46,6 +46,19 @@ ABSL_FLAG(uint64_t, store_max_buffer_bytes_per_caller, 1ull << 40,
           "bytes of registered buffers one caller may hold");
 ABSL_FLAG(uint64_t, store_max_buffer_bytes_total, 32ull << 40,
           "bytes of registered buffers the daemon maps in all (address space: 128 TiB)");
+ABSL_FLAG(uint32_t, store_max_buffers_total, 4096,
+          "registered (and staged) buffers the daemon holds in all");
+ABSL_FLAG(uint32_t, store_max_buffers_per_uid, 1024,
+          "registered buffers all sessions of one uid may hold together (below the total)");
+ABSL_FLAG(uint64_t, store_max_buffer_bytes_per_uid, 8ull << 40,
+          "bytes of registered buffers all sessions of one uid may hold (below the total)");
+ABSL_FLAG(uint32_t, store_max_inflight_per_uid, 1024,
+          "Store requests all callers of one uid may have in flight at once; 0 = unlimited");
+ABSL_FLAG(uint64_t, store_max_inflight_slices, 16ull << 20,
+          "slices (expanded items and block-layout runs, tens of bytes of daemon memory each) "
+          "of every Store request in flight together");
+ABSL_FLAG(uint64_t, store_max_inflight_slices_per_uid, 8ull << 20,
+          "slices of the Store requests in flight of one uid (below the daemon's)");
 ABSL_FLAG(uint32_t, store_max_leases_per_caller, 4096,
           "prefix leases one caller may hold at once; 0 = unlimited");
 ABSL_FLAG(uint32_t, store_max_inflight_per_caller, 256,
@@ -219,7 +232,10 @@ void StoreFromFlags(ClientServerOptions& o, daemon::Problems& problems) {
   }
   o.store.allow_named_buffers = absl::GetFlag(FLAGS_store_allow_named_buffers);
   o.store.max_leases_per_caller = absl::GetFlag(FLAGS_store_max_leases_per_caller);
-  o.store.max_inflight_per_caller = absl::GetFlag(FLAGS_store_max_inflight_per_caller);
+  o.store.limits.max_inflight_per_caller = absl::GetFlag(FLAGS_store_max_inflight_per_caller);
+  o.store.limits.max_inflight_per_account = absl::GetFlag(FLAGS_store_max_inflight_per_uid);
+  o.store.limits.max_slices = absl::GetFlag(FLAGS_store_max_inflight_slices);
+  o.store.limits.max_slices_per_account = absl::GetFlag(FLAGS_store_max_inflight_slices_per_uid);
   o.store.max_prefix_lease_ttl_ms = absl::GetFlag(FLAGS_store_max_lease_ttl_ms);
   o.store.max_request_slices = absl::GetFlag(FLAGS_store_max_request_slices);
   o.store.max_inline_bytes = absl::GetFlag(FLAGS_max_inline_bytes);
@@ -228,6 +244,9 @@ void StoreFromFlags(ClientServerOptions& o, daemon::Problems& problems) {
   o.buffers.max_buffers_per_owner = absl::GetFlag(FLAGS_store_max_buffers_per_caller);
   o.buffers.max_bytes_per_owner = absl::GetFlag(FLAGS_store_max_buffer_bytes_per_caller);
   o.buffers.max_bytes = absl::GetFlag(FLAGS_store_max_buffer_bytes_total);
+  o.buffers.max_buffers = absl::GetFlag(FLAGS_store_max_buffers_total);
+  o.buffers.max_buffers_per_account = absl::GetFlag(FLAGS_store_max_buffers_per_uid);
+  o.buffers.max_bytes_per_account = absl::GetFlag(FLAGS_store_max_buffer_bytes_per_uid);
   o.buffers.max_rdma_bytes = absl::GetFlag(FLAGS_rdma_buffer_bytes_total);
   o.fd_channel.max_connections = absl::GetFlag(FLAGS_store_fd_max_connections);
   o.fd_channel.max_connections_per_uid = absl::GetFlag(FLAGS_store_fd_max_connections_per_uid);

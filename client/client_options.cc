@@ -32,6 +32,33 @@ void ValidateStore(const ClientServerOptions& o, Checker& check) {
   check(o.fd_channel.max_connections_per_uid >= 1,
         "--store_fd_max_connections_per_uid must be >= 1");
   check(o.buffers.max_buffers_per_owner >= 1, "--store_max_buffers_per_caller must be >= 1");
+  // One uid's share stays below the daemon's: the others are never refused because one uid
+  // (any number of its sessions) took everything.
+  const BufferRegistryOptions& b = o.buffers;
+  check(b.max_buffers_per_owner <= b.max_buffers_per_account &&
+            b.max_buffers_per_account < b.max_buffers,
+        absl::StrCat("need --store_max_buffers_per_caller (", b.max_buffers_per_owner,
+                     ") <= --store_max_buffers_per_uid (", b.max_buffers_per_account,
+                     ") < --store_max_buffers_total (", b.max_buffers, ")"));
+  check(b.max_bytes_per_owner <= b.max_bytes_per_account && b.max_bytes_per_account < b.max_bytes,
+        absl::StrCat("need --store_max_buffer_bytes_per_caller (", b.max_bytes_per_owner,
+                     ") <= --store_max_buffer_bytes_per_uid (", b.max_bytes_per_account,
+                     ") < --store_max_buffer_bytes_total (", b.max_bytes, ")"));
+  const CallerLimitsOptions& l = o.store.limits;
+  check(l.max_inflight_per_account == 0 ||
+            (l.max_inflight_per_caller != 0 &&
+             l.max_inflight_per_caller <= l.max_inflight_per_account),
+        absl::StrCat("need --store_max_inflight_per_caller (", l.max_inflight_per_caller,
+                     ") <= --store_max_inflight_per_uid (", l.max_inflight_per_account,
+                     ") unless the latter is 0 (unlimited)"));
+  check(o.store.max_request_slices + o.store.max_batch_items <= l.max_slices_per_account &&
+            l.max_slices_per_account < l.max_slices,
+        absl::StrCat("need --store_max_request_slices (", o.store.max_request_slices,
+                     ") + the items of a batch (", o.store.max_batch_items,
+                     ") <= --store_max_inflight_slices_per_uid (", l.max_slices_per_account,
+                     ") < --store_max_inflight_slices (", l.max_slices,
+                     "): the largest request must fit one uid's budget, and one uid not the "
+                     "daemon's"));
   check(o.store.max_prefix_lease_ttl_ms >= 1, "--store_max_lease_ttl_ms must be >= 1");
   check(o.store.max_request_slices >= 1, "--store_max_request_slices must be >= 1");
 }

@@ -46,11 +46,15 @@ absl::StatusOr<gid_t> ParseGroup(std::string_view text);
 absl::Status ApplySocketPermissions(const std::string& path, mode_t mode,
                                     std::optional<gid_t> group);
 
-// Whether an owner token names a live session (the fd side channel answers).
+// Whether an owner token names a live session (the fd side channel answers), and the account
+// its resources count against: every session of one uid shares one account ("uid:N"), so a
+// caller cannot multiply its share by opening sessions. An owner that is no session (the
+// anonymous buckets) is its own account.
 class CallerSessions {
  public:
   virtual ~CallerSessions() = default;
   virtual bool IsLive(std::string_view owner) const = 0;
+  virtual std::string AccountOf(std::string_view owner) const { return std::string(owner); }
 };
 
 struct StoreAuthOptions {

@@ -380,7 +380,8 @@ void BufferRegistry::CountMismatch() const {
       .Inc();
 }
 
-absl::Status BufferRegistry::CheckLimitsLocked(const std::string& owner, uint64_t size) const {
+absl::Status BufferRegistry::CheckLimitsLocked(const std::string& owner, const std::string& account,
+                                               uint64_t size) const {
   if (buffers_.size() + staged_.size() >= options_.max_buffers) {
     CountRefusal("buffers_total");
     return McError(Code::kNoSpace, absl::StrCat("more than ", options_.max_buffers, " buffers"));
@@ -408,39 +409,84 @@ absl::Status BufferRegistry::CheckLimitsLocked(const std::string& owner, uint64_
                      " bytes, over the limit (--store_max_buffer_bytes_per_caller=",
                      options_.max_bytes_per_owner, ")"));
   }
+  Usage shared;
+  if (auto it = account_usage_.find(account); it != account_usage_.end()) shared = it->second;
+  if (shared.buffers >= options_.max_buffers_per_account) {
+    CountRefusal("buffers_uid");
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the sessions of this caller's uid already hold ", shared.buffers,
+                     " registered buffers, the limit (--store_max_buffers_per_uid=",
+                     options_.max_buffers_per_account, ")"));
+  }
+  if (size > options_.max_bytes_per_account ||
+      shared.bytes > options_.max_bytes_per_account - size) {
+    CountRefusal("buffer_bytes_uid");
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the sessions of this caller's uid would hold ", shared.bytes, " + ", size,
+        " bytes of buffers, over the limit (--store_max_buffer_bytes_per_uid=",
+        options_.max_bytes_per_account, ")"));
+  }
   return absl::OkStatus();
 }
 
-void BufferRegistry::ChargeLocked(const std::string& owner, uint64_t size) {
-  Usage& u = usage_[owner];
+namespace {
+
+void Charge(absl::flat_hash_map<std::string, BufferRegistry::Usage>& usage, const std::string& key,
+            uint64_t size) {
+  BufferRegistry::Usage& u = usage[key];
   ++u.buffers;
   u.bytes += size;
+}
+
+void Refund(absl::flat_hash_map<std::string, BufferRegistry::Usage>& usage, const std::string& key,
+            uint64_t size) {
+  auto it = usage.find(key);
+  if (it == usage.end()) return;
+  --it->second.buffers;
+  it->second.bytes -= size;
+  if (it->second.buffers == 0) usage.erase(it);
+}
+
+}  // namespace
+
+void BufferRegistry::ChargeLocked(const Entry& entry) {
+  const uint64_t size = entry.buffer->size();
+  Charge(usage_, entry.owner, size);
+  Charge(account_usage_, entry.account, size);
   total_bytes_ += size;
 }
 
-void BufferRegistry::RefundLocked(const std::string& owner, uint64_t size) {
+void BufferRegistry::RefundLocked(const Entry& entry) {
+  const uint64_t size = entry.buffer->size();
   total_bytes_ -= size;
-  auto it = usage_.find(owner);
-  if (it == usage_.end()) return;
-  --it->second.buffers;
-  it->second.bytes -= size;
-  if (it->second.buffers == 0) usage_.erase(it);
+  Refund(usage_, entry.owner, size);
+  Refund(account_usage_, entry.account, size);
 }
 
-absl::StatusOr<std::string> BufferRegistry::Stage(BufferRef buffer, const std::string& owner) {
+std::pair<size_t, uint64_t> BufferRegistry::AccountUsage(const std::string& account) const {
+  absl::MutexLock lock(&mu_);
+  auto it = account_usage_.find(account);
+  if (it == account_usage_.end()) return {0, 0};
+  return {it->second.buffers, it->second.bytes};
+}
+
+absl::StatusOr<std::string> BufferRegistry::Stage(BufferRef buffer, const std::string& owner,
+                                                  const std::string& account_in) {
+  const std::string& account = account_in.empty() ? owner : account_in;
   MC_ASSIGN_OR_RETURN(std::string handle, RandomHexToken());
   {
     absl::MutexLock lock(&mu_);
-    MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, buffer->size()));
+    MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, account, buffer->size()));
   }
   // Outside the lock: pinning takes time; on a refusal below, `registered` is deregistered
   // after the lock was released.
   BufferRef registered = RegisterWithRdma(std::move(buffer));
   {
     absl::MutexLock lock(&mu_);
-    MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, registered->size()));
-    ChargeLocked(owner, registered->size());
-    staged_.emplace(handle, Entry{std::move(registered), owner});
+    MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, account, registered->size()));
+    Entry entry{std::move(registered), owner, account};
+    ChargeLocked(entry);
+    staged_.emplace(handle, std::move(entry));
   }
   return handle;
 }
@@ -465,7 +511,9 @@ absl::StatusOr<uint64_t> BufferRegistry::Claim(std::string_view handle) {
 }
 
 absl::StatusOr<uint64_t> BufferRegistry::Register(const std::string& shm_name, uint64_t size,
-                                                  const std::string& owner) {
+                                                  const std::string& owner,
+                                                  const std::string& account_in) {
+  const std::string& account = account_in.empty() ? owner : account_in;
   if (shm_name.empty() || shm_name.size() > 255 || shm_name.find('/', 1) != std::string::npos) {
     return McError(Code::kInvalidArgument,
                    absl::StrCat("bad shm name '", shm_name, "' (expected \"/name\")"));
@@ -477,7 +525,7 @@ absl::StatusOr<uint64_t> BufferRegistry::Register(const std::string& shm_name, u
   }
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = CheckLimitsLocked(owner, size); !s.ok()) {
+    if (absl::Status s = CheckLimitsLocked(owner, account, size); !s.ok()) {
       close(fd);
       return s;
     }
@@ -485,11 +533,12 @@ absl::StatusOr<uint64_t> BufferRegistry::Register(const std::string& shm_name, u
   MC_ASSIGN_OR_RETURN(BufferRef mapped_buffer, MapFd(fd, size, shm_name));
   BufferRef buffer = RegisterWithRdma(std::move(mapped_buffer));  // dropped after the lock
   absl::MutexLock lock(&mu_);
-  MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, buffer->size()));
-  ChargeLocked(owner, buffer->size());
+  MC_RETURN_IF_ERROR(CheckLimitsLocked(owner, account, buffer->size()));
+  Entry entry{std::move(buffer), owner, account};
+  ChargeLocked(entry);
   uint64_t id = next_id_++;
-  const uint64_t mapped = buffer->size();
-  buffers_.emplace(id, Entry{std::move(buffer), owner});
+  const uint64_t mapped = entry.buffer->size();
+  buffers_.emplace(id, std::move(entry));
   Logger("client").info("registered buffer {} = {} ({} bytes, by name)", id, shm_name, mapped);
   return id;
 }
@@ -505,8 +554,8 @@ absl::Status BufferRegistry::Unregister(uint64_t buffer_id, std::string_view own
   if (it == buffers_.end()) {
     return McError(Code::kNotFound, absl::StrCat("unknown buffer id ", buffer_id));
   }
+  RefundLocked(it->second);
   doomed = std::move(it->second.buffer);
-  RefundLocked(it->second.owner, doomed->size());
   buffers_.erase(it);
   return absl::OkStatus();
 }
@@ -516,7 +565,7 @@ size_t BufferRegistry::ReleaseOwner(const std::string& owner) {
   absl::MutexLock lock(&mu_);
   for (auto it = buffers_.begin(); it != buffers_.end();) {
     if (it->second.owner == owner) {
-      total_bytes_ -= it->second.buffer->size();
+      RefundLocked(it->second);
       doomed.push_back(std::move(it->second.buffer));
       buffers_.erase(it++);
     } else {
@@ -525,14 +574,13 @@ size_t BufferRegistry::ReleaseOwner(const std::string& owner) {
   }
   for (auto it = staged_.begin(); it != staged_.end();) {
     if (it->second.owner == owner) {
-      total_bytes_ -= it->second.buffer->size();
+      RefundLocked(it->second);
       doomed.push_back(std::move(it->second.buffer));
       staged_.erase(it++);
     } else {
       ++it;
     }
   }
-  usage_.erase(owner);
   return doomed.size();
 }
 

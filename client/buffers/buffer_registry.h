@@ -6,8 +6,10 @@
 // one-time handle; Claim turns the handle into a buffer id (RegisterBuffer). Resolve turns (id,
 // offset, length) into memory after an overflow-safe bounds check, for the buffer's owner only:
 // another owner's id answers exactly as an unknown id does. ReleaseOwner drops everything an owner
-// holds (its session ended). Per-owner caps on buffers and bytes, and a daemon-wide cap on buffers,
-// staged ones included. A resolved buffer is held by a shared_ptr (a BufferRef), so Unregister
+// holds (its session ended). Per-owner caps on buffers and bytes; per-account caps (an account is
+// the uid of the owner's fd session: every session of one uid together) so that opening more
+// sessions does not multiply a caller's share; and daemon-wide caps on buffers and bytes, staged
+// ones included. A resolved buffer is held by a shared_ptr (a BufferRef), so Unregister
 // during a transfer only unmaps once the in-flight use ends. Thread-safe.
 //
 // Shrinking: an application may ftruncate a registered shm object below the mapped size. Any
@@ -39,6 +41,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -111,6 +114,10 @@ struct BufferRegistryOptions {
   uint64_t max_bytes = 32ull << 40;
   size_t max_buffers_per_owner = 256;         // --store_max_buffers_per_caller
   uint64_t max_bytes_per_owner = 1ull << 40;  // --store_max_buffer_bytes_per_caller
+  // Every owner of one account (uid) together: below the daemon-wide caps, so one uid never
+  // takes them all (--store_max_buffers_per_uid, --store_max_buffer_bytes_per_uid).
+  size_t max_buffers_per_account = 1024;
+  uint64_t max_bytes_per_account = 8ull << 40;
   // Counts refusals (mc_store_limit_refusals_total, mc_store_buffer_owner_mismatches_total)
   // when set; borrowed, must outlive the registry.
   MetricsRegistry* metrics = nullptr;
@@ -142,8 +149,10 @@ class BufferRegistry {
   static absl::StatusOr<BufferRef> MapFd(int fd, uint64_t size, std::string label);
 
   // Parks `buffer` for `owner` under a fresh 128-bit random handle (32 hex digits) that Claim
-  // takes once. Counts toward the limits from now on (RESOURCE_EXHAUSTED naming the flag).
-  absl::StatusOr<std::string> Stage(BufferRef buffer, const std::string& owner);
+  // takes once. Counts toward the limits of the owner and of its `account` (empty: the owner is
+  // its own account) from now on (RESOURCE_EXHAUSTED naming the flag).
+  absl::StatusOr<std::string> Stage(BufferRef buffer, const std::string& owner,
+                                    const std::string& account = "");
   // The staged buffer becomes a registered buffer of its owner: its id. NOT_FOUND for an
   // unknown or already claimed handle.
   absl::StatusOr<uint64_t> Claim(std::string_view handle);
@@ -152,7 +161,8 @@ class BufferRegistry {
   // daemon's own rights. Maps `size` bytes; size 0 maps the whole object. Errors: missing
   // object, size larger than the object, too many buffers.
   absl::StatusOr<uint64_t> Register(const std::string& shm_name, uint64_t size,
-                                    const std::string& owner = "");
+                                    const std::string& owner = "",
+                                    const std::string& account = "");
   // NOT_FOUND for an unknown id and for another owner's (the same answer: no oracle).
   absl::Status Unregister(uint64_t buffer_id, std::string_view owner = "");
   // Memory for [offset, offset + length) of buffer `id` of `owner`, holding the buffer in
@@ -169,22 +179,27 @@ class BufferRegistry {
   size_t ReleaseOwner(const std::string& owner);
   size_t Count() const;
   size_t CountOwned(const std::string& owner) const;
+  // Buffers (registered and staged) and bytes of every owner of `account`.
+  std::pair<size_t, uint64_t> AccountUsage(const std::string& account) const;
   uint64_t OwnerMismatches() const { return owner_mismatches_.load(); }
+
+  // Buffers and bytes charged to an owner or an account.
+  struct Usage {
+    size_t buffers = 0;
+    uint64_t bytes = 0;
+  };
 
  private:
   struct Entry {
     BufferRef buffer;
     std::string owner;
+    std::string account;
   };
-  struct Usage {
-    size_t buffers = 0;
-    uint64_t bytes = 0;
-  };
-  // OK when `owner` may hold one more buffer of `size` bytes.
-  absl::Status CheckLimitsLocked(const std::string& owner, uint64_t size) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ChargeLocked(const std::string& owner, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RefundLocked(const std::string& owner, uint64_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when `owner` (of `account`) may hold one more buffer of `size` bytes.
+  absl::Status CheckLimitsLocked(const std::string& owner, const std::string& account,
+                                 uint64_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ChargeLocked(const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefundLocked(const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRefusal(const char* limit) const;
   void CountMismatch() const;
   // `buffer`, or, when a registrar is attached and the budget allows, the same buffer held
@@ -207,6 +222,7 @@ class BufferRegistry {
   absl::flat_hash_map<uint64_t, Entry> buffers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Entry> staged_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Usage> usage_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Usage> account_usage_ ABSL_GUARDED_BY(mu_);
   uint64_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

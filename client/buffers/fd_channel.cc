@@ -110,6 +110,14 @@ bool FdChannelServer::IsLive(std::string_view owner) const {
   return live_owners_.contains(std::string(owner));
 }
 
+std::string FdChannelServer::AccountOfUid(uid_t uid) { return absl::StrCat("uid:", uid); }
+
+std::string FdChannelServer::AccountOf(std::string_view owner) const {
+  absl::MutexLock lock(&mu_);
+  auto it = live_owners_.find(std::string(owner));
+  return it == live_owners_.end() ? std::string(owner) : AccountOfUid(it->second);
+}
+
 size_t FdChannelServer::Sessions() const {
   absl::MutexLock lock(&mu_);
   return live_owners_.size();
@@ -177,7 +185,7 @@ void FdChannelServer::Accept() {
     conn.owner = *owner;
     {
       absl::MutexLock lock(&mu_);
-      live_owners_.insert(conn.owner);
+      live_owners_.emplace(conn.owner, conn.uid);
     }
     conns_.emplace(fd, std::move(conn));
   }
@@ -252,7 +260,7 @@ std::string FdChannelServer::Handle(Conn& conn, const char* msg, ssize_t len, in
                           std::string(mapped.status().message()));
     return Err(mapped.status());
   }
-  absl::StatusOr<std::string> handle = buffers_.Stage(*std::move(mapped), conn.owner);
+  absl::StatusOr<std::string> handle = buffers_.Stage(*std::move(mapped), conn.owner, AccountOfUid(conn.uid));
   if (!handle.ok()) {
     Count("refused_buffer");
     return Err(handle.status());

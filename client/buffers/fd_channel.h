@@ -39,7 +39,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "client/access/store_auth.h"
@@ -80,6 +79,9 @@ class FdChannelServer final : public CallerSessions {
   void Stop();
 
   bool IsLive(std::string_view owner) const override;
+  // "uid:N" of the session's peer (SO_PEERCRED); the owner itself when it is no live session.
+  std::string AccountOf(std::string_view owner) const override;
+  static std::string AccountOfUid(uid_t uid);
   size_t Sessions() const;
 
  private:
@@ -111,7 +113,7 @@ class FdChannelServer final : public CallerSessions {
   // Only the loop thread touches conns_; live owners are read by the Store handlers.
   absl::flat_hash_map<int, Conn> conns_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_set<std::string> live_owners_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uid_t> live_owners_ ABSL_GUARDED_BY(mu_);  // owner -> uid
 };
 
 }  // namespace mc::client

@@ -57,14 +57,15 @@ StoreGrpcService::StoreGrpcService(StoreServiceOptions options, BufferRegistry& 
       prefix_leases_(prefix_leases),
       clock_(clock),
       metrics_(metrics),
-      limits_(options_.max_inflight_per_caller, &metrics.registry()) {}
+      limits_(options_.limits, &metrics.registry()) {}
 
 absl::StatusOr<StoreGrpcService::Caller> StoreGrpcService::Admit(grpc::ServerContext* context) {
   Caller caller;
   if (context != nullptr) {
     MC_ASSIGN_OR_RETURN(caller.owner, AdmitCaller(*context, auth_, sessions_));
   }
-  MC_ASSIGN_OR_RETURN(caller.admission, limits_.Enter(caller.owner));
+  caller.account = sessions_ != nullptr ? sessions_->AccountOf(caller.owner) : caller.owner;
+  MC_ASSIGN_OR_RETURN(caller.admission, limits_.Enter(caller.owner, caller.account));
   return caller;
 }
 
@@ -158,7 +159,7 @@ absl::Status StoreGrpcService::ResolveBlock(
 
 template <typename Item>
 absl::Status StoreGrpcService::CheckSliceCount(
-    const google::protobuf::RepeatedPtrField<Item>& items, int layout_runs) const {
+    const google::protobuf::RepeatedPtrField<Item>& items, int layout_runs, Caller& caller) const {
   uint64_t explicit_slices = 0;
   uint64_t block_items = 0;
   for (const Item& in : items) {
@@ -174,7 +175,7 @@ absl::Status StoreGrpcService::CheckSliceCount(
                      layout_runs, " layout runs + ", explicit_slices,
                      " explicit), over --store_max_request_slices=", options_.max_request_slices));
   }
-  return absl::OkStatus();
+  return caller.admission.ReserveSlices(total + static_cast<uint64_t>(items.size()));
 }
 
 #define MC_ADMIT(caller, context)                 \
@@ -198,7 +199,7 @@ grpc::Status StoreGrpcService::RegisterBuffer(grpc::ServerContext* context,
         "registering a buffer by shm name is off (--store_allow_named_buffers=false): pass its "
         "file descriptor over the fd socket and register the handle it answers");
   } else {
-    id = buffers_.Register(req->shm_name(), req->size(), caller->owner);
+    id = buffers_.Register(req->shm_name(), req->size(), caller->owner, caller->account);
   }
   if (!id.ok()) return ToGrpcStatus(id.status());
   resp->set_buffer_id(*id);
@@ -221,7 +222,7 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return TooMany(req->items_size(), options_.max_batch_items);
   }
-  if (absl::Status s = CheckSliceCount(req->items(), req->block_layout_size()); !s.ok()) {
+  if (absl::Status s = CheckSliceCount(req->items(), req->block_layout_size(), *caller); !s.ok()) {
     return ToGrpcStatus(s);
   }
   std::vector<PutRequestItem> items(req->items_size());
@@ -272,7 +273,7 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return TooMany(req->items_size(), options_.max_batch_items);
   }
-  if (absl::Status s = CheckSliceCount(req->items(), req->block_layout_size()); !s.ok()) {
+  if (absl::Status s = CheckSliceCount(req->items(), req->block_layout_size(), *caller); !s.ok()) {
     return ToGrpcStatus(s);
   }
   std::vector<GetRequestItem> items(req->items_size());

@@ -46,8 +46,9 @@ struct StoreServiceOptions {
   // RegisterBuffer by shm_name opens the object with the daemon's rights: off unless
   // --store_allow_named_buffers (see docs/security.md).
   bool allow_named_buffers = false;
-  uint32_t max_leases_per_caller = 4096;   // --store_max_leases_per_caller; 0 = unlimited
-  uint32_t max_inflight_per_caller = 256;  // --store_max_inflight_per_caller; 0 = unlimited
+  uint32_t max_leases_per_caller = 4096;  // --store_max_leases_per_caller; 0 = unlimited
+  // Requests and expanded slices in flight per caller, per uid and daemon-wide.
+  CallerLimitsOptions limits = {};
   // MatchPrefix sends its keys to the master packed (GetReplicasRequest.packed_keys). A master
   // older than that answers keys_seen 0; the lookup is then sent again key by key, and packing
   // rests for packed_keys_retry_ms.
@@ -96,9 +97,10 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
  private:
   struct Caller {
     std::string owner;
+    std::string account;  // the owner's uid account (CallerSessions::AccountOf)
     CallerLimits::Admission admission;
   };
-  // Authenticates the call and takes an in-flight slot of its owner.
+  // Authenticates the call and takes an in-flight slot of its owner and account.
   absl::StatusOr<Caller> Admit(grpc::ServerContext* context);
   // MatchPrefix's lookup at the master (`mreq` prepared but for its keys, which are `keys`, those
   // of `req`): keys packed unless an older master was met within packed_keys_retry_ms; a master
@@ -135,10 +137,11 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
                             std::vector<LocalBuffer>* out, std::vector<BufferRef>* refs,
                             GpuSlices* gpu, bool is_get) const;
   // A request's slices once expanded (its items' own plus layout_runs per block item), against
-  // max_request_slices. Item: PutItem or GetItem.
+  // max_request_slices; then reserved (with one per item) in the caller's in-flight slice
+  // budgets until the request ends. Item: PutItem or GetItem.
   template <typename Item>
   absl::Status CheckSliceCount(const google::protobuf::RepeatedPtrField<Item>& items,
-                               int layout_runs) const;
+                               int layout_runs, Caller& caller) const;
 
   const StoreServiceOptions options_;
   BufferRegistry& buffers_;

@@ -152,7 +152,7 @@ TEST(StoreAuth, RandomTokensAre128BitHex) {
 
 TEST(CallerLimits, InFlightRequestsPerCallerAreCapped) {
   MetricsRegistry m;
-  CallerLimits limits(2, &m);
+  CallerLimits limits(CallerLimitsOptions{.max_inflight_per_caller = 2}, &m);
   auto a1 = limits.Enter("a");
   auto a2 = limits.Enter("a");
   ASSERT_TRUE(a1.ok() && a2.ok());
@@ -164,6 +164,73 @@ TEST(CallerLimits, InFlightRequestsPerCallerAreCapped) {
   { auto done = std::move(*a1); }
   EXPECT_EQ(limits.InFlight("a"), 1u);
   EXPECT_TRUE(limits.Enter("a").ok());
+}
+
+TEST(CallerLimits, SessionsOfOneUidShareOneInFlightBudget) {
+  MetricsRegistry m;
+  CallerLimits limits(
+      CallerLimitsOptions{.max_inflight_per_caller = 2, .max_inflight_per_account = 3}, &m);
+  // Three sessions of uid 7: each under its own cap, together at the uid's.
+  auto s1 = limits.Enter("s1", "uid:7");
+  auto s2 = limits.Enter("s2", "uid:7");
+  auto s3 = limits.Enter("s3", "uid:7");
+  ASSERT_TRUE(s1.ok() && s2.ok() && s3.ok());
+  auto s4 = limits.Enter("s4", "uid:7");
+  EXPECT_EQ(s4.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s4.status().message().find("--store_max_inflight_per_uid"), std::string::npos);
+  EXPECT_EQ(m.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "inflight_uid"}}).Value(),
+            1u);
+  EXPECT_TRUE(limits.Enter("t1", "uid:8").ok()) << "another uid is not starved";
+  EXPECT_EQ(limits.AccountInFlight("uid:7"), 3u);
+  { auto done = std::move(*s2); }
+  EXPECT_EQ(limits.AccountInFlight("uid:7"), 2u);
+  EXPECT_TRUE(limits.Enter("s4", "uid:7").ok());
+  // An owner without an account is its own.
+  auto anon = limits.Enter("anon:unix");
+  ASSERT_TRUE(anon.ok());
+  EXPECT_EQ(limits.AccountInFlight("anon:unix"), 1u);
+}
+
+TEST(CallerLimits, SlicesInFlightAreBoundedPerUidAndDaemonWideAndGivenBack) {
+  MetricsRegistry m;
+  CallerLimits limits(CallerLimitsOptions{.max_inflight_per_caller = 0,
+                                          .max_inflight_per_account = 0,
+                                          .max_slices = 100,
+                                          .max_slices_per_account = 60},
+                      &m);
+  auto a = limits.Enter("a1", "uid:1");
+  auto b = limits.Enter("a2", "uid:1");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->ReserveSlices(40).ok());
+  absl::Status over = b->ReserveSlices(21);  // 40 + 21 > 60 of uid 1
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.message().find("--store_max_inflight_slices_per_uid"), std::string::npos);
+  EXPECT_TRUE(b->ReserveSlices(20).ok());
+  EXPECT_EQ(limits.AccountSlices("uid:1"), 60u);
+
+  auto c = limits.Enter("c1", "uid:2");
+  ASSERT_TRUE(c.ok());
+  absl::Status full = c->ReserveSlices(41);  // 60 + 41 > 100 of the daemon
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("--store_max_inflight_slices="), std::string::npos);
+  EXPECT_TRUE(c->ReserveSlices(40).ok());
+  EXPECT_EQ(limits.SlicesInFlight(), 100u);
+  // A huge reservation cannot wrap the counters around.
+  auto d = limits.Enter("d1", "uid:3");
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->ReserveSlices(~0ull).ok());
+
+  { auto done = std::move(*a); }  // its 40 slices come back with it
+  EXPECT_EQ(limits.AccountSlices("uid:1"), 20u);
+  EXPECT_EQ(limits.SlicesInFlight(), 60u);
+  { auto done = std::move(*b), done2 = std::move(*c), done3 = std::move(*d); }
+  EXPECT_EQ(limits.SlicesInFlight(), 0u);
+  EXPECT_EQ(limits.AccountSlices("uid:1"), 0u);
+  EXPECT_EQ(limits.AccountInFlight("uid:1"), 0u);
+  // The 21 over uid 1's budget, and the ~0 one.
+  EXPECT_EQ(m.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "slices_uid"}}).Value(),
+            2u);
+  EXPECT_EQ(m.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "slices"}}).Value(), 1u);
 }
 
 }  // namespace

@@ -243,6 +243,45 @@ TEST(BufferRegistryOwners, PerOwnerLimitsNameTheirFlag) {
             1u);
 }
 
+// Sessions of one uid share the uid's budget: opening more sessions does not multiply a share,
+// and one uid cannot take the daemon's whole budget while another is refused.
+TEST(BufferRegistryOwners, OwnersOfOneAccountShareItsLimits) {
+  ShmObject shm(8192);
+  MetricsRegistry metrics;
+  BufferRegistry reg(BufferRegistryOptions{.max_buffers = 10,
+                                           .max_bytes = 1 << 20,
+                                           .max_buffers_per_owner = 2,
+                                           .max_bytes_per_owner = 1 << 20,
+                                           .max_buffers_per_account = 3,
+                                           .max_bytes_per_account = 20000,
+                                           .metrics = &metrics});
+  ASSERT_TRUE(reg.Register(shm.name(), 4096, "s1", "uid:7").ok());
+  ASSERT_TRUE(reg.Register(shm.name(), 4096, "s1", "uid:7").ok());
+  ASSERT_TRUE(reg.Register(shm.name(), 4096, "s2", "uid:7").ok());
+  auto fourth = reg.Register(shm.name(), 4096, "s3", "uid:7");  // a third session, same uid
+  EXPECT_EQ(fourth.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(fourth.status().message().find("--store_max_buffers_per_uid"), std::string::npos);
+  EXPECT_EQ(metrics.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "buffers_uid"}})
+                .Value(),
+            1u);
+  EXPECT_TRUE(reg.Register(shm.name(), 4096, "t1", "uid:8").ok()) << "uid 8 is not starved";
+  auto big = reg.Register(shm.name(), 8192, "t1", "uid:8");
+  ASSERT_TRUE(big.ok());
+  auto bytes = reg.Register(shm.name(), 8192, "t2", "uid:8");  // 12288 + 8192 > 20000
+  EXPECT_EQ(bytes.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(bytes.status().message().find("--store_max_buffer_bytes_per_uid"), std::string::npos);
+  EXPECT_EQ(reg.AccountUsage("uid:8"), (std::pair<size_t, uint64_t>{2, 12288}));
+  // Unregistering and ending a session give the account's share back.
+  EXPECT_TRUE(reg.Unregister(*big, "t1").ok());
+  EXPECT_EQ(reg.AccountUsage("uid:8"), (std::pair<size_t, uint64_t>{1, 4096}));
+  EXPECT_EQ(reg.ReleaseOwner("s1"), 2u);
+  EXPECT_EQ(reg.AccountUsage("uid:7"), (std::pair<size_t, uint64_t>{1, 4096}));
+  EXPECT_TRUE(reg.Register(shm.name(), 4096, "s3", "uid:7").ok());
+  // An owner registered without an account is its own account.
+  ASSERT_TRUE(reg.Register(shm.name(), 4096, "anon:unix").ok());
+  EXPECT_EQ(reg.AccountUsage("anon:unix"), (std::pair<size_t, uint64_t>{1, 4096}));
+}
+
 TEST(BufferRegistryOwners, DaemonWideBytesAreCapped) {
   ShmObject shm(8192);
   BufferRegistry reg(BufferRegistryOptions{.max_buffers = 10, .max_bytes = 12288});

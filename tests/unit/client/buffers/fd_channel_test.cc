@@ -349,6 +349,23 @@ TEST_F(FdChannel, SilentConnectionsAreClosedAndSessionsBounded) {
   EXPECT_NE(std::string(reply, n).find("--store_fd_max_connections_per_uid"), std::string::npos);
 }
 
+TEST_F(FdChannel, SessionsOfOneUidShareTheUidsBufferLimits) {
+  BufferRegistryOptions limits;
+  limits.max_buffers_per_owner = 2;
+  limits.max_buffers_per_account = 3;
+  Start({}, limits);
+  // Every session of this test runs under one uid: two sessions of 2 buffers each would be 4.
+  int a = Connect();
+  int b = Connect();
+  EXPECT_EQ(Ask(a, Request(kFdOpRegister, 0), {Memfd(4096)}).rfind("OK ", 0), 0u);
+  EXPECT_EQ(Ask(a, Request(kFdOpRegister, 0), {Memfd(4096)}).rfind("OK ", 0), 0u);
+  EXPECT_EQ(Ask(b, Request(kFdOpRegister, 0), {Memfd(4096)}).rfind("OK ", 0), 0u);
+  std::string reply = Ask(b, Request(kFdOpRegister, 0), {Memfd(4096)});
+  EXPECT_NE(reply.find("ERR RESOURCE_EXHAUSTED"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("--store_max_buffers_per_uid"), std::string::npos) << reply;
+  EXPECT_EQ(registry_->AccountUsage(FdChannelServer::AccountOfUid(getuid())).first, 3u);
+}
+
 TEST_F(FdChannel, PerCallerBufferLimitsAnswerResourceExhausted) {
   BufferRegistryOptions limits;
   limits.max_buffers_per_owner = 2;
