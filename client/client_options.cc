@@ -45,12 +45,12 @@ void ValidateStore(const ClientServerOptions& o, Checker& check) {
                      ") <= --store_max_buffer_bytes_per_uid (", b.max_bytes_per_account,
                      ") < --store_max_buffer_bytes_total (", b.max_bytes, ")"));
   const CallerLimitsOptions& l = o.store.limits;
-  check(l.max_inflight_per_account == 0 ||
-            (l.max_inflight_per_caller != 0 &&
-             l.max_inflight_per_caller <= l.max_inflight_per_account),
-        absl::StrCat("need --store_max_inflight_per_caller (", l.max_inflight_per_caller,
-                     ") <= --store_max_inflight_per_uid (", l.max_inflight_per_account,
-                     ") unless the latter is 0 (unlimited)"));
+  check(
+      l.max_inflight_per_account == 0 || (l.max_inflight_per_caller != 0 &&
+                                          l.max_inflight_per_caller <= l.max_inflight_per_account),
+      absl::StrCat("need --store_max_inflight_per_caller (", l.max_inflight_per_caller,
+                   ") <= --store_max_inflight_per_uid (", l.max_inflight_per_account,
+                   ") unless the latter is 0 (unlimited)"));
   check(o.store.max_request_slices + o.store.max_batch_items <= l.max_slices_per_account &&
             l.max_slices_per_account < l.max_slices,
         absl::StrCat("need --store_max_request_slices (", o.store.max_request_slices,

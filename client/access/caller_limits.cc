@@ -22,17 +22,17 @@ absl::StatusOr<CallerLimits::Admission> CallerLimits::Enter(const std::string& o
     const uint32_t n = own == inflight_.end() ? 0 : own->second;
     if (options_.max_inflight_per_caller != 0 && n >= options_.max_inflight_per_caller) {
       CountLimitRefusal(metrics_, "inflight");
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "this caller already has ", n,
-          " Store requests in flight, the limit (--store_max_inflight_per_caller)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("this caller already has ", n,
+                       " Store requests in flight, the limit (--store_max_inflight_per_caller)"));
     }
     auto acc = accounts_.find(account);
     const uint32_t shared = acc == accounts_.end() ? 0 : acc->second.requests;
     if (options_.max_inflight_per_account != 0 && shared >= options_.max_inflight_per_account) {
       CountLimitRefusal(metrics_, "inflight_uid");
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the sessions of this caller's uid already have ", shared,
-          " Store requests in flight, the limit (--store_max_inflight_per_uid)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the sessions of this caller's uid already have ", shared,
+                       " Store requests in flight, the limit (--store_max_inflight_per_uid)"));
     }
     ++inflight_[owner];
     ++accounts_[account].requests;
@@ -54,18 +54,18 @@ absl::Status CallerLimits::Reserve(const std::string& account, uint64_t slices) 
       (slices > options_.max_slices_per_account ||
        a.slices > options_.max_slices_per_account - slices)) {
     CountLimitRefusal(metrics_, "slices_uid");
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the requests in flight of this caller's uid would hold ", a.slices, " + ", slices,
-        " slices, over the limit (--store_max_inflight_slices_per_uid=",
-        options_.max_slices_per_account, "); retry when some ended"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the requests in flight of this caller's uid would hold ", a.slices, " + ",
+                     slices, " slices, over the limit (--store_max_inflight_slices_per_uid=",
+                     options_.max_slices_per_account, "); retry when some ended"));
   }
   if (options_.max_slices != 0 &&
       (slices > options_.max_slices || slices_ > options_.max_slices - slices)) {
     CountLimitRefusal(metrics_, "slices");
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the daemon's requests in flight would hold ", slices_, " + ", slices,
-        " slices, over the limit (--store_max_inflight_slices=", options_.max_slices,
-        "); retry when some ended"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the daemon's requests in flight would hold ", slices_, " + ", slices,
+                     " slices, over the limit (--store_max_inflight_slices=", options_.max_slices,
+                     "); retry when some ended"));
   }
   a.slices += slices;
   slices_ += slices;

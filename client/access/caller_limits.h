@@ -29,9 +29,9 @@ namespace mc::client {
 void CountLimitRefusal(MetricsRegistry* metrics, const char* limit);
 
 struct CallerLimitsOptions {
-  uint32_t max_inflight_per_caller = 256;      // --store_max_inflight_per_caller
-  uint32_t max_inflight_per_account = 1024;    // --store_max_inflight_per_uid
-  uint64_t max_slices = 16ull << 20;           // --store_max_inflight_slices
+  uint32_t max_inflight_per_caller = 256;        // --store_max_inflight_per_caller
+  uint32_t max_inflight_per_account = 1024;      // --store_max_inflight_per_uid
+  uint64_t max_slices = 16ull << 20;             // --store_max_inflight_slices
   uint64_t max_slices_per_account = 8ull << 20;  // --store_max_inflight_slices_per_uid
 };
 

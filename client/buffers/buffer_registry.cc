@@ -421,10 +421,10 @@ absl::Status BufferRegistry::CheckLimitsLocked(const std::string& owner, const s
   if (size > options_.max_bytes_per_account ||
       shared.bytes > options_.max_bytes_per_account - size) {
     CountRefusal("buffer_bytes_uid");
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the sessions of this caller's uid would hold ", shared.bytes, " + ", size,
-        " bytes of buffers, over the limit (--store_max_buffer_bytes_per_uid=",
-        options_.max_bytes_per_account, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the sessions of this caller's uid would hold ", shared.bytes, " + ", size,
+                     " bytes of buffers, over the limit (--store_max_buffer_bytes_per_uid=",
+                     options_.max_bytes_per_account, ")"));
   }
   return absl::OkStatus();
 }

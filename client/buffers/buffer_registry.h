@@ -161,8 +161,7 @@ class BufferRegistry {
   // daemon's own rights. Maps `size` bytes; size 0 maps the whole object. Errors: missing
   // object, size larger than the object, too many buffers.
   absl::StatusOr<uint64_t> Register(const std::string& shm_name, uint64_t size,
-                                    const std::string& owner = "",
-                                    const std::string& account = "");
+                                    const std::string& owner = "", const std::string& account = "");
   // NOT_FOUND for an unknown id and for another owner's (the same answer: no oracle).
   absl::Status Unregister(uint64_t buffer_id, std::string_view owner = "");
   // Memory for [offset, offset + length) of buffer `id` of `owner`, holding the buffer in

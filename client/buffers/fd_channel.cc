@@ -260,7 +260,8 @@ std::string FdChannelServer::Handle(Conn& conn, const char* msg, ssize_t len, in
                           std::string(mapped.status().message()));
     return Err(mapped.status());
   }
-  absl::StatusOr<std::string> handle = buffers_.Stage(*std::move(mapped), conn.owner, AccountOfUid(conn.uid));
+  absl::StatusOr<std::string> handle =
+      buffers_.Stage(*std::move(mapped), conn.owner, AccountOfUid(conn.uid));
   if (!handle.ok()) {
     Count("refused_buffer");
     return Err(handle.status());

@@ -261,9 +261,9 @@ TEST(BufferRegistryOwners, OwnersOfOneAccountShareItsLimits) {
   auto fourth = reg.Register(shm.name(), 4096, "s3", "uid:7");  // a third session, same uid
   EXPECT_EQ(fourth.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(fourth.status().message().find("--store_max_buffers_per_uid"), std::string::npos);
-  EXPECT_EQ(metrics.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "buffers_uid"}})
-                .Value(),
-            1u);
+  EXPECT_EQ(
+      metrics.GetCounter("mc_store_limit_refusals_total", "", {{"limit", "buffers_uid"}}).Value(),
+      1u);
   EXPECT_TRUE(reg.Register(shm.name(), 4096, "t1", "uid:8").ok()) << "uid 8 is not starved";
   auto big = reg.Register(shm.name(), 8192, "t1", "uid:8");
   ASSERT_TRUE(big.ok());
