@@ -41,6 +41,12 @@ inline constexpr const char* kUnknownSegmentMetric = "mc_dataplane_unknown_segme
 inline constexpr const char* kUnknownSegmentHelp =
     "Data-plane frames naming a segment id this daemon does not publish (a reader or writer of "
     "an earlier registration or master run), by op.";
+// Refused capabilities, by auth::Denial reason: frames the data-plane server refused and INDEX
+// notice entries the owner refused (an INDEX entry's wrong_key is only possible there).
+inline constexpr const char* kCapabilityDeniedMetric = "mc_data_capability_denied_total";
+inline constexpr const char* kCapabilityDeniedHelp =
+    "Data-plane frames and INDEX notice entries refused (PERMISSION_DENIED, no byte touched): "
+    "no valid capability, by reason.";
 
 // The ops a data server serves. The values are those of the tcp frame ops
 // (transfer/tcp/frame.h), which the tcp server checks at compile time.

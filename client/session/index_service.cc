@@ -141,7 +141,13 @@ IndexNoticeHandler::IndexNoticeHandler(ObjectIndex& index, SegmentResolver resol
                                   "index notice entries served, by result",
                                   {{"result", "refused"}})),
       unknown_segment_(metrics.GetCounter(transfer::kUnknownSegmentMetric,
-                                          transfer::kUnknownSegmentHelp, {{"op", "index"}})) {}
+                                          transfer::kUnknownSegmentHelp, {{"op", "index"}})) {
+  for (size_t r = 0; r < denials_.size(); ++r) {
+    denials_[r] = &metrics.GetCounter(
+        transfer::kCapabilityDeniedMetric, transfer::kCapabilityDeniedHelp,
+        {{"reason", std::string(auth::DenialName(static_cast<auth::Denial>(r)))}});
+  }
+}
 
 absl::Status IndexNoticeHandler::Serve(const transfer::DataRequest& request,
                                        transfer::RequestStream& stream) {
@@ -194,11 +200,12 @@ absl::Status IndexNoticeHandler::Apply(std::span<const IndexNoticeEntry> entries
 absl::Status IndexNoticeHandler::ApplyOne(const IndexNoticeEntry& e) {
   if (verifier_ != nullptr) {
     // Exactly as a WRITE frame of the whole replica would be checked, its generation, and the
-    // key the master granted the write for (issue 35, item 4: a member cannot file the bytes it
-    // wrote under its own key as another key's).
+    // key the master granted the write for (a member cannot file the bytes it wrote under its
+    // own key as another key's).
     const auth::Denial denial = verifier_->CheckIndexEntry(e.capability.data(), e.segment_id,
                                                            e.offset, e.length, e.generation, e.key);
     if (denial != auth::Denial::kNone) {
+      denials_[static_cast<size_t>(denial)]->Inc();
       return McError(Code::kPermissionDenied,
                      absl::StrCat("capability refused: ", std::string(auth::DenialName(denial))));
     }

@@ -18,6 +18,7 @@
 // Thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -108,6 +109,8 @@ class IndexNoticeHandler {
   Counter& recorded_;
   Counter& refused_;
   Counter& unknown_segment_;
+  // mc_data_capability_denied_total{reason}, shared with the data-plane server's frame checks.
+  std::array<Counter*, static_cast<size_t>(auth::Denial::kCount)> denials_{};
 };
 
 }  // namespace mc::client

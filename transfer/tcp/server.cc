@@ -141,8 +141,7 @@ TcpDataServer::TcpDataServer(TcpDataServerOptions options, SegmentTable& segment
   }
   for (int r = 0; r < static_cast<int>(auth::Denial::kCount); ++r) {
     denials_[r] = &m->GetCounter(
-        "mc_data_capability_denied_total",
-        "Data-plane frames refused (PERMISSION_DENIED, no byte touched): no valid capability.",
+        kCapabilityDeniedMetric, kCapabilityDeniedHelp,
         {{"reason", std::string(auth::DenialName(static_cast<auth::Denial>(r)))}});
   }
   handlers_[static_cast<uint16_t>(DataOp::kRead)] = [this](const DataRequest& r, RequestStream& s) {

@@ -119,7 +119,7 @@ TEST_F(IndexHandler, WithAuthNeedsTheReplicasOwnWriteCapability) {
   EXPECT_EQ(index_.size(), 1u);
 }
 
-// Security issue 35, item 4: a member put its own key K' (the master granted it WRITE on a range
+// A member put its own key K' (the master granted it WRITE on a range
 // for K'), wrote its bytes, then told the owner the range held an existing key K with the
 // checksum of its bytes; the grant did not name the key, so the owner recorded K -> the member's
 // bytes and reported it after the next master restart. The grant now binds the key.
@@ -139,6 +139,8 @@ TEST_F(IndexHandler, ANoticeNamingAnotherKeyThanTheGrantIsRefused) {
   also_lie.key = "victim-key2";                         // ... noticed as another
   EXPECT_EQ(ToCode(handler.Apply({&also_lie, 1})), Code::kPermissionDenied);
   EXPECT_EQ(index_.size(), 0u);
+  EXPECT_EQ(metrics_.Sum("mc_data_capability_denied_total", {{"reason", "wrong_key"}}), 2)
+      << "each refusal counted under its reason";
   EXPECT_TRUE(handler.Apply({&own, 1}).ok()) << "its own key, as granted, is recorded";
   ASSERT_EQ(index_.size(), 1u);
   EXPECT_EQ(index_.Snapshot()[0].object.key, "attacker-own-key");
