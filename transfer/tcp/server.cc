@@ -140,9 +140,9 @@ TcpDataServer::TcpDataServer(TcpDataServerOptions options, SegmentTable& segment
         {{"reason", std::string(HandshakeFailureName(static_cast<HandshakeFailure>(r)))}});
   }
   for (int r = 0; r < static_cast<int>(auth::Denial::kCount); ++r) {
-    denials_[r] = &m->GetCounter(
-        kCapabilityDeniedMetric, kCapabilityDeniedHelp,
-        {{"reason", std::string(auth::DenialName(static_cast<auth::Denial>(r)))}});
+    denials_[r] =
+        &m->GetCounter(kCapabilityDeniedMetric, kCapabilityDeniedHelp,
+                       {{"reason", std::string(auth::DenialName(static_cast<auth::Denial>(r)))}});
   }
   handlers_[static_cast<uint16_t>(DataOp::kRead)] = [this](const DataRequest& r, RequestStream& s) {
     return HandleRead(r, s);
