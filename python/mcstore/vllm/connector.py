@@ -413,3 +413,9 @@ def _client(cfg: dict[str, Any]):
     # socket, next to a Unix-socket address by default).
     return Client(cfg["address"], timeout_s=float(cfg["timeout_s"]),
                   token_file=cfg["token_file"], fd_socket=cfg["fd_socket"])
+
+
+# -------------------------------------------------------------------------------------------
+
+# The scheduler side (SchedulerSide) is in scheduler.py, the worker side (WorkerSide) in
+# worker.py; MCStoreConnector imports the one its role needs.
