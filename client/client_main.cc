@@ -6,7 +6,6 @@
 #include "absl/flags/flag.h"
 #include "client/access/store_auth.h"
 #include "client/client_server.h"
-#include "common/auth.h"
 #include "common/checksum.h"
 #include "common/daemon_shell.h"
 #include "common/logging.h"
@@ -192,21 +191,9 @@ ABSL_FLAG(int64_t, data_idle_timeout_ms, 300000,
           "data-plane server: close a connection idle this long between requests");
 ABSL_FLAG(int64_t, data_io_timeout_ms, 30000,
           "data-plane server: close a connection whose frame stalls this long");
-ABSL_FLAG(int32_t, http_max_connections, 64, "admin HTTP: most open connections");
-ABSL_FLAG(int32_t, http_max_connections_per_peer, 16,
-          "admin HTTP: most open connections from one IP address");
-ABSL_FLAG(int64_t, http_request_timeout_ms, 2000,
-          "admin HTTP: a request must arrive and its answer leave within this");
 ABSL_FLAG(int64_t, offload_poll_ms, 100,
           "how often to take offload tasks from the master (at once again while tasks come)");
 ABSL_FLAG(int32_t, offload_parallelism, 4, "OFFLOAD tasks written to the SSD tier at once (1..64)");
-ABSL_FLAG(bool, auth, true,
-          "authenticate every daemon-to-daemon call with the cluster secret (docs/security.md); "
-          "false = an unauthenticated cluster, for benchmarks and single-user hosts");
-ABSL_FLAG(std::string, cluster_secret_file, "",
-          "the cluster secret file shared by mc-master, every mc-client and mc-admin (mode 0600; "
-          "`mc-admin gen-secret FILE` makes one); needed unless --auth=false");
-ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace mc::client {
 
@@ -295,9 +282,6 @@ void TransferFromFlags(ClientServerOptions& o) {
   o.data_server.max_pending_per_peer = absl::GetFlag(FLAGS_data_max_pending_per_peer);
   o.data_server.idle_timeout_ms = absl::GetFlag(FLAGS_data_idle_timeout_ms);
   o.data_server.io_timeout_ms = absl::GetFlag(FLAGS_data_io_timeout_ms);
-  o.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
-  o.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
-  o.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
 }
 
 void GpuAndTierFromFlags(ClientServerOptions& o) {
@@ -326,11 +310,10 @@ int RunClientMain(int argc, char** argv, const char* allocator,
                   const std::function<void(ClientServerOptions&)>& adjust) {
   daemon::Init(argc, argv, "mc-client: the mcstore per-host daemon. --flagfile=F works.");
   daemon::Problems problems;
-  daemon::ApplyLogLevel(absl::GetFlag(FLAGS_log_level), problems);
+  daemon::SharedOptions shared = daemon::SharedFromFlags(problems);
   ClientServerOptions o;
-  o.cluster_keys = problems.Take(
-      "--cluster_secret_file",
-      auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file)));
+  o.cluster_keys = std::move(shared.cluster_keys);
+  o.admin = shared.admin;
   StoreFromFlags(o, problems);
   ClusterFromFlags(o);
   TransferFromFlags(o);

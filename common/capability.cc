@@ -225,41 +225,34 @@ bool CapabilityVerifier::has_key() const {
   return key_ != nullptr;
 }
 
+CapabilityVerifier::KeySnapshot CapabilityVerifier::CurrentKey() const {
+  absl::MutexLock lock(&mu_);
+  return KeySnapshot{.key = key_, .epoch = epoch_.load()};
+}
+
 Denial CapabilityVerifier::Check(const uint8_t* bytes, const FrameAccess& access,
                                  Cache* cache) const {
-  std::shared_ptr<const OwnerKey> key;
-  uint64_t epoch;
-  {
-    absl::MutexLock lock(&mu_);
-    key = key_;
-    epoch = epoch_.load();
-  }
-  if (key == nullptr) return Denial::kNoKey;
+  const KeySnapshot current = CurrentKey();
+  if (current.key == nullptr) return Denial::kNoKey;
   Capability decoded;
-  return CheckWith(*key, epoch, bytes, access, cache, &decoded);
+  return CheckWith(*current.key, current.epoch, bytes, access, cache, &decoded);
 }
 
 Denial CapabilityVerifier::CheckIndexEntry(const uint8_t* bytes, uint64_t segment_id,
                                            uint64_t offset, uint64_t length, uint64_t generation,
                                            std::string_view object_key) const {
-  std::shared_ptr<const OwnerKey> key;
-  uint64_t epoch;
-  {
-    absl::MutexLock lock(&mu_);
-    key = key_;
-    epoch = epoch_.load();
-  }
-  if (key == nullptr) return Denial::kNoKey;
+  const KeySnapshot current = CurrentKey();
+  if (current.key == nullptr) return Denial::kNoKey;
   const FrameAccess access{
       .right = Right::kWrite, .segment_id = segment_id, .offset = offset, .length = length};
   Capability cap;
-  const Denial denial = CheckWith(*key, epoch, bytes, access, nullptr, &cap);
+  const Denial denial = CheckWith(*current.key, current.epoch, bytes, access, nullptr, &cap);
   if (denial != Denial::kNone) return denial;
   // Exactly this replica's grant, not a wider one.
   if (cap.offset != offset || cap.length != length || cap.generation != generation) {
     return Denial::kOutOfRange;
   }
-  if (cap.key_binding != WriteKeyBinding(*key, object_key)) return Denial::kWrongKey;
+  if (cap.key_binding != WriteKeyBinding(*current.key, object_key)) return Denial::kWrongKey;
   return Denial::kNone;
 }
 

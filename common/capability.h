@@ -172,6 +172,12 @@ class CapabilityVerifier {
   const Clock& clock_;
   std::atomic<int64_t> offset_ms_{0};  // master clock - our clock (conservative: high)
   std::atomic<uint64_t> epoch_{0};
+  // The current key (null when none) and the epoch it belongs to, read together.
+  struct KeySnapshot {
+    std::shared_ptr<const OwnerKey> key;
+    uint64_t epoch = 0;
+  };
+  KeySnapshot CurrentKey() const;
   Denial CheckWith(const OwnerKey& key, uint64_t epoch, const uint8_t* bytes,
                    const FrameAccess& access, Cache* cache, Capability* decoded) const;
 

@@ -6,11 +6,26 @@
 #include <csignal>
 #include <cstdio>
 
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/util.h"
+
+// The flags both daemons share (docs/operations.md lists them under each daemon).
+ABSL_FLAG(int32_t, http_max_connections, 64, "admin HTTP: most open connections");
+ABSL_FLAG(int32_t, http_max_connections_per_peer, 16,
+          "admin HTTP: most open connections from one IP address");
+ABSL_FLAG(int64_t, http_request_timeout_ms, 2000,
+          "admin HTTP: a request must arrive and its answer leave within this");
+ABSL_FLAG(bool, auth, true,
+          "authenticate every daemon-to-daemon call with the cluster secret (docs/security.md); "
+          "false = an unauthenticated cluster, for benchmarks and single-user hosts");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "the cluster secret file shared by mc-master, every mc-client and mc-admin (mode 0600; "
+          "`mc-admin gen-secret FILE` makes one); needed unless --auth=false");
+ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace mc::daemon {
 
@@ -50,6 +65,18 @@ void ApplyLogLevel(std::string_view level, Problems& problems) {
   problems.Check(SetLogLevel(level), absl::StrCat("--log_level=", std::string(level),
                                                   " is not one of trace, debug, info, warn, "
                                                   "error, off"));
+}
+
+SharedOptions SharedFromFlags(Problems& problems) {
+  ApplyLogLevel(absl::GetFlag(FLAGS_log_level), problems);
+  SharedOptions shared;
+  shared.cluster_keys = problems.Take(
+      "--cluster_secret_file",
+      auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file)));
+  shared.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  shared.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
+  shared.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
+  return shared;
 }
 
 uint64_t RaiseFdLimit(std::string_view logger) {

@@ -15,6 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/auth.h"
+#include "common/http_admin.h"
 
 namespace mc::daemon {
 
@@ -55,6 +57,18 @@ bool Report(std::string_view daemon, const Problems& problems);
 
 // Sets the log level ("trace" ... "off"), or records the problem under --log_level.
 void ApplyLogLevel(std::string_view level, Problems& problems);
+
+// What the flags both daemons share give (they are defined in daemon_shell.cc, once for both):
+// --auth and --cluster_secret_file (the cluster keys), and the admin HTTP server's limits
+// --http_max_connections, --http_max_connections_per_peer and --http_request_timeout_ms.
+struct SharedOptions {
+  auth::ClusterKeysPtr cluster_keys;  // null with --auth=false
+  AdminServerOptions admin;           // limits only; the daemon sets host, port and metrics
+};
+
+// After Init(): applies --log_level, then reads the other shared flags; a flag that cannot be
+// used is recorded in `problems` under its name.
+SharedOptions SharedFromFlags(Problems& problems);
 
 // Raises the soft RLIMIT_NOFILE to the hard limit (a daemon under systemd's default starts at
 // 1,024) and logs the limit in force; returns it.

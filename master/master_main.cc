@@ -38,20 +38,9 @@ ABSL_FLAG(uint32_t, shards, 32, "object table shards");
 ABSL_FLAG(int64_t, maintenance_interval_ms, 200,
           "period of liveness/timeout/lease/eviction sweeps");
 ABSL_FLAG(uint64_t, max_batch_items, 100000, "most keys in one batched RPC");
-ABSL_FLAG(int32_t, http_max_connections, 64, "admin HTTP: most open connections");
 ABSL_FLAG(int64_t, grpc_handshake_timeout_ms, 5000,
           "gRPC: a connection that has not completed its HTTP/2 handshake within this is closed "
           "(100..120000)");
-ABSL_FLAG(int32_t, http_max_connections_per_peer, 16,
-          "admin HTTP: most open connections from one IP address");
-ABSL_FLAG(int64_t, http_request_timeout_ms, 2000,
-          "admin HTTP: a request must arrive and its answer leave within this");
-ABSL_FLAG(bool, auth, true,
-          "authenticate every daemon-to-daemon call with the cluster secret (docs/security.md); "
-          "false = an unauthenticated cluster, for benchmarks and single-user hosts");
-ABSL_FLAG(std::string, cluster_secret_file, "",
-          "the cluster secret file shared by mc-master, every mc-client and mc-admin (mode 0600; "
-          "`mc-admin gen-secret FILE` makes one); needed unless --auth=false");
 ABSL_FLAG(int64_t, auth_max_clock_skew_ms, 60000,
           "a registration or admin proof is accepted while its time is within this of the "
           "master's clock (either way); its nonce is remembered for twice this");
@@ -95,7 +84,6 @@ ABSL_FLAG(std::string, advertise_address, "",
 ABSL_FLAG(int64_t, leader_ttl_s, 3,
           "etcd lease TTL of the leadership: a dead leader is replaced about this long after it "
           "stopped; a leader whose lease refresh is overdue stops serving");
-ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace {
 
@@ -108,9 +96,6 @@ void ServerFromFlags(MasterServerOptions& opts) {
   opts.maintenance_interval_ms = absl::GetFlag(FLAGS_maintenance_interval_ms);
   opts.max_batch_items = absl::GetFlag(FLAGS_max_batch_items);
   opts.grpc_handshake_timeout_ms = absl::GetFlag(FLAGS_grpc_handshake_timeout_ms);
-  opts.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
-  opts.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
-  opts.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);
   opts.rpc_auth.max_clock_skew_ms = absl::GetFlag(FLAGS_auth_max_clock_skew_ms);
   opts.rpc_auth.replay_cache_entries = absl::GetFlag(FLAGS_auth_replay_cache_entries);
 }
@@ -161,11 +146,10 @@ std::atomic<bool> leadership_lost{false};
 int main(int argc, char** argv) {
   mc::daemon::Init(argc, argv, "mc-master: the mcstore metadata service. --flagfile=F works.");
   mc::daemon::Problems problems;
-  mc::daemon::ApplyLogLevel(absl::GetFlag(FLAGS_log_level), problems);
+  mc::daemon::SharedOptions shared = mc::daemon::SharedFromFlags(problems);
   MasterServerOptions opts;
-  opts.cluster_keys = problems.Take(
-      "--cluster_secret_file",
-      mc::auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file)));
+  opts.cluster_keys = std::move(shared.cluster_keys);
+  opts.admin = shared.admin;
   ServerFromFlags(opts);
   ElectionFromFlags(opts, problems);
   MetadataFromFlags(opts.master);

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "client/batch/batch_get_plan.h"
 #include "common/checksum.h"
 #include "common/keys.h"
 #include "common/logging.h"
@@ -18,46 +19,7 @@
 
 namespace mc::client {
 
-namespace {
-constexpr size_t kNone = std::numeric_limits<size_t>::max();
-}  // namespace
-
-struct BatchGetter::KeyPlan {
-  std::string key;
-  std::vector<size_t> items;                // request positions, ascending
-  absl::Status status;                      // key-level outcome (lookup, transfer, verification)
-  const v1::KeyReplicas* lookup = nullptr;  // in Batch's arena, or `pinned`; set when status ok
-  std::optional<v1::KeyReplicas> pinned;    // a MatchPrefix lease's copy
-  int64_t deadline_ms = 0;                  // lease end on the local clock
-  bool leased_here = false;                 // this call took the lease (and releases it)
-  std::vector<int> order;                   // replica indices, preferred first
-  size_t next = 0;                          // next position in `order` to try
-  size_t primary = kNone;                   // item receiving the transfer
-  uint64_t moved = 0;                       // bytes moved into the primary by the last transfer
-  bool done = false;
-  // GPU destinations that need staging (GpuGetStager): the key is read into `staging` (pinned
-  // host memory held by `staging_lease`) and every destination is filled from there in FanOut.
-  // Empty: the key is read into the primary's own destination.
-  GpuGetStager::Lease staging_lease;
-  std::vector<LocalBuffer> staging;
-};
-
-struct BatchGetter::Batch {
-  explicit Batch(std::vector<GetRequestItem>& requested)
-      : items(requested), results(requested.size()), dest(requested.size()) {}
-  std::vector<GetRequestItem>& items;
-  std::vector<GetItemResult> results;
-  std::vector<std::vector<LocalBuffer>> dest;
-  std::vector<KeyPlan> plans;
-  uint64_t master_lease_id = 0;
-  // Self-repair (RepairReplicas): memory replicas that failed the checksum, as (plan, replica),
-  // and the holders (client ids) that refused a connection.
-  std::vector<std::pair<size_t, int>> mismatched;
-  std::vector<std::string> unreachable;
-  // The master's answer is parsed onto this arena (thousands of small messages and strings per
-  // batch, freed at once); plans point into it.
-  google::protobuf::Arena arena;
-};
+using batch_get_internal::kNone;
 
 // Where a key's transfer lands: its staging memory, else its primary destination.
 const std::vector<LocalBuffer>& BatchGetter::ReadInto(const Batch& batch, const KeyPlan& plan) {
@@ -350,161 +312,6 @@ absl::Status BatchGetter::ReserveStaging(KeyPlan& plan) const {
   return absl::OkStatus();
 }
 
-void BatchGetter::TransferRounds(Batch& batch) {
-  for (int round = 0; round < options_.max_replica_rounds; ++round) {
-    std::vector<transfer::TransferRequest> reqs;
-    std::vector<size_t> owner;  // plan index per request
-    reqs.reserve(batch.plans.size());
-    owner.reserve(batch.plans.size());
-    int64_t deadline = std::numeric_limits<int64_t>::max();
-    for (size_t p = 0; p < batch.plans.size(); ++p) {
-      KeyPlan& plan = batch.plans[p];
-      if (!plan.status.ok() || plan.done || plan.primary == kNone) continue;
-      while (plan.next < plan.order.size() && HolderBackingOff(plan, plan.order[plan.next]) &&
-             !IsLocalMemory(plan, plan.order[plan.next])) {
-        metrics_.holder_backoff_skips.Inc();  // refused earlier in this call
-        ++plan.next;
-      }
-      if (plan.next >= plan.order.size()) {
-        if (plan.status.ok() && plan.next > 0 && !plan.done) {
-          plan.status =
-              McError(Code::kTransferFailed, "its other holders refused connections (backing off)");
-        }
-        continue;  // status says why
-      }
-      if (plan.staging.empty() && !batch.items[plan.primary].gpu.empty() &&
-          !IsDirectSource(batch, plan, plan.order[plan.next])) {
-        // A direct GPU read whose direct sources all failed: the rest go through staging.
-        if (absl::Status s = ReserveStaging(plan); !s.ok()) {
-          plan.status = McError(ToCode(s), absl::StrCat("this daemon's replicas failed and the "
-                                                        "others need staging: ",
-                                                        s.message()));
-          plan.next = plan.order.size();
-          continue;
-        }
-      }
-      const auto& rep = plan.lookup->replicas(plan.order[plan.next]);
-      if (rep.tier() == v1::MEMORY) {
-        reqs.push_back({transfer::Direction::kRead, ReadInto(batch, plan), rep.data_endpoint(),
-                        transfer::SegmentRange{rep.segment_id(), rep.offset()}});
-      } else {
-        // DISK: the owner reads and verifies the record (generation, locator, key tag).
-        reqs.push_back(
-            {transfer::Direction::kRead, ReadInto(batch, plan), rep.data_endpoint(),
-             transfer::DiskRecord{plan.lookup->generation(), rep.offset(), DiskKeyTag(plan.key)}});
-      }
-      reqs.back().capability = rep.capability();             // the master's read grant, if any
-      reqs.back().proof = transfer::Proof::kDeliveredBytes;  // hashed as the bytes land
-      owner.push_back(p);
-      deadline = std::min(deadline, plan.deadline_ms);
-    }
-    if (reqs.empty()) return;
-    std::vector<transfer::TransferResult> results = SubmitReads(batch, reqs, owner, deadline);
-    int64_t now = clock_.NowMs();
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      KeyPlan& plan = batch.plans[owner[i]];
-      const transfer::TransferResult& res = results[i];
-      plan.moved = res.bytes;
-      ++plan.next;
-      bool more = plan.next < plan.order.size();
-      if (now > plan.deadline_ms) {
-        if (!res.status.ok()) {
-          // The owner did not answer before the lease ended (stalled or unreachable): that is
-          // a failed transfer, not an expired lease; no fallback, the lease is over.
-          plan.status =
-              McError(Code::kTransferFailed,
-                      absl::StrCat("replica on ", reqs[i].endpoint,
-                                   " did not answer before the read lease ended (owner stalled?): ",
-                                   res.status.message()));
-          continue;
-        }
-        plan.status =
-            McError(Code::kLeaseExpired, "the transfer ended after the read lease expired");
-        metrics_.lease_expiries.Inc();
-        continue;
-      }
-      const int replica = plan.order[plan.next - 1];
-      if (!res.status.ok()) NoteFault(batch, owner[i], replica, res.status, false);
-      if (ToCode(res.status) == Code::kChecksumMismatch) {
-        // The replica's owner read its SSD record and it failed verification: its verdict, not a
-        // transport failure (the owner drops the record and tells the master).
-        metrics_.checksum_mismatches.Inc();
-        plan.status = McError(
-            Code::kChecksumMismatch,
-            absl::StrCat("replica on ", reqs[i].endpoint, ": ", std::string(res.status.message())));
-        if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
-        continue;
-      }
-      if (!res.status.ok() || res.bytes != plan.lookup->size()) {
-        plan.status = McError(
-            Code::kTransferFailed,
-            absl::StrCat("replica on ", reqs[i].endpoint, ": ",
-                         res.status.ok() ? "short transfer" : std::string(res.status.message())));
-        if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
-        continue;
-      }
-      // The transport's hash is of the destination bytes as delivered; without one, hash here,
-      // but never GPU memory: the CPU cannot read it, and only the device hash proves it.
-      if (!res.checksum.has_value() && plan.staging.empty() &&
-          !batch.items[plan.primary].gpu.empty()) {
-        plan.status =
-            McError(Code::kTransferFailed, absl::StrCat("replica on ", reqs[i].endpoint,
-                                                        ": no device hash of the GPU destination"));
-        if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
-        continue;
-      }
-      const uint64_t got =
-          res.checksum.has_value() ? *res.checksum : ScatterChecksum(ReadInto(batch, plan));
-      if (got != plan.lookup->checksum()) {
-        metrics_.checksum_mismatches.Inc();
-        Logger("client").error("checksum mismatch reading {} from {} (generation {})",
-                               KeyForLog(plan.key), reqs[i].endpoint, plan.lookup->generation());
-        NoteFault(batch, owner[i], replica, absl::OkStatus(), /*mismatch=*/true);
-        plan.status = McError(Code::kChecksumMismatch, absl::StrCat("replica on ", reqs[i].endpoint,
-                                                                    " failed the checksum"));
-        if (more) metrics_.replica_fallbacks.Inc(), plan.status = absl::OkStatus();
-        continue;
-      }
-      plan.done = true;
-    }
-  }
-}
-
-std::vector<transfer::TransferResult> BatchGetter::SubmitReads(
-    const Batch& batch, std::vector<transfer::TransferRequest>& reqs,
-    const std::vector<size_t>& owner, int64_t deadline_ms) {
-  // Our own SSD records are read through the tier, the rest through the engine.
-  std::vector<transfer::TransferResult> results(reqs.size());
-  std::vector<transfer::TransferRequest> remote;
-  std::vector<size_t> remote_index;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    if (transfer::AsDiskRecord(reqs[i]) != nullptr && reqs[i].endpoint == options_.local_endpoint) {
-      continue;
-    }
-    remote.push_back(std::move(reqs[i]));
-    remote_index.push_back(i);
-  }
-  if (!remote.empty()) {
-    std::vector<transfer::TransferResult> r = engine_.Submit(remote, deadline_ms);
-    for (size_t k = 0; k < remote.size(); ++k) {
-      results[remote_index[k]] = std::move(r[k]);
-      reqs[remote_index[k]] = std::move(remote[k]);
-    }
-  }
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    const transfer::DiskRecord* record = transfer::AsDiskRecord(reqs[i]);
-    if (record == nullptr || reqs[i].endpoint != options_.local_endpoint) continue;
-    uint64_t length = TotalLength(reqs[i].local);
-    uint64_t checksum = 0;
-    results[i].status = disk_reader_->ReadLocal(batch.plans[owner[i]].key, record->generation,
-                                                record->locator, length, reqs[i].local, &checksum);
-    results[i].bytes = results[i].status.ok() ? length : 0;
-    // The tier hashed the destination as it wrote it: the same proof a transport gives.
-    if (results[i].status.ok()) results[i].checksum = checksum;
-  }
-  return results;
-}
-
 void BatchGetter::FanOut(Batch& batch) {
   // GPU slices of staged keys, copied and proved on the device in one batch at the end.
   std::vector<GpuGetStager::Copy> gpu_copies;
@@ -590,93 +397,6 @@ absl::Status BatchGetter::StageOut(const KeyPlan& plan, const GetRequestItem& it
   return absl::OkStatus();
 }
 
-bool BatchGetter::HolderBackingOff(const KeyPlan& plan, int r) const {
-  return backoff_ != nullptr && backoff_->BackingOff(plan.lookup->replicas(r).data_endpoint());
-}
-
-void BatchGetter::NoteFault(Batch& batch, size_t plan, int r, const absl::Status& status,
-                            bool mismatch) {
-  const v1::Replica& rep = batch.plans[plan].lookup->replicas(r);
-  if (mismatch) {
-    if (rep.tier() == v1::MEMORY) batch.mismatched.emplace_back(plan, r);
-    return;  // a DISK record's owner verifies and drops it itself
-  }
-  if (!IsPeerUnreachable(status) || rep.data_endpoint() == options_.local_endpoint) return;
-  // Reported once per back-off period, not once per block.
-  if (backoff_ != nullptr && !backoff_->Refused(rep.data_endpoint())) return;
-  Logger("client").warn("holder {} at {} refused the connection: skipped for a while, reported",
-                        rep.client_id(), rep.data_endpoint());
-  batch.unreachable.push_back(rep.client_id());
-}
-
-void BatchGetter::RepairReplicas(Batch& batch) {
-  if (batch.mismatched.empty() && batch.unreachable.empty()) return;
-  v1::ReportReplicaFaultsRequest report;
-  report.set_client_id(options_.client_id);
-  // A mismatch may be the application changing its own destination under the read: the
-  // replica is condemned only if a copy into memory nobody else can write fails too.
-  std::vector<std::unique_ptr<char[]>> copies;
-  std::vector<transfer::TransferRequest> reads;
-  std::vector<std::pair<size_t, int>> read_of;
-  uint64_t bytes = 0;
-  int64_t deadline = std::numeric_limits<int64_t>::max();
-  for (const auto& [p, r] : batch.mismatched) {
-    const KeyPlan& plan = batch.plans[p];
-    const uint64_t size = plan.lookup->size();
-    if (reads.size() >= options_.max_confirm_reads || size > options_.max_confirm_bytes - bytes) {
-      break;
-    }
-    bytes += size;
-    copies.push_back(std::make_unique<char[]>(size));
-    const v1::Replica& rep = plan.lookup->replicas(r);
-    reads.push_back({transfer::Direction::kRead,
-                     {LocalBuffer{copies.back().get(), size}},
-                     rep.data_endpoint(),
-                     transfer::SegmentRange{rep.segment_id(), rep.offset()}});
-    reads.back().capability = rep.capability();
-    reads.back().proof = transfer::Proof::kDeliveredBytes;
-    read_of.emplace_back(p, r);
-    deadline = std::min(deadline, plan.deadline_ms);
-  }
-  if (!reads.empty() && clock_.NowMs() < deadline) {
-    std::vector<transfer::TransferResult> again = engine_.Submit(reads, deadline);
-    for (size_t k = 0; k < reads.size(); ++k) {
-      const KeyPlan& plan = batch.plans[read_of[k].first];
-      const transfer::TransferResult& res = again[k];
-      if (!res.status.ok() || res.bytes != plan.lookup->size()) continue;  // no verdict
-      const uint64_t got =
-          res.checksum.has_value() ? *res.checksum : ScatterChecksum(reads[k].local);
-      if (got == plan.lookup->checksum()) {
-        metrics_.mismatches_unconfirmed.Inc();  // the replica is fine; the destination changed
-        continue;
-      }
-      const v1::Replica& rep = plan.lookup->replicas(read_of[k].second);
-      v1::ReplicaFaultItem* item = report.add_items();
-      item->set_fault(v1::CORRUPT);
-      item->set_key(plan.key);
-      item->set_generation(plan.lookup->generation());
-      item->set_holder(rep.client_id());
-      item->set_segment_id(rep.segment_id());
-      item->set_offset(rep.offset());
-      metrics_.faults_reported_corrupt.Inc();
-    }
-  }
-  for (const std::string& holder : batch.unreachable) {
-    v1::ReplicaFaultItem* item = report.add_items();
-    item->set_fault(v1::UNREACHABLE);
-    item->set_holder(holder);
-    metrics_.faults_reported_unreachable.Inc();
-  }
-  if (report.items_size() == 0) return;
-  v1::ReportReplicaFaultsResponse resp;
-  absl::Status s = master_.ReportReplicaFaults(report, &resp);
-  if (!s.ok()) {
-    MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
-                 "reporting {} replica fault(s) to the master failed: {}", report.items_size(),
-                 s.ToString());
-  }
-}
-
 void BatchGetter::ReleaseLeases(Batch& batch) {
   v1::ReleaseLeasesRequest req;
   req.set_lease_id(batch.master_lease_id);
@@ -691,18 +411,6 @@ void BatchGetter::ReleaseLeases(Batch& batch) {
     MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
                  "releasing {} lease(s) failed: {}; they expire by TTL", keys, s.ToString());
   });
-}
-
-void BatchGetter::PromoteDiskHits(Batch& batch) {
-  if (promoter_ == nullptr) return;
-  std::vector<Promoter::Item> hits;
-  for (const KeyPlan& plan : batch.plans) {
-    if (!plan.done || plan.next == 0) continue;
-    if (plan.lookup->replicas(plan.order[plan.next - 1]).tier() != v1::DISK) continue;
-    hits.push_back(
-        {plan.key, plan.lookup->generation(), plan.lookup->checksum(), ReadInto(batch, plan)});
-  }
-  promoter_->Promote(hits);
 }
 
 }  // namespace mc::client

@@ -32,6 +32,7 @@
 // Thread-safe: concurrent Get() calls share nothing but thread-safe collaborators.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,17 @@ class BatchGetter {
   // replica (cuda transport), or a remote one over GPUDirect RDMA (GpuTransfers::CanReadDirect).
   bool IsDirectSource(const Batch& batch, const KeyPlan& plan, int replica) const;
   static const std::vector<LocalBuffer>& ReadInto(const Batch& batch, const KeyPlan& plan);
+  // Reads each key from its replicas in rounds (client/batch/batch_get_reads.cc): a round reads
+  // every unfinished key from its next replica; a failed or unverified read falls back to the
+  // next replica in the following round.
   void TransferRounds(Batch& batch);
+  // The read of `plan`'s next replica this round, or none (done, failed, or out of replicas;
+  // plan.status then says why).
+  std::optional<transfer::TransferRequest> NextRead(Batch& batch, KeyPlan& plan);
+  // Judges the read of plan `p` from `endpoint`: done when its bytes are whole and verified,
+  // else plan.status set (cleared again while another replica remains to try).
+  void SettleRead(Batch& batch, size_t p, const std::string& endpoint,
+                  const transfer::TransferResult& res, int64_t now);
   // Runs one round of reads: engine transfers, and our own SSD records through the DiskReader.
   std::vector<transfer::TransferResult> SubmitReads(const Batch& batch,
                                                     std::vector<transfer::TransferRequest>& reqs,

@@ -187,12 +187,23 @@ void BatchPutter::ReportUnreachable(const std::vector<std::string>& holders) {
   }
 }
 
-void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
-                          const std::vector<size_t>& started, uint32_t replicas,
-                          const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
-                          std::vector<NoSpaceKind>& kind, std::vector<std::string>& avoid) {
+// The writes of one PutOnce round: every replica of every placed item, in one submission.
+struct BatchPutter::ReplicaWrites {
+  std::vector<transfer::TransferRequest> writes;
+  std::vector<size_t> owner;               // position in `started`
+  std::vector<const std::string*> holder;  // the replica's client id (in the PutStart answer)
+  // Direct GPU items written from a host copy after all (a deque: the writes point into it).
+  std::deque<GpuPutStager::HostCopy> staged;
+};
+
+namespace {
+
+v1::PutStartRequest PutStartOf(const std::string& client_id,
+                               const std::vector<PutRequestItem>& items,
+                               const std::vector<size_t>& started, uint32_t replicas,
+                               const std::vector<std::string>& avoid) {
   v1::PutStartRequest start;
-  start.set_client_id(options_.client_id);
+  start.set_client_id(client_id);
   start.set_replicas(replicas);
   for (const std::string& holder : avoid) start.add_avoid_clients(holder);
   for (size_t i : started) {  // item index per PutStart entry
@@ -200,7 +211,16 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
     entry->set_key(items[i].key.data(), items[i].key.size());
     entry->set_size(TotalLength(items[i].pieces));
   }
+  return start;
+}
 
+}  // namespace
+
+void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
+                          const std::vector<size_t>& started, uint32_t replicas,
+                          const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
+                          std::vector<NoSpaceKind>& kind, std::vector<std::string>& avoid) {
+  const v1::PutStartRequest start = PutStartOf(options_.client_id, items, started, replicas, avoid);
   int64_t sent_ms = clock_.NowMs();
   v1::PutStartResponse placed;
   absl::Status s = master_.PutStart(start, &placed);
@@ -213,13 +233,30 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
     }
     return;
   }
-  // Write every replica of every placed item in one submission.
-  std::vector<transfer::TransferRequest> writes;
-  std::vector<size_t> write_owner;               // position in `started`
-  std::vector<const std::string*> write_holder;  // the replica's client id (in `placed`)
   std::vector<absl::Status> write_status(started.size());
-  // Direct GPU items written from a host copy after all (a deque: the writes point into it).
-  std::deque<GpuPutStager::HostCopy> staged;
+  ReplicaWrites plan;
+  PlanWrites(items, started, placed, checksums, out, kind, write_status, plan);
+  const int64_t allowed = std::min<int64_t>(
+      static_cast<int64_t>(std::min<uint64_t>(placed.write_deadline_ms(), INT64_MAX / 4)),
+      options_.write_timeout_ms > 0 ? options_.write_timeout_ms : INT64_MAX / 4);
+  int64_t deadline = sent_ms + allowed;
+  std::vector<transfer::TransferResult> written = engine_.Submit(plan.writes, deadline);
+  CheckWrites(plan, written, started, checksums, write_status, avoid);
+  // A source buffer truncated during the writes makes the replicas void: never end them.
+  for (size_t k = 0; k < started.size(); ++k) {
+    if (placed.results(k).code() == v1::OK && write_status[k].ok()) {
+      write_status[k] = CheckBuffersIntact(items[started[k]].buffers);
+    }
+  }
+  if (notifier_ != nullptr) NotifyOwners(items, started, placed, checksums, deadline, write_status);
+  EndOrRevoke(items, started, placed, checksums, write_status, out);
+}
+
+void BatchPutter::PlanWrites(const std::vector<PutRequestItem>& items,
+                             const std::vector<size_t>& started, const v1::PutStartResponse& placed,
+                             const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
+                             std::vector<NoSpaceKind>& kind,
+                             std::vector<absl::Status>& write_status, ReplicaWrites& plan) {
   for (size_t k = 0; k < started.size(); ++k) {
     const v1::PutStartResult& r = placed.results(k);
     size_t i = started[k];
@@ -234,7 +271,7 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
     bool prove = false;  // written from GPU memory: each write must return the item's checksum
     if (items[i].gpu_direct) {
       absl::StatusOr<const std::vector<LocalBuffer>*> from =
-          DirectSource(items[i], r, checksums[i], staged);
+          DirectSource(items[i], r, checksums[i], plan.staged);
       if (!from.ok()) {
         write_status[k] = from.status();
         continue;
@@ -243,29 +280,33 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
       source = *from;
     }
     for (const auto& rep : r.replicas()) {
-      writes.push_back({transfer::Direction::kWrite, *source, rep.data_endpoint(),
-                        transfer::SegmentRange{rep.segment_id(), rep.offset()}});
-      writes.back().capability = rep.capability();  // the master's write grant, if any
-      if (prove) writes.back().proof = transfer::Proof::kWrittenReplica;
-      write_owner.push_back(k);
-      write_holder.push_back(&rep.client_id());
+      plan.writes.push_back({transfer::Direction::kWrite, *source, rep.data_endpoint(),
+                             transfer::SegmentRange{rep.segment_id(), rep.offset()}});
+      plan.writes.back().capability = rep.capability();  // the master's write grant, if any
+      if (prove) plan.writes.back().proof = transfer::Proof::kWrittenReplica;
+      plan.owner.push_back(k);
+      plan.holder.push_back(&rep.client_id());
     }
   }
-  const int64_t allowed = std::min<int64_t>(
-      static_cast<int64_t>(std::min<uint64_t>(placed.write_deadline_ms(), INT64_MAX / 4)),
-      options_.write_timeout_ms > 0 ? options_.write_timeout_ms : INT64_MAX / 4);
-  int64_t deadline = sent_ms + allowed;
-  std::vector<transfer::TransferResult> written = engine_.Submit(writes, deadline);
+}
+
+void BatchPutter::CheckWrites(const ReplicaWrites& plan,
+                              const std::vector<transfer::TransferResult>& written,
+                              const std::vector<size_t>& started,
+                              const std::vector<uint64_t>& checksums,
+                              std::vector<absl::Status>& write_status,
+                              std::vector<std::string>& avoid) {
+  const std::vector<transfer::TransferRequest>& writes = plan.writes;
   for (size_t w = 0; w < writes.size(); ++w) {
     const auto& res = written[w];
     uint64_t expect = TotalLength(writes[w].local);
     if (res.status.ok() && res.bytes == expect) {
       if (writes[w].proof == transfer::Proof::kNone) continue;
       // Written from GPU memory: OK only with the proof that the replica is the hashed bytes.
-      const uint64_t want = checksums[started[write_owner[w]]];
+      const uint64_t want = checksums[started[plan.owner[w]]];
       if (res.checksum == want) continue;
       metrics_.checksum_mismatches.Inc();
-      write_status[write_owner[w]] = McError(
+      write_status[plan.owner[w]] = McError(
           Code::kChecksumMismatch,
           res.checksum.has_value()
               ? absl::StrFormat("the replica on %s written from GPU memory hashes to %016x, not "
@@ -276,27 +317,28 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
                              " written from GPU memory came back without its proof; not stored"));
       continue;
     }
-    write_status[write_owner[w]] = WithPeerUnreachableOf(
+    write_status[plan.owner[w]] = WithPeerUnreachableOf(
         McError(
             Code::kTransferFailed,
             absl::StrCat("writing the replica on ", writes[w].endpoint, ": ",
                          res.status.ok() ? "short transfer" : std::string(res.status.message()))),
         res.status);
     if (IsPeerUnreachable(res.status) &&
-        std::find(avoid.begin(), avoid.end(), *write_holder[w]) == avoid.end()) {
-      avoid.push_back(*write_holder[w]);
+        std::find(avoid.begin(), avoid.end(), *plan.holder[w]) == avoid.end()) {
+      avoid.push_back(*plan.holder[w]);
       if (backoff_ != nullptr) backoff_->Refused(writes[w].endpoint);
       Logger("client").warn("holder {} at {} refused a replica write: placing around it",
-                            *write_holder[w], writes[w].endpoint);
+                            *plan.holder[w], writes[w].endpoint);
     }
   }
-  // A source buffer truncated during the writes makes the replicas void: never end them.
-  for (size_t k = 0; k < started.size(); ++k) {
-    if (placed.results(k).code() == v1::OK && write_status[k].ok()) {
-      write_status[k] = CheckBuffersIntact(items[started[k]].buffers);
-    }
-  }
-  if (notifier_ != nullptr) NotifyOwners(items, started, placed, checksums, deadline, write_status);
+}
+
+void BatchPutter::EndOrRevoke(const std::vector<PutRequestItem>& items,
+                              const std::vector<size_t>& started,
+                              const v1::PutStartResponse& placed,
+                              const std::vector<uint64_t>& checksums,
+                              const std::vector<absl::Status>& write_status,
+                              std::vector<absl::Status>& out) {
   v1::PutEndRequest end;
   v1::PutRevokeRequest revoke;
   end.set_client_id(options_.client_id);
@@ -328,28 +370,31 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
                             revoked.size(), rs.ToString());
     }
   }
-  if (!ended.empty()) {
-    v1::PutEndResponse resp;
-    absl::Status es = master_.PutEnd(end, &resp);
-    if (es.ok() && resp.results_size() != static_cast<int>(ended.size())) {
-      es = McError(Code::kInternal, "master answered a different number of items");
-    }
-    for (size_t k = 0; k < ended.size(); ++k) {
-      size_t i = ended[k];
-      if (!es.ok()) {
-        out[i] = McError(Code::kUnavailable, absl::StrCat("PutEnd: ", es.message()));
-      } else {
-        out[i] = FromResult(resp.results(k));
-        if (ToCode(out[i]) == Code::kNotFound) {
-          // The master revoked the pending put meanwhile (a replica's holder died or the put
-          // timed out): the put failed for lack of a live replica, the key is not "missing".
-          out[i] = McError(Code::kUnavailable,
-                           absl::StrCat("the put was revoked before it ended (a replica's client "
-                                        "was lost or the put timed out): ",
-                                        out[i].message()));
-        }
-        if (out[i].ok()) metrics_.bytes_in.Inc(TotalLength(items[i].pieces));
+  if (!ended.empty()) EndPuts(items, end, ended, out);
+}
+
+void BatchPutter::EndPuts(const std::vector<PutRequestItem>& items, const v1::PutEndRequest& end,
+                          const std::vector<size_t>& ended, std::vector<absl::Status>& out) {
+  v1::PutEndResponse resp;
+  absl::Status es = master_.PutEnd(end, &resp);
+  if (es.ok() && resp.results_size() != static_cast<int>(ended.size())) {
+    es = McError(Code::kInternal, "master answered a different number of items");
+  }
+  for (size_t k = 0; k < ended.size(); ++k) {
+    size_t i = ended[k];
+    if (!es.ok()) {
+      out[i] = McError(Code::kUnavailable, absl::StrCat("PutEnd: ", es.message()));
+    } else {
+      out[i] = FromResult(resp.results(k));
+      if (ToCode(out[i]) == Code::kNotFound) {
+        // The master revoked the pending put meanwhile (a replica's holder died or the put
+        // timed out): the put failed for lack of a live replica, the key is not "missing".
+        out[i] = McError(Code::kUnavailable,
+                         absl::StrCat("the put was revoked before it ended (a replica's client "
+                                      "was lost or the put timed out): ",
+                                      out[i].message()));
       }
+      if (out[i].ok()) metrics_.bytes_in.Inc(TotalLength(items[i].pieces));
     }
   }
 }

@@ -77,6 +77,23 @@ class BatchPutter {
                uint32_t replicas, const std::vector<uint64_t>& checksums,
                std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind,
                std::vector<std::string>& avoid);
+  // PutOnce's steps. PlanWrites: the writes of every replica placed (out[i] and kind[i] set for
+  // the items the master refused). CheckWrites: write_status[k] of each item whose write failed
+  // or came back without the proof it owed; holders that refused a write join `avoid`.
+  // EndOrRevoke: PutEnd for the items written, PutRevoke for the others (out[i] set for both).
+  struct ReplicaWrites;
+  void PlanWrites(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
+                  const v1::PutStartResponse& placed, const std::vector<uint64_t>& checksums,
+                  std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind,
+                  std::vector<absl::Status>& write_status, ReplicaWrites& plan);
+  void CheckWrites(const ReplicaWrites& plan, const std::vector<transfer::TransferResult>& written,
+                   const std::vector<size_t>& started, const std::vector<uint64_t>& checksums,
+                   std::vector<absl::Status>& write_status, std::vector<std::string>& avoid);
+  void EndOrRevoke(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
+                   const v1::PutStartResponse& placed, const std::vector<uint64_t>& checksums,
+                   const std::vector<absl::Status>& write_status, std::vector<absl::Status>& out);
+  void EndPuts(const std::vector<PutRequestItem>& items, const v1::PutEndRequest& end,
+               const std::vector<size_t>& ended, std::vector<absl::Status>& out);
   // Tells the master about holders that refused our connections.
   void ReportUnreachable(const std::vector<std::string>& holders);
 

@@ -62,18 +62,22 @@ absl::StatusOr<GpuPutStager::HostCopy> GpuPutStager::StageForWrite(const PutRequ
   return copy;
 }
 
-GpuPutStager::Staged GpuPutStager::StageItems(std::vector<PutRequestItem>& items,
-                                              bool allow_direct) {
-  Staged staged;
+// What StageItems plans before the device runs it.
+struct GpuPutStager::Plan {
   struct Piece {
     size_t item;
     uint64_t offset;  // in the item's staging range
   };
   std::vector<Piece> pieces;  // GPU pieces being staged, in the order of `requests`
-  std::vector<char*> host_of(items.size(), nullptr);
+  std::vector<char*> host_of;  // per item: its staging range, or null
   std::vector<transfer::cuda::GpuMoveRequest> requests;
   std::vector<size_t> direct;  // items hashed for a direct put, in the order of `hashes`
   std::vector<transfer::cuda::GpuMoveRequest> hashes;
+};
+
+void GpuPutStager::PlanStaging(std::vector<PutRequestItem>& items, bool allow_direct,
+                               Staged& staged, Plan& plan) {
+  plan.host_of.assign(items.size(), nullptr);
   for (size_t i = 0; i < items.size(); ++i) {
     PutRequestItem& item = items[i];
     if (item.gpu.empty() || !item.input_error.ok()) continue;
@@ -89,8 +93,8 @@ GpuPutStager::Staged GpuPutStager::StageItems(std::vector<PutRequestItem>& items
       hash.copies.push_back(transfer::cuda::CopyOp{item.pieces[0].data, nullptr, length});
       hash.hash_destination = true;
       hash.hash_only = true;
-      hashes.push_back(std::move(hash));
-      direct.push_back(i);
+      plan.hashes.push_back(std::move(hash));
+      plan.direct.push_back(i);
       continue;
     }
     // A range of the pinned pool, or UNAVAILABLE (in use by other puts: retry; not allocated;
@@ -112,31 +116,36 @@ GpuPutStager::Staged GpuPutStager::StageItems(std::vector<PutRequestItem>& items
         transfer::cuda::GpuMoveRequest request;
         request.copies.push_back(transfer::cuda::CopyOp{buffer + offset, piece.data, piece.length});
         request.hash_source = true;
-        requests.push_back(std::move(request));
-        pieces.push_back({i, offset});
+        plan.requests.push_back(std::move(request));
+        plan.pieces.push_back({i, offset});
       } else if (piece.length > 0) {
         std::memcpy(buffer + offset, piece.data, piece.length);
       }
       offset += piece.length;
     }
-    host_of[i] = buffer;
+    plan.host_of[i] = buffer;
   }
-  const int64_t deadline_ms = clock_.NowMs() + options_.copy_timeout_ms;
-  if (!hashes.empty()) {
-    const std::vector<transfer::cuda::GpuMoveResult> hashed = mover_.Move(hashes, deadline_ms);
-    for (size_t h = 0; h < hashed.size(); ++h) {
-      PutRequestItem& item = items[direct[h]];
-      if (!hashed[h].status.ok()) {
-        item.input_error = hashed[h].status;
-      } else if (!hashed[h].checksum.has_value()) {
-        item.input_error = McError(Code::kTransferFailed, "cuda: no device hash of the source");
-      } else {
-        item.checksum = hashed[h].checksum;
-        item.gpu_direct = true;
-      }
+}
+
+void GpuPutStager::HashDirectSources(std::vector<PutRequestItem>& items, const Plan& plan,
+                                     int64_t deadline_ms) {
+  const std::vector<transfer::cuda::GpuMoveResult> hashed = mover_.Move(plan.hashes, deadline_ms);
+  for (size_t h = 0; h < hashed.size(); ++h) {
+    PutRequestItem& item = items[plan.direct[h]];
+    if (!hashed[h].status.ok()) {
+      item.input_error = hashed[h].status;
+    } else if (!hashed[h].checksum.has_value()) {
+      item.input_error = McError(Code::kTransferFailed, "cuda: no device hash of the source");
+    } else {
+      item.checksum = hashed[h].checksum;
+      item.gpu_direct = true;
     }
   }
-  if (requests.empty()) return staged;
+}
+
+void GpuPutStager::CopyAndVerify(std::vector<PutRequestItem>& items, const Plan& plan,
+                                 int64_t deadline_ms) {
+  const std::vector<transfer::cuda::GpuMoveRequest>& requests = plan.requests;
   const std::vector<transfer::cuda::GpuMoveResult> results = mover_.Move(requests, deadline_ms);
   if (mover_.device_lost()) {
     // Streams that never drained may still write into the staging ranges: the pool takes none
@@ -148,7 +157,7 @@ GpuPutStager::Staged GpuPutStager::StageItems(std::vector<PutRequestItem>& items
         requests.size());
   }
   for (size_t r = 0; r < requests.size(); ++r) {
-    PutRequestItem& item = items[pieces[r].item];
+    PutRequestItem& item = items[plan.pieces[r].item];
     if (!item.input_error.ok()) continue;  // an earlier piece of the item failed
     const transfer::cuda::GpuMoveResult& result = results[r];
     const transfer::cuda::CopyOp& copy = requests[r].copies[0];
@@ -171,6 +180,18 @@ GpuPutStager::Staged GpuPutStager::StageItems(std::vector<PutRequestItem>& items
                    copy.length, std::string(item.input_error.message()));
     }
   }
+}
+
+GpuPutStager::Staged GpuPutStager::StageItems(std::vector<PutRequestItem>& items,
+                                              bool allow_direct) {
+  Staged staged;
+  Plan plan;
+  PlanStaging(items, allow_direct, staged, plan);
+  const int64_t deadline_ms = clock_.NowMs() + options_.copy_timeout_ms;
+  if (!plan.hashes.empty()) HashDirectSources(items, plan, deadline_ms);
+  if (plan.requests.empty()) return staged;
+  CopyAndVerify(items, plan, deadline_ms);
+  const std::vector<char*>& host_of = plan.host_of;
   for (size_t i = 0; i < items.size(); ++i) {
     PutRequestItem& item = items[i];
     if (host_of[i] == nullptr || !item.input_error.ok()) continue;

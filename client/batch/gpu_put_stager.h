@@ -101,6 +101,15 @@ class GpuPutStager {
 
  private:
   Staged StageItems(std::vector<PutRequestItem>& items, bool allow_direct);
+  // StageItems' steps. PlanStaging: reserves each staged item's range (host pieces copied at
+  // once) and lists the device copies and the direct items' hashes. HashDirectSources: the
+  // checksum of each item put straight from GPU memory. CopyAndVerify: runs the device copies
+  // and checks each staged piece against the device's hash of its source.
+  struct Plan;
+  void PlanStaging(std::vector<PutRequestItem>& items, bool allow_direct, Staged& staged,
+                   Plan& plan);
+  void HashDirectSources(std::vector<PutRequestItem>& items, const Plan& plan, int64_t deadline_ms);
+  void CopyAndVerify(std::vector<PutRequestItem>& items, const Plan& plan, int64_t deadline_ms);
 
   transfer::cuda::GpuMover& mover_;
   transfer::GpuTransfers* const direct_;

@@ -39,11 +39,15 @@ size_t Promoter::Promote(const std::vector<Item>& items) {
   return ok;
 }
 
-size_t Promoter::PromoteRound(const std::vector<const Item*>& candidates) {
-  // Private, verified copies: the get's destinations belong to the application.
+// Private, verified copies of the round's items: the get's destinations belong to the
+// application.
+struct Promoter::Staging {
   std::vector<const Item*> items;
-  std::vector<std::unique_ptr<char[]>> staging;
-  std::vector<std::vector<transfer::LocalBuffer>> staged;
+  std::vector<std::unique_ptr<char[]>> copies;
+  std::vector<std::vector<transfer::LocalBuffer>> staged;  // per item: its copy
+};
+
+void Promoter::Stage(const std::vector<const Item*>& candidates, Staging& staging) {
   for (const Item* item : candidates) {
     const uint64_t size = TotalLength(item->bytes);
     auto copy = std::make_unique_for_overwrite<char[]>(size);
@@ -57,10 +61,42 @@ size_t Promoter::PromoteRound(const std::vector<const Item*>& candidates) {
           KeyForLog(item->key));
       continue;
     }
-    items.push_back(item);
-    staging.push_back(std::move(copy));
-    staged.push_back(std::move(to));
+    staging.items.push_back(item);
+    staging.copies.push_back(std::move(copy));
+    staging.staged.push_back(std::move(to));
   }
+}
+
+void Promoter::NotifyOwners(const std::vector<const Item*>& items,
+                            const std::vector<transfer::TransferRequest>& writes,
+                            const std::vector<size_t>& owner,
+                            const std::vector<transfer::TransferResult>& done,
+                            const v1::PromoteStartResponse& placed, int64_t deadline) {
+  std::vector<WrittenReplica> notices;
+  for (size_t w = 0; w < writes.size(); ++w) {
+    const Item& item = *items[owner[w]];
+    const uint64_t size = TotalLength(item.bytes);
+    if (!done[w].status.ok() || done[w].bytes != size) continue;
+    const auto& rep = placed.results(static_cast<int>(owner[w])).replicas(0);
+    notices.push_back({.key = item.key,
+                       .generation = item.generation,
+                       .size = size,
+                       .checksum = item.checksum,
+                       .endpoint = rep.data_endpoint(),
+                       .segment_id = rep.segment_id(),
+                       .offset = rep.offset(),
+                       .capability = rep.capability()});
+  }
+  // Best effort: a promoted copy its owner did not record is forgotten by a master restart,
+  // which loses nothing (the object's SSD record stays and is reported).
+  (void)notifier_->Notify(notices, deadline);
+}
+
+size_t Promoter::PromoteRound(const std::vector<const Item*>& candidates) {
+  Staging staging;
+  Stage(candidates, staging);
+  const std::vector<const Item*>& items = staging.items;
+  const std::vector<std::vector<transfer::LocalBuffer>>& staged = staging.staged;
   if (items.empty()) return 0;
   v1::PromoteStartRequest start;
   start.set_client_id(client_id_);
@@ -90,26 +126,7 @@ size_t Promoter::PromoteRound(const std::vector<const Item*>& candidates) {
   if (writes.empty()) return 0;
   const int64_t deadline = sent_ms + static_cast<int64_t>(placed.write_deadline_ms());
   std::vector<transfer::TransferResult> done = engine_.Submit(writes, deadline);
-  if (notifier_ != nullptr) {
-    std::vector<WrittenReplica> notices;
-    for (size_t w = 0; w < writes.size(); ++w) {
-      const Item& item = *items[owner[w]];
-      const uint64_t size = TotalLength(item.bytes);
-      if (!done[w].status.ok() || done[w].bytes != size) continue;
-      const auto& rep = placed.results(static_cast<int>(owner[w])).replicas(0);
-      notices.push_back({.key = item.key,
-                         .generation = item.generation,
-                         .size = size,
-                         .checksum = item.checksum,
-                         .endpoint = rep.data_endpoint(),
-                         .segment_id = rep.segment_id(),
-                         .offset = rep.offset(),
-                         .capability = rep.capability()});
-    }
-    // Best effort: a promoted copy its owner did not record is forgotten by a master restart,
-    // which loses nothing (the object's SSD record stays and is reported).
-    (void)notifier_->Notify(notices, deadline);
-  }
+  if (notifier_ != nullptr) NotifyOwners(items, writes, owner, done, placed, deadline);
   v1::PromoteEndRequest end;
   end.set_client_id(client_id_);
   for (size_t w = 0; w < writes.size(); ++w) {

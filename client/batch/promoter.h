@@ -46,6 +46,16 @@ class Promoter {
  private:
   // One round: stage, verify, place, write, attach.
   size_t PromoteRound(const std::vector<const Item*>& items);
+  // PromoteRound's steps. Stage: private copies of the items whose bytes still match their
+  // checksum (the others count as failed). NotifyOwners: tells the holders of the replicas
+  // written (writes[w] of items[owner[w]], as placed) what they hold.
+  struct Staging;
+  void Stage(const std::vector<const Item*>& candidates, Staging& staging);
+  void NotifyOwners(const std::vector<const Item*>& items,
+                    const std::vector<transfer::TransferRequest>& writes,
+                    const std::vector<size_t>& owner,
+                    const std::vector<transfer::TransferResult>& done,
+                    const v1::PromoteStartResponse& placed, int64_t deadline);
 
   const std::string client_id_;
   const uint64_t staging_bytes_;

@@ -380,6 +380,43 @@ void BufferRegistry::CountMismatch() const {
       .Inc();
 }
 
+namespace {
+
+// One scope of the buffer quotas: a caller (one session) or every session of its uid. The words
+// fill the refusal's message; the labels name the limit in mc_store_limit_refusals_total.
+struct QuotaScope {
+  const char* buffers_label;
+  const char* bytes_label;
+  const char* already_hold;  // "<who> already hold(s) "
+  const char* would_hold;    // "<who> would hold "
+  const char* bytes_noun;    // what the bytes are in "... + size<bytes_noun>, over the limit"
+  const char* flag_scope;    // the flags' suffix: --store_max_buffers_per_<flag_scope>
+  size_t max_buffers;
+  uint64_t max_bytes;
+};
+
+// OK when `usage` plus one more buffer of `size` bytes stays within `scope`'s limits.
+absl::Status CheckQuota(const QuotaScope& scope, const BufferRegistry::Usage& usage, uint64_t size,
+                        MetricsRegistry* metrics) {
+  if (usage.buffers >= scope.max_buffers) {
+    CountLimitRefusal(metrics, scope.buffers_label);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(scope.already_hold, usage.buffers,
+                     " registered buffers, the limit (--store_max_buffers_per_", scope.flag_scope,
+                     "=", scope.max_buffers, ")"));
+  }
+  if (size > scope.max_bytes || usage.bytes > scope.max_bytes - size) {
+    CountLimitRefusal(metrics, scope.bytes_label);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(scope.would_hold, usage.bytes, " + ", size, scope.bytes_noun,
+                     ", over the limit (--store_max_buffer_bytes_per_", scope.flag_scope, "=",
+                     scope.max_bytes, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status BufferRegistry::CheckLimitsLocked(const std::string& owner, const std::string& account,
                                                uint64_t size) const {
   if (buffers_.size() + staged_.size() >= options_.max_buffers) {
@@ -393,40 +430,28 @@ absl::Status BufferRegistry::CheckLimitsLocked(const std::string& owner, const s
                                 " bytes, over the daemon's limit (--store_max_buffer_bytes_total=",
                                 options_.max_bytes, ")"));
   }
+  const QuotaScope per_caller{.buffers_label = "buffers",
+                              .bytes_label = "buffer_bytes",
+                              .already_hold = "this caller already holds ",
+                              .would_hold = "this caller's registered buffers would hold ",
+                              .bytes_noun = " bytes",
+                              .flag_scope = "caller",
+                              .max_buffers = options_.max_buffers_per_owner,
+                              .max_bytes = options_.max_bytes_per_owner};
+  const QuotaScope per_uid{.buffers_label = "buffers_uid",
+                           .bytes_label = "buffer_bytes_uid",
+                           .already_hold = "the sessions of this caller's uid already hold ",
+                           .would_hold = "the sessions of this caller's uid would hold ",
+                           .bytes_noun = " bytes of buffers",
+                           .flag_scope = "uid",
+                           .max_buffers = options_.max_buffers_per_account,
+                           .max_bytes = options_.max_bytes_per_account};
   Usage usage;
   if (auto it = usage_.find(owner); it != usage_.end()) usage = it->second;
-  if (usage.buffers >= options_.max_buffers_per_owner) {
-    CountRefusal("buffers");
-    return absl::ResourceExhaustedError(
-        absl::StrCat("this caller already holds ", usage.buffers,
-                     " registered buffers, the limit (--store_max_buffers_per_caller=",
-                     options_.max_buffers_per_owner, ")"));
-  }
-  if (size > options_.max_bytes_per_owner || usage.bytes > options_.max_bytes_per_owner - size) {
-    CountRefusal("buffer_bytes");
-    return absl::ResourceExhaustedError(
-        absl::StrCat("this caller's registered buffers would hold ", usage.bytes, " + ", size,
-                     " bytes, over the limit (--store_max_buffer_bytes_per_caller=",
-                     options_.max_bytes_per_owner, ")"));
-  }
+  MC_RETURN_IF_ERROR(CheckQuota(per_caller, usage, size, options_.metrics));
   Usage shared;
   if (auto it = account_usage_.find(account); it != account_usage_.end()) shared = it->second;
-  if (shared.buffers >= options_.max_buffers_per_account) {
-    CountRefusal("buffers_uid");
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the sessions of this caller's uid already hold ", shared.buffers,
-                     " registered buffers, the limit (--store_max_buffers_per_uid=",
-                     options_.max_buffers_per_account, ")"));
-  }
-  if (size > options_.max_bytes_per_account ||
-      shared.bytes > options_.max_bytes_per_account - size) {
-    CountRefusal("buffer_bytes_uid");
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the sessions of this caller's uid would hold ", shared.bytes, " + ", size,
-                     " bytes of buffers, over the limit (--store_max_buffer_bytes_per_uid=",
-                     options_.max_bytes_per_account, ")"));
-  }
-  return absl::OkStatus();
+  return CheckQuota(per_uid, shared, size, options_.metrics);
 }
 
 namespace {

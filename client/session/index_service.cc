@@ -34,49 +34,55 @@ void IndexNotifier::Failed(size_t entries, std::string_view owner, std::string_v
                entries, owner, why);
 }
 
-std::vector<IndexNotifier::Outcome> IndexNotifier::Notify(std::span<const WrittenReplica> replicas,
-                                                          int64_t deadline_ms) {
-  std::vector<Outcome> out(replicas.size(), Outcome::kRecorded);
-  // Per owner: the entries and the positions in `replicas` they stand for.
-  std::map<std::string_view, std::pair<std::vector<IndexNoticeEntry>, std::vector<size_t>>> remote;
-  for (size_t k = 0; k < replicas.size(); ++k) {
-    const WrittenReplica& r = replicas[k];
-    if (r.endpoint == local_endpoint_) {
-      if (local_index_ == nullptr) {
-        out[k] = Outcome::kNoIndex;
-        continue;
-      }
-      absl::Status s;
-      std::optional<size_t> local = resolve_ ? resolve_(r.segment_id) : std::nullopt;
-      if (!local.has_value()) {
-        s = McError(Code::kNotFound, absl::StrCat("segment ", r.segment_id, " not published"));
-      } else {
-        s = local_index_->Insert(*local, r.offset,
-                                 {std::string(r.key), r.generation, r.size, r.checksum});
-      }
-      if (!s.ok()) {
-        out[k] = Outcome::kFailed;
-        Failed(1, "this daemon", std::string(s.message()));
-      }
-      continue;
-    }
-    IndexNoticeEntry e{.segment_id = r.segment_id,
-                       .offset = r.offset,
-                       .length = r.size,
-                       .generation = r.generation,
-                       .checksum = r.checksum,
-                       .key = std::string(r.key)};
-    if (r.capability.size() == e.capability.size()) {
-      std::copy(r.capability.begin(), r.capability.end(), e.capability.begin());
-    }
-    auto& [entries, positions] = remote[r.endpoint];
-    entries.push_back(std::move(e));
-    positions.push_back(k);
-  }
-  // Payloads per owner, cut at the notice bounds; each with the positions it carries.
+// One owner's entries and the positions in Notify's `replicas` they stand for.
+struct IndexNotifier::OwnerEntries {
+  std::vector<IndexNoticeEntry> entries;
+  std::vector<size_t> positions;
+};
+
+// INDEX payloads, each with its owner and the positions in `replicas` it carries.
+struct IndexNotifier::Notices {
   std::vector<std::string> payloads;
   std::vector<std::string_view> owners;
   std::vector<std::span<const size_t>> carried;
+};
+
+namespace {
+
+IndexNoticeEntry EntryOf(const WrittenReplica& r) {
+  IndexNoticeEntry e{.segment_id = r.segment_id,
+                     .offset = r.offset,
+                     .length = r.size,
+                     .generation = r.generation,
+                     .checksum = r.checksum,
+                     .key = std::string(r.key)};
+  if (r.capability.size() == e.capability.size()) {
+    std::copy(r.capability.begin(), r.capability.end(), e.capability.begin());
+  }
+  return e;
+}
+
+}  // namespace
+
+IndexNotifier::Outcome IndexNotifier::RecordLocal(const WrittenReplica& r) {
+  if (local_index_ == nullptr) return Outcome::kNoIndex;
+  absl::Status s;
+  std::optional<size_t> local = resolve_ ? resolve_(r.segment_id) : std::nullopt;
+  if (!local.has_value()) {
+    s = McError(Code::kNotFound, absl::StrCat("segment ", r.segment_id, " not published"));
+  } else {
+    s = local_index_->Insert(*local, r.offset,
+                             {std::string(r.key), r.generation, r.size, r.checksum});
+  }
+  if (s.ok()) return Outcome::kRecorded;
+  Failed(1, "this daemon", std::string(s.message()));
+  return Outcome::kFailed;
+}
+
+IndexNotifier::Notices IndexNotifier::Encode(const std::map<std::string_view, OwnerEntries>& remote,
+                                             std::vector<Outcome>& out) {
+  // Payloads per owner, cut at the notice bounds.
+  Notices notices;
   for (const auto& [endpoint, owned] : remote) {
     const auto& [entries, positions] = owned;
     size_t start = 0;
@@ -93,9 +99,9 @@ std::vector<IndexNotifier::Outcome> IndexNotifier::Notify(std::span<const Writte
       absl::StatusOr<std::string> payload =
           transfer::EncodeIndexNotice(std::span<const IndexNoticeEntry>(entries.data() + start, n));
       if (payload.ok()) {
-        payloads.push_back(*std::move(payload));
-        owners.push_back(endpoint);
-        carried.push_back(these);
+        notices.payloads.push_back(*std::move(payload));
+        notices.owners.push_back(endpoint);
+        notices.carried.push_back(these);
       } else {
         for (size_t k : these) out[k] = Outcome::kFailed;
         Failed(n, endpoint, std::string(payload.status().message()));
@@ -103,14 +109,33 @@ std::vector<IndexNotifier::Outcome> IndexNotifier::Notify(std::span<const Writte
       start += n;
     }
   }
-  if (payloads.empty()) return out;
+  return notices;
+}
+
+std::vector<IndexNotifier::Outcome> IndexNotifier::Notify(std::span<const WrittenReplica> replicas,
+                                                          int64_t deadline_ms) {
+  std::vector<Outcome> out(replicas.size(), Outcome::kRecorded);
+  std::map<std::string_view, OwnerEntries> remote;
+  for (size_t k = 0; k < replicas.size(); ++k) {
+    const WrittenReplica& r = replicas[k];
+    if (r.endpoint == local_endpoint_) {
+      out[k] = RecordLocal(r);
+      continue;
+    }
+    OwnerEntries& owned = remote[r.endpoint];
+    owned.entries.push_back(EntryOf(r));
+    owned.positions.push_back(k);
+  }
+  Notices notices = Encode(remote, out);
+  if (notices.payloads.empty()) return out;
   std::vector<transfer::TransferRequest> requests;
-  requests.reserve(payloads.size());
-  for (size_t k = 0; k < payloads.size(); ++k) {
-    requests.push_back({transfer::Direction::kWrite,
-                        {transfer::LocalBuffer{payloads[k].data(), payloads[k].size()}},
-                        std::string(owners[k]),
-                        transfer::IndexNotice{}});
+  requests.reserve(notices.payloads.size());
+  for (size_t k = 0; k < notices.payloads.size(); ++k) {
+    requests.push_back(
+        {transfer::Direction::kWrite,
+         {transfer::LocalBuffer{notices.payloads[k].data(), notices.payloads[k].size()}},
+         std::string(notices.owners[k]),
+         transfer::IndexNotice{}});
   }
   std::vector<transfer::TransferResult> results = engine_.Submit(requests, deadline_ms);
   for (size_t k = 0; k < requests.size(); ++k) {
@@ -119,11 +144,11 @@ std::vector<IndexNotifier::Outcome> IndexNotifier::Notify(std::span<const Writte
     if (ToCode(results[k].status) == Code::kNotReady) {
       // The owner runs with --object_index=false: its objects are not restart-safe by the
       // operator's choice, which is not this put's failure.
-      for (size_t i : carried[k]) out[i] = Outcome::kNoIndex;
+      for (size_t i : notices.carried[k]) out[i] = Outcome::kNoIndex;
       continue;
     }
-    for (size_t i : carried[k]) out[i] = Outcome::kFailed;
-    Failed(carried[k].size(), owners[k], std::string(results[k].status.message()));
+    for (size_t i : notices.carried[k]) out[i] = Outcome::kFailed;
+    Failed(notices.carried[k].size(), notices.owners[k], std::string(results[k].status.message()));
   }
   return out;
 }

@@ -21,6 +21,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -74,6 +75,13 @@ class IndexNotifier {
 
  private:
   void Failed(size_t entries, std::string_view owner, std::string_view why);
+  // Notify's steps. RecordLocal: a replica this daemon holds, into its own index. Encode: the
+  // INDEX payloads of the other owners' entries, cut at the notice bounds (an entry that cannot
+  // be encoded sets out[k] to kFailed).
+  struct OwnerEntries;
+  struct Notices;
+  Outcome RecordLocal(const WrittenReplica& r);
+  Notices Encode(const std::map<std::string_view, OwnerEntries>& remote, std::vector<Outcome>& out);
 
   const std::string local_endpoint_;
   ObjectIndex* const local_index_;

@@ -455,20 +455,8 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
   // leases back rather than let them pin the keys for the whole TTL (it ignores keys it did not
   // lease under this id).
   auto refuse = [&](grpc::Status refused) {
-    MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), err,
-                 "MatchPrefix refused the master's answer ({} keys, {} matched): {}", asked->size(),
-                 matched, refused.error_message());
-    if (ttl == 0) return refused;
-    v1::ReleaseLeasesRequest release;
-    release.set_lease_id(mresp.lease_id());
-    for (std::string_view k : *asked) release.add_keys(k.data(), k.size());
-    master_.ReleaseLeasesAsync(std::move(release), [](const absl::Status& released) {
-      if (released.ok()) return;
-      MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
-                   "releasing the leases of a refused prefix answer failed: {}",
-                   released.ToString());
-    });
-    return refused;
+    return RefusePrefixAnswer(std::move(refused), *asked, matched,
+                              ttl == 0 ? std::nullopt : std::optional<uint64_t>(mresp.lease_id()));
   };
   if (matched > asked->size()) {
     return refuse(grpc::Status(grpc::StatusCode::INTERNAL,
@@ -494,6 +482,25 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
   prefix_leases_.PruneExpired();
   resp->set_lease_id(prefix_leases_.Add(std::move(lease)));
   return grpc::Status::OK;
+}
+
+grpc::Status StoreGrpcService::RefusePrefixAnswer(grpc::Status refused,
+                                                  const std::vector<std::string_view>& asked,
+                                                  uint32_t matched,
+                                                  std::optional<uint64_t> master_lease_id) {
+  MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), err,
+               "MatchPrefix refused the master's answer ({} keys, {} matched): {}", asked.size(),
+               matched, refused.error_message());
+  if (!master_lease_id.has_value()) return refused;
+  v1::ReleaseLeasesRequest release;
+  release.set_lease_id(*master_lease_id);
+  for (std::string_view k : asked) release.add_keys(k.data(), k.size());
+  master_.ReleaseLeasesAsync(std::move(release), [](const absl::Status& released) {
+    if (released.ok()) return;
+    MC_LOG_EVERY(std::chrono::seconds(10), Logger("client"), warn,
+                 "releasing the leases of a refused prefix answer failed: {}", released.ToString());
+  });
+  return refused;
 }
 
 grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext* context,

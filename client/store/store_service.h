@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -111,6 +112,12 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
                             mcstore::v1::GetReplicasRequest* mreq,
                             mcstore::v1::GetReplicasResponse* mresp, int64_t* sent_ms,
                             int64_t* wall_ms);
+  // MatchPrefix's answer when the master's contradicts itself: logs it and returns `refused`;
+  // with the master's lease id of a leased match (none for a plain one), first gives back the
+  // leases the master took for `asked` (asynchronously; they would otherwise pin the keys for
+  // the whole TTL).
+  grpc::Status RefusePrefixAnswer(grpc::Status refused, const std::vector<std::string_view>& asked,
+                                  uint32_t matched, std::optional<uint64_t> master_lease_id);
   // The buffers one request's slices named so far, each looked up and fstat()ed once per
   // request; `held_by`: the item's refs that last took a reference to it.
   struct SeenBuffer {

@@ -17,6 +17,8 @@ ROOT = os.environ.get("MC_SOURCE_DIR") or os.path.abspath(
 DOC = "docs/operations.md"
 DAEMONS = {"mc-master": ("master/master_main.cc", "mc-master flags"),
            "mc-client": ("client/client_main.cc", "mc-client flags")}
+# The flags both daemons share, defined once in the daemon shell.
+SHARED_FLAGS = "common/daemon_shell.cc"
 # The folders of the daemons' code, whose metric names the page must list.
 METRIC_SOURCES = ("common", "master", "client", "transfer", "offload")
 METRICS_SECTION = "Metrics (Prometheus text at /metrics)"
@@ -80,7 +82,7 @@ class DocsDriftTest(unittest.TestCase):
     def test_flag_tables_name_exactly_the_daemons_flags(self):
         for daemon, (main, _) in DAEMONS.items():
             with self.subTest(daemon=daemon):
-                defined = set(FLAG_DEF.findall(read(main)))
+                defined = set(FLAG_DEF.findall(read(main) + read(SHARED_FLAGS)))
                 self.assertTrue(defined, "no ABSL_FLAG found in " + main)
                 documented = documented_flags(self.doc, daemon)
                 self.assertEqual(sorted(documented - defined), [],

@@ -7,15 +7,15 @@ instead of storming it; a daemon restart makes the worker register its KV cache 
 import pytest
 
 from mcstore import Code, GetResult, LeaseRef, SessionLostError, UnavailableError
-from mcstore.vllm import connector
-from mcstore.vllm.connector import (LoadJob, MCStoreConnectorStats, MCStoreWorkerMetadata,
-                                    _ReqState, _SchedulerSide)
+from mcstore.vllm import scheduler as scheduler_module
+from mcstore.vllm.connector import LoadJob, MCStoreConnectorStats, MCStoreWorkerMetadata
+from mcstore.vllm.scheduler import SchedulerSide, _ReqState
 
 from test_worker_load import refs, store, worker
 
 
 class FakeTime:
-    """The connector's clock (it reads only time.monotonic), moved by the test."""
+    """The scheduler side's clock (it reads only time.monotonic), moved by the test."""
 
     def __init__(self, now=1000.0):
         self.now = now
@@ -27,7 +27,7 @@ class FakeTime:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeTime()
-    monkeypatch.setattr(connector, "time", fake)
+    monkeypatch.setattr(scheduler_module, "time", fake)
     return fake
 
 
@@ -162,7 +162,7 @@ class FakeSchedClient:
 
 
 def scheduler(stored=8, **cfg):
-    s = object.__new__(_SchedulerSide)
+    s = object.__new__(SchedulerSide)
     s.cfg = {"load": True, "load_async": True, "lease_ttl_ms": 30000, "negative_cache_s": 5.0,
              "negative_cache_blocks": 4096, "unavailable_backoff_s": 2.0}
     s.cfg.update(cfg)

@@ -234,12 +234,8 @@ void GpuMover::Wait(Plan& plan, int64_t deadline_ms) {
   }
 }
 
-std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> requests,
-                                          int64_t deadline_ms) {
-  std::vector<GpuMoveResult> results(requests.size());
-  Plan plan;
+size_t GpuMover::Validate(std::span<const GpuMoveRequest> requests, Plan& plan, uint64_t& total) {
   plan.invalid.resize(requests.size());
-  uint64_t total = 0;
   size_t valid = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const GpuMoveRequest& r = requests[i];
@@ -260,7 +256,37 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
     for (const CopyOp& c : r.copies) total += c.length;
     ++valid;
   }
-  if (valid == 0) {
+  return valid;
+}
+
+void GpuMover::AssignToLanes(std::span<const GpuMoveRequest> requests, uint64_t total, Plan& plan) {
+  // Contiguous runs of requests per lane, about total/lanes bytes each.
+  const size_t lanes = plan.lanes.size();
+  const uint64_t share = (total + lanes - 1) / lanes;
+  size_t li = 0;
+  uint64_t in_lane = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (!plan.invalid[i].ok()) continue;
+    if (in_lane >= share && li + 1 < lanes) {
+      ++li;
+      in_lane = 0;
+    }
+    Plan::LanePlan& lp = plan.lanes[li];
+    for (const CopyOp& c : requests[i].copies) {
+      if (c.length == 0) continue;
+      if (!requests[i].hash_only) lp.ops.push_back(Op{i, c});
+      in_lane += c.length;
+    }
+    if (requests[i].hash_destination || requests[i].hash_source) lp.hashed.push_back(i);
+  }
+}
+
+std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> requests,
+                                          int64_t deadline_ms) {
+  std::vector<GpuMoveResult> results(requests.size());
+  Plan plan;
+  uint64_t total = 0;
+  if (Validate(requests, plan, total) == 0) {
     for (size_t i = 0; i < requests.size(); ++i) results[i].status = plan.invalid[i];
     return results;
   }
@@ -274,31 +300,27 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
     }
     return results;
   }
-  // Contiguous runs of requests per lane, about total/lanes bytes each.
   plan.lanes.resize(lanes.size());
-  const uint64_t share = (total + lanes.size() - 1) / lanes.size();
-  size_t li = 0;
-  uint64_t in_lane = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (!plan.invalid[i].ok()) continue;
-    if (in_lane >= share && li + 1 < lanes.size()) {
-      ++li;
-      in_lane = 0;
-    }
-    Plan::LanePlan& lp = plan.lanes[li];
-    for (const CopyOp& c : requests[i].copies) {
-      if (c.length == 0) continue;
-      if (!requests[i].hash_only) lp.ops.push_back(Op{i, c});
-      in_lane += c.length;
-    }
-    if (requests[i].hash_destination || requests[i].hash_source) lp.hashed.push_back(i);
-  }
+  AssignToLanes(requests, total, plan);
   for (size_t l = 0; l < lanes.size(); ++l) {
     plan.lanes[l].lane = lanes[l];
     Enqueue(plan, l, requests);
   }
   Wait(plan, deadline_ms);
+  const bool abandoned = !Drain(plan);
+  Collect(plan, requests, abandoned, results);
+  if (abandoned) {
+    Logger("transfer")
+        .error(
+            "cuda: streams still busy {} ms after a deadline or error; device "
+            "{} declared lost, GPU transfers disabled",
+            options_.drain_grace_ms, options_.device);
+  }
+  ReleaseLanes(lanes, abandoned);
+  return results;
+}
 
+bool GpuMover::Drain(Plan& plan) {
   // Streams with work in flight (deadline) or in an unknown state (error) must go idle before
   // the caller may touch the memory again.
   const int64_t drain_deadline = clock_.NowMs() + options_.drain_grace_ms;
@@ -316,7 +338,11 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
     }
     if (!idle) abandoned = true;
   }
+  return !abandoned;
+}
 
+void GpuMover::Collect(Plan& plan, std::span<const GpuMoveRequest> requests, bool abandoned,
+                       std::vector<GpuMoveResult>& results) {
   // Per request: bytes of copies in completed submissions; missing ones.
   std::vector<uint64_t> missing(requests.size(), 0);
   std::vector<const absl::Status*> lane_error(requests.size(), nullptr);
@@ -377,15 +403,6 @@ std::vector<GpuMoveResult> GpuMover::Move(std::span<const GpuMoveRequest> reques
     }
     res.status = absl::OkStatus();
   }
-  if (abandoned) {
-    Logger("transfer")
-        .error(
-            "cuda: streams still busy {} ms after a deadline or error; device "
-            "{} declared lost, GPU transfers disabled",
-            options_.drain_grace_ms, options_.device);
-  }
-  ReleaseLanes(lanes, abandoned);
-  return results;
 }
 
 uint64_t GpuMover::batches_submitted() const {

@@ -101,6 +101,15 @@ class GpuMover {
   absl::Status EnsureHashCapacity(Lane& lane, uint32_t count);
   void Enqueue(Plan& plan, size_t lane_index, std::span<const GpuMoveRequest> requests);
   void Wait(Plan& plan, int64_t deadline_ms);
+  // Move()'s steps. Validate: plan.invalid per request; returns how many are valid, adds their
+  // bytes to `total`. AssignToLanes: spreads the valid requests over plan.lanes. Drain: false
+  // when a stream did not go idle within drain_grace_ms (the device is then lost). Collect: each
+  // request's bytes, checksum and status from the lanes' outcome.
+  static size_t Validate(std::span<const GpuMoveRequest> requests, Plan& plan, uint64_t& total);
+  static void AssignToLanes(std::span<const GpuMoveRequest> requests, uint64_t total, Plan& plan);
+  bool Drain(Plan& plan);
+  void Collect(Plan& plan, std::span<const GpuMoveRequest> requests, bool abandoned,
+               std::vector<GpuMoveResult>& results);
 
   CudaApi& api_;
   const GpuMoverOptions options_;

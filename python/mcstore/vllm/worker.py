@@ -2,7 +2,8 @@
 (kv_memory.py's KVMemory: host shared memory or GPU buffers) and mcstore (WorkerSide).
 
 One WorkerSide per vLLM worker process, created by MCStoreConnector for the WORKER role; the
-scheduler side, the metadata passed between the two and the stats live in connector.py.
+scheduler side is in scheduler.py, the metadata passed between the two and the stats in
+connector.py.
 """
 from __future__ import annotations
 
