@@ -322,8 +322,8 @@ void AdminServer::Loop() {
       std::string peer = PeerHost(addr);
       if (static_cast<int>(conns.size()) >= options_.max_connections &&
           per_peer[peer] < options_.max_connections_per_peer) {
-        // Full: the oldest connection still waiting for its request makes room (issue 35,
-        // item 3: a few addresses filled the cap and /healthz went unanswered).
+        // Full: the oldest connection still waiting for its request makes room (otherwise a few
+        // addresses fill the cap and /healthz goes unanswered).
         auto oldest =
             std::find_if(conns.begin(), conns.end(), [](const Conn& c) { return !c.responding; });
         if (oldest != conns.end()) {

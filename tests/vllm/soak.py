@@ -1,4 +1,4 @@
-"""The serving soak (issue 38): vLLM engines serving a stream of requests through mcstore for
+"""The serving soak: vLLM engines serving a stream of requests through mcstore for
 minutes, with the store full and faults injected, and what must hold while it runs.
 
     report = Soak(workdir, duration_s=150, faults=DEFAULT_FAULTS).run()

@@ -1,4 +1,4 @@
-"""Issue 35, items 1 to 3: connections that never speak must not take what authenticated peers
+"""Connections that never speak must not take what authenticated peers
 need.
 
 Item 1: the data plane counted connections still in their handshake against the same caps as
@@ -165,7 +165,7 @@ class DataPlanePendingBudgetTest(cc.ClusterTestMixin, unittest.TestCase):
 
 
 class HttpAdminFloodTest(unittest.TestCase):
-    """Issue 35, item 3: the admin HTTP cap (here 16, 4 per address, requests allowed 10 s) was
+    """The admin HTTP cap (here 16, 4 per address, requests allowed 10 s) was
     filled by silent sockets from a few addresses and /healthz went unanswered (503). When the
     cap is reached a new connection now closes the oldest one still waiting for its request."""
 

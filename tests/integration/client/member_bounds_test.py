@@ -1,6 +1,6 @@
-"""Security issue 35, members bound to their own identity: what a holder of the cluster secret
+"""Members bound to their own identity: what a holder of the cluster secret
 (a compromised member) could do through the master and the data plane beyond its own memory,
-with real daemons on loopback. Each test is one attack as the issue reports it, sent from this
+with real daemons on loopback. Each test is one attack as it was first found, sent from this
 process with the credentials a member holds (master_auth.py, data_plane.py).
 
 - One AddDiskReplicas(recovered=true) naming generation 2^63 - 1 pushed the master's generation

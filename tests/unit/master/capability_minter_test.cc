@@ -112,7 +112,7 @@ TEST_F(Capabilities, PutGrantsWriteOnExactlyThePendingRangeUntilTheWriteDeadline
   EXPECT_EQ(Check(*owner, r, Right::kWrite, r.offset(), r.length()), Denial::kExpired);
 }
 
-// Issue 35, item 4: each WRITE grant of a batch names its own item's key, which the owner checks
+// Each WRITE grant of a batch names its own item's key, which the owner checks
 // on INDEX notice entries (and PromoteStart's the same way, through the same path).
 TEST_F(Capabilities, EachWriteGrantBindsItsItemsKey) {
   auto owner = Register("c1");

@@ -194,7 +194,7 @@ TEST_F(Report, BadItemsAreRefusedOneByOne) {
       {"huge", 5, max + 1, 1, seg, 0},                  // past max_object_size
       {"gen0", 0, 64, 1, seg, 0},                       // generation 0
       {"genmax", kGenerationLimit, 64, 1, seg, 0},      // generation past the limit
-      {"genend", kGenerationLimit - 1, 64, 1, seg, 0},  // one no master issued (issue 35)
+      {"genend", kGenerationLimit - 1, 64, 1, seg, 0},  // one no master issued
       {"foreign", 5, 64, 1, other.segment_ids[0], 0},
       {"unknown", 5, 64, 1, seg + 1000, 0},
       {"unaligned", 5, 64, 1, seg, 32},
@@ -286,7 +286,7 @@ TEST_F(Report, ASizeOrChecksumMismatchOfTheSameGenerationIsInvalid) {
   EXPECT_EQ(m_.svc().ClientSegmentStats("c1").used, 0u);
 }
 
-// Security issue 35, item 4: after a master restart the first report of a key won, so a member
+// After a master restart the first report of a key won, so a member
 // that had an owner record (or itself reported) its own bytes under an existing key made that key
 // answer with them. Conflicting reports are not resolved first-come: the key is dropped and stays
 // disputed until a put of this run ends (a miss, never wrong bytes).

@@ -359,7 +359,7 @@ TEST_F(PutLifecycle, RecoveredGenerationsNeverWrapTheCounter) {
   ASSERT_TRUE(o.status.ok()) << o.status;
   EXPECT_NE(o.generation, 0u);
   EXPECT_LT(o.generation, kGenerationLimit);
-  // Security issue 35: one recovered record with generation 2^63 - 1 (any member may send one)
+  // One recovered record with generation 2^63 - 1 (any member may send one)
   // pushed the counter to its end, and every later put in the cluster failed INTERNAL
   // "generation numbers exhausted" until a restart. A generation no master can have issued
   // (beyond the wall clock kGenerationLeadMs ahead, << 20) is refused and raises nothing.
