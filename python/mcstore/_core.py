@@ -623,6 +623,18 @@ def channel_target(address: str) -> str:
     return address
 
 
+def open_channel(module: Any, address: str, tls: Any) -> Any:
+    """A channel of `module` (grpc or grpc.aio) to `address`: TLS with `tls` (a TlsConfig),
+    plaintext without. Unix sockets take no TLS (their file mode guards them)."""
+    target = channel_target(address)
+    if tls is None:
+        return module.insecure_channel(target, options=CHANNEL_OPTIONS)
+    if target.startswith("unix"):
+        raise ValueError("tls= applies to host:port addresses, not the Unix socket %r" % address)
+    return module.secure_channel(target, tls.credentials(),
+                                 options=CHANNEL_OPTIONS + tls.channel_options())
+
+
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", -1),
     ("grpc.max_receive_message_length", -1),
