@@ -7,12 +7,15 @@ StoreError when an answer does not match its request, never returning a partial 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from mcstore import _wire as W
 from mcstore._buffers import Slice, SharedBuffer
 from mcstore._errors import Code, GetResult, Result, StoreError
 from mcstore._proto import SERVICE, store_pb2
+
+if TYPE_CHECKING:
+    from mcstore._tls import TlsConfig
 
 KeyLike = Union[bytes, bytearray, str]
 ValueLike = Any  # bytes | bytearray | memoryview | numpy.ndarray | torch.Tensor | Slice | list[Slice]
@@ -623,9 +626,9 @@ def channel_target(address: str) -> str:
     return address
 
 
-def open_channel(module: Any, address: str, tls: Any) -> Any:
-    """A channel of `module` (grpc or grpc.aio) to `address`: TLS with `tls` (a TlsConfig),
-    plaintext without. Unix sockets take no TLS (their file mode guards them)."""
+def open_channel(module: Any, address: str, tls: Optional["TlsConfig"]) -> Any:
+    """A channel of `module` (grpc or grpc.aio) to `address`: TLS with `tls`, plaintext
+    without. Unix sockets take no TLS (their file mode guards them): ValueError."""
     target = channel_target(address)
     if tls is None:
         return module.insecure_channel(target, options=CHANNEL_OPTIONS)
