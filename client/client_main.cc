@@ -18,6 +18,21 @@ ABSL_FLAG(
     std::string, listen, "",
     "Store gRPC on TCP HOST:PORT (port 0 = free port); empty = off (the default: local "
     "applications use --unix_socket). Needs --store_token_file unless --store_tcp_auth=false");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "serve --listen over TLS with this certificate chain (PEM, leaf first; its "
+          "subjectAltName must name the address applications dial); also this daemon's client "
+          "certificate towards a TLS master. With --tls_key_file");
+ABSL_FLAG(std::string, tls_key_file, "",
+          "private key (PEM, mode 0600 or stricter) of --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "with --tls_cert_file: --listen requires every caller to present a certificate "
+          "chaining to this CA bundle (PEM)");
+ABSL_FLAG(std::string, master_tls_ca_file, "",
+          "call the master over TLS; its certificate must chain to this CA bundle (PEM) and name "
+          "each --master address (or --master_tls_server_name) in its subjectAltName");
+ABSL_FLAG(std::string, master_tls_server_name, "",
+          "with --master_tls_ca_file: check the master's certificate against this name instead "
+          "of the host of the address dialled");
 ABSL_FLAG(int64_t, grpc_handshake_timeout_ms, 5000,
           "Store gRPC (TCP and Unix socket): a connection that has not completed its HTTP/2 "
           "handshake within this is closed (100..120000)");
@@ -201,6 +216,9 @@ namespace {
 
 void StoreFromFlags(ClientServerOptions& o, daemon::Problems& problems) {
   o.listen = absl::GetFlag(FLAGS_listen);
+  o.tls.cert_file = AbsolutePath(absl::GetFlag(FLAGS_tls_cert_file));
+  o.tls.key_file = AbsolutePath(absl::GetFlag(FLAGS_tls_key_file));
+  o.tls.client_ca_file = AbsolutePath(absl::GetFlag(FLAGS_tls_client_ca_file));
   // Relative paths are resolved against the working directory once, so the ready file and the
   // logs name absolute ones that hold from anywhere.
   o.unix_socket = AbsolutePath(absl::GetFlag(FLAGS_unix_socket));
@@ -241,6 +259,8 @@ void StoreFromFlags(ClientServerOptions& o, daemon::Problems& problems) {
 
 void ClusterFromFlags(ClientServerOptions& o) {
   o.master = absl::GetFlag(FLAGS_master);
+  o.master_tls.ca_file = AbsolutePath(absl::GetFlag(FLAGS_master_tls_ca_file));
+  o.master_tls.server_name = absl::GetFlag(FLAGS_master_tls_server_name);
   o.http = absl::GetFlag(FLAGS_http);
   o.data = absl::GetFlag(FLAGS_data);
   o.advertise_host = absl::GetFlag(FLAGS_advertise_host);

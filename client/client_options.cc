@@ -63,6 +63,28 @@ void ValidateStore(const ClientServerOptions& o, Checker& check) {
   check(o.store.max_request_slices >= 1, "--store_max_request_slices must be >= 1");
 }
 
+// The daemon's certificate serves --listen and, with --master_tls_ca_file, identifies it to the
+// master; a certificate that does neither is a mistake worth naming.
+void ValidateTls(const ClientServerOptions& o, std::vector<std::string>& problems) {
+  const TlsFlagNames master_names{.cert = "--tls_cert_file",
+                                  .key = "--tls_key_file",
+                                  .ca = "--master_tls_ca_file",
+                                  .server_name = "--master_tls_server_name"};
+  for (std::string& p : TlsServerProblems(o.tls)) problems.push_back(std::move(p));
+  if (o.tls.enabled() && o.listen.empty() && !o.master_tls.enabled()) {
+    problems.push_back(
+        "--tls_cert_file serves the TCP Store listener (--listen) and identifies this daemon to a "
+        "TLS master (--master_tls_ca_file): give either, or drop it");
+  }
+  if (!o.tls.client_ca_file.empty() && o.listen.empty()) {
+    problems.push_back("--tls_client_ca_file needs --listen (the Unix socket has no TLS)");
+  }
+  // The pair was checked above; here the CA and the server name.
+  for (std::string& p : TlsChannelProblems(o.master_tls, master_names)) {
+    problems.push_back(std::move(p));
+  }
+}
+
 void ValidateMasterAndPuts(const ClientServerOptions& o, Checker& check) {
   check(o.lease_release_delay_us >= 0, "--lease_release_delay_us must be >= 0");
   check(o.put_no_space_wait_ms >= 0, "--put_no_space_wait_ms must be >= 0");
@@ -130,7 +152,9 @@ std::vector<std::string> ClientServerOptions::Validate() const {
   ValidateTransfer(*this, check);
   ValidateGpu(*this, check);
   ValidateTier(*this, check);
-  return check.Take();
+  std::vector<std::string> problems = check.Take();
+  ValidateTls(*this, problems);
+  return problems;
 }
 
 }  // namespace mc::client

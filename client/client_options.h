@@ -22,6 +22,7 @@
 #include "common/auth.h"
 #include "common/http_admin.h"
 #include "offload/disk_tier.h"
+#include "proto/grpc_tls.h"
 #include "transfer/tcp/server.h"
 #include "transfer/transfer_engine.h"
 
@@ -29,6 +30,10 @@ namespace mc::client {
 
 struct ClientServerOptions {
   std::string master = "127.0.0.1:50051";  // mc-master gRPC
+  // TLS towards the master (proto/grpc_tls.h): on when ca_file is set (ca_file and server_name
+  // only; the daemon's own certificate, `tls` below, is its client certificate when set). Every
+  // master address (a leader a standby names included) is dialled with these credentials.
+  TlsChannelFiles master_tls;
   // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).
   auth::ClusterKeysPtr cluster_keys;
   // With cluster_keys: how long past its expiry (on the master's clock, as estimated from the
@@ -36,6 +41,8 @@ struct ClientServerOptions {
   int64_t capability_clock_skew_ms = 1000;
   std::string listen;                      // Store gRPC on TCP; empty = off (needs store_token)
   std::string unix_socket;                 // Store gRPC on a Unix socket; empty = off
+  // TLS on the TCP Store listener (`listen`); the Unix socket stays plaintext.
+  TlsServerFiles tls;
   // Store gRPC (TCP and Unix socket): a connection that has not completed its HTTP/2 handshake
   // within this is closed (docs/security.md, "Connections before any credential").
   int64_t grpc_handshake_timeout_ms = 5000;

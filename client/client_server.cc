@@ -79,10 +79,19 @@ absl::Status ClientServer::Start() {
   FillDefaults();
   MC_RETURN_IF_ERROR(OpenMemory());
   MC_RETURN_IF_ERROR(OpenDiskTier());
+  TlsChannelFiles master_tls = options_.master_tls;
+  if (master_tls.enabled()) {
+    master_tls.cert_file = options_.tls.cert_file;  // our client certificate, when we have one
+    master_tls.key_file = options_.tls.key_file;
+  }
+  MC_ASSIGN_OR_RETURN(ChannelSecurity master_security,
+                      ChannelSecurity::Make(master_tls, {.ca = "--master_tls_ca_file"}));
+  if (master_security.tls()) Logger("client").info("master calls over TLS ({})", options_.master);
   master_ = CreateGrpcMasterClient({.address = options_.master,
                                     .rpc_timeout_ms = options_.master_rpc_timeout_ms,
                                     .release_delay_us = options_.lease_release_delay_us,
-                                    .cluster_keys = options_.cluster_keys});
+                                    .cluster_keys = options_.cluster_keys,
+                                    .security = std::move(master_security)});
   MC_RETURN_IF_ERROR(StartDataPlane());  // its bound port is our endpoint
   MC_RETURN_IF_ERROR(StartTransferEngine());
   StartSession();
@@ -358,7 +367,14 @@ absl::Status ClientServer::StartGrpc() {
   grpc::ServerBuilder builder;
   int port = 0;
   if (!options_.listen.empty()) {
-    builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+    MC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                        MakeServerCredentials(options_.tls));
+    if (options_.tls.enabled()) {
+      Logger("client").info(
+          "Store listener {} serves TLS{}", options_.listen,
+          options_.tls.client_ca_file.empty() ? "" : " (client certificates required)");
+    }
+    builder.AddListeningPort(options_.listen, credentials, &port);
   }
   if (!options_.unix_socket.empty()) {
     // sockaddr_un::sun_path holds 107 bytes and a NUL; gRPC would fail without saying why.

@@ -13,7 +13,11 @@
 #   MC_CLIENT<i>_ARGS extra flags of client i only (after MC_CLIENT_ARGS: a flag given in both
 #   takes this value; e.g. MC_CLIENT1_ARGS="--segment_size 0" makes client1 a pure client),
 #   MC_AUTH=0 for an unauthenticated cluster (default: a cluster secret in the run directory,
-#   run/cluster/cluster.secret, given to every daemon; mc-admin needs --cluster_secret_file too).
+#   run/cluster/cluster.secret, given to every daemon; mc-admin needs --cluster_secret_file too),
+#   MC_TLS: "master" (default) serves the master's gRPC over TLS, "all" also the clients' TCP Store
+#   listeners, 0 none. The certificates (a throwaway CA, one certificate for 127.0.0.1/localhost)
+#   are made once into run/cluster/tls/ (deploy/make-tls-certs.sh); tools then need
+#   --tls_ca_file run/cluster/tls/ca.pem (mc-admin, mc-bench) or tls= (Python).
 set -euo pipefail
 # Paths from the environment are taken relative to the caller's directory (absolute ones as
 # they are); the defaults are relative to the repository root.
@@ -147,8 +151,21 @@ start() {
     fi
     auth=(--cluster_secret_file "$run/cluster.secret")
   fi
+  # TLS (docs/security.md): on the master's listener by default (small RPCs: it costs little);
+  # MC_TLS=all also on the Store TCP listeners (inline payloads), MC_TLS=0 off.
+  local master_tls=() client_tls=()
+  case "${MC_TLS:-master}" in
+    0) ;;
+    master | all)
+      ./deploy/make-tls-certs.sh "$run/tls"
+      master_tls=(--tls_cert_file "$run/tls/cert.pem" --tls_key_file "$run/tls/cert.key")
+      client_tls=(--master_tls_ca_file "$run/tls/ca.pem")
+      [[ "${MC_TLS:-master}" == all ]] && client_tls+=("${master_tls[@]}")
+      ;;
+    *) echo "local-cluster: MC_TLS must be master, all or 0" >&2; exit 2 ;;
+  esac
   launch master "$build/master/mc-master" --listen 127.0.0.1:0 --http 127.0.0.1:0 "${auth[@]}" \
-    --ready_file "$run/master.json" ${MC_MASTER_ARGS:-}
+    "${master_tls[@]}" --ready_file "$run/master.json" ${MC_MASTER_ARGS:-}
   wait_ready "$run/master.json" "$(cat "$run/master.pid")" master
   local master
   master=$(field "$run/master.json" grpc)
@@ -156,13 +173,14 @@ start() {
     local per="MC_CLIENT${i}_ARGS"
     launch "client$i" "$build/client/mc-client" --master "$master" --listen 127.0.0.1:0 \
       --http 127.0.0.1:0 --data 127.0.0.1:0 --unix_socket "$run/client$i.sock" \
-      --client_id "client$i" "${auth[@]}" --store_token_file "$run/store.token" \
+      --client_id "client$i" "${auth[@]}" --store_token_file "$run/store.token" "${client_tls[@]}" \
       --segment_size "$segment" --ready_file "$run/client$i.json" ${MC_CLIENT_ARGS:-} ${!per:-}
   done
   for i in $(seq 1 "$n"); do
     wait_ready "$run/client$i.json" "$(cat "$run/client$i.pid")" "client$i"
   done
   echo "local-cluster: master gRPC $master, HTTP $(field "$run/master.json" http), Store token $run/store.token"
+  ((${#master_tls[@]})) && echo "local-cluster: TLS (${MC_TLS:-master}), CA $run/tls/ca.pem"
   for i in $(seq 1 "$n"); do
     echo "local-cluster: client$i Store $(field "$run/client$i.json" grpc) (unix:$run/client$i.sock), HTTP $(field "$run/client$i.json" http)"
   done

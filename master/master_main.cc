@@ -84,6 +84,14 @@ ABSL_FLAG(std::string, advertise_address, "",
 ABSL_FLAG(int64_t, leader_ttl_s, 3,
           "etcd lease TTL of the leadership: a dead leader is replaced about this long after it "
           "stopped; a leader whose lease refresh is overdue stops serving");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "serve gRPC over TLS with this certificate chain (PEM, leaf first; its subjectAltName "
+          "must name the address clients dial); with --tls_key_file");
+ABSL_FLAG(std::string, tls_key_file, "",
+          "private key (PEM, mode 0600 or stricter) of --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "with --tls_cert_file: require every caller to present a certificate chaining to this "
+          "CA bundle (PEM)");
 
 namespace {
 
@@ -96,6 +104,9 @@ void ServerFromFlags(MasterServerOptions& opts) {
   opts.maintenance_interval_ms = absl::GetFlag(FLAGS_maintenance_interval_ms);
   opts.max_batch_items = absl::GetFlag(FLAGS_max_batch_items);
   opts.grpc_handshake_timeout_ms = absl::GetFlag(FLAGS_grpc_handshake_timeout_ms);
+  opts.tls.cert_file = mc::AbsolutePath(absl::GetFlag(FLAGS_tls_cert_file));
+  opts.tls.key_file = mc::AbsolutePath(absl::GetFlag(FLAGS_tls_key_file));
+  opts.tls.client_ca_file = mc::AbsolutePath(absl::GetFlag(FLAGS_tls_client_ca_file));
   opts.rpc_auth.max_clock_skew_ms = absl::GetFlag(FLAGS_auth_max_clock_skew_ms);
   opts.rpc_auth.replay_cache_entries = absl::GetFlag(FLAGS_auth_replay_cache_entries);
 }

@@ -32,6 +32,7 @@ std::vector<std::string> MasterServerOptions::Validate() const {
   check(master.object_report_timeout_ms >= 0, "--object_report_timeout_ms must be >= 0");
   check(master.forget_batch >= 1, "--forget_batch must be >= 1");
   check(master.forget_queue_limit >= 1, "--forget_queue_limit must be >= 1");
+  for (std::string& p : TlsServerProblems(tls)) problems.push_back(std::move(p));
   return problems;
 }
 
@@ -86,9 +87,16 @@ absl::Status MasterServer::Start() {
   metrics_.AddCallbackGauge("mc_ssd_capacity_bytes", "SSD tier capacity, all clients",
                             [svc] { return static_cast<double>(svc->Snapshot().disk_capacity); });
 
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                      MakeServerCredentials(options_.tls));
+  if (options_.tls.enabled()) {
+    Logger("master").info(
+        "gRPC listener {} serves TLS{}", options_.listen,
+        options_.tls.client_ca_file.empty() ? "" : " (client certificates required)");
+  }
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(options_.listen, credentials, &bound_port);
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
   MC_RETURN_IF_ERROR(SetGrpcHandshakeTimeout(builder, options_.grpc_handshake_timeout_ms));

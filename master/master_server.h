@@ -23,6 +23,7 @@
 #include "master/leader_election.h"
 #include "master/metadata_service.h"
 #include "master/rpc_auth.h"
+#include "proto/grpc_tls.h"
 
 namespace grpc {
 class Server;
@@ -41,6 +42,9 @@ struct MasterServerOptions {
   // SETTINGS) within this is closed: silent connections cannot pile up before any credential
   // is checked (docs/security.md, "Connections before any credential").
   int64_t grpc_handshake_timeout_ms = 5000;
+  // TLS on the gRPC listener (proto/grpc_tls.h): off without a certificate; with a client CA
+  // every caller must present a certificate that chains to it.
+  TlsServerFiles tls;
   MasterOptions master;
   AdminServerOptions admin;  // limits; host, port and metrics come from `http`
   // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).

@@ -29,6 +29,14 @@ ABSL_FLAG(std::string, token_file, "",
           "file holding the Store token, needed over TCP (default: $MCSTORE_TOKEN_FILE)");
 ABSL_FLAG(std::string, fd_socket, "",
           "--client's fd socket for shm buffers (default: <PATH>.fd of --client unix:PATH)");
+ABSL_FLAG(std::string, tls_ca_file, "",
+          "dial TCP targets over TLS: their certificates must chain to this CA bundle (PEM) and "
+          "name the host dialled (or --tls_server_name) in their subjectAltName");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "with --tls_ca_file: client certificate (PEM) for servers that require one");
+ABSL_FLAG(std::string, tls_key_file, "", "private key (PEM, mode 0600) of --tls_cert_file");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "with --tls_ca_file: check server certificates against this name instead of the host");
 ABSL_FLAG(std::string, put_fd_socket, "", "--put_client's fd socket (default: likewise)");
 ABSL_FLAG(std::string, value_size, "1048576",
           "bytes per value; K/M/G or KiB/MiB/GiB suffixes (1024-based)");
@@ -109,6 +117,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--token_file: %s\n", std::string(token.status().message()).c_str());
     return 2;
   }
+  absl::StatusOr<mc::ChannelSecurity> security =
+      mc::tools::ToolChannelSecurity({.ca_file = absl::GetFlag(FLAGS_tls_ca_file),
+                                      .cert_file = absl::GetFlag(FLAGS_tls_cert_file),
+                                      .key_file = absl::GetFlag(FLAGS_tls_key_file),
+                                      .server_name = absl::GetFlag(FLAGS_tls_server_name)});
+  if (!security.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(security.status().message()).c_str());
+    return 2;
+  }
+  o.security = *security;
   if (o.client.empty()) {
     std::fprintf(stderr, "--client is required (or --baseline)\n");
     return 2;
@@ -130,6 +148,7 @@ int main(int argc, char** argv) {
     mc::bench::PrefixBenchOptions p;
     p.client = o.client;
     p.store_token = o.store_token;
+    p.security = o.security;
     p.chain = absl::GetFlag(FLAGS_prefix_keys);
     if (!mc::ParseBytes(absl::GetFlag(FLAGS_prefix_value_size), &p.value_size)) {
       std::fprintf(stderr, "bad --prefix_value_size\n");

@@ -113,7 +113,8 @@ int RunPrefixBench(const PrefixBenchOptions& o, FILE* out) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  auto stub = v1::Store::NewStub(tools::MakeStoreChannel(o.client, args, o.store_token));
+  auto stub =
+      v1::Store::NewStub(tools::MakeStoreChannel(o.client, args, o.store_token, "", o.security));
   const std::string prefix = o.key_prefix.empty() ? absl::StrCat("mcp-", getpid()) : o.key_prefix;
   const std::vector<std::string> keys = ChainKeys(prefix, o.chain);
   if (!PutChain(stub.get(), keys, o.value_size, o.timeout_ms, out)) {

@@ -9,11 +9,14 @@
 #include <cstdio>
 #include <string>
 
+#include "proto/grpc_tls.h"
+
 namespace mc::bench {
 
 struct PrefixBenchOptions {
   std::string client;             // Store address (HOST:PORT or unix:PATH)
   std::string store_token;        // sent with every call (TCP Store listeners need it)
+  ChannelSecurity security;       // TLS towards TCP targets (--tls_ca_file ...); default plaintext
   int chain = 1000;               // keys in the chain (one MatchPrefix names them all)
   uint64_t value_size = 4096;     // bytes per value put under each key
   int iterations = 200;           // timed MatchPrefix RPCs per run

@@ -33,13 +33,14 @@ constexpr double kGB = 1e9;
 
 // `token` and `owner` (an fd session's) go with every call.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, const std::string& token,
-                                           const std::string& owner) {
+                                           const std::string& owner,
+                                           const ChannelSecurity& security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   // Each worker gets its own connection rather than sharing one HTTP/2 connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return tools::MakeStoreChannel(target, args, token, owner);
+  return tools::MakeStoreChannel(target, args, token, owner, security);
 }
 
 // The fd session with the daemon at `target` (its fd socket `fd_socket`, default next to a
@@ -206,8 +207,10 @@ class Runner {
     const std::string get_owner = get_session_ ? get_session_->owner() : "";
     const std::string put_owner = put_session != nullptr ? put_session->owner() : "";
     for (int t = 0; t < o_.threads; ++t) {
-      get_stubs_.push_back(v1::Store::NewStub(MakeChannel(o_.client, o_.store_token, get_owner)));
-      put_stubs_.push_back(v1::Store::NewStub(MakeChannel(put_target, o_.store_token, put_owner)));
+      get_stubs_.push_back(
+          v1::Store::NewStub(MakeChannel(o_.client, o_.store_token, get_owner, o_.security)));
+      put_stubs_.push_back(
+          v1::Store::NewStub(MakeChannel(put_target, o_.store_token, put_owner, o_.security)));
     }
     slot_count_ = static_cast<uint64_t>(o_.threads) * static_cast<uint64_t>(o_.batch);
     if (!shm_.Create(slot_count_ * o_.value_size, out_)) return false;

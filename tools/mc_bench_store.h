@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+
 #include <vector>
+#include "proto/grpc_tls.h"
 
 namespace mc::bench {
 
@@ -16,6 +18,7 @@ struct StoreBenchOptions {
   std::string client;         // daemon gets go through (HOST:PORT or unix:PATH)
   std::string put_client;     // daemon puts go through; empty = `client`
   std::string store_token;    // sent with every call (TCP Store listeners need it)
+  ChannelSecurity security;   // TLS towards TCP targets (--tls_ca_file ...); default plaintext
   std::string fd_socket;      // `client`'s fd socket; empty = <PATH>.fd of unix:PATH
   std::string put_fd_socket;  // `put_client`'s; empty = likewise
   uint64_t value_size = 1ull << 20;

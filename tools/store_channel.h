@@ -1,7 +1,9 @@
 // MakeStoreChannel: a Store channel whose every call carries fixed metadata: the Store token
 // (`authorization: Bearer ...`, needed over TCP) and the owner token of an fd session whose
 // buffers the calls use (`x-mc-owner`); ReadStoreTokenFile: that token, from the tools'
-// --token_file or $MCSTORE_TOKEN_FILE. See docs/security.md.
+// --token_file or $MCSTORE_TOKEN_FILE; ToolChannelSecurity: the tools' TLS flags (--tls_ca_file,
+// --tls_cert_file, --tls_key_file, --tls_server_name) checked and turned into channel
+// credentials. See docs/security.md.
 #pragma once
 
 #include <cstdlib>
@@ -14,7 +16,9 @@
 #include <grpcpp/support/client_interceptor.h>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_join.h"
 #include "common/auth.h"
+#include "proto/grpc_tls.h"
 
 namespace mc::tools {
 
@@ -48,18 +52,27 @@ class AddCallMetadataFactory final : public grpc::experimental::ClientIntercepto
   std::shared_ptr<const CallMetadata> md_;
 };
 
-// `token` and `owner` may be empty (then not sent).
-inline std::shared_ptr<grpc::Channel> MakeStoreChannel(const std::string& target,
-                                                       const grpc::ChannelArguments& args,
-                                                       const std::string& token,
-                                                       const std::string& owner = "") {
+// `token` and `owner` may be empty (then not sent). `security` applies to TCP targets; unix:
+// targets stay plaintext.
+inline std::shared_ptr<grpc::Channel> MakeStoreChannel(
+    const std::string& target, grpc::ChannelArguments args, const std::string& token,
+    const std::string& owner = "", const ChannelSecurity& security = ChannelSecurity()) {
   auto md = std::make_shared<CallMetadata>();
   if (!token.empty()) md->emplace_back("authorization", "Bearer " + token);
   if (!owner.empty()) md->emplace_back("x-mc-owner", owner);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
   factories.push_back(std::make_unique<AddCallMetadataFactory>(md));
+  security.ApplyTo(args);
   return grpc::experimental::CreateCustomChannelWithInterceptors(
-      target, grpc::InsecureChannelCredentials(), args, std::move(factories));
+      target, security.CredentialsFor(target), args, std::move(factories));
+}
+
+// The tools' TLS flags: every problem at once (joined), else the security of their channels.
+inline absl::StatusOr<ChannelSecurity> ToolChannelSecurity(const TlsChannelFiles& files) {
+  const TlsFlagNames names{.ca = "--tls_ca_file"};
+  std::vector<std::string> problems = TlsChannelProblems(files, names);
+  if (!problems.empty()) return absl::InvalidArgumentError(absl::StrJoin(problems, "; "));
+  return ChannelSecurity::Make(files, names);
 }
 
 // The Store token in `flag_path`, or in $MCSTORE_TOKEN_FILE when the flag is empty; "" when

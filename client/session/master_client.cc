@@ -266,8 +266,7 @@ class GrpcMasterClient final : public MasterClient {
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     auto target = std::make_unique<Target>();
     target->address = address;
-    target->stub = v1::Master::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    target->stub = v1::Master::NewStub(options_.security.CreateChannel(address, args));
     targets_.push_back(std::move(target));
   }
   Target* Current(size_t* index) {

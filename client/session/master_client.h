@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "common/auth.h"
 #include "mcstore/v1/master.grpc.pb.h"
+#include "proto/grpc_tls.h"
 
 namespace mc::client {
 
@@ -81,6 +82,9 @@ struct GrpcMasterClientOptions {
   int64_t release_delay_us = 1000;
   // The cluster credential; null = send no credentials (a master with --auth=false).
   auth::ClusterKeysPtr cluster_keys = nullptr;
+  // Credentials of every channel to a master (each address, and a leader a standby names):
+  // plaintext by default, TLS with ChannelSecurity::Make.
+  ChannelSecurity security{};
 };
 
 std::unique_ptr<MasterClient> CreateGrpcMasterClient(const GrpcMasterClientOptions& options);

@@ -9,7 +9,8 @@
 
 Exports: Client, AsyncClient, Lease, LeaseRef, AsyncLease, SharedBuffer, GpuBuffer, Slice, PreparedSlices,
 BlockLayout, LayoutBlocks, BufferPool, Block, Code,
-Result, GetResult, StoreError, UnavailableError, SessionLostError, raise_for_results. See docs/python.md.
+Result, GetResult, StoreError, UnavailableError, SessionLostError, raise_for_results, TlsConfig.
+See docs/python.md.
 """
 
 # The generated stubs (mcstore.v1) may live in another directory named mcstore on sys.path:
@@ -44,6 +45,7 @@ _EXPORTS = {
     "UnavailableError": "mcstore._errors",
     "SessionLostError": "mcstore._errors",
     "raise_for_results": "mcstore._errors",
+    "TlsConfig": "mcstore._tls",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from mcstore._core import BlockLayout, LayoutBlocks, PreparedSlices
     from mcstore._client import Client, Lease, LeaseRef
     from mcstore._pool import Block, BufferPool
+    from mcstore._tls import TlsConfig
     from mcstore._errors import (Code, GetResult, Result, SessionLostError, StoreError,
                                  UnavailableError, raise_for_results)
 

@@ -13,6 +13,7 @@ import grpc.aio
 from mcstore import _core
 from mcstore._buffers import SharedBuffer, Slice
 from mcstore._client import Client, LeaseRef
+from mcstore._tls import TlsArg, tls_config
 from mcstore._core import IntoArg, KeyLike, ValuesArg
 from mcstore._errors import Code, GetResult, Result, StoreError
 from mcstore._gpu import GpuBuffer
@@ -66,18 +67,18 @@ class AsyncClient:
     synchronous control channel, so SharedBuffer.close() works from any thread."""
 
     def __init__(self, address: str, timeout_s: float = 10.0, *, token: Optional[str] = None,
-                 token_file: Optional[str] = None, fd_socket: Optional[str] = None) -> None:
+                 token_file: Optional[str] = None, fd_socket: Optional[str] = None,
+                 tls: TlsArg = None) -> None:
         self.address = address
         self.timeout_s = float(timeout_s)
         if self.timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
-        self._channel = grpc.aio.insecure_channel(_core.channel_target(address),
-                                                  options=_core.CHANNEL_OPTIONS)
+        self._channel = _core.open_channel(grpc.aio, address, tls_config(tls))
         self._rpc: Dict[str, Any] = _core.unary_stubs(self._channel, (
             "BatchPut", "BatchGet", "BatchExist", "MatchPrefix", "ReleaseLease", "BatchRemove"))
         # buffers and their fd session; no connection until used
         self._control = Client(address, timeout_s, token=token, token_file=token_file,
-                               fd_socket=fd_socket)
+                               fd_socket=fd_socket, tls=tls)
         self._checker = self._control._checker
         self._packed_match = True
         self.closed = False

@@ -19,6 +19,7 @@ from mcstore._fdchannel import FdSession, default_fd_socket
 from mcstore._gpu import (CUDA_IPC_HANDLE_BYTES, GPU_BUFFER_ID_BIT, GpuBuffer,
                           export_cuda_tensor)
 from mcstore._proto import GPU_SERVICE, gpu_pb2, store_pb2
+from mcstore._tls import TlsArg, TlsConfig, tls_config
 
 T = TypeVar("T")
 
@@ -96,10 +97,15 @@ class Client:
     Buffers are registered by passing their file descriptor over the daemon's fd socket
     (`fd_socket=`, default "<unix socket>.fd", or $MCSTORE_FD_SOCKET); the session this opens
     owns them until close(), and its owner token goes with every call as `x-mc-owner`.
+
+    TLS: for a daemon whose TCP listener serves TLS (--tls_cert_file), pass `tls=` a TlsConfig
+    (CA file, optional client certificate and key, optional server name) or just the CA file's
+    path. Unix-socket addresses take no TLS (ValueError).
     """
 
     def __init__(self, address: str, timeout_s: float = 10.0, *, token: Optional[str] = None,
-                 token_file: Optional[str] = None, fd_socket: Optional[str] = None) -> None:
+                 token_file: Optional[str] = None, fd_socket: Optional[str] = None,
+                 tls: TlsArg = None) -> None:
         self.address = address
         self.timeout_s = float(timeout_s)
         if self.timeout_s <= 0:
@@ -108,8 +114,8 @@ class Client:
         self.fd_socket = (fd_socket or default_fd_socket(address)
                           or os.environ.get("MCSTORE_FD_SOCKET") or None)
         self._fd_session: Optional[FdSession] = None
-        self._channel = grpc.insecure_channel(_core.channel_target(address),
-                                              options=_core.CHANNEL_OPTIONS)
+        self.tls: Optional[TlsConfig] = tls_config(tls)
+        self._channel = _core.open_channel(grpc, address, self.tls)
         self._rpc: Dict[str, Any] = _core.unary_stubs(self._channel, (
             "RegisterBuffer", "UnregisterBuffer", "BatchPut", "BatchGet", "BatchExist",
             "MatchPrefix", "ReleaseLease", "BatchRemove"))

@@ -7,12 +7,15 @@ StoreError when an answer does not match its request, never returning a partial 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from mcstore import _wire as W
 from mcstore._buffers import Slice, SharedBuffer
 from mcstore._errors import Code, GetResult, Result, StoreError
 from mcstore._proto import SERVICE, store_pb2
+
+if TYPE_CHECKING:
+    from mcstore._tls import TlsConfig
 
 KeyLike = Union[bytes, bytearray, str]
 ValueLike = Any  # bytes | bytearray | memoryview | numpy.ndarray | torch.Tensor | Slice | list[Slice]
@@ -621,6 +624,18 @@ def channel_target(address: str) -> str:
     if ":" not in address:
         raise ValueError("address %r has no port (\"host:port\" or \"unix:/path\")" % address)
     return address
+
+
+def open_channel(module: Any, address: str, tls: Optional["TlsConfig"]) -> Any:
+    """A channel of `module` (grpc or grpc.aio) to `address`: TLS with `tls`, plaintext
+    without. Unix sockets take no TLS (their file mode guards them): ValueError."""
+    target = channel_target(address)
+    if tls is None:
+        return module.insecure_channel(target, options=CHANNEL_OPTIONS)
+    if target.startswith("unix"):
+        raise ValueError("tls= applies to host:port addresses, not the Unix socket %r" % address)
+    return module.secure_channel(target, tls.credentials(),
+                                 options=CHANNEL_OPTIONS + tls.channel_options())
 
 
 CHANNEL_OPTIONS = [

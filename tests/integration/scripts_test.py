@@ -33,6 +33,10 @@ class LocalClusterPathsTest(unittest.TestCase):
         for f in ("master.json", "client1.json", "client1.sock", "master.log"):
             self.assertTrue(os.path.exists(os.path.join(run_dir, f)), f)
         self.assertIn("unix:" + os.path.join(run_dir, "client1.sock"), res.stdout)
+        # TLS on the master by default, with a throwaway CA whose keys only the owner reads.
+        self.assertIn("TLS (master), CA " + os.path.join(run_dir, "tls", "ca.pem"), res.stdout)
+        for key in ("ca.key", "cert.key"):
+            self.assertEqual(os.stat(os.path.join(run_dir, "tls", key)).st_mode & 0o777, 0o600)
         res = self.run_script(cwd, env, "stop")
         self.assertEqual(res.returncode, 0, res.stderr)
         self.assertFalse(any(f.endswith(".pid") for f in os.listdir(run_dir)))

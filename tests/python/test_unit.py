@@ -239,6 +239,30 @@ def test_token_goes_in_the_metadata(tmp_path, monkeypatch):
     c.close()
 
 
+def test_tls_config_checks_its_files(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")  # read only when a channel is made
+    with pytest.raises(ValueError, match="ca_file"):
+        mcstore.TlsConfig(ca_file="")
+    with pytest.raises(ValueError, match="go together"):
+        mcstore.TlsConfig(ca_file=str(ca), cert_file=str(ca))
+    key = tmp_path / "k.pem"
+    key.write_text("key")
+    key.chmod(0o644)
+    loose = mcstore.TlsConfig(ca_file=str(ca), cert_file=str(ca), key_file=str(key))
+    with pytest.raises(PermissionError, match="chmod 600"):
+        Client("127.0.0.1:1", tls=loose)
+    with pytest.raises(ValueError, match="Unix socket"):
+        Client("unix:/run/x.sock", tls=str(ca))
+    with pytest.raises(TypeError):
+        Client("127.0.0.1:1", tls=42)
+    c = Client("127.0.0.1:1", tls=str(ca))  # the CA path alone: server-side TLS
+    assert c.tls == mcstore.TlsConfig(ca_file=str(ca))
+    c.close()
+    assert mcstore.TlsConfig(ca_file=str(ca), server_name="m").channel_options() == [
+        ("grpc.ssl_target_name_override", "m")]
+
+
 def test_closed_client_refuses(dead_client):
     dead_client.close()
     with pytest.raises(ValueError, match="closed"):

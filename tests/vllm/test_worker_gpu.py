@@ -139,3 +139,22 @@ def test_config_checks_the_gpu_keys():
             cfg(cuda_device=bad)
     with pytest.raises(ValueError, match="fake_gpu"):
         cfg(fake_gpu="yes")
+
+
+def test_config_passes_tls_to_the_client(tmp_path):
+    from types import SimpleNamespace
+
+    from mcstore import TlsConfig
+    from mcstore.vllm.connector import _client, _config
+
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    ktc = SimpleNamespace(kv_connector_extra_config=dict(
+        address="127.0.0.1:1", tls_ca_file=str(ca), tls_server_name="store.example"))
+    c = _client(_config(SimpleNamespace(kv_transfer_config=ktc)))
+    assert c.tls == TlsConfig(ca_file=str(ca), server_name="store.example")
+    c.close()
+    ktc.kv_connector_extra_config = dict(address="127.0.0.1:1")
+    c = _client(_config(SimpleNamespace(kv_transfer_config=ktc)))
+    assert c.tls is None
+    c.close()

@@ -76,6 +76,10 @@ _DEFAULTS = {
     "unavailable_backoff_s": 2.0,   # the store down: lookups are misses this long, not RPCs
     "token_file": None,       # Store token over TCP (default: $MCSTORE_TOKEN_FILE)
     "fd_socket": None,        # where buffers are passed (default: <unix socket>.fd)
+    "tls_ca_file": None,      # TCP address with TLS: the CA the daemon's certificate chains to
+    "tls_cert_file": None,    # ... a client certificate and key, when the daemon requires one
+    "tls_key_file": None,
+    "tls_server_name": None,  # ... the name to check instead of the address's host
     "cuda_device": None,      # KV cache on a GPU: mc-client's ordinal of it (default: vLLM's)
     "fake_gpu": False,        # tests only: host KV posing as GPU memory (mc-client-fakegpu)
 }
@@ -408,11 +412,15 @@ class _MCStorePromMetrics(_prom_base()):
 
 
 def _client(cfg: dict[str, Any]):
-    from mcstore import Client
+    from mcstore import Client, TlsConfig
     # token_file / fd_socket: optional (a TCP address needs the token; buffers need the fd
-    # socket, next to a Unix-socket address by default).
+    # socket, next to a Unix-socket address by default); tls_*: TLS to a TCP address.
+    tls = None
+    if cfg["tls_ca_file"]:
+        tls = TlsConfig(ca_file=cfg["tls_ca_file"], cert_file=cfg["tls_cert_file"],
+                        key_file=cfg["tls_key_file"], server_name=cfg["tls_server_name"])
     return Client(cfg["address"], timeout_s=float(cfg["timeout_s"]),
-                  token_file=cfg["token_file"], fd_socket=cfg["fd_socket"])
+                  token_file=cfg["token_file"], fd_socket=cfg["fd_socket"], tls=tls)
 
 
 # -------------------------------------------------------------------------------------------

@@ -1,8 +1,12 @@
 // The gRPC MasterClient with a list of masters (standbys): in-process masters on
 // loopback whose gRPC service answers as leader or standby through a test LeaderGate; calls
-// follow the leader a standby names, skip addresses that refuse connections, retry what was
-// certainly not executed, and a heartbeat to a new leader learns the session is unknown.
+// follow the leader a standby names (over TLS with the same credentials), skip addresses that
+// refuse connections, retry what was certainly not executed, and a heartbeat to a new leader
+// learns the session is unknown.
+#include <stdlib.h>
+
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -19,6 +23,8 @@
 #include "master/grpc_service.h"
 #include "master/leader_election.h"
 #include "master/metadata_service.h"
+#include "proto/grpc_tls.h"
+#include "tests/fakes/test_certs.h"
 
 namespace mc::client {
 namespace {
@@ -52,14 +58,15 @@ class TestGate final : public master::LeaderGate {
 
 // One master: its own metadata, its gRPC service behind a TestGate.
 struct Master {
-  Master() {
+  explicit Master(
+      std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials()) {
     master::MasterOptions o;
     service = std::make_unique<master::MetadataService>(o, RealClock::Get(), metrics);
     grpc_service = std::make_unique<master::MasterGrpcService>(*service, metrics, 100000);
     grpc_service->SetLeaderGate(&gate);
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort("127.0.0.1:0", credentials, &port);
     builder.RegisterService(grpc_service.get());
     server = builder.BuildAndStart();
     address = absl::StrCat("127.0.0.1:", port);
@@ -118,6 +125,33 @@ TEST_F(MasterFailoverTest, StandbyRefusalMovesToTheLeaderItNames) {
   EXPECT_EQ(a_.gate.calls(), 1);  // later calls go straight to the leader
   EXPECT_EQ(b_.service->KeyCount(), 2u);
   EXPECT_EQ(a_.service->KeyCount(), 0u);
+}
+
+// Over TLS the leader a standby names (an address the client was never given) is dialled with
+// the same credentials: verified against the same CA, its certificate naming 127.0.0.1.
+TEST_F(MasterFailoverTest, TlsClientFollowsTheLeaderWithTheSameCredentials) {
+  char tmpl[] = "/tmp/mc-tls-failover-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_TRUE(tls_test::WriteSelfSignedCert(dir, "master"));
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials({.cert_file = dir + "/master.pem", .key_file = dir + "/master.key"});
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  absl::StatusOr<ChannelSecurity> security =
+      ChannelSecurity::Make({.ca_file = dir + "/master.pem"}, {});
+  ASSERT_TRUE(security.ok()) << security.status();
+  std::filesystem::remove_all(dir);  // both read the files once, when made
+  Master standby(*credentials), leader(*credentials);
+  standby.gate.Set(false, leader.address);
+  leader.gate.Set(true, leader.address);
+  auto client = CreateGrpcMasterClient(
+      {.address = standby.address, .rpc_timeout_ms = 5'000, .security = *security});
+  ASSERT_TRUE(Register(*client).ok());
+  ASSERT_TRUE(PutStart(*client, "k1").ok());
+  EXPECT_EQ(leader.service->KeyCount(), 1u);
+  // A plaintext client reaches neither.
+  auto plain = Client(standby.address);
+  EXPECT_FALSE(Register(*plain).ok());
 }
 
 TEST_F(MasterFailoverTest, RefusedConnectionMovesToTheNextAddress) {
