@@ -30,11 +30,6 @@ grpc::Status Counted(RpcScope<Metrics>& scope, grpc::Status status) {
 // PutStartRequest.avoid_clients taken into account (a bound on the placement cost of a request).
 constexpr size_t kMaxAvoidedClients = 16;
 
-grpc::Status TooMany(size_t n, size_t max) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrCat("batch of ", n, " items exceeds the limit of ", max));
-}
-
 // How many items a request carries, for the batch limit (0 for requests that are not batches).
 template <typename Req>
 size_t BatchItems(const Req& req) {
@@ -175,7 +170,7 @@ grpc::ServerUnaryReactor* MasterGrpcService::Serve(grpc::CallbackServerContext* 
   grpc::Status status = Authenticate(*ctx, rpc, *req, &caller);
   if (status.ok()) {
     const size_t items = BatchItems(*req);
-    status = items > max_batch_items_ ? TooMany(items, max_batch_items_)
+    status = items > max_batch_items_ ? ToGrpcStatus(TooManyItems(items, max_batch_items_))
                                       : (this->*handler)(caller, req, resp);
   }
   reactor->Finish(Counted(scope, std::move(status)));
