@@ -556,7 +556,7 @@ grpc::Status MasterGrpcService::DoRemoveDiskReplicas(const Caller& caller,
 grpc::Status MasterGrpcService::DoPromoteStart(const Caller& caller,
                                                const v1::PromoteStartRequest* req,
                                                v1::PromoteStartResponse* resp) {
-  std::vector<PutRevokeItem> items;
+  std::vector<PromoteItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
   const int64_t write_deadline_ms = service_.options().put_timeout_ms / 2;
   const std::vector<std::string_view> keys = ItemKeys(items);
@@ -567,7 +567,7 @@ grpc::Status MasterGrpcService::DoPromoteStart(const Caller& caller,
 
 grpc::Status MasterGrpcService::DoPromoteEnd(const Caller& caller, const v1::PromoteEndRequest* req,
                                              v1::PromoteEndResponse* resp) {
-  std::vector<PutRevokeItem> items;
+  std::vector<PromoteItem> items;
   std::vector<bool> written;
   for (const auto& item : req->items()) {
     items.push_back({item.key(), item.generation()});

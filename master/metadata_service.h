@@ -33,162 +33,17 @@
 #include "common/keys.h"
 #include "common/metrics.h"
 #include "master/client_registry.h"
+#include "master/disputed_keys.h"
 #include "master/evictor.h"
+#include "master/generation_counter.h"
+#include "master/master_tables.h"
+#include "master/master_types.h"
 #include "master/object_table.h"
 #include "master/offload_planner.h"
-#include "master/pending_puts.h"
+#include "master/put_coordinator.h"
 #include "master/segment_manager.h"
 
 namespace mc::master {
-
-// Generations are in [1, kGenerationLimit): 0 means "never reserved", and the headroom above
-// the wall-clock start (ms << 20, about 2^60.6 in 2026) lasts past the year 2240.
-inline constexpr uint64_t kGenerationLimit = 1ull << 63;
-// A generation reported to a master (an owner's index, a recovered SSD record) must be one some
-// master run could have issued: below the wall clock this far ahead (ms << 20), or below this
-// run's counter. Leaves room for masters whose clocks differ by up to this much; a report above
-// it is refused, so no report can push the counter towards kGenerationLimit.
-inline constexpr int64_t kGenerationLeadMs = 3'600'000;
-// Keys whose reports conflicted, remembered so no later report restores either version.
-inline constexpr size_t kMaxDisputedKeys = 100'000;
-
-// UNAVAILABLE "unknown client" with a retry hint (a transient state after a master restart).
-absl::Status UnknownClient(const std::string& client_id);
-
-struct MasterOptions {
-  int64_t lease_ttl_ms = 5000;           // default read-lease TTL
-  int64_t max_lease_ttl_ms = 600'000;    // longest TTL a caller may ask for
-  int64_t client_ttl_ms = 10'000;        // a client silent this long is dead
-  int64_t heartbeat_interval_ms = 1000;  // told to clients
-  int64_t put_timeout_ms = 60'000;       // PENDING puts older than this are revoked
-  uint64_t max_object_size = 1ull << 30;
-  uint32_t max_replicas = 8;
-  size_t shards = 32;
-  uint64_t alignment = 64;  // allocation granularity inside segments
-  // Segments a client may register: each at least min_segment_size and at most
-  // max_segment_size bytes, at most max_segments_per_client of them. Keeps placement cost
-  // independent of junk (tiny or countless) segments and every capacity sum far from 2^64.
-  uint64_t min_segment_size = 64 << 10;
-  uint64_t max_segment_size = 1ull << 46;  // 64 TiB
-  size_t max_segments_per_client = 256;
-  int sync_eviction_rounds = 8;  // PutStart evicts and retries this often before NO_SPACE
-  // Authenticated registrations only (RegistrationAuth::bound): a registration for an id with a
-  // live session that does not present that session's token (a restarted daemon, or a second
-  // daemon configured with the same --client_id) replaces it only once the session has been
-  // silent (no heartbeat) this long; until then it is refused UNAVAILABLE and the daemon retries.
-  int64_t client_takeover_after_ms = 3000;
-  // This run's epoch (the high 32 bits of its segment ids); 0 = random (nonzero).
-  uint32_t epoch = 0;
-  // A client that registered with will_report_objects gets new placements in its segments again
-  // at its report's last chunk, or this long after its registration at the latest.
-  int64_t object_report_timeout_ms = 30'000;
-  size_t forget_batch = 65536;          // forgotten ranges per heartbeat answer
-  size_t forget_queue_limit = 1 << 20;  // forgotten ranges queued per client (oldest dropped)
-  EvictorOptions eviction;
-  OffloadPlannerOptions offload;
-};
-
-struct Registration {
-  uint64_t session = 0;
-  uint64_t epoch = 0;  // this master run's (MetadataService::epoch())
-  std::string token;   // the session's bearer token (ClientRegistry)
-  std::vector<uint64_t> segment_ids;
-};
-
-// How a registration was authenticated (MasterGrpcService). bound=false (authentication off,
-// or the in-process tests): a registration replaces a live session of the same id at once, as
-// it always did.
-struct RegistrationAuth {
-  bool bound = false;
-  std::string previous_token;  // the live session's token, when the caller presented one
-};
-
-struct PutStartItem {
-  std::string_view key;
-  uint64_t size = 0;
-};
-struct PutStartOutcome {
-  absl::Status status;
-  uint64_t generation = 0;
-  std::vector<Replica> replicas;
-  bool no_space_final = false;  // NO_SPACE no eviction can cure (SegmentManager::CouldEverPlace)
-  bool write_back_pending = false;  // NO_SPACE until write-backs to SSD end (retry shortly)
-};
-struct PutEndItem {
-  std::string_view key;
-  uint64_t generation = 0;
-  uint64_t checksum = 0;
-};
-struct PutRevokeItem {
-  std::string_view key;
-  uint64_t generation = 0;
-};
-
-struct LookupOptions {
-  int64_t lease_ttl_ms = 0;         // 0 = default
-  bool stop_at_first_miss = false;  // prefix match
-  bool grant_lease = true;
-  bool with_replicas = true;  // false: code, size, checksum, generation only
-  // A read: moves the found keys to the LRU front. A count-only probe (unleased MatchPrefix)
-  // is not a read, as Exist is not: it leaves recency alone.
-  bool touch = true;
-  // Who owns the leases granted (the caller's session; 0 = nobody in particular, authentication
-  // off): only the same owner releases them (ReleaseLeases).
-  uint64_t lease_owner = 0;
-};
-struct LookupOutcome {
-  absl::Status status;
-  uint64_t size = 0;
-  uint64_t checksum = 0;
-  uint64_t generation = 0;
-  std::vector<Replica> replicas;  // memory replicas first
-};
-struct LookupBatch {
-  uint64_t lease_id = 0;
-  int64_t lease_ttl_ms = 0;
-  std::vector<LookupOutcome> results;
-};
-
-struct DiskReplicaItem {
-  std::string_view key;
-  uint64_t generation = 0;
-  uint64_t locator = 0;
-  uint64_t length = 0;
-  uint64_t checksum = 0;
-};
-
-// A reader's report of a bad replica or an unreachable holder (master.proto ReportReplicaFaults).
-enum class ReplicaFault : uint8_t { kCorrupt, kUnreachable };
-struct ReplicaFaultItem {
-  ReplicaFault fault = ReplicaFault::kCorrupt;
-  std::string_view key;  // kCorrupt: the object, its generation and the replica's place
-  uint64_t generation = 0;
-  std::string holder;  // the replica's client id
-  uint64_t segment_id = 0;
-  uint64_t offset = 0;
-};
-
-// One object of an owner's report (ReportObjects): a COMPLETE memory replica in one of its
-// segments.
-struct ReportedObjectItem {
-  std::string_view key;
-  uint64_t generation = 0;
-  uint64_t size = 0;
-  uint64_t checksum = 0;
-  uint64_t segment_id = 0;
-  uint64_t offset = 0;
-};
-
-struct MasterSnapshot {
-  uint64_t mem_used = 0;
-  uint64_t mem_capacity = 0;
-  uint64_t keys = 0;
-  uint64_t clients = 0;
-  uint64_t disk_used = 0;
-  uint64_t disk_capacity = 0;
-  EvictionStats eviction;
-  uint64_t lost_ssd_reclaimed = 0;  // objects whose last copy, on SSD, its tier reclaimed
-};
 
 class MetadataService {
  public:
@@ -248,9 +103,9 @@ class MetadataService {
                                                bool corrupt = false);
   // Promotion of SSD hits back to memory (see master.proto PromoteStart/PromoteEnd).
   std::vector<PutStartOutcome> PromoteStart(const std::string& client_id,
-                                            const std::vector<PutRevokeItem>& items);
+                                            const std::vector<PromoteItem>& items);
   std::vector<absl::Status> PromoteEnd(const std::string& client_id,
-                                       const std::vector<PutRevokeItem>& items,
+                                       const std::vector<PromoteItem>& items,
                                        const std::vector<bool>& written);
   // Up to `max` queued OFFLOAD/DROP tasks for the client; kNotFound for an unknown session.
   absl::StatusOr<std::vector<OffloadTask>> TakeOffloadTasks(const std::string& client_id,
@@ -311,49 +166,12 @@ class MetadataService {
  private:
   // Keys a prefix match looks up per step (it stops after the step that finds the first miss).
   static constexpr size_t kPrefixChunk = 128;
-  // The loop of the per-item batch calls: for each item (anything with a `key`), the key check,
-  // then fn(shard, i) -> Status with the key's shard locked. One status per item, in order.
-  template <typename Item, typename Fn>
-  std::vector<absl::Status> ForEachItem(const std::vector<Item>& items, Fn&& fn) {
-    std::vector<absl::Status> out(items.size());
-    std::vector<std::string_view> keys;
-    keys.reserve(items.size());
-    for (const auto& item : items) keys.push_back(item.key);
-    table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-      shard.mu.AssertHeld();
-      for (size_t i : indices) {
-        out[i] = ValidateKey(items[i].key);
-        if (out[i].ok()) out[i] = fn(shard, i);
-      }
-    });
-    return out;
-  }
   // Drops every segment, replica, pending put and replica-less object of a client.
   void CleanupClient(const std::string& client_id);
-  // Places one object's replicas, evicting synchronously between tries.
-  // `persisted_only`: evict only objects that also live on an SSD tier (promotions).
-  // `final` (optional) is set when the NO_SPACE answer is one no eviction can cure;
-  // `write_back_pending` (optional) when it waits for offloads to end (invariant 7).
-  absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(
-      uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only = false,
-      bool* final = nullptr, bool* write_back_pending = nullptr,
-      const std::vector<std::string>& avoid = {});
-  bool DiskCapable(const std::string& client_id) const;
   void MarkOffloadsFailed(const std::string& client_id, const std::vector<DiskReplicaItem>& failed);
   // An offload planning pass now (rate-limited): puts wait for write-back.
   void KickPlanner();
-  void RevokeTimedOutPuts();
-  // Ends an object's promotion, if any, queueing its space in `to_free`.
-  void DropPromotion(ObjectTable::Shard& shard, const Object& object,
-                     std::vector<MemoryLocation>* to_free) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
   void SweepLeases();
-  uint64_t NextGeneration();
-  // Raises the next generation past `generation` (a reported one), never lowering it.
-  void RaiseGenerationPast(uint64_t generation);
-  // INVALID_ARGUMENT unless `generation` (a reported one) is one a master run could have issued:
-  // 1 and above, below the larger of this run's counter and the wall clock kGenerationLeadMs
-  // ahead (<< 20).
-  absl::Status CheckReportedGeneration(uint64_t generation) const;
   // Checks one reported item's key, size and generation.
   absl::Status ValidateReported(const ReportedObjectItem& item) const;
   // Restores or joins one reported object whose range is reserved (`location`), with its shard
@@ -363,9 +181,6 @@ class MetadataService {
                              const ReportedObjectItem& item, const MemoryLocation& location,
                              bool* restored, std::vector<MemoryLocation>* to_free)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
-  // Whether `key` is disputed (ReportObjects); ForgetDisputed after a put of it ended.
-  bool Disputed(std::string_view key);
-  void ForgetDisputed(std::string_view key);
   // Releases the held segments of clients whose report outlived object_report_timeout_ms.
   void ReleaseTimedOutReports();
   // ReportReplicaFaults' two kinds.
@@ -386,28 +201,23 @@ class MetadataService {
     uint64_t refused = 0;
   };
 
-  const MasterOptions options_;
+  MasterTables tables_;
+  // Borrowed from tables_ (the use cases not yet moved to their own services).
+  const MasterOptions& options_;
   const uint32_t epoch_;
   const Clock& clock_;
-  MetricsRegistry& metrics_;
-  ObjectTable table_;
-  SegmentManager segments_;
-  ClientRegistry clients_;
-  PendingPuts pending_;
-  Evictor evictor_;
-  OffloadQueue offload_queue_;
-  OffloadPlanner planner_;
-  // Serializes membership changes (register, unregister, expiry and their cleanup), so a client
-  // that re-registers while its expiry is being cleaned up never loses its new segments.
-  absl::Mutex membership_mu_;
-  std::atomic<uint64_t> next_generation_;
+  ObjectTable& table_;
+  SegmentManager& segments_;
+  ClientRegistry& clients_;
+  Evictor& evictor_;
+  OffloadQueue& offload_queue_;
+  OffloadPlanner& planner_;
+  absl::Mutex& membership_mu_;
+  DisputedKeys disputed_;
+  PutCoordinator puts_;
   // Reports in progress, by client id. A leaf lock: nothing else is taken while it is held.
   absl::Mutex report_mu_;
   absl::flat_hash_map<std::string, ReportState> reports_ ABSL_GUARDED_BY(report_mu_);
-  // Keys whose reports conflicted (ReportObjects). A leaf lock, taken under a shard's.
-  absl::Mutex disputed_mu_;
-  absl::flat_hash_set<std::string> disputed_ ABSL_GUARDED_BY(disputed_mu_);
-  std::atomic<bool> any_disputed_{false};
   std::atomic<int64_t> last_kick_ms_{std::numeric_limits<int64_t>::min()};
   // Ranges of corrupt replicas dropped under leases: (free no earlier than, range). A leaf lock.
   absl::Mutex deferred_mu_;
@@ -415,10 +225,7 @@ class MetadataService {
   Counter& leases_granted_;
   Counter& leases_expired_;
   Counter& leases_released_;
-  Counter& puts_timed_out_;
   Counter& clients_expired_;
-  Counter& no_space_;
-  Counter& write_back_waits_;
   Counter& disk_reclaimed_lost_;
   Counter& offload_failures_;
   Counter& corrupt_records_;

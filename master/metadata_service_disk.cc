@@ -34,7 +34,7 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
         out[i] = McError(Code::kInvalidArgument, absl::StrCat("bad length ", item.length));
         continue;
       }
-      if (absl::Status g = CheckReportedGeneration(item.generation); !g.ok()) {
+      if (absl::Status g = puts_.generations().CheckReported(item.generation); !g.ok()) {
         // Adopting it would push the next generation towards the limit (or wrap it to 0, which
         // means "never reserved"), and every later put would fail: refuse the record instead.
         out[i] = std::move(g);
@@ -87,10 +87,7 @@ std::vector<absl::Status> MetadataService::AddDiskReplicas(
     }
   });
   // Generations stay unique: never issue one a recovered record already carries.
-  uint64_t next = next_generation_.load();
-  while (max_generation >= next &&
-         !next_generation_.compare_exchange_weak(next, max_generation + 1)) {
-  }
+  if (max_generation > 0) puts_.generations().RaisePast(max_generation);
   if (created > 0) {
     Logger("master").info("client {} recovered {} object(s) from its SSD tier", client_id, created);
   }
@@ -101,7 +98,7 @@ void MetadataService::MarkOffloadsFailed(const std::string& client_id,
                                          const std::vector<DiskReplicaItem>& failed) {
   int64_t now = clock_.NowMs();
   size_t marked = 0;
-  ForEachItem(failed, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
+  ForEachItem(table_, failed, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
     shard.mu.AssertHeld();
     auto it = shard.objects.find(AsKey(failed[i].key));
     if (it == shard.objects.end() || it->second.generation != failed[i].generation) {
@@ -123,7 +120,7 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
   std::vector<MemoryLocation> to_free;
   int64_t now = clock_.NowMs();
   std::vector<absl::Status> out =
-      ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
+      ForEachItem(table_, items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
         shard.mu.AssertHeld();
         auto it = shard.objects.find(AsKey(items[i].key));
         if (it == shard.objects.end() || it->second.generation != items[i].generation) {
@@ -146,7 +143,7 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
         if (it->second.replicas.empty()) {
           // The tier reclaims its coldest records only when it is full: the last copy goes.
           (corrupt ? corrupt_lost_ : disk_reclaimed_lost_).Inc();
-          DropPromotion(shard, it->second, &to_free);
+          puts_.DropPromotion(shard, it->second, &to_free);
           shard.Erase(it);
         }
         return absl::OkStatus();
@@ -155,109 +152,15 @@ std::vector<absl::Status> MetadataService::RemoveDiskReplicas(
   return out;
 }
 
-std::vector<PutStartOutcome> MetadataService::PromoteStart(
-    const std::string& client_id, const std::vector<PutRevokeItem>& items) {
-  std::vector<PutStartOutcome> out(items.size());
-  std::vector<std::string_view> keys;
-  for (const auto& item : items) keys.push_back(item.key);
-  bool known_client = clients_.IsAlive(client_id);
-  int64_t now = clock_.NowMs();
-  std::vector<uint64_t> sizes(items.size(), 0);
-  // Phase 1: reserve the promotion on objects that are COMPLETE and have no memory replica.
-  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-    shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      absl::Status& s = out[i].status;
-      s = ValidateKey(items[i].key);
-      if (!s.ok()) continue;
-      if (!known_client) {
-        s = UnknownClient(client_id);
-        continue;
-      }
-      auto it = shard.objects.find(AsKey(items[i].key));
-      if (it == shard.objects.end() || it->second.generation != items[i].generation ||
-          it->second.state != ObjectState::kComplete) {
-        s = McError(Code::kNotFound, "no complete object of this generation");
-      } else if (it->second.HasMemoryReplica() || it->second.promotion()) {
-        s = McError(Code::kAlreadyExists, "already in memory or being promoted");
-      } else {
-        shard.StartPromotion(it->second, Object::Promotion{{}, client_id, now});
-        sizes[i] = it->second.size;
-      }
-    }
-  });
-  // Phase 2: place with no shard lock held.
-  std::vector<MemoryLocation> placed(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (!out[i].status.ok()) continue;
-    // Promotion is best effort: it may push out memory copies of objects that are also on SSD,
-    // never the only copy of another object, neither by evicting (persisted objects only) nor
-    // by filling memory past the high watermark, where the background pass would evict the
-    // coldest objects whatever they are.
-    absl::StatusOr<std::vector<MemoryLocation>> p =
-        evictor_.MakeRoomUnderHighWatermark(sizes[i])
-            ? PlaceWithEviction(sizes[i], 1, client_id, /*persisted_only=*/true)
-            : McError(Code::kNoSpace, "promotion would fill memory past the high watermark");
-    if (p.ok()) {
-      placed[i] = (*p)[0];
-    } else {
-      out[i].status = p.status();
-    }
-  }
-  // Phase 3: record the space on the reservation (or give it back).
-  std::vector<MemoryLocation> to_free;
-  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-    shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      if (sizes[i] == 0) continue;  // never reserved
-      auto it = shard.objects.find(AsKey(items[i].key));
-      const Object::Promotion* promotion =
-          it != shard.objects.end() ? it->second.promotion() : nullptr;
-      bool ours = promotion != nullptr && it->second.generation == items[i].generation &&
-                  promotion->writer == client_id && promotion->start_ms == now &&
-                  promotion->location.length == 0;
-      if (!out[i].status.ok() || !ours) {
-        if (ours) shard.EndPromotion(it->second);
-        if (placed[i].length > 0) to_free.push_back(placed[i]);
-        if (out[i].status.ok()) out[i].status = McError(Code::kNotFound, "object changed");
-        continue;
-      }
-      placed[i].generation = items[i].generation;
-      shard.PlacePromotion(it->second, placed[i]);
-      pending_.Add(now + options_.put_timeout_ms, items[i].generation, std::string(it->first));
-      out[i].generation = items[i].generation;
-      out[i].replicas.push_back(Replica{ReplicaTier::kMemory, placed[i]});
-    }
-  });
-  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
-  return out;
+std::vector<PutStartOutcome> MetadataService::PromoteStart(const std::string& client_id,
+                                                           const std::vector<PromoteItem>& items) {
+  return puts_.PromoteStart(client_id, items);
 }
 
 std::vector<absl::Status> MetadataService::PromoteEnd(const std::string& client_id,
-                                                      const std::vector<PutRevokeItem>& items,
+                                                      const std::vector<PromoteItem>& items,
                                                       const std::vector<bool>& written) {
-  std::vector<MemoryLocation> to_free;
-  std::vector<absl::Status> out =
-      ForEachItem(items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
-        shard.mu.AssertHeld();
-        auto it = shard.objects.find(AsKey(items[i].key));
-        if (it == shard.objects.end() || it->second.generation != items[i].generation ||
-            !it->second.promotion() || it->second.promotion()->writer != client_id ||
-            it->second.promotion()->location.length == 0) {
-          return McError(Code::kNotFound, "no promotion of this generation by this client");
-        }
-        const Object& object = it->second;
-        if (i < written.size() && written[i]) {
-          pending_.Remove(object.promotion()->start_ms + options_.put_timeout_ms,
-                          object.generation);
-          shard.CompletePromotion(object);
-        } else {
-          DropPromotion(shard, object, &to_free);
-        }
-        return absl::OkStatus();
-      });
-  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
-  return out;
+  return puts_.PromoteEnd(client_id, items, written);
 }
 
 absl::StatusOr<std::vector<OffloadTask>> MetadataService::TakeOffloadTasks(

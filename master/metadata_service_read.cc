@@ -184,7 +184,7 @@ std::vector<absl::Status> MetadataService::Remove(const std::vector<std::string_
       } else if (it->second.HasLiveLease(now)) {
         out[i] = McError(Code::kHasLease, "key is leased by a reader");
       } else {
-        DropPromotion(shard, it->second, &to_free);
+        puts_.DropPromotion(shard, it->second, &to_free);
         for (const StoredReplica& r : it->second.replicas) {
           if (r.tier == ReplicaTier::kMemory) {
             to_free.push_back(r.location());

@@ -28,7 +28,7 @@ std::vector<absl::Status> MetadataService::ReportReplicaFaults(
   }
   const int64_t now = clock_.NowMs();
   std::vector<absl::Status> dropped =
-      ForEachItem(corrupt, [&](ObjectTable::Shard& shard, size_t i) {
+      ForEachItem(table_, corrupt, [&](ObjectTable::Shard& shard, size_t i) {
         shard.mu.AssertHeld();
         return DropCorruptReplica(shard, corrupt[i], reporter_session, now);
       });

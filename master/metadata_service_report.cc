@@ -18,28 +18,6 @@ spdlog::logger& Log() {
 
 }  // namespace
 
-void MetadataService::RaiseGenerationPast(uint64_t generation) {
-  uint64_t next = next_generation_.load();
-  while (generation >= next && !next_generation_.compare_exchange_weak(next, generation + 1)) {
-  }
-}
-
-absl::Status MetadataService::CheckReportedGeneration(uint64_t generation) const {
-  const int64_t wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-  const uint64_t ceiling =
-      std::max(next_generation_.load(), static_cast<uint64_t>(wall_ms + kGenerationLeadMs) << 20);
-  if (generation == 0 || generation >= ceiling || generation >= kGenerationLimit) {
-    return McError(Code::kInvalidArgument,
-                   absl::StrCat("generation ", generation,
-                                " was never issued by a master (reported generations must lie "
-                                "in 1..",
-                                std::min(ceiling, kGenerationLimit) - 1, ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status MetadataService::ValidateReported(const ReportedObjectItem& item) const {
   absl::Status s = ValidateKey(item.key);
   if (!s.ok()) return s;
@@ -47,20 +25,7 @@ absl::Status MetadataService::ValidateReported(const ReportedObjectItem& item) c
     return McError(Code::kInvalidArgument,
                    absl::StrCat("size ", item.size, " outside 1..", options_.max_object_size));
   }
-  return CheckReportedGeneration(item.generation);
-}
-
-bool MetadataService::Disputed(std::string_view key) {
-  if (!any_disputed_.load()) return false;
-  absl::MutexLock lock(&disputed_mu_);
-  return disputed_.size() >= kMaxDisputedKeys ||
-         disputed_.contains(absl::string_view(key.data(), key.size()));
-}
-
-void MetadataService::ForgetDisputed(std::string_view key) {
-  if (!any_disputed_.load()) return;
-  absl::MutexLock lock(&disputed_mu_);
-  disputed_.erase(absl::string_view(key.data(), key.size()));
+  return puts_.generations().CheckReported(item.generation);
 }
 
 absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,
@@ -73,7 +38,7 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
     if (offload_queue_.HasPendingDrop(client_id, item.key, item.generation)) {
       return McError(Code::kNotFound, "superseded: the key was removed");
     }
-    if (Disputed(item.key)) {
+    if (disputed_.Contains(item.key)) {
       return McError(Code::kChecksumMismatch,
                      "owners reported conflicting versions of this key: it is not restored");
     }
@@ -100,7 +65,7 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
         "against generation {} size {} checksum {:#x} from client {}; the key is dropped",
         KeyForLog(item.key), object.generation, object.size, object.checksum, item.generation,
         item.size, item.checksum, client_id);
-    DropPromotion(shard, object, to_free);
+    puts_.DropPromotion(shard, object, to_free);
     for (const StoredReplica& r : object.replicas) {
       if (r.tier == ReplicaTier::kMemory) {
         to_free->push_back(r.location());
@@ -112,11 +77,7 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
       }
     }
     shard.Erase(it);
-    {
-      absl::MutexLock lock(&disputed_mu_);
-      if (disputed_.size() < kMaxDisputedKeys) disputed_.insert(std::string(item.key));
-      any_disputed_.store(true);
-    }
+    disputed_.Add(item.key);
     reported_conflicts_.Inc();
     return McError(Code::kChecksumMismatch,
                    "owners reported conflicting versions of this key: it is dropped");
@@ -176,7 +137,7 @@ absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
   }
   // Generations stay unique: never issue one a reported object carries (raised before the
   // objects appear, so no put started meanwhile takes one of theirs).
-  if (max_generation > 0) RaiseGenerationPast(max_generation);
+  if (max_generation > 0) puts_.generations().RaisePast(max_generation);
   // Pass 2, shard by shard: restore or join; a refused item's range goes back.
   std::vector<std::string_view> keys;
   keys.reserve(items.size());
