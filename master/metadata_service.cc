@@ -41,11 +41,7 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
       planner_(tables_.planner),
       membership_mu_(tables_.membership_mu),
       puts_(tables_, disputed_, [this] { KickPlanner(); }),
-      leases_granted_(metrics.GetCounter("mc_leases_granted_total", "Read leases granted")),
-      leases_expired_(
-          metrics.GetCounter("mc_leases_expired_total", "Read leases that ended by expiry")),
-      leases_released_(
-          metrics.GetCounter("mc_leases_released_total", "Read leases released by readers")),
+      reads_(tables_, puts_),
       clients_expired_(
           metrics.GetCounter("mc_clients_expired_total", "Clients dropped for missed heartbeats")),
       disk_reclaimed_lost_(metrics.GetCounter(
@@ -69,9 +65,6 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
           "Registrations refused: their client id has a live session that they did not prove "
           "to be theirs (client_takeover_after_ms not yet passed), or the master's table of "
           "(client id, data endpoint) pairs is full")),
-      lease_releases_refused_(metrics.GetCounter(
-          "mc_master_lease_releases_refused_total",
-          "Lease releases that named another caller's lease (nothing released)")),
       disk_reports_refused_(metrics.GetCounter(
           "mc_master_disk_reports_refused_total",
           "Recovered DISK records refused because the master knows the key with another "
@@ -323,7 +316,7 @@ void MetadataService::RunMaintenance() {
   }
   ReleaseTimedOutReports();
   puts_.RevokeTimedOutPuts();
-  SweepLeases();
+  reads_.SweepLeases();
   FreeDeferred();
   planner_.Plan();
   evictor_.EvictToWatermark();

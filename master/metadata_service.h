@@ -41,6 +41,7 @@
 #include "master/object_table.h"
 #include "master/offload_planner.h"
 #include "master/put_coordinator.h"
+#include "master/read_service.h"
 #include "master/segment_manager.h"
 
 namespace mc::master {
@@ -80,13 +81,19 @@ class MetadataService {
                                       const std::vector<PutRevokeItem>& items);
 
   // Reads.
-  LookupBatch GetReplicas(const std::vector<std::string_view>& keys, const LookupOptions& options);
+  LookupBatch GetReplicas(const std::vector<std::string_view>& keys, const LookupOptions& options) {
+    return reads_.GetReplicas(keys, options);
+  }
   // Ends lease `lease_id` on `keys` where `owner` granted it (LookupOptions::lease_owner); a
   // lease of another owner stays and is counted (mc_master_lease_releases_refused_total).
   size_t ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys,
-                       uint64_t owner = 0);
-  std::vector<bool> Exist(const std::vector<std::string_view>& keys);
-  std::vector<absl::Status> Remove(const std::vector<std::string_view>& keys);
+                       uint64_t owner = 0) {
+    return reads_.ReleaseLeases(lease_id, keys, owner);
+  }
+  std::vector<bool> Exist(const std::vector<std::string_view>& keys) { return reads_.Exist(keys); }
+  std::vector<absl::Status> Remove(const std::vector<std::string_view>& keys) {
+    return reads_.Remove(keys);
+  }
 
   // The SSD tier. `recovered`: records found at the client's start, which may recreate objects
   // the master does not know; otherwise the object must exist with the item's generation.
@@ -161,17 +168,14 @@ class MetadataService {
   // progress, or leases not yet swept).
   size_t TransientCountForTest();
   // Live read leases over all objects (a scan of the leased keys only).
-  size_t ActiveLeaseCount();
+  size_t ActiveLeaseCount() { return reads_.ActiveLeaseCount(); }
 
  private:
-  // Keys a prefix match looks up per step (it stops after the step that finds the first miss).
-  static constexpr size_t kPrefixChunk = 128;
   // Drops every segment, replica, pending put and replica-less object of a client.
   void CleanupClient(const std::string& client_id);
   void MarkOffloadsFailed(const std::string& client_id, const std::vector<DiskReplicaItem>& failed);
   // An offload planning pass now (rate-limited): puts wait for write-back.
   void KickPlanner();
-  void SweepLeases();
   // Checks one reported item's key, size and generation.
   absl::Status ValidateReported(const ReportedObjectItem& item) const;
   // Restores or joins one reported object whose range is reserved (`location`), with its shard
@@ -215,6 +219,7 @@ class MetadataService {
   absl::Mutex& membership_mu_;
   DisputedKeys disputed_;
   PutCoordinator puts_;
+  ReadService reads_;
   // Reports in progress, by client id. A leaf lock: nothing else is taken while it is held.
   absl::Mutex report_mu_;
   absl::flat_hash_map<std::string, ReportState> reports_ ABSL_GUARDED_BY(report_mu_);
@@ -222,16 +227,12 @@ class MetadataService {
   // Ranges of corrupt replicas dropped under leases: (free no earlier than, range). A leaf lock.
   absl::Mutex deferred_mu_;
   std::vector<std::pair<int64_t, MemoryLocation>> deferred_frees_ ABSL_GUARDED_BY(deferred_mu_);
-  Counter& leases_granted_;
-  Counter& leases_expired_;
-  Counter& leases_released_;
   Counter& clients_expired_;
   Counter& disk_reclaimed_lost_;
   Counter& offload_failures_;
   Counter& corrupt_records_;
   Counter& corrupt_lost_;
   Counter& registrations_refused_;
-  Counter& lease_releases_refused_;
   Counter& disk_reports_refused_;
   Counter& reported_restored_;
   Counter& reported_joined_;
