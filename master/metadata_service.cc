@@ -40,21 +40,11 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
       offload_queue_(tables_.offload_queue),
       planner_(tables_.planner),
       membership_mu_(tables_.membership_mu),
-      puts_(tables_, disputed_, [this] { KickPlanner(); }),
+      puts_(tables_, disputed_, [this] { tiering_.KickPlanner(); }),
       reads_(tables_, puts_),
+      tiering_(tables_, puts_),
       clients_expired_(
           metrics.GetCounter("mc_clients_expired_total", "Clients dropped for missed heartbeats")),
-      disk_reclaimed_lost_(metrics.GetCounter(
-          "mc_objects_lost_total",
-          "Acknowledged objects dropped with their last copy, by reason (every tier that could "
-          "hold them was full, failing or absent)",
-          {{"reason", "ssd_reclaimed"}})),
-      offload_failures_(metrics.GetCounter(
-          "mc_offload_failures_reported_total",
-          "OFFLOAD tasks clients reported they could not persist (tier full or failing)")),
-      corrupt_records_(metrics.GetCounter(
-          "mc_disk_replicas_corrupt_total",
-          "DISK replicas dropped because their record failed verification when read")),
       corrupt_lost_(metrics.GetCounter(
           "mc_objects_lost_total",
           "Acknowledged objects dropped with their last copy, by reason (every tier that could "
@@ -65,10 +55,6 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
           "Registrations refused: their client id has a live session that they did not prove "
           "to be theirs (client_takeover_after_ms not yet passed), or the master's table of "
           "(client id, data endpoint) pairs is full")),
-      disk_reports_refused_(metrics.GetCounter(
-          "mc_master_disk_reports_refused_total",
-          "Recovered DISK records refused because the master knows the key with another "
-          "generation, length or checksum (the known object is kept)")),
       reported_restored_(metrics.GetCounter(
           "mc_master_objects_reported_total",
           "Objects clients reported holding (ReportObjects), by result: restored (the master "
@@ -96,10 +82,6 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
           "mc_replicas_dropped_total",
           "Replicas dropped because they failed verification when read, by tier and reason",
           {{"tier", "memory"}, {"reason", "corrupt"}})),
-      corrupt_disk_replicas_(metrics.GetCounter(
-          "mc_replicas_dropped_total",
-          "Replicas dropped because they failed verification when read, by tier and reason",
-          {{"tier", "disk"}, {"reason", "corrupt"}})),
       unreachable_dropped_(metrics.GetCounter(
           "mc_master_clients_dropped_total",
           "Clients dropped before their heartbeat TTL because a reader found them unreachable "
@@ -296,14 +278,6 @@ std::vector<absl::Status> MetadataService::PutRevoke(const std::string& client_i
   return puts_.PutRevoke(client_id, items);
 }
 
-void MetadataService::KickPlanner() {
-  // At most one extra pass per millisecond, whatever the number of waiting puts.
-  int64_t now = clock_.NowMs();
-  int64_t last = last_kick_ms_.load();
-  if (now == last || !last_kick_ms_.compare_exchange_strong(last, now)) return;
-  planner_.Plan();
-}
-
 void MetadataService::RunMaintenance() {
   {
     absl::MutexLock membership(&membership_mu_);
@@ -318,8 +292,7 @@ void MetadataService::RunMaintenance() {
   puts_.RevokeTimedOutPuts();
   reads_.SweepLeases();
   FreeDeferred();
-  planner_.Plan();
-  evictor_.EvictToWatermark();
+  tiering_.RunMaintenance();
 }
 
 size_t MetadataService::KeyCount() {
@@ -352,7 +325,7 @@ MasterSnapshot MetadataService::Snapshot() {
   snap.disk_used = clients_.DiskUsed();
   snap.disk_capacity = clients_.DiskCapacity();
   snap.eviction = evictor_.Stats();
-  snap.lost_ssd_reclaimed = disk_reclaimed_lost_.Value();
+  snap.lost_ssd_reclaimed = tiering_.LostSsdReclaimed();
   return snap;
 }
 

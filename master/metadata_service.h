@@ -43,6 +43,7 @@
 #include "master/put_coordinator.h"
 #include "master/read_service.h"
 #include "master/segment_manager.h"
+#include "master/tiering_service.h"
 
 namespace mc::master {
 
@@ -102,21 +103,31 @@ class MetadataService {
   std::vector<absl::Status> AddDiskReplicas(const std::string& client_id,
                                             const std::vector<DiskReplicaItem>& items,
                                             bool recovered,
-                                            const std::vector<DiskReplicaItem>& failed = {});
+                                            const std::vector<DiskReplicaItem>& failed = {}) {
+    return tiering_.AddDiskReplicas(client_id, items, recovered, failed);
+  }
   // HAS_LEASE for an object a reader holds a lease on (its record must stay).
   // `corrupt`: the records failed verification; they go whatever the leases (counted).
   std::vector<absl::Status> RemoveDiskReplicas(const std::string& client_id,
                                                const std::vector<DiskReplicaItem>& items,
-                                               bool corrupt = false);
+                                               bool corrupt = false) {
+    return tiering_.RemoveDiskReplicas(client_id, items, corrupt);
+  }
   // Promotion of SSD hits back to memory (see master.proto PromoteStart/PromoteEnd).
   std::vector<PutStartOutcome> PromoteStart(const std::string& client_id,
-                                            const std::vector<PromoteItem>& items);
+                                            const std::vector<PromoteItem>& items) {
+    return puts_.PromoteStart(client_id, items);
+  }
   std::vector<absl::Status> PromoteEnd(const std::string& client_id,
                                        const std::vector<PromoteItem>& items,
-                                       const std::vector<bool>& written);
+                                       const std::vector<bool>& written) {
+    return puts_.PromoteEnd(client_id, items, written);
+  }
   // Up to `max` queued OFFLOAD/DROP tasks for the client; kNotFound for an unknown session.
   absl::StatusOr<std::vector<OffloadTask>> TakeOffloadTasks(const std::string& client_id,
-                                                            uint64_t session, size_t max);
+                                                            uint64_t session, size_t max) {
+    return tiering_.TakeOffloadTasks(client_id, session, max);
+  }
 
   // Restart and return: an owner reports the COMPLETE memory replicas its segments hold (see
   // master.proto ReportObjects). FAILED_PRECONDITION when `session` is not the client's current
@@ -173,9 +184,6 @@ class MetadataService {
  private:
   // Drops every segment, replica, pending put and replica-less object of a client.
   void CleanupClient(const std::string& client_id);
-  void MarkOffloadsFailed(const std::string& client_id, const std::vector<DiskReplicaItem>& failed);
-  // An offload planning pass now (rate-limited): puts wait for write-back.
-  void KickPlanner();
   // Checks one reported item's key, size and generation.
   absl::Status ValidateReported(const ReportedObjectItem& item) const;
   // Restores or joins one reported object whose range is reserved (`location`), with its shard
@@ -220,27 +228,22 @@ class MetadataService {
   DisputedKeys disputed_;
   PutCoordinator puts_;
   ReadService reads_;
+  TieringService tiering_;
   // Reports in progress, by client id. A leaf lock: nothing else is taken while it is held.
   absl::Mutex report_mu_;
   absl::flat_hash_map<std::string, ReportState> reports_ ABSL_GUARDED_BY(report_mu_);
-  std::atomic<int64_t> last_kick_ms_{std::numeric_limits<int64_t>::min()};
   // Ranges of corrupt replicas dropped under leases: (free no earlier than, range). A leaf lock.
   absl::Mutex deferred_mu_;
   std::vector<std::pair<int64_t, MemoryLocation>> deferred_frees_ ABSL_GUARDED_BY(deferred_mu_);
   Counter& clients_expired_;
-  Counter& disk_reclaimed_lost_;
-  Counter& offload_failures_;
-  Counter& corrupt_records_;
   Counter& corrupt_lost_;
   Counter& registrations_refused_;
-  Counter& disk_reports_refused_;
   Counter& reported_restored_;
   Counter& reported_joined_;
   Counter& reported_refused_;
   Counter& reported_conflicts_;
   Counter& reports_timed_out_;
   Counter& corrupt_memory_replicas_;
-  Counter& corrupt_disk_replicas_;
   Counter& unreachable_dropped_;
   Counter& fault_reports_refused_;
 };
