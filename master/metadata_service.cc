@@ -43,6 +43,7 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
       puts_(tables_, disputed_, [this] { tiering_.KickPlanner(); }),
       reads_(tables_, puts_),
       tiering_(tables_, puts_),
+      reports_(tables_, puts_, disputed_),
       clients_expired_(
           metrics.GetCounter("mc_clients_expired_total", "Clients dropped for missed heartbeats")),
       corrupt_lost_(metrics.GetCounter(
@@ -55,29 +56,6 @@ MetadataService::MetadataService(MasterOptions options, const Clock& clock,
           "Registrations refused: their client id has a live session that they did not prove "
           "to be theirs (client_takeover_after_ms not yet passed), or the master's table of "
           "(client id, data endpoint) pairs is full")),
-      reported_restored_(metrics.GetCounter(
-          "mc_master_objects_reported_total",
-          "Objects clients reported holding (ReportObjects), by result: restored (the master "
-          "knew no such key), joined (a replica added to the known object), refused",
-          {{"result", "restored"}})),
-      reported_joined_(metrics.GetCounter(
-          "mc_master_objects_reported_total",
-          "Objects clients reported holding (ReportObjects), by result: restored (the master "
-          "knew no such key), joined (a replica added to the known object), refused",
-          {{"result", "joined"}})),
-      reported_refused_(metrics.GetCounter(
-          "mc_master_objects_reported_total",
-          "Objects clients reported holding (ReportObjects), by result: restored (the master "
-          "knew no such key), joined (a replica added to the known object), refused",
-          {{"result", "refused"}})),
-      reported_conflicts_(metrics.GetCounter(
-          "mc_master_report_conflicts_total",
-          "Reports (ReportObjects) that differed from another owner's report of the same key: "
-          "the key was dropped and is refused to further reports (docs/security.md)")),
-      reports_timed_out_(metrics.GetCounter(
-          "mc_master_object_reports_timed_out_total",
-          "Object reports whose last chunk did not arrive within --object_report_timeout_ms "
-          "(the client's segments were released for placement anyway)")),
       corrupt_memory_replicas_(metrics.GetCounter(
           "mc_replicas_dropped_total",
           "Replicas dropped because they failed verification when read, by tier and reason",
@@ -182,10 +160,7 @@ absl::StatusOr<Registration> MetadataService::RegisterClient(
   reg.token = std::move(entry.token);
   reg.epoch = epoch_;
   reg.segment_ids = std::move(*ids);
-  if (will_report_objects) {
-    absl::MutexLock lock(&report_mu_);
-    reports_[info.client_id] = ReportState{.session = reg.session, .start_ms = clock_.NowMs()};
-  }
+  if (will_report_objects) reports_.BeginReport(info.client_id, reg.session);
   Log().info("client {} registered (host {}, data {}, {} segment(s), session {}{}{})",
              info.client_id, info.host, info.endpoint, segment_sizes.size(), reg.session,
              replaced ? ", replacing its previous session" : "",
@@ -216,10 +191,7 @@ absl::Status MetadataService::UnregisterClient(const std::string& client_id, uin
 
 void MetadataService::CleanupClient(const std::string& client_id) {
   segments_.RemoveClient(client_id);  // its ranges need no Free: the segments are gone
-  {
-    absl::MutexLock lock(&report_mu_);
-    reports_.erase(client_id);
-  }
+  reports_.DropReport(client_id);
   offload_queue_.DropClient(client_id);
   std::vector<MemoryLocation> to_free;
   size_t objects_lost = 0;
@@ -288,7 +260,7 @@ void MetadataService::RunMaintenance() {
       CleanupClient(dead.client_id);
     }
   }
-  ReleaseTimedOutReports();
+  reports_.ReleaseTimedOutReports();
   puts_.RevokeTimedOutPuts();
   reads_.SweepLeases();
   FreeDeferred();

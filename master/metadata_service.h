@@ -38,6 +38,7 @@
 #include "master/generation_counter.h"
 #include "master/master_tables.h"
 #include "master/master_types.h"
+#include "master/object_reports.h"
 #include "master/object_table.h"
 #include "master/offload_planner.h"
 #include "master/put_coordinator.h"
@@ -129,25 +130,12 @@ class MetadataService {
     return tiering_.TakeOffloadTasks(client_id, session, max);
   }
 
-  // Restart and return: an owner reports the COMPLETE memory replicas its segments hold (see
-  // master.proto ReportObjects). FAILED_PRECONDITION when `session` is not the client's current
-  // one. Otherwise one status per item, in order: OK when the object was restored or the replica
-  // joined a known object of the same generation, size and checksum; NOT_FOUND when superseded
-  // (another generation, a put in progress, removed, or a replica already on this client);
-  // INVALID_ARGUMENT for a bad key, size or generation, a segment not of this registration, or
-  // a range unaligned, outside it or overlapping another. `last` ends the report: the client's
-  // segments take new placements again.
-  // Conflicts (issue 35, item 4): reports are not first-come. A report that differs in
-  // generation, size or checksum from an object that itself was only reported (no put of this
-  // run vouches for it) drops that object with all its replicas, and the key is remembered as
-  // disputed: every later report of it is refused (CHECKSUM_MISMATCH) until a put of this run
-  // ends, since the master cannot tell which owner holds the written bytes. A miss, never wrong
-  // bytes.
-  // At most kMaxDisputedKeys are remembered; beyond that, reports of keys the master does not
-  // know are refused too (fail closed).
+  // Restart and return: see ObjectReports.
   absl::StatusOr<std::vector<absl::Status>> ReportObjects(
       const std::string& client_id, uint64_t session, const std::vector<ReportedObjectItem>& items,
-      bool last);
+      bool last) {
+    return reports_.ReportObjects(client_id, session, items, last);
+  }
 
   // Self-repair (master.proto ReportReplicaFaults): `reporter` (whose session is
   // `reporter_session`, 0 without authentication) found a MEMORY replica corrupt, or a holder
@@ -184,17 +172,6 @@ class MetadataService {
  private:
   // Drops every segment, replica, pending put and replica-less object of a client.
   void CleanupClient(const std::string& client_id);
-  // Checks one reported item's key, size and generation.
-  absl::Status ValidateReported(const ReportedObjectItem& item) const;
-  // Restores or joins one reported object whose range is reserved (`location`), with its shard
-  // locked; a non-OK answer leaves the range to be freed by the caller.
-  // A conflicting report drops the known (reported) object: its memory ranges go to `to_free`.
-  absl::Status ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,
-                             const ReportedObjectItem& item, const MemoryLocation& location,
-                             bool* restored, std::vector<MemoryLocation>* to_free)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
-  // Releases the held segments of clients whose report outlived object_report_timeout_ms.
-  void ReleaseTimedOutReports();
   // ReportReplicaFaults' two kinds.
   absl::Status DropCorruptReplica(ObjectTable::Shard& shard, const ReplicaFaultItem& item,
                                   uint64_t reporter_session, int64_t now_ms)
@@ -202,16 +179,6 @@ class MetadataService {
   absl::Status DropUnreachableHolder(const std::string& reporter, const std::string& holder);
   // Frees the ranges of dropped corrupt replicas whose last lease has ended.
   void FreeDeferred();
-
-  // A report in progress (registration with will_report_objects, until last=true or timeout).
-  struct ReportState {
-    uint64_t session = 0;
-    int64_t start_ms = 0;
-    uint64_t reported = 0;
-    uint64_t restored = 0;
-    uint64_t joined = 0;
-    uint64_t refused = 0;
-  };
 
   MasterTables tables_;
   // Borrowed from tables_ (the use cases not yet moved to their own services).
@@ -229,20 +196,13 @@ class MetadataService {
   PutCoordinator puts_;
   ReadService reads_;
   TieringService tiering_;
-  // Reports in progress, by client id. A leaf lock: nothing else is taken while it is held.
-  absl::Mutex report_mu_;
-  absl::flat_hash_map<std::string, ReportState> reports_ ABSL_GUARDED_BY(report_mu_);
+  ObjectReports reports_;
   // Ranges of corrupt replicas dropped under leases: (free no earlier than, range). A leaf lock.
   absl::Mutex deferred_mu_;
   std::vector<std::pair<int64_t, MemoryLocation>> deferred_frees_ ABSL_GUARDED_BY(deferred_mu_);
   Counter& clients_expired_;
   Counter& corrupt_lost_;
   Counter& registrations_refused_;
-  Counter& reported_restored_;
-  Counter& reported_joined_;
-  Counter& reported_refused_;
-  Counter& reported_conflicts_;
-  Counter& reports_timed_out_;
   Counter& corrupt_memory_replicas_;
   Counter& unreachable_dropped_;
   Counter& fault_reports_refused_;
