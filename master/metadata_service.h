@@ -32,6 +32,7 @@
 #include "common/clock.h"
 #include "common/keys.h"
 #include "common/metrics.h"
+#include "master/client_lifecycle.h"
 #include "master/client_registry.h"
 #include "master/disputed_keys.h"
 #include "master/evictor.h"
@@ -52,25 +53,24 @@ class MetadataService {
  public:
   MetadataService(MasterOptions options, const Clock& clock, MetricsRegistry& metrics);
 
-  // Clients. Re-registering an id drops everything its previous session owned. With
-  // `auth.bound`, a live session of the id is replaced only under the takeover rule
-  // (MasterOptions::client_takeover_after_ms); otherwise UNAVAILABLE, counted.
-  // `will_report_objects`: the client's segments are held until its report ends
-  // (ReportObjects) or MasterOptions::object_report_timeout_ms passes.
+  // Clients: see ClientLifecycle.
   absl::StatusOr<Registration> RegisterClient(const ClientInfo& info,
                                               const std::vector<uint64_t>& segment_sizes,
                                               const RegistrationAuth& auth = {},
-                                              bool will_report_objects = false);
+                                              bool will_report_objects = false) {
+    return lifecycle_.RegisterClient(info, segment_sizes, auth, will_report_objects);
+  }
   // The session of `client_id` whose token is `token`, if it is live.
   std::optional<uint64_t> SessionOf(const std::string& client_id, std::string_view token) const {
-    return clients_.SessionOf(client_id, token);
+    return lifecycle_.SessionOf(client_id, token);
   }
-  // False for an unknown session. Otherwise also hands out (when `forgotten` is set) up to
-  // MasterOptions::forget_batch of the ranges freed in the client's segments; `*more_forgotten`:
-  // more remain queued.
   bool Heartbeat(const std::string& client_id, uint64_t session, uint64_t disk_used,
-                 std::vector<ReplicaRef>* forgotten = nullptr, bool* more_forgotten = nullptr);
-  absl::Status UnregisterClient(const std::string& client_id, uint64_t session);
+                 std::vector<ReplicaRef>* forgotten = nullptr, bool* more_forgotten = nullptr) {
+    return lifecycle_.Heartbeat(client_id, session, disk_used, forgotten, more_forgotten);
+  }
+  absl::Status UnregisterClient(const std::string& client_id, uint64_t session) {
+    return lifecycle_.UnregisterClient(client_id, session);
+  }
 
   // Puts.
   // `avoid`: clients not to place on (holders that refused the writer moments ago).
@@ -170,13 +170,10 @@ class MetadataService {
   size_t ActiveLeaseCount() { return reads_.ActiveLeaseCount(); }
 
  private:
-  // Drops every segment, replica, pending put and replica-less object of a client.
-  void CleanupClient(const std::string& client_id);
   // ReportReplicaFaults' two kinds.
   absl::Status DropCorruptReplica(ObjectTable::Shard& shard, const ReplicaFaultItem& item,
                                   uint64_t reporter_session, int64_t now_ms)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
-  absl::Status DropUnreachableHolder(const std::string& reporter, const std::string& holder);
   // Frees the ranges of dropped corrupt replicas whose last lease has ended.
   void FreeDeferred();
 
@@ -197,14 +194,12 @@ class MetadataService {
   ReadService reads_;
   TieringService tiering_;
   ObjectReports reports_;
+  ClientLifecycle lifecycle_;
   // Ranges of corrupt replicas dropped under leases: (free no earlier than, range). A leaf lock.
   absl::Mutex deferred_mu_;
   std::vector<std::pair<int64_t, MemoryLocation>> deferred_frees_ ABSL_GUARDED_BY(deferred_mu_);
-  Counter& clients_expired_;
   Counter& corrupt_lost_;
-  Counter& registrations_refused_;
   Counter& corrupt_memory_replicas_;
-  Counter& unreachable_dropped_;
   Counter& fault_reports_refused_;
 };
 

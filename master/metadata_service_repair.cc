@@ -20,7 +20,7 @@ std::vector<absl::Status> MetadataService::ReportReplicaFaults(
   std::vector<size_t> corrupt_index;
   for (size_t i = 0; i < items.size(); ++i) {
     if (items[i].fault == ReplicaFault::kUnreachable) {
-      out[i] = DropUnreachableHolder(reporter, items[i].holder);
+      out[i] = lifecycle_.DropUnreachable(reporter, items[i].holder);
     } else {
       corrupt.push_back(items[i]);
       corrupt_index.push_back(i);
@@ -85,28 +85,6 @@ absl::Status MetadataService::DropCorruptReplica(ObjectTable::Shard& shard,
     absl::MutexLock lock(&deferred_mu_);
     for (MemoryLocation& loc : freed) deferred_frees_.emplace_back(last_expiry, std::move(loc));
   }
-  return absl::OkStatus();
-}
-
-absl::Status MetadataService::DropUnreachableHolder(const std::string& reporter,
-                                                    const std::string& holder) {
-  if (holder.empty() || holder == reporter) {
-    return McError(Code::kInvalidArgument, "an unreachable holder names another client");
-  }
-  absl::MutexLock membership(&membership_mu_);
-  if (!clients_.IsAlive(holder)) return McError(Code::kNotFound, "no such client (dropped)");
-  // Two and a half heartbeat intervals of silence (one lost heartbeat is no proof), or its
-  // endpoint taken by a newer registration.
-  const int64_t silent_ms = options_.heartbeat_interval_ms * 5 / 2;
-  std::optional<ClientInfo> gone = clients_.TakeIfGone(holder, silent_ms);
-  if (!gone) {
-    return McError(Code::kNotReady,
-                   absl::StrCat("client ", holder, " still heartbeats: not dropped"));
-  }
-  Log().warn("client {} reported unreachable by {} and silent (or replaced): dropping it", holder,
-             reporter);
-  unreachable_dropped_.Inc();
-  CleanupClient(holder);
   return absl::OkStatus();
 }
 
