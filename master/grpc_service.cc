@@ -105,7 +105,7 @@ grpc::Status MasterGrpcService::Authenticate(const grpc::CallbackServerContext& 
     caller->kind = Caller::Kind::kRegistrant;
     caller->client_id = req.client_id();
     // The token of the session it replaces, if it names one of its own: checked against the
-    // live session under the registration lock (MetadataService::RegisterClient).
+    // live session under the registration lock (ClientLifecycle::RegisterClient).
     if (credential.ok() && credential->client_id == req.client_id()) {
       caller->previous_token = std::move(credential->token);
     }
@@ -203,7 +203,7 @@ MC_MASTER_SERVE(ReportObjects)
 MC_MASTER_SERVE(ReportReplicaFaults)
 #undef MC_MASTER_SERVE
 
-MasterGrpcService::MasterGrpcService(MetadataService& service, MetricsRegistry& metrics,
+MasterGrpcService::MasterGrpcService(MasterApi& service, MetricsRegistry& metrics,
                                      size_t max_batch_items, RpcAuthenticator* auth)
     : service_(service), metrics_(metrics), max_batch_items_(max_batch_items), auth_(auth) {
   SetMessageAllocatorFor_GetReplicas(&get_replicas_alloc_);

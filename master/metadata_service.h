@@ -1,4 +1,4 @@
-// MetadataService: the master's domain API, free of gRPC: a thin facade over the
+// MetadataService: the master's domain API (MasterApi), free of gRPC: a thin facade over the
 // use-case services that share the master's tables (MasterTables):
 //   ClientLifecycle  registration, heartbeats, unregistration, expiry and the cleanup of a
 //                    dropped client;
@@ -32,6 +32,7 @@
 #include "master/client_lifecycle.h"
 #include "master/disputed_keys.h"
 #include "master/generation_counter.h"
+#include "master/master_api.h"
 #include "master/master_tables.h"
 #include "master/master_types.h"
 #include "master/object_reports.h"
@@ -42,7 +43,7 @@
 
 namespace mc::master {
 
-class MetadataService {
+class MetadataService final : public MasterApi {
  public:
   MetadataService(MasterOptions options, const Clock& clock, MetricsRegistry& metrics);
 
@@ -50,84 +51,88 @@ class MetadataService {
   absl::StatusOr<Registration> RegisterClient(const ClientInfo& info,
                                               const std::vector<uint64_t>& segment_sizes,
                                               const RegistrationAuth& auth = {},
-                                              bool will_report_objects = false) {
+                                              bool will_report_objects = false) override {
     return lifecycle_.RegisterClient(info, segment_sizes, auth, will_report_objects);
   }
   // The session of `client_id` whose token is `token`, if it is live.
-  std::optional<uint64_t> SessionOf(const std::string& client_id, std::string_view token) const {
+  std::optional<uint64_t> SessionOf(const std::string& client_id,
+                                    std::string_view token) const override {
     return lifecycle_.SessionOf(client_id, token);
   }
   bool Heartbeat(const std::string& client_id, uint64_t session, uint64_t disk_used,
-                 std::vector<ReplicaRef>* forgotten = nullptr, bool* more_forgotten = nullptr) {
+                 std::vector<ReplicaRef>* forgotten = nullptr,
+                 bool* more_forgotten = nullptr) override {
     return lifecycle_.Heartbeat(client_id, session, disk_used, forgotten, more_forgotten);
   }
-  absl::Status UnregisterClient(const std::string& client_id, uint64_t session) {
+  absl::Status UnregisterClient(const std::string& client_id, uint64_t session) override {
     return lifecycle_.UnregisterClient(client_id, session);
   }
 
   // Puts and promotions: see PutCoordinator.
   std::vector<PutStartOutcome> PutStart(const std::string& client_id,
                                         const std::vector<PutStartItem>& items, uint32_t replicas,
-                                        const std::vector<std::string>& avoid = {}) {
+                                        const std::vector<std::string>& avoid = {}) override {
     return puts_.PutStart(client_id, items, replicas, avoid);
   }
   std::vector<absl::Status> PutEnd(const std::string& client_id,
-                                   const std::vector<PutEndItem>& items) {
+                                   const std::vector<PutEndItem>& items) override {
     return puts_.PutEnd(client_id, items);
   }
   std::vector<absl::Status> PutRevoke(const std::string& client_id,
-                                      const std::vector<PutRevokeItem>& items) {
+                                      const std::vector<PutRevokeItem>& items) override {
     return puts_.PutRevoke(client_id, items);
   }
   std::vector<PutStartOutcome> PromoteStart(const std::string& client_id,
-                                            const std::vector<PromoteItem>& items) {
+                                            const std::vector<PromoteItem>& items) override {
     return puts_.PromoteStart(client_id, items);
   }
   std::vector<absl::Status> PromoteEnd(const std::string& client_id,
                                        const std::vector<PromoteItem>& items,
-                                       const std::vector<bool>& written) {
+                                       const std::vector<bool>& written) override {
     return puts_.PromoteEnd(client_id, items, written);
   }
 
   // Reads and leases: see ReadService.
-  LookupBatch GetReplicas(const std::vector<std::string_view>& keys, const LookupOptions& options) {
+  LookupBatch GetReplicas(const std::vector<std::string_view>& keys,
+                          const LookupOptions& options) override {
     return reads_.GetReplicas(keys, options);
   }
   size_t ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys,
-                       uint64_t owner = 0) {
+                       uint64_t owner = 0) override {
     return reads_.ReleaseLeases(lease_id, keys, owner);
   }
-  std::vector<bool> Exist(const std::vector<std::string_view>& keys) { return reads_.Exist(keys); }
-  std::vector<absl::Status> Remove(const std::vector<std::string_view>& keys) {
+  std::vector<bool> Exist(const std::vector<std::string_view>& keys) override {
+    return reads_.Exist(keys);
+  }
+  std::vector<absl::Status> Remove(const std::vector<std::string_view>& keys) override {
     return reads_.Remove(keys);
   }
 
   // The SSD tier: see TieringService.
-  std::vector<absl::Status> AddDiskReplicas(const std::string& client_id,
-                                            const std::vector<DiskReplicaItem>& items,
-                                            bool recovered,
-                                            const std::vector<DiskReplicaItem>& failed = {}) {
+  std::vector<absl::Status> AddDiskReplicas(
+      const std::string& client_id, const std::vector<DiskReplicaItem>& items, bool recovered,
+      const std::vector<DiskReplicaItem>& failed = {}) override {
     return tiering_.AddDiskReplicas(client_id, items, recovered, failed);
   }
   std::vector<absl::Status> RemoveDiskReplicas(const std::string& client_id,
                                                const std::vector<DiskReplicaItem>& items,
-                                               bool corrupt = false) {
+                                               bool corrupt = false) override {
     return tiering_.RemoveDiskReplicas(client_id, items, corrupt);
   }
   absl::StatusOr<std::vector<OffloadTask>> TakeOffloadTasks(const std::string& client_id,
-                                                            uint64_t session, size_t max) {
+                                                            uint64_t session, size_t max) override {
     return tiering_.TakeOffloadTasks(client_id, session, max);
   }
 
   // Restart and return: see ObjectReports. Self-repair: see ReplicaRepair.
   absl::StatusOr<std::vector<absl::Status>> ReportObjects(
       const std::string& client_id, uint64_t session, const std::vector<ReportedObjectItem>& items,
-      bool last) {
+      bool last) override {
     return reports_.ReportObjects(client_id, session, items, last);
   }
-  std::vector<absl::Status> ReportReplicaFaults(const std::string& reporter,
-                                                uint64_t reporter_session,
-                                                const std::vector<ReplicaFaultItem>& items) {
+  std::vector<absl::Status> ReportReplicaFaults(
+      const std::string& reporter, uint64_t reporter_session,
+      const std::vector<ReplicaFaultItem>& items) override {
     return repair_.ReportReplicaFaults(reporter, reporter_session, items);
   }
 
@@ -136,14 +141,14 @@ class MetadataService {
   // evicts to the watermark: each service's own step, in this order.
   void RunMaintenance();
 
-  MasterSnapshot Snapshot();
+  MasterSnapshot Snapshot() override;
   // "Mem Storage: 1.00 GB / 2.00 GB (50.0%) | Keys: 3 | Clients: 2 | Eviction: ..." (one line).
-  std::string StatusLine();
-  std::vector<ClientInfo> Clients() const { return tables_.clients.List(); }
-  SegmentStats ClientSegmentStats(const std::string& id) const {
+  std::string StatusLine() override;
+  std::vector<ClientInfo> Clients() const override { return tables_.clients.List(); }
+  SegmentStats ClientSegmentStats(const std::string& id) const override {
     return tables_.segments.ClientStats(id);
   }
-  const MasterOptions& options() const { return tables_.options; }
+  const MasterOptions& options() const override { return tables_.options; }
   uint32_t epoch() const { return tables_.epoch; }
   bool SegmentsHeldForTest(const std::string& client_id) const {
     return tables_.segments.IsHeld(client_id);
