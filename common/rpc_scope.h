@@ -2,10 +2,15 @@
 // Store service). It counts the RPC when it begins and observes its latency in seconds
 // (steady_clock) when it ends; whatever else a service counts per RPC (failures, per-item codes)
 // it reaches through metrics(). `Metrics` is the service's record of one RPC's metrics, with
-// `Counter& requests` and `Histogram& latency`.
+// `Counter& requests` and `Histogram& latency`. TooManyItems is both services' answer to a batch
+// over their item limit.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace mc {
 
@@ -29,5 +34,12 @@ class RpcScope {
   Metrics& metrics_;
   const std::chrono::steady_clock::time_point start_;
 };
+
+// INVALID_ARGUMENT for a batch of `n` items over the limit of `max` (converted to the RPC's status
+// by proto/status_convert.h).
+inline absl::Status TooManyItems(size_t n, size_t max) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("batch of ", n, " items exceeds the limit of ", max));
+}
 
 }  // namespace mc

@@ -30,11 +30,6 @@ grpc::Status Counted(RpcScope<Metrics>& scope, grpc::Status status) {
 // PutStartRequest.avoid_clients taken into account (a bound on the placement cost of a request).
 constexpr size_t kMaxAvoidedClients = 16;
 
-grpc::Status TooMany(size_t n, size_t max) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrCat("batch of ", n, " items exceeds the limit of ", max));
-}
-
 // How many items a request carries, for the batch limit (0 for requests that are not batches).
 template <typename Req>
 size_t BatchItems(const Req& req) {
@@ -110,7 +105,7 @@ grpc::Status MasterGrpcService::Authenticate(const grpc::CallbackServerContext& 
     caller->kind = Caller::Kind::kRegistrant;
     caller->client_id = req.client_id();
     // The token of the session it replaces, if it names one of its own: checked against the
-    // live session under the registration lock (MetadataService::RegisterClient).
+    // live session under the registration lock (ClientLifecycle::RegisterClient).
     if (credential.ok() && credential->client_id == req.client_id()) {
       caller->previous_token = std::move(credential->token);
     }
@@ -175,7 +170,7 @@ grpc::ServerUnaryReactor* MasterGrpcService::Serve(grpc::CallbackServerContext* 
   grpc::Status status = Authenticate(*ctx, rpc, *req, &caller);
   if (status.ok()) {
     const size_t items = BatchItems(*req);
-    status = items > max_batch_items_ ? TooMany(items, max_batch_items_)
+    status = items > max_batch_items_ ? ToGrpcStatus(TooManyItems(items, max_batch_items_))
                                       : (this->*handler)(caller, req, resp);
   }
   reactor->Finish(Counted(scope, std::move(status)));
@@ -208,7 +203,7 @@ MC_MASTER_SERVE(ReportObjects)
 MC_MASTER_SERVE(ReportReplicaFaults)
 #undef MC_MASTER_SERVE
 
-MasterGrpcService::MasterGrpcService(MetadataService& service, MetricsRegistry& metrics,
+MasterGrpcService::MasterGrpcService(MasterApi& service, MetricsRegistry& metrics,
                                      size_t max_batch_items, RpcAuthenticator* auth)
     : service_(service), metrics_(metrics), max_batch_items_(max_batch_items), auth_(auth) {
   SetMessageAllocatorFor_GetReplicas(&get_replicas_alloc_);
@@ -561,7 +556,7 @@ grpc::Status MasterGrpcService::DoRemoveDiskReplicas(const Caller& caller,
 grpc::Status MasterGrpcService::DoPromoteStart(const Caller& caller,
                                                const v1::PromoteStartRequest* req,
                                                v1::PromoteStartResponse* resp) {
-  std::vector<PutRevokeItem> items;
+  std::vector<PromoteItem> items;
   for (const auto& item : req->items()) items.push_back({item.key(), item.generation()});
   const int64_t write_deadline_ms = service_.options().put_timeout_ms / 2;
   const std::vector<std::string_view> keys = ItemKeys(items);
@@ -572,7 +567,7 @@ grpc::Status MasterGrpcService::DoPromoteStart(const Caller& caller,
 
 grpc::Status MasterGrpcService::DoPromoteEnd(const Caller& caller, const v1::PromoteEndRequest* req,
                                              v1::PromoteEndResponse* resp) {
-  std::vector<PutRevokeItem> items;
+  std::vector<PromoteItem> items;
   std::vector<bool> written;
   for (const auto& item : req->items()) {
     items.push_back({item.key(), item.generation()});

@@ -1,11 +1,11 @@
-// MasterGrpcService: the Master gRPC service as thin handlers (proto in -> MetadataService call
+// MasterGrpcService: the Master gRPC service as thin handlers (proto in -> MasterApi call
 // -> proto out), with per-RPC request/failure counters and latency histograms.
 // With an RpcAuthenticator, every call is first bound to its caller (docs/security.md):
 // RegisterClient to a registration proof, GetStatus to an admin proof or a session, Hello to
 // nothing (it answers the run id that proofs name), every other call to a live session's token,
 // and the handlers then act as that caller only (a request's client_id naming another client
 // answers PERMISSION_DENIED). Refused calls change nothing.
-// Thread-safe (gRPC calls handlers concurrently; MetadataService is thread-safe).
+// Thread-safe (gRPC calls handlers concurrently; MasterApi implementations are thread-safe).
 #pragma once
 
 #include <google/protobuf/arena.h>
@@ -19,7 +19,7 @@
 #include "common/metrics.h"
 #include "master/capability_minter.h"
 #include "master/leader_election.h"
-#include "master/metadata_service.h"
+#include "master/master_api.h"
 #include "master/rpc_auth.h"
 #include "mcstore/v1/master.grpc.pb.h"
 
@@ -31,7 +31,7 @@ namespace mc::master {
 class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
  public:
   // `auth` (borrowed, may be null): null serves every call unauthenticated (--auth=false).
-  MasterGrpcService(MetadataService& service, MetricsRegistry& metrics, size_t max_batch_items,
+  MasterGrpcService(MasterApi& service, MetricsRegistry& metrics, size_t max_batch_items,
                     RpcAuthenticator* auth = nullptr);
   // With authentication: the minter that gives owners their keys and replicas their
   // capabilities (borrowed, must outlive the service). Before serving; null = none.
@@ -156,7 +156,7 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   // The metrics of one RPC, looked up in the registry once.
   RpcMetrics& MetricsFor(const char* rpc);
 
-  MetadataService& service_;
+  MasterApi& service_;
   MetricsRegistry& metrics_;
   const size_t max_batch_items_;
   RpcAuthenticator* const auth_;

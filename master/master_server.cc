@@ -71,21 +71,7 @@ absl::Status MasterServer::Start() {
     grpc_service_->SetCapabilityMinter(minter_.get());
   }
 
-  MetadataService* svc = service_.get();
-  metrics_.AddCallbackGauge("mc_memory_used_bytes", "Memory allocated in client segments",
-                            [svc] { return static_cast<double>(svc->Snapshot().mem_used); });
-  metrics_.AddCallbackGauge("mc_memory_capacity_bytes", "Memory of all client segments",
-                            [svc] { return static_cast<double>(svc->Snapshot().mem_capacity); });
-  metrics_.AddCallbackGauge("mc_keys", "Objects known (pending and complete)",
-                            [svc] { return static_cast<double>(svc->KeyCount()); });
-  metrics_.AddCallbackGauge("mc_clients_alive", "Registered, heartbeating clients",
-                            [svc] { return static_cast<double>(svc->Clients().size()); });
-  metrics_.AddCallbackGauge("mc_leases_active", "Live read leases",
-                            [svc] { return static_cast<double>(svc->ActiveLeaseCount()); });
-  metrics_.AddCallbackGauge("mc_ssd_used_bytes", "SSD tier bytes used, all clients",
-                            [svc] { return static_cast<double>(svc->Snapshot().disk_used); });
-  metrics_.AddCallbackGauge("mc_ssd_capacity_bytes", "SSD tier capacity, all clients",
-                            [svc] { return static_cast<double>(svc->Snapshot().disk_capacity); });
+  AddStatusGauges();
 
   MC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                       MakeServerCredentials(options_.tls));
@@ -108,33 +94,7 @@ absl::Status MasterServer::Start() {
   grpc_address_ = absl::StrCat(listen->host, ":", bound_port);
   if (!options_.etcd_endpoints.empty()) MC_RETURN_IF_ERROR(StartElection());
 
-  if (!options_.http.empty()) {
-    auto http = ParseHostPort(options_.http);
-    if (!http.ok()) return http.status();
-    AdminServerOptions admin_opts = options_.admin;
-    admin_opts.host = http->host;
-    admin_opts.port = http->port;
-    admin_opts.metrics = &metrics_;
-    admin_ = std::make_unique<AdminServer>(admin_opts);
-    admin_->Handle("/metrics", "text/plain; version=0.0.4",
-                   [this] { return metrics_.RenderPrometheus(); });
-    LeaderElection* election = election_.get();
-    admin_->Handle("/status", "text/plain", [svc, election] {
-      std::string line = svc->StatusLine();
-      if (election != nullptr) line += " " + election->StatusLine();
-      return line + "\n";
-    });
-    for (const char* path : {"/status.html", "/"}) {
-      admin_->Handle(path, "text/html; charset=utf-8", [this, svc, election] {
-        return MasterStatusHtml(*svc, election, metrics_, RealClock::Get());
-      });
-    }
-    // 200 for a healthy standby too: a liveness probe must not kill standbys.
-    admin_->Handle("/healthz", "text/plain", [] { return std::string("ok\n"); });
-    auto bound = admin_->Start();
-    if (!bound.ok()) return bound.status();
-    http_address_ = *bound;
-  }
+  if (!options_.http.empty()) MC_RETURN_IF_ERROR(StartAdmin());
   maintenance_.Start(options_.maintenance_interval_ms);
   if (!options_.ready_file.empty()) {
     absl::Status s =
@@ -144,6 +104,54 @@ absl::Status MasterServer::Start() {
   Logger("master").info("mc-master serving gRPC on {}, HTTP on {}{}", grpc_address_,
                         http_address_.empty() ? "(off)" : http_address_,
                         election_ ? " (standby until it wins the etcd election)" : "");
+  return absl::OkStatus();
+}
+
+void MasterServer::AddStatusGauges() {
+  MetadataService* svc = service_.get();
+  metrics_.AddCallbackGauge("mc_memory_used_bytes", "Memory allocated in client segments",
+                            [svc] { return static_cast<double>(svc->Snapshot().mem_used); });
+  metrics_.AddCallbackGauge("mc_memory_capacity_bytes", "Memory of all client segments",
+                            [svc] { return static_cast<double>(svc->Snapshot().mem_capacity); });
+  metrics_.AddCallbackGauge("mc_keys", "Objects known (pending and complete)",
+                            [svc] { return static_cast<double>(svc->KeyCount()); });
+  metrics_.AddCallbackGauge("mc_clients_alive", "Registered, heartbeating clients",
+                            [svc] { return static_cast<double>(svc->Clients().size()); });
+  metrics_.AddCallbackGauge("mc_leases_active", "Live read leases",
+                            [svc] { return static_cast<double>(svc->ActiveLeaseCount()); });
+  metrics_.AddCallbackGauge("mc_ssd_used_bytes", "SSD tier bytes used, all clients",
+                            [svc] { return static_cast<double>(svc->Snapshot().disk_used); });
+  metrics_.AddCallbackGauge("mc_ssd_capacity_bytes", "SSD tier capacity, all clients",
+                            [svc] { return static_cast<double>(svc->Snapshot().disk_capacity); });
+}
+
+absl::Status MasterServer::StartAdmin() {
+  auto http = ParseHostPort(options_.http);
+  if (!http.ok()) return http.status();
+  AdminServerOptions admin_opts = options_.admin;
+  admin_opts.host = http->host;
+  admin_opts.port = http->port;
+  admin_opts.metrics = &metrics_;
+  admin_ = std::make_unique<AdminServer>(admin_opts);
+  admin_->Handle("/metrics", "text/plain; version=0.0.4",
+                 [this] { return metrics_.RenderPrometheus(); });
+  MetadataService* svc = service_.get();
+  LeaderElection* election = election_.get();
+  admin_->Handle("/status", "text/plain", [svc, election] {
+    std::string line = svc->StatusLine();
+    if (election != nullptr) line += " " + election->StatusLine();
+    return line + "\n";
+  });
+  for (const char* path : {"/status.html", "/"}) {
+    admin_->Handle(path, "text/html; charset=utf-8", [this, svc, election] {
+      return MasterStatusHtml(*svc, election, metrics_, RealClock::Get());
+    });
+  }
+  // 200 for a healthy standby too: a liveness probe must not kill standbys.
+  admin_->Handle("/healthz", "text/plain", [] { return std::string("ok\n"); });
+  auto bound = admin_->Start();
+  if (!bound.ok()) return bound.status();
+  http_address_ = *bound;
   return absl::OkStatus();
 }
 

@@ -90,6 +90,9 @@ class MasterServer {
 
  private:
   absl::Status StartElection();
+  // Start()'s steps: the gauges of the service's figures; the HTTP admin server (--http).
+  void AddStatusGauges();
+  absl::Status StartAdmin();
 
   // The service's gate from before the election exists (the advertised address may be known
   // only once bound): nothing serves until the election says so.

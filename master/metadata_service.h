@@ -1,440 +1,175 @@
-// MetadataService: the master's domain API, free of gRPC.
-//
-// Wires the components (ObjectTable, SegmentManager, ClientRegistry, Evictor, PendingPuts) into
-// the operations of the Master service: client registration and liveness, the put lifecycle
-// (PutStart -> PutEnd | PutRevoke | timeout), lookups that grant read leases, removal, the DISK
-// replicas of the SSD tier, and periodic maintenance. Policy lives in the components; this class
-// sequences them and keeps the lock order (shard -> segments; never two shards at once).
-// Every batched call answers one result per input item, in order, and validates its input: bad
-// input is a per-key error and changes nothing.
+// MetadataService: the master's domain API (MasterApi), free of gRPC: a thin facade over the
+// use-case services that share the master's tables (MasterTables):
+//   ClientLifecycle  registration, heartbeats, unregistration, expiry and the cleanup of a
+//                    dropped client;
+//   PutCoordinator   the put lifecycle (PutStart -> PutEnd | PutRevoke | timeout), promotion of
+//                    SSD hits back to memory, the pending puts and the generation counter;
+//   ReadService      lookups that grant read leases, lease release and expiry, Exist, Remove;
+//   TieringService   DISK replicas of the SSD tier, offload tasks, planning and eviction;
+//   ObjectReports    restart and return: owners report the objects their segments hold;
+//   ReplicaRepair    readers' reports of corrupt replicas and unreachable holders.
+// Each call forwards to the service that owns it; RunMaintenance runs each service's own step.
+// Policy lives in the components (ObjectTable, SegmentManager, ClientRegistry, Evictor,
+// OffloadPlanner); the services sequence them and keep the lock order (membership -> shard ->
+// segments; never two shards at once). Every batched call answers one result per input item,
+// in order, and validates its input: bad input is a per-key error and changes nothing.
 // Restart and return: each run has a random epoch, the high 32 bits of every segment id it
-// assigns. A client that registers with will_report_objects has its segments held (no new
-// placement) until it has reported the objects they hold (ReportObjects, last=true) or
-// object_report_timeout_ms passes; the master rebuilds those objects from the report. Every
-// memory range the master frees is queued for its owner and handed out with its heartbeats, so
-// the owner's index forgets it (SegmentManager's forget queue).
+// assigns. Every memory range the master frees is queued for its owner and handed out with its
+// heartbeats, so the owner's index forgets it (SegmentManager's forget queue).
 // Thread-safe.
 #pragma once
 
 #include <cstdint>
-#include <limits>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
-#include "common/keys.h"
 #include "common/metrics.h"
-#include "master/client_registry.h"
-#include "master/evictor.h"
-#include "master/object_table.h"
-#include "master/offload_planner.h"
-#include "master/pending_puts.h"
-#include "master/segment_manager.h"
+#include "master/client_lifecycle.h"
+#include "master/disputed_keys.h"
+#include "master/generation_counter.h"
+#include "master/master_api.h"
+#include "master/master_tables.h"
+#include "master/master_types.h"
+#include "master/object_reports.h"
+#include "master/put_coordinator.h"
+#include "master/read_service.h"
+#include "master/replica_repair.h"
+#include "master/tiering_service.h"
 
 namespace mc::master {
 
-// Generations are in [1, kGenerationLimit): 0 means "never reserved", and the headroom above
-// the wall-clock start (ms << 20, about 2^60.6 in 2026) lasts past the year 2240.
-inline constexpr uint64_t kGenerationLimit = 1ull << 63;
-// A generation reported to a master (an owner's index, a recovered SSD record) must be one some
-// master run could have issued: below the wall clock this far ahead (ms << 20), or below this
-// run's counter. Leaves room for masters whose clocks differ by up to this much; a report above
-// it is refused, so no report can push the counter towards kGenerationLimit.
-inline constexpr int64_t kGenerationLeadMs = 3'600'000;
-// Keys whose reports conflicted, remembered so no later report restores either version.
-inline constexpr size_t kMaxDisputedKeys = 100'000;
-
-// UNAVAILABLE "unknown client" with a retry hint (a transient state after a master restart).
-absl::Status UnknownClient(const std::string& client_id);
-
-struct MasterOptions {
-  int64_t lease_ttl_ms = 5000;           // default read-lease TTL
-  int64_t max_lease_ttl_ms = 600'000;    // longest TTL a caller may ask for
-  int64_t client_ttl_ms = 10'000;        // a client silent this long is dead
-  int64_t heartbeat_interval_ms = 1000;  // told to clients
-  int64_t put_timeout_ms = 60'000;       // PENDING puts older than this are revoked
-  uint64_t max_object_size = 1ull << 30;
-  uint32_t max_replicas = 8;
-  size_t shards = 32;
-  uint64_t alignment = 64;  // allocation granularity inside segments
-  // Segments a client may register: each at least min_segment_size and at most
-  // max_segment_size bytes, at most max_segments_per_client of them. Keeps placement cost
-  // independent of junk (tiny or countless) segments and every capacity sum far from 2^64.
-  uint64_t min_segment_size = 64 << 10;
-  uint64_t max_segment_size = 1ull << 46;  // 64 TiB
-  size_t max_segments_per_client = 256;
-  int sync_eviction_rounds = 8;  // PutStart evicts and retries this often before NO_SPACE
-  // Authenticated registrations only (RegistrationAuth::bound): a registration for an id with a
-  // live session that does not present that session's token (a restarted daemon, or a second
-  // daemon configured with the same --client_id) replaces it only once the session has been
-  // silent (no heartbeat) this long; until then it is refused UNAVAILABLE and the daemon retries.
-  int64_t client_takeover_after_ms = 3000;
-  // This run's epoch (the high 32 bits of its segment ids); 0 = random (nonzero).
-  uint32_t epoch = 0;
-  // A client that registered with will_report_objects gets new placements in its segments again
-  // at its report's last chunk, or this long after its registration at the latest.
-  int64_t object_report_timeout_ms = 30'000;
-  size_t forget_batch = 65536;          // forgotten ranges per heartbeat answer
-  size_t forget_queue_limit = 1 << 20;  // forgotten ranges queued per client (oldest dropped)
-  EvictorOptions eviction;
-  OffloadPlannerOptions offload;
-};
-
-struct Registration {
-  uint64_t session = 0;
-  uint64_t epoch = 0;  // this master run's (MetadataService::epoch())
-  std::string token;   // the session's bearer token (ClientRegistry)
-  std::vector<uint64_t> segment_ids;
-};
-
-// How a registration was authenticated (MasterGrpcService). bound=false (authentication off,
-// or the in-process tests): a registration replaces a live session of the same id at once, as
-// it always did.
-struct RegistrationAuth {
-  bool bound = false;
-  std::string previous_token;  // the live session's token, when the caller presented one
-};
-
-struct PutStartItem {
-  std::string_view key;
-  uint64_t size = 0;
-};
-struct PutStartOutcome {
-  absl::Status status;
-  uint64_t generation = 0;
-  std::vector<Replica> replicas;
-  bool no_space_final = false;  // NO_SPACE no eviction can cure (SegmentManager::CouldEverPlace)
-  bool write_back_pending = false;  // NO_SPACE until write-backs to SSD end (retry shortly)
-};
-struct PutEndItem {
-  std::string_view key;
-  uint64_t generation = 0;
-  uint64_t checksum = 0;
-};
-struct PutRevokeItem {
-  std::string_view key;
-  uint64_t generation = 0;
-};
-
-struct LookupOptions {
-  int64_t lease_ttl_ms = 0;         // 0 = default
-  bool stop_at_first_miss = false;  // prefix match
-  bool grant_lease = true;
-  bool with_replicas = true;  // false: code, size, checksum, generation only
-  // A read: moves the found keys to the LRU front. A count-only probe (unleased MatchPrefix)
-  // is not a read, as Exist is not: it leaves recency alone.
-  bool touch = true;
-  // Who owns the leases granted (the caller's session; 0 = nobody in particular, authentication
-  // off): only the same owner releases them (ReleaseLeases).
-  uint64_t lease_owner = 0;
-};
-struct LookupOutcome {
-  absl::Status status;
-  uint64_t size = 0;
-  uint64_t checksum = 0;
-  uint64_t generation = 0;
-  std::vector<Replica> replicas;  // memory replicas first
-};
-struct LookupBatch {
-  uint64_t lease_id = 0;
-  int64_t lease_ttl_ms = 0;
-  std::vector<LookupOutcome> results;
-};
-
-struct DiskReplicaItem {
-  std::string_view key;
-  uint64_t generation = 0;
-  uint64_t locator = 0;
-  uint64_t length = 0;
-  uint64_t checksum = 0;
-};
-
-// A reader's report of a bad replica or an unreachable holder (master.proto ReportReplicaFaults).
-enum class ReplicaFault : uint8_t { kCorrupt, kUnreachable };
-struct ReplicaFaultItem {
-  ReplicaFault fault = ReplicaFault::kCorrupt;
-  std::string_view key;  // kCorrupt: the object, its generation and the replica's place
-  uint64_t generation = 0;
-  std::string holder;  // the replica's client id
-  uint64_t segment_id = 0;
-  uint64_t offset = 0;
-};
-
-// One object of an owner's report (ReportObjects): a COMPLETE memory replica in one of its
-// segments.
-struct ReportedObjectItem {
-  std::string_view key;
-  uint64_t generation = 0;
-  uint64_t size = 0;
-  uint64_t checksum = 0;
-  uint64_t segment_id = 0;
-  uint64_t offset = 0;
-};
-
-struct MasterSnapshot {
-  uint64_t mem_used = 0;
-  uint64_t mem_capacity = 0;
-  uint64_t keys = 0;
-  uint64_t clients = 0;
-  uint64_t disk_used = 0;
-  uint64_t disk_capacity = 0;
-  EvictionStats eviction;
-  uint64_t lost_ssd_reclaimed = 0;  // objects whose last copy, on SSD, its tier reclaimed
-};
-
-class MetadataService {
+class MetadataService final : public MasterApi {
  public:
   MetadataService(MasterOptions options, const Clock& clock, MetricsRegistry& metrics);
 
-  // Clients. Re-registering an id drops everything its previous session owned. With
-  // `auth.bound`, a live session of the id is replaced only under the takeover rule
-  // (MasterOptions::client_takeover_after_ms); otherwise UNAVAILABLE, counted.
-  // `will_report_objects`: the client's segments are held until its report ends
-  // (ReportObjects) or MasterOptions::object_report_timeout_ms passes.
+  // Clients: see ClientLifecycle.
   absl::StatusOr<Registration> RegisterClient(const ClientInfo& info,
                                               const std::vector<uint64_t>& segment_sizes,
                                               const RegistrationAuth& auth = {},
-                                              bool will_report_objects = false);
-  // The session of `client_id` whose token is `token`, if it is live.
-  std::optional<uint64_t> SessionOf(const std::string& client_id, std::string_view token) const {
-    return clients_.SessionOf(client_id, token);
+                                              bool will_report_objects = false) override {
+    return lifecycle_.RegisterClient(info, segment_sizes, auth, will_report_objects);
   }
-  // False for an unknown session. Otherwise also hands out (when `forgotten` is set) up to
-  // MasterOptions::forget_batch of the ranges freed in the client's segments; `*more_forgotten`:
-  // more remain queued.
+  // The session of `client_id` whose token is `token`, if it is live.
+  std::optional<uint64_t> SessionOf(const std::string& client_id,
+                                    std::string_view token) const override {
+    return lifecycle_.SessionOf(client_id, token);
+  }
   bool Heartbeat(const std::string& client_id, uint64_t session, uint64_t disk_used,
-                 std::vector<ReplicaRef>* forgotten = nullptr, bool* more_forgotten = nullptr);
-  absl::Status UnregisterClient(const std::string& client_id, uint64_t session);
+                 std::vector<ReplicaRef>* forgotten = nullptr,
+                 bool* more_forgotten = nullptr) override {
+    return lifecycle_.Heartbeat(client_id, session, disk_used, forgotten, more_forgotten);
+  }
+  absl::Status UnregisterClient(const std::string& client_id, uint64_t session) override {
+    return lifecycle_.UnregisterClient(client_id, session);
+  }
 
-  // Puts.
-  // `avoid`: clients not to place on (holders that refused the writer moments ago).
+  // Puts and promotions: see PutCoordinator.
   std::vector<PutStartOutcome> PutStart(const std::string& client_id,
                                         const std::vector<PutStartItem>& items, uint32_t replicas,
-                                        const std::vector<std::string>& avoid = {});
+                                        const std::vector<std::string>& avoid = {}) override {
+    return puts_.PutStart(client_id, items, replicas, avoid);
+  }
   std::vector<absl::Status> PutEnd(const std::string& client_id,
-                                   const std::vector<PutEndItem>& items);
+                                   const std::vector<PutEndItem>& items) override {
+    return puts_.PutEnd(client_id, items);
+  }
   std::vector<absl::Status> PutRevoke(const std::string& client_id,
-                                      const std::vector<PutRevokeItem>& items);
+                                      const std::vector<PutRevokeItem>& items) override {
+    return puts_.PutRevoke(client_id, items);
+  }
+  std::vector<PutStartOutcome> PromoteStart(const std::string& client_id,
+                                            const std::vector<PromoteItem>& items) override {
+    return puts_.PromoteStart(client_id, items);
+  }
+  std::vector<absl::Status> PromoteEnd(const std::string& client_id,
+                                       const std::vector<PromoteItem>& items,
+                                       const std::vector<bool>& written) override {
+    return puts_.PromoteEnd(client_id, items, written);
+  }
 
-  // Reads.
-  LookupBatch GetReplicas(const std::vector<std::string_view>& keys, const LookupOptions& options);
-  // Ends lease `lease_id` on `keys` where `owner` granted it (LookupOptions::lease_owner); a
-  // lease of another owner stays and is counted (mc_master_lease_releases_refused_total).
+  // Reads and leases: see ReadService.
+  LookupBatch GetReplicas(const std::vector<std::string_view>& keys,
+                          const LookupOptions& options) override {
+    return reads_.GetReplicas(keys, options);
+  }
   size_t ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys,
-                       uint64_t owner = 0);
-  std::vector<bool> Exist(const std::vector<std::string_view>& keys);
-  std::vector<absl::Status> Remove(const std::vector<std::string_view>& keys);
+                       uint64_t owner = 0) override {
+    return reads_.ReleaseLeases(lease_id, keys, owner);
+  }
+  std::vector<bool> Exist(const std::vector<std::string_view>& keys) override {
+    return reads_.Exist(keys);
+  }
+  std::vector<absl::Status> Remove(const std::vector<std::string_view>& keys) override {
+    return reads_.Remove(keys);
+  }
 
-  // The SSD tier. `recovered`: records found at the client's start, which may recreate objects
-  // the master does not know; otherwise the object must exist with the item's generation.
-  // `failed`: OFFLOAD tasks the client could not persist (only key and generation are read);
-  // those objects may leave memory unpersisted for a while (counted as lost when they do).
-  std::vector<absl::Status> AddDiskReplicas(const std::string& client_id,
-                                            const std::vector<DiskReplicaItem>& items,
-                                            bool recovered,
-                                            const std::vector<DiskReplicaItem>& failed = {});
-  // HAS_LEASE for an object a reader holds a lease on (its record must stay).
-  // `corrupt`: the records failed verification; they go whatever the leases (counted).
+  // The SSD tier: see TieringService.
+  std::vector<absl::Status> AddDiskReplicas(
+      const std::string& client_id, const std::vector<DiskReplicaItem>& items, bool recovered,
+      const std::vector<DiskReplicaItem>& failed = {}) override {
+    return tiering_.AddDiskReplicas(client_id, items, recovered, failed);
+  }
   std::vector<absl::Status> RemoveDiskReplicas(const std::string& client_id,
                                                const std::vector<DiskReplicaItem>& items,
-                                               bool corrupt = false);
-  // Promotion of SSD hits back to memory (see master.proto PromoteStart/PromoteEnd).
-  std::vector<PutStartOutcome> PromoteStart(const std::string& client_id,
-                                            const std::vector<PutRevokeItem>& items);
-  std::vector<absl::Status> PromoteEnd(const std::string& client_id,
-                                       const std::vector<PutRevokeItem>& items,
-                                       const std::vector<bool>& written);
-  // Up to `max` queued OFFLOAD/DROP tasks for the client; kNotFound for an unknown session.
+                                               bool corrupt = false) override {
+    return tiering_.RemoveDiskReplicas(client_id, items, corrupt);
+  }
   absl::StatusOr<std::vector<OffloadTask>> TakeOffloadTasks(const std::string& client_id,
-                                                            uint64_t session, size_t max);
+                                                            uint64_t session, size_t max) override {
+    return tiering_.TakeOffloadTasks(client_id, session, max);
+  }
 
-  // Restart and return: an owner reports the COMPLETE memory replicas its segments hold (see
-  // master.proto ReportObjects). FAILED_PRECONDITION when `session` is not the client's current
-  // one. Otherwise one status per item, in order: OK when the object was restored or the replica
-  // joined a known object of the same generation, size and checksum; NOT_FOUND when superseded
-  // (another generation, a put in progress, removed, or a replica already on this client);
-  // INVALID_ARGUMENT for a bad key, size or generation, a segment not of this registration, or
-  // a range unaligned, outside it or overlapping another. `last` ends the report: the client's
-  // segments take new placements again.
-  // Conflicts (issue 35, item 4): reports are not first-come. A report that differs in
-  // generation, size or checksum from an object that itself was only reported (no put of this
-  // run vouches for it) drops that object with all its replicas, and the key is remembered as
-  // disputed: every later report of it is refused (CHECKSUM_MISMATCH) until a put of this run
-  // ends, since the master cannot tell which owner holds the written bytes. A miss, never wrong
-  // bytes.
-  // At most kMaxDisputedKeys are remembered; beyond that, reports of keys the master does not
-  // know are refused too (fail closed).
+  // Restart and return: see ObjectReports. Self-repair: see ReplicaRepair.
   absl::StatusOr<std::vector<absl::Status>> ReportObjects(
       const std::string& client_id, uint64_t session, const std::vector<ReportedObjectItem>& items,
-      bool last);
+      bool last) override {
+    return reports_.ReportObjects(client_id, session, items, last);
+  }
+  std::vector<absl::Status> ReportReplicaFaults(
+      const std::string& reporter, uint64_t reporter_session,
+      const std::vector<ReplicaFaultItem>& items) override {
+    return repair_.ReportReplicaFaults(reporter, reporter_session, items);
+  }
 
-  // Self-repair (master.proto ReportReplicaFaults): `reporter` (whose session is
-  // `reporter_session`, 0 without authentication) found a MEMORY replica corrupt, or a holder
-  // unreachable. kCorrupt: accepted when the reporter holds a live lease on the object; the
-  // replica leaves lookups now and its space is freed once every lease granted before has ended
-  // (invariant 3); an object left without replicas is erased (counted lost, reason "corrupt").
-  // kUnreachable: the holder is dropped as an expired client would be when the master can
-  // confirm it is gone (ClientRegistry::TakeIfGone), otherwise FAILED_PRECONDITION.
-  std::vector<absl::Status> ReportReplicaFaults(const std::string& reporter,
-                                                uint64_t reporter_session,
-                                                const std::vector<ReplicaFaultItem>& items);
-
-  // Expires clients, releases held segments whose report timed out, revokes timed-out puts, sweeps
-  // expired leases, evicts to the watermark.
+  // Expires clients, releases held segments whose report timed out, revokes timed-out puts,
+  // sweeps expired leases, frees the space of dropped corrupt replicas, plans offloads and
+  // evicts to the watermark: each service's own step, in this order.
   void RunMaintenance();
 
-  MasterSnapshot Snapshot();
+  MasterSnapshot Snapshot() override;
   // "Mem Storage: 1.00 GB / 2.00 GB (50.0%) | Keys: 3 | Clients: 2 | Eviction: ..." (one line).
-  std::string StatusLine();
-  std::vector<ClientInfo> Clients() const { return clients_.List(); }
-  SegmentStats ClientSegmentStats(const std::string& id) const { return segments_.ClientStats(id); }
-  const MasterOptions& options() const { return options_; }
-  uint32_t epoch() const { return epoch_; }
+  std::string StatusLine() override;
+  std::vector<ClientInfo> Clients() const override { return tables_.clients.List(); }
+  SegmentStats ClientSegmentStats(const std::string& id) const override {
+    return tables_.segments.ClientStats(id);
+  }
+  const MasterOptions& options() const override { return tables_.options; }
+  uint32_t epoch() const { return tables_.epoch; }
   bool SegmentsHeldForTest(const std::string& client_id) const {
-    return segments_.IsHeld(client_id);
+    return tables_.segments.IsHeld(client_id);
   }
   size_t KeyCount();
   // Objects holding an Object::Transient record (a put, promotion, offload or lease in
   // progress, or leases not yet swept).
   size_t TransientCountForTest();
   // Live read leases over all objects (a scan of the leased keys only).
-  size_t ActiveLeaseCount();
+  size_t ActiveLeaseCount() { return reads_.ActiveLeaseCount(); }
 
  private:
-  // Keys a prefix match looks up per step (it stops after the step that finds the first miss).
-  static constexpr size_t kPrefixChunk = 128;
-  // The loop of the per-item batch calls: for each item (anything with a `key`), the key check,
-  // then fn(shard, i) -> Status with the key's shard locked. One status per item, in order.
-  template <typename Item, typename Fn>
-  std::vector<absl::Status> ForEachItem(const std::vector<Item>& items, Fn&& fn) {
-    std::vector<absl::Status> out(items.size());
-    std::vector<std::string_view> keys;
-    keys.reserve(items.size());
-    for (const auto& item : items) keys.push_back(item.key);
-    table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-      shard.mu.AssertHeld();
-      for (size_t i : indices) {
-        out[i] = ValidateKey(items[i].key);
-        if (out[i].ok()) out[i] = fn(shard, i);
-      }
-    });
-    return out;
-  }
-  // Drops every segment, replica, pending put and replica-less object of a client.
-  void CleanupClient(const std::string& client_id);
-  // Places one object's replicas, evicting synchronously between tries.
-  // `persisted_only`: evict only objects that also live on an SSD tier (promotions).
-  // `final` (optional) is set when the NO_SPACE answer is one no eviction can cure;
-  // `write_back_pending` (optional) when it waits for offloads to end (invariant 7).
-  absl::StatusOr<std::vector<MemoryLocation>> PlaceWithEviction(
-      uint64_t size, uint32_t replicas, const std::string& writer, bool persisted_only = false,
-      bool* final = nullptr, bool* write_back_pending = nullptr,
-      const std::vector<std::string>& avoid = {});
-  bool DiskCapable(const std::string& client_id) const;
-  void MarkOffloadsFailed(const std::string& client_id, const std::vector<DiskReplicaItem>& failed);
-  // An offload planning pass now (rate-limited): puts wait for write-back.
-  void KickPlanner();
-  void RevokeTimedOutPuts();
-  // Ends an object's promotion, if any, queueing its space in `to_free`.
-  void DropPromotion(ObjectTable::Shard& shard, const Object& object,
-                     std::vector<MemoryLocation>* to_free) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
-  void SweepLeases();
-  uint64_t NextGeneration();
-  // Raises the next generation past `generation` (a reported one), never lowering it.
-  void RaiseGenerationPast(uint64_t generation);
-  // INVALID_ARGUMENT unless `generation` (a reported one) is one a master run could have issued:
-  // 1 and above, below the larger of this run's counter and the wall clock kGenerationLeadMs
-  // ahead (<< 20).
-  absl::Status CheckReportedGeneration(uint64_t generation) const;
-  // Checks one reported item's key, size and generation.
-  absl::Status ValidateReported(const ReportedObjectItem& item) const;
-  // Restores or joins one reported object whose range is reserved (`location`), with its shard
-  // locked; a non-OK answer leaves the range to be freed by the caller.
-  // A conflicting report drops the known (reported) object: its memory ranges go to `to_free`.
-  absl::Status ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,
-                             const ReportedObjectItem& item, const MemoryLocation& location,
-                             bool* restored, std::vector<MemoryLocation>* to_free)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
-  // Whether `key` is disputed (ReportObjects); ForgetDisputed after a put of it ended.
-  bool Disputed(std::string_view key);
-  void ForgetDisputed(std::string_view key);
-  // Releases the held segments of clients whose report outlived object_report_timeout_ms.
-  void ReleaseTimedOutReports();
-  // ReportReplicaFaults' two kinds.
-  absl::Status DropCorruptReplica(ObjectTable::Shard& shard, const ReplicaFaultItem& item,
-                                  uint64_t reporter_session, int64_t now_ms)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
-  absl::Status DropUnreachableHolder(const std::string& reporter, const std::string& holder);
-  // Frees the ranges of dropped corrupt replicas whose last lease has ended.
-  void FreeDeferred();
-
-  // A report in progress (registration with will_report_objects, until last=true or timeout).
-  struct ReportState {
-    uint64_t session = 0;
-    int64_t start_ms = 0;
-    uint64_t reported = 0;
-    uint64_t restored = 0;
-    uint64_t joined = 0;
-    uint64_t refused = 0;
-  };
-
-  const MasterOptions options_;
-  const uint32_t epoch_;
-  const Clock& clock_;
-  MetricsRegistry& metrics_;
-  ObjectTable table_;
-  SegmentManager segments_;
-  ClientRegistry clients_;
-  PendingPuts pending_;
-  Evictor evictor_;
-  OffloadQueue offload_queue_;
-  OffloadPlanner planner_;
-  // Serializes membership changes (register, unregister, expiry and their cleanup), so a client
-  // that re-registers while its expiry is being cleaned up never loses its new segments.
-  absl::Mutex membership_mu_;
-  std::atomic<uint64_t> next_generation_;
-  // Reports in progress, by client id. A leaf lock: nothing else is taken while it is held.
-  absl::Mutex report_mu_;
-  absl::flat_hash_map<std::string, ReportState> reports_ ABSL_GUARDED_BY(report_mu_);
-  // Keys whose reports conflicted (ReportObjects). A leaf lock, taken under a shard's.
-  absl::Mutex disputed_mu_;
-  absl::flat_hash_set<std::string> disputed_ ABSL_GUARDED_BY(disputed_mu_);
-  std::atomic<bool> any_disputed_{false};
-  std::atomic<int64_t> last_kick_ms_{std::numeric_limits<int64_t>::min()};
-  // Ranges of corrupt replicas dropped under leases: (free no earlier than, range). A leaf lock.
-  absl::Mutex deferred_mu_;
-  std::vector<std::pair<int64_t, MemoryLocation>> deferred_frees_ ABSL_GUARDED_BY(deferred_mu_);
-  Counter& leases_granted_;
-  Counter& leases_expired_;
-  Counter& leases_released_;
-  Counter& puts_timed_out_;
-  Counter& clients_expired_;
-  Counter& no_space_;
-  Counter& write_back_waits_;
-  Counter& disk_reclaimed_lost_;
-  Counter& offload_failures_;
-  Counter& corrupt_records_;
-  Counter& corrupt_lost_;
-  Counter& registrations_refused_;
-  Counter& lease_releases_refused_;
-  Counter& disk_reports_refused_;
-  Counter& reported_restored_;
-  Counter& reported_joined_;
-  Counter& reported_refused_;
-  Counter& reported_conflicts_;
-  Counter& reports_timed_out_;
-  Counter& corrupt_memory_replicas_;
-  Counter& corrupt_disk_replicas_;
-  Counter& unreachable_dropped_;
-  Counter& fault_reports_refused_;
+  // The shared state first, then the services in the order of their dependencies.
+  MasterTables tables_;
+  DisputedKeys disputed_;
+  PutCoordinator puts_;
+  ReadService reads_;
+  TieringService tiering_;
+  ObjectReports reports_;
+  ClientLifecycle lifecycle_;
+  ReplicaRepair repair_;
 };
 
 }  // namespace mc::master

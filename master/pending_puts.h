@@ -16,17 +16,22 @@ namespace mc::master {
 
 class PendingPuts {
  public:
+  // A put's place in the order: its deadline, then its generation (PutCoordinator::PendingKeyOf).
+  struct Key {
+    int64_t deadline_ms;
+    uint64_t generation;
+  };
   struct Entry {
     std::string key;
     uint64_t generation;
   };
-  void Add(int64_t deadline_ms, uint64_t generation, std::string key) {
+  void Add(Key at, std::string key) {
     absl::MutexLock lock(&mu_);
-    by_deadline_.emplace(std::make_pair(deadline_ms, generation), std::move(key));
+    by_deadline_.emplace(std::make_pair(at.deadline_ms, at.generation), std::move(key));
   }
-  void Remove(int64_t deadline_ms, uint64_t generation) {
+  void Remove(Key at) {
     absl::MutexLock lock(&mu_);
-    by_deadline_.erase({deadline_ms, generation});
+    by_deadline_.erase({at.deadline_ms, at.generation});
   }
   // Removes and returns the entries whose deadline is at or before `now_ms`.
   std::vector<Entry> TakeExpired(int64_t now_ms) {

@@ -19,11 +19,6 @@ namespace sv1 = mcstore::v1;
 
 namespace {
 
-grpc::Status TooMany(int n, size_t max) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrCat("batch of ", n, " items exceeds the limit of ", max));
-}
-
 // Inline get results are written straight into the response's `data` fields.
 class ResponseSink final : public InlineSink {
  public:
@@ -220,7 +215,7 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
   RpcScope scope(metrics_.For("BatchPut"));
   MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
-    return TooMany(req->items_size(), options_.max_batch_items);
+    return ToGrpcStatus(TooManyItems(req->items_size(), options_.max_batch_items));
   }
   if (absl::Status s = CheckSliceCount(req->items(), req->block_layout_size(), *caller); !s.ok()) {
     return ToGrpcStatus(s);
@@ -271,7 +266,7 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
   RpcScope scope(metrics_.For("BatchGet"));
   MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
-    return TooMany(req->items_size(), options_.max_batch_items);
+    return ToGrpcStatus(TooManyItems(req->items_size(), options_.max_batch_items));
   }
   if (absl::Status s = CheckSliceCount(req->items(), req->block_layout_size(), *caller); !s.ok()) {
     return ToGrpcStatus(s);
@@ -327,7 +322,7 @@ grpc::Status StoreGrpcService::BatchExist(grpc::ServerContext* context,
   RpcScope scope(metrics_.For("BatchExist"));
   MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
-    return TooMany(req->keys_size(), options_.max_batch_items);
+    return ToGrpcStatus(TooManyItems(req->keys_size(), options_.max_batch_items));
   }
   v1::ExistRequest mreq;
   *mreq.mutable_keys() = req->keys();
@@ -420,7 +415,7 @@ grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
   absl::StatusOr<std::vector<std::string_view>> asked = RequestKeys(*req);
   if (!asked.ok()) return ToGrpcStatus(asked.status());
   if (asked->size() > options_.max_batch_items) {
-    return TooMany(static_cast<int>(asked->size()), options_.max_batch_items);
+    return ToGrpcStatus(TooManyItems(asked->size(), options_.max_batch_items));
   }
   resp->set_keys_seen(static_cast<uint32_t>(asked->size()));
   uint32_t ttl = std::min(req->lease_ttl_ms(), options_.max_prefix_lease_ttl_ms);
@@ -532,7 +527,7 @@ grpc::Status StoreGrpcService::BatchRemove(grpc::ServerContext* context,
   RpcScope scope(metrics_.For("BatchRemove"));
   MC_ADMIT(caller, context);
   if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
-    return TooMany(req->keys_size(), options_.max_batch_items);
+    return ToGrpcStatus(TooManyItems(req->keys_size(), options_.max_batch_items));
   }
   v1::RemoveRequest mreq;
   *mreq.mutable_keys() = req->keys();

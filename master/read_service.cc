@@ -1,16 +1,33 @@
 // Lookups with read leases, lease release and sweeping, existence, removal.
+#include "master/read_service.h"
+
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/status.h"
-#include "master/metadata_service.h"
 
 namespace mc::master {
 
-LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& keys,
-                                         const LookupOptions& options) {
+ReadService::ReadService(MasterTables& tables, PutCoordinator& puts)
+    : options_(tables.options),
+      clock_(tables.clock),
+      table_(tables.table),
+      segments_(tables.segments),
+      offload_queue_(tables.offload_queue),
+      puts_(puts),
+      leases_granted_(tables.metrics.GetCounter("mc_leases_granted_total", "Read leases granted")),
+      leases_expired_(
+          tables.metrics.GetCounter("mc_leases_expired_total", "Read leases that ended by expiry")),
+      leases_released_(
+          tables.metrics.GetCounter("mc_leases_released_total", "Read leases released by readers")),
+      lease_releases_refused_(tables.metrics.GetCounter(
+          "mc_master_lease_releases_refused_total",
+          "Lease releases that named another caller's lease (nothing released)")) {}
+
+LookupBatch ReadService::GetReplicas(const std::vector<std::string_view>& keys,
+                                     const LookupOptions& options) {
   LookupBatch batch;
   batch.results.resize(keys.size());
   int64_t ttl = options.lease_ttl_ms > 0 ? options.lease_ttl_ms : options_.lease_ttl_ms;
@@ -21,15 +38,27 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
   uint64_t lease_id = 0;
   while (options.grant_lease && lease_id == 0) lease_id = auth::RandomU64();
   batch.lease_id = lease_id;
+  CheckLookupKeys(keys, &batch);
+  const size_t looked_up = LookUp(keys, options, ttl, &batch);
+  if (options.stop_at_first_miss) EndPrefix(keys, options, looked_up, &batch);
+  return batch;
+}
+
+void ReadService::CheckLookupKeys(const std::vector<std::string_view>& keys, LookupBatch* batch) {
   // Input checks in request order: a repeated key is the caller's bug (it must dedupe).
   absl::flat_hash_set<absl::string_view> seen;
   seen.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    batch.results[i].status = ValidateKey(keys[i]);
-    if (batch.results[i].status.ok() && !seen.insert(AsKey(keys[i])).second) {
-      batch.results[i].status = McError(Code::kInvalidArgument, "key repeated in one lookup");
+    batch->results[i].status = ValidateKey(keys[i]);
+    if (batch->results[i].status.ok() && !seen.insert(AsKey(keys[i])).second) {
+      batch->results[i].status = McError(Code::kInvalidArgument, "key repeated in one lookup");
     }
   }
+}
+
+size_t ReadService::LookUp(const std::vector<std::string_view>& keys, const LookupOptions& options,
+                           int64_t ttl, LookupBatch* batch) {
+  const uint64_t lease_id = batch->lease_id;
   int64_t now = clock_.NowMs();
   uint64_t granted = 0;
   uint64_t expired = 0;  // pruned here, so the sweep would never count them
@@ -45,7 +74,7 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
       shard.mu.AssertHeld();
       shard.FindEach(part, indices, [&](size_t j, auto it) {
         shard.mu.AssertHeld();
-        LookupOutcome& r = batch.results[begin + j];
+        LookupOutcome& r = batch->results[begin + j];
         if (!r.status.ok()) return;
         if (it == shard.objects.end()) {
           r.status = McError(Code::kNotFound, "no such key");
@@ -77,34 +106,36 @@ LookupBatch MetadataService::GetReplicas(const std::vector<std::string_view>& ke
     });
     looked_up = end;
     if (options.stop_at_first_miss &&
-        std::any_of(batch.results.begin() + begin, batch.results.begin() + end,
+        std::any_of(batch->results.begin() + begin, batch->results.begin() + end,
                     [](const LookupOutcome& r) { return !r.status.ok(); })) {
       break;
     }
   }
   leases_granted_.Inc(granted);
   leases_expired_.Inc(expired);
-  if (options.stop_at_first_miss) {
-    size_t matched = 0;
-    while (matched < looked_up && batch.results[matched].status.ok()) ++matched;
-    if (matched < keys.size()) {
-      // Keys of the last chunk past the first miss are not part of the prefix: release what they
-      // were granted.
-      std::vector<std::string_view> beyond;
-      for (size_t i = matched + 1; i < looked_up; ++i) {
-        if (batch.results[i].status.ok()) beyond.push_back(keys[i]);
-      }
-      if (options.grant_lease && !beyond.empty()) {
-        ReleaseLeases(lease_id, beyond, options.lease_owner);
-      }
-      batch.results.resize(matched + 1);
-    }
-  }
-  return batch;
+  return looked_up;
 }
 
-size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys,
-                                      uint64_t owner) {
+void ReadService::EndPrefix(const std::vector<std::string_view>& keys, const LookupOptions& options,
+                            size_t looked_up, LookupBatch* batch) {
+  size_t matched = 0;
+  while (matched < looked_up && batch->results[matched].status.ok()) ++matched;
+  if (matched < keys.size()) {
+    // Keys of the last chunk past the first miss are not part of the prefix: release what they
+    // were granted.
+    std::vector<std::string_view> beyond;
+    for (size_t i = matched + 1; i < looked_up; ++i) {
+      if (batch->results[i].status.ok()) beyond.push_back(keys[i]);
+    }
+    if (options.grant_lease && !beyond.empty()) {
+      ReleaseLeases(batch->lease_id, beyond, options.lease_owner);
+    }
+    batch->results.resize(matched + 1);
+  }
+}
+
+size_t ReadService::ReleaseLeases(uint64_t lease_id, const std::vector<std::string_view>& keys,
+                                  uint64_t owner) {
   size_t released = 0;
   size_t refused = 0;
   size_t expired = 0;
@@ -133,7 +164,7 @@ size_t MetadataService::ReleaseLeases(uint64_t lease_id, const std::vector<std::
   return released;
 }
 
-void MetadataService::SweepLeases() {
+void ReadService::SweepLeases() {
   int64_t now = clock_.NowMs();
   uint64_t expired = 0;
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
@@ -143,7 +174,7 @@ void MetadataService::SweepLeases() {
   leases_expired_.Inc(expired);
 }
 
-size_t MetadataService::ActiveLeaseCount() {
+size_t ReadService::ActiveLeaseCount() {
   int64_t now = clock_.NowMs();
   size_t n = 0;
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
@@ -155,7 +186,7 @@ size_t MetadataService::ActiveLeaseCount() {
   return n;
 }
 
-std::vector<bool> MetadataService::Exist(const std::vector<std::string_view>& keys) {
+std::vector<bool> ReadService::Exist(const std::vector<std::string_view>& keys) {
   std::vector<bool> out(keys.size(), false);
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
     shard.mu.AssertHeld();
@@ -167,7 +198,7 @@ std::vector<bool> MetadataService::Exist(const std::vector<std::string_view>& ke
   return out;
 }
 
-std::vector<absl::Status> MetadataService::Remove(const std::vector<std::string_view>& keys) {
+std::vector<absl::Status> ReadService::Remove(const std::vector<std::string_view>& keys) {
   std::vector<absl::Status> out(keys.size());
   std::vector<MemoryLocation> to_free;
   int64_t now = clock_.NowMs();
@@ -184,7 +215,7 @@ std::vector<absl::Status> MetadataService::Remove(const std::vector<std::string_
       } else if (it->second.HasLiveLease(now)) {
         out[i] = McError(Code::kHasLease, "key is leased by a reader");
       } else {
-        DropPromotion(shard, it->second, &to_free);
+        puts_.DropPromotion(shard, it->second, &to_free);
         for (const StoredReplica& r : it->second.replicas) {
           if (r.tier == ReplicaTier::kMemory) {
             to_free.push_back(r.location());

@@ -1,12 +1,13 @@
 // Restart and return: owners report the objects their memory segments hold, and the master
 // rebuilds them (ReportObjects); held segments are released at the report's end or timeout.
+#include "master/object_reports.h"
+
 #include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "master/metadata_service.h"
 
 namespace mc::master {
 namespace {
@@ -18,62 +19,61 @@ spdlog::logger& Log() {
 
 }  // namespace
 
-void MetadataService::RaiseGenerationPast(uint64_t generation) {
-  uint64_t next = next_generation_.load();
-  while (generation >= next && !next_generation_.compare_exchange_weak(next, generation + 1)) {
-  }
-}
+ObjectReports::ObjectReports(MasterTables& tables, PutCoordinator& puts, DisputedKeys& disputed)
+    : options_(tables.options),
+      clock_(tables.clock),
+      table_(tables.table),
+      segments_(tables.segments),
+      clients_(tables.clients),
+      offload_queue_(tables.offload_queue),
+      membership_mu_(tables.membership_mu),
+      puts_(puts),
+      disputed_(disputed),
+      reported_restored_(tables.metrics.GetCounter(
+          "mc_master_objects_reported_total",
+          "Objects clients reported holding (ReportObjects), by result: restored (the master "
+          "knew no such key), joined (a replica added to the known object), refused",
+          {{"result", "restored"}})),
+      reported_joined_(tables.metrics.GetCounter(
+          "mc_master_objects_reported_total",
+          "Objects clients reported holding (ReportObjects), by result: restored (the master "
+          "knew no such key), joined (a replica added to the known object), refused",
+          {{"result", "joined"}})),
+      reported_refused_(tables.metrics.GetCounter(
+          "mc_master_objects_reported_total",
+          "Objects clients reported holding (ReportObjects), by result: restored (the master "
+          "knew no such key), joined (a replica added to the known object), refused",
+          {{"result", "refused"}})),
+      reported_conflicts_(tables.metrics.GetCounter(
+          "mc_master_report_conflicts_total",
+          "Reports (ReportObjects) that differed from another owner's report of the same key: "
+          "the key was dropped and is refused to further reports (docs/security.md)")),
+      reports_timed_out_(tables.metrics.GetCounter(
+          "mc_master_object_reports_timed_out_total",
+          "Object reports whose last chunk did not arrive within --object_report_timeout_ms "
+          "(the client's segments were released for placement anyway)")) {}
 
-absl::Status MetadataService::CheckReportedGeneration(uint64_t generation) const {
-  const int64_t wall_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-  const uint64_t ceiling =
-      std::max(next_generation_.load(), static_cast<uint64_t>(wall_ms + kGenerationLeadMs) << 20);
-  if (generation == 0 || generation >= ceiling || generation >= kGenerationLimit) {
-    return McError(Code::kInvalidArgument,
-                   absl::StrCat("generation ", generation,
-                                " was never issued by a master (reported generations must lie "
-                                "in 1..",
-                                std::min(ceiling, kGenerationLimit) - 1, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status MetadataService::ValidateReported(const ReportedObjectItem& item) const {
+absl::Status ObjectReports::ValidateReported(const ReportedObjectItem& item) const {
   absl::Status s = ValidateKey(item.key);
   if (!s.ok()) return s;
   if (item.size == 0 || item.size > options_.max_object_size) {
     return McError(Code::kInvalidArgument,
                    absl::StrCat("size ", item.size, " outside 1..", options_.max_object_size));
   }
-  return CheckReportedGeneration(item.generation);
+  return puts_.generations().CheckReported(item.generation);
 }
 
-bool MetadataService::Disputed(std::string_view key) {
-  if (!any_disputed_.load()) return false;
-  absl::MutexLock lock(&disputed_mu_);
-  return disputed_.size() >= kMaxDisputedKeys ||
-         disputed_.contains(absl::string_view(key.data(), key.size()));
-}
-
-void MetadataService::ForgetDisputed(std::string_view key) {
-  if (!any_disputed_.load()) return;
-  absl::MutexLock lock(&disputed_mu_);
-  disputed_.erase(absl::string_view(key.data(), key.size()));
-}
-
-absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,
-                                            const ReportedObjectItem& item,
-                                            const MemoryLocation& location, bool* restored,
-                                            std::vector<MemoryLocation>* to_free) {
+absl::Status ObjectReports::ApplyReported(ObjectTable::Shard& shard, const std::string& client_id,
+                                          const ReportedObjectItem& item,
+                                          const MemoryLocation& location, bool* restored,
+                                          std::vector<MemoryLocation>* to_free) {
   auto it = shard.objects.find(AsKey(item.key));
   if (it == shard.objects.end()) {
     // Removed while this client was away, with its SSD record still to be deleted.
     if (offload_queue_.HasPendingDrop(client_id, item.key, item.generation)) {
       return McError(Code::kNotFound, "superseded: the key was removed");
     }
-    if (Disputed(item.key)) {
+    if (disputed_.Contains(item.key)) {
       return McError(Code::kChecksumMismatch,
                      "owners reported conflicting versions of this key: it is not restored");
     }
@@ -100,7 +100,7 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
         "against generation {} size {} checksum {:#x} from client {}; the key is dropped",
         KeyForLog(item.key), object.generation, object.size, object.checksum, item.generation,
         item.size, item.checksum, client_id);
-    DropPromotion(shard, object, to_free);
+    puts_.DropPromotion(shard, object, to_free);
     for (const StoredReplica& r : object.replicas) {
       if (r.tier == ReplicaTier::kMemory) {
         to_free->push_back(r.location());
@@ -112,11 +112,7 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
       }
     }
     shard.Erase(it);
-    {
-      absl::MutexLock lock(&disputed_mu_);
-      if (disputed_.size() < kMaxDisputedKeys) disputed_.insert(std::string(item.key));
-      any_disputed_.store(true);
-    }
+    disputed_.Add(item.key);
     reported_conflicts_.Inc();
     return McError(Code::kChecksumMismatch,
                    "owners reported conflicting versions of this key: it is dropped");
@@ -139,7 +135,7 @@ absl::Status MetadataService::ApplyReported(ObjectTable::Shard& shard, const std
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
+absl::StatusOr<std::vector<absl::Status>> ObjectReports::ReportObjects(
     const std::string& client_id, uint64_t session, const std::vector<ReportedObjectItem>& items,
     bool last) {
   // Registrations wait for the report: the session checked here stays current until it ends,
@@ -152,64 +148,82 @@ absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
                      "': a report belongs to the registration it follows"));
   }
   std::vector<absl::Status> out(items.size());
-  // Pass 1, in request order: check each item and reserve exactly its range.
-  std::vector<MemoryLocation> ranges;
-  std::vector<size_t> item_of;  // ranges[j] is items[item_of[j]]'s
-  uint64_t max_generation = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    out[i] = ValidateReported(items[i]);
-    if (!out[i].ok()) continue;
-    max_generation = std::max(max_generation, items[i].generation);
-    ranges.push_back(MemoryLocation{
-        {}, {}, items[i].segment_id, items[i].offset, items[i].size, items[i].generation});
-    item_of.push_back(i);
-  }
-  constexpr size_t kNone = SIZE_MAX;
-  std::vector<size_t> range_of(items.size(), kNone);
-  std::vector<absl::Status> reserved = segments_.AllocateAt(client_id, ranges);
-  for (size_t j = 0; j < ranges.size(); ++j) {
-    if (reserved[j].ok()) {
-      range_of[item_of[j]] = j;
-    } else {
-      out[item_of[j]] = std::move(reserved[j]);
-    }
-  }
+  const ReservedRanges reserved = ReserveReported(client_id, items, &out);
   // Generations stay unique: never issue one a reported object carries (raised before the
   // objects appear, so no put started meanwhile takes one of theirs).
-  if (max_generation > 0) RaiseGenerationPast(max_generation);
-  // Pass 2, shard by shard: restore or join; a refused item's range goes back.
-  std::vector<std::string_view> keys;
-  keys.reserve(items.size());
-  for (const auto& item : items) keys.push_back(item.key);
+  if (reserved.max_generation > 0) puts_.generations().RaisePast(reserved.max_generation);
   uint64_t restored = 0;
   uint64_t joined = 0;
-  std::vector<MemoryLocation> to_free;
-  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
-    shard.mu.AssertHeld();
-    for (size_t i : indices) {
-      if (range_of[i] == kNone) continue;
-      bool created = false;
-      out[i] = ApplyReported(shard, client_id, items[i], ranges[range_of[i]], &created, &to_free);
-      if (!out[i].ok()) {
-        to_free.push_back(ranges[range_of[i]]);
-      } else {
-        ++(created ? restored : joined);
-      }
-    }
-  });
-  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+  ApplyAll(client_id, items, reserved, &out, &restored, &joined);
   const uint64_t refused = items.size() - restored - joined;
   reported_restored_.Inc(restored);
   reported_joined_.Inc(joined);
   reported_refused_.Inc(refused);
+  EndChunk(client_id, session, items.size(), restored, joined, refused, last);
+  return out;
+}
 
+ObjectReports::ReservedRanges ObjectReports::ReserveReported(
+    const std::string& client_id, const std::vector<ReportedObjectItem>& items,
+    std::vector<absl::Status>* out) {
+  ReservedRanges reserved;
+  std::vector<size_t> item_of;  // ranges[j] is items[item_of[j]]'s
+  for (size_t i = 0; i < items.size(); ++i) {
+    (*out)[i] = ValidateReported(items[i]);
+    if (!(*out)[i].ok()) continue;
+    reserved.max_generation = std::max(reserved.max_generation, items[i].generation);
+    reserved.ranges.push_back(MemoryLocation{
+        {}, {}, items[i].segment_id, items[i].offset, items[i].size, items[i].generation});
+    item_of.push_back(i);
+  }
+  reserved.range_of.assign(items.size(), ReservedRanges::kNone);
+  std::vector<absl::Status> allocated = segments_.AllocateAt(client_id, reserved.ranges);
+  for (size_t j = 0; j < reserved.ranges.size(); ++j) {
+    if (allocated[j].ok()) {
+      reserved.range_of[item_of[j]] = j;
+    } else {
+      (*out)[item_of[j]] = std::move(allocated[j]);
+    }
+  }
+  return reserved;
+}
+
+void ObjectReports::ApplyAll(const std::string& client_id,
+                             const std::vector<ReportedObjectItem>& items,
+                             const ReservedRanges& reserved, std::vector<absl::Status>* out_ptr,
+                             uint64_t* restored, uint64_t* joined) {
+  std::vector<absl::Status>& out = *out_ptr;
+  std::vector<std::string_view> keys;
+  keys.reserve(items.size());
+  for (const auto& item : items) keys.push_back(item.key);
+  std::vector<MemoryLocation> to_free;
+  table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
+    shard.mu.AssertHeld();
+    for (size_t i : indices) {
+      const size_t range = reserved.range_of[i];
+      if (range == ReservedRanges::kNone) continue;
+      bool created = false;
+      out[i] =
+          ApplyReported(shard, client_id, items[i], reserved.ranges[range], &created, &to_free);
+      if (!out[i].ok()) {
+        to_free.push_back(reserved.ranges[range]);
+      } else {
+        ++*(created ? restored : joined);
+      }
+    }
+  });
+  for (const MemoryLocation& loc : to_free) segments_.Free(loc);
+}
+
+void ObjectReports::EndChunk(const std::string& client_id, uint64_t session, size_t items,
+                             uint64_t restored, uint64_t joined, uint64_t refused, bool last) {
   std::optional<ReportState> ended;
   {
     absl::MutexLock lock(&report_mu_);
     auto it = reports_.find(client_id);
     if (it != reports_.end() && it->second.session == session) {
       ReportState& state = it->second;
-      state.reported += items.size();
+      state.reported += items;
       state.restored += restored;
       state.joined += joined;
       state.refused += refused;
@@ -219,25 +233,33 @@ absl::StatusOr<std::vector<absl::Status>> MetadataService::ReportObjects(
       }
     }
   }
-  if (last) {
-    segments_.Release(client_id);
-    if (ended) {
-      Log().info(
-          "client {} reported {} object(s): restored {}, joined {}, refused {}; its segments "
-          "were held for {} ms",
-          client_id, ended->reported, ended->restored, ended->joined, ended->refused,
-          clock_.NowMs() - ended->start_ms);
-    } else {
-      Log().info(
-          "client {} ended an object report ({} in its last chunk: restored {}, joined "
-          "{}, refused {}) after its segments were released",
-          client_id, items.size(), restored, joined, refused);
-    }
+  if (!last) return;
+  segments_.Release(client_id);
+  if (ended) {
+    Log().info(
+        "client {} reported {} object(s): restored {}, joined {}, refused {}; its segments "
+        "were held for {} ms",
+        client_id, ended->reported, ended->restored, ended->joined, ended->refused,
+        clock_.NowMs() - ended->start_ms);
+  } else {
+    Log().info(
+        "client {} ended an object report ({} in its last chunk: restored {}, joined "
+        "{}, refused {}) after its segments were released",
+        client_id, items, restored, joined, refused);
   }
-  return out;
 }
 
-void MetadataService::ReleaseTimedOutReports() {
+void ObjectReports::BeginReport(const std::string& client_id, uint64_t session) {
+  absl::MutexLock lock(&report_mu_);
+  reports_[client_id] = ReportState{.session = session, .start_ms = clock_.NowMs()};
+}
+
+void ObjectReports::DropReport(const std::string& client_id) {
+  absl::MutexLock lock(&report_mu_);
+  reports_.erase(client_id);
+}
+
+void ObjectReports::ReleaseTimedOutReports() {
   // Under the membership lock: a registration cannot replace a client between the timeout
   // check and the release (which would open the new registration's held segments).
   absl::ReaderMutexLock membership(&membership_mu_);

@@ -1,10 +1,11 @@
-// MetadataService: self-repair from readers' reports (master.proto ReportReplicaFaults).
+// Self-repair from readers' reports (master.proto ReportReplicaFaults).
+#include "master/replica_repair.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "master/metadata_service.h"
 
 namespace mc::master {
 
@@ -12,7 +13,26 @@ namespace {
 spdlog::logger& Log() { return Logger("master"); }
 }  // namespace
 
-std::vector<absl::Status> MetadataService::ReportReplicaFaults(
+ReplicaRepair::ReplicaRepair(MasterTables& tables, ClientLifecycle& lifecycle)
+    : clock_(tables.clock),
+      table_(tables.table),
+      segments_(tables.segments),
+      lifecycle_(lifecycle),
+      corrupt_memory_replicas_(tables.metrics.GetCounter(
+          "mc_replicas_dropped_total",
+          "Replicas dropped because they failed verification when read, by tier and reason",
+          {{"tier", "memory"}, {"reason", "corrupt"}})),
+      corrupt_lost_(tables.metrics.GetCounter(
+          "mc_objects_lost_total",
+          "Acknowledged objects dropped with their last copy, by reason (every tier that could "
+          "hold them was full, failing or absent)",
+          {{"reason", "corrupt"}})),
+      fault_reports_refused_(tables.metrics.GetCounter(
+          "mc_master_fault_reports_refused_total",
+          "Replica fault reports not acted on: no lease held on the object, or the holder still "
+          "heartbeats")) {}
+
+std::vector<absl::Status> ReplicaRepair::ReportReplicaFaults(
     const std::string& reporter, uint64_t reporter_session,
     const std::vector<ReplicaFaultItem>& items) {
   std::vector<absl::Status> out(items.size());
@@ -20,7 +40,7 @@ std::vector<absl::Status> MetadataService::ReportReplicaFaults(
   std::vector<size_t> corrupt_index;
   for (size_t i = 0; i < items.size(); ++i) {
     if (items[i].fault == ReplicaFault::kUnreachable) {
-      out[i] = DropUnreachableHolder(reporter, items[i].holder);
+      out[i] = lifecycle_.DropUnreachable(reporter, items[i].holder);
     } else {
       corrupt.push_back(items[i]);
       corrupt_index.push_back(i);
@@ -28,7 +48,7 @@ std::vector<absl::Status> MetadataService::ReportReplicaFaults(
   }
   const int64_t now = clock_.NowMs();
   std::vector<absl::Status> dropped =
-      ForEachItem(corrupt, [&](ObjectTable::Shard& shard, size_t i) {
+      ForEachItem(table_, corrupt, [&](ObjectTable::Shard& shard, size_t i) {
         shard.mu.AssertHeld();
         return DropCorruptReplica(shard, corrupt[i], reporter_session, now);
       });
@@ -40,9 +60,9 @@ std::vector<absl::Status> MetadataService::ReportReplicaFaults(
   return out;
 }
 
-absl::Status MetadataService::DropCorruptReplica(ObjectTable::Shard& shard,
-                                                 const ReplicaFaultItem& item,
-                                                 uint64_t reporter_session, int64_t now_ms) {
+absl::Status ReplicaRepair::DropCorruptReplica(ObjectTable::Shard& shard,
+                                               const ReplicaFaultItem& item,
+                                               uint64_t reporter_session, int64_t now_ms) {
   auto it = shard.objects.find(AsKey(item.key));
   if (it == shard.objects.end() || it->second.generation != item.generation ||
       it->second.state != ObjectState::kComplete) {
@@ -88,29 +108,7 @@ absl::Status MetadataService::DropCorruptReplica(ObjectTable::Shard& shard,
   return absl::OkStatus();
 }
 
-absl::Status MetadataService::DropUnreachableHolder(const std::string& reporter,
-                                                    const std::string& holder) {
-  if (holder.empty() || holder == reporter) {
-    return McError(Code::kInvalidArgument, "an unreachable holder names another client");
-  }
-  absl::MutexLock membership(&membership_mu_);
-  if (!clients_.IsAlive(holder)) return McError(Code::kNotFound, "no such client (dropped)");
-  // Two and a half heartbeat intervals of silence (one lost heartbeat is no proof), or its
-  // endpoint taken by a newer registration.
-  const int64_t silent_ms = options_.heartbeat_interval_ms * 5 / 2;
-  std::optional<ClientInfo> gone = clients_.TakeIfGone(holder, silent_ms);
-  if (!gone) {
-    return McError(Code::kNotReady,
-                   absl::StrCat("client ", holder, " still heartbeats: not dropped"));
-  }
-  Log().warn("client {} reported unreachable by {} and silent (or replaced): dropping it", holder,
-             reporter);
-  unreachable_dropped_.Inc();
-  CleanupClient(holder);
-  return absl::OkStatus();
-}
-
-void MetadataService::FreeDeferred() {
+void ReplicaRepair::FreeDeferred() {
   const int64_t now = clock_.NowMs();
   std::vector<MemoryLocation> due;
   {
