@@ -39,6 +39,9 @@ struct PeerConnection {
   UniqueFd fd;
   std::unique_ptr<RecordSealer> sealer;  // null: plaintext
   std::unique_ptr<RecordOpener> opener;
+  // Sealed records waiting for the socket (allocated on first use, kept with the connection so
+  // a batch does not allocate it again).
+  std::unique_ptr<uint8_t[]> send_buffer;
 };
 
 class ConnectionPool {

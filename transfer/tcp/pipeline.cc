@@ -63,13 +63,16 @@ short PipelinedConnection::WantedEvents() const {
 }
 
 // Seals records into a bounded buffer (about 1 MiB of them at a time) and sends it.
+constexpr size_t kOutCapacity = 4 * (kMaxRecordBytes + kRecordOverhead);
 absl::Status PipelinedConnection::OnWritableSealed() {
-  constexpr size_t kOutCapacity = 4 * (kMaxRecordBytes + kRecordOverhead);
-  if (out_ == nullptr) out_ = std::make_unique<uint8_t[]>(kOutCapacity);
+  if (conn_.send_buffer == nullptr) {
+    conn_.send_buffer.reset(new uint8_t[kOutCapacity]);  // not zeroed: always written first
+  }
+  uint8_t* const out = conn_.send_buffer.get();
   while (true) {
     if (out_sent_ < out_len_) {
       const ssize_t n =
-          ::send(fd(), out_.get() + out_sent_, out_len_ - out_sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
+          ::send(fd(), out + out_sent_, out_len_ - out_sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && WouldBlock()) return absl::OkStatus();
       if (n < 0) {
@@ -84,8 +87,7 @@ absl::Status PipelinedConnection::OnWritableSealed() {
       const uint64_t n = record_ends_[next_record_] - sealed_upto_;
       if (out_len_ + n + kRecordOverhead > kOutCapacity) break;
       MC_RETURN_IF_ERROR(conn_.sealer->Seal(send_iov_.data() + send_first_,
-                                            send_iov_.size() - send_first_, n,
-                                            out_.get() + out_len_));
+                                            send_iov_.size() - send_first_, n, out + out_len_));
       send_first_ = ConsumeIov(send_iov_.data(), send_iov_.size(), send_first_, n);
       sealed_upto_ += n;
       out_len_ += n + kRecordOverhead;

@@ -81,8 +81,7 @@ class PipelinedConnection {
   std::vector<uint64_t> record_ends_;
   size_t next_record_ = 0;
   uint64_t sealed_upto_ = 0;
-  std::unique_ptr<uint8_t[]> out_;
-  size_t out_len_ = 0;
+  size_t out_len_ = 0;  // in conn_.send_buffer
   size_t out_sent_ = 0;
   // Receiving one record: its prefix, body (into header_buf_ or the READ destination), tag.
   enum class RxStage { kPrefix, kBody, kTag };
