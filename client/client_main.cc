@@ -108,7 +108,7 @@ ABSL_FLAG(
     "helper threads that drive a batch's tcp connections besides the caller (0 = caller only)");
 ABSL_FLAG(int32_t, tcp_socket_buffer_bytes, 8 << 20,
           "SO_SNDBUF/SO_RCVBUF of data-plane connections, both directions (0 = kernel autotuning)");
-ABSL_FLAG(std::string, data_encryption, "on",
+ABSL_FLAG(std::string, data_encryption, "off",
           "with --auth: on = tcp data-plane connections are encrypted (AES-256-GCM) and this "
           "daemon's data plane refuses plaintext ones (and rdma: --transport=auto uses tcp); "
           "off = plaintext (a requester that asks is still answered encrypted). Ignored "

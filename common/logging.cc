@@ -74,7 +74,9 @@ std::string KeyForLog(std::string_view key) {
     }
   }
   std::string_view shown = key.substr(0, kMaxShown);
-  std::string out = printable ? std::string(shown) : "0x" + absl::BytesToHexString(absl::string_view(shown.data(), shown.size()));
+  std::string out =
+      printable ? std::string(shown)
+                : "0x" + absl::BytesToHexString(absl::string_view(shown.data(), shown.size()));
   if (key.size() > kMaxShown) out += "...(" + std::to_string(key.size()) + "B)";
   return out;
 }

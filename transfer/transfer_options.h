@@ -52,7 +52,7 @@ struct TcpTransportOptions {
   auth::ClusterKeysPtr cluster_keys;
   // With cluster_keys: connections ask for encryption (AES-256-GCM records, transfer/tcp/
   // sealed_records.h), and this daemon's data-plane server requires it (--data_encryption).
-  bool encryption = true;
+  bool encryption = false;
 };
 
 // `rdma` (transfer/rdma/): one-sided READ/WRITE over ibverbs RC queue pairs.

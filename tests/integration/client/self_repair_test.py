@@ -64,8 +64,8 @@ class CorruptReplicaTest(cc.ClusterTestMixin, unittest.TestCase):
             body = bytes(b ^ 0xFF for b in good) if rep.client_id in bad_on else good
             host, port = endpoints[rep.client_id].rsplit(":", 1)
             with socket.create_connection((host, int(port)), timeout=10) as sock:
-                # A member: it holds the secret, so it opens an encrypted connection as any
-                # daemon does (--data_encryption=on, the default).
+                # A member: it holds the secret, so it can open an encrypted connection (as a
+                # daemon with --data_encryption=on does; an `off` owner follows the wish).
                 conn = handshake(sock, data_plane_key(), encrypt=True)
                 conn.sendall(frame(WRITE, 1, rep.segment_id, rep.offset, len(body),
                                    rep.capability, body))
