@@ -122,6 +122,11 @@ ABSL_FLAG(
     "helper threads that drive a batch's tcp connections besides the caller (0 = caller only)");
 ABSL_FLAG(int32_t, tcp_socket_buffer_bytes, 8 << 20,
           "SO_SNDBUF/SO_RCVBUF of data-plane connections, both directions (0 = kernel autotuning)");
+ABSL_FLAG(std::string, data_encryption, "off",
+          "with --auth: on = tcp data-plane connections are encrypted (AES-256-GCM) and this "
+          "daemon's data plane refuses plaintext ones (and rdma: --transport=auto uses tcp); "
+          "off = plaintext (a requester that asks is still answered encrypted). Ignored "
+          "without --auth");
 ABSL_FLAG(std::string, transport, "auto",
           "remote transport: auto (rdma to peers that accept an rdma connection, tcp otherwise), "
           "tcp, or rdma (no tcp fallback; start fails without a verbs device)");
@@ -337,6 +342,8 @@ int RunClientMain(int argc, char** argv, const char* allocator,
   StoreFromFlags(o, problems);
   ClusterFromFlags(o);
   TransferFromFlags(o);
+  o.transfer.tcp.encryption = problems.Take(
+      "--data_encryption", transfer::ParseOnOff(absl::GetFlag(FLAGS_data_encryption)));
   GpuAndTierFromFlags(o);
   if (adjust) adjust(o);
   problems.Append(o.Validate());

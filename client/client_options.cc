@@ -103,6 +103,10 @@ void ValidateTransfer(const ClientServerOptions& o, Checker& check) {
   check(t.tcp.socket_buffer_bytes >= 0, "--tcp_socket_buffer_bytes must be >= 0");
   check(t.transport == "auto" || t.transport == "tcp" || t.transport == "rdma",
         "--transport must be auto, tcp or rdma");
+  // One-sided rdma moves plaintext (docs/security.md): an encrypted data plane refuses it.
+  check(o.cluster_keys == nullptr || !t.tcp.encryption || t.transport != "rdma",
+        "--transport=rdma is not encrypted: with --auth and --data_encryption=on use "
+        "--transport=auto or tcp, or set --data_encryption=off");
   check(t.rdma.qps_per_peer >= 1 && t.rdma.qps_per_peer <= 64,
         "--rdma_qps_per_peer must be in 1..64");
   check(t.rdma.port >= 1, "--rdma_port must be >= 1");

@@ -148,6 +148,7 @@ absl::Status ClientServer::StartDataPlane() {
         RealClock::Get());
     data_opts.cluster_keys = options_.cluster_keys;
     data_opts.capabilities = capabilities_.get();
+    data_opts.require_encryption = options_.transfer.tcp.encryption;
   }
   data_server_ = std::make_unique<transfer::tcp::TcpDataServer>(data_opts, segment_table_);
   if (index_) {
@@ -184,6 +185,11 @@ absl::Status ClientServer::StartTransferEngine() {
   engine_opts.local_endpoint = data_endpoint_;
   engine_opts.metrics = &registry_;
   engine_opts.tcp.cluster_keys = options_.cluster_keys;
+  if (options_.cluster_keys != nullptr && engine_opts.tcp.encryption &&
+      engine_opts.transport == "auto") {
+    // One-sided rdma is plaintext: with an encrypted data plane every remote transfer is tcp.
+    engine_opts.transport = "tcp";
+  }
   engine_ = std::make_unique<transfer::TransferEngine>(engine_opts, segment_table_);
   MC_RETURN_IF_ERROR(engine_->status());
   for (const auto& seg : pool_->segments()) {

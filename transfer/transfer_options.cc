@@ -16,4 +16,11 @@ absl::StatusOr<GpuDirectRdma> ParseGpuDirectRdma(std::string_view text) {
       absl::StrCat("GPUDirect RDMA mode must be off, auto or on, not \"", std::string(text), "\""));
 }
 
+absl::StatusOr<bool> ParseOnOff(std::string_view text) {
+  if (text == "on") return true;
+  if (text == "off") return false;
+  return McError(Code::kInvalidArgument,
+                 absl::StrCat("must be on or off, not \"", std::string(text), "\""));
+}
+
 }  // namespace mc::transfer

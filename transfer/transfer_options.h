@@ -2,7 +2,7 @@
 // the few that are the engine's own (which transport may carry remote requests, metrics).
 // Defaults are mc-client's flag defaults (client/client_main.cc maps each flag to one field
 // here). Fields marked "Test seam" replace a device or the network in unit tests and are never
-// set in production. Plain data: no behaviour here but ParseGpuDirectRdma.
+// set in production. Plain data: no behaviour here but ParseGpuDirectRdma and ParseOnOff.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,9 @@ struct TcpTransportOptions {
   // Cluster keys: connections (and the rdma connection setup, which rides the tcp data plane)
   // run the AUTH handshake; null = none (--auth=false).
   auth::ClusterKeysPtr cluster_keys;
+  // With cluster_keys: connections ask for encryption (AES-256-GCM records, transfer/tcp/
+  // sealed_records.h), and this daemon's data-plane server requires it (--data_encryption).
+  bool encryption = false;
 };
 
 // `rdma` (transfer/rdma/): one-sided READ/WRITE over ibverbs RC queue pairs.
@@ -72,6 +75,8 @@ enum class GpuDirectRdma : uint8_t {
 };
 // "off" | "auto" | "on" (INVALID_ARGUMENT otherwise).
 absl::StatusOr<GpuDirectRdma> ParseGpuDirectRdma(std::string_view text);
+// "on" -> true, "off" -> false (INVALID_ARGUMENT otherwise), e.g. --data_encryption.
+absl::StatusOr<bool> ParseOnOff(std::string_view text);
 
 // `cuda` (transfer/cuda/): requests whose local buffers are GPU memory.
 struct CudaOptions {

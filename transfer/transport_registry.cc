@@ -71,7 +71,8 @@ std::unique_ptr<rdma::RdmaTransport> TransportRegistry::MakeRdma(
   rdma::RdmaConnector* connector = options.rdma.connector;
   if (connector == nullptr) {
     // The setup rides the tcp data plane, authenticated as tcp's connections are.
-    own_exchange_ = std::make_unique<tcp::TcpPeerExchange>(5000, options.tcp.cluster_keys);
+    own_exchange_ = std::make_unique<tcp::TcpPeerExchange>(5000, options.tcp.cluster_keys,
+                                                           options.tcp.encryption);
     own_connector_ = std::make_unique<rdma::DataPlaneRdmaConnector>(*own_exchange_);
     connector = own_connector_.get();
   }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/auth.h"
+#include "transfer/tcp/sealed_records.h"
 #include "transfer/tcp/socket_util.h"
 
 namespace mc::transfer::tcp {
@@ -26,12 +28,20 @@ struct ConnectionPoolOptions {
   int socket_buffer_bytes = 8 << 20;  // SO_SNDBUF / SO_RCVBUF
   auth::ClusterKeysPtr cluster_keys;  // null: no handshake (--auth=false)
   int64_t handshake_timeout_ms = 5000;  // bounds a new connection's handshake (and the deadline)
+  // With keys: ask for encrypted connections (sealed_records.h; --data_encryption=on).
+  bool encrypt = false;
 };
 
-// A non-blocking connected socket to one peer.
+// A non-blocking connected socket to one peer, with its record ciphers when encrypted (their
+// counters live as long as the connection: it is pooled with them).
 struct PeerConnection {
   std::string endpoint;
   UniqueFd fd;
+  std::unique_ptr<RecordSealer> sealer;  // null: plaintext
+  std::unique_ptr<RecordOpener> opener;
+  // Sealed records waiting for the socket (allocated on first use, kept with the connection so
+  // a batch does not allocate it again).
+  std::unique_ptr<uint8_t[]> send_buffer;
 };
 
 class ConnectionPool {
@@ -49,7 +59,7 @@ class ConnectionPool {
  private:
   const ConnectionPoolOptions options_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::vector<UniqueFd>> idle_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::vector<PeerConnection>> idle_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mc::transfer::tcp

@@ -18,10 +18,16 @@ namespace {
 
 constexpr std::string_view kServerLabel = "mcstore/v1/dp-server\n";
 constexpr std::string_view kClientLabel = "mcstore/v1/dp-client\n";
+constexpr std::string_view kSessionLabel = "mcstore/v1/dp-session\n";
+constexpr uint64_t kWishPlaintext = 0;
+constexpr uint64_t kWishEncrypted = 1;
 
-std::string Transcript(std::string_view label, std::string_view nc, std::string_view ns) {
+// The MACed transcript; an encrypted connection's ends with 0x01 (binds the agreed mode).
+std::string Transcript(std::string_view label, std::string_view nc, std::string_view ns,
+                       bool encrypted = false) {
   std::string out(label);
   out.append(nc).append(ns);
+  if (encrypted) out.push_back('\x01');
   return out;
 }
 
@@ -67,6 +73,8 @@ std::string_view HandshakeFailureName(HandshakeFailure failure) {
       return "timeout";
     case HandshakeFailure::kClosed:
       return "closed";
+    case HandshakeFailure::kPlaintext:
+      return "plaintext_refused";
     case HandshakeFailure::kCount:
       break;
   }
@@ -112,10 +120,13 @@ absl::Status RecvAllBy(int fd, void* data, size_t length, int64_t deadline_ms) {
   return absl::OkStatus();
 }
 
-absl::Status ClientHandshake(int fd, const auth::ClusterKeys& keys, int64_t deadline_ms) {
+absl::Status ClientHandshake(int fd, const auth::ClusterKeys& keys, int64_t deadline_ms,
+                             SessionKeys* session) {
+  const bool encrypt = session != nullptr;
   const std::string nc = auth::RandomBytes(kHandshakeNonceSize);
-  MC_RETURN_IF_ERROR(
-      SendFrame(fd, MakeRequest(FrameOp::kAuth, 1, 0, 0, nc.size()), nc, deadline_ms));
+  MC_RETURN_IF_ERROR(SendFrame(
+      fd, MakeRequest(FrameOp::kAuth, 1, encrypt ? kWishEncrypted : kWishPlaintext, 0, nc.size()),
+      nc, deadline_ms));
   // Step 2: the server's nonce and proof.
   uint8_t buf[kFrameHeaderSize];
   MC_RETURN_IF_ERROR(RecvAllBy(fd, buf, sizeof(buf), deadline_ms));
@@ -127,7 +138,14 @@ absl::Status ClientHandshake(int fd, const auth::ClusterKeys& keys, int64_t dead
     return McError(Code::kTransferFailed, "handshake: the server answered another op");
   }
   if (h->code != 0) {
-    return McError(CodeFromInt(static_cast<int>(h->code)), "handshake refused by the server");
+    return McError(CodeFromInt(static_cast<int>(h->code)),
+                   encrypt ? "handshake refused by the server"
+                           : "handshake refused by the server (does it require "
+                             "--data_encryption=on?)");
+  }
+  if (h->segment_id != (encrypt ? kWishEncrypted : kWishPlaintext)) {
+    return McError(Code::kPermissionDenied,
+                   "handshake: the server answered another encryption mode than asked");
   }
   if (h->length != kHandshakeNonceSize + auth::kMacSize) {
     return McError(Code::kTransferFailed, "handshake: bad server proof size");
@@ -136,13 +154,25 @@ absl::Status ClientHandshake(int fd, const auth::ClusterKeys& keys, int64_t dead
   MC_RETURN_IF_ERROR(RecvAllBy(fd, reply.data(), reply.size(), deadline_ms));
   const std::string_view ns = std::string_view(reply).substr(0, kHandshakeNonceSize);
   const auto* server_mac = reinterpret_cast<const uint8_t*>(reply.data() + kHandshakeNonceSize);
-  if (!keys.Verify(auth::Purpose::kDataPlane, Transcript(kServerLabel, nc, ns), server_mac,
-                   auth::kMacSize)) {
+  // Which of our secrets the server signed with (the session keys come from that one).
+  const std::string server_transcript = Transcript(kServerLabel, nc, ns, encrypt);
+  const std::string_view server_mac_view(reinterpret_cast<const char*>(server_mac), auth::kMacSize);
+  size_t server_secret = keys.secret_count();
+  for (size_t i = 0; i < keys.secret_count(); ++i) {
+    if (auth::ConstantTimeEqual(
+            View(keys.SignWith(i, auth::Purpose::kDataPlane, server_transcript)),
+            server_mac_view)) {
+      server_secret = i;
+      break;
+    }
+  }
+  if (server_secret == keys.secret_count()) {
     return McError(Code::kPermissionDenied,
                    "handshake: the server does not hold our cluster secret");
   }
   // Step 3: our proof; step 4: the verdict.
-  const auth::Mac mine = keys.Sign(auth::Purpose::kDataPlane, Transcript(kClientLabel, nc, ns));
+  const auth::Mac mine =
+      keys.Sign(auth::Purpose::kDataPlane, Transcript(kClientLabel, nc, ns, encrypt));
   MC_RETURN_IF_ERROR(
       SendFrame(fd, MakeRequest(FrameOp::kAuth, 2, 0, 1, auth::kMacSize), View(mine), deadline_ms));
   MC_RETURN_IF_ERROR(RecvAllBy(fd, buf, sizeof(buf), deadline_ms));
@@ -154,11 +184,16 @@ absl::Status ClientHandshake(int fd, const auth::ClusterKeys& keys, int64_t dead
   if (h->code != 0) {
     return McError(Code::kPermissionDenied, "handshake: the server refused our proof");
   }
+  if (encrypt) {
+    *session = DeriveSessionKeys(
+        keys.SignWith(server_secret, auth::Purpose::kDataPlane, Transcript(kSessionLabel, nc, ns)));
+  }
   return absl::OkStatus();
 }
 
 HandshakeFailure ServerHandshake(int fd, const auth::ClusterKeys& keys, int64_t deadline_ms,
-                                 std::string* detail) {
+                                 std::string* detail, bool require_encryption, bool* encrypted,
+                                 SessionKeys* session) {
   auto io_failure = [&](const absl::Status& s) {
     *detail = std::string(s.message());
     return ToCode(s) == Code::kTransferFailed && s.message().find("deadline") != std::string::npos
@@ -180,18 +215,27 @@ HandshakeFailure ServerHandshake(int fd, const auth::ClusterKeys& keys, int64_t 
     *detail = absl::StrCat("op ", h->op, " before the handshake");
     return HandshakeFailure::kNoHandshake;
   }
-  if (h->is_response() || h->offset != 0 || h->segment_id != 0 ||
+  if (h->is_response() || h->offset != 0 ||
+      (h->segment_id != kWishPlaintext && h->segment_id != kWishEncrypted) ||
       h->length != kHandshakeNonceSize) {
     *detail = "AUTH step 1 malformed";
     return HandshakeFailure::kMalformed;
   }
   const FrameHeader hello = *h;
+  const bool encrypt = hello.segment_id == kWishEncrypted;
   std::string nc(kHandshakeNonceSize, '\0');
   if (absl::Status s = RecvAllBy(fd, nc.data(), nc.size(), deadline_ms); !s.ok()) {
     return io_failure(s);
   }
+  if (require_encryption && !encrypt) {
+    // Best effort: the connection closes next either way.
+    (void)SendFrame(fd, MakeResponse(hello, Code::kPermissionDenied, 0), {}, deadline_ms);
+    *detail = "the requester asked for a plaintext connection; this server requires encryption";
+    return HandshakeFailure::kPlaintext;
+  }
   const std::string ns = auth::RandomBytes(kHandshakeNonceSize);
-  const auth::Mac proof = keys.Sign(auth::Purpose::kDataPlane, Transcript(kServerLabel, nc, ns));
+  const auth::Mac proof =
+      keys.Sign(auth::Purpose::kDataPlane, Transcript(kServerLabel, nc, ns, encrypt));
   std::string reply = ns;
   reply.append(View(proof));
   if (absl::Status s =
@@ -211,7 +255,7 @@ HandshakeFailure ServerHandshake(int fd, const auth::ClusterKeys& keys, int64_t 
   if (absl::Status s = RecvAllBy(fd, theirs.data(), theirs.size(), deadline_ms); !s.ok()) {
     return io_failure(s);
   }
-  const bool ok = keys.Verify(auth::Purpose::kDataPlane, Transcript(kClientLabel, nc, ns),
+  const bool ok = keys.Verify(auth::Purpose::kDataPlane, Transcript(kClientLabel, nc, ns, encrypt),
                               theirs.data(), theirs.size());
   // The verdict either way (best effort on failure: the connection closes next).
   const absl::Status sent = SendFrame(
@@ -221,6 +265,12 @@ HandshakeFailure ServerHandshake(int fd, const auth::ClusterKeys& keys, int64_t 
     return HandshakeFailure::kBadMac;
   }
   if (!sent.ok()) return io_failure(sent);
+  if (encrypted != nullptr) *encrypted = encrypt;
+  if (encrypt && session != nullptr) {
+    // Under the signing secret, the one our proof was made with (the requester follows it).
+    *session =
+        DeriveSessionKeys(keys.Sign(auth::Purpose::kDataPlane, Transcript(kSessionLabel, nc, ns)));
+  }
   return HandshakeFailure::kNone;
 }
 

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "transfer/tcp/frame.h"
 #include "transfer/tcp/handshake.h"
+#include "transfer/tcp/sealed_records.h"
 #include "transfer/tcp/socket_util.h"
 
 namespace mc::transfer::tcp {
@@ -24,7 +25,12 @@ absl::StatusOr<std::string> TcpPeerExchange::Exchange(const std::string& endpoin
   const int64_t deadline = RealClock::Get().NowMs() + timeout_ms_;
   auto fd = ConnectTcp(endpoint, 0, deadline);
   if (!fd.ok()) return fd.status();
-  if (keys_ != nullptr) MC_RETURN_IF_ERROR(ClientHandshake(fd->get(), *keys_, deadline));
+  SessionKeys session;
+  const bool encrypt = keys_ != nullptr && encrypt_;
+  if (keys_ != nullptr) {
+    MC_RETURN_IF_ERROR(ClientHandshake(fd->get(), *keys_, deadline, encrypt ? &session : nullptr));
+  }
+  BlockingChannel channel(fd->get(), encrypt ? &session : nullptr, /*server_side=*/false);
   // Blocking from here, bounded by socket timeouts.
   const int flags = fcntl(fd->get(), F_GETFL, 0);
   fcntl(fd->get(), F_SETFL, flags & ~O_NONBLOCK);
@@ -34,11 +40,11 @@ absl::StatusOr<std::string> TcpPeerExchange::Exchange(const std::string& endpoin
 
   FrameBytes header =
       EncodeFrameHeader(MakeRequest(static_cast<FrameOp>(frame_op), 1, 0, 0, payload.size()));
-  iovec iov[2] = {{header.data(), header.size()},
-                  {const_cast<char*>(payload.data()), payload.size()}};
-  MC_RETURN_IF_ERROR(SendAll(fd->get(), iov, 2));
+  const iovec head{header.data(), header.size()};
+  const iovec body{const_cast<char*>(payload.data()), payload.size()};
+  MC_RETURN_IF_ERROR(channel.Send(&head, 1, &body, 1));
   FrameBytes reply;
-  MC_RETURN_IF_ERROR(RecvAll(fd->get(), reply.data(), reply.size()));
+  MC_RETURN_IF_ERROR(channel.ReadExact(reply.data(), reply.size()));
   auto h = DecodeFrameHeader(reply.data(), reply.size(), max_response_bytes);
   if (!h.ok()) return h.status();
   if (!h->is_response() || h->base_op() != frame_op || h->request_id != 1) {
@@ -49,9 +55,9 @@ absl::StatusOr<std::string> TcpPeerExchange::Exchange(const std::string& endpoin
     return McError(static_cast<Code>(h->code),
                    absl::StrCat("data-plane op ", frame_op, " refused by ", endpoint));
   }
-  std::string body(h->length, '\0');
-  MC_RETURN_IF_ERROR(RecvAll(fd->get(), body.data(), body.size()));
-  return body;
+  std::string reply_body(h->length, '\0');
+  MC_RETURN_IF_ERROR(channel.ReadExact(reply_body.data(), reply_body.size()));
+  return reply_body;
 }
 
 }  // namespace mc::transfer::tcp

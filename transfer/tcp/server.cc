@@ -75,30 +75,26 @@ DataRequest ToDataRequest(const FrameHeader& header) {
 // One request's I/O on its connection: the payload from the socket, the response frame to it.
 class TcpRequestStream final : public RequestStream {
  public:
-  TcpRequestStream(int fd, const FrameHeader& request, uint64_t payload_length)
-      : RequestStream(payload_length), fd_(fd), request_(request) {}
+  TcpRequestStream(BlockingChannel& channel, const FrameHeader& request, uint64_t payload_length)
+      : RequestStream(payload_length), channel_(channel), request_(request) {}
 
  private:
   absl::Status DoReadExact(void* data, uint64_t length) override {
-    return RecvAll(fd_, data, length);
+    return channel_.ReadExact(data, length);
   }
-  absl::Status DoSkip(uint64_t length) override { return SkipBytes(fd_, length); }
-  // Header + payload in one sendmsg.
+  absl::Status DoSkip(uint64_t length) override { return channel_.Skip(length); }
+  // Header + payload in one sendmsg (plaintext), or sealed: the header's record, then the
+  // payload's.
   absl::Status DoRespond(Code code, std::span<const iovec> payload) override {
     uint64_t total = 0;
-    std::vector<iovec> iov;
-    iov.reserve(payload.size() + 1);
+    for (const iovec& v : payload) total += v.iov_len;
     FrameBytes header{};
-    iov.push_back({header.data(), header.size()});
-    for (const iovec& v : payload) {
-      total += v.iov_len;
-      iov.push_back(v);
-    }
     EncodeFrameHeader(MakeResponse(request_, code, total), header.data());
-    return SendAll(fd_, iov.data(), static_cast<int>(iov.size()));
+    const iovec head{header.data(), header.size()};
+    return channel_.Send(&head, 1, payload.data(), payload.size());
   }
 
-  const int fd_;
+  BlockingChannel& channel_;
   const FrameHeader& request_;
 };
 
@@ -132,6 +128,12 @@ TcpDataServer::TcpDataServer(TcpDataServerOptions options, SegmentTable& segment
                                 "Data-plane connections closed for idleness or a stalled frame.");
   open_gauge_ = &m->GetGauge("mc_dataplane_connections", "Open data-plane server connections");
   unknown_read_ = &m->GetCounter(kUnknownSegmentMetric, kUnknownSegmentHelp, {{"op", "read"}});
+  tampered_ = &m->GetCounter(
+      "mc_dataplane_tampered_connections_total",
+      "Encrypted data-plane connections closed because a record failed its authentication tag "
+      "(or announced an impossible length): altered, replayed, reordered or injected bytes.");
+  encrypted_ = &m->GetCounter("mc_dataplane_encrypted_connections_total",
+                              "Data-plane connections that passed the handshake encrypted.");
   unknown_write_ = &m->GetCounter(kUnknownSegmentMetric, kUnknownSegmentHelp, {{"op", "write"}});
   for (int r = 0; r < static_cast<int>(HandshakeFailure::kCount); ++r) {
     auth_failures_[r] = &m->GetCounter(
@@ -338,10 +340,19 @@ void TcpDataServer::AcceptLoop() {
 
 bool TcpDataServer::Authenticate(Conn& conn) {
   std::string detail;
+  bool encrypted = false;
+  SessionKeys session;
   const HandshakeFailure failure =
       ServerHandshake(conn.fd.get(), *options_.cluster_keys,
-                      RealClock::Get().NowMs() + options_.handshake_timeout_ms, &detail);
-  if (failure == HandshakeFailure::kNone) return true;
+                      RealClock::Get().NowMs() + options_.handshake_timeout_ms, &detail,
+                      options_.require_encryption, &encrypted, &session);
+  if (failure == HandshakeFailure::kNone) {
+    if (encrypted) {
+      conn.channel = std::make_unique<BlockingChannel>(conn.fd.get(), &session, true);
+      encrypted_->Inc();
+    }
+    return true;
+  }
   auth_failures_[static_cast<int>(failure)]->Inc();
   MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
                "data-plane connection from {} refused: handshake failed ({}: {})", conn.peer,
@@ -381,13 +392,18 @@ bool TcpDataServer::Admit(Conn& conn) {
 
 void TcpDataServer::ServeConnection(Conn* conn) {
   bool closed = options_.cluster_keys != nullptr && !(Authenticate(*conn) && Admit(*conn));
+  if (!closed && conn->channel == nullptr) {
+    conn->channel = std::make_unique<BlockingChannel>(conn->fd.get(), nullptr, true);
+  }
   while (!closed) {
-    // Idle between requests: wait for the next header at most idle_timeout_ms.
+    // Idle between requests: wait for the next header at most idle_timeout_ms (unless an opened
+    // record still holds bytes of it).
     pollfd pfd{conn->fd.get(), POLLIN, 0};
-    int rc;
-    do {
+    int rc = 1;
+    while (conn->channel->buffered() == 0) {
       rc = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(options_.idle_timeout_ms, 1 << 30)));
-    } while (rc < 0 && errno == EINTR);
+      if (!(rc < 0 && errno == EINTR)) break;
+    }
     if (rc == 0) {
       idle_closed_->Inc();
       MC_LOG_EVERY(std::chrono::seconds(5), Log(), info,
@@ -401,6 +417,12 @@ void TcpDataServer::ServeConnection(Conn* conn) {
       break;
     }
   }
+  if (conn->channel != nullptr && conn->channel->tampered()) {
+    tampered_->Inc();
+    MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                 "data-plane connection from {} closed: a record failed authentication",
+                 conn->peer);
+  }
   ::shutdown(conn->fd.get(), SHUT_RDWR);
   conn->done.store(true);
 }
@@ -408,7 +430,7 @@ void TcpDataServer::ServeConnection(Conn* conn) {
 // One request: header, validation, dispatch. `closed` is set on a clean EOF between frames.
 absl::Status TcpDataServer::ServeOne(Conn& conn, bool* closed) {
   uint8_t buf[kFrameHeaderSize];
-  if (absl::Status s = RecvAll(conn.fd.get(), buf, sizeof(buf)); !s.ok()) {
+  if (absl::Status s = conn.channel->ReadExact(buf, sizeof(buf)); !s.ok()) {
     *closed = true;  // peer went away (or Stop()); not an error of the peer's frames
     return absl::OkStatus();
   }
@@ -427,7 +449,7 @@ absl::Status TcpDataServer::ServeOne(Conn& conn, bool* closed) {
     return header.status();
   }
   const DataRequest request = ToDataRequest(*header);
-  TcpRequestStream stream(conn.fd.get(), *header, request.payload_length);
+  TcpRequestStream stream(*conn.channel, *header, request.payload_length);
   if (CarriesCapability(header->base_op())) {
     bool refused = false;
     MC_RETURN_IF_ERROR(CheckCapability(conn, *header, stream, &refused));
@@ -440,7 +462,7 @@ absl::Status TcpDataServer::ServeOne(Conn& conn, bool* closed) {
 absl::Status TcpDataServer::CheckCapability(Conn& conn, const FrameHeader& request,
                                             RequestStream& stream, bool* refused) {
   auth::CapabilityBytes cap;  // between the header and the payload, apart from the payload
-  MC_RETURN_IF_ERROR(RecvAll(conn.fd.get(), cap.data(), cap.size()));
+  MC_RETURN_IF_ERROR(conn.channel->ReadExact(cap.data(), cap.size()));
   if (options_.cluster_keys == nullptr) return absl::OkStatus();  // --auth=false
   auth::FrameAccess access{
       .segment_id = request.segment_id, .offset = request.offset, .length = request.length};

@@ -27,8 +27,11 @@
 // a capability that the CapabilityVerifier accepts for exactly the bytes the frame names, else
 // it is answered PERMISSION_DENIED (a WRITE's payload drained, never stored) and counted
 // (mc_data_capability_denied_total{reason}); the connection stays usable. Without keys there is
-// neither (--auth=false). Thread-safe: Start/Stop from one owner thread; RegisterOpHandler before
-// Start.
+// neither (--auth=false). With an encrypted connection (the handshake's choice; required with
+// require_encryption) every frame after the handshake is in sealed records (sealed_records.h);
+// a record that fails its tag closes the connection before any of its bytes is acted on or a
+// WRITE acknowledged, counted (mc_dataplane_tampered_connections_total). Thread-safe: Start/Stop
+// from one owner thread; RegisterOpHandler before Start.
 #pragma once
 
 #include <array>
@@ -86,6 +89,9 @@ struct TcpDataServerOptions {
   const auth::CapabilityVerifier* capabilities = nullptr;
   // The whole handshake (both round trips) must finish within this.
   int64_t handshake_timeout_ms = 5000;
+  // With keys: refuse requesters that do not ask for an encrypted connection (sealed_records.h;
+  // --data_encryption=on). Without, a requester's wish for encryption is still followed.
+  bool require_encryption = false;
 };
 
 class TcpDataServer final : public DataServer {
@@ -113,6 +119,8 @@ class TcpDataServer final : public DataServer {
   uint64_t unknown_segment_frames() const {
     return unknown_read_->Value() + unknown_write_->Value();
   }
+  uint64_t tampered_connections() const { return tampered_->Value(); }
+  uint64_t encrypted_connections() const { return encrypted_->Value(); }
   uint64_t capability_denials(auth::Denial reason) const {
     return denials_[static_cast<int>(reason)]->Value();
   }
@@ -127,6 +135,8 @@ class TcpDataServer final : public DataServer {
     std::thread thread;
     std::atomic<bool> done{false};
     auth::CapabilityVerifier::Cache capability_cache;  // used by its own thread only
+    // Its bytes after the handshake, plaintext or sealed records; its own thread only.
+    std::unique_ptr<BlockingChannel> channel;
     // Guarded by the server's mu_: in pending_ (handshake not done), or counted as
     // authenticated (in per_peer_ and authenticated_).
     bool pending = false;
@@ -165,6 +175,8 @@ class TcpDataServer final : public DataServer {
   Gauge* open_gauge_;
   Counter* unknown_read_;
   Counter* unknown_write_;
+  Counter* tampered_;
+  Counter* encrypted_;
   std::array<Counter*, static_cast<int>(HandshakeFailure::kCount)> auth_failures_{};
   std::array<Counter*, static_cast<int>(auth::Denial::kCount)> denials_{};
   std::atomic<int64_t> last_accept_error_ms_{0};  // 0: none since the last success

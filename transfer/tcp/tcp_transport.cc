@@ -109,7 +109,8 @@ TcpTransport::TcpTransport(TcpTransportOptions options)
     : options_(options),
       pool_(tcp::ConnectionPoolOptions{.connections_per_peer = options.connections_per_peer,
                                        .socket_buffer_bytes = options.socket_buffer_bytes,
-                                       .cluster_keys = options.cluster_keys}),
+                                       .cluster_keys = options.cluster_keys,
+                                       .encrypt = options.encryption}),
       workers_(std::max(0, options.receive_threads)) {}
 
 void TcpTransport::Submit(std::span<const TransferRequest* const> requests,

@@ -1,12 +1,16 @@
 """Raw data-plane frames for tests that talk to an mc-client's data port from a socket of their
 own (transfer/tcp/frame.h, version 2): a 48-byte header, then for READ / WRITE / READ_DISK a
-64-byte capability block, then the payload; and the handshake of an authenticated data plane."""
+64-byte capability block, then the payload; and the handshake of an authenticated data plane,
+with the encrypted connection it may open (transfer/tcp/sealed_records.h, written again here from
+docs/security.md "Encryption": a second implementation of the wire format)."""
 
 import hashlib
 import hmac
 import os
 import socket
 import struct
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from integration import harness
 
@@ -61,15 +65,70 @@ def data_plane_key():
     return hmac.new(secret.encode(), b"mcstore/v1/data-plane", hashlib.sha256).digest()
 
 
-def handshake(sock, key):
-    """Runs the mutual data-plane handshake on `sock` with `key`; asserts that both proofs pass."""
+MAX_RECORD = 256 << 10
+
+
+class SealedSocket:
+    """An encrypted data-plane connection over `sock`: sendall(one frame) seals the frame's header
+    (+ capability block) as one record and its payload in records of at most 256 KiB; recv(n)
+    opens records (AESGCM raises InvalidTag on a bad one)."""
+
+    def __init__(self, sock, base):
+        def expand(label):
+            return hmac.new(base, label, hashlib.sha256).digest()
+        prefixes = expand(b"mcstore/v1/dp-nonce-prefixes")
+        self.sock = sock
+        self.up = [AESGCM(expand(b"mcstore/v1/dp-key-to-server")), prefixes[:4], 0]
+        self.down = [AESGCM(expand(b"mcstore/v1/dp-key-to-requester")), prefixes[4:8], 0]
+        self.opened = b""
+
+    def _seal(self, data):
+        aead, prefix, n = self.up
+        self.up[2] += 1
+        length = struct.pack("<I", len(data))
+        return length + aead.encrypt(prefix + struct.pack("<Q", n), data, length)
+
+    def sendall(self, frame_bytes):
+        op = struct.unpack_from("<H", frame_bytes, 6)[0]
+        head = HEADER.size + (CAP_SIZE if op in (READ, WRITE, READ_DISK) else 0)
+        out = self._seal(frame_bytes[:head])
+        for at in range(head, len(frame_bytes), MAX_RECORD):
+            out += self._seal(frame_bytes[at:at + MAX_RECORD])
+        self.sock.sendall(out)
+
+    def recv(self, n):
+        if not self.opened:
+            try:
+                length = recv_exact(self.sock, 4)
+            except ConnectionError:
+                return b""
+            size = struct.unpack("<I", length)[0]
+            assert 1 <= size <= MAX_RECORD, size
+            aead, prefix, count = self.down
+            self.down[2] += 1
+            self.opened = aead.decrypt(prefix + struct.pack("<Q", count),
+                                       recv_exact(self.sock, size + 16), length)
+        out, self.opened = self.opened[:n], self.opened[n:]
+        return out
+
+
+def handshake(sock, key, encrypt=False):
+    """Runs the mutual data-plane handshake on `sock` with `key`; asserts that both proofs pass.
+    Returns what to send frames on: `sock` itself, or with `encrypt` a SealedSocket over it."""
     nc = os.urandom(32)
-    sock.sendall(frame(AUTH, 1, 0, 0, 32, payload=nc))
-    r = read_response(sock)
-    assert r["code"] == OK_CODE and len(r["payload"]) == 64, r
-    ns, server_mac = r["payload"][:32], r["payload"][32:]
-    want = hmac.new(key, b"mcstore/v1/dp-server\n" + nc + ns, hashlib.sha256).digest()
+    sock.sendall(frame(AUTH, 1, 1 if encrypt else 0, 0, 32, payload=nc))
+    _, _, _, _, answer, _, length, code, _ = HEADER.unpack(recv_exact(sock, HEADER.size))
+    payload = recv_exact(sock, length) if length else b""
+    assert code == OK_CODE and len(payload) == 64, (code, length)
+    assert answer == (1 if encrypt else 0), answer
+    mode = b"\x01" if encrypt else b""
+    ns, server_mac = payload[:32], payload[32:]
+    want = hmac.new(key, b"mcstore/v1/dp-server\n" + nc + ns + mode, hashlib.sha256).digest()
     assert hmac.compare_digest(want, server_mac), "the server's proof does not verify"
-    mine = hmac.new(key, b"mcstore/v1/dp-client\n" + nc + ns, hashlib.sha256).digest()
+    mine = hmac.new(key, b"mcstore/v1/dp-client\n" + nc + ns + mode, hashlib.sha256).digest()
     sock.sendall(frame(AUTH, 2, 0, 1, 32, payload=mine))
     assert read_response(sock)["code"] == OK_CODE
+    if not encrypt:
+        return sock
+    return SealedSocket(sock, hmac.new(key, b"mcstore/v1/dp-session\n" + nc + ns,
+                                       hashlib.sha256).digest())

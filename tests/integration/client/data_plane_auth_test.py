@@ -39,8 +39,11 @@ class DataPlaneAuthTest(cc.ClusterTestMixin, unittest.TestCase):
         cls.ssd = tempfile.mkdtemp(prefix="mc-auth-ssd-")
         cls.cluster = cc.Cluster(
             clients=2, segment_size=64 * cc.MiB,
+            # Raw plaintext frames after a handshake: the owner's checks of each frame are the
+            # same with or without encryption (tests/unit/transfer/tcp_encryption_test.cc
+            # covers the encrypted connection), so these daemons run --data_encryption=off.
             client_args=["--capability_clock_skew_ms", str(SKEW_MS),
-                         "--data_handshake_timeout_ms", "1000"],
+                         "--data_handshake_timeout_ms", "1000", "--data_encryption", "off"],
             per_client_args={0: ["--offload_dir", cls.ssd, "--offload_capacity",
                                  str(64 * cc.MiB)]}).start()
         c = cls.cluster

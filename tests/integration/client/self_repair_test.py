@@ -64,10 +64,12 @@ class CorruptReplicaTest(cc.ClusterTestMixin, unittest.TestCase):
             body = bytes(b ^ 0xFF for b in good) if rep.client_id in bad_on else good
             host, port = endpoints[rep.client_id].rsplit(":", 1)
             with socket.create_connection((host, int(port)), timeout=10) as sock:
-                handshake(sock, data_plane_key())
-                sock.sendall(frame(WRITE, 1, rep.segment_id, rep.offset, len(body),
+                # A member: it holds the secret, so it can open an encrypted connection (as a
+                # daemon with --data_encryption=on does; an `off` owner follows the wish).
+                conn = handshake(sock, data_plane_key(), encrypt=True)
+                conn.sendall(frame(WRITE, 1, rep.segment_id, rep.offset, len(body),
                                    rep.capability, body))
-                self.assertEqual(read_response(sock)["code"], OK_CODE)
+                self.assertEqual(read_response(conn)["code"], OK_CODE)
         end = self.master.PutEnd(mpb.PutEndRequest(items=[mpb.PutEndItem(
             key=key, generation=res.generation, checksum=checksum)]), metadata=md, timeout=10)
         self.assertEqual(end.results[0].code, spb.OK, end.results[0].message)
