@@ -23,8 +23,8 @@
 // Key binding (WRITE only): the 48 low bits of HMAC-SHA256(owner key, "mcstore/v1/write-key\n"
 // || object key), WriteKeyBinding below. WRITE frames ignore it (they name no key); an INDEX
 // notice entry must name the key the grant was minted for (CapabilityVerifier::CheckIndexEntry),
-// so a member cannot tell an owner that the bytes it wrote under its own key are another key's
-// (issue 35, item 4). Keyed with the owner key, which members do not know: finding another key
+// so a member cannot tell an owner that the bytes it wrote under its own key are another key's.
+// Keyed with the owner key, which members do not know: finding another key
 // with the same binding takes ~2^47 PutStarts on average.
 //
 // Clocks: the owner learns the master's clock at every registration and heartbeat

@@ -54,7 +54,7 @@ class AuthTest(MasterFixture):
             "wrong_client": [("x-mc-auth", master_auth.proof(key, "register", "someone-else",
                                                              "127.0.0.1:9", run=run))],
             "malformed": [("x-mc-auth", "v2 register intruder")],
-            # Issue 35: a proof made for another master run (captured before a restart).
+            # A proof made for another master run (captured before a restart).
             "other_run": [("x-mc-auth", master_auth.proof(key, "register", "intruder",
                                                           "127.0.0.1:9", run=os.urandom(16)))],
         }
@@ -88,7 +88,7 @@ class AuthTest(MasterFixture):
         self.assertEqual(m["mc_clients_alive"], 1)
 
     def test_a_proof_captured_before_a_restart_is_refused_after_it(self):
-        """Issue 35, item 7: the replay cache lives in memory, so a registration proof captured
+        """The replay cache lives in memory, so a registration proof captured
         on the wire registered again once the master had restarted. A proof names the master
         run it was made for; after a restart it is refused as other_run."""
         req = self.reg_request("victim")

@@ -112,7 +112,7 @@ TEST_F(ProofTest, TheProofBindsItsClientIdEndpointAndRole) {
   EXPECT_EQ(last_reason_, AuthFailure::kWrongRole);
 }
 
-// Security issue 35, item 7: the replay cache lives in memory, so a proof captured on the wire
+// The replay cache lives in memory, so a proof captured on the wire
 // was good again once the master restarted (or against a standby that took over). A proof names
 // the run it is for; another run's (here: another authenticator, as after a restart) is refused.
 TEST_F(ProofTest, AProofOfAnotherMasterRunIsRefused) {
