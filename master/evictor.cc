@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "master/master_metrics.h"
 
 namespace mc::master {
 namespace {
@@ -45,11 +46,7 @@ Evictor::Evictor(ObjectTable& table, SegmentManager& segments, const Clock& cloc
       skipped_write_back_(metrics.GetCounter("mc_eviction_skipped_total",
                                              "Objects eviction walked past, by reason",
                                              {{"reason", "write_back"}})),
-      evicted_unpersisted_(metrics.GetCounter(
-          "mc_objects_lost_total",
-          "Acknowledged objects dropped with their last copy, by reason (every tier that could "
-          "hold them was full, failing or absent)",
-          {{"reason", "evicted_unpersisted"}})) {}
+      evicted_unpersisted_(ObjectsLostCounter(metrics, "evicted_unpersisted")) {}
 
 bool Evictor::AwaitsWriteBack(const Object& object, int64_t now) const {
   if (!disk_capable_ || object.HasDiskReplica()) return false;

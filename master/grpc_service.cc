@@ -370,14 +370,6 @@ Grants WriteGrants(CapabilityMinter* minter, int64_t write_deadline_ms,
   return grants;
 }
 
-template <typename Items>
-std::vector<std::string_view> ItemKeys(const Items& items) {
-  std::vector<std::string_view> keys;
-  keys.reserve(items.size());
-  for (const auto& item : items) keys.push_back(item.key);
-  return keys;
-}
-
 }  // namespace
 
 grpc::Status MasterGrpcService::DoRegisterClient(const Caller& caller,

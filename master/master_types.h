@@ -16,6 +16,15 @@
 
 namespace mc::master {
 
+// The keys of a batch's items (any item type with a `key`), in order; views into `items`.
+template <typename Items>
+std::vector<std::string_view> ItemKeys(const Items& items) {
+  std::vector<std::string_view> keys;
+  keys.reserve(items.size());
+  for (const auto& item : items) keys.push_back(item.key);
+  return keys;
+}
+
 struct MasterOptions {
   int64_t lease_ttl_ms = 5000;           // default read-lease TTL
   int64_t max_lease_ttl_ms = 600'000;    // longest TTL a caller may ask for

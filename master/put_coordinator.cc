@@ -18,14 +18,6 @@ spdlog::logger& Log() {
   return log;
 }
 
-template <typename Items>
-std::vector<std::string_view> ItemKeys(const Items& items) {
-  std::vector<std::string_view> keys;
-  keys.reserve(items.size());
-  for (const auto& item : items) keys.push_back(item.key);
-  return keys;
-}
-
 }  // namespace
 
 PutCoordinator::PutCoordinator(MasterTables& tables, DisputedKeys& disputed,

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "master/master_metrics.h"
 
 namespace mc::master {
 
@@ -22,11 +23,7 @@ ReplicaRepair::ReplicaRepair(MasterTables& tables, ClientLifecycle& lifecycle)
           "mc_replicas_dropped_total",
           "Replicas dropped because they failed verification when read, by tier and reason",
           {{"tier", "memory"}, {"reason", "corrupt"}})),
-      corrupt_lost_(tables.metrics.GetCounter(
-          "mc_objects_lost_total",
-          "Acknowledged objects dropped with their last copy, by reason (every tier that could "
-          "hold them was full, failing or absent)",
-          {{"reason", "corrupt"}})),
+      corrupt_lost_(ObjectsLostCounter(tables.metrics, "corrupt")),
       fault_reports_refused_(tables.metrics.GetCounter(
           "mc_master_fault_reports_refused_total",
           "Replica fault reports not acted on: no lease held on the object, or the holder still "

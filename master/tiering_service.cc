@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "master/master_metrics.h"
 
 namespace mc::master {
 
@@ -21,22 +22,14 @@ TieringService::TieringService(MasterTables& tables, PutCoordinator& puts)
       evictor_(tables.evictor),
       planner_(tables.planner),
       puts_(puts),
-      disk_reclaimed_lost_(tables.metrics.GetCounter(
-          "mc_objects_lost_total",
-          "Acknowledged objects dropped with their last copy, by reason (every tier that could "
-          "hold them was full, failing or absent)",
-          {{"reason", "ssd_reclaimed"}})),
+      disk_reclaimed_lost_(ObjectsLostCounter(tables.metrics, "ssd_reclaimed")),
       offload_failures_(tables.metrics.GetCounter(
           "mc_offload_failures_reported_total",
           "OFFLOAD tasks clients reported they could not persist (tier full or failing)")),
       corrupt_records_(tables.metrics.GetCounter(
           "mc_disk_replicas_corrupt_total",
           "DISK replicas dropped because their record failed verification when read")),
-      corrupt_lost_(tables.metrics.GetCounter(
-          "mc_objects_lost_total",
-          "Acknowledged objects dropped with their last copy, by reason (every tier that could "
-          "hold them was full, failing or absent)",
-          {{"reason", "corrupt"}})),
+      corrupt_lost_(ObjectsLostCounter(tables.metrics, "corrupt")),
       disk_reports_refused_(tables.metrics.GetCounter(
           "mc_master_disk_reports_refused_total",
           "Recovered DISK records refused because the master knows the key with another "
