@@ -39,8 +39,8 @@ struct ClientServerOptions {
   // With cluster_keys: how long past its expiry (on the master's clock, as estimated from the
   // last heartbeat) a capability is still honoured (docs/security.md).
   int64_t capability_clock_skew_ms = 1000;
-  std::string listen;                      // Store gRPC on TCP; empty = off (needs store_token)
-  std::string unix_socket;                 // Store gRPC on a Unix socket; empty = off
+  std::string listen;       // Store gRPC on TCP; empty = off (needs store_token)
+  std::string unix_socket;  // Store gRPC on a Unix socket; empty = off
   // TLS on the TCP Store listener (`listen`); the Unix socket stays plaintext.
   TlsServerFiles tls;
   // Store gRPC (TCP and Unix socket): a connection that has not completed its HTTP/2 handshake

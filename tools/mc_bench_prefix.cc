@@ -145,8 +145,9 @@ int RunPrefixBench(const PrefixBenchOptions& o, FILE* out) {
         (void)stub->ReleaseLease(&rc, rreq, &rresp);  // untimed; expiry is the fallback
       }
       if (s.ok() && req.keys_size() == 0 && resp.keys_seen() != static_cast<uint32_t>(o.chain)) {
-        std::fprintf(out, "mc-bench: the mc-client does not read packed keys; sending them one by "
-                          "one\n");
+        std::fprintf(out,
+                     "mc-bench: the mc-client does not read packed keys; sending them one by "
+                     "one\n");
         req = MatchRequest(keys, false, o.lease_ttl_ms);
         it = -o.warmup - 1;  // start the run again
         continue;

@@ -14,19 +14,19 @@
 namespace mc::bench {
 
 struct PrefixBenchOptions {
-  std::string client;             // Store address (HOST:PORT or unix:PATH)
-  std::string store_token;        // sent with every call (TCP Store listeners need it)
-  ChannelSecurity security;       // TLS towards TCP targets (--tls_ca_file ...); default plaintext
-  int chain = 1000;               // keys in the chain (one MatchPrefix names them all)
-  uint64_t value_size = 4096;     // bytes per value put under each key
-  int iterations = 200;           // timed MatchPrefix RPCs per run
-  int warmup = 5;                 // untimed ones before each run's timing
+  std::string client;          // Store address (HOST:PORT or unix:PATH)
+  std::string store_token;     // sent with every call (TCP Store listeners need it)
+  ChannelSecurity security;    // TLS towards TCP targets (--tls_ca_file ...); default plaintext
+  int chain = 1000;            // keys in the chain (one MatchPrefix names them all)
+  uint64_t value_size = 4096;  // bytes per value put under each key
+  int iterations = 200;        // timed MatchPrefix RPCs per run
+  int warmup = 5;              // untimed ones before each run's timing
   int runs = 1;
-  uint32_t lease_ttl_ms = 0;      // > 0: each MatchPrefix takes a lease (released right after)
-  bool packed_keys = true;        // send the keys packed (falls back to one by one if unread)
-  std::string key_prefix;         // empty = "mcp-<pid>"
+  uint32_t lease_ttl_ms = 0;  // > 0: each MatchPrefix takes a lease (released right after)
+  bool packed_keys = true;    // send the keys packed (falls back to one by one if unread)
+  std::string key_prefix;     // empty = "mcp-<pid>"
   int64_t timeout_ms = 60'000;
-  bool keep = false;              // leave the keys stored
+  bool keep = false;  // leave the keys stored
 };
 
 // Returns 0 when every MatchPrefix matched the whole chain, 1 otherwise, 2 on setup errors.

@@ -68,7 +68,7 @@ struct GpuPutStager::Plan {
     size_t item;
     uint64_t offset;  // in the item's staging range
   };
-  std::vector<Piece> pieces;  // GPU pieces being staged, in the order of `requests`
+  std::vector<Piece> pieces;   // GPU pieces being staged, in the order of `requests`
   std::vector<char*> host_of;  // per item: its staging range, or null
   std::vector<transfer::cuda::GpuMoveRequest> requests;
   std::vector<size_t> direct;  // items hashed for a direct put, in the order of `hashes`

@@ -24,9 +24,9 @@
 namespace mc::transfer::tcp {
 
 struct ConnectionPoolOptions {
-  int connections_per_peer = 4;       // idle connections kept per peer
-  int socket_buffer_bytes = 8 << 20;  // SO_SNDBUF / SO_RCVBUF
-  auth::ClusterKeysPtr cluster_keys;  // null: no handshake (--auth=false)
+  int connections_per_peer = 4;         // idle connections kept per peer
+  int socket_buffer_bytes = 8 << 20;    // SO_SNDBUF / SO_RCVBUF
+  auth::ClusterKeysPtr cluster_keys;    // null: no handshake (--auth=false)
   int64_t handshake_timeout_ms = 5000;  // bounds a new connection's handshake (and the deadline)
   // With keys: ask for encrypted connections (sealed_records.h; --data_encryption=on).
   bool encrypt = false;

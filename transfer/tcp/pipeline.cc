@@ -204,7 +204,8 @@ absl::Status PipelinedConnection::OnReadable() {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && WouldBlock()) return absl::OkStatus();
-    if (n < 0) return Broken(absl::StrCat("recv from ", conn_.endpoint, ": ", std::strerror(errno)));
+    if (n < 0)
+      return Broken(absl::StrCat("recv from ", conn_.endpoint, ": ", std::strerror(errno)));
     if (n == 0) return Broken(absl::StrCat(conn_.endpoint, " closed the connection"));
     if (!in_payload_) {
       header_got_ += static_cast<size_t>(n);
@@ -229,25 +230,23 @@ absl::Status PipelinedConnection::AcceptHeader() {
   WireOp& op = *ops_[next_response_];
   absl::StatusOr<FrameHeader> h = DecodeFrameHeader(header_buf_, kFrameHeaderSize);
   if (!h.ok()) return Broken(absl::StrCat("bad response: ", std::string(h.status().message())));
-  if (!h->is_response() || h->base_op() != op.header.op ||
-      h->request_id != op.header.request_id) {
-    return Broken(absl::StrCat("response op ", h->op, " id ", h->request_id,
-                               " does not answer op ", op.header.op, " id ",
-                               op.header.request_id));
+  if (!h->is_response() || h->base_op() != op.header.op || h->request_id != op.header.request_id) {
+    return Broken(absl::StrCat("response op ", h->op, " id ", h->request_id, " does not answer op ",
+                               op.header.op, " id ", op.header.request_id));
   }
   const Code code = CodeFromInt(static_cast<int>(h->code));
-  const bool read_ok = code == Code::kOk &&
-                       (op.header.op == static_cast<uint16_t>(FrameOp::kRead) ||
-                        op.header.op == static_cast<uint16_t>(FrameOp::kReadDisk));
+  const bool read_ok =
+      code == Code::kOk && (op.header.op == static_cast<uint16_t>(FrameOp::kRead) ||
+                            op.header.op == static_cast<uint16_t>(FrameOp::kReadDisk));
   const uint64_t expected = read_ok ? op.header.length : 0;
   if (h->length != expected) {
     return Broken(absl::StrCat("response length ", h->length, ", expected ", expected));
   }
   if (code != Code::kOk) {
-    Complete(McError(code, absl::StrCat("remote ", conn_.endpoint, " answered ",
-                                        std::string(CodeName(code)), " for segment ",
-                                        op.header.segment_id, " offset ", op.header.offset,
-                                        " length ", op.header.length)));
+    Complete(McError(
+        code, absl::StrCat("remote ", conn_.endpoint, " answered ", std::string(CodeName(code)),
+                           " for segment ", op.header.segment_id, " offset ", op.header.offset,
+                           " length ", op.header.length)));
   } else if (read_ok) {
     in_payload_ = true;
     recv_iov_ = op.local;

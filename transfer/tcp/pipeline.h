@@ -28,8 +28,8 @@ namespace mc::transfer::tcp {
 
 // One frame of a batch: a slice of one TransferRequest.
 struct WireOp {
-  size_t request = 0;        // index of the request in its transport batch
-  FrameHeader header;        // the request frame
+  size_t request = 0;  // index of the request in its transport batch
+  FrameHeader header;  // the request frame
   FrameBytes header_bytes{};
   // The capability block sent after a data op's header (zeros when the request has none).
   std::array<uint8_t, kCapabilityBlockSize> capability{};
@@ -38,7 +38,7 @@ struct WireOp {
   // Every frame of a hashed request rides one connection, so they are hashed in order.
   StreamingChecksum* checksum = nullptr;
   bool done = false;
-  absl::Status status;       // set when done
+  absl::Status status;  // set when done
 };
 
 class PipelinedConnection {

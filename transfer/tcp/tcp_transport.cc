@@ -96,7 +96,8 @@ void RunPipelines(const std::vector<PipelinedConnection*>& conns, int64_t deadli
       const short ev = fds[i].revents;
       if (ev == 0) continue;
       absl::Status s;
-      if ((fds[i].events & POLLOUT) && (ev & (POLLOUT | POLLERR | POLLHUP))) s = live[i]->OnWritable();
+      if ((fds[i].events & POLLOUT) && (ev & (POLLOUT | POLLERR | POLLHUP)))
+        s = live[i]->OnWritable();
       if (s.ok() && (ev & (POLLIN | POLLERR | POLLHUP))) s = live[i]->OnReadable();
       if (!s.ok()) live[i]->FailPending(s);
     }
@@ -115,7 +116,8 @@ TcpTransport::TcpTransport(TcpTransportOptions options)
 
 void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
                           std::span<TransferResult> results, int64_t deadline_ms) {
-  const uint64_t frame_bytes = std::clamp<uint64_t>(options_.frame_bytes, 1, tcp::kDefaultMaxFrameLength);
+  const uint64_t frame_bytes =
+      std::clamp<uint64_t>(options_.frame_bytes, 1, tcp::kDefaultMaxFrameLength);
   if (deadline_ms != 0 && RealClock::Get().NowMs() >= deadline_ms) {
     for (TransferResult& r : results) r.status = DeadlineError();
     return;
@@ -166,8 +168,8 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
       const WireOp& op = ops[indices[j]];
       if (op.checksum == nullptr || j == 0 || ops[indices[j - 1]].request != op.request) ++units;
     }
-    const int want = static_cast<int>(std::min<size_t>(
-        std::max(1, options_.connections_per_peer), units));
+    const int want =
+        static_cast<int>(std::min<size_t>(std::max(1, options_.connections_per_peer), units));
     auto acquired = pool_.Acquire(endpoint, want, deadline_ms);
     if (!acquired.ok()) {
       const absl::Status err = WithPeerUnreachableOf(
@@ -204,8 +206,8 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
       if (op.checksum == nullptr) load[c] += op.header.length + tcp::kFrameHeaderSize;
     }
     for (size_t c = 0; c < acquired->size(); ++c) {
-      conns.push_back(std::make_unique<PipelinedConnection>(std::move((*acquired)[c]),
-                                                            std::move(assigned[c])));
+      conns.push_back(
+          std::make_unique<PipelinedConnection>(std::move((*acquired)[c]), std::move(assigned[c])));
     }
   }
   // Poll loops: connection c belongs to group c % groups; the groups run in parallel.

@@ -186,10 +186,8 @@ TEST_F(PutLifecycle, PutEndByAnotherClientFailsAndLeavesPutPending) {
 TEST_F(PutLifecycle, PutEndErrorsArePerKey) {
   PutStartOutcome a = m_.Start("c1", "a", 100);
   PutStartOutcome b = m_.Start("c1", "b", 100);
-  auto out = m_.svc().PutEnd("c1", {{"a", a.generation, 1},
-                                    {"missing", 1, 1},
-                                    {"b", b.generation + 5, 1},
-                                    {"", 1, 1}});
+  auto out = m_.svc().PutEnd(
+      "c1", {{"a", a.generation, 1}, {"missing", 1, 1}, {"b", b.generation + 5, 1}, {"", 1, 1}});
   EXPECT_TRUE(out[0].ok());
   EXPECT_EQ(CodeOf(out[1]), Code::kNotFound);
   EXPECT_EQ(CodeOf(out[2]), Code::kNotFound);
