@@ -98,8 +98,9 @@ std::string Hex(std::string_view bytes) {
 
 std::string NewSecret() { return Hex(RandomBytes(32)); }
 
-absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, size_t max_bytes,
+                                            bool private_only) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | (private_only ? O_NOFOLLOW : 0));
   if (fd < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
@@ -114,15 +115,17 @@ absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
   }
-  if ((st.st_mode & 077) != 0) {
+  if (private_only && (st.st_mode & 077) != 0) {
     close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, " is accessible to group or others (mode ",
                                                    absl::StrFormat("%04o", st.st_mode & 0777),
                                                    "); run: chmod 600 ", path));
   }
-  if (st.st_size > (64 << 10)) {
+  if (static_cast<size_t>(st.st_size) > max_bytes) {
     close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is larger than 64 KiB"));
+    const std::string limit = max_bytes % (1 << 20) == 0 ? absl::StrCat(max_bytes >> 20, " MiB")
+                                                         : absl::StrCat(max_bytes >> 10, " KiB");
+    return absl::InvalidArgumentError(absl::StrCat(path, " is larger than ", limit));
   }
   std::string content(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
@@ -134,7 +137,13 @@ absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
   }
   close(fd);
   content.resize(done);
-  return std::string(Trim(content));
+  return content;
+}
+
+absl::StatusOr<std::string> ReadPrivateFile(const std::string& path) {
+  absl::StatusOr<std::string> content = ReadRegularFile(path, 64 << 10, /*private_only=*/true);
+  if (!content.ok()) return content.status();
+  return std::string(Trim(*content));
 }
 
 namespace {

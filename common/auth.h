@@ -96,5 +96,10 @@ absl::StatusOr<ClusterKeysPtr> KeysFromFlags(bool auth, const std::string& secre
 // and others nothing. Returns its content with surrounding whitespace trimmed, or an error that
 // names the file and says how to fix it ("chmod 600 F").
 absl::StatusOr<std::string> ReadPrivateFile(const std::string& path);
+// A regular file of at most `max_bytes`, whole (not trimmed). With `private_only`, also the rule
+// of ReadPrivateFile (no symlink, nothing for group and others); without it, anyone may read it
+// (a certificate) and a symlink is followed. INVALID_ARGUMENT naming the file and the problem.
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, size_t max_bytes,
+                                            bool private_only);
 
 }  // namespace mc::auth

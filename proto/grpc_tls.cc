@@ -41,31 +41,7 @@ using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
 
 // A certificate or CA file: anyone may read it, but it must be a regular file of sane size.
 absl::StatusOr<std::string> ReadPublicFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
-  }
-  if (static_cast<size_t>(st.st_size) > kMaxPemBytes) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is larger than 1 MiB"));
-  }
-  std::string content(static_cast<size_t>(st.st_size), '\0');
-  size_t done = 0;
-  while (done < content.size()) {
-    ssize_t got = read(fd, content.data() + done, content.size() - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    done += static_cast<size_t>(got);
-  }
-  close(fd);
-  content.resize(done);
-  return content;
+  return auth::ReadRegularFile(path, kMaxPemBytes, /*private_only=*/false);
 }
 
 absl::StatusOr<std::string> ReadKeyFile(const std::string& path) {
