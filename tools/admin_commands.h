@@ -31,6 +31,10 @@ struct AdminContext {
 // Writes a fresh cluster secret (common/auth.h NewSecret) to `path`, created with mode 0600;
 // refuses to overwrite an existing file.
 int CmdGenSecret(const AdminContext& ctx, const std::string& path);
+// Writes the member credential of (client_id, serial) to `path` (mode 0600, never overwritten),
+// from ctx.cluster_keys (the cluster secret; docs/security.md).
+int CmdIssueMember(const AdminContext& ctx, const std::string& client_id, uint64_t serial,
+                   const std::string& path);
 
 int CmdStatus(const AdminContext& ctx);
 int CmdPut(const AdminContext& ctx, const std::string& file, const std::string& key);
