@@ -339,12 +339,16 @@ int RunClientMain(int argc, char** argv, const char* allocator,
                   const std::function<void(ClientServerOptions&)>& adjust) {
   daemon::Init(argc, argv, "mc-client: the mcstore per-host daemon. --flagfile=F works.");
   daemon::Problems problems;
-  daemon::SharedOptions shared = daemon::SharedFromFlags(problems, absl::GetFlag(FLAGS_member_credential_file));
+  daemon::SharedOptions shared =
+      daemon::SharedFromFlags(problems, absl::GetFlag(FLAGS_member_credential_file));
   ClientServerOptions o;
   o.cluster_keys = std::move(shared.cluster_keys);
   o.admin = shared.admin;
   StoreFromFlags(o, problems);
   ClusterFromFlags(o);
+  if (o.client_id.empty() && o.cluster_keys != nullptr && o.cluster_keys->member().has_value()) {
+    o.client_id = o.cluster_keys->member()->client_id;  // the id the credential registers
+  }
   TransferFromFlags(o);
   o.transfer.tcp.encryption = problems.Take(
       "--data_encryption", transfer::ParseOnOff(absl::GetFlag(FLAGS_data_encryption)));

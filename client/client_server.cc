@@ -314,8 +314,8 @@ absl::Status ClientServer::AnnounceServing() {
   if (options_.cluster_keys != nullptr) {
     const auto& member = options_.cluster_keys->member();
     Logger("client").info("authenticated{} (cluster secret fingerprint {}, {} secret(s))",
-                          member ? absl::StrCat(" with the member credential of ", member->client_id,
-                                                " serial ", member->serial)
+                          member ? absl::StrCat(" with the member credential of ",
+                                                member->client_id, " serial ", member->serial)
                                  : std::string(" with the cluster secret"),
                           options_.cluster_keys->fingerprint(),
                           options_.cluster_keys->secret_count());

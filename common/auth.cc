@@ -369,7 +369,8 @@ absl::StatusOr<ClusterKeysPtr> ParseMemberCredential(std::string_view text) {
   std::vector<Mac> data_plane;
   bool header = false;
   int line_no = 0;
-  for (absl::string_view piece : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
+  for (absl::string_view piece :
+       absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
     ++line_no;
     std::string_view line = Trim(std::string_view(piece.data(), piece.size()));
     if (line.empty() || line.front() == '#') continue;

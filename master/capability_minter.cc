@@ -10,7 +10,7 @@ CapabilityMinter::CapabilityMinter(auth::ClusterKeysPtr cluster_keys, const Cloc
     : cluster_keys_(std::move(cluster_keys)), clock_(clock), root_(auth::RandomBytes(32)) {}
 
 std::string CapabilityMinter::Register(const std::string& client_id, uint64_t session,
-                                      const auth::ClusterKeys* wrap_keys) {
+                                       const auth::ClusterKeys* wrap_keys) {
   const std::string key = auth::DeriveOwnerKey(root_, client_id, session);
   auto owner = std::make_shared<const auth::OwnerKey>(key);
   {

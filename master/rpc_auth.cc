@@ -168,8 +168,8 @@ auth::ClusterKeysPtr RpcAuthenticator::VerifyMember(const auth::ParsedProof& pro
     // Only to satisfy FromPurposeKeys (and the fingerprint); never used to sign here.
     set[static_cast<int>(auth::Purpose::kDataPlane)] =
         keys_->PurposeKey(s, auth::Purpose::kDataPlane);
-    absl::StatusOr<auth::ClusterKeysPtr> keys = auth::ClusterKeys::FromPurposeKeys(
-        {set}, auth::MemberIdentity{proof.id, proof.serial});
+    absl::StatusOr<auth::ClusterKeysPtr> keys =
+        auth::ClusterKeys::FromPurposeKeys({set}, auth::MemberIdentity{proof.id, proof.serial});
     if (!keys.ok()) continue;
     if ((*keys)->Verify(auth::Purpose::kMasterRpc, message,
                         reinterpret_cast<const uint8_t*>(proof.mac.data()), proof.mac.size()) &&
@@ -211,8 +211,8 @@ void RpcAuthenticator::ReloadRevocationsLocked() {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return unreadable(std::strerror(errno));
   if (!S_ISREG(st.st_mode)) return unreadable("not a regular file");
-  const std::string stamp = absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".",
-                                         st.st_mtim.tv_nsec);
+  const std::string stamp =
+      absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
   if (stamp == revocations_stamp_) return;
   std::ifstream in(path);
   if (!in) return unreadable(std::strerror(errno));
@@ -247,8 +247,8 @@ void RpcAuthenticator::ReloadRevocationsLocked() {
   Logger("master").info("--revoked_members_file {}: {} revocation(s)", path, entries);
 }
 
-void RpcAuthenticator::NoteRegistration(const std::string& client_id, uint64_t session,
-                                        bool member, uint64_t serial) {
+void RpcAuthenticator::NoteRegistration(const std::string& client_id, uint64_t session, bool member,
+                                        uint64_t serial) {
   absl::MutexLock lock(&members_mu_);
   if (member) {
     member_sessions_[client_id] = MemberSession{session, serial};

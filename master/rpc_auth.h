@@ -99,8 +99,7 @@ class RpcAuthenticator {
   // `role` kRegister also takes a member proof (v3) for `id`; then `caller` (optional) gets
   // member, member_serial and wrap_keys.
   absl::Status CheckProof(std::string_view value, auth::ProofRole role, std::string_view id,
-                          std::string_view endpoint, AuthFailure* reason,
-                          Caller* caller = nullptr);
+                          std::string_view endpoint, AuthFailure* reason, Caller* caller = nullptr);
 
   // A registration succeeded as `session` (member: with a member credential): remembered, so
   // that a later revocation of its credential ends it. A cluster-secret registration of the same
@@ -132,7 +131,8 @@ class RpcAuthenticator {
 
   // Verifies a member proof: the MAC under each secret's member key of (id, serial); on success
   // the keys derived under the secret that verified (to wrap the owner key).
-  auth::ClusterKeysPtr VerifyMember(const auth::ParsedProof& proof, std::string_view endpoint) const;
+  auth::ClusterKeysPtr VerifyMember(const auth::ParsedProof& proof,
+                                    std::string_view endpoint) const;
   enum class Revocation { kValid, kRevoked, kUnreadable };
   // Re-reads the list when its file changed. Takes members_mu_.
   Revocation CheckRevoked(const std::string& client_id, uint64_t serial)

@@ -18,9 +18,9 @@ struct AdminContext {
   // Standby masters: status asks each in turn until the leader answers (same order as
   // --master's list; `master` is then the first). Empty = `master` alone.
   std::vector<mcstore::v1::Master::Stub*> masters;
-  mcstore::v1::Store::Stub* store = nullptr;    // for data commands
-  auth::ClusterKeysPtr cluster_keys;            // signs calls to the master; null = none
-  uint64_t inline_limit = 4 << 20;              // larger files go through shared memory
+  mcstore::v1::Store::Stub* store = nullptr;  // for data commands
+  auth::ClusterKeysPtr cluster_keys;          // signs calls to the master; null = none
+  uint64_t inline_limit = 4 << 20;            // larger files go through shared memory
   int64_t timeout_ms = 30'000;
   std::string store_token;  // sent as `authorization: Bearer` (the daemon's TCP listener needs it)
   std::string fd_socket;    // the daemon's fd socket, where shared-memory buffers are passed
