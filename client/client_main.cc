@@ -214,6 +214,10 @@ ABSL_FLAG(int64_t, data_io_timeout_ms, 30000,
 ABSL_FLAG(int64_t, offload_poll_ms, 100,
           "how often to take offload tasks from the master (at once again while tasks come)");
 ABSL_FLAG(int32_t, offload_parallelism, 4, "OFFLOAD tasks written to the SSD tier at once (1..64)");
+ABSL_FLAG(std::string, member_credential_file, "",
+          "this client's member credential (mode 0600; `mc-admin issue-member --client_id ID` "
+          "writes one): the recommended alternative to --cluster_secret_file (exactly one of "
+          "them); it registers this client id only (docs/security.md)");
 
 namespace mc::client {
 
@@ -335,12 +339,16 @@ int RunClientMain(int argc, char** argv, const char* allocator,
                   const std::function<void(ClientServerOptions&)>& adjust) {
   daemon::Init(argc, argv, "mc-client: the mcstore per-host daemon. --flagfile=F works.");
   daemon::Problems problems;
-  daemon::SharedOptions shared = daemon::SharedFromFlags(problems);
+  daemon::SharedOptions shared =
+      daemon::SharedFromFlags(problems, absl::GetFlag(FLAGS_member_credential_file));
   ClientServerOptions o;
   o.cluster_keys = std::move(shared.cluster_keys);
   o.admin = shared.admin;
   StoreFromFlags(o, problems);
   ClusterFromFlags(o);
+  if (o.client_id.empty() && o.cluster_keys != nullptr && o.cluster_keys->member().has_value()) {
+    o.client_id = o.cluster_keys->member()->client_id;  // the id the credential registers
+  }
   TransferFromFlags(o);
   o.transfer.tcp.encryption = problems.Take(
       "--data_encryption", transfer::ParseOnOff(absl::GetFlag(FLAGS_data_encryption)));

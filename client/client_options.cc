@@ -86,6 +86,15 @@ void ValidateTls(const ClientServerOptions& o, std::vector<std::string>& problem
 }
 
 void ValidateMasterAndPuts(const ClientServerOptions& o, Checker& check) {
+  // A member credential registers its own client id only (the master refuses any other).
+  if (o.cluster_keys != nullptr && o.cluster_keys->member().has_value()) {
+    const std::string& id = o.cluster_keys->member()->client_id;
+    check(o.client_id.empty() || o.client_id == id,
+          absl::StrCat("--client_id ", o.client_id,
+                       " is not the client id of the member "
+                       "credential (--member_credential_file is for ",
+                       id, "); drop --client_id or issue a credential for it"));
+  }
   check(o.lease_release_delay_us >= 0, "--lease_release_delay_us must be >= 0");
   check(o.put_no_space_wait_ms >= 0, "--put_no_space_wait_ms must be >= 0");
   check(o.put_write_back_wait_ms >= 0, "--put_write_back_wait_ms must be >= 0");

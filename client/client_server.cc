@@ -312,7 +312,11 @@ absl::Status ClientServer::AnnounceServing() {
                         options_.unix_socket.empty() ? "" : " and unix:" + options_.unix_socket,
                         data_endpoint_, http_address_.empty() ? "(off)" : http_address_);
   if (options_.cluster_keys != nullptr) {
-    Logger("client").info("authenticated (cluster secret fingerprint {}, {} secret(s))",
+    const auto& member = options_.cluster_keys->member();
+    Logger("client").info("authenticated{} (cluster secret fingerprint {}, {} secret(s))",
+                          member ? absl::StrCat(" with the member credential of ",
+                                                member->client_id, " serial ", member->serial)
+                                 : std::string(" with the cluster secret"),
                           options_.cluster_keys->fingerprint(),
                           options_.cluster_keys->secret_count());
   } else {

@@ -12,6 +12,15 @@
 // (HMAC-SHA256(secret, "mcstore/v1/" + purpose name)), so a MAC made for one purpose (say a
 // data-plane handshake) is never valid for another (a master RPC or a capability).
 //
+// A member credential (`mc-admin issue-member`, docs/security.md) holds no secret: it holds the
+// member key of ONE client id and serial (HMAC of "id\nserial" under the signing secret's kMember
+// key) and the kDataPlane key of every secret. LoadMemberCredential turns it into a ClusterKeys
+// that has only the purposes a member may use: kDataPlane (cluster-wide: the data-plane handshake
+// is mutual between members), and kMasterRpc / kCapability derived from the member key (its
+// registration proof, the wrap of its owner key). The master derives the same keys from the
+// secret (MemberKey). A purpose a ClusterKeys lacks fails closed: Sign gives a random MAC that
+// verifies nowhere, Verify is false.
+//
 // Thread-safe: ClusterKeys is immutable after Load; the free functions are pure or use the
 // kernel's random source.
 #pragma once
@@ -20,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,9 +48,19 @@ enum class Purpose : int {
   kMasterRpc = 0,   // a daemon proving itself to mc-master
   kDataPlane = 1,   // the data-plane connection handshake
   kCapability = 2,  // a master-issued grant to read or write one range of one segment
-  kCount = 3,
+  kMember = 3,      // issuing member credentials (the master and mc-admin only)
+  kCount = 4,
 };
 std::string_view PurposeName(Purpose purpose);
+
+// One secret's purpose keys; an absent purpose is not held (a member credential).
+using PurposeKeys = std::array<std::optional<Mac>, static_cast<int>(Purpose::kCount)>;
+
+// Whose member credential a ClusterKeys was loaded from.
+struct MemberIdentity {
+  std::string client_id;
+  uint64_t serial = 0;
+};
 
 class ClusterKeys {
  public:
@@ -50,8 +70,14 @@ class ClusterKeys {
   // From secrets in memory, first signs (tests, tools). INVALID_ARGUMENT as Load would.
   static absl::StatusOr<std::shared_ptr<const ClusterKeys>> FromSecrets(
       const std::vector<std::string>& secrets);
+  // From explicit purpose keys, one set per secret (first signs; 1..kMaxSecrets sets, the first
+  // holding kDataPlane, which the fingerprint derives from). `member`: the identity of the member
+  // credential these keys come from (a registration proof is then a member proof for it).
+  static absl::StatusOr<std::shared_ptr<const ClusterKeys>> FromPurposeKeys(
+      std::vector<PurposeKeys> sets, std::optional<MemberIdentity> member = std::nullopt);
 
-  // HMAC-SHA256 of `message` under the signing (first) secret's key for `purpose`.
+  // HMAC-SHA256 of `message` under the signing (first) secret's key for `purpose`; a random MAC
+  // (that verifies nowhere) when the signing set lacks `purpose`.
   Mac Sign(Purpose purpose, std::string_view message) const;
   // True when `mac` (any length up to kMacSize: a truncated MAC compares its prefix; fewer than
   // 16 bytes never verifies) is the MAC of `message` under ANY secret's key for `purpose`.
@@ -63,13 +89,22 @@ class ClusterKeys {
   Mac SignWith(size_t index, Purpose purpose, std::string_view message) const;
 
   size_t secret_count() const { return keys_.size(); }
-  // A short public fingerprint of the signing secret (hex of a MAC of a fixed string), for logs
-  // and /status: operators compare it across hosts during a rotation. Reveals nothing usable.
+  // Whether secret `index`'s set holds `purpose`.
+  bool Has(size_t index, Purpose purpose) const;
+  // The purpose key itself (issuing a member credential copies kDataPlane keys); nullopt when
+  // absent or index out of range.
+  std::optional<Mac> PurposeKey(size_t index, Purpose purpose) const;
+  // Set when loaded from a member credential.
+  const std::optional<MemberIdentity>& member() const { return member_; }
+  // A short public fingerprint of the signing secret (hex of a MAC of a fixed string under its
+  // kDataPlane key, which members hold too), for logs and /status: operators compare it across
+  // hosts during a rotation. Reveals nothing usable.
   const std::string& fingerprint() const { return fingerprint_; }
 
  private:
-  explicit ClusterKeys(std::vector<std::array<Mac, static_cast<int>(Purpose::kCount)>> keys);
-  std::vector<std::array<Mac, static_cast<int>(Purpose::kCount)>> keys_;  // [secret][purpose]
+  ClusterKeys(std::vector<PurposeKeys> keys, std::optional<MemberIdentity> member);
+  std::vector<PurposeKeys> keys_;  // [secret][purpose]
+  std::optional<MemberIdentity> member_;
   std::string fingerprint_;
 };
 using ClusterKeysPtr = std::shared_ptr<const ClusterKeys>;
@@ -89,8 +124,29 @@ std::string NewSecret();
 
 // What the daemons' --auth / --cluster_secret_file flags ask for: null (no authentication) when
 // `auth` is false, the loaded keys when a file is named, and an error saying what to do when
-// authentication is on and no file is named.
-absl::StatusOr<ClusterKeysPtr> KeysFromFlags(bool auth, const std::string& secret_file);
+// authentication is on and no file is named. `member_file` (mc-client's
+// --member_credential_file) is the alternative to the secret file: exactly one of them.
+absl::StatusOr<ClusterKeysPtr> KeysFromFlags(bool auth, const std::string& secret_file,
+                                             const std::string& member_file = "");
+
+// ---- Member credentials ----
+inline constexpr char kMemberCredentialHeader[] = "mcstore-member v1";
+// The member key of (client_id, serial) under secret `index` of the cluster keys (which must hold
+// kMember there): HMAC(kMember key, client_id + "\n" + decimal serial).
+Mac MemberKey(const ClusterKeys& cluster, size_t index, std::string_view client_id,
+              uint64_t serial);
+// The purpose keys a member key gives: kMasterRpc and kCapability, each
+// HMAC(member key, "mcstore/v1/member/" + purpose name); nothing else.
+PurposeKeys MemberPurposeKeys(const Mac& member_key);
+// The text of a member credential file for (client_id, serial) (cluster: the secret's keys):
+//   mcstore-member v1 / client_id X / serial N / member_key <hex> / data_plane_key <hex>...
+// INVALID_ARGUMENT for a bad id or keys that are not a cluster secret's.
+absl::StatusOr<std::string> FormatMemberCredential(const ClusterKeys& cluster,
+                                                   std::string_view client_id, uint64_t serial);
+// Parses that text into the member's keys (see the header comment). Errors name the line.
+absl::StatusOr<ClusterKeysPtr> ParseMemberCredential(std::string_view text);
+// ReadPrivateFile + ParseMemberCredential; errors name the file.
+absl::StatusOr<ClusterKeysPtr> LoadMemberCredential(const std::string& path);
 
 // A file other users must not read (a secret, a token): a regular file whose mode grants group
 // and others nothing. Returns its content with surrounding whitespace trimmed, or an error that

@@ -24,7 +24,8 @@ ABSL_FLAG(bool, auth, true,
           "false = an unauthenticated cluster, for benchmarks and single-user hosts");
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "the cluster secret file shared by mc-master, every mc-client and mc-admin (mode 0600; "
-          "`mc-admin gen-secret FILE` makes one); needed unless --auth=false");
+          "`mc-admin gen-secret FILE` makes one); needed unless --auth=false (or, on mc-client, "
+          "--member_credential_file)");
 ABSL_FLAG(std::string, log_level, "info", "trace|debug|info|warn|error|off");
 
 namespace mc::daemon {
@@ -67,12 +68,13 @@ void ApplyLogLevel(std::string_view level, Problems& problems) {
                                                   "error, off"));
 }
 
-SharedOptions SharedFromFlags(Problems& problems) {
+SharedOptions SharedFromFlags(Problems& problems, const std::string& member_credential_file) {
   ApplyLogLevel(absl::GetFlag(FLAGS_log_level), problems);
   SharedOptions shared;
   shared.cluster_keys = problems.Take(
-      "--cluster_secret_file",
-      auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file)));
+      member_credential_file.empty() ? "--cluster_secret_file" : "--member_credential_file",
+      auth::KeysFromFlags(absl::GetFlag(FLAGS_auth), absl::GetFlag(FLAGS_cluster_secret_file),
+                          member_credential_file));
   shared.admin.max_connections = absl::GetFlag(FLAGS_http_max_connections);
   shared.admin.max_connections_per_peer = absl::GetFlag(FLAGS_http_max_connections_per_peer);
   shared.admin.request_timeout_ms = absl::GetFlag(FLAGS_http_request_timeout_ms);

@@ -67,8 +67,9 @@ struct SharedOptions {
 };
 
 // After Init(): applies --log_level, then reads the other shared flags; a flag that cannot be
-// used is recorded in `problems` under its name.
-SharedOptions SharedFromFlags(Problems& problems);
+// used is recorded in `problems` under its name. `member_credential_file` (mc-client's
+// --member_credential_file; empty on mc-master) is the alternative to --cluster_secret_file.
+SharedOptions SharedFromFlags(Problems& problems, const std::string& member_credential_file = "");
 
 // Raises the soft RLIMIT_NOFILE to the hard limit (a daemon under systemd's default starts at
 // 1,024) and logs the limit in force; returns it.

@@ -23,13 +23,26 @@ std::vector<std::string_view> SplitSpaces(std::string_view value) {
 }  // namespace
 
 std::string_view ProofRoleName(ProofRole role) {
-  return role == ProofRole::kAdmin ? "admin" : "register";
+  switch (role) {
+    case ProofRole::kAdmin:
+      return "admin";
+    case ProofRole::kMember:
+      return "member";
+    case ProofRole::kRegister:
+      break;
+  }
+  return "register";
 }
 
 std::string ProofMessage(ProofRole role, std::string_view id, std::string_view endpoint,
-                         int64_t unix_ms, std::string_view nonce_hex, std::string_view run_id) {
+                         int64_t unix_ms, std::string_view nonce_hex, std::string_view run_id,
+                         uint64_t serial) {
   // id, time, nonce and run hold no '\n' (parsed so; the run as hex), so the endpoint is the
   // only free-form part and the message decodes one way.
+  if (role == ProofRole::kMember) {
+    return absl::StrCat("mcstore master v3\nmember\n", A(id), "\n", serial, "\n", unix_ms, "\n",
+                        A(nonce_hex), "\n", Hex(run_id), "\n", A(endpoint));
+  }
   return absl::StrCat("mcstore master v2\n", A(ProofRoleName(role)), "\n", A(id), "\n", unix_ms,
                       "\n", A(nonce_hex), "\n", Hex(run_id), "\n", A(endpoint));
 }
@@ -37,10 +50,20 @@ std::string ProofMessage(ProofRole role, std::string_view id, std::string_view e
 std::string MakeProof(const ClusterKeys& keys, ProofRole role, std::string_view id,
                       std::string_view endpoint, int64_t unix_ms, std::string_view run_id) {
   const std::string nonce_hex = Hex(RandomBytes(kNonceSize));
-  const Mac mac =
-      keys.Sign(Purpose::kMasterRpc, ProofMessage(role, id, endpoint, unix_ms, nonce_hex, run_id));
-  return absl::StrCat("v2 ", A(ProofRoleName(role)), " ", A(id), " ", unix_ms, " ", nonce_hex, " ",
-                      Hex(run_id), " ",
+  uint64_t serial = 0;
+  std::string_view version = "v2 ";
+  std::string serial_field;
+  if (keys.member().has_value() && role != ProofRole::kAdmin) {
+    role = ProofRole::kMember;
+    id = keys.member()->client_id;
+    serial = keys.member()->serial;
+    version = "v3 ";
+    serial_field = absl::StrCat(serial, " ");
+  }
+  const Mac mac = keys.Sign(Purpose::kMasterRpc,
+                            ProofMessage(role, id, endpoint, unix_ms, nonce_hex, run_id, serial));
+  return absl::StrCat(A(version), A(ProofRoleName(role)), " ", A(id), " ", serial_field, unix_ms,
+                      " ", nonce_hex, " ", Hex(run_id), " ",
                       Hex(std::string_view(reinterpret_cast<const char*>(mac.data()), mac.size())));
 }
 
@@ -80,12 +103,25 @@ absl::StatusOr<ParsedProof> ParseProof(std::string_view value) {
     return absl::InvalidArgumentError(
         "proof version 1 (no master run id; replayable after a restart) is no longer accepted");
   }
-  if (f.size() != 7) {
-    return absl::InvalidArgumentError(absl::StrCat("proof has ", f.size(), " fields, not 7"));
-  }
-  if (f[0] != "v2") return absl::InvalidArgumentError("unknown proof version");
   ParsedProof p;
-  if (f[1] == "register") {
+  if (!f.empty() && f[0] == "v3") {
+    // v3: member proofs only, with the serial after the id; the rest as v2.
+    if (f.size() != 8) {
+      return absl::InvalidArgumentError(absl::StrCat("proof has ", f.size(), " fields, not 8"));
+    }
+    if (f[1] != "member") return absl::InvalidArgumentError("unknown v3 proof role");
+    p.role = ProofRole::kMember;
+    if (f[3].empty() || f[3].size() > 19 ||
+        f[3].find_first_not_of("0123456789") != std::string_view::npos ||
+        (f[3].size() > 1 && f[3][0] == '0') || !absl::SimpleAtoi(A(f[3]), &p.serial)) {
+      return absl::InvalidArgumentError("bad serial in proof");
+    }
+    f.erase(f.begin() + 3);  // now laid out as v2
+  } else if (f.size() != 7) {
+    return absl::InvalidArgumentError(absl::StrCat("proof has ", f.size(), " fields, not 7"));
+  } else if (f[0] != "v2") {
+    return absl::InvalidArgumentError("unknown proof version");
+  } else if (f[1] == "register") {
     p.role = ProofRole::kRegister;
   } else if (f[1] == "admin") {
     p.role = ProofRole::kAdmin;

@@ -11,6 +11,13 @@
 //     restart); mac: the full HMAC-SHA256 under the kMasterRpc key of ProofMessage(...), which
 //     also binds the registering client's data endpoint (a captured proof cannot point puts
 //     elsewhere). Version 1 (no run id) is refused.
+//   x-mc-auth: v3 member <client_id> <serial> <unix_ms> <nonce_hex> <run_hex> <mac_hex>
+//     A member's registration proof (a member credential, `mc-admin issue-member`): as a v2
+//     register proof, but MACed under the kMasterRpc key derived from the member key of
+//     (client_id, serial), which the master derives from the secret; the message names version
+//     3, the role, the id and the serial. Only RegisterClient takes it, and only for that id;
+//     "member" is no v2 role and "register"/"admin" no v3 role, so neither form passes as the
+//     other (a member proof is never an admin proof).
 //   x-mc-session: <client_id> <token_hex>
 //     Every other call of a registered client: the 128-bit token its registration answered.
 //
@@ -38,12 +45,13 @@ inline constexpr size_t kMaxCallerIdSize = 128;
 // Longer metadata values are refused before they are parsed.
 inline constexpr size_t kMaxCredentialSize = 512;
 
-enum class ProofRole { kRegister, kAdmin };
+enum class ProofRole { kRegister, kAdmin, kMember };
 std::string_view ProofRoleName(ProofRole role);
 
 struct ParsedProof {
   ProofRole role = ProofRole::kRegister;
   std::string id;
+  uint64_t serial = 0;  // kMember: the member credential's serial
   int64_t unix_ms = 0;
   std::string nonce_hex;  // 2 * kNonceSize lower-case hex digits
   std::string run_id;     // kRunIdSize raw bytes
@@ -55,11 +63,14 @@ struct SessionCredential {
   std::string token;  // kSessionTokenSize raw bytes
 };
 
-// The string the proof's MAC covers.
+// The string the proof's MAC covers (`serial`: kMember only).
 std::string ProofMessage(ProofRole role, std::string_view id, std::string_view endpoint,
-                         int64_t unix_ms, std::string_view nonce_hex, std::string_view run_id);
+                         int64_t unix_ms, std::string_view nonce_hex, std::string_view run_id,
+                         uint64_t serial = 0);
 // A fresh proof (random nonce, the given time) for the master run `run_id` (kRunIdSize bytes, as
-// HelloResponse.run_id) as the x-mc-auth value.
+// HelloResponse.run_id) as the x-mc-auth value. With keys loaded from a member credential
+// (keys.member() set), a kRegister proof is a v3 member proof for the CREDENTIAL's client id and
+// serial, whatever `id` says: the master refuses it for any other registering id.
 std::string MakeProof(const ClusterKeys& keys, ProofRole role, std::string_view id,
                       std::string_view endpoint, int64_t unix_ms, std::string_view run_id);
 // INVALID_ARGUMENT naming what is wrong (field count, version, role, id, time, hex).

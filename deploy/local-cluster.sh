@@ -13,7 +13,9 @@
 #   MC_CLIENT<i>_ARGS extra flags of client i only (after MC_CLIENT_ARGS: a flag given in both
 #   takes this value; e.g. MC_CLIENT1_ARGS="--segment_size 0" makes client1 a pure client),
 #   MC_AUTH=0 for an unauthenticated cluster (default: a cluster secret in the run directory,
-#   run/cluster/cluster.secret, given to every daemon; mc-admin needs --cluster_secret_file too),
+#   run/cluster/cluster.secret, given to the master, and a member credential per client issued
+#   from it, run/cluster/clientI.member; MC_MEMBERS=0 gives the clients the secret instead;
+#   mc-admin needs --cluster_secret_file too),
 #   MC_TLS: "master" (default) serves the master's gRPC over TLS, "all" also the clients' TCP Store
 #   listeners, 0 none. The certificates (a throwaway CA, one certificate for 127.0.0.1/localhost)
 #   are made once into run/cluster/tls/ (deploy/make-tls-certs.sh); tools then need
@@ -151,6 +153,21 @@ start() {
     fi
     auth=(--cluster_secret_file "$run/cluster.secret")
   fi
+  # Each client gets its own member credential (docs/security.md "Member credentials"), issued
+  # from the secret into the run directory; MC_MEMBERS=0 gives the clients the secret itself.
+  member_args() {  # sets client_auth for client $1
+    client_auth=("${auth[@]}")
+    [[ "${MC_AUTH:-1}" == 0 || "${MC_MEMBERS:-1}" == 0 ]] && return 0
+    local cred="$run/client$1.member"
+    # Issued once; again when the secret is newer than it (a credential of another secret).
+    if [[ ! -s "$cred" || "$cred" -ot "$run/cluster.secret" ]]; then
+      rm -f "$cred"
+      "$build/tools/mc-admin" --cluster_secret_file "$run/cluster.secret" issue-member \
+        --client_id "client$1" --out "$cred" >/dev/null
+    fi
+    client_auth=(--member_credential_file "$cred")
+  }
+  local client_auth=()
   # TLS (docs/security.md): on the master's listener by default (small RPCs: it costs little);
   # MC_TLS=all also on the Store TCP listeners (inline payloads), MC_TLS=0 off.
   local master_tls=() client_tls=()
@@ -171,9 +188,10 @@ start() {
   master=$(field "$run/master.json" grpc)
   for i in $(seq 1 "$n"); do
     local per="MC_CLIENT${i}_ARGS"
+    member_args "$i"
     launch "client$i" "$build/client/mc-client" --master "$master" --listen 127.0.0.1:0 \
       --http 127.0.0.1:0 --data 127.0.0.1:0 --unix_socket "$run/client$i.sock" \
-      --client_id "client$i" "${auth[@]}" --store_token_file "$run/store.token" "${client_tls[@]}" \
+      --client_id "client$i" "${client_auth[@]}" --store_token_file "$run/store.token" "${client_tls[@]}" \
       --segment_size "$segment" --ready_file "$run/client$i.json" ${MC_CLIENT_ARGS:-} ${!per:-}
   done
   for i in $(seq 1 "$n"); do

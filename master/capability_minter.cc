@@ -9,14 +9,15 @@ namespace mc::master {
 CapabilityMinter::CapabilityMinter(auth::ClusterKeysPtr cluster_keys, const Clock& clock)
     : cluster_keys_(std::move(cluster_keys)), clock_(clock), root_(auth::RandomBytes(32)) {}
 
-std::string CapabilityMinter::Register(const std::string& client_id, uint64_t session) {
+std::string CapabilityMinter::Register(const std::string& client_id, uint64_t session,
+                                       const auth::ClusterKeys* wrap_keys) {
   const std::string key = auth::DeriveOwnerKey(root_, client_id, session);
   auto owner = std::make_shared<const auth::OwnerKey>(key);
   {
     absl::MutexLock lock(&mu_);
     owners_[client_id] = std::move(owner);
   }
-  return auth::WrapOwnerKey(*cluster_keys_, client_id, key);
+  return auth::WrapOwnerKey(wrap_keys != nullptr ? *wrap_keys : *cluster_keys_, client_id, key);
 }
 
 void CapabilityMinter::Forget(const std::string& client_id) {

@@ -26,8 +26,10 @@ class CapabilityMinter {
  public:
   CapabilityMinter(auth::ClusterKeysPtr cluster_keys, const Clock& clock);
 
-  // A client registered as `session`: its new owner key, wrapped for it.
-  std::string Register(const std::string& client_id, uint64_t session);
+  // A client registered as `session`: its new owner key, wrapped for it under `wrap_keys` (a
+  // member's keys; null: the cluster keys).
+  std::string Register(const std::string& client_id, uint64_t session,
+                       const auth::ClusterKeys* wrap_keys = nullptr);
   void Forget(const std::string& client_id);
   // The master's clock, as capabilities' expiries count it (sent to owners).
   int64_t NowMs() const { return clock_.NowMs(); }

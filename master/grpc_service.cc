@@ -67,9 +67,11 @@ grpc::Status MasterGrpcService::Refuse(const char* rpc, AuthFailure reason,
                                        const absl::Status& why) {
   auth_->CountFailure(rpc, reason, std::string(why.message()));
   const grpc::StatusCode code =
-      reason == AuthFailure::kWrongClient || reason == AuthFailure::kWrongRole
+      reason == AuthFailure::kWrongClient || reason == AuthFailure::kWrongRole ||
+              reason == AuthFailure::kRevoked
           ? grpc::StatusCode::PERMISSION_DENIED
-          : grpc::StatusCode::UNAUTHENTICATED;
+      : reason == AuthFailure::kRevocationUnreadable ? grpc::StatusCode::UNAVAILABLE
+                                                     : grpc::StatusCode::UNAUTHENTICATED;
   return grpc::Status(code, std::string(why.message()));
 }
 
@@ -99,8 +101,10 @@ grpc::Status MasterGrpcService::Authenticate(const grpc::CallbackServerContext& 
       return Refuse(rpc, AuthFailure::kMissing,
                     absl::UnauthenticatedError("RegisterClient needs an x-mc-auth proof"));
     }
+    // A cluster-secret proof, or a member proof for this very client id (fills in the member
+    // fields of `caller`).
     absl::Status s = auth_->CheckProof(*proof, auth::ProofRole::kRegister, req.client_id(),
-                                       req.data_endpoint(), &reason);
+                                       req.data_endpoint(), &reason, caller);
     if (!s.ok()) return Refuse(rpc, reason, s);
     caller->kind = Caller::Kind::kRegistrant;
     caller->client_id = req.client_id();
@@ -394,8 +398,13 @@ grpc::Status MasterGrpcService::DoRegisterClient(const Caller& caller,
   resp->set_heartbeat_interval_ms(service_.options().heartbeat_interval_ms);
   resp->set_client_ttl_ms(service_.options().client_ttl_ms);
   if (minter_ != nullptr) {
-    resp->set_capability_key(minter_->Register(req->client_id(), reg->session));
+    // A member's owner key is wrapped under its own member key: no other member can open it.
+    resp->set_capability_key(
+        minter_->Register(req->client_id(), reg->session, caller.wrap_keys.get()));
     resp->set_capability_clock_ms(static_cast<uint64_t>(minter_->NowMs()));
+  }
+  if (bound && auth_ != nullptr) {
+    auth_->NoteRegistration(caller.client_id, reg->session, caller.member, caller.member_serial);
   }
   return grpc::Status::OK;
 }

@@ -44,6 +44,10 @@ ABSL_FLAG(int64_t, grpc_handshake_timeout_ms, 5000,
 ABSL_FLAG(int64_t, auth_max_clock_skew_ms, 60000,
           "a registration or admin proof is accepted while its time is within this of the "
           "master's clock (either way); its nonce is remembered for twice this");
+ABSL_FLAG(std::string, revoked_members_file, "",
+          "revoked member credentials, one `CLIENT_ID SERIAL` or `CLIENT_ID *` a line; re-read "
+          "when it changes; a revoked member cannot register and its session ends at the next "
+          "maintenance pass; unreadable = every member registration refused (docs/security.md)");
 ABSL_FLAG(uint64_t, auth_replay_cache_entries, 100000,
           "most proof nonces remembered against replay; more proofs inside one window are refused");
 ABSL_FLAG(int64_t, client_takeover_after_ms, 3000,
@@ -109,6 +113,7 @@ void ServerFromFlags(MasterServerOptions& opts) {
   opts.tls.client_ca_file = mc::AbsolutePath(absl::GetFlag(FLAGS_tls_client_ca_file));
   opts.rpc_auth.max_clock_skew_ms = absl::GetFlag(FLAGS_auth_max_clock_skew_ms);
   opts.rpc_auth.replay_cache_entries = absl::GetFlag(FLAGS_auth_replay_cache_entries);
+  opts.rpc_auth.revoked_members_file = absl::GetFlag(FLAGS_revoked_members_file);
 }
 
 void ElectionFromFlags(MasterServerOptions& opts, mc::daemon::Problems& problems) {

@@ -39,8 +39,21 @@ std::vector<std::string> MasterServerOptions::Validate() const {
 MasterServer::MasterServer(MasterServerOptions options)
     : options_(std::move(options)), maintenance_(RealClock::Get(), [this] {
         service_->RunMaintenance();
+        EndRevokedSessions();
         return options_.maintenance_interval_ms;
       }) {}
+
+void MasterServer::EndRevokedSessions() {
+  if (rpc_auth_ == nullptr) return;
+  for (const RpcAuthenticator::RevokedSession& r : rpc_auth_->TakeRevokedSessions()) {
+    // Its owner key is forgotten with the session: no capability for its memory is minted any
+    // more (those minted before expire with their TTL; docs/security.md).
+    absl::Status s = service_->UnregisterClient(r.client_id, r.session);
+    if (s.ok() && minter_ != nullptr) minter_->Forget(r.client_id);
+    Logger("master").warn("member credential of {} serial {} revoked: {}", r.client_id, r.serial,
+                          s.ok() ? "its session is ended" : "its session had already ended");
+  }
+}
 
 MasterServer::~MasterServer() { Shutdown(); }
 

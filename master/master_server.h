@@ -112,6 +112,8 @@ class MasterServer {
   const MasterServerOptions options_;
   MetricsRegistry metrics_;
   std::unique_ptr<MetadataService> service_;
+  // Maintenance: ends the sessions of members whose credential was revoked since they registered.
+  void EndRevokedSessions();
   std::unique_ptr<RpcAuthenticator> rpc_auth_;  // null: unauthenticated
   std::unique_ptr<CapabilityMinter> minter_;    // with cluster keys only
   std::unique_ptr<MasterGrpcService> grpc_service_;

@@ -7,6 +7,12 @@
 // proof's time against this host's clock (within max_clock_skew_ms either way) and that its
 // nonce was not seen before (a bounded replay cache that remembers each nonce for twice the
 // skew window, so a proof cannot be used twice).
+// A member proof (v3, a member credential: docs/security.md) is MACed under the key derived from
+// the member key of its (client id, serial), which this class derives from each secret; it is
+// refused for any other registering id, and when the revocation list (--revoked_members_file,
+// re-read when its mtime changes; unreadable = every member proof refused) names it. The live
+// sessions of members registered so are remembered, so that the maintenance pass can end those
+// revoked later (TakeRevokedSessions).
 // It also counts and logs (rate-limited) every refused call by reason, in
 // mc_master_auth_failures_total{reason}. Session tokens themselves are checked against the
 // ClientRegistry, which owns them; this class does not know sessions.
@@ -19,8 +25,10 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -44,6 +52,11 @@ struct Caller {
   // kRegistrant: the token of the session it is replacing, when it presented one (the proof that
   // it is the same daemon re-registering); empty otherwise.
   std::string previous_token;
+  // kRegistrant with a member credential: its serial, and the keys its owner key is wrapped
+  // under (derived from its member key; null: the cluster keys, a cluster-secret registration).
+  bool member = false;
+  uint64_t member_serial = 0;
+  auth::ClusterKeysPtr wrap_keys;
   bool authenticated() const { return kind != Kind::kAnyone; }
 };
 
@@ -59,6 +72,8 @@ enum class AuthFailure {
   kWrongClient,      // the request names another client than the credential
   kWrongRole,        // e.g. an admin proof on a client RPC
   kOtherRun,         // a proof made for another master run (before a restart, or another master)
+  kRevoked,          // a member credential the revocation list names
+  kRevocationUnreadable,  // the revocation list cannot be read: member proofs refused
   kCount,
 };
 std::string_view AuthFailureName(AuthFailure reason);
@@ -66,6 +81,8 @@ std::string_view AuthFailureName(AuthFailure reason);
 struct RpcAuthOptions {
   int64_t max_clock_skew_ms = 60'000;     // a proof's time may differ this much from ours
   size_t replay_cache_entries = 100'000;  // nonces remembered at most (2 * skew each)
+  // Each line `CLIENT_ID SERIAL` or `CLIENT_ID *` revokes member credentials; empty: none.
+  std::string revoked_members_file;
   // Milliseconds since the Unix epoch; tests inject a fake. Default: the system clock.
   std::function<int64_t()> unix_now_ms;
 };
@@ -79,8 +96,24 @@ class RpcAuthenticator {
   // `endpoint` (the data endpoint of a registration; empty for admin). Otherwise UNAUTHENTICATED
   // with `*reason` set; the failure is NOT counted here (the caller counts it with the RPC).
   // A proof is remembered only once its MAC verified, so junk cannot fill the replay cache.
+  // `role` kRegister also takes a member proof (v3) for `id`; then `caller` (optional) gets
+  // member, member_serial and wrap_keys.
   absl::Status CheckProof(std::string_view value, auth::ProofRole role, std::string_view id,
-                          std::string_view endpoint, AuthFailure* reason);
+                          std::string_view endpoint, AuthFailure* reason, Caller* caller = nullptr);
+
+  // A registration succeeded as `session` (member: with a member credential): remembered, so
+  // that a later revocation of its credential ends it. A cluster-secret registration of the same
+  // id forgets the member one.
+  void NoteRegistration(const std::string& client_id, uint64_t session, bool member,
+                        uint64_t serial) ABSL_LOCKS_EXCLUDED(members_mu_);
+  struct RevokedSession {
+    std::string client_id;
+    uint64_t session = 0;
+    uint64_t serial = 0;
+  };
+  // The remembered member sessions whose credential the revocation list (re-read if changed)
+  // now names; forgotten here. None while the list is unreadable.
+  std::vector<RevokedSession> TakeRevokedSessions() ABSL_LOCKS_EXCLUDED(members_mu_);
 
   // This master run's id (kRunIdSize random bytes), answered to Hello.
   const std::string& run_id() const { return run_id_; }
@@ -96,6 +129,18 @@ class RpcAuthenticator {
   bool RememberNonce(const std::string& nonce_hex, int64_t now_ms, AuthFailure* reason)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Verifies a member proof: the MAC under each secret's member key of (id, serial); on success
+  // the keys derived under the secret that verified (to wrap the owner key).
+  auth::ClusterKeysPtr VerifyMember(const auth::ParsedProof& proof,
+                                    std::string_view endpoint) const;
+  enum class Revocation { kValid, kRevoked, kUnreadable };
+  // Re-reads the list when its file changed. Takes members_mu_.
+  Revocation CheckRevoked(const std::string& client_id, uint64_t serial)
+      ABSL_LOCKS_EXCLUDED(members_mu_);
+  void ReloadRevocationsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(members_mu_);
+  Revocation RevokedLocked(const std::string& client_id, uint64_t serial) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(members_mu_);
+
   const auth::ClusterKeysPtr keys_;
   const RpcAuthOptions options_;
   const std::string run_id_;
@@ -103,6 +148,19 @@ class RpcAuthenticator {
   absl::Mutex mu_;
   absl::flat_hash_set<std::string> nonces_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<int64_t, std::string>> nonce_expiry_ ABSL_GUARDED_BY(mu_);  // in order
+
+  absl::Mutex members_mu_;
+  // The revocation list as last read: id -> revoked serials, and the ids revoked whole (`X *`).
+  absl::flat_hash_map<std::string, absl::flat_hash_set<uint64_t>> revoked_
+      ABSL_GUARDED_BY(members_mu_);
+  absl::flat_hash_set<std::string> revoked_all_ ABSL_GUARDED_BY(members_mu_);
+  bool revocations_unreadable_ ABSL_GUARDED_BY(members_mu_) = false;
+  std::string revocations_stamp_ ABSL_GUARDED_BY(members_mu_);  // inode, size, mtime last read
+  struct MemberSession {
+    uint64_t session = 0;
+    uint64_t serial = 0;
+  };
+  absl::flat_hash_map<std::string, MemberSession> member_sessions_ ABSL_GUARDED_BY(members_mu_);
 };
 
 }  // namespace mc::master

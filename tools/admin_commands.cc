@@ -288,25 +288,56 @@ int CmdRemove(const AdminContext& ctx, const std::vector<std::string>& keys) {
   return rc;
 }
 
-int CmdGenSecret(const AdminContext& ctx, const std::string& path) {
+namespace {
+
+// Creates `path` (mode 0600; never overwrites) holding `content`; 0, or 1 with the error printed.
+int WritePrivateFile(const AdminContext& ctx, const char* cmd, const std::string& path,
+                     const std::string& content) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     std::fprintf(ctx.err,
-                 "gen-secret: cannot create %s: %s (an existing file is never "
+                 "%s: cannot create %s: %s (an existing file is never "
                  "overwritten)\n",
-                 path.c_str(), std::strerror(errno));
+                 cmd, path.c_str(), std::strerror(errno));
     return 1;
   }
-  std::string line = auth::NewSecret() + "\n";
-  bool ok = write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  bool ok = write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
   ok = fsync(fd) == 0 && ok;
   ok = close(fd) == 0 && ok;
   if (!ok) {
-    std::fprintf(ctx.err, "gen-secret: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    std::fprintf(ctx.err, "%s: cannot write %s: %s\n", cmd, path.c_str(), std::strerror(errno));
     unlink(path.c_str());
     return 1;
   }
+  return 0;
+}
+
+}  // namespace
+
+int CmdGenSecret(const AdminContext& ctx, const std::string& path) {
+  if (WritePrivateFile(ctx, "gen-secret", path, auth::NewSecret() + "\n") != 0) return 1;
   std::fprintf(ctx.out, "wrote a new cluster secret to %s (mode 0600)\n", path.c_str());
+  return 0;
+}
+
+int CmdIssueMember(const AdminContext& ctx, const std::string& client_id, uint64_t serial,
+                   const std::string& path) {
+  if (ctx.cluster_keys == nullptr) {
+    std::fprintf(ctx.err, "issue-member: needs --cluster_secret_file (the cluster secret)\n");
+    return 2;
+  }
+  absl::StatusOr<std::string> text =
+      auth::FormatMemberCredential(*ctx.cluster_keys, client_id, serial);
+  if (!text.ok()) {
+    std::fprintf(ctx.err, "issue-member: %s\n", std::string(text.status().message()).c_str());
+    return 2;
+  }
+  if (WritePrivateFile(ctx, "issue-member", path, *text) != 0) return 1;
+  std::fprintf(ctx.out,
+               "wrote the member credential of %s serial %llu to %s (mode 0600; cluster secret "
+               "fingerprint %s)\n",
+               client_id.c_str(), static_cast<unsigned long long>(serial), path.c_str(),
+               ctx.cluster_keys->fingerprint().c_str());
   return 0;
 }
 

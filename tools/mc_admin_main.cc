@@ -25,6 +25,10 @@ ABSL_FLAG(std::string, client, "127.0.0.1:50052", "mc-client Store address (data
 ABSL_FLAG(int64_t, timeout_ms, 30000, "deadline of each RPC");
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "the cluster secret file (as mc-master's); signs calls to the master");
+ABSL_FLAG(std::string, client_id, "", "issue-member: the client id the credential registers");
+ABSL_FLAG(uint64_t, serial, 1,
+          "issue-member: the credential's serial (re-issue with a higher one after a revocation)");
+ABSL_FLAG(std::string, out, "", "issue-member: the file to write (mode 0600; never overwritten)");
 ABSL_FLAG(uint64_t, inline_limit, 4ull << 20, "files above this go through shared memory");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the daemon's Store token, needed over TCP (default: $MCSTORE_TOKEN_FILE)");
@@ -44,6 +48,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: mc-admin [--master H:P] [--cluster_secret_file F] status\n"
     "       mc-admin gen-secret FILE   (a new cluster secret, mode 0600)\n"
+    "       mc-admin --cluster_secret_file F issue-member --client_id ID [--serial N] --out FILE\n"
+    "                                  (a member credential for mc-client, mode 0600)\n"
     "       mc-admin [--client H:P|unix:PATH] put FILE KEY | get KEY FILE | exist KEY... | rm "
     "KEY...";
 
@@ -78,6 +84,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     cluster_keys = *loaded;
+  }
+  if (args[0] == "issue-member" && args.size() == 1) {
+    mc::tools::AdminContext ctx;
+    ctx.cluster_keys = cluster_keys;
+    if (absl::GetFlag(FLAGS_client_id).empty() || absl::GetFlag(FLAGS_out).empty()) {
+      std::fprintf(stderr, "issue-member: needs --client_id and --out\n");
+      return 2;
+    }
+    return mc::tools::CmdIssueMember(ctx, absl::GetFlag(FLAGS_client_id),
+                                     absl::GetFlag(FLAGS_serial), absl::GetFlag(FLAGS_out));
   }
   absl::StatusOr<mc::ChannelSecurity> security =
       mc::tools::ToolChannelSecurity({.ca_file = absl::GetFlag(FLAGS_tls_ca_file),

@@ -133,7 +133,8 @@ def auth_args(path, args):
     """The authentication flags Daemon adds for `path` given the caller's `args`."""
     if os.path.basename(path) not in _AUTH_BINARIES:
         return []
-    if any(a.startswith("--auth") or a.startswith("--cluster_secret_file") for a in args):
+    if any(a.startswith(("--auth", "--cluster_secret_file", "--member_credential_file"))
+           for a in args):
         return []
     return ["--cluster_secret_file", cluster_secret_file()]
 

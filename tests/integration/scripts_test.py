@@ -37,6 +37,11 @@ class LocalClusterPathsTest(unittest.TestCase):
         self.assertIn("TLS (master), CA " + os.path.join(run_dir, "tls", "ca.pem"), res.stdout)
         for key in ("ca.key", "cert.key"):
             self.assertEqual(os.stat(os.path.join(run_dir, "tls", key)).st_mode & 0o777, 0o600)
+        # The client holds its own member credential, not the cluster secret.
+        cred = os.path.join(run_dir, "client1.member")
+        self.assertEqual(os.stat(cred).st_mode & 0o777, 0o600)
+        with open(os.path.join(run_dir, "client1.log")) as f:
+            self.assertIn("with the member credential of client1 serial 1", f.read())
         res = self.run_script(cwd, env, "stop")
         self.assertEqual(res.returncode, 0, res.stderr)
         self.assertFalse(any(f.endswith(".pid") for f in os.listdir(run_dir)))
