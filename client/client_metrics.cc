@@ -63,6 +63,11 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
       put_unreachable_retries(registry.GetCounter(
           "mc_client_put_unreachable_retries_total",
           "Put items placed again after a holder of their replicas refused the connection")),
+      put_source_hashes(registry.GetCounter(
+          "mc_client_put_source_hashes_total",
+          "Put items hashed from their source in a pass of their own, because they have a "
+          "replica in another daemon (whose write proves nothing); items whose replicas are all "
+          "in this daemon's segments are hashed as they are copied")),
       registry_(registry) {}
 
 ClientMetrics::Rpc& ClientMetrics::For(const char* rpc) {

@@ -52,6 +52,7 @@ class ClientMetrics {
   Counter& mismatches_unconfirmed;
   Counter& holder_backoff_skips;
   Counter& put_unreachable_retries;  // put items placed again after a holder refused them
+  Counter& put_source_hashes;        // put items hashed apart from a copy: a remote replica
 
  private:
   MetricsRegistry& registry_;

@@ -36,7 +36,7 @@ class CudaApi;
 struct LocalTransportOptions {
   uint64_t parallel_copy_threshold = 8 << 20;   // bytes; a lone copy above it is split
   uint64_t parallel_batch_threshold = 1 << 20;  // bytes; a batch above it runs on the helpers
-  uint64_t checksum_chunk_bytes = 256 << 10;    // copy+hash granularity of hashed reads
+  uint64_t checksum_chunk_bytes = 256 << 10;    // copy+hash granularity of hashed transfers
   int copy_threads = 2;                         // helper threads (0 = caller only)
 };
 

@@ -60,10 +60,12 @@ enum class Proof : uint8_t {
   // (in order) after each piece landed there, while it is cache-hot (GPU memory: on the
   // device). A transport that cannot leaves the checksum empty and the caller hashes itself.
   kDeliveredBytes,
-  // WRITE from GPU memory (the cuda transport; the others leave the checksum empty): the
-  // XXH3-64 of the replica as written where this daemon can hash it (its own segment), else the
-  // device hash of the source after the NIC read it (GPUDirect RDMA). The BatchPutter compares
-  // it with the hash it took before the put.
+  // WRITE: the XXH3-64 of the replica as written where this daemon can hash it (its own
+  // segment: the local transport hashes each chunk from the segment right after copying it; the
+  // cuda transport after its device copy), else, from GPU memory, the device hash of the source
+  // after the NIC read it (GPUDirect RDMA). tcp and rdma leave it empty for host memory. The
+  // BatchPutter records it as the put's checksum (host sources) or compares it with the device
+  // hash it took before the put (GPU sources).
   kWrittenReplica,
 };
 

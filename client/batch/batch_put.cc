@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <iterator>
+#include <optional>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -33,7 +36,6 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
   std::vector<absl::Status> out(items.size());
   if (replicas == 0) replicas = 1;
   std::vector<size_t> todo;
-  std::vector<uint64_t> checksums(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     out[i] = items[i].input_error;
     uint64_t size = TotalLength(items[i].pieces);
@@ -43,8 +45,8 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
       out[i] = McError(Code::kInvalidArgument, absl::StrCat(replicas, " replicas asked"));
     }
     if (!out[i].ok()) continue;
-    checksums[i] = items[i].checksum ? *items[i].checksum : ScatterChecksum(items[i].pieces);
-    out[i] = CheckBuffersIntact(items[i].buffers);  // the checksum may have read void bytes
+    // No checksum yet: it comes from the writes (SettleChecksums), one pass over the bytes.
+    out[i] = CheckBuffersIntact(items[i].buffers);
     if (out[i].ok()) todo.push_back(i);
   }
   // NO_SPACE is often transient: the master may not evict what reads hold leased or what puts
@@ -63,7 +65,7 @@ std::vector<absl::Status> BatchPutter::Put(const std::vector<PutRequestItem>& it
   // them until offloads end); the others only for no_space_wait_ms.
   while (!todo.empty()) {
     const size_t refusers = avoid.size();
-    PutOnce(items, todo, replicas, checksums, out, kind, avoid);
+    PutOnce(items, todo, replicas, out, kind, avoid);
     if (avoid.size() > refusers) {
       ReportUnreachable({avoid.begin() + static_cast<std::ptrdiff_t>(refusers), avoid.end()});
     }
@@ -111,6 +113,7 @@ void BatchPutter::NotifyOwners(const std::vector<PutRequestItem>& items,
                                const v1::PutStartResponse& placed,
                                const std::vector<uint64_t>& checksums, int64_t deadline_ms,
                                std::vector<absl::Status>& write_status) {
+  // checksums[k]: the one of items[started[k]], settled from its writes.
   std::vector<WrittenReplica> notices;
   std::vector<size_t> notice_owner;  // position in `started`
   for (size_t k = 0; k < started.size(); ++k) {
@@ -121,7 +124,7 @@ void BatchPutter::NotifyOwners(const std::vector<PutRequestItem>& items,
       notices.push_back({.key = items[i].key,
                          .generation = r.generation(),
                          .size = TotalLength(items[i].pieces),
-                         .checksum = checksums[i],
+                         .checksum = checksums[k],
                          .endpoint = rep.data_endpoint(),
                          .segment_id = rep.segment_id(),
                          .offset = rep.offset(),
@@ -187,11 +190,19 @@ void BatchPutter::ReportUnreachable(const std::vector<std::string>& holders) {
   }
 }
 
-// The writes of one PutOnce round: every replica of every placed item, in one submission.
+// The writes of one PutOnce round: every replica of every placed item. The replicas in this
+// daemon's own segments come first (`local` of them), submitted, and proved, before the others
+// (see SettleChecksums).
 struct BatchPutter::ReplicaWrites {
   std::vector<transfer::TransferRequest> writes;
   std::vector<size_t> owner;               // position in `started`
   std::vector<const std::string*> holder;  // the replica's client id (in the PutStart answer)
+  size_t local = 0;
+  // Per entry of `started`: the item has a replica in another daemon (written without a proof).
+  std::vector<uint8_t> remote;
+  // Per entry of `started`: the source's hash taken before the writes, for an item (host memory,
+  // no checksum given) whose replicas are all in other daemons: nothing else hashes it.
+  std::vector<std::optional<uint64_t>> before;
   // Direct GPU items written from a host copy after all (a deque: the writes point into it).
   std::deque<GpuPutStager::HostCopy> staged;
 };
@@ -218,8 +229,8 @@ v1::PutStartRequest PutStartOf(const std::string& client_id,
 
 void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
                           const std::vector<size_t>& started, uint32_t replicas,
-                          const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
-                          std::vector<NoSpaceKind>& kind, std::vector<std::string>& avoid) {
+                          std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind,
+                          std::vector<std::string>& avoid) {
   const v1::PutStartRequest start = PutStartOf(options_.client_id, items, started, replicas, avoid);
   int64_t sent_ms = clock_.NowMs();
   v1::PutStartResponse placed;
@@ -235,14 +246,26 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
   }
   std::vector<absl::Status> write_status(started.size());
   ReplicaWrites plan;
-  PlanWrites(items, started, placed, checksums, out, kind, write_status, plan);
+  PlanWrites(items, started, placed, out, kind, write_status, plan);
   const int64_t allowed = std::min<int64_t>(
       static_cast<int64_t>(std::min<uint64_t>(placed.write_deadline_ms(), INT64_MAX / 4)),
       options_.write_timeout_ms > 0 ? options_.write_timeout_ms : INT64_MAX / 4);
   int64_t deadline = sent_ms + allowed;
-  std::vector<transfer::TransferResult> written = engine_.Submit(plan.writes, deadline);
-  CheckWrites(plan, written, started, checksums, write_status, avoid);
-  // A source buffer truncated during the writes makes the replicas void: never end them.
+  // The local replicas first, then the others: an item with both is hashed from its source after
+  // its remote writes, and that hash must equal the one its local replica was stored with.
+  const std::span<const transfer::TransferRequest> all(plan.writes);
+  std::vector<transfer::TransferResult> written;
+  if (plan.local > 0) written = engine_.Submit(all.first(plan.local), deadline);
+  if (plan.local < all.size()) {
+    std::vector<transfer::TransferResult> rest = engine_.Submit(all.subspan(plan.local), deadline);
+    written.insert(written.end(), std::make_move_iterator(rest.begin()),
+                   std::make_move_iterator(rest.end()));
+  }
+  CheckWrites(items, plan, written, started, write_status, avoid);
+  std::vector<uint64_t> checksums(started.size());  // per entry of `started`
+  SettleChecksums(items, started, plan, written, checksums, write_status);
+  // A source buffer truncated during the writes (or the source hash) makes the replicas void:
+  // never end them.
   for (size_t k = 0; k < started.size(); ++k) {
     if (placed.results(k).code() == v1::OK && write_status[k].ok()) {
       write_status[k] = CheckBuffersIntact(items[started[k]].buffers);
@@ -254,9 +277,11 @@ void BatchPutter::PutOnce(const std::vector<PutRequestItem>& items,
 
 void BatchPutter::PlanWrites(const std::vector<PutRequestItem>& items,
                              const std::vector<size_t>& started, const v1::PutStartResponse& placed,
-                             const std::vector<uint64_t>& checksums, std::vector<absl::Status>& out,
-                             std::vector<NoSpaceKind>& kind,
+                             std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind,
                              std::vector<absl::Status>& write_status, ReplicaWrites& plan) {
+  plan.remote.assign(started.size(), 0);
+  plan.before.assign(started.size(), std::nullopt);
+  std::vector<uint8_t> local;  // per write
   for (size_t k = 0; k < started.size(); ++k) {
     const v1::PutStartResult& r = placed.results(k);
     size_t i = started[k];
@@ -268,10 +293,14 @@ void BatchPutter::PlanWrites(const std::vector<PutRequestItem>& items,
       continue;
     }
     const std::vector<LocalBuffer>* source = &items[i].pieces;
-    bool prove = false;  // written from GPU memory: each write must return the item's checksum
+    // Host memory with no checksum given: the write of the replica in our own segments returns
+    // the hash of the bytes it stored (fused with the copy), the item's checksum. Written from
+    // GPU memory: each write must return the item's checksum.
+    const bool hashed_here = !items[i].checksum.has_value();
+    bool prove = false;
     if (items[i].gpu_direct) {
       absl::StatusOr<const std::vector<LocalBuffer>*> from =
-          DirectSource(items[i], r, checksums[i], plan.staged);
+          DirectSource(items[i], r, *items[i].checksum, plan.staged);
       if (!from.ok()) {
         write_status[k] = from.status();
         continue;
@@ -279,21 +308,47 @@ void BatchPutter::PlanWrites(const std::vector<PutRequestItem>& items,
       prove = *from == &items[i].pieces;
       source = *from;
     }
+    bool any_local = false;
     for (const auto& rep : r.replicas()) {
+      const bool own = rep.client_id() == options_.client_id;
+      any_local = any_local || own;
+      plan.remote[k] = plan.remote[k] || !own;
       plan.writes.push_back({transfer::Direction::kWrite, *source, rep.data_endpoint(),
                              transfer::SegmentRange{rep.segment_id(), rep.offset()}});
       plan.writes.back().capability = rep.capability();  // the master's write grant, if any
-      if (prove) plan.writes.back().proof = transfer::Proof::kWrittenReplica;
+      if (prove || (hashed_here && own)) {
+        plan.writes.back().proof = transfer::Proof::kWrittenReplica;
+      }
       plan.owner.push_back(k);
       plan.holder.push_back(&rep.client_id());
+      local.push_back(own ? 1 : 0);
+    }
+    if (hashed_here && !any_local) {
+      // Only remote replicas, which prove nothing: hashed from the source before they are sent.
+      metrics_.put_source_hashes.Inc();
+      plan.before[k] = ScatterChecksum(items[i].pieces);
     }
   }
+  // The local writes first (stable: each item's writes keep their order).
+  std::vector<size_t> order(plan.writes.size());
+  for (size_t w = 0; w < order.size(); ++w) order[w] = w;
+  std::stable_partition(order.begin(), order.end(), [&local](size_t w) { return local[w] != 0; });
+  ReplicaWrites sorted;
+  for (size_t w : order) {
+    sorted.writes.push_back(std::move(plan.writes[w]));
+    sorted.owner.push_back(plan.owner[w]);
+    sorted.holder.push_back(plan.holder[w]);
+    sorted.local += local[w];
+  }
+  plan.writes = std::move(sorted.writes);
+  plan.owner = std::move(sorted.owner);
+  plan.holder = std::move(sorted.holder);
+  plan.local = sorted.local;
 }
 
-void BatchPutter::CheckWrites(const ReplicaWrites& plan,
+void BatchPutter::CheckWrites(const std::vector<PutRequestItem>& items, const ReplicaWrites& plan,
                               const std::vector<transfer::TransferResult>& written,
                               const std::vector<size_t>& started,
-                              const std::vector<uint64_t>& checksums,
                               std::vector<absl::Status>& write_status,
                               std::vector<std::string>& avoid) {
   const std::vector<transfer::TransferRequest>& writes = plan.writes;
@@ -301,9 +356,11 @@ void BatchPutter::CheckWrites(const ReplicaWrites& plan,
     const auto& res = written[w];
     uint64_t expect = TotalLength(writes[w].local);
     if (res.status.ok() && res.bytes == expect) {
-      if (writes[w].proof == transfer::Proof::kNone) continue;
+      const PutRequestItem& item = items[started[plan.owner[w]]];
+      // A host write's proof, if any, is settled with its item's other replicas (below).
+      if (writes[w].proof == transfer::Proof::kNone || !item.checksum.has_value()) continue;
       // Written from GPU memory: OK only with the proof that the replica is the hashed bytes.
-      const uint64_t want = checksums[started[plan.owner[w]]];
+      const uint64_t want = *item.checksum;
       if (res.checksum == want) continue;
       metrics_.checksum_mismatches.Inc();
       write_status[plan.owner[w]] = McError(
@@ -333,6 +390,53 @@ void BatchPutter::CheckWrites(const ReplicaWrites& plan,
   }
 }
 
+void BatchPutter::SettleChecksums(const std::vector<PutRequestItem>& items,
+                                  const std::vector<size_t>& started, const ReplicaWrites& plan,
+                                  const std::vector<transfer::TransferResult>& written,
+                                  std::vector<uint64_t>& checksums,
+                                  std::vector<absl::Status>& write_status) {
+  // Per item: the proof of its local replica (at most one: one replica per daemon).
+  std::vector<std::optional<uint64_t>> proof(started.size());
+  std::vector<size_t> proof_write(started.size(), 0);
+  for (size_t w = 0; w < plan.local; ++w) {
+    const size_t k = plan.owner[w];
+    if (plan.writes[w].proof == transfer::Proof::kNone || !written[w].checksum.has_value())
+      continue;
+    proof[k] = written[w].checksum;
+    proof_write[k] = w;
+  }
+  for (size_t k = 0; k < started.size(); ++k) {
+    const PutRequestItem& item = items[started[k]];
+    if (item.checksum.has_value()) {  // given (GPU sources): proved in CheckWrites
+      checksums[k] = *item.checksum;
+      continue;
+    }
+    if (!write_status[k].ok()) continue;
+    if (plan.before[k].has_value()) {  // remote replicas only: hashed before they were sent
+      checksums[k] = *plan.before[k];
+      continue;
+    }
+    if (proof[k].has_value() && !plan.remote[k]) {
+      checksums[k] = *proof[k];  // the bytes stored, hashed as they were copied: one pass
+      continue;
+    }
+    // A local replica and remote ones, written after it (or a local write that came back
+    // without its proof): the source, hashed now, must still be what the local replica stored,
+    // so the remote writes in between sent those bytes too.
+    metrics_.put_source_hashes.Inc();
+    const uint64_t after = ScatterChecksum(item.pieces);
+    checksums[k] = after;
+    if (!proof[k].has_value() || *proof[k] == after) continue;
+    metrics_.checksum_mismatches.Inc();
+    write_status[k] = McError(
+        Code::kChecksumMismatch,
+        absl::StrFormat("the replica on %s was stored with checksum %016x, but the source hashes "
+                        "to %016x after the writes to the other replicas: the buffer changed "
+                        "during the put, so its replicas may differ; not stored",
+                        plan.writes[proof_write[k]].endpoint, *proof[k], after));
+  }
+}
+
 void BatchPutter::EndOrRevoke(const std::vector<PutRequestItem>& items,
                               const std::vector<size_t>& started,
                               const v1::PutStartResponse& placed,
@@ -352,7 +456,7 @@ void BatchPutter::EndOrRevoke(const std::vector<PutRequestItem>& items,
       auto* e = end.add_items();
       e->set_key(items[i].key.data(), items[i].key.size());
       e->set_generation(r.generation());
-      e->set_checksum(checksums[i]);
+      e->set_checksum(checksums[k]);
       ended.push_back(i);
     } else {
       auto* e = revoke.add_items();

@@ -1,7 +1,19 @@
-// BatchPutter: the put path. For a batch: checksum every payload (XXH3-64 over its pieces), one
-// PutStart RPC, every replica written through the transfer engine in one submission, one PutEnd
-// RPC for the items whose replicas were all written and one PutRevoke RPC for the rest. One
-// status per item, in order; ALREADY_EXISTS and every other failure stay with their own item.
+// BatchPutter: the put path. For a batch: one PutStart RPC, every replica written through the
+// transfer engine in one submission, one PutEnd RPC for the items whose replicas were all written
+// and one PutRevoke RPC for the rest. One status per item, in order; ALREADY_EXISTS and every
+// other failure stay with their own item.
+// The checksum recorded (XXH3-64 of the payload) is taken from the bytes, once: the write of a
+// replica in this daemon's own segments asks for the proof of what it stored
+// (transfer::Proof::kWrittenReplica), and the local transport hashes each chunk from the segment
+// right after copying it, so an item whose replicas are all local is read once and its checksum
+// is that of the stored bytes. The local writes are submitted before the remote ones. An item
+// with a local and remote replicas is then hashed from its source after its remote writes, and
+// that hash must equal its local replica's: a buffer the application changed during the put
+// fails the item CHECKSUM_MISMATCH (`mc_client_checksum_mismatches_total`) and it is revoked,
+// never recorded with a checksum one of its replicas does not have. An item whose replicas are
+// all remote is hashed from its source before they are sent, as no transport proves a write
+// from host memory to a peer (`mc_client_put_source_hashes_total` counts the items hashed apart
+// from a copy). An item whose checksum is given (PutRequestItem::checksum: GPU sources) keeps it.
 // Writes stop at the master's write deadline (half its put timeout, measured from before
 // PutStart was sent), so a put the master revokes by timeout is never still being written.
 // Items the master answers NO_SPACE (memory full of objects it may not evict yet: leased by reads
@@ -69,26 +81,34 @@ class BatchPutter {
  private:
   // What a NO_SPACE answer lets the item do: retry briefly, not at all, or wait for write-back.
   enum class NoSpaceKind { kTransient, kFinal, kWriteBack };
-  // One PutStart / write / PutEnd (or PutRevoke) round for items[i], i in `started` (validated,
-  // checksums[i] computed); sets out[i], and kind[i] for a NO_SPACE answer.
+  // One PutStart / write / PutEnd (or PutRevoke) round for items[i], i in `started`
+  // (validated); sets out[i], and kind[i] for a NO_SPACE answer.
   // `avoid`: holders not to place on; the holders that refused a write are added to it (and
   // their items' out[i] carry the peer-unreachable mark, common/status.h).
   void PutOnce(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
-               uint32_t replicas, const std::vector<uint64_t>& checksums,
-               std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind,
+               uint32_t replicas, std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind,
                std::vector<std::string>& avoid);
   // PutOnce's steps. PlanWrites: the writes of every replica placed (out[i] and kind[i] set for
   // the items the master refused). CheckWrites: write_status[k] of each item whose write failed
-  // or came back without the proof it owed; holders that refused a write join `avoid`.
+  // or came back without the proof it owed (GPU sources); holders that refused a write join
+  // `avoid`. SettleChecksums: checksums[k] of each item written (its local replica's proof, the
+  // source's hash where it has remote replicas); write_status[k] CHECKSUM_MISMATCH where the
+  // source no longer hashes to what its local replica stored.
   // EndOrRevoke: PutEnd for the items written, PutRevoke for the others (out[i] set for both).
+  // checksums, write_status: one per entry of `started`.
   struct ReplicaWrites;
   void PlanWrites(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
-                  const v1::PutStartResponse& placed, const std::vector<uint64_t>& checksums,
-                  std::vector<absl::Status>& out, std::vector<NoSpaceKind>& kind,
-                  std::vector<absl::Status>& write_status, ReplicaWrites& plan);
-  void CheckWrites(const ReplicaWrites& plan, const std::vector<transfer::TransferResult>& written,
-                   const std::vector<size_t>& started, const std::vector<uint64_t>& checksums,
-                   std::vector<absl::Status>& write_status, std::vector<std::string>& avoid);
+                  const v1::PutStartResponse& placed, std::vector<absl::Status>& out,
+                  std::vector<NoSpaceKind>& kind, std::vector<absl::Status>& write_status,
+                  ReplicaWrites& plan);
+  void CheckWrites(const std::vector<PutRequestItem>& items, const ReplicaWrites& plan,
+                   const std::vector<transfer::TransferResult>& written,
+                   const std::vector<size_t>& started, std::vector<absl::Status>& write_status,
+                   std::vector<std::string>& avoid);
+  void SettleChecksums(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
+                       const ReplicaWrites& plan,
+                       const std::vector<transfer::TransferResult>& written,
+                       std::vector<uint64_t>& checksums, std::vector<absl::Status>& write_status);
   void EndOrRevoke(const std::vector<PutRequestItem>& items, const std::vector<size_t>& started,
                    const v1::PutStartResponse& placed, const std::vector<uint64_t>& checksums,
                    const std::vector<absl::Status>& write_status, std::vector<absl::Status>& out);

@@ -77,9 +77,13 @@ TransferResult LocalTransport::Execute(const TransferRequest& request, bool may_
     }
     pos += b.length;
   }
-  const bool hash = request.proof == Proof::kDeliveredBytes;  // reads only (engine-checked)
+  // A read proves the bytes it delivered, a write the replica it stored: both are hashed from
+  // the destination (the engine checked each proof's direction).
+  const bool hash = request.proof != Proof::kNone;
   if (hash && !overlap) {
-    // Fused: copy a chunk, hash it from the destination while it is cache-hot, in order.
+    // Fused: copy a chunk, hash it from the destination while it is cache-hot, in order. One
+    // pass over the source; the hash is of the bytes as they landed, whatever the source did
+    // meanwhile.
     const uint64_t chunk = std::max<uint64_t>(options_.checksum_chunk_bytes, 4096);
     StreamingChecksum sum;
     for (const Copy& c : copies) {

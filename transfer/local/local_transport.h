@@ -2,11 +2,13 @@
 // the SegmentTable. A batch of several requests (at least `parallel_batch_threshold` bytes) is
 // spread over `copy_threads` helper threads plus the caller, one whole request per thread at a
 // time; a lone request larger than `parallel_copy_threshold` (and not asking for a checksum) is
-// cut into byte ranges copied in parallel instead. A read asking for Proof::kDeliveredBytes is
+// cut into byte ranges copied in parallel instead. A read asking for Proof::kDeliveredBytes, or a
+// write asking for Proof::kWrittenReplica (a put's local replica, from host or pinned memory), is
 // copied in chunks of `checksum_chunk_bytes`, each hashed from the destination right after it
-// was copied, while it is in cache. Buffers overlapping the segment range are copied with
-// memmove, unchunked. SSD records and index notices are refused (INVALID_ARGUMENT): this daemon
-// reads its own records through its tier and updates its own index directly.
+// was copied, while it is in cache: one pass over the source, and the checksum is that of the
+// bytes stored. Buffers overlapping the segment range are copied with memmove, unchunked, and
+// the destination hashed after. SSD records and index notices are refused (INVALID_ARGUMENT):
+// this daemon reads its own records through its tier and updates its own index directly.
 // Thread-safe: concurrent Submit() calls share the helper threads.
 #pragma once
 

@@ -182,6 +182,54 @@ TEST_F(LocalTransportTest, FusedChecksumIsOfTheDeliveredBytesAcrossABatch) {
   }
 }
 
+// A write asking for Proof::kWrittenReplica (a put's replica in this daemon's own segment)
+// returns the XXH3-64 of the segment bytes it stored, hashed chunk by chunk as they were copied:
+// in a batch spread over the helpers, alone above the parallel-copy threshold (not split: one
+// pass), and with a source overlapping its destination (hashed from the destination after).
+TEST_F(LocalTransportTest, AWriteProvesTheReplicaItStored) {
+  const std::vector<uint64_t> sizes = {1, 4095, (256 << 10) + 1, 3 << 20, (1 << 20) + 17};
+  std::vector<std::vector<char>> sources;
+  std::vector<TransferRequest> writes;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    sources.push_back(Pattern(sizes[i], 70 + i));
+    writes.push_back(
+        Request(Direction::kWrite, Split(sources.back(), 1 + i % 3), kSelf, 1, offset));
+    if (i != 1) writes.back().proof = Proof::kWrittenReplica;  // one write does not ask
+    offset += sizes[i] + 5;
+  }
+  auto wr = engine_->Submit(writes);
+  offset = 0;
+  for (size_t i = 0; i < wr.size(); ++i) {
+    ASSERT_TRUE(wr[i].status.ok()) << i << ": " << wr[i].status;
+    if (i == 1) {
+      EXPECT_FALSE(wr[i].checksum.has_value());
+    } else {
+      ASSERT_TRUE(wr[i].checksum.has_value()) << i;
+      EXPECT_EQ(*wr[i].checksum, Checksum(segment_.data() + offset, sizes[i])) << i;
+      EXPECT_EQ(*wr[i].checksum, Checksum(sources[i].data(), sizes[i])) << i;
+    }
+    offset += sizes[i] + 5;
+  }
+
+  std::vector<char> big = Pattern(12 << 20, 80);  // alone, above parallel_copy_threshold
+  std::vector<TransferRequest> lone = {Request(Direction::kWrite, Split(big, 4), kSelf, 1, 0)};
+  lone[0].proof = Proof::kWrittenReplica;
+  auto lr = engine_->Submit(lone);
+  ASSERT_TRUE(lr[0].status.ok()) << lr[0].status;
+  EXPECT_EQ(lr[0].checksum, Checksum(segment_.data(), big.size()));
+  EXPECT_EQ(lr[0].checksum, Checksum(big.data(), big.size()));
+
+  // The source is the segment itself, shifted by 100 bytes: moved, then hashed where it landed.
+  std::vector<TransferRequest> overlap = {
+      Request(Direction::kWrite, {LocalBuffer{segment_.data() + 100, 1 << 20}}, kSelf, 1, 0)};
+  overlap[0].proof = Proof::kWrittenReplica;
+  auto orr = engine_->Submit(overlap);
+  ASSERT_TRUE(orr[0].status.ok()) << orr[0].status;
+  EXPECT_EQ(orr[0].checksum, Checksum(segment_.data(), 1 << 20));
+  EXPECT_EQ(std::memcmp(segment_.data(), big.data() + 100, 1 << 20), 0);
+}
+
 TEST_F(LocalTransportTest, FailedReadCarriesNoChecksum) {
   std::vector<char> buf(4096), good(2 << 20);
   std::vector<TransferRequest> reqs = {

@@ -1,14 +1,18 @@
 // BatchPutter against the real master (in-process) and a real transfer engine: per-key
 // ALREADY_EXISTS, bad input per item, PutRevoke after a failed replica write, master failures,
-// NO_SPACE retried while memory is leased.
+// NO_SPACE retried while memory is leased; the checksum recorded is that of the bytes stored
+// (hashed as the local replica is copied), and a source changed during the put fails it.
 #include "client/batch/batch_put.h"
 
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "absl/time/clock.h"
 #include "common/checksum.h"
 #include "gtest/gtest.h"
 #include "tests/unit/client/client_test_util.h"
+#include "transfer/transport.h"
 
 namespace mc::client::testing {
 namespace {
@@ -211,6 +215,151 @@ TEST_F(BatchPut, NoSpaceIsAnsweredAtOnceWithoutAWait) {
   EXPECT_EQ(CodeOf(s[0]), Code::kNoSpace) << s[0];
   EXPECT_EQ(master_.Calls(Rpc::kPutStart), starts + 1);
   EXPECT_EQ(metrics_.put_no_space_retries.Value(), 0u);
+}
+
+// A put's second replica, on a "remote" daemon (endpoint tamper:1) served by a test transport
+// that copies into its own segments and, before each write, runs a hook: the application
+// changing its buffer while the put is under way. It proves nothing, as tcp and rdma do not.
+struct Tamper {
+  transfer::SegmentTable table;
+  std::function<void()> before_write;
+  int writes = 0;
+};
+
+class TamperTransport final : public transfer::Transport {
+ public:
+  explicit TamperTransport(Tamper& tamper) : tamper_(tamper) {}
+  std::string_view name() const override { return "tamper"; }
+  bool Claims(const transfer::TransferRequest& r) override { return r.endpoint == "tamper:1"; }
+  void Submit(std::span<const transfer::TransferRequest* const> requests,
+              std::span<transfer::TransferResult> results, int64_t /*deadline_ms*/) override {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const transfer::TransferRequest& r = *requests[i];
+      const transfer::SegmentRange* range = transfer::AsSegmentRange(r);
+      absl::StatusOr<char*> seg =
+          range == nullptr
+              ? absl::StatusOr<char*>(McError(Code::kInvalidArgument, "no range"))
+              : tamper_.table.Resolve(range->segment_id, range->offset, transfer::TotalLength(r));
+      if (!seg.ok() || r.direction != transfer::Direction::kWrite) {
+        results[i].status =
+            seg.ok() ? McError(Code::kInvalidArgument, "writes only") : seg.status();
+        continue;
+      }
+      ++tamper_.writes;
+      if (tamper_.before_write) tamper_.before_write();
+      for (const LocalBuffer& b : r.local) {
+        std::memcpy(*seg + results[i].bytes, b.data, b.length);
+        results[i].bytes += b.length;
+      }
+    }
+  }
+
+ private:
+  Tamper& tamper_;
+};
+
+class BatchPutProof : public ClientFixture {
+ protected:
+  BatchPutProof() : BatchPutProof(std::make_shared<Tamper>()) {}
+  explicit BatchPutProof(std::shared_ptr<Tamper> tamper)
+      : ClientFixture(FakeMasterClient::DefaultOptions(), WithTamper(tamper)),
+        tamper_(std::move(tamper)) {}
+
+  static transfer::TransferEngineOptions WithTamper(const std::shared_ptr<Tamper>& tamper) {
+    transfer::TransferEngineOptions o = EngineOptions();
+    o.extra_transports.push_back([tamper](const transfer::TransportContext&) {
+      return std::make_unique<TamperTransport>(*tamper);
+    });
+    return o;
+  }
+
+  void SetUp() override {
+    ClientFixture::SetUp();
+    tampered_ = Register("client-t", "tamper:1", tamper_->table, 1, 1 << 20);
+  }
+
+  // The bytes of `key`'s replica held by `segs`, or "" when it holds none.
+  std::string Stored(const std::string& key, const FakeSegments& segs) {
+    const v1::KeyReplicas found = Lookup(key);
+    for (const auto& rep : found.replicas()) {
+      if (rep.client_id() != segs.client_id) continue;
+      const char* p = segs.Resolve(rep.segment_id(), rep.offset(), rep.length());
+      return p == nullptr ? std::string() : std::string(p, rep.length());
+    }
+    return std::string();
+  }
+
+  std::shared_ptr<Tamper> tamper_;
+  std::unique_ptr<FakeSegments> tampered_;
+};
+
+// One replica, in this daemon's segments: the checksum recorded is the XXH3 of the bytes stored,
+// taken while they were copied; the source is not read a second time to hash it.
+TEST_F(BatchPutProof, ALocalReplicaIsRecordedWithTheHashOfTheBytesItStored) {
+  const std::string a = Payload(700'001, 31), b = Payload(300'000, 32);
+  auto s = Put({"a", "b"}, {a, b}, /*replicas=*/1, /*pieces=*/3);
+  ASSERT_TRUE(s[0].ok()) << s[0];
+  ASSERT_TRUE(s[1].ok()) << s[1];
+  EXPECT_EQ(Stored("a", *local_), a);
+  EXPECT_EQ(Lookup("a").checksum(), Checksum(Stored("a", *local_)));
+  EXPECT_EQ(Lookup("b").checksum(), Checksum(Stored("b", *local_)));
+  EXPECT_EQ(Lookup("b").checksum(), Checksum(b));
+  EXPECT_EQ(metrics_.put_source_hashes.Value(), 0u) << "one pass over each source: the copy";
+  EXPECT_EQ(tamper_->writes, 0);
+}
+
+// A local and a remote replica: the local one is written and hashed first, the source is hashed
+// again after the remote write and must agree. Unchanged, both replicas hold the bytes recorded.
+TEST_F(BatchPutProof, ALocalAndARemoteReplicaAgreeWithTheRecordedHash) {
+  const std::string p = Payload(600'000, 33);
+  auto s = Put({"two"}, {p}, /*replicas=*/2, /*pieces=*/2);
+  ASSERT_TRUE(s[0].ok()) << s[0];
+  EXPECT_EQ(tamper_->writes, 1);
+  EXPECT_EQ(Stored("two", *local_), p);
+  EXPECT_EQ(Stored("two", *tampered_), p);
+  EXPECT_EQ(Lookup("two").checksum(), Checksum(p));
+  EXPECT_EQ(metrics_.put_source_hashes.Value(), 1u);
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 0u);
+}
+
+// The application changes its buffer after the local replica was copied and before the remote
+// one is sent: the replicas differ, so no checksum is right for both. The put fails, is revoked
+// and nothing is recorded (hashing the source once before the writes recorded the local bytes'
+// hash, and the remote replica then held other bytes).
+TEST_F(BatchPutProof, ASourceChangedDuringThePutFailsItInsteadOfRecordingAWrongHash) {
+  std::string p = Payload(500'000, 34);
+  const std::string original = p;
+  bool changed = false;
+  tamper_->before_write = [&p, &changed] {
+    if (!changed) p[1234] ^= 0x40;  // once, before the first remote write ("torn"'s)
+    changed = true;
+  };
+  const int revokes = master_.Calls(Rpc::kPutRevoke);
+  const std::string calm = Payload(1000, 35);
+  std::vector<PutRequestItem> items(2);
+  items[0].key = "torn";
+  items[0].pieces = {{p.data(), 200'000}, {p.data() + 200'000, p.size() - 200'000}};
+  items[1].key = "calm";
+  items[1].pieces = {{const_cast<char*>(calm.data()), calm.size()}};
+  auto s = putter_.Put(items, /*replicas=*/2);
+  EXPECT_EQ(CodeOf(s[0]), Code::kChecksumMismatch) << s[0];
+  EXPECT_NE(s[0].message().find("changed during the put"), std::string::npos) << s[0];
+  EXPECT_TRUE(s[1].ok()) << s[1] << ": its neighbour's failure stays its own";
+  EXPECT_EQ(master_.Calls(Rpc::kPutRevoke), revokes + 1);
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 1u);
+  v1::ExistRequest ereq;
+  ereq.add_keys("torn");
+  v1::ExistResponse eresp;
+  ASSERT_TRUE(master_.Exist(ereq, &eresp).ok());
+  EXPECT_FALSE(eresp.exists(0)) << "a put whose replicas differ is never stored";
+  EXPECT_NE(original, p);
+
+  // The buffer left alone, the same put succeeds.
+  tamper_->before_write = nullptr;
+  items.resize(1);
+  auto again = putter_.Put(items, 2);
+  ASSERT_TRUE(again[0].ok()) << again[0];
+  EXPECT_EQ(Lookup("torn").checksum(), Checksum(p));
 }
 
 }  // namespace
