@@ -20,6 +20,7 @@
 #include "tools/mc_bench_prefix.h"
 #include "tools/mc_bench_store.h"
 #include "tools/store_channel.h"
+#include "tools/store_channel_flags.h"
 
 ABSL_FLAG(std::string, client, "",
           "mc-client Store address gets go through: HOST:PORT or unix:PATH");
@@ -29,14 +30,6 @@ ABSL_FLAG(std::string, token_file, "",
           "file holding the Store token, needed over TCP (default: $MCSTORE_TOKEN_FILE)");
 ABSL_FLAG(std::string, fd_socket, "",
           "--client's fd socket for shm buffers (default: <PATH>.fd of --client unix:PATH)");
-ABSL_FLAG(std::string, tls_ca_file, "",
-          "dial TCP targets over TLS: their certificates must chain to this CA bundle (PEM) and "
-          "name the host dialled (or --tls_server_name) in their subjectAltName");
-ABSL_FLAG(std::string, tls_cert_file, "",
-          "with --tls_ca_file: client certificate (PEM) for servers that require one");
-ABSL_FLAG(std::string, tls_key_file, "", "private key (PEM, mode 0600) of --tls_cert_file");
-ABSL_FLAG(std::string, tls_server_name, "",
-          "with --tls_ca_file: check server certificates against this name instead of the host");
 ABSL_FLAG(std::string, put_fd_socket, "", "--put_client's fd socket (default: likewise)");
 ABSL_FLAG(std::string, value_size, "1048576",
           "bytes per value; K/M/G or KiB/MiB/GiB suffixes (1024-based)");
@@ -117,11 +110,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--token_file: %s\n", std::string(token.status().message()).c_str());
     return 2;
   }
-  absl::StatusOr<mc::ChannelSecurity> security =
-      mc::tools::ToolChannelSecurity({.ca_file = absl::GetFlag(FLAGS_tls_ca_file),
-                                      .cert_file = absl::GetFlag(FLAGS_tls_cert_file),
-                                      .key_file = absl::GetFlag(FLAGS_tls_key_file),
-                                      .server_name = absl::GetFlag(FLAGS_tls_server_name)});
+  absl::StatusOr<mc::ChannelSecurity> security = mc::tools::ChannelSecurityFromFlags();
   if (!security.ok()) {
     std::fprintf(stderr, "%s\n", std::string(security.status().message()).c_str());
     return 2;
