@@ -28,6 +28,11 @@ Counter& OffloadCounter(MetricsRegistry& m, const char* result) {
                       {{"result", result}});
 }
 
+Counter& DiskReadCounter(MetricsRegistry& m, const char* result) {
+  return m.GetCounter("mc_client_disk_reads_total", "SSD records read for readers, by result",
+                      {{"result", result}});
+}
+
 }  // namespace
 
 uint32_t DiskKeyTag(std::string_view key) {
@@ -51,12 +56,8 @@ OffloadDriver::OffloadDriver(OffloadDriverOptions options, offload::DiskTier& ti
       drops_(metrics.GetCounter("mc_client_disk_drops_total", "Records deleted on DROP tasks")),
       reports_(metrics.GetCounter("mc_client_disk_records_reported_total",
                                   "Records re-reported to the master after registration")),
-      disk_reads_served_(metrics.GetCounter("mc_client_disk_reads_total",
-                                            "SSD records read for readers, by result",
-                                            {{"result", "ok"}})),
-      disk_read_failures_(metrics.GetCounter("mc_client_disk_reads_total",
-                                             "SSD records read for readers, by result",
-                                             {{"result", "error"}})),
+      disk_reads_served_(DiskReadCounter(metrics, "ok")),
+      disk_read_failures_(DiskReadCounter(metrics, "error")),
       corrupt_dropped_(metrics.GetCounter(
           "mc_client_disk_corrupt_dropped_total",
           "SSD records that failed verification when read, reported to the master and deleted")),
