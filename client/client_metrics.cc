@@ -1,6 +1,25 @@
 #include "client/client_metrics.h"
 
 namespace mc::client {
+namespace {
+
+// mc_client_prefix_lease_releases_total{by}.
+Counter& LeaseReleasesCounter(MetricsRegistry& registry, const char* by) {
+  return registry.GetCounter(
+      "mc_client_prefix_lease_releases_total",
+      "Prefix leases released, by who: the caller that took them (owner) or another caller "
+      "presenting the lease's capability (token)",
+      {{"by", by}});
+}
+
+// mc_client_replica_faults_reported_total{fault}.
+Counter& FaultsReportedCounter(MetricsRegistry& registry, const char* fault) {
+  return registry.GetCounter("mc_client_replica_faults_reported_total",
+                             "Replica faults this daemon reported to the master, by fault",
+                             {{"fault", fault}});
+}
+
+}  // namespace
 
 ClientMetrics::ClientMetrics(MetricsRegistry& registry)
     : bytes_in(registry.GetCounter("mc_client_bytes_in_total", "Payload bytes put")),
@@ -31,27 +50,14 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
           "mc_client_gpu_put_direct_staged_total",
           "One-slice GPU put items staged through host memory after all, because a replica "
           "could not be written from GPU memory (a peer over TCP, no GPUDirect RDMA)")),
-      lease_releases_by_owner(registry.GetCounter(
-          "mc_client_prefix_lease_releases_total",
-          "Prefix leases released, by who: the caller that took them (owner) or another caller "
-          "presenting the lease's capability (token)",
-          {{"by", "owner"}})),
-      lease_releases_by_token(registry.GetCounter(
-          "mc_client_prefix_lease_releases_total",
-          "Prefix leases released, by who: the caller that took them (owner) or another caller "
-          "presenting the lease's capability (token)",
-          {{"by", "token"}})),
+      lease_releases_by_owner(LeaseReleasesCounter(registry, "owner")),
+      lease_releases_by_token(LeaseReleasesCounter(registry, "token")),
       lease_release_refusals(registry.GetCounter(
           "mc_client_prefix_lease_release_refusals_total",
           "ReleaseLease calls refused: the lease was unknown, expired, or another caller's "
           "without its capability")),
-      faults_reported_corrupt(registry.GetCounter(
-          "mc_client_replica_faults_reported_total",
-          "Replica faults this daemon reported to the master, by fault", {{"fault", "corrupt"}})),
-      faults_reported_unreachable(
-          registry.GetCounter("mc_client_replica_faults_reported_total",
-                              "Replica faults this daemon reported to the master, by fault",
-                              {{"fault", "unreachable"}})),
+      faults_reported_corrupt(FaultsReportedCounter(registry, "corrupt")),
+      faults_reported_unreachable(FaultsReportedCounter(registry, "unreachable")),
       mismatches_unconfirmed(registry.GetCounter(
           "mc_client_checksum_mismatches_unconfirmed_total",
           "Checksum mismatches that a private re-read of the same replica did not confirm (the "

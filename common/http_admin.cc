@@ -223,7 +223,17 @@ void AdminServer::Stop() {
   listen_fd_ = wake_fd_ = -1;
 }
 
-void AdminServer::Loop() {
+// Loop()'s state and steps: the open connections (in the order their pollfds follow the wake
+// fd's and the listener's), how many each peer holds, and the accept backoff. Lives on the
+// serving thread only.
+class AdminServer::Connections {
+ public:
+  explicit Connections(AdminServer& server) : server_(server), options_(server.options_) {}
+
+  // Serves until Stop() wakes the thread (or poll fails), then closes every connection.
+  void Run();
+
+ private:
   struct Conn {
     int fd;
     std::string peer;
@@ -233,127 +243,168 @@ void AdminServer::Loop() {
     size_t sent = 0;
     bool responding = false;
   };
-  std::list<Conn> conns;
-  absl::flat_hash_map<std::string, int> per_peer;
-  const Clock& clock = RealClock::Get();
-  int64_t backoff_ms = 0;
-  int64_t accept_resume_ms = 0;
-  auto close_conn = [&](std::list<Conn>::iterator it) {
-    ::close(it->fd);
-    auto p = per_peer.find(it->peer);
-    if (p != per_peer.end() && --p->second <= 0) per_peer.erase(p);
-    return conns.erase(it);
-  };
-  auto count = [](std::atomic<uint64_t>& a, Counter* m) {
+
+  // Fills fds_: the wake fd, the listener (-1 while accepts back off), then every connection,
+  // waiting to read its request or to send its response; returns the poll timeout in ms.
+  int64_t PreparePoll(int64_t now, bool accepting);
+  // Reads or writes each connection poll found ready (`polled`: poll returned events), and
+  // closes those done or past their deadline.
+  void ServeConnections(bool polled, int64_t now);
+  // One read of the request (answered once its head is complete) or one send of the response;
+  // true when the connection is done: closed by the peer, failed, or fully answered.
+  bool Step(Conn& c);
+  // Accepts a burst of new connections; an accept error backs further accepts off.
+  void AcceptNew(int64_t now);
+  // Takes connection `fd` from `peer` within the caps (at the total cap, the oldest one still
+  // waiting for its request makes room), or answers 503 and closes it.
+  void Admit(int fd, std::string peer, int64_t now);
+  std::list<Conn>::iterator Close(std::list<Conn>::iterator it);
+  static void Count(std::atomic<uint64_t>& a, Counter* m) {
     a.fetch_add(1);
     if (m != nullptr) m->Inc();
-  };
-  std::vector<pollfd> fds;
+  }
+
+  AdminServer& server_;
+  const AdminServerOptions& options_;
+  std::list<Conn> conns_;
+  absl::flat_hash_map<std::string, int> per_peer_;
+  std::vector<pollfd> fds_;
+  int64_t backoff_ms_ = 0;
+  int64_t accept_resume_ms_ = 0;
+};
+
+void AdminServer::Loop() { Connections(*this).Run(); }
+
+void AdminServer::Connections::Run() {
+  const Clock& clock = RealClock::Get();
   while (true) {
     int64_t now = clock.NowMs();
-    const bool accepting = now >= accept_resume_ms;
-    fds.clear();
-    fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
-    int64_t timeout = accepting ? 1000 : accept_resume_ms - now;
-    for (const Conn& c : conns) {
-      fds.push_back({c.fd, static_cast<short>(c.responding ? POLLOUT : POLLIN), 0});
-      timeout = std::min(timeout, std::max<int64_t>(c.deadline_ms - now, 0));
-    }
-    int rc = ::poll(fds.data(), fds.size(), static_cast<int>(timeout));
+    const bool accepting = now >= accept_resume_ms_;
+    const int64_t timeout = PreparePoll(now, accepting);
+    int rc = ::poll(fds_.data(), fds_.size(), static_cast<int>(timeout));
     if (rc < 0 && errno != EINTR) {
       Log().error("admin HTTP poll: {}", std::strerror(errno));
       break;
     }
-    if (rc > 0 && fds[0].revents != 0) break;  // Stop()
+    if (rc > 0 && fds_[0].revents != 0) break;  // Stop()
     now = clock.NowMs();
-    // Connections first (their pollfds follow the list's order), then new ones.
-    size_t k = 2;
-    for (auto it = conns.begin(); it != conns.end(); ++k) {
-      const short ev = rc > 0 ? fds[k].revents : 0;
-      Conn& c = *it;
-      bool done = false;
-      if (ev != 0 && !c.responding) {
-        char buf[4096];
-        const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          done = true;
-        } else if (n > 0) {
-          c.in.append(buf, static_cast<size_t>(n));
-          HttpRequestHead head;
-          const HttpParse p = ParseHttpRequestHead(c.in, options_.max_request_bytes, &head);
-          if (p != HttpParse::kIncomplete) {
-            c.out = Respond(c.in);
-            c.in.clear();
-            c.responding = true;
-          }
-        }
-      } else if (ev != 0 && c.responding) {
-        const ssize_t n =
-            ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) c.sent += static_cast<size_t>(n);
-        if ((n < 0 && errno != EAGAIN && errno != EINTR) || c.sent == c.out.size()) done = true;
-      }
-      if (!done && now >= c.deadline_ms) {
-        count(timed_out_, timed_out_metric_);
-        done = true;
-      }
-      it = done ? close_conn(it) : std::next(it);
+    // Connections first, then new ones.
+    ServeConnections(rc > 0, now);
+    if (accepting && rc > 0 && (fds_[1].revents & POLLIN) != 0) AcceptNew(now);
+  }
+  while (!conns_.empty()) Close(conns_.begin());
+}
+
+int64_t AdminServer::Connections::PreparePoll(int64_t now, bool accepting) {
+  fds_.clear();
+  fds_.push_back({server_.wake_fd_, POLLIN, 0});
+  fds_.push_back({accepting ? server_.listen_fd_ : -1, POLLIN, 0});
+  int64_t timeout = accepting ? 1000 : accept_resume_ms_ - now;
+  for (const Conn& c : conns_) {
+    fds_.push_back({c.fd, static_cast<short>(c.responding ? POLLOUT : POLLIN), 0});
+    timeout = std::min(timeout, std::max<int64_t>(c.deadline_ms - now, 0));
+  }
+  return timeout;
+}
+
+void AdminServer::Connections::ServeConnections(bool polled, int64_t now) {
+  size_t k = 2;  // the connections' pollfds follow the list's order
+  for (auto it = conns_.begin(); it != conns_.end(); ++k) {
+    const short ev = polled ? fds_[k].revents : 0;
+    bool done = ev != 0 && Step(*it);
+    if (!done && now >= it->deadline_ms) {
+      Count(server_.timed_out_, server_.timed_out_metric_);
+      done = true;
     }
-    if (!accepting || rc <= 0 || (fds[1].revents & POLLIN) == 0) continue;
-    for (int burst = 0; burst < 64; ++burst) {
-      sockaddr_storage addr{};
-      socklen_t addr_len = sizeof(addr);
-      const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &addr_len,
-                               SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) {
-        const int err = errno;
-        if (err == EAGAIN || err == EINTR || err == ECONNABORTED) break;
-        count(accept_errors_, accept_errors_metric_);
-        backoff_ms = std::min<int64_t>(backoff_ms == 0 ? 10 : backoff_ms * 2,
-                                       options_.max_accept_backoff_ms);
-        accept_resume_ms = now + backoff_ms;
-        MC_LOG_EVERY(std::chrono::seconds(5), Log(), err,
-                     "admin HTTP accept failed: {} (backing off {} ms)", std::strerror(err),
-                     backoff_ms);
-        break;
-      }
-      backoff_ms = 0;
-      std::string peer = PeerHost(addr);
-      if (static_cast<int>(conns.size()) >= options_.max_connections &&
-          per_peer[peer] < options_.max_connections_per_peer) {
-        // Full: the oldest connection still waiting for its request makes room (otherwise a few
-        // addresses fill the cap and /healthz goes unanswered).
-        auto oldest =
-            std::find_if(conns.begin(), conns.end(), [](const Conn& c) { return !c.responding; });
-        if (oldest != conns.end()) {
-          count(evicted_, evicted_metric_);
-          MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
-                       "admin HTTP at its cap ({}): the oldest waiting connection, from {}, "
-                       "closed for a new one from {}",
-                       options_.max_connections, oldest->peer, peer);
-          close_conn(oldest);
-        }
-      }
-      int& from_peer = per_peer[peer];
-      if (static_cast<int>(conns.size()) >= options_.max_connections ||
-          from_peer >= options_.max_connections_per_peer) {
-        if (from_peer == 0) per_peer.erase(peer);
-        count(rejected_, rejected_metric_);
-        const std::string busy = Render(503, "text/plain", "too many connections\n", false);
-        (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        ::close(fd);
-        MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
-                     "admin HTTP connection from {} refused: {} open, caps {} / {} per peer", peer,
-                     conns.size(), options_.max_connections, options_.max_connections_per_peer);
-        continue;
-      }
-      ++from_peer;
-      conns.push_back(
-          Conn{fd, std::move(peer), now + options_.request_timeout_ms, {}, {}, 0, false});
+    it = done ? Close(it) : std::next(it);
+  }
+}
+
+bool AdminServer::Connections::Step(Conn& c) {
+  if (c.responding) {
+    const ssize_t n =
+        ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) c.sent += static_cast<size_t>(n);
+    return (n < 0 && errno != EAGAIN && errno != EINTR) || c.sent == c.out.size();
+  }
+  char buf[4096];
+  const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  if (n > 0) {
+    c.in.append(buf, static_cast<size_t>(n));
+    HttpRequestHead head;
+    const HttpParse p = ParseHttpRequestHead(c.in, options_.max_request_bytes, &head);
+    if (p != HttpParse::kIncomplete) {
+      c.out = server_.Respond(c.in);
+      c.in.clear();
+      c.responding = true;
     }
   }
-  while (!conns.empty()) close_conn(conns.begin());
+  return false;
+}
+
+void AdminServer::Connections::AcceptNew(int64_t now) {
+  for (int burst = 0; burst < 64; ++burst) {
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof(addr);
+    const int fd = ::accept4(server_.listen_fd_, reinterpret_cast<sockaddr*>(&addr), &addr_len,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EAGAIN || err == EINTR || err == ECONNABORTED) break;
+      Count(server_.accept_errors_, server_.accept_errors_metric_);
+      backoff_ms_ = std::min<int64_t>(backoff_ms_ == 0 ? 10 : backoff_ms_ * 2,
+                                      options_.max_accept_backoff_ms);
+      accept_resume_ms_ = now + backoff_ms_;
+      MC_LOG_EVERY(std::chrono::seconds(5), Log(), err,
+                   "admin HTTP accept failed: {} (backing off {} ms)", std::strerror(err),
+                   backoff_ms_);
+      break;
+    }
+    backoff_ms_ = 0;
+    Admit(fd, PeerHost(addr), now);
+  }
+}
+
+void AdminServer::Connections::Admit(int fd, std::string peer, int64_t now) {
+  if (static_cast<int>(conns_.size()) >= options_.max_connections &&
+      per_peer_[peer] < options_.max_connections_per_peer) {
+    // Full: the oldest connection still waiting for its request makes room (otherwise a few
+    // addresses fill the cap and /healthz goes unanswered).
+    auto oldest =
+        std::find_if(conns_.begin(), conns_.end(), [](const Conn& c) { return !c.responding; });
+    if (oldest != conns_.end()) {
+      Count(server_.evicted_, server_.evicted_metric_);
+      MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                   "admin HTTP at its cap ({}): the oldest waiting connection, from {}, "
+                   "closed for a new one from {}",
+                   options_.max_connections, oldest->peer, peer);
+      Close(oldest);
+    }
+  }
+  int& from_peer = per_peer_[peer];
+  if (static_cast<int>(conns_.size()) >= options_.max_connections ||
+      from_peer >= options_.max_connections_per_peer) {
+    if (from_peer == 0) per_peer_.erase(peer);
+    Count(server_.rejected_, server_.rejected_metric_);
+    const std::string busy = Render(503, "text/plain", "too many connections\n", false);
+    (void)!::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::close(fd);
+    MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                 "admin HTTP connection from {} refused: {} open, caps {} / {} per peer", peer,
+                 conns_.size(), options_.max_connections, options_.max_connections_per_peer);
+    return;
+  }
+  ++from_peer;
+  conns_.push_back(Conn{fd, std::move(peer), now + options_.request_timeout_ms, {}, {}, 0, false});
+}
+
+std::list<AdminServer::Connections::Conn>::iterator AdminServer::Connections::Close(
+    std::list<Conn>::iterator it) {
+  ::close(it->fd);
+  auto p = per_peer_.find(it->peer);
+  if (p != per_peer_.end() && --p->second <= 0) per_peer_.erase(p);
+  return conns_.erase(it);
 }
 
 }  // namespace mc

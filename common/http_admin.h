@@ -88,6 +88,7 @@ class AdminServer {
     std::string content_type;
     ReplyHandler handler;
   };
+  class Connections;  // the serving thread's state and steps (http_admin.cc)
   void Loop();
 
   const AdminServerOptions options_;

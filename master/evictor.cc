@@ -16,6 +16,12 @@ uint64_t MemoryBytes(const Object& object) {
   return bytes;
 }
 
+// mc_eviction_skipped_total{reason}.
+Counter& EvictionSkippedCounter(MetricsRegistry& metrics, const char* reason) {
+  return metrics.GetCounter("mc_eviction_skipped_total", "Objects eviction walked past, by reason",
+                            {{"reason", reason}});
+}
+
 }  // namespace
 
 Evictor::Evictor(ObjectTable& table, SegmentManager& segments, const Clock& clock,
@@ -34,18 +40,10 @@ Evictor::Evictor(ObjectTable& table, SegmentManager& segments, const Clock& cloc
                                    "Eviction passes that ended freeing less than they were asked")),
       evicted_keys_(metrics.GetCounter("mc_evicted_keys_total", "Objects evicted from memory")),
       evicted_bytes_(metrics.GetCounter("mc_evicted_bytes_total", "Memory bytes evicted")),
-      skipped_leased_(metrics.GetCounter("mc_eviction_skipped_total",
-                                         "Objects eviction walked past, by reason",
-                                         {{"reason", "leased"}})),
-      skipped_pinned_(metrics.GetCounter("mc_eviction_skipped_total",
-                                         "Objects eviction walked past, by reason",
-                                         {{"reason", "pinned"}})),
-      skipped_pending_(metrics.GetCounter("mc_eviction_skipped_total",
-                                          "Objects eviction walked past, by reason",
-                                          {{"reason", "pending"}})),
-      skipped_write_back_(metrics.GetCounter("mc_eviction_skipped_total",
-                                             "Objects eviction walked past, by reason",
-                                             {{"reason", "write_back"}})),
+      skipped_leased_(EvictionSkippedCounter(metrics, "leased")),
+      skipped_pinned_(EvictionSkippedCounter(metrics, "pinned")),
+      skipped_pending_(EvictionSkippedCounter(metrics, "pending")),
+      skipped_write_back_(EvictionSkippedCounter(metrics, "write_back")),
       evicted_unpersisted_(ObjectsLostCounter(metrics, "evicted_unpersisted")) {}
 
 bool Evictor::AwaitsWriteBack(const Object& object, int64_t now) const {

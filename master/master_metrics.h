@@ -18,4 +18,14 @@ inline Counter& ObjectsLostCounter(MetricsRegistry& metrics, const std::string& 
                             {{"reason", reason}});
 }
 
+// mc_replicas_dropped_total{tier,reason}: replicas dropped because they failed verification when
+// read (ReplicaRepair: memory; TieringService: disk).
+inline Counter& ReplicasDroppedCounter(MetricsRegistry& metrics, const std::string& tier,
+                                       const std::string& reason) {
+  return metrics.GetCounter(
+      "mc_replicas_dropped_total",
+      "Replicas dropped because they failed verification when read, by tier and reason",
+      {{"tier", tier}, {"reason", reason}});
+}
+
 }  // namespace mc::master

@@ -17,6 +17,15 @@ spdlog::logger& Log() {
   return log;
 }
 
+// mc_master_objects_reported_total{result}.
+Counter& ObjectsReportedCounter(MetricsRegistry& metrics, const char* result) {
+  return metrics.GetCounter(
+      "mc_master_objects_reported_total",
+      "Objects clients reported holding (ReportObjects), by result: restored (the master "
+      "knew no such key), joined (a replica added to the known object), refused",
+      {{"result", result}});
+}
+
 }  // namespace
 
 ObjectReports::ObjectReports(MasterTables& tables, PutCoordinator& puts, DisputedKeys& disputed)
@@ -29,21 +38,9 @@ ObjectReports::ObjectReports(MasterTables& tables, PutCoordinator& puts, Dispute
       membership_mu_(tables.membership_mu),
       puts_(puts),
       disputed_(disputed),
-      reported_restored_(tables.metrics.GetCounter(
-          "mc_master_objects_reported_total",
-          "Objects clients reported holding (ReportObjects), by result: restored (the master "
-          "knew no such key), joined (a replica added to the known object), refused",
-          {{"result", "restored"}})),
-      reported_joined_(tables.metrics.GetCounter(
-          "mc_master_objects_reported_total",
-          "Objects clients reported holding (ReportObjects), by result: restored (the master "
-          "knew no such key), joined (a replica added to the known object), refused",
-          {{"result", "joined"}})),
-      reported_refused_(tables.metrics.GetCounter(
-          "mc_master_objects_reported_total",
-          "Objects clients reported holding (ReportObjects), by result: restored (the master "
-          "knew no such key), joined (a replica added to the known object), refused",
-          {{"result", "refused"}})),
+      reported_restored_(ObjectsReportedCounter(tables.metrics, "restored")),
+      reported_joined_(ObjectsReportedCounter(tables.metrics, "joined")),
+      reported_refused_(ObjectsReportedCounter(tables.metrics, "refused")),
       reported_conflicts_(tables.metrics.GetCounter(
           "mc_master_report_conflicts_total",
           "Reports (ReportObjects) that differed from another owner's report of the same key: "

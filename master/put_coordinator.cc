@@ -18,6 +18,29 @@ spdlog::logger& Log() {
   return log;
 }
 
+// Queues the memory replicas of `object` in `to_free` (freed once no shard lock is held).
+void QueueMemoryReplicas(const Object& object, std::vector<MemoryLocation>* to_free) {
+  for (const StoredReplica& r : object.replicas) {
+    if (r.tier == ReplicaTier::kMemory) to_free->push_back(r.location());
+  }
+}
+
+// The object of `key` at `generation` whose put `client_id` started, or end(). Generations are
+// never reused, so a put whose generation the key no longer holds is gone: revoked (its
+// replica's client died, or it timed out) and the key put again since. Another writer's put is
+// answered the same way, and neither answer tells the key's current generation: a put is ended
+// or revoked only by the client that started it.
+ObjectMap::iterator FindOwnPut(ObjectTable::Shard& shard, std::string_view key, uint64_t generation,
+                               const std::string& client_id)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+  auto it = shard.objects.find(AsKey(key));
+  if (it == shard.objects.end() || it->second.generation != generation ||
+      it->second.writer_client() != client_id) {
+    return shard.objects.end();
+  }
+  return it;
+}
+
 }  // namespace
 
 PutCoordinator::PutCoordinator(MasterTables& tables, DisputedKeys& disputed,
@@ -213,20 +236,21 @@ void PutCoordinator::ForgetPending(const Object& object) {
   pending_.Remove(PendingKeyOf(object.put_start_ms(), object.generation));
 }
 
+void PutCoordinator::RevokePut(ObjectTable::Shard& shard, ObjectMap::iterator it,
+                               std::vector<MemoryLocation>* to_free) {
+  ForgetPending(it->second);
+  QueueMemoryReplicas(it->second, to_free);
+  shard.Erase(it);
+}
+
 std::vector<absl::Status> PutCoordinator::PutEnd(const std::string& client_id,
                                                  const std::vector<PutEndItem>& items) {
   std::vector<MemoryLocation> to_free;
   std::vector<absl::Status> out =
       ForEachItem(table_, items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
         shard.mu.AssertHeld();
-        auto it = shard.objects.find(AsKey(items[i].key));
-        // Generations are never reused, so a put whose generation the key no longer holds is
-        // gone: revoked (its replica's client died, or it timed out) and the key put again
-        // since. Another writer's put is answered the same way, and neither answer tells the
-        // key's current generation: a put is ended or revoked only by the client that started
-        // it (PutRevoke answers the same).
-        if (it == shard.objects.end() || it->second.generation != items[i].generation ||
-            it->second.writer_client() != client_id) {
+        auto it = FindOwnPut(shard, items[i].key, items[i].generation, client_id);
+        if (it == shard.objects.end()) {
           return McError(Code::kNotFound,
                          "no pending put of this key and generation by this client (revoked "
                          "or timed out?)");
@@ -244,12 +268,8 @@ std::vector<absl::Status> PutCoordinator::PutEnd(const std::string& client_id,
             std::count_if(object.replicas.begin(), object.replicas.end(),
                           [](const StoredReplica& r) { return r.tier == ReplicaTier::kMemory; }));
         if (held < object.replicas_asked()) {
-          ForgetPending(object);
-          for (const StoredReplica& r : object.replicas) {
-            if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location());
-          }
           const uint32_t asked = object.replicas_asked();
-          shard.Erase(it);
+          RevokePut(shard, it, &to_free);
           return McError(
               Code::kUnavailable,
               absl::StrCat("only ", held, " of ", asked,
@@ -271,20 +291,14 @@ std::vector<absl::Status> PutCoordinator::PutRevoke(const std::string& client_id
   std::vector<absl::Status> out =
       ForEachItem(table_, items, [&](ObjectTable::Shard& shard, size_t i) -> absl::Status {
         shard.mu.AssertHeld();
-        auto it = shard.objects.find(AsKey(items[i].key));
-        if (it == shard.objects.end() || it->second.generation != items[i].generation ||
-            it->second.writer_client() != client_id) {
+        auto it = FindOwnPut(shard, items[i].key, items[i].generation, client_id);
+        if (it == shard.objects.end()) {
           return McError(Code::kNotFound, "no pending put of this generation by this client");
         }
-        const Object& object = it->second;
-        if (object.state != ObjectState::kPending) {
+        if (it->second.state != ObjectState::kPending) {
           return McError(Code::kInvalidArgument, "the put has ended: remove the key instead");
         }
-        for (const StoredReplica& r : object.replicas) {
-          if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location());
-        }
-        ForgetPending(object);
-        shard.Erase(it);
+        RevokePut(shard, it, &to_free);
         return absl::OkStatus();
       });
   for (const MemoryLocation& loc : to_free) segments_.Free(loc);
@@ -308,9 +322,7 @@ void PutCoordinator::RevokeTimedOutPuts() {
       }
       continue;
     }
-    for (const StoredReplica& r : it->second.replicas) {
-      if (r.tier == ReplicaTier::kMemory) to_free.push_back(r.location());
-    }
+    QueueMemoryReplicas(it->second, &to_free);
     Log().warn("put of {} (generation {}) by client {} timed out after {} ms; revoked",
                KeyForLog(entry.key), entry.generation, it->second.writer_client(),
                options_.put_timeout_ms);

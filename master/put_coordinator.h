@@ -78,6 +78,10 @@ class PutCoordinator {
   void AttachPuts(const std::vector<PutStartItem>& items, const std::vector<std::string_view>& keys,
                   int64_t now, std::vector<std::vector<MemoryLocation>>& placed,
                   std::vector<PutStartOutcome>* out);
+  // Revokes the PENDING put `it`: its deadline forgotten, its memory replicas queued in
+  // `to_free`, the object erased.
+  void RevokePut(ObjectTable::Shard& shard, ObjectMap::iterator it,
+                 std::vector<MemoryLocation>* to_free) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
   // Places one object's replicas, evicting synchronously between tries.
   // `persisted_only`: evict only objects that also live on an SSD tier (promotions).
   // `final` (optional) is set when the NO_SPACE answer is one no eviction can cure;

@@ -19,10 +19,7 @@ ReplicaRepair::ReplicaRepair(MasterTables& tables, ClientLifecycle& lifecycle)
       table_(tables.table),
       segments_(tables.segments),
       lifecycle_(lifecycle),
-      corrupt_memory_replicas_(tables.metrics.GetCounter(
-          "mc_replicas_dropped_total",
-          "Replicas dropped because they failed verification when read, by tier and reason",
-          {{"tier", "memory"}, {"reason", "corrupt"}})),
+      corrupt_memory_replicas_(ReplicasDroppedCounter(tables.metrics, "memory", "corrupt")),
       corrupt_lost_(ObjectsLostCounter(tables.metrics, "corrupt")),
       fault_reports_refused_(tables.metrics.GetCounter(
           "mc_master_fault_reports_refused_total",

@@ -34,10 +34,7 @@ TieringService::TieringService(MasterTables& tables, PutCoordinator& puts)
           "mc_master_disk_reports_refused_total",
           "Recovered DISK records refused because the master knows the key with another "
           "generation, length or checksum (the known object is kept)")),
-      corrupt_disk_replicas_(tables.metrics.GetCounter(
-          "mc_replicas_dropped_total",
-          "Replicas dropped because they failed verification when read, by tier and reason",
-          {{"tier", "disk"}, {"reason", "corrupt"}})) {}
+      corrupt_disk_replicas_(ReplicasDroppedCounter(tables.metrics, "disk", "corrupt")) {}
 
 std::vector<absl::Status> TieringService::AddDiskReplicas(
     const std::string& client_id, const std::vector<DiskReplicaItem>& items, bool recovered,

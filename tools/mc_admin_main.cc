@@ -18,6 +18,7 @@
 #include "common/auth.h"
 #include "tools/admin_commands.h"
 #include "tools/store_channel.h"
+#include "tools/store_channel_flags.h"
 
 ABSL_FLAG(std::string, master, "127.0.0.1:50051",
           "mc-master gRPC HOST:PORT, or a comma list of the masters (status asks the leader)");
@@ -32,14 +33,6 @@ ABSL_FLAG(std::string, out, "", "issue-member: the file to write (mode 0600; nev
 ABSL_FLAG(uint64_t, inline_limit, 4ull << 20, "files above this go through shared memory");
 ABSL_FLAG(std::string, token_file, "",
           "file holding the daemon's Store token, needed over TCP (default: $MCSTORE_TOKEN_FILE)");
-ABSL_FLAG(std::string, tls_ca_file, "",
-          "dial TCP targets over TLS: their certificates must chain to this CA bundle (PEM) and "
-          "name the host dialled (or --tls_server_name) in their subjectAltName");
-ABSL_FLAG(std::string, tls_cert_file, "",
-          "with --tls_ca_file: client certificate (PEM) for servers that require one");
-ABSL_FLAG(std::string, tls_key_file, "", "private key (PEM, mode 0600) of --tls_cert_file");
-ABSL_FLAG(std::string, tls_server_name, "",
-          "with --tls_ca_file: check server certificates against this name instead of the host");
 ABSL_FLAG(std::string, fd_socket, "",
           "the daemon's fd socket for shared memory (default: <PATH>.fd of --client unix:PATH)");
 
@@ -95,11 +88,7 @@ int main(int argc, char** argv) {
     return mc::tools::CmdIssueMember(ctx, absl::GetFlag(FLAGS_client_id),
                                      absl::GetFlag(FLAGS_serial), absl::GetFlag(FLAGS_out));
   }
-  absl::StatusOr<mc::ChannelSecurity> security =
-      mc::tools::ToolChannelSecurity({.ca_file = absl::GetFlag(FLAGS_tls_ca_file),
-                                      .cert_file = absl::GetFlag(FLAGS_tls_cert_file),
-                                      .key_file = absl::GetFlag(FLAGS_tls_key_file),
-                                      .server_name = absl::GetFlag(FLAGS_tls_server_name)});
+  absl::StatusOr<mc::ChannelSecurity> security = mc::tools::ChannelSecurityFromFlags();
   if (!security.ok()) {
     std::fprintf(stderr, "%s\n", std::string(security.status().message()).c_str());
     return 2;

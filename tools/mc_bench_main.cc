@@ -13,13 +13,17 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/util.h"
 #include "tools/mc_bench_baseline.h"
 #include "tools/mc_bench_prefix.h"
 #include "tools/mc_bench_store.h"
 #include "tools/store_channel.h"
+#include "tools/store_channel_flags.h"
 
 ABSL_FLAG(std::string, client, "",
           "mc-client Store address gets go through: HOST:PORT or unix:PATH");
@@ -29,14 +33,6 @@ ABSL_FLAG(std::string, token_file, "",
           "file holding the Store token, needed over TCP (default: $MCSTORE_TOKEN_FILE)");
 ABSL_FLAG(std::string, fd_socket, "",
           "--client's fd socket for shm buffers (default: <PATH>.fd of --client unix:PATH)");
-ABSL_FLAG(std::string, tls_ca_file, "",
-          "dial TCP targets over TLS: their certificates must chain to this CA bundle (PEM) and "
-          "name the host dialled (or --tls_server_name) in their subjectAltName");
-ABSL_FLAG(std::string, tls_cert_file, "",
-          "with --tls_ca_file: client certificate (PEM) for servers that require one");
-ABSL_FLAG(std::string, tls_key_file, "", "private key (PEM, mode 0600) of --tls_cert_file");
-ABSL_FLAG(std::string, tls_server_name, "",
-          "with --tls_ca_file: check server certificates against this name instead of the host");
 ABSL_FLAG(std::string, put_fd_socket, "", "--put_client's fd socket (default: likewise)");
 ABSL_FLAG(std::string, value_size, "1048576",
           "bytes per value; K/M/G or KiB/MiB/GiB suffixes (1024-based)");
@@ -78,35 +74,37 @@ ABSL_FLAG(std::string, baseline_bytes, "1GiB", "memcpy source size (keep it well
 ABSL_FLAG(std::string, baseline_blocks, "1MiB,4MiB,16MiB", "memcpy block sizes");
 ABSL_FLAG(double, baseline_seconds, 1.0, "seconds per baseline measurement");
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "mc-bench --client H:P|unix:PATH [--put_client ...] [--value_size N] [--batch N] "
-      "[--mode put|get|both] [--dest shm|inline] [--runs N] | mc-bench --baseline");
-  mc::DisableMutexDeadlockDetection();
-  absl::ParseCommandLine(argc, argv);
+namespace {
 
-  if (absl::GetFlag(FLAGS_baseline)) {
-    mc::bench::BaselineOptions b;
-    b.runs = absl::GetFlag(FLAGS_runs);
-    b.seconds = absl::GetFlag(FLAGS_baseline_seconds);
-    if (!mc::ParseBytes(absl::GetFlag(FLAGS_baseline_bytes), &b.source_bytes)) {
-      std::fprintf(stderr, "bad --baseline_bytes\n");
-      return 2;
-    }
-    b.blocks.clear();
-    for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_baseline_blocks), ',')) {
-      uint64_t n = 0;
-      if (!mc::ParseBytes(std::string(part), &n) || n == 0 || n > b.source_bytes / 2) {
-        std::fprintf(stderr, "bad --baseline_blocks\n");
-        return 2;
-      }
-      b.blocks.push_back(n);
-    }
-    mc::bench::RunBaseline(b, stdout);
-    return 0;
+using mc::bench::BaselineOptions;
+using mc::bench::PrefixBenchOptions;
+using mc::bench::StoreBenchOptions;
+
+absl::Status Usage(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
+
+// --baseline: memcpy of --baseline_bytes in --baseline_blocks, and loopback TCP.
+absl::StatusOr<BaselineOptions> BaselineFromFlags() {
+  BaselineOptions b;
+  b.runs = absl::GetFlag(FLAGS_runs);
+  b.seconds = absl::GetFlag(FLAGS_baseline_seconds);
+  if (!mc::ParseBytes(absl::GetFlag(FLAGS_baseline_bytes), &b.source_bytes)) {
+    return Usage("bad --baseline_bytes");
   }
+  b.blocks.clear();
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_baseline_blocks), ',')) {
+    uint64_t n = 0;
+    if (!mc::ParseBytes(std::string(part), &n) || n == 0 || n > b.source_bytes / 2) {
+      return Usage("bad --baseline_blocks");
+    }
+    b.blocks.push_back(n);
+  }
+  return b;
+}
 
-  mc::bench::StoreBenchOptions o;
+// What every Store mode takes: the daemons' addresses, the Store token, TLS, the value size and
+// the load's shape.
+absl::StatusOr<StoreBenchOptions> StoreFromFlags() {
+  StoreBenchOptions o;
   o.client = absl::GetFlag(FLAGS_client);
   o.put_client = absl::GetFlag(FLAGS_put_client);
   o.fd_socket = absl::GetFlag(FLAGS_fd_socket);
@@ -114,26 +112,14 @@ int main(int argc, char** argv) {
   if (auto token = mc::tools::ReadStoreTokenFile(absl::GetFlag(FLAGS_token_file)); token.ok()) {
     o.store_token = *std::move(token);
   } else {
-    std::fprintf(stderr, "--token_file: %s\n", std::string(token.status().message()).c_str());
-    return 2;
+    return Usage(absl::StrCat("--token_file: ", token.status().message()));
   }
-  absl::StatusOr<mc::ChannelSecurity> security =
-      mc::tools::ToolChannelSecurity({.ca_file = absl::GetFlag(FLAGS_tls_ca_file),
-                                      .cert_file = absl::GetFlag(FLAGS_tls_cert_file),
-                                      .key_file = absl::GetFlag(FLAGS_tls_key_file),
-                                      .server_name = absl::GetFlag(FLAGS_tls_server_name)});
-  if (!security.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(security.status().message()).c_str());
-    return 2;
-  }
+  absl::StatusOr<mc::ChannelSecurity> security = mc::tools::ChannelSecurityFromFlags();
+  if (!security.ok()) return Usage(std::string(security.status().message()));
   o.security = *security;
-  if (o.client.empty()) {
-    std::fprintf(stderr, "--client is required (or --baseline)\n");
-    return 2;
-  }
+  if (o.client.empty()) return Usage("--client is required (or --baseline)");
   if (!mc::ParseBytes(absl::GetFlag(FLAGS_value_size), &o.value_size)) {
-    std::fprintf(stderr, "bad --value_size\n");
-    return 2;
+    return Usage("bad --value_size");
   }
   o.batch = absl::GetFlag(FLAGS_batch);
   o.keys = absl::GetFlag(FLAGS_keys);
@@ -143,37 +129,39 @@ int main(int argc, char** argv) {
   o.iterations = absl::GetFlag(FLAGS_iterations);
   o.seconds = absl::GetFlag(FLAGS_seconds);
   o.get_gap_ms = absl::GetFlag(FLAGS_get_gap_ms);
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode == "match_prefix") {
-    mc::bench::PrefixBenchOptions p;
-    p.client = o.client;
-    p.store_token = o.store_token;
-    p.security = o.security;
-    p.chain = absl::GetFlag(FLAGS_prefix_keys);
-    if (!mc::ParseBytes(absl::GetFlag(FLAGS_prefix_value_size), &p.value_size)) {
-      std::fprintf(stderr, "bad --prefix_value_size\n");
-      return 2;
-    }
-    p.iterations = o.iterations;
-    p.runs = absl::GetFlag(FLAGS_runs);
-    p.lease_ttl_ms = absl::GetFlag(FLAGS_prefix_lease_ms);
-    p.packed_keys = absl::GetFlag(FLAGS_prefix_packed_keys);
-    p.key_prefix = absl::GetFlag(FLAGS_key_prefix);
-    p.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
-    p.keep = absl::GetFlag(FLAGS_keep);
-    return mc::bench::RunPrefixBench(p, stdout);
+  return o;
+}
+
+// --mode match_prefix: a chain of --prefix_keys keys on `o`'s daemon.
+absl::StatusOr<PrefixBenchOptions> PrefixFromFlags(const StoreBenchOptions& o) {
+  PrefixBenchOptions p;
+  p.client = o.client;
+  p.store_token = o.store_token;
+  p.security = o.security;
+  p.chain = absl::GetFlag(FLAGS_prefix_keys);
+  if (!mc::ParseBytes(absl::GetFlag(FLAGS_prefix_value_size), &p.value_size)) {
+    return Usage("bad --prefix_value_size");
   }
+  p.iterations = o.iterations;
+  p.runs = absl::GetFlag(FLAGS_runs);
+  p.lease_ttl_ms = absl::GetFlag(FLAGS_prefix_lease_ms);
+  p.packed_keys = absl::GetFlag(FLAGS_prefix_packed_keys);
+  p.key_prefix = absl::GetFlag(FLAGS_key_prefix);
+  p.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
+  p.keep = absl::GetFlag(FLAGS_keep);
+  return p;
+}
+
+// --mode put|get|both: the phases measured, where gets land, the runs, and the daemons whose
+// CPU time is reported.
+absl::Status WorkloadFromFlags(const std::string& mode, StoreBenchOptions& o) {
   if (mode != "put" && mode != "get" && mode != "both") {
-    std::fprintf(stderr, "--mode must be put, get, both or match_prefix\n");
-    return 2;
+    return Usage("--mode must be put, get, both or match_prefix");
   }
   o.measure_put = mode != "get";
   o.measure_get = mode != "put";
   const std::string dest = absl::GetFlag(FLAGS_dest);
-  if (dest != "shm" && dest != "inline") {
-    std::fprintf(stderr, "--dest must be shm or inline\n");
-    return 2;
-  }
+  if (dest != "shm" && dest != "inline") return Usage("--dest must be shm or inline");
   o.shm = dest == "shm";
   o.verify = absl::GetFlag(FLAGS_verify);
   o.runs = absl::GetFlag(FLAGS_runs);
@@ -183,18 +171,49 @@ int main(int argc, char** argv) {
   o.keep = absl::GetFlag(FLAGS_keep);
   o.stored = absl::GetFlag(FLAGS_stored);
   if (o.stored && (mode != "get" || o.key_prefix.empty())) {
-    std::fprintf(stderr, "--stored needs --mode get and the --key_prefix of the --keep run\n");
-    return 2;
+    return Usage("--stored needs --mode get and the --key_prefix of the --keep run");
   }
   o.seed = absl::GetFlag(FLAGS_seed);
   for (absl::string_view part :
        absl::StrSplit(absl::GetFlag(FLAGS_cpu_pids), ',', absl::SkipEmpty())) {
     int pid = 0;
     if (!absl::SimpleAtoi(part, &pid) || pid <= 0) {
-      std::fprintf(stderr, "bad --cpu_pids: '%s' is not a pid\n", std::string(part).c_str());
-      return 2;
+      return Usage(absl::StrCat("bad --cpu_pids: '", part, "' is not a pid"));
     }
     o.cpu_pids.push_back(pid);
   }
-  return mc::bench::RunStoreBench(o, stdout);
+  return absl::OkStatus();
+}
+
+// Prints a flag problem; the exit code of usage/setup errors.
+int UsageError(const absl::Status& s) {
+  std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "mc-bench --client H:P|unix:PATH [--put_client ...] [--value_size N] [--batch N] "
+      "[--mode put|get|both] [--dest shm|inline] [--runs N] | mc-bench --baseline");
+  mc::DisableMutexDeadlockDetection();
+  absl::ParseCommandLine(argc, argv);
+
+  if (absl::GetFlag(FLAGS_baseline)) {
+    absl::StatusOr<BaselineOptions> b = BaselineFromFlags();
+    if (!b.ok()) return UsageError(b.status());
+    mc::bench::RunBaseline(*b, stdout);
+    return 0;
+  }
+  absl::StatusOr<StoreBenchOptions> o = StoreFromFlags();
+  if (!o.ok()) return UsageError(o.status());
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "match_prefix") {
+    absl::StatusOr<PrefixBenchOptions> p = PrefixFromFlags(*o);
+    if (!p.ok()) return UsageError(p.status());
+    return mc::bench::RunPrefixBench(*p, stdout);
+  }
+  if (absl::Status s = WorkloadFromFlags(mode, *o); !s.ok()) return UsageError(s);
+  return mc::bench::RunStoreBench(*o, stdout);
 }

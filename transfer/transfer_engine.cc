@@ -56,6 +56,13 @@ absl::Status ValidateRequest(const TransferRequest& request) {
   return absl::OkStatus();
 }
 
+// mc_transfer_bytes_total{transport,op}.
+Counter& TransferBytesCounter(MetricsRegistry& metrics, const std::string& transport,
+                              const char* op) {
+  return metrics.GetCounter("mc_transfer_bytes_total", "Bytes moved by the transfer engine.",
+                            {{"transport", transport}, {"op", op}});
+}
+
 }  // namespace
 
 TransferEngine::TransferEngine(TransferEngineOptions options, SegmentTable& local_segments)
@@ -65,12 +72,8 @@ TransferEngine::TransferEngine(TransferEngineOptions options, SegmentTable& loca
     auto m = std::make_unique<TransportMetrics>();
     if (options_.metrics != nullptr) {
       const std::string name(transport->name());
-      m->read_bytes = &options_.metrics->GetCounter("mc_transfer_bytes_total",
-                                                    "Bytes moved by the transfer engine.",
-                                                    {{"transport", name}, {"op", "read"}});
-      m->write_bytes = &options_.metrics->GetCounter("mc_transfer_bytes_total",
-                                                     "Bytes moved by the transfer engine.",
-                                                     {{"transport", name}, {"op", "write"}});
+      m->read_bytes = &TransferBytesCounter(*options_.metrics, name, "read");
+      m->write_bytes = &TransferBytesCounter(*options_.metrics, name, "write");
       m->errors = &options_.metrics->GetCounter(
           "mc_transfer_errors_total", "Transfer requests that failed.", {{"transport", name}});
     }

@@ -25,6 +25,12 @@ namespace {
 // Debian's Abseil has its own string_view.
 absl::string_view A(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
+// mc_store_auth_failures_total{reason}.
+Counter& AuthFailuresCounter(MetricsRegistry& metrics, const char* reason) {
+  return metrics.GetCounter("mc_store_auth_failures_total",
+                            "Store calls refused UNAUTHENTICATED, by reason", {{"reason", reason}});
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> RandomHexToken() {
@@ -158,19 +164,13 @@ absl::Status ApplySocketPermissions(const std::string& path, mode_t mode,
 
 StoreAuth::StoreAuth(StoreAuthOptions options, MetricsRegistry& metrics)
     : options_(std::move(options)), metrics_(metrics) {
-  for (const char* reason : {"missing_token", "wrong_token"}) {
-    metrics_.GetCounter("mc_store_auth_failures_total",
-                        "Store calls refused UNAUTHENTICATED, by reason", {{"reason", reason}});
-  }
+  for (const char* reason : {"missing_token", "wrong_token"}) AuthFailuresCounter(metrics_, reason);
 }
 
 bool StoreAuth::OverUnixSocket(std::string_view peer) { return absl::StartsWith(A(peer), "unix:"); }
 
 void StoreAuth::CountFailure(const char* reason) const {
-  metrics_
-      .GetCounter("mc_store_auth_failures_total", "Store calls refused UNAUTHENTICATED, by reason",
-                  {{"reason", reason}})
-      .Inc();
+  AuthFailuresCounter(metrics_, reason).Inc();
 }
 
 absl::Status StoreAuth::Check(std::string_view peer, std::string_view authorization,

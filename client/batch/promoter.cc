@@ -6,6 +6,15 @@
 #include "common/logging.h"
 
 namespace mc::client {
+namespace {
+
+// mc_client_promotions_total{result}.
+Counter& PromotionsCounter(MetricsRegistry& metrics, const char* result) {
+  return metrics.GetCounter("mc_client_promotions_total",
+                            "SSD hits written back to memory, by result", {{"result", result}});
+}
+
+}  // namespace
 
 Promoter::Promoter(std::string client_id, MasterClient& master, transfer::TransferEngine& engine,
                    const Clock& clock, MetricsRegistry& metrics, uint64_t staging_bytes)
@@ -14,12 +23,8 @@ Promoter::Promoter(std::string client_id, MasterClient& master, transfer::Transf
       master_(master),
       engine_(engine),
       clock_(clock),
-      promoted_(metrics.GetCounter("mc_client_promotions_total",
-                                   "SSD hits written back to memory, by result",
-                                   {{"result", "ok"}})),
-      failed_(metrics.GetCounter("mc_client_promotions_total",
-                                 "SSD hits written back to memory, by result",
-                                 {{"result", "failed"}})) {}
+      promoted_(PromotionsCounter(metrics, "ok")),
+      failed_(PromotionsCounter(metrics, "failed")) {}
 
 size_t Promoter::Promote(const std::vector<Item>& items) {
   size_t ok = 0;

@@ -62,6 +62,12 @@ IndexNoticeEntry EntryOf(const WrittenReplica& r) {
   return e;
 }
 
+// mc_client_index_entries_total{result}.
+Counter& IndexEntriesCounter(MetricsRegistry& metrics, const char* result) {
+  return metrics.GetCounter("mc_client_index_entries_total",
+                            "index notice entries served, by result", {{"result", result}});
+}
+
 }  // namespace
 
 IndexNotifier::Outcome IndexNotifier::RecordLocal(const WrittenReplica& r) {
@@ -159,12 +165,8 @@ IndexNoticeHandler::IndexNoticeHandler(ObjectIndex& index, SegmentResolver resol
     : index_(index),
       resolve_(std::move(resolve)),
       verifier_(verifier),
-      recorded_(metrics.GetCounter("mc_client_index_entries_total",
-                                   "index notice entries served, by result",
-                                   {{"result", "recorded"}})),
-      refused_(metrics.GetCounter("mc_client_index_entries_total",
-                                  "index notice entries served, by result",
-                                  {{"result", "refused"}})),
+      recorded_(IndexEntriesCounter(metrics, "recorded")),
+      refused_(IndexEntriesCounter(metrics, "refused")),
       unknown_segment_(metrics.GetCounter(transfer::kUnknownSegmentMetric,
                                           transfer::kUnknownSegmentHelp, {{"op", "index"}})) {
   for (size_t r = 0; r < denials_.size(); ++r) {

@@ -13,8 +13,14 @@
 namespace mc::client {
 namespace {
 
-constexpr char kReportedHelp[] =
-    "index entries handled by the object report after a registration, by result";
+// mc_client_index_reported_total{result}.
+Counter& IndexReportedCounter(MetricsRegistry& metrics, const char* result) {
+  return metrics.GetCounter("mc_client_index_reported_total",
+                            "index entries handled by the object report after a registration, "
+                            "by result",
+                            {{"result", result}});
+}
+
 // What an item costs in a ReportObjects request besides its key (field tags, varints).
 constexpr size_t kReportItemOverhead = 64;
 
@@ -33,10 +39,8 @@ MasterSession::MasterSession(MasterSessionOptions options, MasterClient& master,
     own_metrics_ = std::make_unique<MetricsRegistry>();
     m = own_metrics_.get();
   }
-  report_kept_ =
-      &m->GetCounter("mc_client_index_reported_total", kReportedHelp, {{"result", "kept"}});
-  report_dropped_ =
-      &m->GetCounter("mc_client_index_reported_total", kReportedHelp, {{"result", "dropped"}});
+  report_kept_ = &IndexReportedCounter(*m, "kept");
+  report_dropped_ = &IndexReportedCounter(*m, "dropped");
   report_verify_failed_ = &m->GetCounter("mc_client_index_verify_failed_total",
                                          "index entries whose bytes no longer matched their "
                                          "checksum at report time (dropped, not reported)");

@@ -28,6 +28,30 @@ Counter& OffloadCounter(MetricsRegistry& m, const char* result) {
                       {{"result", result}});
 }
 
+// A RemoveDiskReplicas request for `records` of this client's SSD tier; `corrupt`: they failed
+// verification (the master drops them), else they are reclaim candidates (it answers which may
+// go).
+v1::RemoveDiskReplicasRequest RemoveRequest(const std::string& client_id,
+                                            const std::vector<offload::DiskTierVictim>& records,
+                                            bool corrupt) {
+  v1::RemoveDiskReplicasRequest req;
+  req.set_client_id(client_id);
+  req.set_corrupt(corrupt);
+  for (const auto& v : records) {
+    auto* item = req.add_items();
+    item->set_key(v.key);
+    item->set_generation(v.generation);
+    item->set_locator(v.locator);
+    item->set_length(v.length);
+  }
+  return req;
+}
+
+Counter& DiskReadCounter(MetricsRegistry& m, const char* result) {
+  return m.GetCounter("mc_client_disk_reads_total", "SSD records read for readers, by result",
+                      {{"result", result}});
+}
+
 }  // namespace
 
 uint32_t DiskKeyTag(std::string_view key) {
@@ -51,12 +75,8 @@ OffloadDriver::OffloadDriver(OffloadDriverOptions options, offload::DiskTier& ti
       drops_(metrics.GetCounter("mc_client_disk_drops_total", "Records deleted on DROP tasks")),
       reports_(metrics.GetCounter("mc_client_disk_records_reported_total",
                                   "Records re-reported to the master after registration")),
-      disk_reads_served_(metrics.GetCounter("mc_client_disk_reads_total",
-                                            "SSD records read for readers, by result",
-                                            {{"result", "ok"}})),
-      disk_read_failures_(metrics.GetCounter("mc_client_disk_reads_total",
-                                             "SSD records read for readers, by result",
-                                             {{"result", "error"}})),
+      disk_reads_served_(DiskReadCounter(metrics, "ok")),
+      disk_read_failures_(DiskReadCounter(metrics, "error")),
       corrupt_dropped_(metrics.GetCounter(
           "mc_client_disk_corrupt_dropped_total",
           "SSD records that failed verification when read, reported to the master and deleted")),
@@ -261,15 +281,8 @@ std::vector<bool> OffloadDriver::MayReclaim(const std::vector<offload::DiskTierV
   std::vector<bool> allowed(victims.size(), false);
   if (session_() == 0) return allowed;
   if (clock_.NowMs() < reclaim_blocked_until_ms_.load()) return allowed;
-  v1::RemoveDiskReplicasRequest req;
-  req.set_client_id(options_.client_id);
-  for (const auto& v : victims) {
-    auto* item = req.add_items();
-    item->set_key(v.key);
-    item->set_generation(v.generation);
-    item->set_locator(v.locator);
-    item->set_length(v.length);
-  }
+  const v1::RemoveDiskReplicasRequest req =
+      RemoveRequest(options_.client_id, victims, /*corrupt=*/false);
   v1::RemoveDiskReplicasResponse resp;
   absl::Status s = master_.RemoveDiskReplicas(req, &resp);
   if (!s.ok()) {
@@ -327,16 +340,8 @@ void OffloadDriver::DropCorrupt() {
     return true;
   });
   if (corrupt.empty()) return;
-  v1::RemoveDiskReplicasRequest req;
-  req.set_client_id(options_.client_id);
-  req.set_corrupt(true);
-  for (const auto& v : corrupt) {
-    auto* item = req.add_items();
-    item->set_key(v.key);
-    item->set_generation(v.generation);
-    item->set_locator(v.locator);
-    item->set_length(v.length);
-  }
+  const v1::RemoveDiskReplicasRequest req =
+      RemoveRequest(options_.client_id, corrupt, /*corrupt=*/true);
   v1::RemoveDiskReplicasResponse resp;
   absl::Status s = master_.RemoveDiskReplicas(req, &resp);
   std::vector<offload::DiskTierVictim> again;

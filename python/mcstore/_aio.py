@@ -12,7 +12,7 @@ import grpc.aio
 
 from mcstore import _core
 from mcstore._buffers import SharedBuffer, Slice
-from mcstore._client import Client, LeaseRef
+from mcstore._client import Client, _LeaseFields
 from mcstore._tls import TlsArg, tls_config
 from mcstore._core import IntoArg, KeyLike, ValuesArg
 from mcstore._errors import Code, GetResult, Result, StoreError
@@ -20,29 +20,18 @@ from mcstore._gpu import GpuBuffer
 from mcstore._proto import store_pb2
 
 
-class AsyncLease:
+class AsyncLease(_LeaseFields):
     """The Lease of AsyncClient.match_prefix: `matched`, `lease_id`, `expiry_ms`, `keys`,
     `token` and `ref` (see Lease); `await release()`; `async with` releases on exit."""
 
     def __init__(self, client: "AsyncClient", matched: int, lease_id: int, expiry_ms: int,
                  keys: List[bytes], token: bytes = b"") -> None:
+        super().__init__(matched, lease_id, expiry_ms, keys, token)
         self._client = client
-        self.matched = matched
-        self.lease_id = lease_id
-        self.expiry_ms = expiry_ms
-        self.keys = keys
-        self.token = token
-        self.released = lease_id == 0
-
-    @property
-    def ref(self) -> LeaseRef:
-        return LeaseRef(self.lease_id, self.token)
 
     async def release(self) -> None:
-        if self.released:
-            return
-        self.released = True
-        await self._client.release_lease(self.ref)
+        if self._claim_release():
+            await self._client.release_lease(self.ref)
 
     async def __aenter__(self) -> "AsyncLease":
         return self
@@ -55,8 +44,7 @@ class AsyncLease:
                 raise
 
     def __repr__(self) -> str:
-        return "AsyncLease(matched=%d, lease_id=%d, expiry_ms=%d)" % (
-            self.matched, self.lease_id, self.expiry_ms)
+        return self._repr("AsyncLease")
 
 
 class AsyncClient:

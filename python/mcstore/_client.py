@@ -33,7 +33,37 @@ class LeaseRef(NamedTuple):
     token: bytes
 
 
-class Lease:
+class _LeaseFields:
+    """What Lease and AsyncLease share: match_prefix's answer (`matched`, `lease_id`,
+    `expiry_ms`, `keys`, `token`), `ref`, and `released` (a lease is released once)."""
+
+    def __init__(self, matched: int, lease_id: int, expiry_ms: int, keys: List[bytes],
+                 token: bytes = b"") -> None:
+        self.matched = matched
+        self.lease_id = lease_id
+        self.expiry_ms = expiry_ms
+        self.keys = keys
+        self.token = token
+        self.released = lease_id == 0
+
+    @property
+    def ref(self) -> LeaseRef:
+        """The lease's id and capability, for another process (see LeaseRef)."""
+        return LeaseRef(self.lease_id, self.token)
+
+    def _claim_release(self) -> bool:
+        """True the first time only, for a lease that was taken: the caller releases it now."""
+        if self.released:
+            return False
+        self.released = True
+        return True
+
+    def _repr(self, name: str) -> str:
+        return "%s(matched=%d, lease_id=%d, expiry_ms=%d)" % (name, self.matched, self.lease_id,
+                                                              self.expiry_ms)
+
+
+class Lease(_LeaseFields):
     """The answer of match_prefix: `matched` leading keys are stored and readable now. With a
     lease (lease_ttl_ms > 0 and matched > 0) they stay pinned until release() or `expiry_ms`
     (wall-clock milliseconds since the epoch). Pass it as get(..., lease=lease), or hand
@@ -42,26 +72,13 @@ class Lease:
 
     def __init__(self, matched: int, lease_id: int, expiry_ms: int, keys: List[bytes],
                  release: Optional[Callable[[Any], Any]], token: bytes = b"") -> None:
-        self.matched = matched
-        self.lease_id = lease_id
-        self.expiry_ms = expiry_ms
-        self.keys = keys
-        self.token = token
+        super().__init__(matched, lease_id, expiry_ms, keys, token)
         self._release = release
-        self.released = lease_id == 0
-
-    @property
-    def ref(self) -> LeaseRef:
-        """The lease's id and capability, for another process (see LeaseRef)."""
-        return LeaseRef(self.lease_id, self.token)
 
     def release(self) -> None:
         """Releases the lease now (idempotent; an already expired lease is not an error).
         Raises UnavailableError if the daemon cannot be reached (the lease then expires)."""
-        if self.released:
-            return
-        self.released = True
-        if self._release is not None:
+        if self._claim_release() and self._release is not None:
             self._release(self.ref)
 
     def __enter__(self) -> "Lease":
@@ -75,8 +92,7 @@ class Lease:
                 raise  # do not hide the error that is already propagating
 
     def __repr__(self) -> str:
-        return "Lease(matched=%d, lease_id=%d, expiry_ms=%d)" % (self.matched, self.lease_id,
-                                                                 self.expiry_ms)
+        return self._repr("Lease")
 
 
 class Client:

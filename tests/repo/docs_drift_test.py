@@ -1,7 +1,8 @@
 """The docs say what the daemons' flags and metrics are and where things live; this keeps it true.
 
 Flags: every `--flag` in the mc-master and mc-client flag tables (and the ports table) is an
-ABSL_FLAG of that daemon, and every ABSL_FLAG of a daemon is in its tables. Metrics: every
+ABSL_FLAG of that daemon, and every ABSL_FLAG of a daemon is in its tables; the TLS flags the
+tools share (tools/store_channel_flags.cc) are exactly those docs/security.md names for them. Metrics: every
 `mc_...` name the page mentions is a string in the C++ sources, and every `"mc_..."` string of
 the daemons' sources (the names they register) is listed under "Metrics". Files: every path of
 the repository that docs/*.md and README.md name (a file with its extension, `name.*`, or a
@@ -19,6 +20,11 @@ DAEMONS = {"mc-master": ("master/master_main.cc", "mc-master flags"),
            "mc-client": ("client/client_main.cc", "mc-client flags")}
 # The flags both daemons share, defined once in the daemon shell.
 SHARED_FLAGS = "common/daemon_shell.cc"
+# The TLS flags both tools (mc-admin, mc-bench) share, defined once beside tools/store_channel.h;
+# docs/security.md's table of TLS settings names them in the tools' row.
+TOOL_SHARED_FLAGS = "tools/store_channel_flags.cc"
+TOOL_FLAGS_DOC = "docs/security.md"
+TOOLS_CELL = "mc-admin, mc-bench"
 # The folders of the daemons' code, whose metric names the page must list.
 METRIC_SOURCES = ("common", "master", "client", "transfer", "offload")
 METRICS_SECTION = "Metrics (Prometheus text at /metrics)"
@@ -89,6 +95,20 @@ class DocsDriftTest(unittest.TestCase):
                                  "%s documents flags %s does not define" % (DOC, main))
                 self.assertEqual(sorted(defined - documented), [],
                                  "flags of %s missing from %s's tables" % (main, DOC))
+
+    def test_tools_tls_flags_are_those_the_security_page_names(self):
+        defined = set(FLAG_DEF.findall(read(TOOL_SHARED_FLAGS)))
+        self.assertTrue(defined, "no ABSL_FLAG found in " + TOOL_SHARED_FLAGS)
+        documented = set()
+        for cells in table_rows(read(TOOL_FLAGS_DOC)):
+            if len(cells) > 1 and cells[1] == TOOLS_CELL:
+                documented |= set(DOC_FLAG.findall(cells[0]))
+        self.assertEqual(sorted(documented - defined), [],
+                         "%s documents tool flags %s does not define" % (TOOL_FLAGS_DOC,
+                                                                         TOOL_SHARED_FLAGS))
+        self.assertEqual(sorted(defined - documented), [],
+                         "flags of %s missing from %s's '%s' row" % (TOOL_SHARED_FLAGS,
+                                                                      TOOL_FLAGS_DOC, TOOLS_CELL))
 
     def test_every_metric_the_page_names_is_exported(self):
         exported = set()

@@ -3,10 +3,12 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +70,125 @@ FramePlan PlanFrames(const TransferRequest& request) {
   return {FrameOp::kIndex, 0, 0, 0, true};
 }
 
+// Hash state for each request that wants its delivered bytes' checksum (null for the others).
+std::vector<std::unique_ptr<StreamingChecksum>> DeliveredBytesSums(
+    std::span<const TransferRequest* const> requests) {
+  std::vector<std::unique_ptr<StreamingChecksum>> sums(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i]->proof == Proof::kDeliveredBytes) {
+      sums[i] = std::make_unique<StreamingChecksum>();
+    }
+  }
+  return sums;
+}
+
+// The frames of a batch, grouped per peer.
+struct Frames {
+  std::vector<WireOp> ops;
+  std::map<std::string, std::vector<size_t>> by_peer;  // endpoint -> indices into ops
+};
+
+// Cuts each request into frames of at most `frame_bytes` (one frame for a whole-record plan);
+// a request whose range overflows fails in `results` and gets none.
+Frames CutFrames(std::span<const TransferRequest* const> requests,
+                 std::span<TransferResult> results, uint64_t frame_bytes,
+                 const std::vector<std::unique_ptr<StreamingChecksum>>& sums,
+                 std::atomic<uint64_t>& next_request_id) {
+  Frames frames;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const TransferRequest& req = *requests[i];
+    const uint64_t total = TotalLength(req);
+    const FramePlan plan = PlanFrames(req);
+    if (plan.offset > UINT64_MAX - total) {
+      results[i].status = McError(Code::kInvalidArgument, "segment offset + length overflows");
+      continue;
+    }
+    const uint64_t step = plan.whole ? std::max<uint64_t>(total, 1) : frame_bytes;
+    for (uint64_t done = 0; done < total; done += step) {
+      const uint64_t n = std::min(step, total - done);
+      WireOp op;
+      op.request = i;
+      op.header = tcp::MakeRequest(plan.op, next_request_id.fetch_add(1), plan.segment_id,
+                                   plan.offset + done, n);
+      op.header.reserved = plan.reserved;
+      op.header_bytes = tcp::EncodeFrameHeader(op.header);
+      // Every frame cut from the request carries the capability of the whole range.
+      if (req.capability.size() == op.capability.size()) {
+        std::memcpy(op.capability.data(), req.capability.data(), op.capability.size());
+      }
+      op.local = SliceLocal(req, done, n);
+      op.checksum = sums[i].get();
+      frames.by_peer[req.endpoint].push_back(frames.ops.size());
+      frames.ops.push_back(std::move(op));
+    }
+  }
+  return frames;
+}
+
+// Units of assignment among one peer's frames `indices`: a hashed request (all its frames), or
+// one frame of another.
+size_t AssignmentUnits(const std::vector<WireOp>& ops, const std::vector<size_t>& indices) {
+  size_t units = 0;
+  for (size_t j = 0; j < indices.size(); ++j) {
+    const WireOp& op = ops[indices[j]];
+    if (op.checksum == nullptr || j == 0 || ops[indices[j - 1]].request != op.request) ++units;
+  }
+  return units;
+}
+
+// Spreads one peer's frames `indices` over `connections`, balancing bytes; a hashed request's
+// frames (consecutive in `indices`) stay on the connection its first frame got, in order, and
+// count whole toward that connection's load.
+std::vector<std::vector<WireOp*>> SpreadFrames(std::vector<WireOp>& ops,
+                                               const std::vector<size_t>& indices,
+                                               std::span<const TransferRequest* const> requests,
+                                               uint64_t frame_bytes, size_t connections) {
+  std::vector<std::vector<WireOp*>> assigned(connections);
+  std::vector<uint64_t> load(connections, 0);
+  size_t sticky_request = SIZE_MAX, sticky_conn = 0;
+  for (size_t k : indices) {
+    const WireOp& op = ops[k];
+    size_t c;
+    if (op.checksum != nullptr && op.request == sticky_request) {
+      c = sticky_conn;
+    } else {
+      c = std::min_element(load.begin(), load.end()) - load.begin();
+      if (op.checksum != nullptr) {
+        sticky_request = op.request;
+        sticky_conn = c;
+        const uint64_t total = TotalLength(*requests[op.request]);
+        const uint64_t frames = (total + frame_bytes - 1) / frame_bytes;
+        load[c] += total + frames * tcp::kFrameHeaderSize;
+      }
+    }
+    assigned[c].push_back(&ops[k]);
+    if (op.checksum == nullptr) load[c] += op.header.length + tcp::kFrameHeaderSize;
+  }
+  return assigned;
+}
+
+// Results: a request is OK only when every one of its frames is; its checksum when it asked
+// for one and every byte arrived.
+void CollectResults(std::span<const TransferRequest* const> requests,
+                    const std::vector<WireOp>& ops,
+                    const std::vector<std::unique_ptr<StreamingChecksum>>& sums,
+                    std::span<TransferResult> results) {
+  for (const WireOp& op : ops) {
+    TransferResult& r = results[op.request];
+    if (!op.status.ok() || !op.done) {
+      if (r.status.ok()) r.status = op.done ? op.status : McError(Code::kInternal, "frame lost");
+    } else {
+      r.bytes += op.header.length;
+    }
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (sums[i] != nullptr && results[i].status.ok() &&
+        results[i].bytes == TotalLength(*requests[i])) {
+      results[i].checksum = sums[i]->Digest();
+    }
+  }
+}
+
 // Drives the connections of one group until each finished, failed, or the deadline passed.
 void RunPipelines(const std::vector<PipelinedConnection*>& conns, int64_t deadline_ms) {
   std::vector<pollfd> fds;
@@ -122,54 +243,13 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
     for (TransferResult& r : results) r.status = DeadlineError();
     return;
   }
-  // Hash state of the reads that want their delivered bytes' checksum.
-  std::vector<std::unique_ptr<StreamingChecksum>> sums(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (requests[i]->proof == Proof::kDeliveredBytes) {
-      sums[i] = std::make_unique<StreamingChecksum>();
-    }
-  }
-  // Frames, grouped per peer.
-  std::vector<WireOp> ops;
-  std::map<std::string, std::vector<size_t>> by_peer;  // endpoint -> indices into ops
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const TransferRequest& req = *requests[i];
-    const uint64_t total = TotalLength(req);
-    const FramePlan plan = PlanFrames(req);
-    if (plan.offset > UINT64_MAX - total) {
-      results[i].status = McError(Code::kInvalidArgument, "segment offset + length overflows");
-      continue;
-    }
-    const uint64_t step = plan.whole ? std::max<uint64_t>(total, 1) : frame_bytes;
-    for (uint64_t done = 0; done < total; done += step) {
-      const uint64_t n = std::min(step, total - done);
-      WireOp op;
-      op.request = i;
-      op.header = tcp::MakeRequest(plan.op, next_request_id_.fetch_add(1), plan.segment_id,
-                                   plan.offset + done, n);
-      op.header.reserved = plan.reserved;
-      op.header_bytes = tcp::EncodeFrameHeader(op.header);
-      // Every frame cut from the request carries the capability of the whole range.
-      if (req.capability.size() == op.capability.size()) {
-        std::memcpy(op.capability.data(), req.capability.data(), op.capability.size());
-      }
-      op.local = SliceLocal(req, done, n);
-      op.checksum = sums[i].get();
-      by_peer[req.endpoint].push_back(ops.size());
-      ops.push_back(std::move(op));
-    }
-  }
+  const std::vector<std::unique_ptr<StreamingChecksum>> sums = DeliveredBytesSums(requests);
+  Frames frames = CutFrames(requests, results, frame_bytes, sums, next_request_id_);
   // Connections: spread each peer's frames over its connections, balancing bytes.
   std::vector<std::unique_ptr<PipelinedConnection>> conns;
-  for (auto& [endpoint, indices] : by_peer) {
-    // Units of assignment: a hashed request (all its frames), or one frame of another.
-    size_t units = 0;
-    for (size_t j = 0; j < indices.size(); ++j) {
-      const WireOp& op = ops[indices[j]];
-      if (op.checksum == nullptr || j == 0 || ops[indices[j - 1]].request != op.request) ++units;
-    }
-    const int want =
-        static_cast<int>(std::min<size_t>(std::max(1, options_.connections_per_peer), units));
+  for (auto& [endpoint, indices] : frames.by_peer) {
+    const int want = static_cast<int>(std::min<size_t>(std::max(1, options_.connections_per_peer),
+                                                       AssignmentUnits(frames.ops, indices)));
     auto acquired = pool_.Acquire(endpoint, want, deadline_ms);
     if (!acquired.ok()) {
       const absl::Status err = WithPeerUnreachableOf(
@@ -177,34 +257,13 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
                   absl::StrCat("tcp: ", std::string(acquired.status().message()))),
           acquired.status());
       for (size_t k : indices) {
-        ops[k].done = true;
-        ops[k].status = err;
+        frames.ops[k].done = true;
+        frames.ops[k].status = err;
       }
       continue;
     }
-    // Balance bytes; a hashed request's frames (consecutive in `indices`) stay on the
-    // connection its first frame got, in order, and count whole toward that connection's load.
-    std::vector<std::vector<WireOp*>> assigned(acquired->size());
-    std::vector<uint64_t> load(acquired->size(), 0);
-    size_t sticky_request = SIZE_MAX, sticky_conn = 0;
-    for (size_t k : indices) {
-      const WireOp& op = ops[k];
-      size_t c;
-      if (op.checksum != nullptr && op.request == sticky_request) {
-        c = sticky_conn;
-      } else {
-        c = std::min_element(load.begin(), load.end()) - load.begin();
-        if (op.checksum != nullptr) {
-          sticky_request = op.request;
-          sticky_conn = c;
-          const uint64_t total = TotalLength(*requests[op.request]);
-          const uint64_t frames = (total + frame_bytes - 1) / frame_bytes;
-          load[c] += total + frames * tcp::kFrameHeaderSize;
-        }
-      }
-      assigned[c].push_back(&ops[k]);
-      if (op.checksum == nullptr) load[c] += op.header.length + tcp::kFrameHeaderSize;
-    }
+    std::vector<std::vector<WireOp*>> assigned =
+        SpreadFrames(frames.ops, indices, requests, frame_bytes, acquired->size());
     for (size_t c = 0; c < acquired->size(); ++c) {
       conns.push_back(
           std::make_unique<PipelinedConnection>(std::move((*acquired)[c]), std::move(assigned[c])));
@@ -219,21 +278,7 @@ void TcpTransport::Submit(std::span<const TransferRequest* const> requests,
     tcp::PeerConnection pc = c->TakeConnection();
     if (pc.fd.valid()) pool_.Release(std::move(pc));
   }
-  // Results: a request is OK only when every one of its frames is.
-  for (const WireOp& op : ops) {
-    TransferResult& r = results[op.request];
-    if (!op.status.ok() || !op.done) {
-      if (r.status.ok()) r.status = op.done ? op.status : McError(Code::kInternal, "frame lost");
-    } else {
-      r.bytes += op.header.length;
-    }
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (sums[i] != nullptr && results[i].status.ok() &&
-        results[i].bytes == TotalLength(*requests[i])) {
-      results[i].checksum = sums[i]->Digest();
-    }
-  }
+  CollectResults(requests, frames.ops, sums, results);
 }
 
 }  // namespace mc::transfer

@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from sglang.srt.mem_cache.hicache_storage import (HiCacheStorage, HiCacheStorageConfig,
@@ -180,37 +180,32 @@ class MCStoreStorage(HiCacheStorage):
     # -- SGLang's page interface (interface_v1: host page indices) -------------------------
     def batch_set_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
-        if not keys:
-            return []
-        try:
-            pages = self._pages(host_indices, len(keys))
-            if not self.zero_copy:
-                host = self.mem_pool_host
-                return self._staged_put(keys, [lambda p=p: host.get_data_page(p * self.page_size,
-                                                                              flat=True)
-                                               for p in pages])
-            mkeys = [self._key(k) for k in keys]
+        host = self.mem_pool_host
+
+        def staged(pages: List[int]) -> List[bool]:
+            return self._staged_put(keys, [lambda p=p: host.get_data_page(p * self.page_size,
+                                                                          flat=True)
+                                           for p in pages])
+
+        def direct(mkeys: List[bytes], pages: List[int]) -> List[bool]:
             view = self._headers.memoryview()
             for k, p in zip(keys, pages):
                 view[p * HEADER:(p + 1) * HEADER] = self._header(k).pack()
             return self._stored(self.client.put(mkeys, self._layout.blocks(pages),
                                                 replicas=self.replicas))
-        except (StoreError, ValueError, OSError) as e:
-            self._error("store", e)
-            return [False] * len(keys)
+
+        return self._page_batch("store", keys, host_indices, staged, direct)
 
     def batch_get_v1(self, keys: List[str], host_indices: torch.Tensor,
                      extra_info: Optional[HiCacheStorageExtraInfo] = None) -> List[bool]:
-        if not keys:
-            return []
-        try:
-            pages = self._pages(host_indices, len(keys))
-            if not self.zero_copy:
-                host = self.mem_pool_host
-                sinks = [lambda data, p=p: host.set_from_flat_data_page(
-                    p * self.page_size, data.view(host.dtype)) for p in pages]
-                return self._staged_get(keys, sinks)
-            mkeys = [self._key(k) for k in keys]
+        host = self.mem_pool_host
+
+        def staged(pages: List[int]) -> List[bool]:
+            sinks = [lambda data, p=p: host.set_from_flat_data_page(
+                p * self.page_size, data.view(host.dtype)) for p in pages]
+            return self._staged_get(keys, sinks)
+
+        def direct(mkeys: List[bytes], pages: List[int]) -> List[bool]:
             results = self.client.get(mkeys, into=self._layout.blocks(pages))
             view = self._headers.memoryview()
             out = []
@@ -219,8 +214,25 @@ class MCStoreStorage(HiCacheStorage):
                 out.append(ok)
             self._count_loads(out)
             return out
+
+        return self._page_batch("load", keys, host_indices, staged, direct)
+
+    def _page_batch(self, what: str, keys: List[str], host_indices: Any,
+                    staged: Callable[[List[int]], List[bool]],
+                    direct: Callable[[List[bytes], List[int]], List[bool]]) -> List[bool]:
+        """What batch_set_v1 and batch_get_v1 share: the host pages `host_indices` names, moved
+        through a staging buffer (`staged(pages)`) or, zero-copy, straight from or into the
+        host pool (`direct(mcstore keys, pages)`); on an error (logged and counted as `what`)
+        every page is False."""
+        if not keys:
+            return []
+        try:
+            pages = self._pages(host_indices, len(keys))
+            if not self.zero_copy:
+                return staged(pages)
+            return direct([self._key(k) for k in keys], pages)
         except (StoreError, ValueError, OSError) as e:
-            self._error("load", e)
+            self._error(what, e)
             return [False] * len(keys)
 
     # -- the tensor interface (without interface_v1) ---------------------------------------

@@ -20,7 +20,7 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "tests/fakes/await.h"
-#include "tests/fakes/fake_clock.h"
+#include "tests/unit/transfer/tcp_server_fixture.h"
 #include "transfer/tcp/frame.h"
 #include "transfer/tcp/handshake.h"
 #include "transfer/tcp/server.h"
@@ -30,36 +30,24 @@
 namespace mc::transfer {
 namespace {
 
-using auth::Capability;
 using auth::CapabilityBytes;
 using auth::Right;
 using tcp::FrameHeader;
 using tcp::FrameOp;
 using tcp::HandshakeFailure;
 
-constexpr uint64_t kSegment = 5;
+using testing::kMasterNow;
+using testing::kSegment;
+
 constexpr uint64_t kSegmentBytes = 4 << 20;
-constexpr int64_t kMasterNow = 5'000'000;
 
 std::string Secret(char c) { return std::string(40, c); }
 
-class AuthTest : public ::testing::Test {
+class AuthTest : public testing::TcpServerFixture {
  protected:
-  AuthTest()
-      : keys_(*auth::ClusterKeys::FromSecrets({Secret('s')})),
-        owner_key_(32, 'o'),
-        verifier_({.clock_skew_ms = 50}, clock_) {
-    memory_.assign(kSegmentBytes, 'M');
-    table_.Add(kSegment, memory_.data(), memory_.size());
-    verifier_.SetKey(owner_key_);
-    verifier_.SetMasterClock(kMasterNow, clock_.NowMs());
-  }
+  AuthTest() : TcpServerFixture(kSegmentBytes) {}
   void StartServer(int64_t handshake_timeout_ms = 5000) {
-    tcp::TcpDataServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.metrics = &metrics_;
-    o.cluster_keys = keys_;
-    o.capabilities = &verifier_;
+    tcp::TcpDataServerOptions o = ServerOptions();
     o.handshake_timeout_ms = handshake_timeout_ms;
     server_ = std::make_unique<tcp::TcpDataServer>(o, table_);
     ASSERT_TRUE(server_
@@ -74,19 +62,8 @@ class AuthTest : public ::testing::Test {
   }
   std::unique_ptr<TransferEngine> Engine(auth::ClusterKeysPtr keys,
                                          uint64_t frame_bytes = 4 << 20) {
-    TransferEngineOptions o;
-    o.local_endpoint = "127.0.0.1:1";
-    o.transport = "tcp";
-    o.tcp.cluster_keys = std::move(keys);
-    o.tcp.frame_bytes = frame_bytes;
-    return std::make_unique<TransferEngine>(o, local_table_);
-  }
-  std::string Cap(Right right, uint64_t segment, uint64_t offset, uint64_t length,
-                  int64_t expiry = kMasterNow + 1000, const std::string& key = "") {
-    const CapabilityBytes b =
-        auth::MintCapability(auth::OwnerKey(key.empty() ? owner_key_ : key),
-                             Capability{right, 0, segment, offset, length, 1, expiry});
-    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+    return std::make_unique<TransferEngine>(EngineOptions(std::move(keys), frame_bytes),
+                                            local_table_);
   }
   TransferResult Submit(TransferEngine& engine, Direction op, std::vector<char>& buf,
                         uint64_t offset, std::string cap, uint64_t segment = kSegment) {
@@ -133,19 +110,7 @@ class AuthTest : public ::testing::Test {
   }
   uint64_t Denied(auth::Denial d) const { return server_->capability_denials(d); }
   uint64_t AuthFailed(HandshakeFailure f) const { return server_->auth_failures(f); }
-  bool SegmentUntouched() const {
-    return std::all_of(memory_.begin(), memory_.end(), [](char c) { return c == 'M'; });
-  }
 
-  FakeClock clock_;
-  auth::ClusterKeysPtr keys_;
-  std::string owner_key_;
-  auth::CapabilityVerifier verifier_;
-  MetricsRegistry metrics_;
-  std::vector<char> memory_;
-  SegmentTable table_;
-  SegmentTable local_table_;
-  std::unique_ptr<tcp::TcpDataServer> server_;
   int port_ = 0;
   int disk_reads_ = 0;
 };

@@ -26,7 +26,7 @@
 #include "common/metrics.h"
 #include "common/status.h"
 #include "tests/fakes/await.h"
-#include "tests/fakes/fake_clock.h"
+#include "tests/unit/transfer/tcp_server_fixture.h"
 #include "transfer/tcp/frame.h"
 #include "transfer/tcp/handshake.h"
 #include "transfer/tcp/sealed_records.h"
@@ -37,8 +37,6 @@
 namespace mc::transfer {
 namespace {
 
-using auth::Capability;
-using auth::CapabilityBytes;
 using auth::Right;
 using tcp::DirectionKey;
 using tcp::HandshakeFailure;
@@ -289,65 +287,34 @@ Relay::Policy Honest() {
   return [](Dir, uint64_t, std::string r, bool*) { return std::vector<std::string>{r}; };
 }
 
-constexpr uint64_t kSegment = 5;
-constexpr uint64_t kSegmentBytes = 8 << 20;
-constexpr int64_t kMasterNow = 5'000'000;
+using testing::kSegment;
 
-class EncryptedTest : public ::testing::Test {
+constexpr uint64_t kSegmentBytes = 8 << 20;
+
+class EncryptedTest : public testing::TcpServerFixture {
  protected:
-  EncryptedTest()
-      : keys_(*auth::ClusterKeys::FromSecrets({std::string(40, 's')})),
-        owner_key_(32, 'o'),
-        verifier_({.clock_skew_ms = 50}, clock_) {
-    memory_.assign(kSegmentBytes, 'M');
-    table_.Add(kSegment, memory_.data(), memory_.size());
-    verifier_.SetKey(owner_key_);
-    verifier_.SetMasterClock(kMasterNow, clock_.NowMs());
-  }
+  EncryptedTest() : TcpServerFixture(kSegmentBytes) {}
   void StartServer(bool require = true, auth::ClusterKeysPtr keys = nullptr) {
-    tcp::TcpDataServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.metrics = &metrics_;
-    o.cluster_keys = keys != nullptr ? keys : keys_;
-    o.capabilities = &verifier_;
+    tcp::TcpDataServerOptions o = ServerOptions(std::move(keys));
     o.require_encryption = require;
     server_ = std::make_unique<tcp::TcpDataServer>(o, table_);
     ASSERT_TRUE(server_->Start().ok());
   }
   std::unique_ptr<TransferEngine> Engine(bool encrypt = true, auth::ClusterKeysPtr keys = nullptr,
                                          uint64_t frame_bytes = 4 << 20) {
-    TransferEngineOptions o;
-    o.local_endpoint = "127.0.0.1:1";
-    o.transport = "tcp";
-    o.tcp.cluster_keys = keys != nullptr ? keys : keys_;
+    TransferEngineOptions o = EngineOptions(keys != nullptr ? keys : keys_, frame_bytes);
     o.tcp.encryption = encrypt;
-    o.tcp.frame_bytes = frame_bytes;
     o.tcp.connections_per_peer = 1;
     return std::make_unique<TransferEngine>(o, local_table_);
-  }
-  std::string Cap(Right right, uint64_t offset, uint64_t length) {
-    const CapabilityBytes b =
-        auth::MintCapability(auth::OwnerKey(owner_key_),
-                             Capability{right, 0, kSegment, offset, length, 1, kMasterNow + 1000});
-    return std::string(reinterpret_cast<const char*>(b.data()), b.size());
   }
   TransferResult Submit(TransferEngine& engine, const std::string& endpoint, Direction op,
                         std::string& buf, uint64_t offset, bool hashed = false) {
     TransferRequest r{op, {{buf.data(), buf.size()}}, endpoint, SegmentRange{kSegment, offset}};
-    r.capability = Cap(op == Direction::kRead ? Right::kRead : Right::kWrite, offset, buf.size());
+    r.capability =
+        Cap(op == Direction::kRead ? Right::kRead : Right::kWrite, kSegment, offset, buf.size());
     if (hashed) r.proof = Proof::kDeliveredBytes;
     return engine.Submit({&r, 1})[0];
   }
-
-  FakeClock clock_;
-  auth::ClusterKeysPtr keys_;
-  std::string owner_key_;
-  auth::CapabilityVerifier verifier_;
-  MetricsRegistry metrics_;
-  std::vector<char> memory_;
-  SegmentTable table_;
-  SegmentTable local_table_;
-  std::unique_ptr<tcp::TcpDataServer> server_;
 };
 
 TEST_F(EncryptedTest, LargeAndOddSizesBothWaysAndNothingInPlaintextOnTheWire) {
