@@ -537,22 +537,24 @@ class Fleet {
     std::fflush(stdout);
   }
 
+  // The first caller builds it; the others (a first benchmark run with several threads) wait.
   static Fleet& Get() {
-    if (instance_ == nullptr) instance_ = new Fleet();
-    return *instance_;
+    static Fleet* fleet = [] { return instance_ = new Fleet(); }();
+    return *fleet;
   }
   // Stops the heartbeat thread (main, after the benchmarks); the master lives until exit.
   static void StopIfStarted() {
-    if (instance_ == nullptr) return;
+    Fleet* f = instance_.load();
+    if (f == nullptr) return;
     {
-      absl::MutexLock lock(&instance_->mu_);
-      instance_->stop_ = true;
+      absl::MutexLock lock(&f->mu_);
+      f->stop_ = true;
     }
-    instance_->heartbeat_.join();
+    f->heartbeat_.join();
     std::printf("fleet: %llu heartbeats, %llu answered unknown or failed, longest sweep %.0f ms\n",
-                static_cast<unsigned long long>(instance_->heartbeats_.load()),
-                static_cast<unsigned long long>(instance_->heartbeat_failures_.load()),
-                instance_->longest_sweep_ms_.load());
+                static_cast<unsigned long long>(f->heartbeats_.load()),
+                static_cast<unsigned long long>(f->heartbeat_failures_.load()),
+                f->longest_sweep_ms_.load());
   }
 
   // Random batches of `batch` distinct keys of the fleet, prepared once.
@@ -720,7 +722,7 @@ class Fleet {
     }
   }
 
-  static inline Fleet* instance_ = nullptr;
+  static inline std::atomic<Fleet*> instance_{nullptr};  // for StopIfStarted
   const size_t clients_;
   const size_t keys_;
   int64_t interval_ms_ = 1000;
