@@ -40,28 +40,30 @@ void Object::EndPromotion() {
   TrimTransient();
 }
 
-const std::vector<Lease>& Object::leases() const {
-  static const std::vector<Lease> kNone;
+const Object::Leases& Object::leases() const {
+  static const Leases kNone;
   return transient_ ? transient_->leases : kNone;
 }
 
 size_t Object::PruneLeases(int64_t now_ms) {
   if (!transient_) return 0;
-  std::vector<Lease>& leases = transient_->leases;
+  Leases& leases = transient_->leases;
   size_t before = leases.size();
-  std::erase_if(leases, [now_ms](const Lease& l) { return l.expiry_ms <= now_ms; });
+  leases.erase(std::remove_if(leases.begin(), leases.end(),
+                              [now_ms](const Lease& l) { return l.expiry_ms <= now_ms; }),
+               leases.end());
   return before - leases.size();
 }
 
 bool Object::HasLiveLease(int64_t now_ms) const {
-  const std::vector<Lease>& all = leases();
+  const Leases& all = leases();
   return std::any_of(all.begin(), all.end(),
                      [now_ms](const Lease& l) { return l.expiry_ms > now_ms; });
 }
 
 LeaseRelease Object::ReleaseLease(uint64_t id, uint64_t owner, int64_t now_ms) {
   if (!transient_) return LeaseRelease::kNotHeld;
-  std::vector<Lease>& leases = transient_->leases;
+  Leases& leases = transient_->leases;
   for (size_t i = 0; i < leases.size(); ++i) {
     if (leases[i].id != id) continue;
     if (leases[i].owner != owner) return LeaseRelease::kNotOwner;

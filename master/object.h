@@ -79,6 +79,7 @@ class Object {
     std::string writer;
     int64_t start_ms = 0;
   };
+  using Leases = absl::InlinedVector<Lease, 1>;
   // State that only a put, promotion, offload or lease in progress needs.
   struct Transient {
     int64_t put_start_ms = 0;
@@ -88,7 +89,9 @@ class Object {
     // 0 = never). Until the planner's task timeout passes, eviction may drop it unpersisted.
     int64_t offload_failed_ms = 0;
     std::unique_ptr<Promotion> promotion;
-    std::vector<Lease> leases;
+    // One inline: a key is usually leased by one reader at a time, and at fleet scale almost
+    // every lookup leases a key that holds no lease yet (no allocation for it).
+    Leases leases;
 
     bool Empty() const {
       return put_start_ms == 0 && replicas_asked == 0 && offload_queued_ms == 0 &&
@@ -135,7 +138,7 @@ class Object {
   int64_t offload_failed_ms() const { return transient_ ? transient_->offload_failed_ms : 0; }
   // The promotion in progress, or null.
   const Promotion* promotion() const { return transient_ ? transient_->promotion.get() : nullptr; }
-  const std::vector<Lease>& leases() const;
+  const Leases& leases() const;
   bool HasLiveLease(int64_t now_ms) const;
   bool HasMemoryReplica() const;
   bool HasDiskReplicaOn(const std::string& client_id) const;

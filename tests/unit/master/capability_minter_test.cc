@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "common/capability.h"
 #include "master/grpc_service.h"
@@ -161,6 +163,37 @@ TEST_F(Capabilities, LookupsGrantReadUntilTheLeaseEndsInBothAnswerForms) {
   }
   // Unleased lookups (Exist-like) grant nothing.
   EXPECT_TRUE(Row(Lookup("k", false, /*lease=*/false)).replicas(0).capability().empty());
+}
+
+// A fleet's lookup answers keys of many owners, interleaved: each replica's capability is under
+// its own owner's key, however often the owner changes from one row to the next.
+TEST_F(Capabilities, ABatchOverManyOwnersGrantsEachReplicaUnderItsOwnersKey) {
+  std::vector<std::unique_ptr<auth::CapabilityVerifier>> owners;
+  v1::GetReplicasRequest req;
+  req.set_client_id("reader");
+  for (int round = 0; round < 2; ++round) {
+    for (int c = 0; c < 3; ++c) {
+      const std::string id = "c" + std::to_string(c);
+      if (round == 0) owners.push_back(Register(id));
+      const std::string key = "k" + std::to_string(round) + id;
+      v1::PutStartResponse put = PutStart(id, key);
+      PutEnd(id, key, put.results(0).generation());
+      req.add_keys(key);
+    }
+  }
+  v1::GetReplicasResponse resp;
+  ASSERT_TRUE(grpc_.DoGetReplicas(Caller{}, &req, &resp).ok());
+  ASSERT_EQ(resp.results_size(), 6);
+  for (int row = 0; row < 6; ++row) {
+    ASSERT_EQ(resp.results(row).replicas_size(), 1) << row;
+    const v1::Replica& r = resp.results(row).replicas(0);
+    const int owner = row % 3;
+    ASSERT_EQ(r.client_id(), "c" + std::to_string(owner));
+    EXPECT_EQ(Check(*owners[owner], r, Right::kRead, r.offset(), r.length()), Denial::kNone) << row;
+    EXPECT_EQ(Check(*owners[(owner + 1) % 3], r, Right::kRead, r.offset(), r.length()),
+              Denial::kBadMac)
+        << row;
+  }
 }
 
 TEST_F(Capabilities, AnotherMembersKeyVerifiesNoneOfThem) {

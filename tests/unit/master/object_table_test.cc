@@ -158,6 +158,34 @@ TEST(ObjectTable, LeasedIndexForgetsErasedObjects) {
   EXPECT_TRUE(shard.leased().empty());
 }
 
+// Leases keep one inline; more readers of one key spill over, and pruning, releasing out of order
+// and the owner check work the same on either side of that line.
+TEST(ObjectTable, ManyLeasesOnOneObjectPruneAndReleaseInAnyOrder) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("k");
+  absl::MutexLock lock(&shard.mu);
+  const Object& o = shard.Insert("k", Object{});
+  for (uint64_t id = 1; id <= 5; ++id) {
+    EXPECT_EQ(shard.GrantLease(o, {id, static_cast<int64_t>(id) * 100, /*owner=*/7}, 0), 0u);
+  }
+  ASSERT_EQ(o.leases().size(), 5u);
+  size_t expired = 0;
+  EXPECT_EQ(shard.ReleaseLease(o, 4, /*owner=*/8, 0, &expired), LeaseRelease::kNotOwner);
+  EXPECT_EQ(shard.ReleaseLease(o, 4, 7, 0, &expired), LeaseRelease::kReleased);
+  EXPECT_EQ(shard.ReleaseLease(o, 4, 7, 0, &expired), LeaseRelease::kNotHeld);
+  EXPECT_EQ(expired, 0u);
+  // At 250 ms leases 1 and 2 have expired; 3 and 5 remain, in order.
+  EXPECT_EQ(shard.ReleaseLease(o, 1, 7, 250, &expired), LeaseRelease::kNotHeld);
+  EXPECT_EQ(expired, 2u);
+  ASSERT_EQ(o.leases().size(), 2u);
+  EXPECT_EQ(o.leases()[0].id, 3u);
+  EXPECT_EQ(o.leases()[1].id, 5u);
+  EXPECT_TRUE(o.HasLiveLease(250));
+  EXPECT_EQ(shard.SweepLeases(600), 2u);
+  EXPECT_FALSE(o.has_transient()) << "the sweep trims an object with no lease left";
+  EXPECT_TRUE(shard.leased().empty());
+}
+
 TEST(Object, TransientStateIsAllocatedOnDemandAndTrimmedWhenEmpty) {
   ObjectTable table(1);
   ObjectTable::Shard& shard = table.ShardOf("k");
