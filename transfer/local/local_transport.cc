@@ -29,8 +29,8 @@ void LocalTransport::Submit(std::span<const TransferRequest* const> requests,
                             std::span<TransferResult> results, int64_t deadline_ms) {
   uint64_t total = 0;
   for (const TransferRequest* r : requests) total = SaturatingAdd(total, TotalLength(*r));
-  const bool spread = requests.size() > 1 && pool_.size() > 0 &&
-                      total >= options_.parallel_batch_threshold;
+  const bool spread =
+      requests.size() > 1 && pool_.size() > 0 && total >= options_.parallel_batch_threshold;
   auto one = [&](size_t i) {
     if (deadline_ms != 0 && RealClock::Get().NowMs() >= deadline_ms) {
       results[i].status = DeadlineError();

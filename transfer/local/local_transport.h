@@ -35,8 +35,8 @@ class LocalTransport final : public Transport {
   bool Claims(const TransferRequest& request) override {
     return !local_endpoint_.empty() && request.endpoint == local_endpoint_;
   }
-  void Submit(std::span<const TransferRequest* const> requests,
-              std::span<TransferResult> results, int64_t deadline_ms) override;
+  void Submit(std::span<const TransferRequest* const> requests, std::span<TransferResult> results,
+              int64_t deadline_ms) override;
 
  private:
   struct Copy {

@@ -65,9 +65,13 @@ TEST_F(LocalTransportTest, WriteThenReadScatterGatherRoundTrips) {
   EXPECT_EQ(rb, b);
   EXPECT_EQ(rc, c);
   const uint64_t moved = 2 * (1 + 4097 + (1 << 20));
-  EXPECT_EQ(metrics_.GetCounter("mc_transfer_bytes_total", "", {{"transport", "local"}, {"op", "read"}}).Value() +
-                metrics_.GetCounter("mc_transfer_bytes_total", "", {{"transport", "local"}, {"op", "write"}}).Value(),
-            moved);
+  EXPECT_EQ(
+      metrics_.GetCounter("mc_transfer_bytes_total", "", {{"transport", "local"}, {"op", "read"}})
+              .Value() +
+          metrics_
+              .GetCounter("mc_transfer_bytes_total", "", {{"transport", "local"}, {"op", "write"}})
+              .Value(),
+      moved);
 }
 
 TEST_F(LocalTransportTest, LargeParallelCopyIsExact) {
@@ -90,8 +94,8 @@ TEST_F(LocalTransportTest, ReportsLocalCopyThroughput) {
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kRounds; ++i) ASSERT_TRUE(engine_->Submit(r)[0].status.ok());
   const double secs = testing::SecondsSince(start);
-  Logger("transfer").info("local 16 MiB read: {:.2f} GB/s",
-                          kRounds * double(16 << 20) / secs / 1e9);
+  Logger("transfer")
+      .info("local 16 MiB read: {:.2f} GB/s", kRounds * double(16 << 20) / secs / 1e9);
 }
 
 TEST_F(LocalTransportTest, ErrorsArePerRequest) {
@@ -111,7 +115,8 @@ TEST_F(LocalTransportTest, ErrorsArePerRequest) {
   EXPECT_TRUE(res[3].status.ok());
   EXPECT_EQ(res[3].bytes, 0u);
   EXPECT_EQ(ToCode(res[4].status), Code::kInvalidArgument);
-  EXPECT_EQ(metrics_.GetCounter("mc_transfer_errors_total", "", {{"transport", "local"}}).Value(), 2u);
+  EXPECT_EQ(metrics_.GetCounter("mc_transfer_errors_total", "", {{"transport", "local"}}).Value(),
+            2u);
 }
 
 // A target is read or written the way it can be, and a proof belongs to one direction: the
@@ -146,12 +151,11 @@ TEST_F(LocalTransportTest, PastDeadlineFails) {
   EXPECT_EQ(res[0].status.message(), "deadline");
 }
 
-
 TEST_F(LocalTransportTest, FusedChecksumIsOfTheDeliveredBytesAcrossABatch) {
   // Sizes around the 256 KiB hashing chunk, scattered; > 1 MiB in all so the batch is spread
   // over the helper threads, one request per thread at a time.
-  const std::vector<uint64_t> sizes = {1, 4095, 256 << 10, (256 << 10) + 1, 3 << 20, 64 << 10,
-                                       (1 << 20) + 17, 9 << 20};
+  const std::vector<uint64_t> sizes = {1,       4095,     256 << 10,      (256 << 10) + 1,
+                                       3 << 20, 64 << 10, (1 << 20) + 17, 9 << 20};
   std::vector<std::vector<char>> sources, sinks;
   std::vector<TransferRequest> writes, reads;
   uint64_t offset = 0;
