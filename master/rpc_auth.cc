@@ -196,26 +196,27 @@ RpcAuthenticator::Revocation RpcAuthenticator::RevokedLocked(const std::string& 
                                                              : Revocation::kValid;
 }
 
+void RpcAuthenticator::RevocationsUnreadableLocked(const std::string& why) {
+  if (!revocations_unreadable_) {
+    Logger("master").error(
+        "--revoked_members_file {}: {}; every member registration is refused until it reads",
+        options_.revoked_members_file, why);
+  }
+  revocations_unreadable_ = true;
+  revocations_stamp_.clear();  // read again next time
+}
+
 void RpcAuthenticator::ReloadRevocationsLocked() {
   const std::string& path = options_.revoked_members_file;
   if (path.empty()) return;
-  auto unreadable = [&](const std::string& why) {
-    if (!revocations_unreadable_) {
-      Logger("master").error(
-          "--revoked_members_file {}: {}; every member registration is refused until it reads",
-          path, why);
-    }
-    revocations_unreadable_ = true;
-    revocations_stamp_.clear();  // read again next time
-  };
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return unreadable(std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) return unreadable("not a regular file");
+  if (stat(path.c_str(), &st) != 0) return RevocationsUnreadableLocked(std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return RevocationsUnreadableLocked("not a regular file");
   const std::string stamp =
       absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
   if (stamp == revocations_stamp_) return;
   std::ifstream in(path);
-  if (!in) return unreadable(std::strerror(errno));
+  if (!in) return RevocationsUnreadableLocked(std::strerror(errno));
   absl::flat_hash_map<std::string, absl::flat_hash_set<uint64_t>> revoked;
   absl::flat_hash_set<std::string> revoked_all;
   std::string line;
@@ -229,7 +230,7 @@ void RpcAuthenticator::ReloadRevocationsLocked() {
     if (f.size() != 2 || !auth::ValidCallerId(f[0]) ||
         (f[1] != "*" && (f[1].find_first_not_of("0123456789") != std::string::npos ||
                          !absl::SimpleAtoi(f[1], &serial)))) {
-      return unreadable(
+      return RevocationsUnreadableLocked(
           absl::StrCat("line ", line_no, " is not `CLIENT_ID SERIAL` or `CLIENT_ID *`"));
     }
     if (f[1] == "*") {
@@ -239,7 +240,7 @@ void RpcAuthenticator::ReloadRevocationsLocked() {
     }
     ++entries;
   }
-  if (in.bad()) return unreadable(std::strerror(errno));
+  if (in.bad()) return RevocationsUnreadableLocked(std::strerror(errno));
   revoked_ = std::move(revoked);
   revoked_all_ = std::move(revoked_all);
   revocations_stamp_ = stamp;

@@ -138,6 +138,9 @@ class RpcAuthenticator {
   Revocation CheckRevoked(const std::string& client_id, uint64_t serial)
       ABSL_LOCKS_EXCLUDED(members_mu_);
   void ReloadRevocationsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(members_mu_);
+  // The list cannot be read or parsed (`why`): member registrations refused, logged once.
+  void RevocationsUnreadableLocked(const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(members_mu_);
   Revocation RevokedLocked(const std::string& client_id, uint64_t serial) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(members_mu_);
 
