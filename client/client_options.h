@@ -53,8 +53,7 @@ struct ClientServerOptions {
   std::string store_token;                 // required on `listen` unless !store_tcp_auth
   bool store_tcp_auth = true;
   FdChannelOptions fd_channel;       // path, mode and group are filled in
-  // The fast channel (<unix_socket>.fast) for Store calls without gRPC; with unix_socket only.
-  bool store_fast_channel = true;
+  bool store_fast_channel = true;    // Store calls without gRPC on <unix_socket>.fast
   FastChannelOptions fast_channel;   // path, mode and group are filled in
   BufferRegistryOptions buffers;     // metrics is filled in
   std::string http = "127.0.0.1:0";  // admin HTTP; empty = off

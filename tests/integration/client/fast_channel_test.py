@@ -3,6 +3,7 @@ slices as raw datagrams (a small client of the wire format here, independent of 
 package's), every byte checked, local and cross-host; the ATTACH rules and a lost session as a
 real daemon answers them; and mc-bench over the fast channel and over gRPC."""
 
+import os
 import re
 import socket
 import struct
@@ -32,6 +33,7 @@ class FastConn:
         self.call_id = 0
         code, msg, body = self.ask(ATTACH, token.encode())
         if code != OK:
+            self.sock.close()
             raise RuntimeError("ATTACH refused: %d %s" % (code, msg))
         self.limit = struct.unpack("<I", body)[0]
 
@@ -175,6 +177,30 @@ class FastChannelTest(cc.ClusterTestMixin, unittest.TestCase):
             fields = dict(re.findall(r"(\S+)=(\S+)", line))
             self.assertEqual((fields["path"], fields["err"], fields["verify_fail"]),
                              (path, "0", "0"), line)
+
+
+class FastChannelOffTest(cc.ClusterTestMixin, unittest.TestCase):
+    """--store_fast_channel=false: no socket, and mc-bench (--store_fast by default) uses gRPC."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = cc.Cluster(clients=1, segment_size=16 * MiB,
+                                 client_args=["--store_fast_channel=false"]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def test_no_socket_and_grpc_only(self):
+        ready = self.cluster.clients[0].ready
+        self.assertEqual(ready["fast_socket"], "")
+        self.assertFalse(os.path.exists(ready["unix_socket"] + ".fast"))
+        out = subprocess.run([harness.binary("tools/mc-bench"), "--client",
+                              "unix:" + ready["unix_socket"], "--value_size", "4096", "--batch",
+                              "4", "--keys", "8", "--iterations", "2", "--runs", "1"],
+                             capture_output=True, text=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertIn("puts over grpc, gets over grpc", out.stdout)
 
 
 if __name__ == "__main__":
