@@ -177,6 +177,15 @@ class FastChannelTest(cc.ClusterTestMixin, unittest.TestCase):
             fields = dict(re.findall(r"(\S+)=(\S+)", line))
             self.assertEqual((fields["path"], fields["err"], fields["verify_fail"]),
                              (path, "0", "0"), line)
+            prefix = [bench, "--client", "unix:" + self.c.clients[0].ready["unix_socket"],
+                      "--mode", "match_prefix", "--prefix_keys", "100", "--iterations", "5",
+                      "--runs", "1", "--prefix_lease_ms", "5000", flag]
+            out = subprocess.run(prefix, capture_output=True, text=True, timeout=120)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            self.assertIn("match_prefix over %s" % path, out.stdout)
+            line = [l for l in out.stdout.splitlines() if l.startswith("mc-bench summary")][0]
+            self.assertIn("path=%s" % path, line)
+            self.assertIn("err=0", line)
 
 
 class FastChannelOffTest(cc.ClusterTestMixin, unittest.TestCase):
