@@ -191,7 +191,8 @@ int RunPrefixBench(const PrefixBenchOptions& o, FILE* out) {
       const std::string failure = calls.Match(req, &resp);
       const double d = SecondsSince(t0) * 1e3;
       if (resp.lease_id() != 0) calls.Release(resp.lease_id());  // untimed
-      if (failure.empty() && req.keys_size() == 0 && resp.keys_seen() != static_cast<uint32_t>(o.chain)) {
+      if (failure.empty() && req.keys_size() == 0 &&
+          resp.keys_seen() != static_cast<uint32_t>(o.chain)) {
         std::fprintf(out,
                      "mc-bench: the mc-client does not read packed keys; sending them one by "
                      "one\n");
@@ -212,8 +213,8 @@ int RunPrefixBench(const PrefixBenchOptions& o, FILE* out) {
     std::fprintf(out,
                  "mc-bench run=%d op=match_prefix path=%s keys=%d lease_ttl_ms=%u rpcs=%zu "
                  "err=%llu p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
-                 run, path, o.chain, o.lease_ttl_ms, ms.size(), static_cast<unsigned long long>(bad),
-                 l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms);
+                 run, path, o.chain, o.lease_ttl_ms, ms.size(),
+                 static_cast<unsigned long long>(bad), l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms);
     p50.push_back(l.p50_ms);
     p90.push_back(l.p90_ms);
     p99.push_back(l.p99_ms);
