@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/fast/fast_session.h"
 #include "mcstore/v1/store.grpc.pb.h"
 #include "proto/packed_lookups.h"
 #include "tools/mc_bench_pattern.h"
@@ -23,6 +24,22 @@ namespace mc::bench {
 namespace v1 = mcstore::v1;
 
 namespace {
+
+// MatchPrefix and ReleaseLease over the fast channel when there is one (and the request fits),
+// else over gRPC.
+class PrefixCalls {
+ public:
+  PrefixCalls(v1::Store::Stub* stub, client::FastSession* fast, int64_t timeout_ms)
+      : stub_(stub), fast_(fast), timeout_ms_(timeout_ms) {}
+  // Empty on success, else the error.
+  std::string Match(const v1::MatchPrefixRequest& req, v1::MatchPrefixResponse* resp);
+  void Release(uint64_t lease_id);
+
+ private:
+  v1::Store::Stub* stub_;
+  client::FastSession* fast_;
+  int64_t timeout_ms_;
+};
 
 void SetDeadline(grpc::ClientContext* c, int64_t timeout_ms) {
   c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
@@ -105,6 +122,30 @@ void RemoveChain(v1::Store::Stub* stub, const std::vector<std::string>& keys, in
 
 }  // namespace
 
+std::string PrefixCalls::Match(const v1::MatchPrefixRequest& req, v1::MatchPrefixResponse* resp) {
+  if (fast_ != nullptr && fast_->Fits(req)) {
+    absl::Status s = fast_->Call(client::fast::kMatchPrefix, req, resp);
+    return s.ok() ? "" : s.ToString();
+  }
+  grpc::ClientContext c;
+  SetDeadline(&c, timeout_ms_);
+  grpc::Status s = stub_->MatchPrefix(&c, req, resp);
+  return s.ok() ? "" : s.error_message();
+}
+
+void PrefixCalls::Release(uint64_t lease_id) {
+  v1::ReleaseLeaseRequest req;
+  req.set_lease_id(lease_id);
+  v1::ReleaseLeaseResponse resp;
+  if (fast_ != nullptr) {
+    fast_->Call(client::fast::kReleaseLease, req, &resp).IgnoreError();  // expiry is the fallback
+    return;
+  }
+  grpc::ClientContext c;
+  SetDeadline(&c, timeout_ms_);
+  (void)stub_->ReleaseLease(&c, req, &resp);  // untimed; expiry is the fallback
+}
+
 int RunPrefixBench(const PrefixBenchOptions& o, FILE* out) {
   if (o.chain <= 0 || o.value_size == 0 || o.iterations <= 0 || o.runs <= 0) {
     std::fprintf(out, "mc-bench: --prefix_keys, --value_size, --iterations, --runs must be > 0\n");
@@ -122,6 +163,21 @@ int RunPrefixBench(const PrefixBenchOptions& o, FILE* out) {
     return 2;
   }
   v1::MatchPrefixRequest req = MatchRequest(keys, o.packed_keys, o.lease_ttl_ms);
+  // The chain's calls are anonymous (no buffers): the fast channel's anonymous ATTACH.
+  std::unique_ptr<client::FastSession> fast;
+  const std::string fast_path = client::fast::DefaultFastSocket(o.client);
+  if (o.fast && !fast_path.empty() && access(fast_path.c_str(), F_OK) == 0) {
+    auto session = client::FastSession::Open(fast_path, "", o.timeout_ms);
+    if (session.ok()) {
+      fast = *std::move(session);
+    } else {
+      std::fprintf(out, "mc-bench: fast channel %s: %s; using gRPC\n", fast_path.c_str(),
+                   session.status().ToString().c_str());
+    }
+  }
+  const char* path = fast != nullptr ? "fast" : "grpc";
+  std::fprintf(out, "mc-bench: match_prefix over %s\n", path);
+  PrefixCalls calls(stub.get(), fast.get(), o.timeout_ms);
 
   uint64_t failures = 0;
   std::vector<double> p50, p90, p99;
@@ -130,21 +186,13 @@ int RunPrefixBench(const PrefixBenchOptions& o, FILE* out) {
     std::vector<double> ms;
     uint64_t bad = 0;
     for (int it = -o.warmup; it < o.iterations; ++it) {
-      grpc::ClientContext c;
-      SetDeadline(&c, o.timeout_ms);
       v1::MatchPrefixResponse resp;
       const auto t0 = std::chrono::steady_clock::now();
-      grpc::Status s = stub->MatchPrefix(&c, req, &resp);
+      const std::string failure = calls.Match(req, &resp);
       const double d = SecondsSince(t0) * 1e3;
-      if (resp.lease_id() != 0) {
-        grpc::ClientContext rc;
-        SetDeadline(&rc, o.timeout_ms);
-        v1::ReleaseLeaseRequest rreq;
-        rreq.set_lease_id(resp.lease_id());
-        v1::ReleaseLeaseResponse rresp;
-        (void)stub->ReleaseLease(&rc, rreq, &rresp);  // untimed; expiry is the fallback
-      }
-      if (s.ok() && req.keys_size() == 0 && resp.keys_seen() != static_cast<uint32_t>(o.chain)) {
+      if (resp.lease_id() != 0) calls.Release(resp.lease_id());  // untimed
+      if (failure.empty() && req.keys_size() == 0 &&
+          resp.keys_seen() != static_cast<uint32_t>(o.chain)) {
         std::fprintf(out,
                      "mc-bench: the mc-client does not read packed keys; sending them one by "
                      "one\n");
@@ -154,19 +202,19 @@ int RunPrefixBench(const PrefixBenchOptions& o, FILE* out) {
       }
       if (it < 0) continue;
       ms.push_back(d);
-      if (!s.ok() || resp.matched() != static_cast<uint32_t>(o.chain)) {
+      if (!failure.empty() || resp.matched() != static_cast<uint32_t>(o.chain)) {
         if (bad++ == 0) {
           std::fprintf(out, "mc-bench error run=%d op=match_prefix: %s matched=%u of %d\n", run,
-                       s.ok() ? "OK" : s.error_message().c_str(), resp.matched(), o.chain);
+                       failure.empty() ? "OK" : failure.c_str(), resp.matched(), o.chain);
         }
       }
     }
     const LatencySummary l = Summarize(ms);
     std::fprintf(out,
-                 "mc-bench run=%d op=match_prefix keys=%d lease_ttl_ms=%u rpcs=%zu err=%llu "
-                 "p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
-                 run, o.chain, o.lease_ttl_ms, ms.size(), static_cast<unsigned long long>(bad),
-                 l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms);
+                 "mc-bench run=%d op=match_prefix path=%s keys=%d lease_ttl_ms=%u rpcs=%zu "
+                 "err=%llu p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
+                 run, path, o.chain, o.lease_ttl_ms, ms.size(),
+                 static_cast<unsigned long long>(bad), l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms);
     p50.push_back(l.p50_ms);
     p90.push_back(l.p90_ms);
     p99.push_back(l.p99_ms);
@@ -174,9 +222,9 @@ int RunPrefixBench(const PrefixBenchOptions& o, FILE* out) {
     failures += bad;
   }
   std::fprintf(out,
-               "mc-bench summary op=match_prefix runs=%d keys=%d lease_ttl_ms=%u p50_ms=%.3f "
-               "p90_ms=%.3f p99_ms=%.3f max_ms=%.3f err=%llu\n",
-               o.runs, o.chain, o.lease_ttl_ms, Median(p50), Median(p90), Median(p99), max_ms,
+               "mc-bench summary op=match_prefix path=%s runs=%d keys=%d lease_ttl_ms=%u "
+               "p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f err=%llu\n",
+               path, o.runs, o.chain, o.lease_ttl_ms, Median(p50), Median(p90), Median(p99), max_ms,
                static_cast<unsigned long long>(failures));
   std::fflush(out);
   if (!o.keep) RemoveChain(stub.get(), keys, o.timeout_ms);

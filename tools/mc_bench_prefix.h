@@ -27,6 +27,7 @@ struct PrefixBenchOptions {
   std::string key_prefix;     // empty = "mcp-<pid>"
   int64_t timeout_ms = 60'000;
   bool keep = false;  // leave the keys stored
+  bool fast = true;   // MatchPrefix over <PATH>.fast of a unix:PATH client when it exists
 };
 
 // Returns 0 when every MatchPrefix matched the whole chain, 1 otherwise, 2 on setup errors.

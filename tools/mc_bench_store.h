@@ -33,6 +33,7 @@ struct StoreBenchOptions {
   bool measure_put = true;      // report the put phase
   bool measure_get = true;      // run and report the get phase
   bool shm = true;              // slices of a registered shm buffer; false: inline bytes
+  bool fast = true;             // puts, shm gets over <PATH>.fast when it exists; false: gRPC
   bool verify = true;           // check every byte got against the expected pattern
   int runs = 1;                 // the summary reports medians over runs
   int warmup = 1;               // untimed get RPCs per thread before each run's timing
