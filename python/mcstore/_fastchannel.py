@@ -38,6 +38,7 @@ from mcstore._proto import store_pb2
 log = logging.getLogger("mcstore")
 
 METHOD_ATTACH = 1
+_ATTACH_ID = 1  # the call_id of ATTACH; calls count on from it (0 answers an unreadable header)
 # Store RPC -> method number on the wire.
 METHODS: Dict[str, int] = {"BatchPut": 2, "BatchGet": 3, "BatchExist": 4, "MatchPrefix": 5,
                            "ReleaseLease": 6, "BatchRemove": 7}
@@ -106,14 +107,14 @@ class FastConnection:
             raise _NotSent("an owner token of %d bytes (ATTACH takes %d)"
                            % (len(token), OWNER_MAX))
         self.owner = owner
-        self._next_id = 1
+        self._next_id = _ATTACH_ID + 1
         self._timeout = timeout_s
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock = sock
         try:
             sock.settimeout(timeout_s)
             sock.connect(path)
-            sock.send(_REQUEST.pack(_REQ_MAGIC, METHOD_ATTACH, 0) + token)
+            sock.send(_REQUEST.pack(_REQ_MAGIC, METHOD_ATTACH, _ATTACH_ID) + token)
             reply = sock.recv(4096)
             limit = self._attached(reply)
             # The kernel refuses a datagram larger than SO_SNDBUF - 32: make room for the
@@ -136,7 +137,7 @@ class FastConnection:
             raise _NotSent("ATTACH: the daemon closed the connection" if not reply else
                            "ATTACH: a reply of %d bytes" % len(reply))
         magic, status, call_id, m = _REPLY.unpack_from(reply)
-        if magic != _REPLY_MAGIC or call_id != 0 or m > len(reply) - _REPLY.size:
+        if magic != _REPLY_MAGIC or call_id != _ATTACH_ID or m > len(reply) - _REPLY.size:
             raise _NotSent("ATTACH: a malformed reply")
         if status != 0:
             text = reply[_REPLY.size:_REPLY.size + m].decode("utf-8", "replace")
@@ -316,6 +317,8 @@ class FastChannel:
         `items`: for a call that must not be sent twice (put, remove), its number of result
         items: it is sent only when its answer is sure to fit a datagram too (an answer over
         the limit would be lost after the daemon acted on the request)."""
+        if timeout_s <= 0:
+            return None  # already past its deadline: gRPC says so without sending
         size = _REQUEST.size + len(body) + ANSWER_ITEM_BOUND * items
         if self.limit and size > self.limit:
             with self._lock:

@@ -307,3 +307,20 @@ def test_one_connection_serves_many_calls(daemon):
             assert c.exist([b"a"]) == [True]
         assert c.transport_stats()["fast_connections"] == 1
     assert daemon.fast.attaches == [""]
+
+
+def test_a_limit_outside_the_range_is_not_used(daemon):
+    daemon.fast.close()
+    daemon.start_fast(limit=100)  # below 4096: a daemon this client cannot trust
+    with Client(daemon.address) as c:
+        assert c.exist([b"a"]) == [True]
+        assert c.transport_stats()["fast_not_sent"]["connect_failed"] == 1
+    assert daemon.fast.calls == [] and daemon.grpc_calls_of("BatchExist") == 1
+
+
+def test_an_unreadable_header_answer_is_the_daemons_error(daemon):
+    daemon.fast.behaviour = lambda name, req, cid: ("reply", 3, "bad magic", b"", 0)
+    with Client(daemon.address) as c:
+        with pytest.raises(StoreError) as info:
+            c.exist([b"a"])
+    assert info.value.code is Code.INVALID_ARGUMENT and "bad magic" in str(info.value)
