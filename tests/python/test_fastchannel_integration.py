@@ -73,7 +73,7 @@ def test_shm_round_trip_over_the_fast_channel(cluster, fast_socket, n, size):
         assert [r.code for r in remove_eventually(c, keys)] == [Code.OK] * n
         stats = c.transport_stats()
     assert stats["fast_channel"] == fast_socket
-    assert stats["fast"] == 4 and stats["grpc"] == 0, stats
+    assert stats["fast"] >= 4 and stats["grpc"] == 0, stats
     assert stats["fast_limit"] >= 4096
     assert fast_calls(cluster, 0) - before >= 4
 
