@@ -82,6 +82,14 @@ ABSL_FLAG(uint64_t, store_max_request_slices, 4ull << 20,
           "most slices one BatchPut/BatchGet may name, block-layout runs x block items included");
 ABSL_FLAG(int32_t, store_fd_max_connections, 128, "fd socket: most open sessions");
 ABSL_FLAG(int32_t, store_fd_max_connections_per_uid, 32, "fd socket: most sessions of one uid");
+ABSL_FLAG(bool, store_fast_channel, true,
+          "with --unix_socket: serve Store calls without gRPC on the fast socket <path>.fast "
+          "(same mode and group)");
+ABSL_FLAG(int32_t, store_fast_max_connections, 128, "fast socket: most open connections");
+ABSL_FLAG(int32_t, store_fast_max_connections_per_uid, 32,
+          "fast socket: most connections of one uid");
+ABSL_FLAG(uint32_t, store_fast_max_message_bytes, 262144,
+          "fast socket: largest request or reply datagram (4096..4194304)");
 ABSL_FLAG(std::string, http, "127.0.0.1:0", "admin HTTP HOST:PORT; empty = off");
 ABSL_FLAG(std::string, data, "127.0.0.1:0", "data-plane HOST:PORT peers read and write through");
 ABSL_FLAG(std::string, advertise_host, "", "host peers use to reach --data (default: its host)");
@@ -264,6 +272,10 @@ void StoreFromFlags(ClientServerOptions& o, daemon::Problems& problems) {
   o.buffers.max_rdma_bytes = absl::GetFlag(FLAGS_rdma_buffer_bytes_total);
   o.fd_channel.max_connections = absl::GetFlag(FLAGS_store_fd_max_connections);
   o.fd_channel.max_connections_per_uid = absl::GetFlag(FLAGS_store_fd_max_connections_per_uid);
+  o.store_fast_channel = absl::GetFlag(FLAGS_store_fast_channel);
+  o.fast_channel.max_connections = absl::GetFlag(FLAGS_store_fast_max_connections);
+  o.fast_channel.max_connections_per_uid = absl::GetFlag(FLAGS_store_fast_max_connections_per_uid);
+  o.fast_channel.max_message_bytes = absl::GetFlag(FLAGS_store_fast_max_message_bytes);
 }
 
 void ClusterFromFlags(ClientServerOptions& o) {

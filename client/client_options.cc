@@ -31,6 +31,12 @@ void ValidateStore(const ClientServerOptions& o, Checker& check) {
   check(o.fd_channel.max_connections >= 1, "--store_fd_max_connections must be >= 1");
   check(o.fd_channel.max_connections_per_uid >= 1,
         "--store_fd_max_connections_per_uid must be >= 1");
+  check(o.fast_channel.max_connections >= 1, "--store_fast_max_connections must be >= 1");
+  check(o.fast_channel.max_connections_per_uid >= 1,
+        "--store_fast_max_connections_per_uid must be >= 1");
+  check(o.fast_channel.max_message_bytes >= fast::kMinMessageBytes &&
+            o.fast_channel.max_message_bytes <= fast::kMaxMessageBytes,
+        "--store_fast_max_message_bytes must be within 4096..4194304");
   check(o.buffers.max_buffers_per_owner >= 1, "--store_max_buffers_per_caller must be >= 1");
   // One uid's share stays below the daemon's: the others are never refused because one uid
   // (any number of its sessions) took everything.

@@ -18,6 +18,7 @@
 #include "client/buffers/buffer_registry.h"
 #include "client/buffers/fd_channel.h"
 #include "client/buffers/segment_pool.h"
+#include "client/fast/fast_channel.h"
 #include "client/store/store_service.h"
 #include "common/auth.h"
 #include "common/http_admin.h"
@@ -52,6 +53,9 @@ struct ClientServerOptions {
   std::string store_token;                 // required on `listen` unless !store_tcp_auth
   bool store_tcp_auth = true;
   FdChannelOptions fd_channel;       // path, mode and group are filled in
+  // The fast channel (<unix_socket>.fast) for Store calls without gRPC; with unix_socket only.
+  bool store_fast_channel = true;
+  FastChannelOptions fast_channel;   // path, mode and group are filled in
   BufferRegistryOptions buffers;     // metrics is filled in
   std::string http = "127.0.0.1:0";  // admin HTTP; empty = off
   std::string data = "127.0.0.1:0";  // data plane (tcp transport)

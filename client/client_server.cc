@@ -101,6 +101,7 @@ absl::Status ClientServer::Start() {
   store_->SetAccess(store_auth_.get(), fd_channel_.get());
   if (gpu_service_) gpu_service_->SetAccess(store_auth_.get(), fd_channel_.get());
   MC_RETURN_IF_ERROR(StartGrpc());
+  MC_RETURN_IF_ERROR(StartFastChannel());
   MC_RETURN_IF_ERROR(StartAdmin());
   return AnnounceServing();
 }
@@ -305,6 +306,7 @@ absl::Status ClientServer::AnnounceServing() {
                                                             {"data", data_endpoint_},
                                                             {"unix_socket", options_.unix_socket},
                                                             {"fd_socket", options_.fd_socket},
+                                                            {"fast_socket", fast_socket_},
                                                             {"client_id", options_.client_id}}));
   }
   Logger("client").info("mc-client {} serving Store on {}{}, data plane on {}, HTTP on {}",
@@ -367,6 +369,18 @@ absl::Status ClientServer::StartFdChannel() {
     gpu_service_->SetFdTickets(gpu_fd_tickets_.get());
   }
   return fd_channel_->Start();
+}
+
+absl::Status ClientServer::StartFastChannel() {
+  if (options_.unix_socket.empty() || !options_.store_fast_channel) return absl::OkStatus();
+  FastChannelOptions opts = options_.fast_channel;
+  opts.path = options_.unix_socket + ".fast";
+  opts.mode = options_.unix_socket_mode;
+  opts.group = options_.unix_socket_group;
+  fast_channel_ = std::make_unique<FastChannelServer>(opts, *store_, fd_channel_.get(), registry_);
+  MC_RETURN_IF_ERROR(fast_channel_->Start());
+  fast_socket_ = opts.path;
+  return absl::OkStatus();
 }
 
 absl::Status ClientServer::StartGrpc() {
@@ -501,6 +515,7 @@ void ClientServer::Shutdown() {
   if (grpc_server_) {
     grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
+  if (fast_channel_) fast_channel_->Stop();
   if (fd_channel_) fd_channel_->Stop();
   if (offload_) offload_->Stop();
   if (session_) session_->Stop();

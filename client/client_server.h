@@ -23,6 +23,7 @@
 #include "client/buffers/segment_pool.h"
 #include "client/client_metrics.h"
 #include "client/client_options.h"
+#include "client/fast/fast_channel.h"
 #include "client/gpu/gpu_buffers.h"
 #include "client/gpu/gpu_fd_tickets.h"
 #include "client/session/index_service.h"
@@ -58,6 +59,8 @@ class ClientServer {
   const std::string& data_endpoint() const { return data_endpoint_; }
   const std::string& client_id() const { return options_.client_id; }
   const std::string& fd_socket() const { return options_.fd_socket; }
+  // The fast channel's socket; empty when off.
+  const std::string& fast_socket() const { return fast_socket_; }
 
  private:
   // Start's phases, in order.
@@ -72,6 +75,7 @@ class ClientServer {
   absl::Status AnnounceServing();
   absl::Status StartGrpc();
   absl::Status StartFdChannel();
+  absl::Status StartFastChannel();
   absl::Status StartAdmin();
   std::string StatusLine();
   void OnCapabilityInfo(const MasterSession::CapabilityInfo& info);
@@ -116,11 +120,13 @@ class ClientServer {
   std::unique_ptr<GpuFdTickets> gpu_fd_tickets_;  // with the fd channel: parked POSIX-fd handles
   std::unique_ptr<StoreAuth> store_auth_;
   std::unique_ptr<FdChannelServer> fd_channel_;
+  std::unique_ptr<FastChannelServer> fast_channel_;  // after fd_channel_: it asks its sessions
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<AdminServer> admin_;
   std::string grpc_address_;
   std::string http_address_;
   std::string data_endpoint_;
+  std::string fast_socket_;
   bool stopped_ = false;
 };
 

@@ -34,6 +34,9 @@ ABSL_FLAG(std::string, token_file, "",
 ABSL_FLAG(std::string, fd_socket, "",
           "--client's fd socket for shm buffers (default: <PATH>.fd of --client unix:PATH)");
 ABSL_FLAG(std::string, put_fd_socket, "", "--put_client's fd socket (default: likewise)");
+ABSL_FLAG(bool, store_fast, true,
+          "puts and shm gets over the daemon's fast channel (<PATH>.fast of --client unix:PATH) "
+          "when that socket exists; false: gRPC only");
 ABSL_FLAG(std::string, value_size, "1048576",
           "bytes per value; K/M/G or KiB/MiB/GiB suffixes (1024-based)");
 ABSL_FLAG(int32_t, batch, 16, "items per RPC");
@@ -109,6 +112,7 @@ absl::StatusOr<StoreBenchOptions> StoreFromFlags() {
   o.put_client = absl::GetFlag(FLAGS_put_client);
   o.fd_socket = absl::GetFlag(FLAGS_fd_socket);
   o.put_fd_socket = absl::GetFlag(FLAGS_put_fd_socket);
+  o.fast = absl::GetFlag(FLAGS_store_fast);
   if (auto token = mc::tools::ReadStoreTokenFile(absl::GetFlag(FLAGS_token_file)); token.ok()) {
     o.store_token = *std::move(token);
   } else {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/buffers/fd_session.h"
+#include "client/fast/fast_session.h"
 #include "mcstore/v1/store.grpc.pb.h"
 #include "tools/mc_bench_pattern.h"
 #include "tools/mc_bench_stats.h"
@@ -61,6 +63,27 @@ std::unique_ptr<client::FdSession> OpenSession(const std::string& target,
     return nullptr;
   }
   return *std::move(session);
+}
+
+// One fast-channel connection per worker to the daemon at `target` (a unix:PATH with a
+// PATH.fast socket), attached as `owner`; empty when there is none or it refuses (after saying
+// why: the bench then uses gRPC).
+std::vector<std::unique_ptr<client::FastSession>> OpenFast(const std::string& target,
+                                                           const std::string& owner, int threads,
+                                                           int64_t timeout_ms, FILE* out) {
+  std::vector<std::unique_ptr<client::FastSession>> sessions;
+  const std::string path = client::fast::DefaultFastSocket(target);
+  if (path.empty() || access(path.c_str(), F_OK) != 0) return sessions;
+  for (int t = 0; t < threads; ++t) {
+    auto session = client::FastSession::Open(path, owner, timeout_ms);
+    if (!session.ok()) {
+      std::fprintf(out, "mc-bench: fast channel %s: %s; using gRPC\n", path.c_str(),
+                   session.status().ToString().c_str());
+      return {};
+    }
+    sessions.push_back(*std::move(session));
+  }
+  return sessions;
 }
 
 void SetDeadline(grpc::ClientContext* c, int64_t timeout_ms) {
@@ -212,6 +235,12 @@ class Runner {
       put_stubs_.push_back(
           v1::Store::NewStub(MakeChannel(put_target, o_.store_token, put_owner, o_.security)));
     }
+    if (o_.fast) {
+      put_fast_ = OpenFast(put_target, put_owner, o_.threads, o_.timeout_ms, out_);
+      // Gets over the fast channel land in registered slices: inline answers would not fit.
+      if (o_.shm) get_fast_ = OpenFast(o_.client, get_owner, o_.threads, o_.timeout_ms, out_);
+    }
+    std::fprintf(out_, "mc-bench: puts over %s, gets over %s\n", PathOf(true), PathOf(false));
     slot_count_ = static_cast<uint64_t>(o_.threads) * static_cast<uint64_t>(o_.batch);
     if (!shm_.Create(slot_count_ * o_.value_size, out_)) return false;
     if (o_.shm) {
@@ -220,6 +249,33 @@ class Runner {
       if (get_buffer_ == 0 || put_buffer_ == 0) return false;
     }
     return true;
+  }
+
+  const char* PathOf(bool is_put) const {
+    return (is_put ? put_fast_ : get_fast_).empty() ? "grpc" : "fast";
+  }
+
+  // BatchPut of worker t over its fast connection when it has one and the request fits, else
+  // over gRPC: empty on success, else the error.
+  std::string CallPut(int t, const v1::BatchPutRequest& req, v1::BatchPutResponse* resp) {
+    if (!put_fast_.empty() && put_fast_[t]->Fits(req)) {
+      absl::Status s = put_fast_[t]->Call(client::fast::kBatchPut, req, resp);
+      return s.ok() ? "" : s.ToString();
+    }
+    grpc::ClientContext c;
+    SetDeadline(&c, o_.timeout_ms);
+    grpc::Status s = put_stubs_[t]->BatchPut(&c, req, resp);
+    return s.ok() ? "" : s.error_message();
+  }
+  std::string CallGet(int t, const v1::BatchGetRequest& req, v1::BatchGetResponse* resp) {
+    if (!get_fast_.empty() && get_fast_[t]->Fits(req)) {
+      absl::Status s = get_fast_[t]->Call(client::fast::kBatchGet, req, resp);
+      return s.ok() ? "" : s.ToString();
+    }
+    grpc::ClientContext c;
+    SetDeadline(&c, o_.timeout_ms);
+    grpc::Status s = get_stubs_[t]->BatchGet(&c, req, resp);
+    return s.ok() ? "" : s.error_message();
   }
 
   // --stored reads, in every run, the keys a --keep --runs 1 run left.
@@ -281,7 +337,6 @@ class Runner {
 
   // Puts keys [0, keys) once; thread t takes batches t, t + threads, ...
   void PutWorker(int run, int t, Tally* tally) {
-    v1::Store::Stub* stub = put_stubs_[t].get();
     const uint64_t keys = static_cast<uint64_t>(o_.keys);
     const uint64_t batches = (keys + o_.batch - 1) / o_.batch;
     for (uint64_t b = static_cast<uint64_t>(t); b < batches; b += o_.threads) {
@@ -302,20 +357,18 @@ class Runner {
           item->set_data(Slot(t, j), o_.value_size);
         }
       }
-      grpc::ClientContext c;
-      SetDeadline(&c, o_.timeout_ms);
       v1::BatchPutResponse resp;
       auto c0 = std::chrono::steady_clock::now();
-      grpc::Status s = stub->BatchPut(&c, req, &resp);
+      const std::string failure = CallPut(t, req, &resp);
       double d = SecondsSince(c0);
       tally->busy_s += d;
       tally->latency_ms.push_back(d * 1e3);
       ++tally->rpcs;
       tally->items += last - first;
-      if (!s.ok() || resp.results_size() != static_cast<int>(last - first)) {
+      if (!failure.empty() || resp.results_size() != static_cast<int>(last - first)) {
         tally->err += last - first;
         ReportError(run, "put", Key(run, first),
-                    s.ok() ? "wrong number of results" : s.error_message());
+                    failure.empty() ? "wrong number of results" : failure);
         continue;
       }
       for (int i = 0; i < resp.results_size(); ++i) {
@@ -354,7 +407,6 @@ class Runner {
   }
 
   void GetWorker(int run, int t, Tally* tally) {
-    v1::Store::Stub* stub = get_stubs_[t].get();
     std::mt19937_64 rng(o_.seed * 1000003 + static_cast<uint64_t>(run) * 7919 + t);
     int64_t next_miss = 0;
     auto t0 = std::chrono::steady_clock::now();
@@ -384,20 +436,18 @@ class Runner {
           s->set_length(o_.value_size);
         }
       }
-      grpc::ClientContext c;
-      SetDeadline(&c, o_.timeout_ms);
       v1::BatchGetResponse resp;
       auto c0 = std::chrono::steady_clock::now();
-      grpc::Status s = stub->BatchGet(&c, req, &resp);
+      const std::string failure = CallGet(t, req, &resp);
       double d = SecondsSince(c0);
       into->busy_s += d;
       into->latency_ms.push_back(d * 1e3);
       ++into->rpcs;
       into->items += o_.batch;
-      if (!s.ok() || resp.results_size() != o_.batch) {
+      if (!failure.empty() || resp.results_size() != o_.batch) {
         into->err += o_.batch;
         ReportError(run, "get", req.items(0).key(),
-                    s.ok() ? "wrong number of results" : s.error_message());
+                    failure.empty() ? "wrong number of results" : failure);
         continue;
       }
       for (int j = 0; j < o_.batch; ++j) Account(run, t, j, ids[j], req, resp.results(j), into);
@@ -461,11 +511,13 @@ class Runner {
   void Print(int run, const char* op, const PhaseResult& r) {
     const Tally& t = r.total;
     std::fprintf(out_,
-                 "mc-bench run=%d op=%s value_size=%llu batch=%d threads=%d dest=%s dup=%.2f "
+                 "mc-bench run=%d op=%s path=%s value_size=%llu batch=%d threads=%d dest=%s "
+                 "dup=%.2f "
                  "hit=%.2f gap_ms=%g rpcs=%llu items=%llu ok=%llu miss=%llu err=%llu "
                  "verify_fail=%llu wall_s=%.3f GB/s=%.3f wall_GB/s=%.3f items/s=%.1f p50_ms=%.3f "
                  "p90_ms=%.3f p99_ms=%.3f max_ms=%.3f cpu_s/GB=%.3f daemons_cpu_s/GB=%.3f\n",
-                 run, op, static_cast<unsigned long long>(o_.value_size), o_.batch, o_.threads,
+                 run, op, PathOf(std::string_view(op) == "put"),
+                 static_cast<unsigned long long>(o_.value_size), o_.batch, o_.threads,
                  o_.shm ? "shm" : "inline", o_.duplicate_ratio, o_.hit_ratio, o_.get_gap_ms,
                  static_cast<unsigned long long>(t.rpcs), static_cast<unsigned long long>(t.items),
                  static_cast<unsigned long long>(t.ok), static_cast<unsigned long long>(t.miss),
@@ -493,14 +545,15 @@ class Runner {
       vfail += r.total.verify_fail;
     }
     std::fprintf(out_,
-                 "mc-bench summary op=%s runs=%zu value_size=%llu batch=%d threads=%d dest=%s "
+                 "mc-bench summary op=%s path=%s runs=%zu value_size=%llu batch=%d threads=%d "
+                 "dest=%s "
                  "gap_ms=%g GB/s=%.3f items/s=%.1f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f "
                  "max_ms=%.3f err=%llu verify_fail=%llu cpu_s/GB=%.3f daemons_cpu_s/GB=%.3f\n",
-                 op, runs.size(), static_cast<unsigned long long>(o_.value_size), o_.batch,
-                 o_.threads, o_.shm ? "shm" : "inline", o_.get_gap_ms, Median(gbps), Median(items),
-                 Median(p50), Median(p90), Median(p99), max_ms,
-                 static_cast<unsigned long long>(err), static_cast<unsigned long long>(vfail),
-                 Median(cpu), Median(pids_cpu));
+                 op, PathOf(std::string_view(op) == "put"), runs.size(),
+                 static_cast<unsigned long long>(o_.value_size), o_.batch, o_.threads,
+                 o_.shm ? "shm" : "inline", o_.get_gap_ms, Median(gbps), Median(items), Median(p50),
+                 Median(p90), Median(p99), max_ms, static_cast<unsigned long long>(err),
+                 static_cast<unsigned long long>(vfail), Median(cpu), Median(pids_cpu));
   }
 
   const StoreBenchOptions& o_;
@@ -509,6 +562,8 @@ class Runner {
   // The fd sessions outlive the stubs and the buffer: its unregistration needs them alive.
   std::unique_ptr<client::FdSession> get_session_, put_session_;
   std::vector<std::unique_ptr<v1::Store::Stub>> get_stubs_, put_stubs_;
+  // Per worker, with --store_fast and a fast socket: Store calls without gRPC.
+  std::vector<std::unique_ptr<client::FastSession>> get_fast_, put_fast_;
   SharedBuffer shm_;
   uint64_t slot_count_ = 0;
   uint64_t get_buffer_ = 0, put_buffer_ = 0;

@@ -33,6 +33,9 @@ struct StoreBenchOptions {
   bool measure_put = true;      // report the put phase
   bool measure_get = true;      // run and report the get phase
   bool shm = true;              // slices of a registered shm buffer; false: inline bytes
+  // Puts (and shm gets) over the fast channel (<PATH>.fast of a unix:PATH target) when its
+  // socket exists; false: gRPC only.
+  bool fast = true;
   bool verify = true;           // check every byte got against the expected pattern
   int runs = 1;                 // the summary reports medians over runs
   int warmup = 1;               // untimed get RPCs per thread before each run's timing

@@ -55,6 +55,12 @@ class CallerSessions {
   virtual ~CallerSessions() = default;
   virtual bool IsLive(std::string_view owner) const = 0;
   virtual std::string AccountOf(std::string_view owner) const { return std::string(owner); }
+  // The peer uid (SO_PEERCRED) of a live session; none when the owner is no live session (or
+  // nothing knows the uid). The fast channel's ATTACH requires it to equal its own peer's uid.
+  virtual std::optional<uid_t> UidOf(std::string_view owner) const {
+    (void)owner;
+    return std::nullopt;
+  }
 };
 
 struct StoreAuthOptions {

@@ -118,6 +118,13 @@ std::string FdChannelServer::AccountOf(std::string_view owner) const {
   return it == live_owners_.end() ? std::string(owner) : AccountOfUid(it->second);
 }
 
+std::optional<uid_t> FdChannelServer::UidOf(std::string_view owner) const {
+  absl::MutexLock lock(&mu_);
+  auto it = live_owners_.find(std::string(owner));
+  if (it == live_owners_.end()) return std::nullopt;
+  return it->second;
+}
+
 size_t FdChannelServer::Sessions() const {
   absl::MutexLock lock(&mu_);
   return live_owners_.size();

@@ -81,6 +81,7 @@ class FdChannelServer final : public CallerSessions {
   bool IsLive(std::string_view owner) const override;
   // "uid:N" of the session's peer (SO_PEERCRED); the owner itself when it is no live session.
   std::string AccountOf(std::string_view owner) const override;
+  std::optional<uid_t> UidOf(std::string_view owner) const override;
   static std::string AccountOfUid(uid_t uid);
   size_t Sessions() const;
 

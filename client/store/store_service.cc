@@ -54,10 +54,14 @@ StoreGrpcService::StoreGrpcService(StoreServiceOptions options, BufferRegistry& 
       metrics_(metrics),
       limits_(options_.limits, &metrics.registry()) {}
 
-absl::StatusOr<StoreGrpcService::Caller> StoreGrpcService::Admit(grpc::ServerContext* context) {
+absl::StatusOr<StoreGrpcService::Caller> StoreGrpcService::Admit(CallerId who) {
   Caller caller;
-  if (context != nullptr) {
-    MC_ASSIGN_OR_RETURN(caller.owner, AdmitCaller(*context, auth_, sessions_));
+  if (who.context != nullptr) {
+    MC_ASSIGN_OR_RETURN(caller.owner, AdmitCaller(*who.context, auth_, sessions_));
+  } else if (who.fast != nullptr) {
+    // The fast channel is a Unix socket (its file's mode and group let the caller in, as the
+    // gRPC Unix socket's do): the owner is derived exactly as for a gRPC call over that socket.
+    MC_ASSIGN_OR_RETURN(caller.owner, StoreAuth::OwnerOf("unix:", who.fast->token, sessions_));
   }
   caller.account = sessions_ != nullptr ? sessions_->AccountOf(caller.owner) : caller.owner;
   MC_ASSIGN_OR_RETURN(caller.admission, limits_.Enter(caller.owner, caller.account));
@@ -181,7 +185,7 @@ grpc::Status StoreGrpcService::RegisterBuffer(grpc::ServerContext* context,
                                               const sv1::RegisterBufferRequest* req,
                                               sv1::RegisterBufferResponse* resp) {
   RpcScope scope(metrics_.For("RegisterBuffer"));
-  MC_ADMIT(caller, context);
+  MC_ADMIT(caller, CallerId{.context = context});
   absl::StatusOr<uint64_t> id;
   if (!req->handle().empty()) {
     if (!req->shm_name().empty()) {
@@ -205,15 +209,14 @@ grpc::Status StoreGrpcService::UnregisterBuffer(grpc::ServerContext* context,
                                                 const sv1::UnregisterBufferRequest* req,
                                                 sv1::UnregisterBufferResponse*) {
   RpcScope scope(metrics_.For("UnregisterBuffer"));
-  MC_ADMIT(caller, context);
+  MC_ADMIT(caller, CallerId{.context = context});
   return ToGrpcStatus(buffers_.Unregister(req->buffer_id(), caller->owner));
 }
 
-grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
-                                        const sv1::BatchPutRequest* req,
-                                        sv1::BatchPutResponse* resp) {
+grpc::Status StoreGrpcService::ServeBatchPut(CallerId who, const sv1::BatchPutRequest* req,
+                                             sv1::BatchPutResponse* resp) {
   RpcScope scope(metrics_.For("BatchPut"));
-  MC_ADMIT(caller, context);
+  MC_ADMIT(caller, who);
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return ToGrpcStatus(TooManyItems(req->items_size(), options_.max_batch_items));
   }
@@ -260,11 +263,10 @@ grpc::Status StoreGrpcService::BatchPut(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
-                                        const sv1::BatchGetRequest* req,
-                                        sv1::BatchGetResponse* resp) {
+grpc::Status StoreGrpcService::ServeBatchGet(CallerId who, const sv1::BatchGetRequest* req,
+                                             sv1::BatchGetResponse* resp) {
   RpcScope scope(metrics_.For("BatchGet"));
-  MC_ADMIT(caller, context);
+  MC_ADMIT(caller, who);
   if (static_cast<size_t>(req->items_size()) > options_.max_batch_items) {
     return ToGrpcStatus(TooManyItems(req->items_size(), options_.max_batch_items));
   }
@@ -316,11 +318,10 @@ grpc::Status StoreGrpcService::BatchGet(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status StoreGrpcService::BatchExist(grpc::ServerContext* context,
-                                          const sv1::BatchExistRequest* req,
-                                          sv1::BatchExistResponse* resp) {
+grpc::Status StoreGrpcService::ServeBatchExist(CallerId who, const sv1::BatchExistRequest* req,
+                                               sv1::BatchExistResponse* resp) {
   RpcScope scope(metrics_.For("BatchExist"));
-  MC_ADMIT(caller, context);
+  MC_ADMIT(caller, who);
   if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
     return ToGrpcStatus(TooManyItems(req->keys_size(), options_.max_batch_items));
   }
@@ -407,11 +408,10 @@ absl::Status StoreGrpcService::LookUpPrefix(const sv1::MatchPrefixRequest& req,
   }
 }
 
-grpc::Status StoreGrpcService::MatchPrefix(grpc::ServerContext* context,
-                                           const sv1::MatchPrefixRequest* req,
-                                           sv1::MatchPrefixResponse* resp) {
+grpc::Status StoreGrpcService::ServeMatchPrefix(CallerId who, const sv1::MatchPrefixRequest* req,
+                                                sv1::MatchPrefixResponse* resp) {
   RpcScope scope(metrics_.For("MatchPrefix"));
-  MC_ADMIT(caller, context);
+  MC_ADMIT(caller, who);
   absl::StatusOr<std::vector<std::string_view>> asked = RequestKeys(*req);
   if (!asked.ok()) return ToGrpcStatus(asked.status());
   if (asked->size() > options_.max_batch_items) {
@@ -498,11 +498,10 @@ grpc::Status StoreGrpcService::RefusePrefixAnswer(grpc::Status refused,
   return refused;
 }
 
-grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext* context,
-                                            const sv1::ReleaseLeaseRequest* req,
-                                            sv1::ReleaseLeaseResponse*) {
+grpc::Status StoreGrpcService::ServeReleaseLease(CallerId who, const sv1::ReleaseLeaseRequest* req,
+                                                 sv1::ReleaseLeaseResponse*) {
   RpcScope scope(metrics_.For("ReleaseLease"));
-  MC_ADMIT(caller, context);
+  MC_ADMIT(caller, who);
   std::optional<PrefixLease> lease =
       prefix_leases_.Take(req->lease_id(), caller->owner, req->lease_token());
   if (!lease) {
@@ -521,11 +520,10 @@ grpc::Status StoreGrpcService::ReleaseLease(grpc::ServerContext* context,
   return ToGrpcStatus(master_.ReleaseLeases(mreq));
 }
 
-grpc::Status StoreGrpcService::BatchRemove(grpc::ServerContext* context,
-                                           const sv1::BatchRemoveRequest* req,
-                                           sv1::BatchRemoveResponse* resp) {
+grpc::Status StoreGrpcService::ServeBatchRemove(CallerId who, const sv1::BatchRemoveRequest* req,
+                                                sv1::BatchRemoveResponse* resp) {
   RpcScope scope(metrics_.For("BatchRemove"));
-  MC_ADMIT(caller, context);
+  MC_ADMIT(caller, who);
   if (static_cast<size_t>(req->keys_size()) > options_.max_batch_items) {
     return ToGrpcStatus(TooManyItems(req->keys_size(), options_.max_batch_items));
   }
@@ -538,5 +536,23 @@ grpc::Status StoreGrpcService::BatchRemove(grpc::ServerContext* context,
   for (const auto& r : resp->results()) scope.metrics().CountItem(ToCode(FromResult(r)));
   return grpc::Status::OK;
 }
+
+// The gRPC methods and the fast channel's calls share each handler body (Serve*).
+#define MC_FORWARD(Rpc)                                                                          \
+  grpc::Status StoreGrpcService::Rpc(grpc::ServerContext* context, const sv1::Rpc##Request* req, \
+                                     sv1::Rpc##Response* resp) {                                 \
+    return Serve##Rpc(CallerId{.context = context}, req, resp);                                  \
+  }                                                                                              \
+  grpc::Status StoreGrpcService::Rpc(const FastCaller& caller, const sv1::Rpc##Request* req,     \
+                                     sv1::Rpc##Response* resp) {                                 \
+    return Serve##Rpc(CallerId{.fast = &caller}, req, resp);                                     \
+  }
+MC_FORWARD(BatchPut)
+MC_FORWARD(BatchGet)
+MC_FORWARD(BatchExist)
+MC_FORWARD(MatchPrefix)
+MC_FORWARD(ReleaseLease)
+MC_FORWARD(BatchRemove)
+#undef MC_FORWARD
 
 }  // namespace mc::client

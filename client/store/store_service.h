@@ -5,7 +5,9 @@
 // Every handler first admits the caller (Admit): the transport check of StoreAuth (a token over
 // TCP), then its owner key and its in-flight slot (CallerLimits). Buffers and prefix leases are
 // the owner's: another caller's buffer id resolves as unknown, another caller's lease as none.
-// A null ServerContext (in-process calls, unit tests) is the trusted owner "".
+// A null ServerContext (in-process calls, unit tests) is the trusted owner "". The fast channel
+// (client/fast/fast_channel.h) calls the same handlers through FastStoreCalls, its caller
+// admitted as a gRPC call over the Unix socket with the same x-mc-owner would be.
 // GPU memory (docs/gpu.md): BatchGet and BatchPut slices may name registered GPU buffers of the
 // caller (any number per item, beside host slices); a get lands there through the cuda
 // transport (BatchGetter, staged through pinned host memory when needed), a put source is
@@ -28,6 +30,7 @@
 #include "client/batch/prefix_leases.h"
 #include "client/buffers/buffer_registry.h"
 #include "client/client_metrics.h"
+#include "client/fast/fast_store_calls.h"
 #include "client/gpu/gpu_buffers.h"
 #include "client/session/master_client.h"
 #include "mcstore/v1/store.grpc.pb.h"
@@ -57,7 +60,7 @@ struct StoreServiceOptions {
   int64_t packed_keys_retry_ms = 60'000;
 };
 
-class StoreGrpcService final : public mcstore::v1::Store::Service {
+class StoreGrpcService final : public mcstore::v1::Store::Service, public FastStoreCalls {
  public:
   StoreGrpcService(StoreServiceOptions options, BufferRegistry& buffers, BatchPutter& putter,
                    BatchGetter& getter, MasterClient& master, PrefixLeases& prefix_leases,
@@ -95,14 +98,47 @@ class StoreGrpcService final : public mcstore::v1::Store::Service {
   grpc::Status BatchRemove(grpc::ServerContext*, const mcstore::v1::BatchRemoveRequest*,
                            mcstore::v1::BatchRemoveResponse*) override;
 
+  // The same calls for a caller of the fast channel (client/fast/fast_channel.h): the same
+  // admission and bodies, counted in the same per-RPC metrics.
+  grpc::Status BatchPut(const FastCaller&, const mcstore::v1::BatchPutRequest*,
+                        mcstore::v1::BatchPutResponse*) override;
+  grpc::Status BatchGet(const FastCaller&, const mcstore::v1::BatchGetRequest*,
+                        mcstore::v1::BatchGetResponse*) override;
+  grpc::Status BatchExist(const FastCaller&, const mcstore::v1::BatchExistRequest*,
+                          mcstore::v1::BatchExistResponse*) override;
+  grpc::Status MatchPrefix(const FastCaller&, const mcstore::v1::MatchPrefixRequest*,
+                           mcstore::v1::MatchPrefixResponse*) override;
+  grpc::Status ReleaseLease(const FastCaller&, const mcstore::v1::ReleaseLeaseRequest*,
+                            mcstore::v1::ReleaseLeaseResponse*) override;
+  grpc::Status BatchRemove(const FastCaller&, const mcstore::v1::BatchRemoveRequest*,
+                           mcstore::v1::BatchRemoveResponse*) override;
+
  private:
   struct Caller {
     std::string owner;
     std::string account;  // the owner's uid account (CallerSessions::AccountOf)
     CallerLimits::Admission admission;
   };
+  // Who calls: a gRPC call's context, or a fast-channel caller (neither: the trusted owner "").
+  struct CallerId {
+    grpc::ServerContext* context = nullptr;
+    const FastCaller* fast = nullptr;
+  };
   // Authenticates the call and takes an in-flight slot of its owner and account.
-  absl::StatusOr<Caller> Admit(grpc::ServerContext* context);
+  absl::StatusOr<Caller> Admit(CallerId who);
+  // The bodies of the calls both transports serve.
+  grpc::Status ServeBatchPut(CallerId who, const mcstore::v1::BatchPutRequest* req,
+                             mcstore::v1::BatchPutResponse* resp);
+  grpc::Status ServeBatchGet(CallerId who, const mcstore::v1::BatchGetRequest* req,
+                             mcstore::v1::BatchGetResponse* resp);
+  grpc::Status ServeBatchExist(CallerId who, const mcstore::v1::BatchExistRequest* req,
+                               mcstore::v1::BatchExistResponse* resp);
+  grpc::Status ServeMatchPrefix(CallerId who, const mcstore::v1::MatchPrefixRequest* req,
+                                mcstore::v1::MatchPrefixResponse* resp);
+  grpc::Status ServeReleaseLease(CallerId who, const mcstore::v1::ReleaseLeaseRequest* req,
+                                 mcstore::v1::ReleaseLeaseResponse* resp);
+  grpc::Status ServeBatchRemove(CallerId who, const mcstore::v1::BatchRemoveRequest* req,
+                                mcstore::v1::BatchRemoveResponse* resp);
   // MatchPrefix's lookup at the master (`mreq` prepared but for its keys, which are `keys`, those
   // of `req`): keys packed unless an older master was met within packed_keys_retry_ms; a master
   // that saw none of the packed keys gets them again one by one. `sent_ms` (steady) and

@@ -25,7 +25,7 @@ ALLOWED = {
     "tools": {"common", "proto", "mcstore", "client", "transfer"},
 }
 OURS = {"common", "proto", "transfer", "offload", "master", "client", "tools", "tests", "bench"}
-CLIENT_ROOMS = ["access", "gpu", "buffers", "session", "tier", "batch", "store"]
+CLIENT_ROOMS = ["access", "gpu", "buffers", "session", "tier", "batch", "fast", "store"]
 CLIENT_LEAVES = {"client/client_metrics.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # A transport's implementation: its transport class, or anything of rdma/ and local/.
