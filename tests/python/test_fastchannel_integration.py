@@ -128,3 +128,36 @@ def test_unregistered_buffer_and_errors_match_grpc(cluster, fast_socket):
                 outcomes.append(("call", type(e), e.code))
             assert c.transport_stats()["fast"] == (1 if fast is None else 0)
     assert outcomes[0] == outcomes[1] and outcomes[0] != ("item", Code.OK), outcomes
+
+
+def test_session_lost_over_the_fast_channel(cluster, fast_socket):
+    """The daemon ends the fd session (its socket closes) while the client still holds the
+    owner token: the next fast call raises SessionLostError, the client forgets the session and
+    its connections, and a new buffer opens a new session whose calls go fast again."""
+    import time
+    from mcstore import SessionLostError
+    with Client("unix:" + unix(cluster, 0), timeout_s=30) as c:
+        buf = c.create_buffer(64 * KiB)
+        key = uniq("lost")
+        pattern = bytes(range(256)) * 16
+        buf.memoryview(0, 4 * KiB)[:] = pattern
+        raise_for_results(c.put([key], [buf.slice(0, 4 * KiB)]))
+        c._fd_session._sock.close()  # the daemon sees the session end; the client does not
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                c.get([key], into=[buf.slice(4 * KiB, 4 * KiB)])
+            except SessionLostError as e:
+                assert "session lost" in str(e)
+                break
+            assert time.monotonic() < deadline, "no SessionLostError within 10 s"
+            time.sleep(0.01)  # the poll interval of this deadline loop
+        assert c._fd_session is None and c.transport_stats()["fast_connections"] == 0
+        fast_before = c.transport_stats()["fast"]
+        assert c.exist([key]) == [True]  # anonymous now
+        again = c.create_buffer(64 * KiB)
+        res = c.get([key], into=[again.slice(0, 4 * KiB)])
+        raise_for_results(res)
+        assert again.memoryview(0, 4 * KiB).tobytes() == pattern
+        stats = c.transport_stats()
+        assert stats["fast"] == fast_before + 2 and stats["grpc"] == 0, stats
