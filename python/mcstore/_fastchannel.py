@@ -27,6 +27,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 import grpc
@@ -57,6 +58,18 @@ SESSION_LOST = "session lost:"  # the daemon's message prefix (StoreAuth::kSessi
 ANSWER_ITEM_BOUND = 128  # bytes one put/remove result item may add to its answer, beyond its key
 _OVERSIZE = "exceeds the fast channel's limit"
 _IDEMPOTENT = frozenset(("BatchGet", "BatchExist"))  # safe to redo on gRPC: read only
+
+
+_CHANNELS: "weakref.WeakSet[FastChannel]" = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for channel in list(_CHANNELS):
+        channel._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def default_fast_socket(address: str) -> Optional[str]:
@@ -220,6 +233,18 @@ class FastChannel:
         # Calls answered over the fast channel, and why others were not sent over it.
         self.stats: Dict[str, int] = {"fast": 0, "failed": 0, "oversize": 0, "busy": 0,
                                       "down": 0, "connect_failed": 0, "stale": 0}
+        _CHANNELS.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child must not share its parent's connections (both would read the same
+        replies): it closes its copies and opens its own. The lock may have been held by a
+        thread that does not exist here."""
+        self._lock = threading.Lock()
+        idle, self._idle = self._idle, []
+        self._open = 0
+        self._owner = None
+        for c in idle:
+            c.close()
 
     # -- the pool --------------------------------------------------------------------------
     def _acquire(self, owner: str, timeout_s: float) -> Optional[FastConnection]:

@@ -324,3 +324,23 @@ def test_an_unreadable_header_answer_is_the_daemons_error(daemon):
         with pytest.raises(StoreError) as info:
             c.exist([b"a"])
     assert info.value.code is Code.INVALID_ARGUMENT and "bad magic" in str(info.value)
+
+
+def test_a_forked_child_opens_its_own_connection(daemon):
+    with Client(daemon.address) as c:
+        assert c.exist([b"a"]) == [True]
+        pid = os.fork()
+        if pid == 0:  # the child: its copy of the parent's connection is closed, not shared
+            code = 1
+            try:
+                stats = c.transport_stats()
+                ok = c.exist([b"b"]) == [True]
+                code = 0 if ok and stats["fast_connections"] == 0 else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert c.exist([b"c"]) == [True]  # the parent's connection is still its own
+        assert c.transport_stats()["fast_connections"] == 1
+    assert daemon.fast.attaches == ["", ""]
+    assert daemon.grpc_calls == []
