@@ -378,7 +378,13 @@ absl::Status ClientServer::StartFastChannel() {
   opts.mode = options_.unix_socket_mode;
   opts.group = options_.unix_socket_group;
   fast_channel_ = std::make_unique<FastChannelServer>(opts, *store_, fd_channel_.get(), registry_);
-  MC_RETURN_IF_ERROR(fast_channel_->Start());
+  if (absl::Status s = fast_channel_->Start(); !s.ok()) {
+    // gRPC serves every call the fast channel would: run on without it (e.g. a socket path
+    // that fits with ".fd" but not with ".fast").
+    Logger("client").error("fast channel off, Store calls go over gRPC only: {}", s.ToString());
+    fast_channel_->Stop();  // kept: the metrics registry still reads its gauge
+    return absl::OkStatus();
+  }
   fast_socket_ = opts.path;
   return absl::OkStatus();
 }

@@ -226,11 +226,11 @@ void FastChannelServer::Accept() {
   }
 }
 
-bool FastChannelServer::WaitReadable(int fd, int timeout_ms) {
+bool FastChannelServer::WaitReadable(int fd, int timeout_ms, bool* hung_up) {
   const int64_t deadline = timeout_ms < 0 ? -1 : NowMs() + timeout_ms;
   for (;;) {
     const int wait = deadline < 0 ? -1 : static_cast<int>(std::max<int64_t>(0, deadline - NowMs()));
-    pollfd pfds[2] = {{fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    pollfd pfds[2] = {{fd, POLLIN | POLLRDHUP, 0}, {wake_fd_, POLLIN, 0}};
     int rc = poll(pfds, 2, wait);
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0 || stopping_.load() || pfds[1].revents != 0) return false;
@@ -239,6 +239,7 @@ bool FastChannelServer::WaitReadable(int fd, int timeout_ms) {
       return false;
     }
     // Data first: a peer may send its last call and close at once.
+    *hung_up = (pfds[0].revents & (POLLRDHUP | POLLHUP)) != 0;
     return (pfds[0].revents & POLLIN) != 0;
   }
 }
@@ -256,11 +257,13 @@ void FastChannelServer::Serve(Conn* conn) {
   const int64_t first_deadline = NowMs() + options_.first_message_timeout_ms;
   for (bool spoke = false;;) {
     const int64_t left = std::max<int64_t>(0, first_deadline - NowMs());
-    if (!WaitReadable(conn->fd, spoke ? -1 : static_cast<int>(left))) break;
+    bool hung_up = false;
+    if (!WaitReadable(conn->fd, spoke ? -1 : static_cast<int>(left), &hung_up)) break;
     // MSG_TRUNC: the datagram's real length, even when it is longer than the buffer.
     ssize_t n = recv(conn->fd, buffer.get(), max_message_bytes_, MSG_DONTWAIT | MSG_TRUNC);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n <= 0) break;  // the peer closed (or an empty datagram, which no client sends)
+    if (n < 0 || (n == 0 && hung_up)) break;  // the peer closed
+    // (n == 0 from a live peer: an empty datagram, answered as malformed.)
     spoke = true;
     const bool keep =
         dispatch_->Handle(state, buffer.get(), static_cast<size_t>(n), &reply, &arena);

@@ -77,8 +77,9 @@ class FastChannelServer {
   void Accept();
   // The connection's thread: serves its datagrams until it closes, fails, or Stop.
   void Serve(Conn* conn);
-  // Waits for the connection's next datagram; false when it is to be closed.
-  bool WaitReadable(int fd, int timeout_ms);
+  // Waits for the connection's next datagram; false when it is to be closed. `*hung_up`: the
+  // peer closed its end (a read of 0 bytes is then the end, not an empty datagram).
+  bool WaitReadable(int fd, int timeout_ms, bool* hung_up);
   // Joins the threads of connections that ended.
   void Reap();
   // Sizes `fd`'s send buffer for a reply of `bytes`; returns the largest datagram it allows.

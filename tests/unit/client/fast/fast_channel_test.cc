@@ -267,6 +267,7 @@ TEST_F(FastChannel, MalformedDatagramsAreRefusedAndClose) {
   options.max_message_bytes = 8192;
   Start(options);
   const std::vector<std::pair<std::string, uint64_t>> bad = {
+      {"", 0},                                                    // empty
       {"MCQ1abc", 0},                                             // short
       {"XXXX" + Datagram(fast::kBatchPut, 3, "").substr(4), 0},   // bad magic
       {Datagram(99, 4, ""), 4},                                   // unknown method
@@ -280,7 +281,7 @@ TEST_F(FastChannel, MalformedDatagramsAreRefusedAndClose) {
     EXPECT_EQ(r.call_id, call_id) << r.message;
     EXPECT_TRUE(ClosedByDaemon(fd)) << r.message;
   }
-  EXPECT_EQ(Refused("malformed"), 4);
+  EXPECT_EQ(Refused("malformed"), 5);
   EXPECT_EQ(Refused("oversize"), 1);
   // A body that does not parse is answered; the connection stays.
   int fd = Attached();
