@@ -6,9 +6,15 @@ case: `keys` values of `size` bytes put through client 0, and gets in batches of
 slices of a registered buffer (zero-copy) or inline, through client 0 (local path) and client 1
 (cross-daemon TCP path). Each figure is the median of RUNS runs. mc-bench (build/tools/mc-bench)
 runs the same case on the same daemons when built. Also the Python-side cost of a get of many
-small keys into slices (what a connector loading 1000 KV blocks pays per call).
+small keys into slices (what a connector loading 1000 KV blocks pays per call), and the fast
+channel against gRPC: put from and get into shm slices through the local daemon, 16 x 64 KiB
+and 16 x 1 MiB per call, the two paths interleaved, per-call p50 latency. Prints which path
+each Client's calls took (Client.transport_stats()).
 
     MC_BUILD_DIR=build PYTHONPATH=<stubs>:python:tests $MC_VENV/bin/python bench/py_client_bench.py
+        [--fast-vs-grpc [--address unix:/path/to/client.sock]]
+    --fast-vs-grpc: only the fast channel against gRPC, on a cluster of its own or, with
+    --address, through a running daemon (e.g. deploy/local-cluster.sh start 2, MC_AUTH=0)
 """
 
 import os
@@ -113,14 +119,88 @@ def many_small(c, n=1024, size=4096):
     return statistics.median(build), statistics.median(total)
 
 
+def paths(c):
+    """Which path a Client's data calls took, in words."""
+    s = c.transport_stats()
+    if s["fast_channel"] is None:
+        return "gRPC only (fast channel off): %d calls" % s["grpc"]
+    not_sent = ", ".join("%s %d" % kv for kv in sorted(s["fast_not_sent"].items()) if kv[1])
+    return "fast channel %s (limit %d B): %d calls; gRPC: %d calls%s" % (
+        s["fast_channel"], s["fast_limit"], s["fast"], s["grpc"],
+        " (not sent fast: %s)" % not_sent if not_sent else "")
+
+
+def fast_vs_grpc(addr, rounds, sizes=((64 << 10, 100), (1 * MiB, 16)), batch=16):
+    """p50 per-call latency of put (from shm slices) and get (into shm slices) through the
+    local daemon, over the fast channel and over gRPC, interleaved round by round."""
+    import numpy as np
+    from mcstore import Client, raise_for_results
+    with Client(addr, timeout_s=60) as fast, \
+            Client(addr, timeout_s=60, fast_channel=False) as grpc_only:
+        clients = (("fast", fast), ("grpc", grpc_only))
+        print("fast channel vs gRPC, local daemon, shm slices, %d values per call, p50 of %d "
+              "rounds (ms per call; GB/s at that latency)" % (batch, rounds))
+        for size, iters in sizes:
+            bufs = {}
+            for name, c in clients:
+                src, dst = c.create_buffer(size * batch), c.create_buffer(size * batch)
+                src.numpy(np.uint8, size * batch)[:] = np.random.default_rng(3).integers(
+                    0, 255, size * batch, dtype=np.uint8)
+                bufs[name] = (src, dst)
+            lat = {(n, op): [] for n, _ in clients for op in ("put", "get")}
+            cpu = {key: 0.0 for key in lat}  # this process's CPU (gRPC's threads included)
+            for rnd in range(rounds):
+                for name, c in (clients if rnd % 2 == 0 else clients[::-1]):
+                    src, dst = bufs[name]
+                    names = [b"pyab-%d-%s-%d-%d" % (os.getpid(), name.encode(), rnd, i)
+                             for i in range(batch * iters)]
+                    put_from = [src.slice(j * size, size) for j in range(batch)]
+                    get_into = [dst.slice(j * size, size) for j in range(batch)]
+                    c0 = time.process_time()
+                    for it in range(iters):
+                        t0 = time.perf_counter()
+                        raise_for_results(c.put(names[it * batch:(it + 1) * batch], put_from))
+                        lat[(name, "put")].append(time.perf_counter() - t0)
+                    c1 = time.process_time()
+                    for it in range(iters):
+                        t0 = time.perf_counter()
+                        raise_for_results(c.get(names[it * batch:(it + 1) * batch],
+                                                into=get_into))
+                        lat[(name, "get")].append(time.perf_counter() - t0)
+                    cpu[(name, "put")] += c1 - c0
+                    cpu[(name, "get")] += time.process_time() - c1
+                    if bytes(dst.memoryview(0, size)) != bytes(src.memoryview(0, size)):
+                        raise RuntimeError("%s: got bytes differ from those put" % name)
+                    remove(c, names)
+            for op in ("put", "get"):
+                f, g = (statistics.median(lat[(n, op)]) for n in ("fast", "grpc"))
+                fc, gc = (cpu[(n, op)] / len(lat[(n, op)]) for n in ("fast", "grpc"))
+                print("  %4d KiB x %d %s: fast %.3f ms (%.2f GB/s), gRPC %.3f ms (%.2f GB/s), "
+                      "fast/gRPC time %.2f; client CPU per call: fast %.0f us, gRPC %.0f us"
+                      % (size >> 10, batch, op, f * 1e3, size * batch / f / 1e9, g * 1e3,
+                         size * batch / g / 1e9, f / g, fc * 1e6, gc * 1e6))
+            for src, dst in bufs.values():
+                src.close()
+                dst.close()
+        for name, c in clients:
+            print("  %s client: %s" % (name, paths(c)))
+
+
 def main():
     stubs()
+    args = sys.argv[1:]
+    if "--address" in args:
+        fast_vs_grpc(args[args.index("--address") + 1], max(RUNS, 6))
+        return
     from integration.client.client_cluster import Cluster
     from mcstore import Client
     cl = Cluster(clients=2, segment_size=512 * MiB).start()
     try:
         a0 = "unix:" + cl.clients[0].ready["unix_socket"]
         a1 = "unix:" + cl.clients[1].ready["unix_socket"]
+        if "--fast-vs-grpc" in sys.argv[1:]:
+            fast_vs_grpc(a0, max(RUNS, 6))
+            return
         with Client(a0, timeout_s=60) as c0, Client(a1, timeout_s=60) as c1:
             print("case                          python GB/s   mc-bench GB/s   (median of %d)"
                   % RUNS)
@@ -135,6 +215,8 @@ def main():
             b, t = many_small(c0)
             print("get of 1024 x 4 KiB into slices, local: %.1f ms per call, of which %.1f ms "
                   "building the request in Python" % (t * 1e3, b * 1e3))
+            print("client 0: %s\nclient 1: %s" % (paths(c0), paths(c1)))
+        fast_vs_grpc(a0, max(RUNS, 6))
     finally:
         cl.stop()
 

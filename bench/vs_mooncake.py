@@ -6,6 +6,8 @@ package). Both systems run the way they are meant to be used, on loopback:
 
 - mcstore: deploy/local-cluster.sh (mc-master + two mc-client daemons, --prefault); "node 1" is an
   application process using mcstore.Client on client1's Unix socket, "node 2" one on client2's.
+  Their data calls take the daemon's fast channel ("<socket>.fast") when it is there, gRPC with
+  --python-grpc (for A/B); the report says which path they took.
 - Mooncake: the wheel's mooncake_master; "node 1" and "node 2" are application processes each
   holding a mooncake.store.MooncakeDistributedStore (protocol tcp, metadata P2PHANDSHAKE) that
   mounts a global segment of the same size as an mc-client's.
@@ -249,6 +251,7 @@ class Bench:
         segment = max(a.total, max(a.sizes) * a.batch) * 5 // 4 + 64 * MiB
         segment = (segment + MiB - 1) // MiB * MiB
         base = {"batch": a.batch, "max_size": max(a.sizes), "seed": 1234}
+        mc_base = dict(base, fast_channel=False if a.python_grpc else None)
         wenv = dict(os.environ)
         mkenv = dict(wenv)
         if a.mooncake_checksum:
@@ -266,7 +269,7 @@ class Bench:
         mc = self.start_mcstore(segment)
         self.sides["mcstore"] = mc
         for node in (1, 2):
-            cfg = dict(base, socket=os.path.join(self.mc_run, "client%d.sock" % node))
+            cfg = dict(mc_base, socket=os.path.join(self.mc_run, "client%d.sock" % node))
             mc.nodes.append(Worker("mcstore-node%d" % node, "mcstore", node, cfg, self.run_dir,
                                    wenv, a.timeout))
         master, pid = self.start_mooncake_master()
@@ -418,6 +421,8 @@ class Bench:
             print("round %d of %d (%s first): %.1f s" % (rnd, a.rounds, order[0],
                                                         time.monotonic() - r0), flush=True)
         self.report(time.monotonic() - t0)
+        for w in self.sides["mcstore"].nodes:
+            print("mcstore %s's Python client: %s" % (w.name, w.call(op="transport")["paths"]))
 
     def report(self, seconds):
         a = self.args
@@ -500,6 +505,9 @@ def main():
     p.add_argument("--mooncake-env", action="append", default=[], metavar="NAME=VALUE",
                    help="an environment variable for Mooncake's two store processes (repeatable),"
                         " e.g. MC_TCP_ENABLE_CONNECTION_POOL=1")
+    p.add_argument("--python-grpc", action="store_true",
+                   help="mcstore's nodes send every call over gRPC (fast_channel=False), not over "
+                        "the daemon's fast channel (the default where the daemon serves one)")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep bench/run/vs-mooncake-PID/ (daemon and node logs) after a good run")
     p.add_argument("--build-dir", default=os.environ.get("MC_BUILD_DIR",

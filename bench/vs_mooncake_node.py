@@ -35,7 +35,8 @@ class Values:
 class McstoreNode:
     def __init__(self, cfg):
         from mcstore import Client
-        self.client = Client("unix:" + cfg["socket"], timeout_s=120)
+        self.client = Client("unix:" + cfg["socket"], timeout_s=120,
+                             fast_channel=cfg.get("fast_channel"))
         n = cfg["batch"] * cfg["max_size"]
         self.src = self.client.create_buffer(n)
         self.dst = self.client.create_buffer(n)
@@ -46,6 +47,16 @@ class McstoreNode:
 
     def info(self):
         return {}
+
+    def paths(self):
+        """Which path the client's data calls took (fast channel or gRPC), in words."""
+        s = self.client.transport_stats()
+        if s["fast_channel"] is None:
+            return "gRPC (fast channel off): %d calls" % s["grpc"]
+        not_sent = ", ".join("%s %d" % kv for kv in sorted(s["fast_not_sent"].items()) if kv[1])
+        return "fast channel %s: %d calls; gRPC: %d calls%s" % (
+            s["fast_channel"], s["fast"], s["grpc"],
+            " (not sent fast: %s)" % not_sent if not_sent else "")
 
     def put(self, keys, size):
         from mcstore import raise_for_results
@@ -167,6 +178,9 @@ def worker_main(system, node, cfg):
                 return
             if op == "cpu":
                 reply({"ok": True, "cpu": cpu_self()})
+                continue
+            if op == "transport":
+                reply({"ok": True, "paths": impl.paths() if system == "mcstore" else ""})
                 continue
             size, n, batch, salt = cmd["size"], cmd["n"], cmd["batch"], cmd["salt"]
             keys = ["%s-%d" % (cmd["prefix"], i) for i in range(n)]

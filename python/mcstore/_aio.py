@@ -49,7 +49,8 @@ class AsyncLease(_LeaseFields):
 
 class AsyncClient:
     """Client's API as coroutines (grpc.aio). Create it inside the running event loop that
-    uses it. Many calls may be in flight at once (asyncio.gather).
+    uses it. Many calls may be in flight at once (asyncio.gather). Every call goes over gRPC:
+    the daemon's fast channel is Client's (synchronous calls) only.
 
     Buffers: `await create_buffer(n)` returns a SharedBuffer registered through a small
     synchronous control channel, so SharedBuffer.close() works from any thread."""

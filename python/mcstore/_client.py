@@ -15,6 +15,8 @@ from mcstore._buffers import SharedBuffer, Slice, _check_int, check_shm_name
 from mcstore._core import IntoArg, KeyLike, ValuesArg
 from mcstore._errors import (Code, GetResult, Result, SessionLostError, StoreError,
                              error_from_rpc)
+from mcstore._fastchannel import METHODS as FAST_METHODS
+from mcstore._fastchannel import FastChannel, resolve_path as fast_socket_path
 from mcstore._fdchannel import FdSession, default_fd_socket
 from mcstore._gpu import (CUDA_IPC_HANDLE_BYTES, GPU_BUFFER_ID_BIT, GpuBuffer,
                           export_cuda_tensor)
@@ -117,11 +119,19 @@ class Client:
     TLS: for a daemon whose TCP listener serves TLS (--tls_cert_file), pass `tls=` a TlsConfig
     (CA file, optional client certificate and key, optional server name) or just the CA file's
     path. Unix-socket addresses take no TLS (ValueError).
+
+    Fast channel: put, get (into registered slices only), exist, remove, match_prefix and
+    release_lease go over the daemon's fast socket ("<unix socket>.fast": the same Store
+    messages, one datagram each way, no gRPC) when it is there and the request fits its limit;
+    everything else, and every call when it is absent or cannot be opened (retried after 30 s),
+    over gRPC. `fast_channel`: None (default) = $MCSTORE_FAST_SOCKET when set (a path, or "off"),
+    else "<unix socket>.fast" when `address` is a Unix socket; a str = that socket; False =
+    never. The *_async methods use gRPC. transport_stats() counts the calls of each path.
     """
 
     def __init__(self, address: str, timeout_s: float = 10.0, *, token: Optional[str] = None,
                  token_file: Optional[str] = None, fd_socket: Optional[str] = None,
-                 tls: TlsArg = None) -> None:
+                 tls: TlsArg = None, fast_channel: Any = None) -> None:
         self.address = address
         self.timeout_s = float(timeout_s)
         if self.timeout_s <= 0:
@@ -141,6 +151,10 @@ class Client:
         self._gpu_rpc: Optional[Dict[str, Any]] = None
         self._lock = threading.Lock()
         self._packed_match = True
+        path, explicit = fast_socket_path(fast_channel, address)
+        self._fast: Optional[FastChannel] = (FastChannel(path, address, explicit)
+                                             if path else None)
+        self._grpc_calls = 0
         self.closed = False
 
     # -- plumbing --------------------------------------------------------------------------
@@ -171,14 +185,53 @@ class Client:
                 self._fd_session = FdSession(self.fd_socket, self.timeout_s)
             return self._fd_session
 
-    def _call(self, rpc: str, req: Any, timeout_s: Optional[float]) -> Any:
+    def _call(self, rpc: str, req: Any, timeout_s: Optional[float], fast: bool = False,
+              items: int = 0) -> Any:
+        """Sends `rpc`; `fast`: over the fast channel when it takes it (see FastChannel.call,
+        and `items` there), else over gRPC."""
         if self.closed:
             raise ValueError("the mcstore Client for %s is closed" % self.address)
+        timeout = self._timeout(timeout_s)
+        channel = self._fast
+        if fast and channel is not None:
+            body = req if type(req) is bytes else req.SerializeToString()
+            session = self._fd_session
+            owner = session.owner if session is not None and not session.closed else ""
+            try:
+                resp = channel.call(rpc, body, owner, timeout, items)
+            except SessionLostError:
+                self._forget_session()
+                raise
+            if resp is not None:
+                return resp
+            req = body  # not sent: gRPC takes the bytes as they are
+        if rpc in FAST_METHODS:
+            with self._lock:
+                self._grpc_calls += 1
         try:
-            return self._rpc[rpc](req, timeout=self._timeout(timeout_s),
-                                  metadata=self._metadata())
+            return self._rpc[rpc](req, timeout=timeout, metadata=self._metadata())
         except grpc.RpcError as e:
             raise self._error(e, rpc) from None
+
+    def transport_stats(self) -> Dict[str, Any]:
+        """How this Client's data calls (put, get, exist, remove, match_prefix, release_lease;
+        not the *_async ones) went: "grpc" (over gRPC, the fast channel's fallbacks included),
+        "fast" (answered over the fast channel), "fast_channel" (its
+        socket path, or None when off), "fast_connections" (open now), "fast_limit" (the
+        daemon's datagram limit, 0 before the first connection) and "fast_not_sent" (why calls
+        meant for it went to gRPC: oversize, busy, down, connect_failed, stale; "failed": calls
+        that broke after being sent)."""
+        with self._lock:
+            grpc_calls = self._grpc_calls
+        out: Dict[str, Any] = {"grpc": grpc_calls, "fast": 0, "fast_channel": None,
+                               "fast_connections": 0, "fast_limit": 0, "fast_not_sent": {}}
+        channel = self._fast
+        if channel is not None:
+            stats = channel.snapshot()
+            out.update(fast=stats.pop("fast"), fast_channel=channel.path,
+                       fast_connections=channel.open_connections, fast_limit=channel.limit,
+                       fast_not_sent=stats)
+        return out
 
     def _error(self, err: grpc.RpcError, rpc: str) -> StoreError:
         error = error_from_rpc(err, rpc, self.address)
@@ -195,6 +248,8 @@ class Client:
                 self._fd_session.close()
                 self._fd_session = None
             self._checker.sizes.clear()
+        if self._fast is not None:
+            self._fast.drop()  # attached with the lost session's owner token
 
     def _future(self, rpc: str, req: Any, timeout_s: Optional[float],
                 parse: Callable[[Any], T]) -> "concurrent.futures.Future[T]":
@@ -234,8 +289,8 @@ class Client:
         object). `replicas`: memory replicas (None = the daemon's --replicas). An existing key
         answers ALREADY_EXISTS (objects are immutable)."""
         req, bkeys = _core.build_put(keys, values, replicas, self._checker)
-        return _core.parse_results(self._call("BatchPut", req, timeout_s), bkeys, "BatchPut",
-                                   self.address)
+        return _core.parse_results(self._call("BatchPut", req, timeout_s, True, len(bkeys)),
+                                   bkeys, "BatchPut", self.address)
 
     def get(self, keys: Sequence[KeyLike], into: IntoArg = None,
             lease: Any = None, *, timeout_s: Optional[float] = None) -> List[GetResult]:
@@ -247,14 +302,16 @@ class Client:
         size, else the item answers SIZE_MISMATCH with GetResult.size set. `lease`: the Lease
         (or lease id) of a match_prefix whose keys these are."""
         req, bkeys, lengths = _core.build_get(keys, into, lease, self._checker)
-        return _core.parse_get(self._call("BatchGet", req, timeout_s), bkeys, lengths,
-                               self.address)
+        # Inline data comes back only over gRPC (a datagram holds the answer of slices only).
+        resp = self._call("BatchGet", req, timeout_s, None not in lengths)
+        return _core.parse_get(resp, bkeys, lengths, self.address)
 
     def exist(self, keys: Sequence[KeyLike], *, timeout_s: Optional[float] = None) -> List[bool]:
         """Whether each key is stored (a snapshot: it may be evicted right after)."""
         bkeys = _core.encode_keys(keys)
         req = store_pb2().BatchExistRequest(keys=bkeys)
-        return _core.parse_exist(self._call("BatchExist", req, timeout_s), bkeys, self.address)
+        return _core.parse_exist(self._call("BatchExist", req, timeout_s, True), bkeys,
+                                 self.address)
 
     def remove(self, keys: Sequence[KeyLike], *,
                timeout_s: Optional[float] = None) -> List[Result]:
@@ -262,8 +319,8 @@ class Client:
         being read)."""
         bkeys = _core.encode_keys(keys)
         req = store_pb2().BatchRemoveRequest(keys=bkeys)
-        return _core.parse_results(self._call("BatchRemove", req, timeout_s), bkeys,
-                                   "BatchRemove", self.address)
+        return _core.parse_results(self._call("BatchRemove", req, timeout_s, True, len(bkeys)),
+                                   bkeys, "BatchRemove", self.address)
 
     def match_prefix(self, keys: Sequence[KeyLike], lease_ttl_ms: int = 0, *,
                      timeout_s: Optional[float] = None) -> Lease:
@@ -273,11 +330,11 @@ class Client:
         master's --max_lease_ttl_ms."""
         packed = self._packed_match
         req, bkeys = _core.build_match(keys, lease_ttl_ms, packed)
-        resp = self._call("MatchPrefix", req, timeout_s)
+        resp = self._call("MatchPrefix", req, timeout_s, True)
         if packed and _core.needs_unpacked_retry(resp, bkeys):
             self._packed_match = False  # a daemon older than packed keys: it saw none
             req, bkeys = _core.build_match(keys, lease_ttl_ms, False)
-            resp = self._call("MatchPrefix", req, timeout_s)
+            resp = self._call("MatchPrefix", req, timeout_s, True)
         matched, lease_id, expiry, token = _core.parse_match(resp, bkeys, lease_ttl_ms,
                                                              self.address)
         return Lease(matched, lease_id, expiry, bkeys[:matched], self.release_lease, token)
@@ -289,7 +346,7 @@ class Client:
         lease_id, token = _core.lease_of(lease)
         req = store_pb2().ReleaseLeaseRequest(lease_id=lease_id, lease_token=token)
         try:
-            self._call("ReleaseLease", req, timeout_s)
+            self._call("ReleaseLease", req, timeout_s, True)
         except StoreError as e:
             if e.code == Code.NOT_FOUND:
                 return False
@@ -301,7 +358,8 @@ class Client:
                   replicas: Optional[int] = None, *,
                   timeout_s: Optional[float] = None) -> "concurrent.futures.Future[List[Result]]":
         """put() as a concurrent.futures.Future. Bad input raises at once; RPC errors come out
-        of Future.result(). Buffers behind slices must stay open until it is done."""
+        of Future.result(). Buffers behind slices must stay open until it is done. The *_async
+        methods always go over gRPC (never the fast channel)."""
         req, bkeys = _core.build_put(keys, values, replicas, self._checker)
         return self._future("BatchPut", req, timeout_s,
                             lambda r: _core.parse_results(r, bkeys, "BatchPut", self.address))
@@ -552,6 +610,8 @@ class Client:
             g.close()
         self.closed = True
         self._channel.close()
+        if self._fast is not None:
+            self._fast.close()
         with self._lock:
             session, self._fd_session = self._fd_session, None
         if session is not None:

@@ -197,13 +197,31 @@ def _session_lost(err: Any) -> bool:
     return False
 
 
+def grpc_status(value: int) -> grpc.StatusCode:
+    """The gRPC status code of its numeric value (the fast channel's replies carry numbers);
+    values gRPC does not define become UNKNOWN."""
+    return _GRPC_BY_NUMBER.get(value, grpc.StatusCode.UNKNOWN)
+
+
+_GRPC_BY_NUMBER = {s.value[0]: s for s in grpc.StatusCode}
+
+
 def error_from_rpc(err: grpc.RpcError, rpc: str, address: str) -> StoreError:
     """The StoreError (UnavailableError, SessionLostError) for a failed gRPC call `rpc` to
     `address`."""
     status = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = err.details() if hasattr(err, "details") else str(err)
+    lost = status == grpc.StatusCode.FAILED_PRECONDITION and _session_lost(err)
+    return error_from_status(status, details, rpc, address, session_lost=lost)
+
+
+def error_from_status(status: grpc.StatusCode, details: str, rpc: str, address: str, *,
+                      session_lost: bool = False) -> StoreError:
+    """The StoreError for a call `rpc` to `address` that failed with `status` and `details`,
+    whichever path carried it (gRPC, or the fast channel's numeric code and message).
+    `session_lost`: the daemon said the caller's fd session is gone (SessionLostError)."""
     code = code_from_grpc(status)
-    if status == grpc.StatusCode.FAILED_PRECONDITION and _session_lost(err):
+    if status == grpc.StatusCode.FAILED_PRECONDITION and session_lost:
         return SessionLostError("%s: %s" % (rpc, details), address=address)
     if status == grpc.StatusCode.DEADLINE_EXCEEDED:
         return UnavailableError("%s: no answer within the deadline (%s)" % (rpc, details),
