@@ -193,20 +193,22 @@ void FastChannelServer::Accept() {
       same_uid += other->uid == conn->uid ? 1 : 0;
     }
     const char* refused = nullptr;
+    const char* why = nullptr;
     if (open >= options_.max_connections) {
       refused = "limit";
-      SendRefusal(fd, 8, "too many fast-channel connections (--store_fast_max_connections)");
+      why = "too many fast-channel connections (--store_fast_max_connections)";
     } else if (same_uid >= options_.max_connections_per_uid) {
       refused = "uid_limit";
-      SendRefusal(fd, 8,
-                  "too many fast-channel connections of this uid "
-                  "(--store_fast_max_connections_per_uid)");
+      why =
+          "too many fast-channel connections of this uid "
+          "(--store_fast_max_connections_per_uid)";
     } else if (SizeSendBuffer(fd, max_message_bytes_) < max_message_bytes_) {
       refused = "limit";  // the kernel gave this socket less than it gave the probe
-      SendRefusal(fd, 8, "the fast channel could not size this connection's send buffer");
+      why = "the fast channel could not size this connection's send buffer";
     }
     if (refused != nullptr) {
-      dispatch_->CountRefused(refused);
+      dispatch_->CountRefused(refused);  // before the answer: whoever reads it sees the count
+      SendRefusal(fd, 8, why);
       close(fd);
       continue;
     }

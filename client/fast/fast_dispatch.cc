@@ -31,6 +31,28 @@ bool PrintableAscii(const char* p, size_t n) {
   return true;
 }
 
+// An answer over the limit keeps every item's code: the items' messages are cut (on a UTF-8
+// boundary, marked "...") to 256, 128 ... 16 bytes until the answer fits, so a put or remove
+// that was applied is answered as such rather than refused after the fact. Returns the
+// answer's size after the cuts (still over the limit when its data, not its messages, is big).
+template <typename Resp>
+size_t CutMessagesToFit(Resp* resp, size_t size, size_t limit) {
+  if constexpr (requires { resp->mutable_results(); }) {
+    for (size_t cap = 256; size > limit && cap >= 16; cap /= 2) {
+      for (auto& result : *resp->mutable_results()) {
+        std::string* message = result.mutable_message();
+        if (message->size() <= cap) continue;
+        size_t cut = cap - 3;
+        while (cut > 0 && (static_cast<unsigned char>((*message)[cut]) & 0xC0) == 0x80) --cut;
+        message->resize(cut);
+        message->append("...");
+      }
+      size = resp->ByteSizeLong();
+    }
+  }
+  return size;
+}
+
 }  // namespace
 
 FastDispatcher::FastDispatcher(FastStoreCalls& calls, const CallerSessions* sessions,
@@ -128,8 +150,9 @@ void FastDispatcher::Call(grpc::Status (FastStoreCalls::*fn)(const FastCaller&, 
     WriteHeader(code, call_id, status.error_message(), reply);
     return;
   }
-  const size_t body_bytes = resp->ByteSizeLong();
-  if (body_bytes > max_message_bytes_ - kReplyHeaderSize) {
+  const size_t limit = max_message_bytes_ - kReplyHeaderSize;
+  const size_t body_bytes = CutMessagesToFit(resp, resp->ByteSizeLong(), limit);
+  if (body_bytes > limit) {
     CountCall(method, kResourceExhausted);
     WriteHeader(kResourceExhausted, call_id,
                 absl::StrCat("answer of ", body_bytes + kReplyHeaderSize,

@@ -7,7 +7,8 @@
 // OK only when the token names a live fd session whose peer uid equals the connection's; a
 // malformed datagram (short, bad magic, unknown method, over the limit) or a failed ATTACH or a
 // call before ATTACH is answered and the connection closed; a body that does not parse is
-// answered INVALID_ARGUMENT and the connection stays; an answer over the limit is
+// answered INVALID_ARGUMENT and the connection stays; an answer over the limit has its items'
+// messages cut (256 down to 16 bytes each, every code kept) and, still over, is
 // RESOURCE_EXHAUSTED. Thread-safe (each connection's state is its own).
 #pragma once
 

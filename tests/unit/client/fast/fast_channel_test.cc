@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -310,6 +311,119 @@ TEST_F(FastChannel, AnswerOverTheLimitIsResourceExhausted) {
   exist.add_keys("big");
   v1::BatchExistResponse resp;
   EXPECT_EQ(Call(fd, fast::kBatchExist, exist, &resp).code, 0u) << "the connection stays";
+}
+
+// A store whose puts and removes fail every item with a long message (multi-byte UTF-8 in it).
+class LongMessageStore final : public FastStoreCalls {
+ public:
+  static std::string Message(int i) {
+    std::string m = "item " + std::to_string(i) + ": ";
+    while (m.size() < 300) m += "\xc3\xa9t\xc3\xa9 ";  // "été ": cut points fall inside characters
+    return m;
+  }
+  template <typename Resp>
+  static grpc::Status Fail(int n, Resp* resp) {
+    for (int i = 0; i < n; ++i) {
+      auto* r = resp->add_results();
+      r->set_code(v1::NO_SPACE);
+      r->set_message(Message(i));
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status BatchPut(const FastCaller&, const v1::BatchPutRequest* req,
+                        v1::BatchPutResponse* resp) override {
+    return Fail(req->items_size(), resp);
+  }
+  grpc::Status BatchRemove(const FastCaller&, const v1::BatchRemoveRequest* req,
+                           v1::BatchRemoveResponse* resp) override {
+    return Fail(req->keys_size(), resp);
+  }
+  grpc::Status BatchGet(const FastCaller&, const v1::BatchGetRequest* req,
+                        v1::BatchGetResponse* resp) override {
+    for (int i = 0; i < req->items_size(); ++i)
+      resp->add_results()->set_data(std::string(8192, 'x'));
+    return grpc::Status::OK;
+  }
+  grpc::Status BatchExist(const FastCaller&, const v1::BatchExistRequest*,
+                          v1::BatchExistResponse*) override {
+    return grpc::Status::OK;
+  }
+  grpc::Status MatchPrefix(const FastCaller&, const v1::MatchPrefixRequest*,
+                           v1::MatchPrefixResponse*) override {
+    return grpc::Status::OK;
+  }
+  grpc::Status ReleaseLease(const FastCaller&, const v1::ReleaseLeaseRequest*,
+                            v1::ReleaseLeaseResponse*) override {
+    return grpc::Status::OK;
+  }
+};
+
+// Whether `s` is valid UTF-8 (what a proto3 string must hold).
+bool ValidUtf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80           ? 1
+                     : (c >> 5) == 0x6  ? 2
+                     : (c >> 4) == 0xE  ? 3
+                     : (c >> 3) == 0x1E ? 4
+                                        : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+TEST(FastDispatch, AnswerOverTheLimitKeepsEveryItemsCodeWithCutMessages) {
+  LongMessageStore store;
+  MetricsRegistry registry;
+  FastDispatcher dispatcher(store, nullptr, 4096, registry);
+  FastConnection conn;
+  google::protobuf::Arena arena;
+  std::string reply;
+  const auto handle = [&](uint32_t method, const std::string& body) {
+    std::string datagram(fast::kRequestHeaderSize, '\0');
+    std::memcpy(datagram.data(), "MCQ1", 4);
+    fast::StoreLe32(datagram.data() + 4, method);
+    fast::StoreLe64(datagram.data() + 8, 5);
+    datagram += body;
+    return dispatcher.Handle(conn, datagram.data(), datagram.size(), &reply, &arena);
+  };
+  ASSERT_TRUE(handle(fast::kAttach, ""));
+  // 60 puts: 60 x 300-byte messages would be 18 KB; cut, every code arrives.
+  v1::BatchPutRequest put;
+  for (int i = 0; i < 60; ++i) put.add_items()->set_key("k" + std::to_string(i));
+  ASSERT_TRUE(handle(fast::kBatchPut, put.SerializeAsString()));
+  ASSERT_LE(reply.size(), 4096u);
+  ASSERT_EQ(fast::LoadLe32(reply.data() + 4), 0u);
+  v1::BatchPutResponse resp;
+  ASSERT_TRUE(resp.ParseFromString(reply.substr(fast::kReplyHeaderSize)));
+  ASSERT_EQ(resp.results_size(), 60);
+  for (int i = 0; i < 60; ++i) {
+    const std::string& m = resp.results(i).message();
+    EXPECT_EQ(resp.results(i).code(), v1::NO_SPACE);
+    ASSERT_GE(m.size(), 4u);
+    EXPECT_LE(m.size(), 64u);
+    EXPECT_EQ(m.substr(m.size() - 3), "...");
+    EXPECT_EQ(LongMessageStore::Message(i).substr(0, m.size() - 3), m.substr(0, m.size() - 3));
+    EXPECT_TRUE(ValidUtf8(m)) << i;
+  }
+  // Removes likewise; a few items keep longer messages (the cut stops once it fits).
+  v1::BatchRemoveRequest remove;
+  for (int i = 0; i < 14; ++i) remove.add_keys("k" + std::to_string(i));
+  ASSERT_TRUE(handle(fast::kBatchRemove, remove.SerializeAsString()));
+  ASSERT_EQ(fast::LoadLe32(reply.data() + 4), 0u);
+  v1::BatchRemoveResponse removed;
+  ASSERT_TRUE(removed.ParseFromString(reply.substr(fast::kReplyHeaderSize)));
+  ASSERT_EQ(removed.results_size(), 14);
+  EXPECT_EQ(removed.results(0).message().size(), 256u);
+  // Data cannot be cut: an inline get over the limit is still RESOURCE_EXHAUSTED.
+  v1::BatchGetRequest get;
+  get.add_items()->set_key("k0");
+  ASSERT_TRUE(handle(fast::kBatchGet, get.SerializeAsString()));
+  EXPECT_EQ(fast::LoadLe32(reply.data() + 4), 8u);
 }
 
 TEST_F(FastChannel, ConnectionsAreBoundedInAllAndPerUid) {
