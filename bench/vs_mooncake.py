@@ -199,7 +199,9 @@ class Bench:
 
     # -- starting ------------------------------------------------------------------------
     def start_mcstore(self, segment):
+        # Like Mooncake's master RPC: unauthenticated and plaintext, unless --mc-tls.
         env = dict(os.environ, MC_RUN_DIR=self.mc_run, MC_BUILD_DIR=self.build, MC_AUTH="0",
+                   MC_TLS="master" if self.args.mc_tls else "0",
                    MC_SEGMENT_SIZE=str(segment),
                    MC_CLIENT_ARGS=("--prefault " + os.environ.get("MC_CLIENT_ARGS", "")).strip())
         self.mc_started = True
@@ -452,8 +454,9 @@ class Bench:
         print()
         print("mcstore vs Mooncake Store %s (non-CUDA wheel, tcp, P2PHANDSHAKE), loopback, "
               "%d rounds, medians; %s per size and phase, batches of %d; load average %.1f; "
-              "measured in %.0f s"
-              % (self.mooncake_version(), a.rounds, fmt_size(a.total), a.batch, load[0], seconds))
+              "measured in %.0f s; mcstore's master channel %s"
+              % (self.mooncake_version(), a.rounds, fmt_size(a.total), a.batch, load[0], seconds,
+                 "over TLS" if a.mc_tls else "plaintext, as Mooncake's"))
         print("GB/s: bytes / time inside the batch calls; ratio: median of the rounds' "
               "mcstore/Mooncake (range: lowest-highest round); CPU: all processes of the side, "
               "s per GB moved")
@@ -508,6 +511,9 @@ def main():
     p.add_argument("--python-grpc", action="store_true",
                    help="mcstore's nodes send every call over gRPC (fast_channel=False), not over "
                         "the daemon's fast channel (the default where the daemon serves one)")
+    p.add_argument("--mc-tls", action="store_true",
+                   help="serve mcstore's master gRPC over TLS (deploy/local-cluster.sh's default);"
+                        " by default plaintext, as Mooncake's master RPC is")
     p.add_argument("--keep-logs", action="store_true",
                    help="keep bench/run/vs-mooncake-PID/ (daemon and node logs) after a good run")
     p.add_argument("--build-dir", default=os.environ.get("MC_BUILD_DIR",
