@@ -115,8 +115,8 @@ class Object {
   uint64_t access_seq = 0;  // process-wide order of last access: exact LRU across shards
   ObjectState state = ObjectState::kPending;
   bool pinned = false;  // soft pin: never chosen by eviction
-  // In its shard's `leased` index. Set at the first lease; cleared only by the lease sweep,
-  // so a key leased and released again and again costs no index update.
+  // In its shard's `leased` index. Set at the first lease; cleared by the release of its last
+  // lease, or by the lease sweep once its leases expired.
   bool lease_indexed = false;
   // PeerNames index of the client that put it (0 = none: rebuilt from a report). Kept after the
   // put ends: a repeated PutEnd by the same writer is answered again.

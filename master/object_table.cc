@@ -154,7 +154,11 @@ LeaseRelease ObjectTable::Shard::ReleaseLease(const Object& object, uint64_t id,
                                               int64_t now_ms, size_t* expired) {
   Object& node = Mutable(object);
   *expired += node.PruneLeases(now_ms);
-  return node.ReleaseLease(id, owner, now_ms);
+  const LeaseRelease outcome = node.ReleaseLease(id, owner, now_ms);
+  // The last lease gone: leave the index and free the record now, while the node is in cache,
+  // rather than in the next sweep (which would load the node again to find it empty).
+  if (node.lease_indexed && node.leases().empty()) UnindexLease(node);
+  return outcome;
 }
 
 size_t ObjectTable::Shard::SweepLeases(int64_t now_ms) {
@@ -177,6 +181,12 @@ void ObjectTable::Shard::IndexLease(Object& object) {
   if (object.lease_indexed) return;
   leased_.insert(&object);
   object.lease_indexed = true;
+}
+
+void ObjectTable::Shard::UnindexLease(Object& object) {
+  leased_.erase(&object);
+  object.lease_indexed = false;
+  object.TrimTransient();
 }
 
 void ObjectTable::Shard::Unlink(Object& object) {

@@ -182,7 +182,8 @@ class ObjectTable {
     size_t GrantLease(const Object& object, const Lease& lease, int64_t now_ms)
         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     // Drops the object's expired leases (adds how many to *expired), then ends lease `id` if
-    // `owner` holds it (Object::ReleaseLease's answers).
+    // `owner` holds it (Object::ReleaseLease's answers). An object left without leases leaves
+    // the leased index at once (and its transient record is freed if nothing else is in it).
     LeaseRelease ReleaseLease(const Object& object, uint64_t id, uint64_t owner, int64_t now_ms,
                               size_t* expired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     // Drops every expired lease of the shard and un-indexes the objects left without a lease;
@@ -194,9 +195,9 @@ class ObjectTable {
     // Object::lru_newer() / lru_older().
     const Object* LruOldest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lru_oldest_; }
     const Object* LruNewest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lru_newest_; }
-    // Objects that hold or recently held leases (a superset of the leased objects: releases
-    // leave them here and SweepLeases drops those without live leases). An object leaves it
-    // when erased.
+    // Objects that hold or recently held leases (a superset of the leased objects: leases that
+    // expire leave them here until SweepLeases drops those without live leases; a release that
+    // ends an object's last lease drops it at once). An object leaves it when erased.
     const absl::flat_hash_set<Object*>& leased() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       return leased_;
     }
@@ -224,6 +225,9 @@ class ObjectTable {
     static Object& Mutable(const Object& object) { return const_cast<Object&>(object); }
     // Adds the object to `leased_` once (Object::lease_indexed).
     void IndexLease(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Removes the object (indexed, no lease left) from `leased_` and frees its transient
+    // record if nothing else is in it.
+    void UnindexLease(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void Unlink(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void PushFront(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 

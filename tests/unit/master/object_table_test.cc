@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -158,6 +160,83 @@ TEST(ObjectTable, LeasedIndexForgetsErasedObjects) {
   EXPECT_TRUE(shard.leased().empty());
 }
 
+// The leased index holds exactly the objects with a lease (or an expired one the sweep has not
+// seen yet): a release that ends an object's last lease takes it out at once and frees its
+// transient record; a release that leaves another reader's lease keeps it in.
+TEST(ObjectTable, ReleasingTheLastLeaseLeavesTheIndexAtOnce) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("a");
+  absl::MutexLock lock(&shard.mu);
+  const Object& a = shard.Insert("a", Object{});
+  const Object& b = shard.Insert("b", Object{});
+  shard.GrantLease(a, {1, 100, 7}, 0);
+  shard.GrantLease(a, {2, 100, 8}, 0);
+  shard.GrantLease(b, {1, 100, 7}, 0);
+  EXPECT_EQ(shard.leased().size(), 2u);
+  size_t expired = 0;
+  EXPECT_EQ(shard.ReleaseLease(a, 1, 7, 10, &expired), LeaseRelease::kReleased);
+  EXPECT_EQ(shard.leased().size(), 2u) << "a is still leased by 8";
+  EXPECT_TRUE(a.HasLiveLease(10));
+  EXPECT_EQ(shard.ReleaseLease(a, 2, 9, 10, &expired), LeaseRelease::kNotOwner);
+  EXPECT_EQ(shard.leased().size(), 2u) << "a refused release changes nothing";
+  EXPECT_EQ(shard.ReleaseLease(a, 2, 8, 10, &expired), LeaseRelease::kReleased);
+  EXPECT_EQ(shard.leased().count(const_cast<Object*>(&a)), 0u);
+  EXPECT_FALSE(a.has_transient());
+  EXPECT_FALSE(a.lease_indexed);
+  // Releasing an expired lease: pruned (counted as expired), and the object leaves the index.
+  EXPECT_EQ(shard.ReleaseLease(b, 1, 7, 100, &expired), LeaseRelease::kNotHeld);
+  EXPECT_EQ(expired, 1u);
+  EXPECT_TRUE(shard.leased().empty());
+  EXPECT_FALSE(b.has_transient());
+  // A transient record that holds more than leases survives the release.
+  shard.MarkOffloadQueued(b, 5);
+  shard.GrantLease(b, {3, 200, 7}, 100);
+  EXPECT_EQ(shard.ReleaseLease(b, 3, 7, 100, &expired), LeaseRelease::kReleased);
+  EXPECT_TRUE(shard.leased().empty());
+  ASSERT_TRUE(b.has_transient());
+  EXPECT_EQ(b.offload_queued_ms(), 5);
+  // Leased again after the release: indexed again, and the sweep still expires it.
+  shard.GrantLease(a, {4, 300, 7}, 100);
+  EXPECT_EQ(shard.leased().size(), 1u);
+  EXPECT_EQ(shard.SweepLeases(300), 1u);
+  EXPECT_TRUE(shard.leased().empty());
+}
+
+// Many objects leased by several batches and released in a shuffled order: at every step the
+// index holds exactly the objects that still have a lease, and the counts return to zero.
+TEST(ObjectTable, LeasedIndexTracksLeasesThroughShuffledReleases) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("k0");
+  absl::MutexLock lock(&shard.mu);
+  constexpr int kObjects = 200;
+  constexpr uint64_t kBatches = 3;
+  std::vector<const Object*> objects;
+  for (int i = 0; i < kObjects; ++i) objects.push_back(&shard.Insert("k" + std::to_string(i), {}));
+  std::vector<std::pair<uint64_t, int>> grants;  // (lease id, object)
+  for (uint64_t id = 1; id <= kBatches; ++id) {
+    for (int i = 0; i < kObjects; ++i) {
+      if ((i + static_cast<int>(id)) % 3 == 0) continue;  // each batch skips a third
+      shard.GrantLease(*objects[i], {id, 1000, 7}, 0);
+      grants.push_back({id, i});
+    }
+  }
+  std::vector<int> held(kObjects, 0);
+  for (const auto& g : grants) ++held[g.second];
+  std::mt19937 rng(42);
+  std::shuffle(grants.begin(), grants.end(), rng);
+  size_t expired = 0;
+  for (const auto& [id, i] : grants) {
+    ASSERT_EQ(shard.ReleaseLease(*objects[i], id, 7, 1, &expired), LeaseRelease::kReleased);
+    --held[i];
+    EXPECT_EQ(objects[i]->leases().size(), static_cast<size_t>(held[i]));
+    EXPECT_EQ(shard.leased().count(const_cast<Object*>(objects[i])) == 1, held[i] > 0) << i;
+  }
+  EXPECT_EQ(expired, 0u);
+  EXPECT_TRUE(shard.leased().empty());
+  for (const Object* o : objects) EXPECT_FALSE(o->has_transient());
+  EXPECT_EQ(shard.SweepLeases(2000), 0u);
+}
+
 // Leases keep one inline; more readers of one key spill over, and pruning, releasing out of order
 // and the owner check work the same on either side of that line.
 TEST(ObjectTable, ManyLeasesOnOneObjectPruneAndReleaseInAnyOrder) {
@@ -209,8 +288,8 @@ TEST(Object, TransientStateIsAllocatedOnDemandAndTrimmedWhenEmpty) {
   EXPECT_EQ(shard.ReleaseLease(o, 1, 7, 50, &expired), LeaseRelease::kNotOwner);
   EXPECT_EQ(shard.ReleaseLease(o, 1, 0, 50, &expired), LeaseRelease::kReleased);
   EXPECT_EQ(expired, 0u);
+  EXPECT_FALSE(o.has_transient()) << "the release of the last lease trims it";
   EXPECT_EQ(shard.SweepLeases(50), 0u);
-  EXPECT_FALSE(o.has_transient()) << "the sweep trims what the release left";
   EXPECT_TRUE(shard.leased().empty());
   shard.MarkOffloadFailed(o, 9);
   EXPECT_EQ(o.offload_failed_ms(), 9);
