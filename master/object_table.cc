@@ -145,6 +145,7 @@ void ObjectTable::Shard::ExpireOffloadMarks(const Object& object, int64_t now_ms
 size_t ObjectTable::Shard::GrantLease(const Object& object, const Lease& lease, int64_t now_ms) {
   Object& node = Mutable(object);
   const size_t expired = node.PruneLeases(now_ms);
+  EnsureTransient(node);
   node.AddLease(lease);
   IndexLease(node);
   return expired;
@@ -168,7 +169,7 @@ size_t ObjectTable::Shard::SweepLeases(int64_t now_ms) {
     expired += object.PruneLeases(now_ms);
     if (object.leases().empty()) {
       object.lease_indexed = false;
-      object.TrimTransient();
+      TrimTransient(object);
       leased_.erase(it++);
     } else {
       ++it;
@@ -186,7 +187,22 @@ void ObjectTable::Shard::IndexLease(Object& object) {
 void ObjectTable::Shard::UnindexLease(Object& object) {
   leased_.erase(&object);
   object.lease_indexed = false;
-  object.TrimTransient();
+  TrimTransient(object);
+}
+
+void ObjectTable::Shard::EnsureTransient(Object& object) {
+  if (object.transient_ || spare_transients_.empty()) return;
+  object.transient_ = std::move(spare_transients_.back());
+  spare_transients_.pop_back();
+}
+
+void ObjectTable::Shard::TrimTransient(Object& object) {
+  if (!object.transient_ || !object.transient_->Empty()) return;
+  if (spare_transients_.size() < kSpareTransients) {
+    spare_transients_.push_back(std::move(object.transient_));
+  } else {
+    object.transient_.reset();
+  }
 }
 
 void ObjectTable::Shard::Unlink(Object& object) {

@@ -201,6 +201,11 @@ class ObjectTable {
     const absl::flat_hash_set<Object*>& leased() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       return leased_;
     }
+    // Empty transient records a shard keeps for the next leases (see spare_transients_).
+    static constexpr size_t kSpareTransients = 256;
+    size_t SpareTransientCountForTest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return spare_transients_.size();
+    }
 
     // Calls fn(i, it) for each i in `indices`, in order, with it = objects.find(keys[i]) (end()
     // when absent), while prefetching the table entries of the keys a few positions ahead: a
@@ -231,6 +236,15 @@ class ObjectTable {
     void Unlink(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void PushFront(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
+    // Takes a spare transient record for an object that has none (no allocation when one is
+    // left), and gives an empty one back (freed when kSpareTransients are kept already).
+    void EnsureTransient(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    void TrimTransient(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+    // Empty transient records kept for the next leases: at fleet scale almost every lookup
+    // leases keys that hold none, and their release frees them again (bounded: at most
+    // kSpareTransients records of ~80 bytes per shard).
+    std::vector<std::unique_ptr<Object::Transient>> spare_transients_ ABSL_GUARDED_BY(mu);
     absl::flat_hash_set<Object*> leased_ ABSL_GUARDED_BY(mu);
     Object* lru_newest_ ABSL_GUARDED_BY(mu) = nullptr;
     Object* lru_oldest_ ABSL_GUARDED_BY(mu) = nullptr;

@@ -237,6 +237,38 @@ TEST(ObjectTable, LeasedIndexTracksLeasesThroughShuffledReleases) {
   EXPECT_EQ(shard.SweepLeases(2000), 0u);
 }
 
+// Transient records of released leases are kept (a bounded number per shard) and handed to the
+// next leased objects; a kept record carries nothing of its former object.
+TEST(ObjectTable, ReleasedLeasesRecordsAreReusedUpToABound) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("k0");
+  absl::MutexLock lock(&shard.mu);
+  const size_t bound = ObjectTable::Shard::kSpareTransients;
+  std::vector<const Object*> objects;
+  for (size_t i = 0; i < bound + 10; ++i) {
+    objects.push_back(&shard.Insert("k" + std::to_string(i), {}));
+    shard.GrantLease(*objects.back(), {1, 100, 7}, 0);
+  }
+  size_t expired = 0;
+  for (const Object* o : objects) {
+    ASSERT_EQ(shard.ReleaseLease(*o, 1, 7, 0, &expired), LeaseRelease::kReleased);
+    EXPECT_FALSE(o->has_transient());
+  }
+  EXPECT_EQ(shard.SpareTransientCountForTest(), bound) << "the rest were freed";
+  // Reused: a lease, then a put mark and an offload mark, each as on a fresh record.
+  shard.GrantLease(*objects[0], {2, 100, 8}, 0);
+  EXPECT_EQ(shard.SpareTransientCountForTest(), bound - 1);
+  ASSERT_EQ(objects[0]->leases().size(), 1u);
+  EXPECT_EQ(objects[0]->leases()[0].id, 2u);
+  EXPECT_EQ(objects[0]->put_start_ms(), 0);
+  EXPECT_EQ(objects[0]->offload_queued_ms(), 0);
+  EXPECT_EQ(objects[0]->promotion(), nullptr);
+  // Expired and swept: the record goes back too.
+  EXPECT_EQ(shard.SweepLeases(100), 1u);
+  EXPECT_EQ(shard.SpareTransientCountForTest(), bound);
+  EXPECT_FALSE(objects[0]->has_transient());
+}
+
 // Leases keep one inline; more readers of one key spill over, and pruning, releasing out of order
 // and the owner check work the same on either side of that line.
 TEST(ObjectTable, ManyLeasesOnOneObjectPruneAndReleaseInAnyOrder) {
