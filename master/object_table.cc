@@ -58,6 +58,21 @@ void ObjectTable::Shard::Erase(const Object* object) {
 void ObjectTable::Shard::Touch(const Object& object) {
   Object& node = Mutable(object);
   node.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
+  node.lru_read = false;
+  if (lru_newest_ == &node) return;
+  Unlink(node);
+  PushFront(node);
+}
+
+void ObjectTable::Shard::MarkRead(const Object& object) {
+  Object& node = Mutable(object);
+  node.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
+  if (lru_newest_ != &node) node.lru_read = true;
+}
+
+void ObjectTable::Shard::SecondChance(const Object& object) {
+  Object& node = Mutable(object);
+  node.lru_read = false;
   if (lru_newest_ == &node) return;
   Unlink(node);
   PushFront(node);

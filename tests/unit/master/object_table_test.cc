@@ -147,6 +147,65 @@ TEST(ObjectTable, IntrusiveLruKeepsExactRecencyThroughTouchAndErase) {
   EXPECT_EQ(LruOrder(shard), (std::vector<std::string>{"e"}));
 }
 
+// Reads mark, they do not move: the list keeps placement order until SecondChance moves a read
+// object to the front and clears its mark; unread objects keep their order.
+TEST(ObjectTable, ReadsGetASecondChanceInsteadOfARelink) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("a");
+  absl::MutexLock lock(&shard.mu);
+  for (const char* key : {"a", "b", "c", "d", "e"}) shard.Insert(key, Object{});
+  auto find = [&](const char* key) -> const Object& {
+    shard.mu.AssertHeld();
+    return shard.objects.find(std::string_view(key))->second;
+  };
+  const uint64_t seq_before = find("e").access_seq;
+  shard.MarkRead(find("b"));
+  shard.MarkRead(find("a"));
+  shard.MarkRead(find("e"));  // the newest: nothing to mark
+  EXPECT_GT(find("b").access_seq, seq_before);
+  EXPECT_GT(find("a").access_seq, find("b").access_seq);
+  EXPECT_TRUE(find("a").lru_read);
+  EXPECT_FALSE(find("e").lru_read);
+  std::vector<std::string> order;
+  auto lru_order = [&]() {
+    shard.mu.AssertHeld();
+    order.clear();
+    for (const Object* o = shard.LruOldest(); o != nullptr; o = o->lru_newer()) {
+      order.emplace_back(o->key());
+    }
+    return order;
+  };
+  EXPECT_EQ(lru_order(), (std::vector<std::string>{"a", "b", "c", "d", "e"})) << "no relink";
+  // A walk from the cold end, as eviction's: marked objects go to the front as it meets them.
+  std::vector<std::string> unread;
+  const Object* next = nullptr;
+  for (const Object* o = shard.LruOldest(); o != nullptr && unread.size() < 3; o = next) {
+    next = o->lru_newer();
+    if (o->lru_read) {
+      shard.SecondChance(*o);
+    } else {
+      unread.emplace_back(o->key());
+    }
+  }
+  EXPECT_EQ(unread, (std::vector<std::string>{"c", "d", "e"}));
+  EXPECT_EQ(lru_order(), (std::vector<std::string>{"c", "d", "e", "a", "b"}));
+  EXPECT_FALSE(find("a").lru_read);
+  EXPECT_FALSE(find("b").lru_read);
+  // Touch (a put's end) still moves at once, and clears a mark.
+  shard.MarkRead(find("c"));
+  shard.Touch(find("c"));
+  EXPECT_FALSE(find("c").lru_read);
+  EXPECT_EQ(lru_order(), (std::vector<std::string>{"d", "e", "a", "b", "c"}));
+  // Erasing a marked object unlinks it like any other; the newest needs no move.
+  shard.MarkRead(find("e"));
+  shard.Erase(&find("e"));
+  EXPECT_EQ(lru_order(), (std::vector<std::string>{"d", "a", "b", "c"}));
+  shard.MarkRead(find("d"));
+  shard.SecondChance(find("d"));
+  shard.SecondChance(find("d"));  // already the newest, unmarked: nothing moves
+  EXPECT_EQ(lru_order(), (std::vector<std::string>{"a", "b", "c", "d"}));
+}
+
 TEST(ObjectTable, LeasedIndexForgetsErasedObjects) {
   ObjectTable table(1);
   ObjectTable::Shard& shard = table.ShardOf("k");
