@@ -7,7 +7,10 @@
 namespace mc::master {
 
 CapabilityMinter::CapabilityMinter(auth::ClusterKeysPtr cluster_keys, const Clock& clock)
-    : cluster_keys_(std::move(cluster_keys)), clock_(clock), root_(auth::RandomBytes(32)) {}
+    : cluster_keys_(std::move(cluster_keys)),
+      clock_(clock),
+      root_(auth::RandomBytes(32)),
+      owners_(std::make_shared<const OwnerMap>()) {}
 
 std::string CapabilityMinter::Register(const std::string& client_id, uint64_t session,
                                        const auth::ClusterKeys* wrap_keys) {
@@ -15,21 +18,24 @@ std::string CapabilityMinter::Register(const std::string& client_id, uint64_t se
   auto owner = std::make_shared<const auth::OwnerKey>(key);
   {
     absl::MutexLock lock(&mu_);
-    owners_[client_id] = std::move(owner);
+    auto next = std::make_shared<OwnerMap>(*owners_);
+    (*next)[client_id] = std::move(owner);
+    owners_ = std::move(next);
   }
   return auth::WrapOwnerKey(wrap_keys != nullptr ? *wrap_keys : *cluster_keys_, client_id, key);
 }
 
 void CapabilityMinter::Forget(const std::string& client_id) {
   absl::MutexLock lock(&mu_);
-  owners_.erase(client_id);
+  if (!owners_->contains(client_id)) return;
+  auto next = std::make_shared<OwnerMap>(*owners_);
+  next->erase(client_id);
+  owners_ = std::move(next);
 }
 
-std::shared_ptr<const auth::OwnerKey> CapabilityMinter::KeyOf(std::string_view client_id) const {
+std::shared_ptr<const CapabilityMinter::OwnerMap> CapabilityMinter::Owners() const {
   absl::ReaderMutexLock lock(&mu_);
-  // Heterogeneous: no string built per replica.
-  auto it = owners_.find(absl::string_view(client_id.data(), client_id.size()));
-  return it == owners_.end() ? nullptr : it->second;
+  return owners_;
 }
 
 bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right, uint64_t generation,
@@ -37,7 +43,9 @@ bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right, ui
                                    auth::CapabilityBytes& out) {
   const MemoryLocation& loc = replica.location;
   if (last_key_ == nullptr || loc.client_id != last_owner_) {
-    last_key_ = minter_.KeyOf(loc.client_id);
+    // Heterogeneous: no string built per replica.
+    auto it = owners_->find(absl::string_view(loc.client_id));
+    last_key_ = it == owners_->end() ? nullptr : it->second.get();
     last_owner_ = loc.client_id;
   }
   if (last_key_ == nullptr) return false;

@@ -4,7 +4,13 @@
 // replica a lookup, put or promotion answers, under the key of the replica's OWNER. Read grants
 // expire with the lease, write grants with the writer's deadline; a replica of an owner that
 // registered with no key here (unknown) gets none, and its owner refuses the frame.
-// Thread-safe; minting takes a reader lock and costs ~0.2-0.3 us per replica.
+// Thread-safe. The owner keys are an immutable snapshot replaced whole at each registration and
+// forget (registrations are rare, lookups are not): an answer takes the snapshot once, then
+// minting costs one hash lookup and one MAC (~0.2 us) per replica, with no lock and no reference
+// count touched per replica. A Forget reaches the answers begun after it; one begun before it
+// may still mint under the forgotten key (as before with its per-answer cache), which grants
+// nothing the owner's next session accepts (its key is derived anew). A registration copies the
+// map (O(registered clients): ~50 us at 1,000 clients).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +30,9 @@ namespace mc::master {
 
 class CapabilityMinter {
  public:
+  // Owner keys by client id (one snapshot; see the class comment).
+  using OwnerMap = absl::flat_hash_map<std::string, std::shared_ptr<const auth::OwnerKey>>;
+
   CapabilityMinter(auth::ClusterKeysPtr cluster_keys, const Clock& clock);
 
   // A client registered as `session`: its new owner key, wrapped for it under `wrap_keys` (a
@@ -34,11 +43,10 @@ class CapabilityMinter {
   // The master's clock, as capabilities' expiries count it (sent to owners).
   int64_t NowMs() const { return clock_.NowMs(); }
 
-  // Remembers the last owner's key across the replicas of one answer (not thread-safe: one per
-  // answer being built).
+  // The owner keys as one answer sees them (not thread-safe: one per answer being built).
   class Batch {
    public:
-    explicit Batch(const CapabilityMinter& minter) : minter_(minter) {}
+    explicit Batch(const CapabilityMinter& minter) : owners_(minter.Owners()) {}
     // The capability bytes of `replica` (MEMORY: its range; DISK: generation, locator, length
     // and `key`'s tag) with `right` (kRead/kWrite; DISK replicas get kReadDisk) until
     // `expiry_ms`, into `out`; false (nothing granted) when its owner has no key.
@@ -46,20 +54,21 @@ class CapabilityMinter {
               int64_t expiry_ms, auth::CapabilityBytes& out);
 
    private:
-    const CapabilityMinter& minter_;
+    std::shared_ptr<const OwnerMap> owners_;  // keeps the snapshot's keys alive
     std::string last_owner_;
-    std::shared_ptr<const auth::OwnerKey> last_key_;
+    const auth::OwnerKey* last_key_ = nullptr;  // last_owner_'s, from owners_ (null: none)
   };
 
  private:
-  std::shared_ptr<const auth::OwnerKey> KeyOf(std::string_view client_id) const;
+  // The current snapshot (never null).
+  std::shared_ptr<const OwnerMap> Owners() const;
 
   const auth::ClusterKeysPtr cluster_keys_;
   const Clock& clock_;
   const std::string root_;  // random per master run; never leaves the process
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const auth::OwnerKey>> owners_
-      ABSL_GUARDED_BY(mu_);
+  // Copied on write: a snapshot handed out is never changed.
+  std::shared_ptr<const OwnerMap> owners_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mc::master

@@ -66,10 +66,16 @@ std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes, bool 
     shard.mu.AssertHeld();
     uint64_t found = 0;
     size_t walked = 0;
+    const Object* next = nullptr;
     for (const Object* it = shard.LruOldest();
          it != nullptr && walked < options_.scan_limit_per_shard && found < bytes;
-         it = it->lru_newer(), ++walked) {
+         it = next, ++walked) {
       const Object& object = *it;
+      next = object.lru_newer();
+      if (object.lru_read) {  // read since it was placed: to the front (CLOCK's second chance)
+        shard.SecondChance(object);
+        continue;
+      }
       uint64_t mem = MemoryBytes(object);
       if (mem == 0) continue;  // already only on disk
       if (persisted_only && !object.HasDiskReplica()) continue;

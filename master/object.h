@@ -112,12 +112,18 @@ class Object {
   uint64_t size = 0;
   uint64_t checksum = 0;
   uint64_t generation = 0;
-  uint64_t access_seq = 0;  // process-wide order of last access: exact LRU across shards
+  // Process-wide order of last access (insert, put end, read): orders eviction candidates
+  // across shards. The LRU list itself moves only at insert, put end and SecondChance.
+  uint64_t access_seq = 0;
   ObjectState state = ObjectState::kPending;
   bool pinned = false;  // soft pin: never chosen by eviction
-  // In its shard's `leased` index. Set at the first lease; cleared only by the lease sweep,
-  // so a key leased and released again and again costs no index update.
+  // In its shard's `leased` index. Set at the first lease; cleared by the release of its last
+  // lease, or by the lease sweep once its leases expired.
   bool lease_indexed = false;
+  // Read (ObjectTable::Shard::MarkRead) since it was last placed at the front of its shard's LRU
+  // list: the list is not reordered by reads; eviction gives such an object a second chance
+  // (Shard::SecondChance) instead. Fills padding: the Object's size is unchanged.
+  bool lru_read = false;
   // PeerNames index of the client that put it (0 = none: rebuilt from a report). Kept after the
   // put ends: a repeated PutEnd by the same writer is answered again.
   uint32_t writer = 0;

@@ -58,6 +58,21 @@ void ObjectTable::Shard::Erase(const Object* object) {
 void ObjectTable::Shard::Touch(const Object& object) {
   Object& node = Mutable(object);
   node.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
+  node.lru_read = false;
+  if (lru_newest_ == &node) return;
+  Unlink(node);
+  PushFront(node);
+}
+
+void ObjectTable::Shard::MarkRead(const Object& object) {
+  Object& node = Mutable(object);
+  node.access_seq = g_access_seq.fetch_add(1, std::memory_order_relaxed);
+  if (lru_newest_ != &node) node.lru_read = true;
+}
+
+void ObjectTable::Shard::SecondChance(const Object& object) {
+  Object& node = Mutable(object);
+  node.lru_read = false;
   if (lru_newest_ == &node) return;
   Unlink(node);
   PushFront(node);
@@ -145,6 +160,7 @@ void ObjectTable::Shard::ExpireOffloadMarks(const Object& object, int64_t now_ms
 size_t ObjectTable::Shard::GrantLease(const Object& object, const Lease& lease, int64_t now_ms) {
   Object& node = Mutable(object);
   const size_t expired = node.PruneLeases(now_ms);
+  EnsureTransient(node);
   node.AddLease(lease);
   IndexLease(node);
   return expired;
@@ -154,7 +170,11 @@ LeaseRelease ObjectTable::Shard::ReleaseLease(const Object& object, uint64_t id,
                                               int64_t now_ms, size_t* expired) {
   Object& node = Mutable(object);
   *expired += node.PruneLeases(now_ms);
-  return node.ReleaseLease(id, owner, now_ms);
+  const LeaseRelease outcome = node.ReleaseLease(id, owner, now_ms);
+  // The last lease gone: leave the index and free the record now, while the node is in cache,
+  // rather than in the next sweep (which would load the node again to find it empty).
+  if (node.lease_indexed && node.leases().empty()) UnindexLease(node);
+  return outcome;
 }
 
 size_t ObjectTable::Shard::SweepLeases(int64_t now_ms) {
@@ -164,7 +184,7 @@ size_t ObjectTable::Shard::SweepLeases(int64_t now_ms) {
     expired += object.PruneLeases(now_ms);
     if (object.leases().empty()) {
       object.lease_indexed = false;
-      object.TrimTransient();
+      TrimTransient(object);
       leased_.erase(it++);
     } else {
       ++it;
@@ -177,6 +197,27 @@ void ObjectTable::Shard::IndexLease(Object& object) {
   if (object.lease_indexed) return;
   leased_.insert(&object);
   object.lease_indexed = true;
+}
+
+void ObjectTable::Shard::UnindexLease(Object& object) {
+  leased_.erase(&object);
+  object.lease_indexed = false;
+  TrimTransient(object);
+}
+
+void ObjectTable::Shard::EnsureTransient(Object& object) {
+  if (object.transient_ || spare_transients_.empty()) return;
+  object.transient_ = std::move(spare_transients_.back());
+  spare_transients_.pop_back();
+}
+
+void ObjectTable::Shard::TrimTransient(Object& object) {
+  if (!object.transient_ || !object.transient_->Empty()) return;
+  if (spare_transients_.size() < kSpareTransients) {
+    spare_transients_.push_back(std::move(object.transient_));
+  } else {
+    object.transient_.reset();
+  }
 }
 
 void ObjectTable::Shard::Unlink(Object& object) {

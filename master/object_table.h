@@ -139,6 +139,16 @@ class ObjectTable {
     void Erase(const Object* object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     // Moves the object to the LRU front (most recently used).
     void Touch(const Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // A read: records its order (access_seq) and marks the object read (Object::lru_read)
+    // without moving it in the LRU list; SecondChance moves it when a walk from the cold end
+    // meets it. Relinking at every read cost two cache misses per key on the list neighbours at
+    // fleet scale; a mark costs none (the node is in cache already).
+    void MarkRead(const Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // CLOCK's second chance: moves a marked object (read since it was placed) to the LRU front
+    // and clears its mark. Eviction and offload planning call it for each marked object their
+    // walk from the cold end meets (read its lru_newer() first: the object moves), so the
+    // objects they choose from were not read since they were placed.
+    void SecondChance(const Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     // Adds a replica: a memory replica before the first disk one, a disk replica last (lookups
     // hand out memory replicas first).
     void AddReplica(const Object& object, const StoredReplica& replica)
@@ -182,7 +192,8 @@ class ObjectTable {
     size_t GrantLease(const Object& object, const Lease& lease, int64_t now_ms)
         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     // Drops the object's expired leases (adds how many to *expired), then ends lease `id` if
-    // `owner` holds it (Object::ReleaseLease's answers).
+    // `owner` holds it (Object::ReleaseLease's answers). An object left without leases leaves
+    // the leased index at once (and its transient record is freed if nothing else is in it).
     LeaseRelease ReleaseLease(const Object& object, uint64_t id, uint64_t owner, int64_t now_ms,
                               size_t* expired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     // Drops every expired lease of the shard and un-indexes the objects left without a lease;
@@ -194,11 +205,16 @@ class ObjectTable {
     // Object::lru_newer() / lru_older().
     const Object* LruOldest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lru_oldest_; }
     const Object* LruNewest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lru_newest_; }
-    // Objects that hold or recently held leases (a superset of the leased objects: releases
-    // leave them here and SweepLeases drops those without live leases). An object leaves it
-    // when erased.
+    // Objects that hold or recently held leases (a superset of the leased objects: leases that
+    // expire leave them here until SweepLeases drops those without live leases; a release that
+    // ends an object's last lease drops it at once). An object leaves it when erased.
     const absl::flat_hash_set<Object*>& leased() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       return leased_;
+    }
+    // Empty transient records a shard keeps for the next leases (see spare_transients_).
+    static constexpr size_t kSpareTransients = 256;
+    size_t SpareTransientCountForTest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return spare_transients_.size();
     }
 
     // Calls fn(i, it) for each i in `indices`, in order, with it = objects.find(keys[i]) (end()
@@ -224,9 +240,21 @@ class ObjectTable {
     static Object& Mutable(const Object& object) { return const_cast<Object&>(object); }
     // Adds the object to `leased_` once (Object::lease_indexed).
     void IndexLease(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Removes the object (indexed, no lease left) from `leased_` and frees its transient
+    // record if nothing else is in it.
+    void UnindexLease(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void Unlink(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void PushFront(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
+    // Takes a spare transient record for an object that has none (no allocation when one is
+    // left), and gives an empty one back (freed when kSpareTransients are kept already).
+    void EnsureTransient(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    void TrimTransient(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+    // Empty transient records kept for the next leases: at fleet scale almost every lookup
+    // leases keys that hold none, and their release frees them again (bounded: at most
+    // kSpareTransients records of ~80 bytes per shard).
+    std::vector<std::unique_ptr<Object::Transient>> spare_transients_ ABSL_GUARDED_BY(mu);
     absl::flat_hash_set<Object*> leased_ ABSL_GUARDED_BY(mu);
     Object* lru_newest_ ABSL_GUARDED_BY(mu) = nullptr;
     Object* lru_oldest_ ABSL_GUARDED_BY(mu) = nullptr;

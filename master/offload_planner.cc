@@ -89,9 +89,15 @@ size_t OffloadPlanner::Plan() {
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
     size_t walked = 0;
+    const Object* next = nullptr;
     for (const Object* it = shard.LruOldest();
-         it != nullptr && walked < options_.scan_limit_per_shard; it = it->lru_newer(), ++walked) {
+         it != nullptr && walked < options_.scan_limit_per_shard; it = next, ++walked) {
       const Object& object = *it;
+      next = object.lru_newer();
+      if (object.lru_read) {  // read since it was placed: not cold (CLOCK's second chance)
+        shard.SecondChance(object);
+        continue;
+      }
       // Expired marks read as none (here and in the evictor, which uses the same timeout): drop
       // them, so the object's side record goes once nothing else is in it.
       shard.ExpireOffloadMarks(object, now, options_.task_timeout_ms);

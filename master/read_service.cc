@@ -97,7 +97,7 @@ size_t ReadService::LookUp(const std::vector<std::string_view>& keys, const Look
             std::stable_partition(r.replicas.begin(), r.replicas.end(), in_memory);
           }
         }
-        if (options.touch) shard.Touch(object);
+        if (options.touch) shard.MarkRead(object);
         if (options.grant_lease) {
           expired += shard.GrantLease(object, {lease_id, now + ttl, options.lease_owner}, now);
           ++granted;

@@ -208,6 +208,41 @@ TEST_F(Capabilities, AnotherMembersKeyVerifiesNoneOfThem) {
   EXPECT_EQ(Check(*again, r, Right::kWrite, r.offset(), r.length()), Denial::kBadMac);
 }
 
+// The owner keys are a snapshot per answer: an answer begun after a Forget mints nothing for that
+// owner, one begun after a re-registration mints under the new key, and an answer already begun
+// keeps the keys it started with (its capabilities die with the old session's key).
+TEST(CapabilityMinter, EachAnswerMintsUnderTheOwnerKeysOfItsStart) {
+  FakeClock clock;
+  auth::ClusterKeysPtr keys = *auth::ClusterKeys::FromSecrets({std::string(40, 's')});
+  CapabilityMinter minter(keys, clock);
+  auto owner_key = [&](const std::string& wrapped) {
+    auto key = auth::UnwrapOwnerKey(*keys, "c1", wrapped);
+    EXPECT_TRUE(key.ok());
+    return auth::OwnerKey(key.ok() ? *key : "");
+  };
+  const auth::OwnerKey first = owner_key(minter.Register("c1", 1));
+  minter.Register("c2", 1);
+  Replica replica{ReplicaTier::kMemory, MemoryLocation{"c1", "e", 5, 0, 100, 1}};
+  auth::CapabilityBytes cap;
+  CapabilityMinter::Batch before(minter);
+  ASSERT_TRUE(before.Mint(replica, Right::kRead, 1, "k", 1000, cap));
+  EXPECT_TRUE(auth::CapabilityMacValid(first, cap.data()));
+  minter.Forget("c1");
+  minter.Forget("absent");  // forgetting an unknown owner changes nothing
+  CapabilityMinter::Batch after_forget(minter);
+  EXPECT_FALSE(after_forget.Mint(replica, Right::kRead, 1, "k", 1000, cap));
+  Replica other{ReplicaTier::kMemory, MemoryLocation{"c2", "e", 6, 0, 100, 1}};
+  EXPECT_TRUE(after_forget.Mint(other, Right::kRead, 1, "k2", 1000, cap)) << "c2 is kept";
+  const auth::OwnerKey second = owner_key(minter.Register("c1", 2));
+  CapabilityMinter::Batch after_register(minter);
+  ASSERT_TRUE(after_register.Mint(replica, Right::kRead, 1, "k", 1000, cap));
+  EXPECT_TRUE(auth::CapabilityMacValid(second, cap.data()));
+  EXPECT_FALSE(auth::CapabilityMacValid(first, cap.data()));
+  ASSERT_TRUE(before.Mint(replica, Right::kRead, 1, "k", 1000, cap));
+  EXPECT_TRUE(auth::CapabilityMacValid(first, cap.data())) << "the older answer's snapshot";
+  EXPECT_FALSE(auth::CapabilityMacValid(second, cap.data()));
+}
+
 TEST_F(Capabilities, WithoutAMinterNothingIsGranted) {
   MasterGrpcService plain(m_.svc(), m_.metrics(), 1000);
   v1::RegisterClientRequest req;

@@ -60,7 +60,8 @@ TEST_F(Eviction, SustainedPressureWithMixedSizesKeepsSuccessRatioHigh) {
   }
   EvictionStats e = m_.svc().Snapshot().eviction;
   EXPECT_GT(e.attempts, 0u);
-  EXPECT_GE(static_cast<double>(e.successes), 0.99 * e.attempts) << e.successes << "/" << e.attempts;
+  EXPECT_GE(static_cast<double>(e.successes), 0.99 * e.attempts)
+      << e.successes << "/" << e.attempts;
   EXPECT_EQ(e.successes + e.failures, e.attempts);
 }
 
@@ -80,6 +81,43 @@ TEST_F(Eviction, LeastRecentlyUsedIsEvictedFirst) {
   EXPECT_TRUE(m_.Exists(Key(2)));
 }
 
+// The bound of the approximate LRU (reads mark, SecondChance moves): every object read since it
+// was placed outlives every object not read since, and the unread ones go oldest first.
+TEST_F(Eviction, ObjectsReadSinceTheyWerePlacedOutliveEveryUnreadOne) {
+  for (int i = 0; i < 100; ++i) {
+    m_.Put("c1", Key(i), kObject);
+    m_.clock().AdvanceMs(1);
+  }
+  m_.clock().AdvanceMs(10);
+  std::vector<std::string> read;
+  for (int i = 0; i < 100; i += 7) read.push_back(Key(i));
+  std::vector<std::string_view> views(read.begin(), read.end());
+  LookupBatch b = m_.svc().GetReplicas(views, {});
+  m_.svc().ReleaseLeases(b.lease_id, views);
+  m_.clock().AdvanceMs(10);
+  // Each new put evicts one object: the unread ones, oldest first, and none that was read.
+  int evicted = 0;
+  for (int n = 0; n < 50; ++n) {
+    m_.Put("c1", "new" + std::to_string(n), kObject);
+    m_.clock().AdvanceMs(1);
+  }
+  for (int i = 0; i < 100; ++i) {
+    const bool was_read = i % 7 == 0;
+    if (!m_.Exists(Key(i))) {
+      ++evicted;
+      EXPECT_FALSE(was_read) << Key(i);
+    }
+  }
+  EXPECT_GE(evicted, 50);
+  // The survivors among the unread are the most recently placed ones.
+  int first_unread_kept = -1;
+  for (int i = 0; i < 100 && first_unread_kept < 0; ++i) {
+    if (i % 7 != 0 && m_.Exists(Key(i))) first_unread_kept = i;
+  }
+  ASSERT_GE(first_unread_kept, 0);
+  for (int i = first_unread_kept; i < 100; ++i) EXPECT_TRUE(m_.Exists(Key(i))) << Key(i);
+}
+
 // A count-only prefix probe (the unleased MatchPrefix) is not a read: like Exist, it leaves the
 // LRU order alone, so probing cold keys does not keep them in memory.
 TEST_F(Eviction, CountOnlyProbeDoesNotRefreshRecency) {
@@ -88,10 +126,8 @@ TEST_F(Eviction, CountOnlyProbeDoesNotRefreshRecency) {
     m_.clock().AdvanceMs(1);
   }
   m_.clock().AdvanceMs(10);
-  LookupOptions probe{.stop_at_first_miss = true,
-                      .grant_lease = false,
-                      .with_replicas = false,
-                      .touch = false};
+  LookupOptions probe{
+      .stop_at_first_miss = true, .grant_lease = false, .with_replicas = false, .touch = false};
   LookupBatch b = m_.svc().GetReplicas({Key(0), Key(1)}, probe);
   ASSERT_EQ(b.results.size(), 2u);
   EXPECT_TRUE(b.results[0].status.ok());

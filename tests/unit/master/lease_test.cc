@@ -254,8 +254,8 @@ TEST_F(Leases, LookupWithoutReplicasAnswersSizeChecksumAndGeneration) {
   EXPECT_EQ(bare.results[0].generation, full.results[0].generation);
 }
 
-// Master memory per object: leases live in the object's transient record, which the
-// lease sweep frees once no lease is left (a release alone keeps it, like the leased index).
+// Master memory per object: leases live in the object's transient record, freed by the release
+// of the last lease, or by the lease sweep once the leases expired.
 TEST_F(Leases, LeasesComeAndGoWithTheirTransientState) {
   m_.Put("c1", "k", 100);
   m_.Put("c1", "other", 100);
@@ -270,6 +270,7 @@ TEST_F(Leases, LeasesComeAndGoWithTheirTransientState) {
   EXPECT_EQ(m_.svc().TransientCountForTest(), 1u) << "one lease is still live";
   EXPECT_EQ(CodeOf(m_.svc().Remove({"k"})[0]), Code::kHasLease);
   EXPECT_EQ(m_.svc().ReleaseLeases(second.lease_id, {"k"}), 1u);
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u) << "no sweep needed";
   m_.svc().RunMaintenance();
   EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
   EXPECT_EQ(m_.svc().ActiveLeaseCount(), 0u);

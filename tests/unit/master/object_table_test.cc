@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -145,6 +147,65 @@ TEST(ObjectTable, IntrusiveLruKeepsExactRecencyThroughTouchAndErase) {
   EXPECT_EQ(LruOrder(shard), (std::vector<std::string>{"e"}));
 }
 
+// Reads mark, they do not move: the list keeps placement order until SecondChance moves a read
+// object to the front and clears its mark; unread objects keep their order.
+TEST(ObjectTable, ReadsGetASecondChanceInsteadOfARelink) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("a");
+  absl::MutexLock lock(&shard.mu);
+  for (const char* key : {"a", "b", "c", "d", "e"}) shard.Insert(key, Object{});
+  auto find = [&](const char* key) -> const Object& {
+    shard.mu.AssertHeld();
+    return shard.objects.find(std::string_view(key))->second;
+  };
+  const uint64_t seq_before = find("e").access_seq;
+  shard.MarkRead(find("b"));
+  shard.MarkRead(find("a"));
+  shard.MarkRead(find("e"));  // the newest: nothing to mark
+  EXPECT_GT(find("b").access_seq, seq_before);
+  EXPECT_GT(find("a").access_seq, find("b").access_seq);
+  EXPECT_TRUE(find("a").lru_read);
+  EXPECT_FALSE(find("e").lru_read);
+  std::vector<std::string> order;
+  auto lru_order = [&]() {
+    shard.mu.AssertHeld();
+    order.clear();
+    for (const Object* o = shard.LruOldest(); o != nullptr; o = o->lru_newer()) {
+      order.emplace_back(o->key());
+    }
+    return order;
+  };
+  EXPECT_EQ(lru_order(), (std::vector<std::string>{"a", "b", "c", "d", "e"})) << "no relink";
+  // A walk from the cold end, as eviction's: marked objects go to the front as it meets them.
+  std::vector<std::string> unread;
+  const Object* next = nullptr;
+  for (const Object* o = shard.LruOldest(); o != nullptr && unread.size() < 3; o = next) {
+    next = o->lru_newer();
+    if (o->lru_read) {
+      shard.SecondChance(*o);
+    } else {
+      unread.emplace_back(o->key());
+    }
+  }
+  EXPECT_EQ(unread, (std::vector<std::string>{"c", "d", "e"}));
+  EXPECT_EQ(lru_order(), (std::vector<std::string>{"c", "d", "e", "a", "b"}));
+  EXPECT_FALSE(find("a").lru_read);
+  EXPECT_FALSE(find("b").lru_read);
+  // Touch (a put's end) still moves at once, and clears a mark.
+  shard.MarkRead(find("c"));
+  shard.Touch(find("c"));
+  EXPECT_FALSE(find("c").lru_read);
+  EXPECT_EQ(lru_order(), (std::vector<std::string>{"d", "e", "a", "b", "c"}));
+  // Erasing a marked object unlinks it like any other; the newest needs no move.
+  shard.MarkRead(find("e"));
+  shard.Erase(&find("e"));
+  EXPECT_EQ(lru_order(), (std::vector<std::string>{"d", "a", "b", "c"}));
+  shard.MarkRead(find("d"));
+  shard.SecondChance(find("d"));
+  shard.SecondChance(find("d"));  // already the newest, unmarked: nothing moves
+  EXPECT_EQ(lru_order(), (std::vector<std::string>{"a", "b", "c", "d"}));
+}
+
 TEST(ObjectTable, LeasedIndexForgetsErasedObjects) {
   ObjectTable table(1);
   ObjectTable::Shard& shard = table.ShardOf("k");
@@ -156,6 +217,115 @@ TEST(ObjectTable, LeasedIndexForgetsErasedObjects) {
   EXPECT_TRUE(o.has_transient());
   shard.Erase(&o);
   EXPECT_TRUE(shard.leased().empty());
+}
+
+// The leased index holds exactly the objects with a lease (or an expired one the sweep has not
+// seen yet): a release that ends an object's last lease takes it out at once and frees its
+// transient record; a release that leaves another reader's lease keeps it in.
+TEST(ObjectTable, ReleasingTheLastLeaseLeavesTheIndexAtOnce) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("a");
+  absl::MutexLock lock(&shard.mu);
+  const Object& a = shard.Insert("a", Object{});
+  const Object& b = shard.Insert("b", Object{});
+  shard.GrantLease(a, {1, 100, 7}, 0);
+  shard.GrantLease(a, {2, 100, 8}, 0);
+  shard.GrantLease(b, {1, 100, 7}, 0);
+  EXPECT_EQ(shard.leased().size(), 2u);
+  size_t expired = 0;
+  EXPECT_EQ(shard.ReleaseLease(a, 1, 7, 10, &expired), LeaseRelease::kReleased);
+  EXPECT_EQ(shard.leased().size(), 2u) << "a is still leased by 8";
+  EXPECT_TRUE(a.HasLiveLease(10));
+  EXPECT_EQ(shard.ReleaseLease(a, 2, 9, 10, &expired), LeaseRelease::kNotOwner);
+  EXPECT_EQ(shard.leased().size(), 2u) << "a refused release changes nothing";
+  EXPECT_EQ(shard.ReleaseLease(a, 2, 8, 10, &expired), LeaseRelease::kReleased);
+  EXPECT_EQ(shard.leased().count(const_cast<Object*>(&a)), 0u);
+  EXPECT_FALSE(a.has_transient());
+  EXPECT_FALSE(a.lease_indexed);
+  // Releasing an expired lease: pruned (counted as expired), and the object leaves the index.
+  EXPECT_EQ(shard.ReleaseLease(b, 1, 7, 100, &expired), LeaseRelease::kNotHeld);
+  EXPECT_EQ(expired, 1u);
+  EXPECT_TRUE(shard.leased().empty());
+  EXPECT_FALSE(b.has_transient());
+  // A transient record that holds more than leases survives the release.
+  shard.MarkOffloadQueued(b, 5);
+  shard.GrantLease(b, {3, 200, 7}, 100);
+  EXPECT_EQ(shard.ReleaseLease(b, 3, 7, 100, &expired), LeaseRelease::kReleased);
+  EXPECT_TRUE(shard.leased().empty());
+  ASSERT_TRUE(b.has_transient());
+  EXPECT_EQ(b.offload_queued_ms(), 5);
+  // Leased again after the release: indexed again, and the sweep still expires it.
+  shard.GrantLease(a, {4, 300, 7}, 100);
+  EXPECT_EQ(shard.leased().size(), 1u);
+  EXPECT_EQ(shard.SweepLeases(300), 1u);
+  EXPECT_TRUE(shard.leased().empty());
+}
+
+// Many objects leased by several batches and released in a shuffled order: at every step the
+// index holds exactly the objects that still have a lease, and the counts return to zero.
+TEST(ObjectTable, LeasedIndexTracksLeasesThroughShuffledReleases) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("k0");
+  absl::MutexLock lock(&shard.mu);
+  constexpr int kObjects = 200;
+  constexpr uint64_t kBatches = 3;
+  std::vector<const Object*> objects;
+  for (int i = 0; i < kObjects; ++i) objects.push_back(&shard.Insert("k" + std::to_string(i), {}));
+  std::vector<std::pair<uint64_t, int>> grants;  // (lease id, object)
+  for (uint64_t id = 1; id <= kBatches; ++id) {
+    for (int i = 0; i < kObjects; ++i) {
+      if ((i + static_cast<int>(id)) % 3 == 0) continue;  // each batch skips a third
+      shard.GrantLease(*objects[i], {id, 1000, 7}, 0);
+      grants.push_back({id, i});
+    }
+  }
+  std::vector<int> held(kObjects, 0);
+  for (const auto& g : grants) ++held[g.second];
+  std::mt19937 rng(42);
+  std::shuffle(grants.begin(), grants.end(), rng);
+  size_t expired = 0;
+  for (const auto& [id, i] : grants) {
+    ASSERT_EQ(shard.ReleaseLease(*objects[i], id, 7, 1, &expired), LeaseRelease::kReleased);
+    --held[i];
+    EXPECT_EQ(objects[i]->leases().size(), static_cast<size_t>(held[i]));
+    EXPECT_EQ(shard.leased().count(const_cast<Object*>(objects[i])) == 1, held[i] > 0) << i;
+  }
+  EXPECT_EQ(expired, 0u);
+  EXPECT_TRUE(shard.leased().empty());
+  for (const Object* o : objects) EXPECT_FALSE(o->has_transient());
+  EXPECT_EQ(shard.SweepLeases(2000), 0u);
+}
+
+// Transient records of released leases are kept (a bounded number per shard) and handed to the
+// next leased objects; a kept record carries nothing of its former object.
+TEST(ObjectTable, ReleasedLeasesRecordsAreReusedUpToABound) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("k0");
+  absl::MutexLock lock(&shard.mu);
+  const size_t bound = ObjectTable::Shard::kSpareTransients;
+  std::vector<const Object*> objects;
+  for (size_t i = 0; i < bound + 10; ++i) {
+    objects.push_back(&shard.Insert("k" + std::to_string(i), {}));
+    shard.GrantLease(*objects.back(), {1, 100, 7}, 0);
+  }
+  size_t expired = 0;
+  for (const Object* o : objects) {
+    ASSERT_EQ(shard.ReleaseLease(*o, 1, 7, 0, &expired), LeaseRelease::kReleased);
+    EXPECT_FALSE(o->has_transient());
+  }
+  EXPECT_EQ(shard.SpareTransientCountForTest(), bound) << "the rest were freed";
+  // Reused: a lease, then a put mark and an offload mark, each as on a fresh record.
+  shard.GrantLease(*objects[0], {2, 100, 8}, 0);
+  EXPECT_EQ(shard.SpareTransientCountForTest(), bound - 1);
+  ASSERT_EQ(objects[0]->leases().size(), 1u);
+  EXPECT_EQ(objects[0]->leases()[0].id, 2u);
+  EXPECT_EQ(objects[0]->put_start_ms(), 0);
+  EXPECT_EQ(objects[0]->offload_queued_ms(), 0);
+  EXPECT_EQ(objects[0]->promotion(), nullptr);
+  // Expired and swept: the record goes back too.
+  EXPECT_EQ(shard.SweepLeases(100), 1u);
+  EXPECT_EQ(shard.SpareTransientCountForTest(), bound);
+  EXPECT_FALSE(objects[0]->has_transient());
 }
 
 // Leases keep one inline; more readers of one key spill over, and pruning, releasing out of order
@@ -209,8 +379,8 @@ TEST(Object, TransientStateIsAllocatedOnDemandAndTrimmedWhenEmpty) {
   EXPECT_EQ(shard.ReleaseLease(o, 1, 7, 50, &expired), LeaseRelease::kNotOwner);
   EXPECT_EQ(shard.ReleaseLease(o, 1, 0, 50, &expired), LeaseRelease::kReleased);
   EXPECT_EQ(expired, 0u);
+  EXPECT_FALSE(o.has_transient()) << "the release of the last lease trims it";
   EXPECT_EQ(shard.SweepLeases(50), 0u);
-  EXPECT_FALSE(o.has_transient()) << "the sweep trims what the release left";
   EXPECT_TRUE(shard.leased().empty());
   shard.MarkOffloadFailed(o, 9);
   EXPECT_EQ(o.offload_failed_ms(), 9);
