@@ -253,7 +253,8 @@ class Bench:
         segment = max(a.total, max(a.sizes) * a.batch) * 5 // 4 + 64 * MiB
         segment = (segment + MiB - 1) // MiB * MiB
         base = {"batch": a.batch, "max_size": max(a.sizes), "seed": 1234}
-        mc_base = dict(base, fast_channel=False if a.python_grpc else None)
+        mc_base = dict(base, fast_channel=False if a.python_grpc else None,
+                       slices=a.python_slices)
         wenv = dict(os.environ)
         mkenv = dict(wenv)
         if a.mooncake_checksum:
@@ -511,6 +512,9 @@ def main():
     p.add_argument("--python-grpc", action="store_true",
                    help="mcstore's nodes send every call over gRPC (fast_channel=False), not over "
                         "the daemon's fast channel (the default where the daemon serves one)")
+    p.add_argument("--python-slices", action="store_true",
+                   help="mcstore's nodes name each value as a Slice (built per call) instead of "
+                        "a block layout of one run (the default, as the vLLM connector does)")
     p.add_argument("--mc-tls", action="store_true",
                    help="serve mcstore's master gRPC over TLS (deploy/local-cluster.sh's default);"
                         " by default plaintext, as Mooncake's master RPC is")

@@ -4,6 +4,7 @@
 #
 #   ./bench/vs_mooncake.sh [--sizes 64KiB,1MiB,4MiB] [--total 256MiB] [--rounds 3] [--batch 16]
 #                          [--no-mc-bench] [--mooncake-checksum] [--python-grpc] [--mc-tls]
+#                          [--python-slices]
 #
 # Makes (once, then reuses) a venv of its own with the pinned Mooncake wheel
 # (bench/requirements-mooncake.txt) and this checkout's mcstore Python package (pip install

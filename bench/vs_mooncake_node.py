@@ -44,6 +44,17 @@ class McstoreNode:
         self.dst_np = self.dst.numpy("uint8", n)
         self.src_np[:] = 0
         self.dst_np[:] = 0
+        # Value j of a batch is at j * size in each buffer: a block layout of one run, as the
+        # vLLM connector describes its pages (the request carries the run once and one index
+        # per key), the counterpart of the pointer lists Mooncake's node passes.
+        self.slices = cfg.get("slices", False)
+        self.layouts = {}
+
+    def blocks(self, size, n):
+        if size not in self.layouts:
+            self.layouts[size] = tuple(self.client.block_layout([(b.slice(0, size), size)])
+                                       for b in (self.src, self.dst))
+        return tuple(layout.blocks(range(n)) for layout in self.layouts[size])
 
     def info(self):
         return {}
@@ -60,13 +71,20 @@ class McstoreNode:
 
     def put(self, keys, size):
         from mcstore import raise_for_results
-        res = self.client.put(keys, [self.src.slice(j * size, size) for j in range(len(keys))])
+        if self.slices:
+            values = [self.src.slice(j * size, size) for j in range(len(keys))]
+        else:
+            values = self.blocks(size, len(keys))[0]
+        res = self.client.put(keys, values)
         raise_for_results(res)
 
     def get(self, keys, size):
         from mcstore import raise_for_results
-        res = self.client.get(keys, into=[self.dst.slice(j * size, size)
-                                          for j in range(len(keys))])
+        if self.slices:
+            into = [self.dst.slice(j * size, size) for j in range(len(keys))]
+        else:
+            into = self.blocks(size, len(keys))[1]
+        res = self.client.get(keys, into=into)
         raise_for_results(res)
         for r in res:
             if r.size != size:
