@@ -15,6 +15,7 @@ from mcstore._buffers import SharedBuffer, Slice, _check_int, check_shm_name
 from mcstore._core import IntoArg, KeyLike, ValuesArg
 from mcstore._errors import (Code, GetResult, Result, SessionLostError, StoreError,
                              error_from_rpc)
+from mcstore._fastchannel import MAX_CONNECTIONS as FAST_CONNECTIONS
 from mcstore._fastchannel import METHODS as FAST_METHODS
 from mcstore._fastchannel import FastChannel, resolve_path as fast_socket_path
 from mcstore._fdchannel import FdSession, default_fd_socket
@@ -126,13 +127,20 @@ class Client:
     everything else, and every call when it is absent or cannot be opened (retried after 30 s),
     over gRPC. `fast_channel`: None (default) = $MCSTORE_FAST_SOCKET when set (a path, or "off"),
     else "<unix socket>.fast" when `address` is a Unix socket; a str = that socket; False =
-    never. The *_async methods use gRPC. transport_stats() counts the calls of each path.
+    never. `fast_connections` (default 4, 1..64): connections this Client keeps to it, one call
+    each at a time; more concurrent calls go over gRPC (each connection holds a daemon thread and
+    counts against the daemon's per-uid limit, --store_fast_max_connections_per_uid, 32). The
+    *_async methods use gRPC. transport_stats() counts the calls of each path.
     """
 
     def __init__(self, address: str, timeout_s: float = 10.0, *, token: Optional[str] = None,
                  token_file: Optional[str] = None, fd_socket: Optional[str] = None,
-                 tls: TlsArg = None, fast_channel: Any = None) -> None:
+                 tls: TlsArg = None, fast_channel: Any = None,
+                 fast_connections: int = FAST_CONNECTIONS) -> None:
         self.address = address
+        if type(fast_connections) is not int or not 1 <= fast_connections <= 64:
+            raise ValueError("fast_connections must be an int in 1..64, got %r"
+                             % (fast_connections,))
         self.timeout_s = float(timeout_s)
         if self.timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
@@ -152,7 +160,8 @@ class Client:
         self._lock = threading.Lock()
         self._packed_match = True
         path, explicit = fast_socket_path(fast_channel, address)
-        self._fast: Optional[FastChannel] = (FastChannel(path, address, explicit)
+        self._fast: Optional[FastChannel] = (FastChannel(path, address, explicit,
+                                                         max_connections=fast_connections)
                                              if path else None)
         self._grpc_calls = 0
         self.closed = False

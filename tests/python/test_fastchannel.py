@@ -301,6 +301,29 @@ def test_pool_is_bounded_and_close_gives_everything_back(daemon):
     wait_for(lambda: open_fds() <= base, "the fds to be given back")
 
 
+def test_fast_connections_sets_the_pool_bound(daemon):
+    gate = threading.Event()
+
+    def slow(name, req, cid):
+        gate.wait(10)
+        return None
+    with pytest.raises(ValueError):
+        Client(daemon.address, fast_connections=0)
+    with pytest.raises(ValueError):
+        Client(daemon.address, fast_connections=65)
+    c = Client(daemon.address, fast_connections=2)
+    daemon.fast.behaviour = slow
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        calls = [pool.submit(c.exist, [b"k%d" % i]) for i in range(5)]
+        wait_for(lambda: len(daemon.fast.calls) == 2, "two fast calls")
+        wait_for(lambda: daemon.grpc_calls_of("BatchExist") == 3, "the rest over gRPC")
+        gate.set()
+        assert all(f.result() == [True] for f in calls)
+    assert c.transport_stats()["fast_connections"] == 2
+    c.close()
+    wait_for(lambda: daemon.fast.connections == 0, "the daemon to see every connection close")
+
+
 def test_one_connection_serves_many_calls(daemon):
     with Client(daemon.address) as c:
         for _ in range(200):
