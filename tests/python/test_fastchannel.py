@@ -18,6 +18,8 @@ from mcstore import Client, Code, SessionLostError, StoreError, UnavailableError
 from mcstore import _errors, _fastchannel
 from mcstore.v1 import store_pb2
 
+from integration import harness
+
 from fake_daemon import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, FakeDaemon
 
 
@@ -30,11 +32,7 @@ def daemon(monkeypatch):
 
 
 def wait_for(cond, what, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.01)  # the poll interval of this deadline loop
+    harness.wait_until(cond, timeout_s, interval_s=0.01, what=what)
 
 
 def open_fds():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from mcstore import Client, Code, Slice, StoreError, raise_for_results
+from integration import harness
 from integration.client.client_cluster import metrics
 from test_client_integration import remove_eventually, uniq
 
@@ -134,7 +135,6 @@ def test_session_lost_over_the_fast_channel(cluster, fast_socket):
     """The daemon ends the fd session (its socket closes) while the client still holds the
     owner token: the next fast call raises SessionLostError, the client forgets the session and
     its connections, and a new buffer opens a new session whose calls go fast again."""
-    import time
     from mcstore import SessionLostError
     with Client("unix:" + unix(cluster, 0), timeout_s=30) as c:
         buf = c.create_buffer(64 * KiB)
@@ -143,15 +143,16 @@ def test_session_lost_over_the_fast_channel(cluster, fast_socket):
         buf.memoryview(0, 4 * KiB)[:] = pattern
         raise_for_results(c.put([key], [buf.slice(0, 4 * KiB)]))
         c._fd_session._sock.close()  # the daemon sees the session end; the client does not
-        deadline = time.monotonic() + 10
-        while True:
+        lost = []
+
+        def session_lost():
             try:
                 c.get([key], into=[buf.slice(4 * KiB, 4 * KiB)])
             except SessionLostError as e:
-                assert "session lost" in str(e)
-                break
-            assert time.monotonic() < deadline, "no SessionLostError within 10 s"
-            time.sleep(0.01)  # the poll interval of this deadline loop
+                lost.append(e)
+            return bool(lost)
+        harness.wait_until(session_lost, 10, interval_s=0.01, what="SessionLostError")
+        assert "session lost" in str(lost[0])
         assert c._fd_session is None and c.transport_stats()["fast_connections"] == 0
         fast_before = c.transport_stats()["fast"]
         assert c.exist([key]) == [True]  # anonymous now
