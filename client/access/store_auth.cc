@@ -2,6 +2,7 @@
 
 #include <grp.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status.h"
+#include "common/status_macros.h"
 
 namespace mc::client {
 namespace {
@@ -158,6 +160,22 @@ absl::Status ApplySocketPermissions(const std::string& path, mode_t mode,
   if (chmod(path.c_str(), mode) != 0) {
     return absl::PermissionDeniedError(
         absl::StrFormat("chmod(%s, %04o): %s", path, mode, std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BindPrivateSocket(int fd, const sockaddr_un& addr, mode_t mode,
+                               std::optional<gid_t> group) {
+  const std::string path(addr.sun_path);
+  unlink(path.c_str());  // a stale socket from a previous run
+  const mode_t old_mask = umask(0177);
+  const int rc = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  umask(old_mask);
+  if (rc != 0)
+    return absl::UnavailableError(absl::StrCat("bind(", path, "): ", std::strerror(errno)));
+  MC_RETURN_IF_ERROR(ApplySocketPermissions(path, mode, group));
+  if (listen(fd, 64) != 0) {
+    return absl::InternalError(absl::StrCat("listen: ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include <optional>
 #include <string>
@@ -45,6 +46,10 @@ absl::StatusOr<gid_t> ParseGroup(std::string_view text);
 // chmod(path, mode) and, with a group, chown(path, -1, group): for a socket just bound.
 absl::Status ApplySocketPermissions(const std::string& path, mode_t mode,
                                     std::optional<gid_t> group);
+// Binds `fd` (a Unix socket) to `addr`, replacing a stale socket file, with nobody able to
+// connect before `mode` and `group` are applied (umask 0177 around bind), then listens.
+absl::Status BindPrivateSocket(int fd, const sockaddr_un& addr, mode_t mode,
+                               std::optional<gid_t> group);
 
 // Whether an owner token names a live session (the fd side channel answers), and the account
 // its resources count against: every session of one uid shares one account ("uid:N"), so a

@@ -95,21 +95,9 @@ absl::Status FastChannelServer::Start() {
         max_message_bytes_, options_.max_message_bytes);
   }
   dispatch_ = std::make_unique<FastDispatcher>(calls_, sessions_, max_message_bytes_, metrics_);
-  unlink(options_.path.c_str());  // a stale socket from a previous run
-  // Nobody may connect before the mode and group are in place.
-  mode_t old_mask = umask(0177);
-  int rc = bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  umask(old_mask);
-  if (rc != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("bind(", options_.path, "): ", std::strerror(errno)));
-  }
-  if (absl::Status s = ApplySocketPermissions(options_.path, options_.mode, options_.group);
+  if (absl::Status s = BindPrivateSocket(listen_fd_, addr, options_.mode, options_.group);
       !s.ok()) {
     return s;
-  }
-  if (listen(listen_fd_, 64) != 0) {
-    return absl::InternalError(absl::StrCat("listen: ", std::strerror(errno)));
   }
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
