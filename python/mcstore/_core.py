@@ -91,13 +91,18 @@ def encode_key(key: Any) -> bytes:
 
 
 _BYTES_ONLY = {bytes}
+_STR_ONLY = {str}
 _SLICE_ONLY = {Slice}
 _INT_ONLY = {int}
 
 
 def encode_keys(keys: Any) -> List[bytes]:
-    if type(keys) is list and set(map(type, keys)) == _BYTES_ONLY:
-        return keys[:]  # the common case, every key bytes: one pass in C
+    if type(keys) is list:  # the common cases, every key bytes or every key str: one pass in C
+        types = set(map(type, keys))
+        if types == _BYTES_ONLY:
+            return keys[:]
+        if types == _STR_ONLY:
+            return list(map(str.encode, keys))  # UTF-8, as encode_key
     if isinstance(keys, (bytes, str, bytearray)):
         raise TypeError("keys must be a sequence of keys, not a single %s (wrap it in a list)"
                         % type(keys).__name__)

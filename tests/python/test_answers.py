@@ -74,6 +74,11 @@ def test_keys_are_copied_not_kept():
     out = _core.encode_keys(keys)
     assert out == keys and out is not keys
     assert _core.encode_keys([b"a", "b", bytearray(b"c")]) == [b"a", b"b", b"c"]
+    assert _core.encode_keys(["a", "\u00e9"]) == [b"a", "\u00e9".encode("utf-8")]
+    with pytest.raises(UnicodeEncodeError):
+        _core.encode_keys(["\ud800"])  # a lone surrogate is no UTF-8, on either path
+    with pytest.raises(UnicodeEncodeError):
+        _core.encode_key("\ud800")
     with pytest.raises(TypeError):
         _core.encode_keys([b"a", 3])
 
