@@ -128,7 +128,8 @@ class SliceChecker:
         bounds; `what` names it in the error (a str, or a (format, value) pair formatted only
         then)."""
         if not isinstance(s, Slice):
-            raise TypeError("%s: expected a mcstore.Slice, got %s" % (_what(what), type(s).__name__))
+            raise TypeError("%s: expected a mcstore.Slice, got %s"
+                            % (_what(what), type(s).__name__))
         if s.buffer is not None:
             if s.buffer._owner is not self.owner:
                 raise ValueError("%s: the slice's buffer %s is registered with another client "
