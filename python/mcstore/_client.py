@@ -195,9 +195,10 @@ class Client:
             return self._fd_session
 
     def _call(self, rpc: str, req: Any, timeout_s: Optional[float], fast: bool = False,
-              items: int = 0) -> Any:
+              items: int = 0, raw: bool = False) -> Any:
         """Sends `rpc`; `fast`: over the fast channel when it takes it (see FastChannel.call,
-        and `items` there), else over gRPC."""
+        and `items` and `raw` there: a raw answer comes back as its bytes), else over gRPC
+        (a response message)."""
         if self.closed:
             raise ValueError("the mcstore Client for %s is closed" % self.address)
         timeout = self._timeout(timeout_s)
@@ -207,7 +208,7 @@ class Client:
             session = self._fd_session
             owner = session.owner if session is not None and not session.closed else ""
             try:
-                resp = channel.call(rpc, body, owner, timeout, items)
+                resp = channel.call(rpc, body, owner, timeout, items, raw)
             except SessionLostError:
                 self._forget_session()
                 raise
@@ -298,8 +299,8 @@ class Client:
         object). `replicas`: memory replicas (None = the daemon's --replicas). An existing key
         answers ALREADY_EXISTS (objects are immutable)."""
         req, bkeys = _core.build_put(keys, values, replicas, self._checker)
-        return _core.parse_results(self._call("BatchPut", req, timeout_s, True, len(bkeys)),
-                                   bkeys, "BatchPut", self.address)
+        resp = self._call("BatchPut", req, timeout_s, True, len(bkeys), raw=True)
+        return _core.read_results_answer(resp, bkeys, "BatchPut", self.address)
 
     def get(self, keys: Sequence[KeyLike], into: IntoArg = None,
             lease: Any = None, *, timeout_s: Optional[float] = None) -> List[GetResult]:
@@ -312,8 +313,8 @@ class Client:
         (or lease id) of a match_prefix whose keys these are."""
         req, bkeys, lengths = _core.build_get(keys, into, lease, self._checker)
         # Inline data comes back only over gRPC (a datagram holds the answer of slices only).
-        resp = self._call("BatchGet", req, timeout_s, None not in lengths)
-        return _core.parse_get(resp, bkeys, lengths, self.address)
+        resp = self._call("BatchGet", req, timeout_s, None not in lengths, raw=True)
+        return _core.read_get_answer(resp, bkeys, lengths, self.address)
 
     def exist(self, keys: Sequence[KeyLike], *, timeout_s: Optional[float] = None) -> List[bool]:
         """Whether each key is stored (a snapshot: it may be evicted right after)."""
@@ -328,8 +329,8 @@ class Client:
         being read)."""
         bkeys = _core.encode_keys(keys)
         req = store_pb2().BatchRemoveRequest(keys=bkeys)
-        return _core.parse_results(self._call("BatchRemove", req, timeout_s, True, len(bkeys)),
-                                   bkeys, "BatchRemove", self.address)
+        resp = self._call("BatchRemove", req, timeout_s, True, len(bkeys), raw=True)
+        return _core.read_results_answer(resp, bkeys, "BatchRemove", self.address)
 
     def match_prefix(self, keys: Sequence[KeyLike], lease_ttl_ms: int = 0, *,
                      timeout_s: Optional[float] = None) -> Lease:

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 
 from mcstore import _wire as W
 from mcstore._buffers import Slice, SharedBuffer
-from mcstore._errors import Code, GetResult, Result, StoreError
+from mcstore._errors import (Code, GetResult, Result, StoreError, make_get_result,
+                             make_result)
+from mcstore._fastchannel import parse_answer
 from mcstore._proto import SERVICE, store_pb2
 
 if TYPE_CHECKING:
@@ -88,7 +90,19 @@ def encode_key(key: Any) -> bytes:
     raise TypeError("a key must be bytes or str, got %s" % type(key).__name__)
 
 
+_BYTES_ONLY = {bytes}
+_STR_ONLY = {str}
+_SLICE_ONLY = {Slice}
+_INT_ONLY = {int}
+
+
 def encode_keys(keys: Any) -> List[bytes]:
+    if type(keys) is list:  # the common cases, every key bytes or every key str: one pass in C
+        types = set(map(type, keys))
+        if types == _BYTES_ONLY:
+            return keys[:]
+        if types == _STR_ONLY:
+            return list(map(str.encode, keys))  # UTF-8, as encode_key
     if isinstance(keys, (bytes, str, bytearray)):
         raise TypeError("keys must be a sequence of keys, not a single %s (wrap it in a list)"
                         % type(keys).__name__)
@@ -109,26 +123,30 @@ class SliceChecker:
         self.owner = owner
         self.sizes: Dict[int, int] = {}
 
-    def check(self, s: Any, what: str) -> None:
+    def check(self, s: Any, what: Any) -> None:
+        """Raises TypeError/ValueError unless `s` is a Slice of a buffer this client knows, in
+        bounds; `what` names it in the error (a str, or a (format, value) pair formatted only
+        then)."""
         if not isinstance(s, Slice):
-            raise TypeError("%s: expected a mcstore.Slice, got %s" % (what, type(s).__name__))
+            raise TypeError("%s: expected a mcstore.Slice, got %s"
+                            % (_what(what), type(s).__name__))
         if s.buffer is not None:
             if s.buffer._owner is not self.owner:
                 raise ValueError("%s: the slice's buffer %s is registered with another client "
-                                 "(buffer ids are per daemon)" % (what, s.buffer.name))
+                                 "(buffer ids are per daemon)" % (_what(what), s.buffer.name))
             if s.buffer.id != s.buffer_id:
                 raise ValueError("%s: the slice names buffer id %d but its buffer is now id %d "
                                  "(re-registered): make the slice again"
-                                 % (what, s.buffer_id, s.buffer.id))
+                                 % (_what(what), s.buffer_id, s.buffer.id))
             s.buffer._check_range(s.offset, s.length)  # also raises when the buffer is closed
             return
         size = self.sizes.get(s.buffer_id)
         if size is None:
             raise ValueError("%s: buffer id %d is not registered through this client"
-                             % (what, s.buffer_id))
+                             % (_what(what), s.buffer_id))
         if s.offset > size or s.length > size - s.offset:
             raise ValueError("%s: slice [%d, %d) is outside buffer %d of %d bytes"
-                             % (what, s.offset, s.end, s.buffer_id, size))
+                             % (_what(what), s.offset, s.end, s.buffer_id, size))
 
     def slices(self, value: Any, what: str) -> List[Slice]:
         items = [value] if isinstance(value, Slice) else list(value)
@@ -280,6 +298,11 @@ class LayoutBlocks:
         if isinstance(indices, (bytes, str, int)):
             raise TypeError("blocks: indices must be a sequence of ints")
         self.layout = layout
+        indices = list(indices)
+        if (indices and set(map(type, indices)) == _INT_ONLY and min(indices) >= 0
+                and max(indices) < layout.num_blocks):
+            self.indices = indices  # plain ints in range: checked in one pass
+            return
         index = layout._index
         self.indices = [index(i, ("blocks item %d", j)) for j, i in enumerate(indices)]
 
@@ -297,6 +320,9 @@ def _block_body(index: int) -> bytes:
 
 
 _BLOCK_BODIES = [_block_body(i) for i in range(0x80)]
+# GetItem/PutItem.block's key and body, per block index below 0x80.
+_GET_TAILS = [W.GET_ITEM_BLOCK + b for b in _BLOCK_BODIES]
+_PUT_TAILS = [W.PUT_ITEM_BLOCK + b for b in _BLOCK_BODIES]
 
 
 def _layout_request(bkeys: List[bytes], blocks: LayoutBlocks, get: bool, field2: int,
@@ -316,13 +342,21 @@ def _layout_request(bkeys: List[bytes], blocks: LayoutBlocks, get: bool, field2:
     else:
         items_key, key_key, block_key, field2_key = (W.PUT_ITEMS, W.PUT_ITEM_KEY,
                                                      W.PUT_ITEM_BLOCK, W.PUT_REPLICAS)
-    small = _BLOCK_BODIES
-    parts = []
+    tails = _GET_TAILS if get else _PUT_TAILS
+    small = _SMALL_VARINTS
+    key_overhead = len(key_key) + 1
+    parts: List[bytes] = []
     append = parts.append
+    extend = parts.extend
     for k, i in zip(bkeys, blocks.indices):
-        body = small[i] if i < 0x80 else _block_body(i)
-        item = (_field(key_key, k) if k else b"") + block_key + body
-        append(items_key + _varint(len(item)) + item)
+        tail = tails[i] if i < 0x80 else block_key + _block_body(i)
+        n = len(k)
+        size = key_overhead + n + len(tail)
+        if 0 < n and size < 0x80:  # the common case: both lengths are one-byte varints
+            extend((items_key, small[size], key_key, small[n], k, tail))
+        else:
+            item = (_field(key_key, k) if k else b"") + tail
+            append(items_key + _varint(len(item)) + item)
     if field2:
         append(field2_key + _varint(field2))
     append(layout._raw_get if get else layout._raw_put)
@@ -417,6 +451,8 @@ def build_put(keys: Sequence[KeyLike], values: ValuesArg, replicas: Optional[int
     n_replicas = check_replicas(replicas)
     if values and all(type(v) is PreparedSlices for v in values):
         return _prepared_request(bkeys, values, False, n_replicas, checker), bkeys
+    if values and set(map(type, values)) == _SLICE_ONLY:
+        return _one_slice_request(bkeys, values, False, n_replicas, checker), bkeys
     req = spb.BatchPutRequest(replicas=n_replicas)
     items = req.items
     for i, (k, v) in enumerate(zip(bkeys, values)):
@@ -457,6 +493,9 @@ def build_get(keys: Sequence[KeyLike], into: IntoArg, lease: Any,
         if into and all(type(d) is PreparedSlices for d in into):
             return (_prepared_request(bkeys, into, True, lease_id, checker, token), bkeys,
                     [d.length for d in into])
+        if into and set(map(type, into)) == _SLICE_ONLY:
+            return (_one_slice_request(bkeys, into, True, lease_id, checker, token), bkeys,
+                    [d.length for d in into])
     req = spb.BatchGetRequest(lease_id=lease_id, lease_token=token)
     items = req.items
     for i, k in enumerate(bkeys):
@@ -476,6 +515,47 @@ def build_get(keys: Sequence[KeyLike], into: IntoArg, lease: Any,
                             % (what, type(dest).__name__))
         lengths[i] = _add_slices(item.slices, checker.slices(dest, what))
     return req, bkeys, lengths
+
+
+_SLICE_BODY_CACHE_MAX = 1 << 16  # Slice messages kept written (then the cache restarts)
+_slice_bodies: Dict[Tuple[int, int, int], bytes] = {}
+
+
+def _slice_field(key: bytes, s: Slice) -> bytes:
+    """GetItem/PutItem.slices (`key`) holding the one Slice `s`, as protobuf writes it."""
+    geometry = (s.buffer_id, s.offset, s.length)
+    body = _slice_bodies.get(geometry)
+    if body is None:
+        body = _slice_body(*geometry)
+        if len(_slice_bodies) >= _SLICE_BODY_CACHE_MAX:
+            _slice_bodies.clear()
+        _slice_bodies[geometry] = body
+    return key + _SMALL_VARINTS[len(body)] + body  # three keys and varints: under 0x80 bytes
+
+
+def _one_slice_request(bkeys: List[bytes], slices: List[Slice], get: bool, field2: int,
+                       checker: SliceChecker, token: bytes = b"") -> bytes:
+    """A BatchGetRequest (get) or BatchPutRequest whose every item is one Slice, checked as
+    SliceChecker.slices checks it on the message path and written as bytes, byte for byte what
+    that path serializes (see _prepared_request for the order)."""
+    if get:
+        items_key, key_key, slices_key, field2_key, what = (
+            W.GET_ITEMS, W.GET_ITEM_KEY, W.GET_ITEM_SLICES, W.GET_LEASE_ID, "get item %d, slice 0")
+    else:
+        items_key, key_key, slices_key, field2_key, what = (
+            W.PUT_ITEMS, W.PUT_ITEM_KEY, W.PUT_ITEM_SLICES, W.PUT_REPLICAS, "put item %d, slice 0")
+    check = checker.check
+    parts = []
+    append = parts.append
+    for i, (k, s) in enumerate(zip(bkeys, slices)):
+        check(s, (what, i))
+        item = (_field(key_key, k) if k else b"") + _slice_field(slices_key, s)
+        append(items_key + _varint(len(item)) + item)
+    if field2:
+        append(field2_key + _varint(field2))
+    if token:
+        append(_field(W.GET_LEASE_TOKEN, token))
+    return b"".join(parts)
 
 
 def _prepared_request(bkeys: List[bytes], items: List["PreparedSlices"], get: bool,
@@ -556,7 +636,8 @@ def _count_check(n_answers: int, n_asked: int, rpc: str, address: str) -> None:
 
 def parse_results(resp: Any, keys: List[bytes], rpc: str, address: str) -> List[Result]:
     _count_check(len(resp.results), len(keys), rpc, address)
-    return [Result(Code.from_wire(r.code), r.message, k) for r, k in zip(resp.results, keys)]
+    from_wire = Code.from_wire
+    return [make_result(from_wire(r.code), r.message, k) for r, k in zip(resp.results, keys)]
 
 
 def parse_get(resp: Any, keys: List[bytes], lengths: List[Optional[int]],
@@ -583,13 +664,83 @@ def parse_get(resp: Any, keys: List[bytes], lengths: List[Optional[int]],
             elif written != size:
                 problem = "%d bytes written of %d" % (written, size)
             if problem is not None:
-                append(GetResult(Code.INTERNAL, "daemon answered OK but " + problem, k,
-                                 size=size, bytes_written=written))
+                append(make_get_result(Code.INTERNAL, "daemon answered OK but " + problem, k,
+                                       size, written))
                 continue
-            append(GetResult(code, r.message, k, size=size, bytes_written=written, data=data))
+            append(make_get_result(code, r.message, k, size, written, data))
         else:
-            append(GetResult(code, r.message, k, size=size, bytes_written=written))
+            append(make_get_result(code, r.message, k, size, written))
     return out
+
+
+# Reading a fast channel answer. An answer in which every item succeeded is, byte for byte, one
+# string per batch, the one protobuf itself serializes for it (made here by the generated
+# classes, never by hand): an answer equal to it is read without parsing, into exactly the
+# results parse_get / parse_results would make of it. Any other answer (a failed item, a size
+# off by one, a field this client does not know) is parsed and checked item by item.
+
+_OK_ITEM_CACHE_MAX = 4096  # slice lengths whose OK get item is kept (then the cache restarts)
+_ok_get_items: Dict[int, bytes] = {}
+_ok_result_items: Dict[str, bytes] = {}
+
+
+def _ok_get_item(length: int) -> bytes:
+    """The serialized BatchGetResponse.results entry of an item read OK into `length` bytes of
+    slices (code OK, size = bytes_written = length, no message, no data)."""
+    item = _ok_get_items.get(length)
+    if item is None:
+        spb = store_pb2()
+        item = spb.BatchGetResponse(results=[spb.GetResult(
+            code=0, size=length, bytes_written=length)]).SerializeToString()
+        if len(_ok_get_items) >= _OK_ITEM_CACHE_MAX:
+            _ok_get_items.clear()
+        _ok_get_items[length] = item
+    return item
+
+
+def ok_get_answer(lengths: Sequence[Optional[int]]) -> Optional[bytes]:
+    """The serialized BatchGetResponse of a get into slices of `lengths` in which every item was
+    read whole; None when an item is inline (its answer carries data)."""
+    n = len(lengths)
+    if n and lengths[0] is not None and lengths.count(lengths[0]) == n:
+        return _ok_get_item(lengths[0]) * n  # a block layout: every item alike
+    if None in lengths:
+        return None
+    return b"".join([_ok_get_item(w) for w in lengths])  # type: ignore[arg-type]
+
+
+def ok_results_answer(rpc: str, n: int) -> bytes:
+    """The serialized answer of a BatchPut or BatchRemove (`rpc`) of n items, every one OK."""
+    item = _ok_result_items.get(rpc)
+    if item is None:
+        spb = store_pb2()
+        resp = getattr(spb, rpc + "Response")(results=[spb.Result(code=0)])
+        item = _ok_result_items[rpc] = resp.SerializeToString()
+    return item * n
+
+
+def read_get_answer(resp: Any, keys: List[bytes], lengths: List[Optional[int]],
+                    address: str) -> List[GetResult]:
+    """parse_get of a BatchGetResponse, or of the fast channel's raw answer bytes."""
+    if type(resp) is bytes:
+        if resp == ok_get_answer(lengths):
+            ok = Code.OK
+            return [make_get_result(ok, "", k, w, w)  # type: ignore[arg-type]
+                    for k, w in zip(keys, lengths)]
+        resp = parse_answer(store_pb2().BatchGetResponse.FromString, "BatchGet", resp, address)
+    return parse_get(resp, keys, lengths, address)
+
+
+def read_results_answer(resp: Any, keys: List[bytes], rpc: str, address: str) -> List[Result]:
+    """parse_results of a BatchPutResponse / BatchRemoveResponse (`rpc`), or of the fast
+    channel's raw answer bytes."""
+    if type(resp) is bytes:
+        if resp == ok_results_answer(rpc, len(keys)):
+            ok = Code.OK
+            return [make_result(ok, "", k) for k in keys]
+        resp = parse_answer(getattr(store_pb2(), rpc + "Response").FromString, rpc, resp,
+                            address)
+    return parse_results(resp, keys, rpc, address)
 
 
 def parse_exist(resp: Any, keys: List[bytes], address: str) -> List[bool]:

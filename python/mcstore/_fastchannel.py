@@ -28,7 +28,7 @@ import struct
 import threading
 import time
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import grpc
 
@@ -105,6 +105,30 @@ def resolve_path(arg: Any, address: str) -> Tuple[Optional[str], bool]:
     return path, False
 
 
+_TIMEVAL = struct.Struct("@ll")  # struct timeval: tv_sec, tv_usec
+_DEADLINE_MAX_S = 1 << 30  # a longer (or infinite) timeout waits this long
+
+
+def _set_deadline(sock: socket.socket, timeout_s: float) -> None:
+    """Sets the blocking socket's send and receive timeouts to `timeout_s` (> 0): rounded up to
+    a whole microsecond, as a timeval of 0 would mean no timeout at all."""
+    micros = int(min(timeout_s, _DEADLINE_MAX_S) * 1e6)
+    micros = max(micros, 1)
+    tv = _TIMEVAL.pack(micros // 1000000, micros % 1000000)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+
+
+def parse_answer(parse: Callable[[bytes], Any], rpc: str, payload: bytes, address: str) -> Any:
+    """The response message `parse` reads from a fast channel answer; StoreError (INTERNAL)
+    when the bytes do not parse."""
+    try:
+        return parse(payload)
+    except Exception as e:  # a protobuf DecodeError: the answer is unusable
+        raise StoreError(Code.INTERNAL, "%s: a fast channel answer that does not parse: %s"
+                         % (rpc, e), address=address) from None
+
+
 class _NotSent(Exception):
     """The call could not be handed to the daemon; nothing reached it."""
 
@@ -134,6 +158,11 @@ class FastConnection:
             # largest request, and send no more than it grants (it may cap below the ask).
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limit + SNDBUF_SLACK)
             granted = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+            # From here the socket blocks and the kernel keeps the deadline (SO_RCVTIMEO,
+            # SO_SNDTIMEO): a call is one sendmsg and one recvmsg, where Python's own timeout
+            # would poll() before each of them.
+            sock.settimeout(None)
+            _set_deadline(sock, timeout_s)
         except _NotSent:
             sock.close()
             raise
@@ -173,15 +202,18 @@ class FastConnection:
         self._next_id = call_id + 1
         sock = self.sock
         if timeout_s != self._timeout:
-            sock.settimeout(timeout_s)
+            try:
+                _set_deadline(sock, timeout_s)
+            except OSError as e:
+                raise _NotSent(str(e)) from None
             self._timeout = timeout_s
         try:
             sock.sendmsg([_REQUEST.pack(_REQ_MAGIC, method, call_id), body])
-        except OSError as e:  # a datagram goes whole or not at all
+        except OSError as e:  # a datagram goes whole or not at all (EAGAIN: SO_SNDTIMEO)
             raise _NotSent(str(e)) from None
         try:
             n = sock.recv_into(self._buf, 0, socket.MSG_TRUNC)
-        except socket.timeout:
+        except (BlockingIOError, socket.timeout):  # SO_RCVTIMEO ran out: EAGAIN
             raise UnavailableError("%s: no answer within the deadline (Deadline Exceeded on the "
                                    "fast channel after %.3g s)" % (rpc, timeout_s),
                                    address=address) from None
@@ -333,7 +365,8 @@ class FastChannel:
             return dict(self.stats)
 
     # -- calls -----------------------------------------------------------------------------
-    def call(self, rpc: str, body: bytes, owner: str, timeout_s: float, items: int = 0) -> Any:
+    def call(self, rpc: str, body: bytes, owner: str, timeout_s: float, items: int = 0,
+             raw: bool = False) -> Any:
         """The response message of `rpc` sent over the fast channel, or None when it was not
         sent (the caller uses gRPC). Raises StoreError as the gRPC path would for the same
         answer (SessionLostError included); UnavailableError when the connection broke or no
@@ -341,7 +374,10 @@ class FastChannel:
 
         `items`: for a call that must not be sent twice (put, remove), its number of result
         items: it is sent only when its answer is sure to fit a datagram too (an answer over
-        the limit would be lost after the daemon acted on the request)."""
+        the limit would be lost after the daemon acted on the request).
+        `raw`: the answer's serialized bytes instead of the message, for a caller that reads
+        them itself (mcstore._core.read_get_answer / read_results_answer); the status and the
+        rest of the reply are checked as for a message."""
         if timeout_s <= 0:
             return None  # already past its deadline: gRPC says so without sending
         size = _REQUEST.size + len(body) + ANSWER_ITEM_BOUND * items
@@ -368,16 +404,12 @@ class FastChannel:
                 raise
             if status == 0:
                 self._release(conn, True, "fast")
-                return self._answer(rpc, payload)
+                return payload if raw else self._answer(rpc, payload)
             return self._refused(rpc, conn, status, message)
         return None
 
     def _answer(self, rpc: str, payload: bytes) -> Any:
-        try:
-            return self._parse[rpc](payload)
-        except Exception as e:  # a protobuf DecodeError: the answer is unusable
-            raise StoreError(Code.INTERNAL, "%s: a fast channel answer that does not parse: %s"
-                             % (rpc, e), address=self.address) from None
+        return parse_answer(self._parse[rpc], rpc, payload, self.address)
 
     def _refused(self, rpc: str, conn: FastConnection, status: int, message: str) -> None:
         """Raises the error of a call the daemon answered with `status` (not OK); returns None

@@ -20,6 +20,7 @@ from mcstore.v1 import store_pb2
 
 from integration import harness
 
+import fake_daemon
 from fake_daemon import FAILED_PRECONDITION, RESOURCE_EXHAUSTED, FakeDaemon
 
 
@@ -138,6 +139,50 @@ def test_timeout_raises_as_grpc_deadline_and_drops_the_connection(daemon):
         assert c.transport_stats()["fast_connections"] == 0
         wait_for(lambda: daemon.fast.connections == 0, "the daemon to see the close")
         assert daemon.fast.calls_of("BatchPut") == 1 and daemon.grpc_calls == []
+
+
+def test_a_timeout_below_a_microsecond_still_ends(daemon):
+    """The kernel keeps the deadline (SO_RCVTIMEO), where a timeval of 0 means "never": a
+    timeout too small for it must wait a microsecond, not forever."""
+    daemon.fast.behaviour = lambda name, req, cid: ("hang",)
+    with Client(daemon.address) as c:
+        start = time.monotonic()
+        with pytest.raises(UnavailableError, match="no answer within the deadline"):
+            c.exist([b"a"], timeout_s=1e-9)
+        assert time.monotonic() - start < 5
+        daemon.fast.behaviour = None
+        assert c.exist([b"a"], timeout_s=5) == [True]  # a new connection, a new deadline
+
+
+def _failing_item(name, req, cid):
+    """Every item OK but the second: NOT_FOUND (get), ALREADY_EXISTS (put), HAS_LEASE
+    (remove); a third get item short of bytes."""
+    if name not in ("BatchGet", "BatchPut", "BatchRemove"):
+        return None
+    resp = fake_daemon.answer(name, req)
+    resp.results[1].code = {"BatchGet": store_pb2.NOT_FOUND, "BatchPut": store_pb2.ALREADY_EXISTS,
+                            "BatchRemove": store_pb2.HAS_LEASE}[name]
+    if name == "BatchGet":
+        resp.results[2].bytes_written -= 1
+    return ("reply", 0, "", resp.SerializeToString())
+
+
+def test_a_failed_item_in_an_answer_is_never_reported_ok(daemon):
+    daemon.fast.behaviour = _failing_item
+    with Client(daemon.address) as c:
+        buf = c.create_buffer(1 << 16)
+        layout = c.block_layout([(buf.slice(0, 16), 16)])
+        keys = [b"a", b"b", b"c", b"d"]
+        got = c.get(keys, into=layout.blocks([0, 1, 2, 3]))
+        assert [r.code for r in got] == [Code.OK, Code.NOT_FOUND, Code.INTERNAL, Code.OK]
+        assert "15 bytes written of 16" in got[2].message
+        got = c.put(keys, layout.blocks([0, 1, 2, 3]))
+        assert [r.code for r in got] == [Code.OK, Code.ALREADY_EXISTS, Code.OK, Code.OK]
+        got = c.remove(keys)
+        assert [r.code for r in got] == [Code.OK, Code.HAS_LEASE, Code.OK, Code.OK]
+        daemon.fast.behaviour = None
+        assert all(r.ok for r in c.get(keys, into=layout.blocks([0, 1, 2, 3])))
+        assert c.transport_stats()["fast"] == 4 and daemon.grpc_calls_of("BatchGet") == 0
 
 
 def test_daemon_closing_mid_call_is_unavailable_and_never_resent(daemon):
