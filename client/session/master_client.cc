@@ -37,7 +37,7 @@ class GrpcMasterClient final : public MasterClient {
     {
       absl::MutexLock lock(&release_mu_);
       stopping_ = true;
-      release_cv_.SignalAll();
+      sender_cv_.SignalAll();
     }
     if (release_sender_.joinable()) release_sender_.join();
     WaitForReleases();
@@ -126,13 +126,13 @@ class GrpcMasterClient final : public MasterClient {
         release_queue_.push_front(std::move(*it));
       }
       send_now_ = true;
-      release_cv_.SignalAll();
+      sender_cv_.SignalAll();
       return s;
     }
     for (auto& call : carried) call->done(absl::OkStatus());
     absl::MutexLock lock(&release_mu_);
     for (auto& call : carried) outstanding_.erase(call->ticket);
-    release_cv_.SignalAll();
+    done_cv_.SignalAll();  // only a waiting PutStart/Remove/ReleaseLeases: not the sender
     return s;
   }
   // An application's explicit release (a MatchPrefix lease) also ends the leases of this client's
@@ -152,10 +152,11 @@ class GrpcMasterClient final : public MasterClient {
     if (!release_sender_.joinable()) release_sender_ = std::thread([this] { SendReleases(); });
     call->ticket = next_ticket_++;
     outstanding_.insert(call->ticket);
-    // The sender needs waking only to start the clock on a queue that was empty.
-    const bool was_empty = release_queue_.empty();
+    // The sender needs waking only when it sleeps for want of work: while busy it looks at the
+    // queue at least every release_delay_us on its own, so a stream of gets never pays a
+    // wake-up of another thread (a futex and, on a VM, a hypervisor exit) for its release.
     release_queue_.push_back(std::move(call));
-    if (was_empty || options_.release_delay_us <= 0) release_cv_.SignalAll();
+    if (sender_idle_ || options_.release_delay_us <= 0) sender_cv_.SignalAll();
   }
   absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
     return Call(&v1::Master::Stub::Exist, req, resp, Retry::kAlways);
@@ -348,16 +349,28 @@ class GrpcMasterClient final : public MasterClient {
       std::deque<std::unique_ptr<PendingRelease>> batch;
       {
         absl::MutexLock lock(&release_mu_);
+        int empty_looks = 0;
         for (;;) {
           if (release_queue_.empty()) {
             if (stopping_) return;  // nothing left to send
-            release_cv_.Wait(&release_mu_);
+            // Busy (releases came within the last kBusyLooks delays): look again after one
+            // delay, so that queueing a release need not wake this thread; idle: sleep until
+            // a release wakes it.
+            if (delay <= absl::ZeroDuration() || ++empty_looks > kBusyLooks) {
+              sender_idle_ = true;
+              sender_cv_.Wait(&release_mu_);
+              sender_idle_ = false;
+              empty_looks = 0;
+            } else {
+              sender_cv_.WaitWithDeadline(&release_mu_, absl::Now() + delay);
+            }
             continue;
           }
+          empty_looks = 0;
           if (stopping_ || send_now_) break;
           const absl::Time due = release_queue_.front()->queued + delay;
           if (absl::Now() >= due) break;
-          release_cv_.WaitWithDeadline(&release_mu_, due);
+          sender_cv_.WaitWithDeadline(&release_mu_, due);
         }
         send_now_ = false;  // whoever asked waits for tickets now in `batch` or in flight
         batch.swap(release_queue_);
@@ -374,7 +387,7 @@ class GrpcMasterClient final : public MasterClient {
                                                         delete call;
                                                         absl::MutexLock lock(&release_mu_);
                                                         outstanding_.erase(ticket);
-                                                        release_cv_.SignalAll();
+                                                        done_cv_.SignalAll();
                                                       });
       }
     }
@@ -387,13 +400,15 @@ class GrpcMasterClient final : public MasterClient {
     const uint64_t mine = next_ticket_;
     if (!release_queue_.empty()) {
       send_now_ = true;  // no holding back what this call waits for
-      release_cv_.SignalAll();
+      sender_cv_.SignalAll();
     }
-    while (!outstanding_.empty() && *outstanding_.begin() < mine) release_cv_.Wait(&release_mu_);
+    while (!outstanding_.empty() && *outstanding_.begin() < mine) done_cv_.Wait(&release_mu_);
   }
 
   static constexpr char kStandbyPrefix[] = "mc-master standby";
   static constexpr size_t kMaxTargets = 32;
+  // Empty looks (one per release delay) before the release sender sleeps until woken.
+  static constexpr int kBusyLooks = 16;
 
   const GrpcMasterClientOptions options_;
   // One channel per master address (never removed: Target pointers stay valid) and the one
@@ -404,12 +419,14 @@ class GrpcMasterClient final : public MasterClient {
   absl::Mutex session_mu_;
   std::string session_credential_ ABSL_GUARDED_BY(session_mu_);
   absl::Mutex release_mu_;
-  absl::CondVar release_cv_;
+  absl::CondVar sender_cv_;  // wakes the release sender
+  absl::CondVar done_cv_;    // releases answered: wakes WaitForReleases
   uint64_t next_ticket_ ABSL_GUARDED_BY(release_mu_) = 0;
   std::set<uint64_t> outstanding_ ABSL_GUARDED_BY(release_mu_);  // queued or sent, not answered
   std::deque<std::unique_ptr<PendingRelease>> release_queue_ ABSL_GUARDED_BY(release_mu_);
   bool stopping_ ABSL_GUARDED_BY(release_mu_) = false;
-  bool send_now_ ABSL_GUARDED_BY(release_mu_) = false;  // the sender skips the delay once
+  bool send_now_ ABSL_GUARDED_BY(release_mu_) = false;     // the sender skips the delay once
+  bool sender_idle_ ABSL_GUARDED_BY(release_mu_) = false;  // waits without a deadline
   std::thread release_sender_;
 };
 

@@ -154,6 +154,31 @@ TEST_F(GrpcMasterClientTest, WithoutALookupReleasesGoAloneAfterTheDelay) {
   EXPECT_EQ(ActiveLeases(), 0u);
 }
 
+// Queueing a release wakes the sender only when it sleeps for want of work; while it is busy it
+// must find the release on its own within the delay. Releases queued after gaps of 0-29 ms (the
+// sender goes to sleep after 16 empty looks, 16 ms here) all go, each in an RPC of its own.
+TEST_F(GrpcMasterClientTest, ReleasesQueuedWhileTheSenderIsBusyOrAsleepAllGo) {
+  Connect(1'000);  // 1 ms
+  Put("a");
+  Put("b");
+  const uint64_t rpcs_before = ReleaseRpcs();
+  constexpr int kRounds = 30;
+  for (int round = 0; round < kRounds; ++round) {
+    auto done = QueueRelease(round % 2 ? "a" : "b");
+    WaitAnswered(*done);
+    // Other master calls for `round` ms: the client's ordinary traffic between two gets.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(round);
+    while (std::chrono::steady_clock::now() < until) {
+      v1::ExistRequest req;
+      req.add_keys("a");
+      v1::ExistResponse resp;
+      ASSERT_TRUE(client_->Exist(req, &resp).ok());
+    }
+  }
+  EXPECT_EQ(ActiveLeases(), 0u);
+  EXPECT_EQ(ReleaseRpcs() - rpcs_before, static_cast<uint64_t>(kRounds));
+}
+
 TEST_F(GrpcMasterClientTest, RemoveDoesNotWaitOutTheDelay) {
   Connect(kLongDelayUs);
   Put("a");
