@@ -27,9 +27,13 @@ class SpeculativeCopier::Job {
     uint8_t pending = kPending;
     state_[i].compare_exchange_strong(pending, kCancelled, std::memory_order_acq_rel);
   }
-  // The helper's run: every item it can claim, then the job is over for it.
+  // The helper's run: every item it can claim.
   void Run() {
     for (size_t i = 0; i < items_.size(); ++i) TryCopy(i);
+  }
+  // The job is over for the helper (after it became free for the next job, so that the get
+  // that waited for it finds the helper free for its next call).
+  void HelperDone() {
     absl::MutexLock lock(&mu_);
     helper_done_ = true;
   }
@@ -92,8 +96,11 @@ void SpeculativeCopier::Loop() {
       next_ = nullptr;
     }
     job->Run();
-    absl::MutexLock lock(&mu_);
-    busy_ = false;
+    {
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+    }
+    job->HelperDone();
   }
 }
 
