@@ -18,8 +18,9 @@ Counter& SpeculativeCounter(MetricsRegistry& registry, const char* outcome) {
       "mc_client_get_speculative_total",
       "Get items of keys in this daemon's own segments copied while the master lookup was in "
       "flight, by outcome: kept (the answer named that replica and generation, leased, and the "
-      "bytes matched its checksum), redone (read again from the answer), skipped (the copy "
-      "helper was busy: read after the answer as usual)",
+      "bytes matched its checksum), redone (read again from the answer), late (the copy had "
+      "not started when the answer came: read as usual), skipped (the copy helper was busy: "
+      "read as usual)",
       {{"outcome", outcome}});
 }
 
@@ -87,6 +88,7 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
           "in this daemon's segments are hashed as they are copied")),
       get_speculative_kept(SpeculativeCounter(registry, "kept")),
       get_speculative_redone(SpeculativeCounter(registry, "redone")),
+      get_speculative_late(SpeculativeCounter(registry, "late")),
       get_speculative_skipped(SpeculativeCounter(registry, "skipped")),
       registry_(registry) {}
 

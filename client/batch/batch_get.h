@@ -98,6 +98,8 @@ class BatchGetter {
   void SetHolderBackoff(HolderBackoff* backoff) { backoff_ = backoff; }
   // Turns on speculative local copies (and starts their helper thread). Set before use.
   void SetSpeculation(SpeculationSource source);
+  // Whether speculative copies are being made now (tests).
+  bool SpeculationBusy() const { return copier_ != nullptr && copier_->busy(); }
 
  private:
   struct KeyPlan;

@@ -88,6 +88,10 @@ void BatchGetter::SettleSpeculation(Batch& batch) {
   for (size_t k = 0; k < batch.speculated.size(); ++k) {
     KeyPlan& plan = batch.plans[batch.speculated[k].plan];
     // The bytes as written must hash to the master's checksum, judged under the lease.
+    if (wanted[k] && !copies[k].copied) {
+      metrics_.get_speculative_late.Inc();  // not started before the answer: read as usual
+      continue;
+    }
     if (!wanted[k] || !copies[k].copied || copies[k].checksum != plan.lookup->checksum() ||
         now > plan.deadline_ms) {
       metrics_.get_speculative_redone.Inc();  // TransferRounds reads it from the answer

@@ -1,35 +1,24 @@
 #include "client/batch/speculative_copier.h"
 
+#include <algorithm>
+#include <cstring>
 #include <utility>
 
-#include "client/batch/batch_get.h"
+#include "common/checksum.h"
 
 namespace mc::client {
 
 class SpeculativeCopier::Job {
  public:
-  explicit Job(std::vector<Item> items) : items_(std::move(items)), state_(items_.size()) {
+  explicit Job(std::vector<Item> items)
+      : items_(std::move(items)), state_(items_.size()), abandon_(items_.size()) {
     for (auto& s : state_) s.store(kPending, std::memory_order_relaxed);
+    for (auto& a : abandon_) a.store(false, std::memory_order_relaxed);
   }
 
-  // Copies item i when it is still pending (on whichever thread claims it first).
-  void TryCopy(size_t i) {
-    uint8_t pending = kPending;
-    if (!state_[i].compare_exchange_strong(pending, kClaimed, std::memory_order_acq_rel)) return;
-    Item& item = items_[i];
-    uint64_t copied = 0;
-    item.checksum = ScatterCopyChecksum({LocalBuffer{const_cast<char*>(item.src), item.size}},
-                                        item.dest, &copied);
-    item.copied = copied == item.size;
-    state_[i].store(kDone, std::memory_order_release);
-  }
-  void Cancel(size_t i) {
-    uint8_t pending = kPending;
-    state_[i].compare_exchange_strong(pending, kCancelled, std::memory_order_acq_rel);
-  }
-  // The helper's run: every item it can claim.
+  // The helper's run: every item not cancelled yet, in order.
   void Run() {
-    for (size_t i = 0; i < items_.size(); ++i) TryCopy(i);
+    for (size_t i = 0; i < items_.size(); ++i) Copy(i);
   }
   // The job is over for the helper (after it became free for the next job, so that the get
   // that waited for it finds the helper free for its next call).
@@ -37,16 +26,51 @@ class SpeculativeCopier::Job {
     absl::MutexLock lock(&mu_);
     helper_done_ = true;
   }
-  void AwaitHelper() {
+  // The getter's side: see SpeculativeCopier::Finish.
+  std::vector<Item>& Finish(const std::vector<bool>& wanted) {
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if (i >= wanted.size() || !wanted[i]) abandon_[i].store(true, std::memory_order_relaxed);
+      uint8_t pending = kPending;
+      state_[i].compare_exchange_strong(pending, kCancelled, std::memory_order_acq_rel);
+    }
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&helper_done_));
+    return items_;
   }
-  std::vector<Item>& items() { return items_; }
 
  private:
   static constexpr uint8_t kPending = 0, kClaimed = 1, kDone = 2, kCancelled = 3;
+  static constexpr uint64_t kChunk = 256 << 10;  // hashed from the destination while cache-hot
+
+  // Copies item i unless cancelled; an abandoned item stops at the next chunk (not copied).
+  void Copy(size_t i) {
+    uint8_t pending = kPending;
+    if (!state_[i].compare_exchange_strong(pending, kClaimed, std::memory_order_acq_rel)) return;
+    Item& item = items_[i];
+    StreamingChecksum sum;
+    uint64_t pos = 0;
+    bool whole = true;
+    for (const LocalBuffer& d : item.dest) {
+      for (uint64_t off = 0; whole && off < d.length && pos < item.size;) {
+        if (abandon_[i].load(std::memory_order_relaxed)) {
+          whole = false;
+          break;
+        }
+        const uint64_t n = std::min({kChunk, d.length - off, item.size - pos});
+        std::memcpy(d.data + off, item.src + pos, n);
+        sum.Update(d.data + off, n);
+        off += n;
+        pos += n;
+      }
+    }
+    item.copied = whole && pos == item.size && pos == TotalLength(item.dest);
+    item.checksum = sum.Digest();
+    state_[i].store(kDone, std::memory_order_release);
+  }
+
   std::vector<Item> items_;
   std::vector<std::atomic<uint8_t>> state_;
+  std::vector<std::atomic<bool>> abandon_;
   absl::Mutex mu_;
   bool helper_done_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -72,15 +96,12 @@ std::shared_ptr<SpeculativeCopier::Job> SpeculativeCopier::TryStart(std::vector<
 
 std::vector<SpeculativeCopier::Item>& SpeculativeCopier::Finish(Job& job,
                                                                 const std::vector<bool>& wanted) {
-  for (size_t i = 0; i < job.items().size(); ++i) {
-    if (i < wanted.size() && wanted[i]) {
-      job.TryCopy(i);
-    } else {
-      job.Cancel(i);
-    }
-  }
-  job.AwaitHelper();  // at most the one item it was copying
-  return job.items();
+  return job.Finish(wanted);
+}
+
+bool SpeculativeCopier::busy() const {
+  absl::MutexLock lock(&mu_);
+  return busy_;
 }
 
 void SpeculativeCopier::Loop() {

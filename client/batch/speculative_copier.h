@@ -5,11 +5,11 @@
 //
 // One helper thread takes one job at a time: TryStart() hands it a job only when it is idle
 // (otherwise the get does not speculate, so a busy helper never delays a get). Finish() is the
-// getter's side once the answer is in: items it does not want and the helper has not started are
-// cancelled, items it wants and the helper has not started are copied on the calling thread, and
-// it waits only for the one item the helper may be copying (each item is bounded by the getter).
-// Items are claimed with an atomic state, so each is copied by exactly one thread and Finish()
-// returns only when no thread writes any destination of the job any more.
+// getter's side once the answer is in: items the helper has not started are cancelled (the getter
+// reads them from the answer, through the transfer engine's parallel copies), an item it is
+// copying is finished when still wanted or abandoned at its next 256 KiB chunk otherwise, and
+// Finish() returns once the helper is done with the job: no thread writes any destination of
+// the job any more. Each item is claimed with an atomic state, so it is copied at most once.
 // Thread-safe.
 #pragma once
 
@@ -45,14 +45,16 @@ class SpeculativeCopier {
   // Starts copying `items` on the helper thread, or returns null (the helper is busy, or no
   // items).
   std::shared_ptr<Job> TryStart(std::vector<Item> items);
-  // See above. `wanted[i]`: whether item i may still be kept. Returns the items, with `copied`
-  // and `checksum` set on those copied (a cancelled item may have been copied all the same).
+  // See above. `wanted[i]`: whether item i may still be kept (missing: not wanted). Returns the
+  // items, `copied` and `checksum` set on those copied whole (wanted or not).
   static std::vector<Item>& Finish(Job& job, const std::vector<bool>& wanted);
+  // Whether a job is handed over or running (tests: let the helper finish before the answer).
+  bool busy() const;
 
  private:
   void Loop();
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::shared_ptr<Job> next_ ABSL_GUARDED_BY(mu_);  // handed over, not yet taken
   bool busy_ ABSL_GUARDED_BY(mu_) = false;          // a job is handed over or running
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
