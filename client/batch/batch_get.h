@@ -74,7 +74,9 @@ struct SpeculationSource {
   std::vector<LocalBuffer> segments;   // base and size of each local segment, by local index
   // A segment id this daemon publishes now -> its local index (SegmentPool::LocalIndexOf).
   std::function<std::optional<size_t>(uint64_t segment_id)> resolve;
-  uint64_t max_item_bytes = 4ull << 20;  // larger objects are not speculated
+  // Bytes one get copies speculatively, at most (about what one thread copies during a local
+  // lookup): further keys are read as usual, so speculation stays off the larger gets' path.
+  uint64_t max_job_bytes = 2ull << 20;
 };
 
 class BatchGetter {

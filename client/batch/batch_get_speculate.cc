@@ -27,6 +27,7 @@ void BatchGetter::SetSpeculation(SpeculationSource source) {
 void BatchGetter::StartSpeculation(Batch& batch, const std::vector<size_t>& asked) {
   if (copier_ == nullptr) return;
   std::vector<SpeculativeCopier::Item> items;
+  uint64_t budget = speculation_->max_job_bytes;
   for (size_t p : asked) {
     const KeyPlan& plan = batch.plans[p];
     // Only the key's first item, when it is host memory the get writes anyway (not inline:
@@ -38,12 +39,13 @@ void BatchGetter::StartSpeculation(Batch& batch, const std::vector<size_t>& aske
     if (!e.has_value() || e->local_index >= speculation_->segments.size()) continue;
     const uint64_t size = e->object.size;
     const LocalBuffer& seg = speculation_->segments[e->local_index];
-    if (size > speculation_->max_item_bytes || TotalLength(item.slices) != size ||
-        e->offset > seg.length || size > seg.length - e->offset) {
+    if (size > budget || TotalLength(item.slices) != size || e->offset > seg.length ||
+        size > seg.length - e->offset) {
       continue;
     }
     const char* src = seg.data + e->offset;
     if (OverlapsAny(item.slices, src, size)) continue;
+    budget -= size;
     items.push_back({src, size, item.slices});
     batch.speculated.push_back({p, i, *std::move(e)});
   }

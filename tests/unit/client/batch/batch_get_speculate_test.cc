@@ -199,6 +199,22 @@ TEST_F(BatchGetSpeculation, InlineAndDuplicateItemsAreServedAsBefore) {
   EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
 }
 
+TEST_F(BatchGetSpeculation, OneGetCopiesAtMostItsBudgetTheRestIsReadAsUsual) {
+  SpeculationSource source{.index = index_.get(), .segments = {}, .resolve = resolve_};
+  for (auto& b : local_->backing) source.segments.push_back({b.data(), b.size()});
+  source.max_job_bytes = 100'000;
+  getter_.SetSpeculation(std::move(source));
+  std::vector<std::string> keys, payloads;
+  for (int k = 0; k < 4; ++k) {
+    keys.push_back("budget-" + std::to_string(k));
+    payloads.push_back(Payload(40'000, 600 + k));
+  }
+  for (const auto& s : Put(keys, payloads)) ASSERT_TRUE(s.ok()) << s;
+  for (const auto& r : GetAndCheck(keys, payloads)) EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(Kept(), 2u) << "two keys fit in 100,000 bytes";
+  EXPECT_EQ(Redone() + metrics_.get_speculative_late.Value(), 0u);
+}
+
 TEST(SpeculativeCopier, OneJobAtATimeAndFinishCancelsWhatIsNotStarted) {
   SpeculativeCopier copier;
   const std::string src = Payload(1 << 20, 9);
