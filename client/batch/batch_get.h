@@ -74,8 +74,8 @@ struct SpeculationSource {
   std::vector<LocalBuffer> segments;   // base and size of each local segment, by local index
   // A segment id this daemon publishes now -> its local index (SegmentPool::LocalIndexOf).
   std::function<std::optional<size_t>(uint64_t segment_id)> resolve;
-  // Bytes one get copies speculatively, at most (about what one thread copies during a local
-  // lookup): further keys are read as usual, so speculation stays off the larger gets' path.
+  // A get whose keys held here total more bytes does not speculate (about what one thread
+  // copies during a local lookup): larger gets keep the transfer engine's parallel copies.
   uint64_t max_job_bytes = 2ull << 20;
 };
 

@@ -39,12 +39,16 @@ void BatchGetter::StartSpeculation(Batch& batch, const std::vector<size_t>& aske
     if (!e.has_value() || e->local_index >= speculation_->segments.size()) continue;
     const uint64_t size = e->object.size;
     const LocalBuffer& seg = speculation_->segments[e->local_index];
-    if (size > budget || TotalLength(item.slices) != size || e->offset > seg.length ||
+    if (TotalLength(item.slices) != size || e->offset > seg.length ||
         size > seg.length - e->offset) {
       continue;
     }
     const char* src = seg.data + e->offset;
     if (OverlapsAny(item.slices, src, size)) continue;
+    if (size > budget) {  // a larger get: its copies keep the transfer engine's parallel path
+      batch.speculated.clear();
+      return;
+    }
     budget -= size;
     items.push_back({src, size, item.slices});
     batch.speculated.push_back({p, i, *std::move(e)});
