@@ -77,6 +77,7 @@ struct SpeculationSource {
   // A get whose keys held here total more bytes does not speculate (about what one thread
   // copies during a local lookup): larger gets keep the transfer engine's parallel copies.
   uint64_t max_job_bytes = 2ull << 20;
+  size_t max_job_keys = 64;  // nor does a get asking the master for more keys
 };
 
 class BatchGetter {

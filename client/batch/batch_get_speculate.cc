@@ -25,7 +25,8 @@ void BatchGetter::SetSpeculation(SpeculationSource source) {
 }
 
 void BatchGetter::StartSpeculation(Batch& batch, const std::vector<size_t>& asked) {
-  if (copier_ == nullptr) return;
+  // Bounded work before the lookup is sent: a get of many keys does not even look them up.
+  if (copier_ == nullptr || asked.size() > speculation_->max_job_keys) return;
   std::vector<SpeculativeCopier::Item> items;
   uint64_t budget = speculation_->max_job_bytes;
   for (size_t p : asked) {

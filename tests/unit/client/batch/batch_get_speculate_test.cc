@@ -203,7 +203,7 @@ TEST_F(BatchGetSpeculation, OnlyGetsWithinTheBudgetSpeculate) {
   SpeculationSource source{.index = index_.get(), .segments = {}, .resolve = resolve_};
   for (auto& b : local_->backing) source.segments.push_back({b.data(), b.size()});
   source.max_job_bytes = 100'000;
-  getter_.SetSpeculation(std::move(source));
+  getter_.SetSpeculation(SpeculationSource(source));
   std::vector<std::string> keys, payloads;
   for (int k = 0; k < 4; ++k) {
     keys.push_back("budget-" + std::to_string(k));
@@ -215,8 +215,18 @@ TEST_F(BatchGetSpeculation, OnlyGetsWithinTheBudgetSpeculate) {
       << "160,000 bytes: read as usual";
   keys.resize(2);
   payloads.resize(2);
-  for (const auto& r : GetAndCheck(keys, payloads)) EXPECT_TRUE(r.status.ok()) << r.status;
+  keys.push_back("not-held");  // a miss: counts as one of the keys asked
+  payloads.push_back(std::string(10, kSentinel));
+  auto res = GetAndCheck(keys, payloads);
+  EXPECT_TRUE(res[0].status.ok() && res[1].status.ok());
+  EXPECT_EQ(CodeOf(res[2].status), Code::kNotFound);
   EXPECT_EQ(Kept(), 2u) << "two keys fit in 100,000 bytes";
+  source = SpeculationSource{.index = index_.get(), .segments = {}, .resolve = resolve_};
+  for (auto& b : local_->backing) source.segments.push_back({b.data(), b.size()});
+  source.max_job_keys = 2;
+  getter_.SetSpeculation(std::move(source));
+  res = GetAndCheck(keys, payloads);
+  EXPECT_EQ(Kept(), 2u) << "three keys asked, more than max_job_keys: no speculation";
 }
 
 TEST(SpeculativeCopier, OneJobAtATimeAndFinishCancelsWhatIsNotStarted) {
