@@ -194,6 +194,11 @@ ABSL_FLAG(bool, object_index, true,
           "owners of their replicas) and report it to the master after every registration, so "
           "a master restart or an expired session loses no object; false: no index, no "
           "notices, no report");
+ABSL_FLAG(bool, get_speculative_local, true,
+          "copy a get's keys that this daemon's object index places in its own segments into "
+          "their destination while the master lookup is in flight, kept only when the answer "
+          "names that replica and generation with a lease and the bytes match its checksum "
+          "(needs --object_index)");
 ABSL_FLAG(bool, promote_on_hit, false,
           "write objects read from an SSD tier back into memory (best effort)");
 ABSL_FLAG(uint64_t, promote_staging_bytes, 64ull << 20,
@@ -300,6 +305,7 @@ void ClusterFromFlags(ClientServerOptions& o) {
   o.holder_backoff_ms = absl::GetFlag(FLAGS_holder_backoff_ms);
   o.capability_clock_skew_ms = absl::GetFlag(FLAGS_capability_clock_skew_ms);
   o.object_index = absl::GetFlag(FLAGS_object_index);
+  o.get_speculative_local = absl::GetFlag(FLAGS_get_speculative_local);
 }
 
 void TransferFromFlags(ClientServerOptions& o) {

@@ -12,6 +12,18 @@ Counter& LeaseReleasesCounter(MetricsRegistry& registry, const char* by) {
       {{"by", by}});
 }
 
+// mc_client_get_speculative_total{outcome}.
+Counter& SpeculativeCounter(MetricsRegistry& registry, const char* outcome) {
+  return registry.GetCounter(
+      "mc_client_get_speculative_total",
+      "Get items of keys in this daemon's own segments copied while the master lookup was in "
+      "flight, by outcome: kept (the answer named that replica and generation, leased, and the "
+      "bytes matched its checksum), redone (read again from the answer), late (the copy had "
+      "not started when the answer came: read as usual), skipped (the copy helper was busy: "
+      "read as usual)",
+      {{"outcome", outcome}});
+}
+
 // mc_client_replica_faults_reported_total{fault}.
 Counter& FaultsReportedCounter(MetricsRegistry& registry, const char* fault) {
   return registry.GetCounter("mc_client_replica_faults_reported_total",
@@ -74,6 +86,10 @@ ClientMetrics::ClientMetrics(MetricsRegistry& registry)
           "Put items hashed from their source in a pass of their own, because they have a "
           "replica in another daemon (whose write proves nothing); items whose replicas are all "
           "in this daemon's segments are hashed as they are copied")),
+      get_speculative_kept(SpeculativeCounter(registry, "kept")),
+      get_speculative_redone(SpeculativeCounter(registry, "redone")),
+      get_speculative_late(SpeculativeCounter(registry, "late")),
+      get_speculative_skipped(SpeculativeCounter(registry, "skipped")),
       registry_(registry) {}
 
 ClientMetrics::Rpc& ClientMetrics::For(const char* rpc) {

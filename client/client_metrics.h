@@ -53,6 +53,12 @@ class ClientMetrics {
   Counter& holder_backoff_skips;
   Counter& put_unreachable_retries;  // put items placed again after a holder refused them
   Counter& put_source_hashes;        // put items hashed apart from a copy: a remote replica
+  // Speculative local copies (BatchGetter): kept (the answer confirmed them), redone (read again
+  // from the answer), skipped (the helper was busy with another get's copies).
+  Counter& get_speculative_kept;
+  Counter& get_speculative_redone;
+  Counter& get_speculative_late;  // not started when the answer came (read as usual)
+  Counter& get_speculative_skipped;
 
  private:
   MetricsRegistry& registry_;

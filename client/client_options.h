@@ -85,6 +85,8 @@ struct ClientServerOptions {
   // The owner-side object index (client/session/object_index.h): notices from writers, a report
   // after every registration, so a master restart or an expired session loses nothing.
   bool object_index = true;
+  // Speculative local copies on the get path (BatchGetter::SetSpeculation; needs object_index).
+  bool get_speculative_local = true;
   bool promote_on_hit = false;                                      // write SSD hits back to memory
   uint64_t promote_staging_bytes = Promoter::kDefaultStagingBytes;  // private copies per round
   GpuPutStagerOptions gpu_put;    // with a cuda transport: how GPU put sources are staged

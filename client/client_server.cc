@@ -255,6 +255,11 @@ void ClientServer::BuildBatchPaths() {
       BatchGetOptions{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 8}, *master_,
       *engine_, *prefix_leases_, RealClock::Get(), metrics_);
   getter_->SetHolderBackoff(holder_backoff_.get());
+  if (options_.get_speculative_local && index_) {
+    SpeculationSource source{.index = index_.get(), .segments = {}, .resolve = resolve_segment_};
+    for (const auto& seg : pool_->segments()) source.segments.push_back({seg.base, seg.size});
+    getter_->SetSpeculation(std::move(source));
+  }
   if (offload_) {
     getter_->SetDiskReader(offload_.get());
     offload_->Start();

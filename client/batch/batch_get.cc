@@ -134,6 +134,7 @@ std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, 
   if (!batch.plans.empty()) {
     Lookup(batch, lease_id);
     AssignDestinations(batch, sink);
+    SettleSpeculation(batch);
     TransferRounds(batch);
     FanOut(batch);
     PromoteDiskHits(batch);
@@ -161,6 +162,7 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
     asked.push_back(p);
   }
   if (!asked.empty()) {
+    StartSpeculation(batch, asked);  // copies our own keys while the lookup is in flight
     int64_t sent_ms = clock_.NowMs();
     auto& resp = *google::protobuf::Arena::CreateMessage<v1::GetReplicasResponse>(&batch.arena);
     absl::Status s = master_.GetReplicas(req, &resp);

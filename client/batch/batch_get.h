@@ -29,9 +29,16 @@
 //    period (HolderBackoff): the key's other replicas are read at once, the holder is not dialled
 //    again per block. Reports go out before the leases are released (the master accepts a
 //    CORRUPT report only from a reader that holds a lease).
+//  - speculative local copies (SetSpeculation; docs/architecture.md): a key this daemon's own
+//    ObjectIndex places in its segments may be copied into its one host destination while the
+//    lookup is in flight; the copy is kept only when the answer names that very replica (segment,
+//    offset, size), the same generation, with a lease, and the bytes as written hash to the
+//    answer's checksum. Otherwise the key is read from the answer as above.
 // Thread-safe: concurrent Get() calls share nothing but thread-safe collaborators.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,8 +48,10 @@
 #include "client/batch/holder_backoff.h"
 #include "client/batch/prefix_leases.h"
 #include "client/batch/promoter.h"
+#include "client/batch/speculative_copier.h"
 #include "client/client_metrics.h"
 #include "client/session/master_client.h"
+#include "client/session/object_index.h"
 #include "client/tier/disk_reader.h"
 #include "common/clock.h"
 #include "transfer/transfer_engine.h"
@@ -57,6 +66,18 @@ struct BatchGetOptions {
   // Self-repair: checksum mismatches re-read into private memory per call, and their bytes.
   size_t max_confirm_reads = 16;
   uint64_t max_confirm_bytes = 256ull << 20;
+};
+
+// Where speculative local copies come from (BatchGetter::SetSpeculation).
+struct SpeculationSource {
+  const ObjectIndex* index = nullptr;  // this daemon's own index (borrowed)
+  std::vector<LocalBuffer> segments;   // base and size of each local segment, by local index
+  // A segment id this daemon publishes now -> its local index (SegmentPool::LocalIndexOf).
+  std::function<std::optional<size_t>(uint64_t segment_id)> resolve;
+  // A get whose keys held here total more bytes does not speculate (about what one thread
+  // copies during a local lookup): larger gets keep the transfer engine's parallel copies.
+  uint64_t max_job_bytes = 2ull << 20;
+  size_t max_job_keys = 64;  // nor does a get asking the master for more keys
 };
 
 class BatchGetter {
@@ -78,11 +99,22 @@ class BatchGetter {
   // Skips and records holders that refused connections (null: every replica is always tried).
   // Set before use.
   void SetHolderBackoff(HolderBackoff* backoff) { backoff_ = backoff; }
+  // Turns on speculative local copies (and starts their helper thread). Set before use.
+  void SetSpeculation(SpeculationSource source);
+  // Whether speculative copies are being made now (tests).
+  bool SpeculationBusy() const { return copier_ != nullptr && copier_->busy(); }
 
  private:
   struct KeyPlan;
   struct Batch;
   void Lookup(Batch& batch, uint64_t lease_id);
+  // Speculative local copies (client/batch/batch_get_speculate.cc): started for the plans
+  // `asked` of the master before the lookup, settled once destinations are assigned (kept ones
+  // mark their plan done; the others are read in TransferRounds).
+  struct Speculated;
+  void StartSpeculation(Batch& batch, const std::vector<size_t>& asked);
+  void SettleSpeculation(Batch& batch);
+  bool SpeculationMatches(const Batch& batch, const Speculated& s) const;
   void AssignDestinations(Batch& batch, InlineSink* sink);
   // GPU destinations (GetRequestItem::gpu) of `plan`: a key whose only destination is GPU
   // memory and that has a replica in this daemon's memory is read straight into it (cuda
@@ -143,6 +175,8 @@ class BatchGetter {
   Promoter* promoter_ = nullptr;
   GpuGetStager* gpu_stager_ = nullptr;
   HolderBackoff* backoff_ = nullptr;
+  std::optional<SpeculationSource> speculation_;
+  std::unique_ptr<SpeculativeCopier> copier_;
 };
 
 // Copies `from` (scattered) into `to` (scattered); returns bytes copied (min of both totals).

@@ -42,9 +42,22 @@ struct BatchGetter::KeyPlan {
   std::vector<LocalBuffer> staging;
 };
 
+// A speculative local copy: plan `plan`'s item `item`, copied from the index entry `entry`.
+struct BatchGetter::Speculated {
+  size_t plan = 0;
+  size_t item = 0;
+  ObjectIndex::Entry entry;
+};
+
 struct BatchGetter::Batch {
   explicit Batch(std::vector<GetRequestItem>& requested)
       : items(requested), results(requested.size()), dest(requested.size()) {}
+  // Never leaves a speculative copy writing a destination behind (SettleSpeculation ends it).
+  ~Batch() {
+    if (spec_job != nullptr) SpeculativeCopier::Finish(*spec_job, {});
+  }
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
   std::vector<GetRequestItem>& items;
   std::vector<GetItemResult> results;
   std::vector<std::vector<LocalBuffer>> dest;
@@ -54,6 +67,9 @@ struct BatchGetter::Batch {
   // and the holders (client ids) that refused a connection.
   std::vector<std::pair<size_t, int>> mismatched;
   std::vector<std::string> unreachable;
+  // Speculative local copies in flight (null: none), one Speculated per item of the job.
+  std::shared_ptr<SpeculativeCopier::Job> spec_job;
+  std::vector<Speculated> speculated;
   // The master's answer is parsed onto this arena (thousands of small messages and strings per
   // batch, freed at once); plans point into it.
   google::protobuf::Arena arena;

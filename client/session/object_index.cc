@@ -32,14 +32,17 @@ absl::Status ObjectIndex::Insert(size_t local_index, uint64_t offset, IndexedObj
   if (it != seg.begin()) {  // the entry starting before `offset` may reach into the range
     auto prev = std::prev(it);
     if (prev->first + prev->second.size > offset) {
+      UnmapKey(prev->second.key, local_index, prev->first);
       seg.erase(prev);
       --count_;
     }
   }
   while (it != seg.end() && it->first < end) {
+    UnmapKey(it->second.key, local_index, it->first);
     it = seg.erase(it);
     --count_;
   }
+  by_key_.insert_or_assign(object.key, std::make_pair(local_index, offset));
   seg.emplace_hint(it, offset, std::move(object));
   ++count_;
   UpdateGauge();
@@ -49,7 +52,11 @@ absl::Status ObjectIndex::Insert(size_t local_index, uint64_t offset, IndexedObj
 bool ObjectIndex::Forget(size_t local_index, uint64_t offset) {
   if (local_index >= segment_sizes_.size()) return false;
   absl::MutexLock lock(&mu_);
-  if (segments_[local_index].erase(offset) == 0) return false;
+  auto& seg = segments_[local_index];
+  auto it = seg.find(offset);
+  if (it == seg.end()) return false;
+  UnmapKey(it->second.key, local_index, offset);
+  seg.erase(it);
   --count_;
   UpdateGauge();
   return true;
@@ -61,6 +68,7 @@ bool ObjectIndex::Erase(size_t local_index, uint64_t offset, uint64_t generation
   auto& seg = segments_[local_index];
   auto it = seg.find(offset);
   if (it == seg.end() || it->second.generation != generation) return false;
+  UnmapKey(it->second.key, local_index, offset);
   seg.erase(it);
   --count_;
   UpdateGauge();
@@ -75,6 +83,22 @@ std::vector<ObjectIndex::Entry> ObjectIndex::Snapshot() const {
     for (const auto& [offset, object] : segments_[i]) out.push_back({i, offset, object});
   }
   return out;
+}
+
+std::optional<ObjectIndex::Entry> ObjectIndex::Find(std::string_view key) const {
+  absl::MutexLock lock(&mu_);
+  auto at = by_key_.find(absl::string_view(key.data(), key.size()));
+  if (at == by_key_.end()) return std::nullopt;
+  const auto [local_index, offset] = at->second;
+  const auto& seg = segments_[local_index];
+  auto it = seg.find(offset);
+  if (it == seg.end()) return std::nullopt;  // not reached: every removal unmaps its key
+  return Entry{local_index, offset, it->second};
+}
+
+void ObjectIndex::UnmapKey(const std::string& key, size_t local_index, uint64_t offset) {
+  auto at = by_key_.find(key);
+  if (at != by_key_.end() && at->second == std::make_pair(local_index, offset)) by_key_.erase(at);
 }
 
 size_t ObjectIndex::size() const {

@@ -7,16 +7,23 @@
 // the master (client/session/master_session.h), which rebuilds the objects a restart or an expiry
 // made it forget. The index is a hint, never trusted for reads: an entry whose bytes no longer
 // match its checksum is dropped at report time, and the master checks every reported range itself.
-// It does not know segment ids, leases or replica states. Thread-safe.
+// It does not know segment ids, leases or replica states. A key -> location map (the entry last
+// recorded for each key) serves Find() for the get path's speculative local copies
+// (client/batch/speculative_copier.h), updated under the same mutex by every change, O(1) each.
+// Thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
@@ -52,16 +59,25 @@ class ObjectIndex {
   };
   // Every entry, by segment then offset.
   std::vector<Entry> Snapshot() const;
+  // The entry last recorded for `key`, while it is still in the index (a hint: the master's
+  // answer and the checksum decide whether its bytes are the object's). Another replica of
+  // the same key recorded earlier is not found once a later one was recorded.
+  std::optional<Entry> Find(std::string_view key) const;
   size_t size() const;
   size_t segment_count() const { return segment_sizes_.size(); }
 
  private:
   void UpdateGauge() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops `key`'s location when it is (local_index, offset) (the entry there is going away).
+  void UnmapKey(const std::string& key, size_t local_index, uint64_t offset)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::vector<uint64_t> segment_sizes_;
   Gauge* const objects_;
   mutable absl::Mutex mu_;
   std::vector<std::map<uint64_t, IndexedObject>> segments_ ABSL_GUARDED_BY(mu_);
+  // key -> (local segment, offset) of the entry last recorded for it.
+  absl::flat_hash_map<std::string, std::pair<size_t, uint64_t>> by_key_ ABSL_GUARDED_BY(mu_);
   size_t count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -1,6 +1,7 @@
 // ObjectIndex: inserts replace what they overlap, forget and erase, bounds, the size gauge.
 #include "client/session/object_index.h"
 
+#include <optional>
 #include <thread>
 
 #include "common/status.h"
@@ -50,6 +51,32 @@ TEST(ObjectIndex, InsertRemovesEveryOverlappedEntry) {
   // The same offset again: the newer object replaces the older.
   ASSERT_TRUE(index.Insert(0, 90, Obj("newer", 10, 3)).ok());
   EXPECT_EQ(Keys(index), (std::vector<std::string>{"newer", "adjacent", "after"}));
+}
+
+TEST(ObjectIndex, FindFollowsEveryChangeOfAKeysEntry) {
+  ObjectIndex index({1000, 1000});
+  EXPECT_FALSE(index.Find("a").has_value());
+  ASSERT_TRUE(index.Insert(0, 100, Obj("a", 10, 1)).ok());
+  std::optional<ObjectIndex::Entry> e = index.Find("a");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->local_index, 0u);
+  EXPECT_EQ(e->offset, 100u);
+  EXPECT_EQ(e->object.generation, 1u);
+  // A later replica of the same key is the one found; dropping the earlier keeps it.
+  ASSERT_TRUE(index.Insert(1, 0, Obj("a", 10, 2)).ok());
+  EXPECT_EQ(index.Find("a")->local_index, 1u);
+  EXPECT_TRUE(index.Forget(0, 100));
+  EXPECT_EQ(index.Find("a")->object.generation, 2u);
+  // Overwritten by another object: gone.
+  ASSERT_TRUE(index.Insert(1, 5, Obj("b", 10, 3)).ok());
+  EXPECT_FALSE(index.Find("a").has_value());
+  EXPECT_EQ(index.Find("b")->offset, 5u);
+  // Erased with its generation only.
+  EXPECT_FALSE(index.Erase(1, 5, 4));
+  EXPECT_TRUE(index.Find("b").has_value());
+  EXPECT_TRUE(index.Erase(1, 5, 3));
+  EXPECT_FALSE(index.Find("b").has_value());
+  EXPECT_EQ(index.size(), 0u);
 }
 
 TEST(ObjectIndex, RefusesUnknownSegmentsEmptyObjectsAndRangesOutside) {
