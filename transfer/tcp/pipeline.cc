@@ -211,14 +211,19 @@ absl::Status PipelinedConnection::OnReadable() {
       header_got_ += static_cast<size_t>(n);
       if (header_got_ == kFrameHeaderSize) MC_RETURN_IF_ERROR(AcceptHeader());
     } else {
-      recv_first_ = ConsumeIov(recv_iov_.data(), recv_iov_.size(), recv_first_, n);
-      if (recv_first_ == recv_iov_.size()) {
-        WireOp& op = *ops_[next_response_];
-        if (op.checksum != nullptr) {  // hash the frame as delivered, while it is cache-hot
-          for (const iovec& v : op.local) op.checksum->Update(v.iov_base, v.iov_len);
+      // Hash the bytes just delivered while they are cache-hot (a frame of several MiB would
+      // have left the cache by its end); a frame's bytes arrive in order, so the digest is the
+      // frame's, and a frame cut short fails its op whatever was hashed.
+      if (StreamingChecksum* sum = ops_[next_response_]->checksum; sum != nullptr) {
+        uint64_t left = static_cast<uint64_t>(n);
+        for (size_t k = recv_first_; left > 0 && k < recv_iov_.size(); ++k) {
+          const size_t take = static_cast<size_t>(std::min<uint64_t>(left, recv_iov_[k].iov_len));
+          sum->Update(recv_iov_[k].iov_base, take);
+          left -= take;
         }
-        Complete(absl::OkStatus());
       }
+      recv_first_ = ConsumeIov(recv_iov_.data(), recv_iov_.size(), recv_first_, n);
+      if (recv_first_ == recv_iov_.size()) Complete(absl::OkStatus());
     }
   }
   return absl::OkStatus();

@@ -264,12 +264,16 @@ TEST(TcpTransportProtocol, MismatchedResponseFailsTheRequest) {
   EXPECT_EQ(dst[0], 0);  // no byte of the foreign payload landed
 }
 
-TEST_F(TcpTransportTest, HashedReadsChecksumTheDeliveredBytesFrameByFrame) {
-  // Small frames: a hashed request spans many frames, which must all ride one connection in
-  // order; an unhashed one may spread over several. Several peers, scattered destinations.
+// Small frames: a hashed request spans many frames, which must all ride one connection in
+// order; an unhashed one may spread over several. Large frames: a frame's payload arrives over
+// several receives, each hashed as it lands. Several peers, scattered destinations.
+class TcpHashedReadTest : public TcpTransportTest,
+                          public ::testing::WithParamInterface<uint64_t> {};
+
+TEST_P(TcpHashedReadTest, ChecksumsTheDeliveredBytes) {
   TransferEngineOptions options;
   options.local_endpoint = "127.0.0.1:1";
-  options.tcp.frame_bytes = 64 << 10;
+  options.tcp.frame_bytes = GetParam();
   options.tcp.connections_per_peer = 3;
   TransferEngine engine(options, local_table_);
   const std::vector<uint64_t> sizes = {1, 65535, 65536, 65537, (1 << 20) + 5, 3 << 20};
@@ -305,6 +309,9 @@ TEST_F(TcpTransportTest, HashedReadsChecksumTheDeliveredBytesFrameByFrame) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(FrameBytes, TcpHashedReadTest,
+                         ::testing::Values(uint64_t{64} << 10, uint64_t{8} << 20));
 
 TEST_F(TcpTransportTest, FailedHashedReadCarriesNoChecksum) {
   std::vector<char> dst(1 << 20);
