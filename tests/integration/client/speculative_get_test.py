@@ -16,7 +16,7 @@ to zero, and the daemons' fds back to their baseline. A shorter control run with
 --get_speculative_local=false checks no speculation happens and no byte is wrong either.
 
 MC_SPECSTRESS_S overrides the main run's duration (seconds, default 10), MC_SPECSTRESS_SEED its
-seed (printed; by default the time).
+seed (printed; by default the time), MC_SPECSTRESS_ARGS adds mc-client flags (space-separated).
 """
 
 import collections
@@ -52,10 +52,13 @@ MAX_SIZE = 768 * KiB
 
 
 def key_size(k: int) -> int:
-    """64..128 KiB (not 4 KiB multiples, so ranges start anywhere), or 320..768 KiB for LARGE:
-    ~5 MiB for one version of each key, more than the 4 MiB of the two segments."""
+    """64..130 KiB (not 4 KiB multiples, so ranges start anywhere), 320..768 KiB for LARGE, a few
+    hundred bytes for every eighth key (packed next to others): ~4.6 MiB for one version of each
+    key, more than the 4 MiB of the two segments."""
     if k in LARGE:
         return (320 + 448 * LARGE.index(k) // 3) * KiB
+    if k % 8 == 7:
+        return 8 + 24 * k
     return (64 + 32 * (k % 3)) * KiB + 8 * 13 * k
 
 
@@ -282,11 +285,20 @@ class SpeculativeGetChurnTest(cc.ClusterTestMixin, unittest.TestCase):
 
     def start(self, speculative: bool) -> cc.Cluster:
         flag = "--get_speculative_local=%s" % ("true" if speculative else "false")
+        extra = os.environ.get("MC_SPECSTRESS_ARGS", "").split()
         self.cluster = cc.Cluster(clients=2, segment_size=SEGMENT,
-                                  client_args=[flag, "--get_lease_ttl_ms", "5000"])
-        self.addCleanup(self.cluster.stop)
+                                  client_args=[flag, "--get_lease_ttl_ms", "5000"] + extra)
+        self.addCleanup(self.stop_cluster)
+        t0 = time.monotonic()
         self.cluster.start()
+        print("cluster started in %.2f s" % (time.monotonic() - t0))
         return self.cluster
+
+    def stop_cluster(self) -> None:
+        t0 = time.monotonic()
+        self.cluster.stop()
+        codes = [d.proc.returncode for d in [self.cluster.master] + self.cluster.clients]
+        print("cluster stopped in %.2f s, exit codes %s" % (time.monotonic() - t0, codes))
 
     def stress(self, duration_s: float, seed: int) -> Ledger:
         c = self.cluster
@@ -300,11 +312,16 @@ class SpeculativeGetChurnTest(cc.ClusterTestMixin, unittest.TestCase):
             warm.close()
         self.assertEqual(warm.errors, [], "warm-up worker errors")
         fds = [fd_count(d) for d in c.clients]
+        t0 = time.monotonic()
         s = Stress(c, duration_s, seed, lg)
+        t1 = time.monotonic()
         try:
             s.run()
         finally:
+            t2 = time.monotonic()
             s.close()
+            print("stress: setup %.2f s, run %.2f s, close %.2f s"
+                  % (t1 - t0, t2 - t1, time.monotonic() - t2))
         print("\n%s: %d OK items checked; %s" % (self.id(), lg.ok_items, dict(sorted(
             lg.codes.items()))))
         self.assertEqual(s.errors, [], "worker errors")
@@ -317,12 +334,19 @@ class SpeculativeGetChurnTest(cc.ClusterTestMixin, unittest.TestCase):
         self.assertGreater(lg.ok_items, 100, "the readers must have read something")
         # No lease left at the master (get leases are released a moment after each get; the
         # MatchPrefix leases were released by the readers), fds back to their baseline.
+        t0 = time.monotonic()
         harness.wait_until(lambda: cc.metric(c.master_http(), "mc_leases_active") == 0, 15,
                            what="no lease active at the master")
+        t1 = time.monotonic()
         for i, d in enumerate(c.clients):
             harness.wait_until(lambda: fd_count(d) <= fds[i] + 2, 15,
                                what="daemon %d fds back near %d" % (i, fds[i]))
         master = cc.metrics(c.master_http())
+        print("leases at 0 after %.2f s, fds after %.2f s more; leases granted %d, released %d, "
+              "expired %d" % (t1 - t0, time.monotonic() - t1,
+                              master.get("mc_leases_granted_total", 0),
+                              master.get("mc_leases_released_total", 0),
+                              master.get("mc_leases_expired_total", 0)))
         self.assertGreater(master.get("mc_evicted_keys_total", 0), 0,
                            "memory must have been full (eviction rewrites ranges)")
         return lg
