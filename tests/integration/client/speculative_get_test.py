@@ -16,7 +16,9 @@ to zero, and the daemons' fds back to their baseline. A shorter control run with
 --get_speculative_local=false checks no speculation happens and no byte is wrong either.
 
 MC_SPECSTRESS_S overrides the main run's duration (seconds, default 10), MC_SPECSTRESS_SEED its
-seed (printed; by default the time), MC_SPECSTRESS_ARGS adds mc-client flags (space-separated).
+seed (printed; by default the time), MC_SPECSTRESS_ARGS adds mc-client flags (space-separated),
+MC_SPECSTRESS_RESTART_S restarts the master (SIGKILL, same port) that often during the main run
+(calls failing meanwhile are counted, not errors; an exploration, not part of the ctest run).
 """
 
 import collections
@@ -31,7 +33,7 @@ import numpy as np
 
 from integration import harness
 from integration.client import client_cluster as cc
-from mcstore import BufferPool, Client, Code, GetResult, SharedBuffer
+from mcstore import BufferPool, Client, Code, GetResult, SharedBuffer, StoreError
 
 KiB = cc.KiB
 MiB = cc.MiB
@@ -96,7 +98,7 @@ class Ledger:
         self.lock = threading.Lock()
         self.next_version = [1] * KEYS
         self.attempted: List[Set[int]] = [set() for _ in range(KEYS)]
-        self.failed: List[Set[int]] = [set() for _ in range(KEYS)]  # puts answered non-OK
+        self.failed: List[Dict[int, str]] = [{} for _ in range(KEYS)]  # puts answered non-OK
         self.served: List[Set[int]] = [set() for _ in range(KEYS)]
         self.wrong: List[str] = []
         self.codes: Counter[str] = collections.Counter()
@@ -136,9 +138,10 @@ class Ledger:
 class Stress:
     """The worker threads of one run against a started Cluster."""
 
-    def __init__(self, cluster: cc.Cluster, duration_s: float, seed: int,
-                 ledger: Ledger) -> None:
+    def __init__(self, cluster: cc.Cluster, duration_s: float, seed: int, ledger: Ledger,
+                 restart_s: float = 0.0) -> None:
         self.c = cluster
+        self.restart_s = restart_s
         self.duration_s = duration_s
         self.seed = seed
         self.ledger = ledger
@@ -166,7 +169,13 @@ class Stress:
                                             name="%s-%d-%d" % (kind, d, n)))
         for t in threads:
             t.start()
-        self.stop.wait(self.duration_s)  # the run's length (a bound, not a wait on a condition)
+        end = time.monotonic() + self.duration_s
+        while not self.stop.is_set() and time.monotonic() < end:
+            # The run's length (a bound, not a wait on a condition), cut by master restarts.
+            self.stop.wait(min(self.restart_s or self.duration_s, end - time.monotonic()))
+            if self.restart_s and not self.stop.is_set() and time.monotonic() < end:
+                self.c.restart_master()
+                self.ledger.count("master restarts")
         self.stop.set()
         for t in threads:
             t.join(60)
@@ -174,10 +183,18 @@ class Stress:
                 self.errors.append("%s did not stop" % t.name)
 
     def guard(self, fn: Callable[..., None], d: int, seed: int) -> None:
+        """Runs step `fn` until the run stops; an exception ends the run and fails the test."""
         # The thread's own buffer: zero-copy puts, or two-slice scatters of every item of a get.
         buf = self.clients[d].create_buffer(MAX_GET_KEYS * (MAX_SIZE + 4 * KiB))
+        rnd = random.Random(seed)
         try:
-            fn(d, buf, random.Random(seed))
+            while not self.stop.is_set():
+                try:
+                    fn(d, buf, rnd)
+                except StoreError as e:
+                    if not self.restart_s:
+                        raise
+                    self.ledger.count("call failed %s" % type(e).__name__)
         except Exception as e:  # reported by the test, which then fails
             self.errors.append("%s: %r" % (threading.current_thread().name, e))
             self.stop.set()
@@ -185,14 +202,13 @@ class Stress:
             buf.close()
 
     def writer(self, d: int, buf: SharedBuffer, rnd: random.Random) -> None:
+        """One remove, then (mostly) a put of the key's next version."""
         cl = self.clients[d]
         lg = self.ledger
-        while not self.stop.is_set():
-            k = rnd.randrange(KEYS)
-            r = cl.remove([key_name(k)])[0]
-            lg.count("remove %s" % r.code.name)
-            if rnd.random() < 0.15:
-                continue  # a plain remove: the key stays missing for a while
+        k = rnd.randrange(KEYS)
+        r = cl.remove([key_name(k)])[0]
+        lg.count("remove %s" % r.code.name)
+        if rnd.random() >= 0.15:  # else a plain remove: the key stays missing for a while
             v = lg.new_version(k)
             data = value(k, v)
             if rnd.random() < 0.3:
@@ -202,22 +218,24 @@ class Stress:
             else:
                 r = cl.put([key_name(k)], [data.tobytes()])[0]
             lg.count("put %s" % r.code.name)
-            if r.code != Code.OK:
+            # Under master restarts a put answered UNAVAILABLE may still come back through its
+            # owner's report (docs/architecture.md, "Restart and return"): not known failed.
+            if r.code != Code.OK and not (self.restart_s and r.code == Code.UNAVAILABLE):
                 with lg.lock:
-                    lg.failed[k].add(v)
+                    lg.failed[k][v] = "%s (%s)" % (r.code.name, r.message)
 
     def reader(self, d: int, buf: SharedBuffer, rnd: random.Random) -> None:
+        """One get of 1..MAX_GET_KEYS keys."""
         cl = self.clients[d]
-        while not self.stop.is_set():
-            n = rnd.randint(1, MAX_GET_KEYS)
-            ks = [rnd.randrange(KEYS) for _ in range(n)]
-            if n > 1 and rnd.random() < 0.1:
-                ks[-1] = ks[0]  # a duplicate: only its first item may be speculated
-            mode = rnd.random()
-            if mode < 0.25:
-                self.get_split(d, cl, buf, ks, rnd)
-            else:
-                self.get_pool(d, cl, ks, leased=mode > 0.7)
+        n = rnd.randint(1, MAX_GET_KEYS)
+        ks = [rnd.randrange(KEYS) for _ in range(n)]
+        if n > 1 and rnd.random() < 0.1:
+            ks[-1] = ks[0]  # a duplicate: only its first item may be speculated
+        mode = rnd.random()
+        if mode < 0.25:
+            self.get_split(d, cl, buf, ks, rnd)
+        else:
+            self.get_pool(d, cl, ks, leased=mode > 0.7)
 
     def get_pool(self, d: int, cl: Client, ks: List[int], leased: bool) -> None:
         lg = self.ledger
@@ -300,7 +318,7 @@ class SpeculativeGetChurnTest(cc.ClusterTestMixin, unittest.TestCase):
         codes = [d.proc.returncode for d in [self.cluster.master] + self.cluster.clients]
         print("cluster stopped in %.2f s, exit codes %s" % (time.monotonic() - t0, codes))
 
-    def stress(self, duration_s: float, seed: int) -> Ledger:
+    def stress(self, duration_s: float, seed: int, restart_s: float = 0.0) -> Ledger:
         c = self.cluster
         # A short warm-up first: the daemons open what they keep (connections to each other's
         # data listeners, transfer threads' eventfds) on first use; the baseline is taken after.
@@ -313,7 +331,7 @@ class SpeculativeGetChurnTest(cc.ClusterTestMixin, unittest.TestCase):
         self.assertEqual(warm.errors, [], "warm-up worker errors")
         fds = [fd_count(d) for d in c.clients]
         t0 = time.monotonic()
-        s = Stress(c, duration_s, seed, lg)
+        s = Stress(c, duration_s, seed, lg, restart_s)
         t1 = time.monotonic()
         try:
             s.run()
@@ -329,11 +347,12 @@ class SpeculativeGetChurnTest(cc.ClusterTestMixin, unittest.TestCase):
         # Every version served was put and not refused (a put that raised is not recorded as
         # failed: it may have been stored).
         for k in range(KEYS):
-            bad = lg.served[k] & lg.failed[k]
-            self.assertEqual(bad, set(), "%s served versions whose put failed" % key_name(k))
+            bad = {v: lg.failed[k][v] for v in lg.served[k] if v in lg.failed[k]}
+            self.assertEqual(bad, {}, "%s served versions whose put failed" % key_name(k))
         self.assertGreater(lg.ok_items, 100, "the readers must have read something")
         # No lease left at the master (get leases are released a moment after each get; the
         # MatchPrefix leases were released by the readers), fds back to their baseline.
+        c.wait_clients_alive(2)
         t0 = time.monotonic()
         harness.wait_until(lambda: cc.metric(c.master_http(), "mc_leases_active") == 0, 15,
                            what="no lease active at the master")
@@ -347,8 +366,9 @@ class SpeculativeGetChurnTest(cc.ClusterTestMixin, unittest.TestCase):
                               master.get("mc_leases_granted_total", 0),
                               master.get("mc_leases_released_total", 0),
                               master.get("mc_leases_expired_total", 0)))
-        self.assertGreater(master.get("mc_evicted_keys_total", 0), 0,
-                           "memory must have been full (eviction rewrites ranges)")
+        if not restart_s:  # (the last master may not have evicted yet)
+            self.assertGreater(master.get("mc_evicted_keys_total", 0), 0,
+                               "memory must have been full (eviction rewrites ranges)")
         return lg
 
     def speculation(self, i: int) -> Dict[str, float]:
@@ -362,7 +382,7 @@ class SpeculativeGetChurnTest(cc.ClusterTestMixin, unittest.TestCase):
         seed = int(os.environ.get("MC_SPECSTRESS_SEED", "0")) or int(time.time()) & 0xFFFF
         print("\nseed %d (MC_SPECSTRESS_SEED replays the workers' choices, not their timing)"
               % seed)
-        self.stress(duration, seed)
+        self.stress(duration, seed, float(os.environ.get("MC_SPECSTRESS_RESTART_S", "0")))
         spec = [self.speculation(i) for i in range(2)]
         print("speculation: daemon 0 %s, daemon 1 %s" % (spec[0], spec[1]))
         # Kept: the fast path ran. Redone: copies overruled by the answer (a MatchPrefix lease
