@@ -119,18 +119,20 @@ class Ledger:
         """got: the item's bytes as uint64 words (a copy). Records a wrong byte, or the version."""
         first_key, version, index = decode(got[0])
         with self.lock:
-            legit = version in self.attempted[k]
+            legit = first_key == k and version in self.attempted[k]
         if first_key == k and index == 0 and legit and np.array_equal(got, value(k, version)):
             with self.lock:
                 self.served[k].add(version)
                 self.ok_items += 1
             return
-        bad = np.nonzero(got != value(k, version))[0] if first_key == k else np.array([0])
+        # The words that differ from the version the first word names, as if it were key k's.
+        bad = np.nonzero(got != value(k, version))[0]
         detail = ("%s: key %s asked, first word decodes to key %d version %d index %d "
-                  "(version attempted: %s); %d of %d words differ from that version, first at "
-                  "word %d = %s" % (where, key_name(k), first_key, version, index, legit,
-                                    len(bad), len(got), int(bad[0]) if len(bad) else -1,
-                                    decode(got[int(bad[0])]) if len(bad) else None))
+                  "(a version of this key put: %s); %d of %d words differ from key %d version "
+                  "%d, first at word %d = (key, version, index) %s"
+                  % (where, key_name(k), first_key, version, index, legit, len(bad), len(got), k,
+                     version, int(bad[0]) if len(bad) else -1,
+                     decode(got[int(bad[0])]) if len(bad) else None))
         with self.lock:
             self.wrong.append(detail)
 
