@@ -199,6 +199,11 @@ ABSL_FLAG(bool, get_speculative_local, true,
           "their destination while the master lookup is in flight, kept only when the answer "
           "names that replica and generation with a lease and the bytes match its checksum "
           "(needs --object_index)");
+ABSL_FLAG(int64_t, get_speculative_max_keys, 64,
+          "a get asking for more keys does not speculate (1..4096)");
+ABSL_FLAG(uint64_t, get_speculative_max_bytes, 2ull << 20,
+          "a get whose keys held here total more bytes does not speculate: larger gets keep "
+          "the local transport's parallel copies (4096..1073741824)");
 ABSL_FLAG(bool, promote_on_hit, false,
           "write objects read from an SSD tier back into memory (best effort)");
 ABSL_FLAG(uint64_t, promote_staging_bytes, 64ull << 20,
@@ -306,6 +311,8 @@ void ClusterFromFlags(ClientServerOptions& o) {
   o.capability_clock_skew_ms = absl::GetFlag(FLAGS_capability_clock_skew_ms);
   o.object_index = absl::GetFlag(FLAGS_object_index);
   o.get_speculative_local = absl::GetFlag(FLAGS_get_speculative_local);
+  o.get_speculative_max_keys = absl::GetFlag(FLAGS_get_speculative_max_keys);
+  o.get_speculative_max_bytes = absl::GetFlag(FLAGS_get_speculative_max_bytes);
 }
 
 void TransferFromFlags(ClientServerOptions& o) {

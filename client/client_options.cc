@@ -107,6 +107,10 @@ void ValidateMasterAndPuts(const ClientServerOptions& o, Checker& check) {
   check(o.put_write_timeout_ms >= 1, "--put_write_timeout_ms must be >= 1");
   check(o.holder_backoff_ms >= 0 && o.holder_backoff_ms <= 3'600'000,
         "--holder_backoff_ms must be in 0..3600000");
+  check(o.get_speculative_max_keys >= 1 && o.get_speculative_max_keys <= 4096,
+        "--get_speculative_max_keys must be in 1..4096");
+  check(o.get_speculative_max_bytes >= 4096 && o.get_speculative_max_bytes <= (1ull << 30),
+        "--get_speculative_max_bytes must be in 4096..1073741824");
 }
 
 void ValidateTransfer(const ClientServerOptions& o, Checker& check) {

@@ -256,7 +256,12 @@ void ClientServer::BuildBatchPaths() {
       *engine_, *prefix_leases_, RealClock::Get(), metrics_);
   getter_->SetHolderBackoff(holder_backoff_.get());
   if (options_.get_speculative_local && index_) {
-    SpeculationSource source{.index = index_.get(), .segments = {}, .resolve = resolve_segment_};
+    SpeculationSource source{
+        .index = index_.get(),
+        .segments = {},
+        .resolve = resolve_segment_,
+        .max_job_bytes = options_.get_speculative_max_bytes,
+        .max_job_keys = static_cast<size_t>(options_.get_speculative_max_keys)};
     for (const auto& seg : pool_->segments()) source.segments.push_back({seg.base, seg.size});
     getter_->SetSpeculation(std::move(source));
   }

@@ -92,7 +92,10 @@ class BadFlagsTest(unittest.TestCase):
                             ("gpu_get_staging_bytes", str((1 << 40) + 1)),
                             ("gpu_put_staging_bytes", str((1 << 40) + 1)),
                             ("gpu_max_buffers", "0"), ("gpu_max_buffers_per_caller", "0"),
-                            ("cuda_streams", "0")]:
+                            ("cuda_streams", "0"), ("get_speculative_max_keys", "0"),
+                            ("get_speculative_max_keys", "4097"),
+                            ("get_speculative_max_bytes", "4095"),
+                            ("get_speculative_max_bytes", str((1 << 30) + 1))]:
             with self.subTest(flag=flag, value=value):
                 proc = self.start_client(flag, value)
                 self.assertEqual(proc.returncode, 2, proc.stderr)
