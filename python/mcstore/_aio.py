@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import grpc
 import grpc.aio
 
-from mcstore import _core
+from mcstore import _answers, _core
 from mcstore._buffers import SharedBuffer, Slice
 from mcstore._client import Client, _LeaseFields
 from mcstore._tls import TlsArg, tls_config
@@ -87,14 +87,14 @@ class AsyncClient:
                   timeout_s: Optional[float] = None) -> List[Result]:
         """See Client.put."""
         req, bkeys = _core.build_put(keys, values, replicas, self._checker)
-        return _core.parse_results(await self._call("BatchPut", req, timeout_s), bkeys,
+        return _answers.parse_results(await self._call("BatchPut", req, timeout_s), bkeys,
                                    "BatchPut", self.address)
 
     async def get(self, keys: Sequence[KeyLike], into: IntoArg = None,
                   lease: Any = None, *, timeout_s: Optional[float] = None) -> List[GetResult]:
         """See Client.get."""
         req, bkeys, lengths = _core.build_get(keys, into, lease, self._checker)
-        return _core.parse_get(await self._call("BatchGet", req, timeout_s), bkeys, lengths,
+        return _answers.parse_get(await self._call("BatchGet", req, timeout_s), bkeys, lengths,
                                self.address)
 
     async def exist(self, keys: Sequence[KeyLike], *,
@@ -103,7 +103,7 @@ class AsyncClient:
         bkeys = _core.encode_keys(keys)
         resp = await self._call("BatchExist", store_pb2().BatchExistRequest(keys=bkeys),
                                 timeout_s)
-        return _core.parse_exist(resp, bkeys, self.address)
+        return _answers.parse_exist(resp, bkeys, self.address)
 
     async def remove(self, keys: Sequence[KeyLike], *,
                      timeout_s: Optional[float] = None) -> List[Result]:
@@ -111,7 +111,7 @@ class AsyncClient:
         bkeys = _core.encode_keys(keys)
         resp = await self._call("BatchRemove", store_pb2().BatchRemoveRequest(keys=bkeys),
                                 timeout_s)
-        return _core.parse_results(resp, bkeys, "BatchRemove", self.address)
+        return _answers.parse_results(resp, bkeys, "BatchRemove", self.address)
 
     async def match_prefix(self, keys: Sequence[KeyLike], lease_ttl_ms: int = 0, *,
                            timeout_s: Optional[float] = None) -> AsyncLease:
@@ -119,11 +119,11 @@ class AsyncClient:
         packed = self._packed_match
         req, bkeys = _core.build_match(keys, lease_ttl_ms, packed)
         resp = await self._call("MatchPrefix", req, timeout_s)
-        if packed and _core.needs_unpacked_retry(resp, bkeys):
+        if packed and _answers.needs_unpacked_retry(resp, bkeys):
             self._packed_match = False
             req, bkeys = _core.build_match(keys, lease_ttl_ms, False)
             resp = await self._call("MatchPrefix", req, timeout_s)
-        matched, lease_id, expiry, token = _core.parse_match(resp, bkeys, lease_ttl_ms,
+        matched, lease_id, expiry, token = _answers.parse_match(resp, bkeys, lease_ttl_ms,
                                                              self.address)
         return AsyncLease(self, matched, lease_id, expiry, bkeys[:matched], token)
 

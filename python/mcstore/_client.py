@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 import grpc
 
-from mcstore import _core
+from mcstore import _answers, _core
 from mcstore._buffers import SharedBuffer, Slice, _check_int, check_shm_name
 from mcstore._core import IntoArg, KeyLike, ValuesArg
 from mcstore._errors import (Code, GetResult, Result, SessionLostError, StoreError,
@@ -300,7 +300,7 @@ class Client:
         answers ALREADY_EXISTS (objects are immutable)."""
         req, bkeys = _core.build_put(keys, values, replicas, self._checker)
         resp = self._call("BatchPut", req, timeout_s, True, len(bkeys), raw=True)
-        return _core.read_results_answer(resp, bkeys, "BatchPut", self.address)
+        return _answers.read_results_answer(resp, bkeys, "BatchPut", self.address)
 
     def get(self, keys: Sequence[KeyLike], into: IntoArg = None,
             lease: Any = None, *, timeout_s: Optional[float] = None) -> List[GetResult]:
@@ -314,13 +314,13 @@ class Client:
         req, bkeys, lengths = _core.build_get(keys, into, lease, self._checker)
         # Inline data comes back only over gRPC (a datagram holds the answer of slices only).
         resp = self._call("BatchGet", req, timeout_s, None not in lengths, raw=True)
-        return _core.read_get_answer(resp, bkeys, lengths, self.address)
+        return _answers.read_get_answer(resp, bkeys, lengths, self.address)
 
     def exist(self, keys: Sequence[KeyLike], *, timeout_s: Optional[float] = None) -> List[bool]:
         """Whether each key is stored (a snapshot: it may be evicted right after)."""
         bkeys = _core.encode_keys(keys)
         req = store_pb2().BatchExistRequest(keys=bkeys)
-        return _core.parse_exist(self._call("BatchExist", req, timeout_s, True), bkeys,
+        return _answers.parse_exist(self._call("BatchExist", req, timeout_s, True), bkeys,
                                  self.address)
 
     def remove(self, keys: Sequence[KeyLike], *,
@@ -330,7 +330,7 @@ class Client:
         bkeys = _core.encode_keys(keys)
         req = store_pb2().BatchRemoveRequest(keys=bkeys)
         resp = self._call("BatchRemove", req, timeout_s, True, len(bkeys), raw=True)
-        return _core.read_results_answer(resp, bkeys, "BatchRemove", self.address)
+        return _answers.read_results_answer(resp, bkeys, "BatchRemove", self.address)
 
     def match_prefix(self, keys: Sequence[KeyLike], lease_ttl_ms: int = 0, *,
                      timeout_s: Optional[float] = None) -> Lease:
@@ -341,11 +341,11 @@ class Client:
         packed = self._packed_match
         req, bkeys = _core.build_match(keys, lease_ttl_ms, packed)
         resp = self._call("MatchPrefix", req, timeout_s, True)
-        if packed and _core.needs_unpacked_retry(resp, bkeys):
+        if packed and _answers.needs_unpacked_retry(resp, bkeys):
             self._packed_match = False  # a daemon older than packed keys: it saw none
             req, bkeys = _core.build_match(keys, lease_ttl_ms, False)
             resp = self._call("MatchPrefix", req, timeout_s, True)
-        matched, lease_id, expiry, token = _core.parse_match(resp, bkeys, lease_ttl_ms,
+        matched, lease_id, expiry, token = _answers.parse_match(resp, bkeys, lease_ttl_ms,
                                                              self.address)
         return Lease(matched, lease_id, expiry, bkeys[:matched], self.release_lease, token)
 
@@ -372,7 +372,7 @@ class Client:
         methods always go over gRPC (never the fast channel)."""
         req, bkeys = _core.build_put(keys, values, replicas, self._checker)
         return self._future("BatchPut", req, timeout_s,
-                            lambda r: _core.parse_results(r, bkeys, "BatchPut", self.address))
+                            lambda r: _answers.parse_results(r, bkeys, "BatchPut", self.address))
 
     def get_async(self, keys: Sequence[KeyLike], into: IntoArg = None,
                   lease: Any = None, *, timeout_s: Optional[float] = None
@@ -380,21 +380,21 @@ class Client:
         """get() as a concurrent.futures.Future (see put_async)."""
         req, bkeys, lengths = _core.build_get(keys, into, lease, self._checker)
         return self._future("BatchGet", req, timeout_s,
-                            lambda r: _core.parse_get(r, bkeys, lengths, self.address))
+                            lambda r: _answers.parse_get(r, bkeys, lengths, self.address))
 
     def exist_async(self, keys: Sequence[KeyLike], *, timeout_s: Optional[float] = None
                     ) -> "concurrent.futures.Future[List[bool]]":
         bkeys = _core.encode_keys(keys)
         req = store_pb2().BatchExistRequest(keys=bkeys)
         return self._future("BatchExist", req, timeout_s,
-                            lambda r: _core.parse_exist(r, bkeys, self.address))
+                            lambda r: _answers.parse_exist(r, bkeys, self.address))
 
     def remove_async(self, keys: Sequence[KeyLike], *, timeout_s: Optional[float] = None
                      ) -> "concurrent.futures.Future[List[Result]]":
         bkeys = _core.encode_keys(keys)
         req = store_pb2().BatchRemoveRequest(keys=bkeys)
         return self._future("BatchRemove", req, timeout_s,
-                            lambda r: _core.parse_results(r, bkeys, "BatchRemove",
+                            lambda r: _answers.parse_results(r, bkeys, "BatchRemove",
                                                           self.address))
 
     # -- buffers ---------------------------------------------------------------------------

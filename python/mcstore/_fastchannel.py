@@ -376,7 +376,7 @@ class FastChannel:
         items: it is sent only when its answer is sure to fit a datagram too (an answer over
         the limit would be lost after the daemon acted on the request).
         `raw`: the answer's serialized bytes instead of the message, for a caller that reads
-        them itself (mcstore._core.read_get_answer / read_results_answer); the status and the
+        them itself (mcstore._answers.read_get_answer / read_results_answer); the status and the
         rest of the reply are checked as for a message."""
         if timeout_s <= 0:
             return None  # already past its deadline: gRPC says so without sending

@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 import pytest
 
 from mcstore import Code, GetResult, Result, Slice, StoreError
-from mcstore import _core, _errors
+from mcstore import _answers, _core, _errors
 from mcstore.v1 import store_pb2
 
 ADDRESS = "unix:/test.sock"
@@ -85,16 +85,16 @@ def test_keys_are_copied_not_kept():
 
 def test_ok_answers_are_what_protobuf_serializes():
     for lengths in ([], [0], [65536] * 16, [1, 127, 128, 1 << 40, 0, 65536]):
-        raw = _core.ok_get_answer(lengths)
+        raw = _answers.ok_get_answer(lengths)
         ref = store_pb2.BatchGetResponse()
         for w in lengths:
             ref.results.add(code=store_pb2.OK, size=w, bytes_written=w)
         assert raw == ref.SerializeToString(), lengths
-    assert _core.ok_get_answer([5, None]) is None  # inline data: never read by its bytes
+    assert _answers.ok_get_answer([5, None]) is None  # inline data: never read by its bytes
     for rpc in ("BatchPut", "BatchRemove"):
         for n in (0, 1, 16):
             ref = getattr(store_pb2, rpc + "Response")(results=[store_pb2.Result()] * n)
-            assert _core.ok_results_answer(rpc, n) == ref.SerializeToString()
+            assert _answers.ok_results_answer(rpc, n) == ref.SerializeToString()
 
 
 def _outcome(fn: Any) -> Any:
@@ -152,7 +152,7 @@ def test_reading_a_get_answer_by_its_bytes_is_parsing_it():
         elif n and roll < 0.3:
             answered = [lengths[0]] * n
         raw = _random_get_answer(rng, answered)
-        fast = raw == _core.ok_get_answer(lengths)
+        fast = raw == _answers.ok_get_answer(lengths)
         seen_fast += fast
         seen_slow += not fast
 
@@ -162,9 +162,9 @@ def test_reading_a_get_answer_by_its_bytes_is_parsing_it():
             except Exception as e:
                 raise StoreError(Code.INTERNAL, "BatchGet: a fast channel answer that does not "
                                  "parse: %s" % e, address=ADDRESS) from None
-            return _core.parse_get(resp, keys, lengths, ADDRESS)
+            return _answers.parse_get(resp, keys, lengths, ADDRESS)
 
-        got = _outcome(lambda: _core.read_get_answer(raw, keys, lengths, ADDRESS))
+        got = _outcome(lambda: _answers.read_get_answer(raw, keys, lengths, ADDRESS))
         assert got == _outcome(slow), (trial, raw, lengths)
     assert seen_fast > 500 and seen_slow > 500
 
@@ -172,23 +172,23 @@ def test_reading_a_get_answer_by_its_bytes_is_parsing_it():
 def test_an_ok_answer_of_another_batch_is_not_ok():
     lengths = [65536] * 16
     keys = [b"k%d" % j for j in range(16)]
-    raw = _core.ok_get_answer(lengths)
-    assert all(r.ok for r in _core.read_get_answer(raw, keys, lengths, ADDRESS))
-    other = _core.read_get_answer(raw, keys, [65535] * 16, ADDRESS)  # another layout's size
+    raw = _answers.ok_get_answer(lengths)
+    assert all(r.ok for r in _answers.read_get_answer(raw, keys, lengths, ADDRESS))
+    other = _answers.read_get_answer(raw, keys, [65535] * 16, ADDRESS)  # another layout's size
     assert [r.code for r in other] == [Code.INTERNAL] * 16
     assert "object of 65536 bytes into slices of 65535" in other[0].message
     with pytest.raises(StoreError, match="answered 16 results for 15 items"):
-        _core.read_get_answer(raw, keys[:15], lengths[:15], ADDRESS)
+        _answers.read_get_answer(raw, keys[:15], lengths[:15], ADDRESS)
     one_failed = store_pb2.BatchGetResponse.FromString(raw)
     one_failed.results[9].code = store_pb2.NOT_FOUND
-    got = _core.read_get_answer(one_failed.SerializeToString(), keys, lengths, ADDRESS)
+    got = _answers.read_get_answer(one_failed.SerializeToString(), keys, lengths, ADDRESS)
     assert [r.code for r in got] == [Code.OK] * 9 + [Code.NOT_FOUND] + [Code.OK] * 6
     short = store_pb2.BatchGetResponse.FromString(raw)
     short.results[15].bytes_written = 65535
-    got = _core.read_get_answer(short.SerializeToString(), keys, lengths, ADDRESS)
+    got = _answers.read_get_answer(short.SerializeToString(), keys, lengths, ADDRESS)
     assert got[15].code is Code.INTERNAL and "65535 bytes written of 65536" in got[15].message
     with pytest.raises(StoreError, match="does not parse"):
-        _core.read_get_answer(raw[:-1], keys, lengths, ADDRESS)
+        _answers.read_get_answer(raw[:-1], keys, lengths, ADDRESS)
 
 
 def test_reading_put_and_remove_answers_by_their_bytes_is_parsing_them():
@@ -205,17 +205,17 @@ def test_reading_put_and_remove_answers_by_their_bytes_is_parsing_them():
             if rng.random() < 0.05:
                 r.message = "m"
         raw = resp.SerializeToString()
-        got = _outcome(lambda: _core.read_results_answer(raw, keys, rpc, ADDRESS))
-        ref = _outcome(lambda: _core.parse_results(resp, keys, rpc, ADDRESS))
+        got = _outcome(lambda: _answers.read_results_answer(raw, keys, rpc, ADDRESS))
+        ref = _outcome(lambda: _answers.parse_results(resp, keys, rpc, ADDRESS))
         assert got == ref, (trial, raw)
-    raw = _core.ok_results_answer("BatchPut", 4)
+    raw = _answers.ok_results_answer("BatchPut", 4)
     failed = store_pb2.BatchPutResponse.FromString(raw)
     failed.results[2].code = store_pb2.ALREADY_EXISTS
-    got = _core.read_results_answer(failed.SerializeToString(), [b"a", b"b", b"c", b"d"],
+    got = _answers.read_results_answer(failed.SerializeToString(), [b"a", b"b", b"c", b"d"],
                                     "BatchPut", ADDRESS)
     assert [r.code for r in got] == [Code.OK, Code.OK, Code.ALREADY_EXISTS, Code.OK]
     with pytest.raises(StoreError, match="answered 4 results for 3 items"):
-        _core.read_results_answer(raw, [b"a", b"b", b"c"], "BatchPut", ADDRESS)
+        _answers.read_results_answer(raw, [b"a", b"b", b"c"], "BatchPut", ADDRESS)
 
 
 def test_cheap_results_are_the_dataclasses():

@@ -14,7 +14,7 @@ import pytest
 import mcstore
 from mcstore import (Client, Code, GetResult, LeaseRef, Result, SharedBuffer, Slice,
                      StoreError, UnavailableError)
-from mcstore import _core, _errors
+from mcstore import _answers, _core, _errors
 from mcstore._buffers import check_shm_name
 from mcstore.v1 import store_pb2
 
@@ -87,11 +87,11 @@ def test_rpc_errors_map_to_codes(status, code, unavailable):
 def test_answer_with_missing_results_raises():
     resp = store_pb2.BatchPutResponse(results=[store_pb2.Result(code=0)])
     with pytest.raises(StoreError, match="1 results for 2 items"):
-        _core.parse_results(resp, [b"a", b"b"], "BatchPut", "h:1")
+        _answers.parse_results(resp, [b"a", b"b"], "BatchPut", "h:1")
     with pytest.raises(StoreError, match="INTERNAL"):
-        _core.parse_get(store_pb2.BatchGetResponse(), [b"a"], [None], "h:1")
+        _answers.parse_get(store_pb2.BatchGetResponse(), [b"a"], [None], "h:1")
     with pytest.raises(StoreError):
-        _core.parse_exist(store_pb2.BatchExistResponse(exists=[True]), [], "h:1")
+        _answers.parse_exist(store_pb2.BatchExistResponse(exists=[True]), [], "h:1")
 
 
 def test_ok_get_answers_are_checked_byte_for_byte():
@@ -104,7 +104,7 @@ def test_ok_get_answers_are_checked_byte_for_byte():
         R(code=0, size=6, bytes_written=6),                # object smaller than the slices
         R(code=6, message="slices hold 2 bytes", size=8),  # daemon's SIZE_MISMATCH
     ])
-    out = _core.parse_get(resp, [b"k%d" % i for i in range(6)], [None, None, 8, 8, 8, 2], "h")
+    out = _answers.parse_get(resp, [b"k%d" % i for i in range(6)], [None, None, 8, 8, 8, 2], "h")
     assert [r.code for r in out] == [Code.OK, Code.INTERNAL, Code.OK, Code.INTERNAL,
                                      Code.INTERNAL, Code.SIZE_MISMATCH]
     assert out[0].data == b"abc" and out[1].data is None and out[2].data is None
@@ -114,10 +114,10 @@ def test_ok_get_answers_are_checked_byte_for_byte():
 def test_match_answer_checked():
     resp = store_pb2.MatchPrefixResponse(matched=3, keys_seen=2)
     with pytest.raises(StoreError, match="3 matched of 2"):
-        _core.parse_match(resp, [b"a", b"b"], 0, "h")
+        _answers.parse_match(resp, [b"a", b"b"], 0, "h")
     resp = store_pb2.MatchPrefixResponse(matched=1, keys_seen=1, lease_id=0)
     with pytest.raises(StoreError, match="no lease"):
-        _core.parse_match(resp, [b"a"], 1000, "h")
+        _answers.parse_match(resp, [b"a"], 1000, "h")
 
 
 # -- input validation before anything is sent ----------------------------------------------
