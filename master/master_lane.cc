@@ -129,12 +129,20 @@ void MasterLane::AcceptLoop() {
     if (fds[1].revents != 0) return;
     if ((fds[0].revents & POLLIN) == 0) continue;
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;  // the peer went away, or out of fds for a moment
+    if (fd < 0) {
+      // Out of fds (EMFILE, ENFILE) leaves the connection pending and the listener readable:
+      // wait a moment (or for Stop) instead of spinning. A peer that went away: try again.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        pollfd wake{.fd = wake_fd_, .events = POLLIN, .revents = 0};
+        poll(&wake, 1, 50);
+      }
+      continue;
+    }
     absl::MutexLock lock(&mu_);
     ReapLocked();
     if (stopping_ || connections_.size() >= options_.max_connections) {
+      if (!stopping_) refused_full_.Inc();  // counted before the peer can see the close
       close(fd);
-      if (!stopping_) refused_full_.Inc();
       continue;
     }
     int one = 1;

@@ -311,7 +311,7 @@ TEST_F(MasterLaneTest, MalformedFramesAreAnsweredOrClosedAndOthersAreStillServed
 TEST_F(MasterLaneTest, ConnectionsAreBoundedAndIdleOnesClosed) {
   MasterServerOptions opts;
   opts.lane_max_connections = 2;
-  opts.lane_idle_timeout_ms = 300;
+  opts.lane_idle_timeout_ms = 1000;  // long enough that the third arrives before it
   Start(opts);
   Register("c1");
   v1::ExistResponse resp;
