@@ -108,6 +108,12 @@ ABSL_FLAG(bool, pack_master_keys, true,
           "MatchPrefix sends its keys to the master packed in one field (false: one by one, for "
           "a master older than GetReplicasRequest.packed_keys; it is also detected and worked "
           "around on its own)");
+ABSL_FLAG(bool, master_lane, true,
+          "send the hot master calls (lookups, puts, removes) over the master lane, plain TCP "
+          "without gRPC, when the master offers one; never with TLS to the master");
+ABSL_FLAG(int32_t, master_lane_connections, 4,
+          "most master lane connections (1..64), opened as needed; a call finding all busy goes "
+          "over gRPC");
 ABSL_FLAG(int64_t, lease_release_delay_us, 1000,
           "a finished read's lease release waits this long for the next master lookup to carry "
           "it, then goes in an RPC of its own; 0 = always at once");
@@ -304,6 +310,8 @@ void ClusterFromFlags(ClientServerOptions& o) {
   o.get_lease_ttl_ms = absl::GetFlag(FLAGS_get_lease_ttl_ms);
   o.master_rpc_timeout_ms = absl::GetFlag(FLAGS_master_rpc_timeout_ms);
   o.lease_release_delay_us = absl::GetFlag(FLAGS_lease_release_delay_us);
+  o.master_lane = absl::GetFlag(FLAGS_master_lane);
+  o.master_lane_connections = absl::GetFlag(FLAGS_master_lane_connections);
   o.put_no_space_wait_ms = absl::GetFlag(FLAGS_put_no_space_wait_ms);
   o.put_write_back_wait_ms = absl::GetFlag(FLAGS_put_write_back_wait_ms);
   o.put_write_timeout_ms = absl::GetFlag(FLAGS_put_write_timeout_ms);

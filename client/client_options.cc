@@ -102,6 +102,8 @@ void ValidateMasterAndPuts(const ClientServerOptions& o, Checker& check) {
                        id, "); drop --client_id or issue a credential for it"));
   }
   check(o.lease_release_delay_us >= 0, "--lease_release_delay_us must be >= 0");
+  check(o.master_lane_connections >= 1 && o.master_lane_connections <= 64,
+        "--master_lane_connections must be in 1..64");
   check(o.put_no_space_wait_ms >= 0, "--put_no_space_wait_ms must be >= 0");
   check(o.put_write_back_wait_ms >= 0, "--put_write_back_wait_ms must be >= 0");
   check(o.put_write_timeout_ms >= 1, "--put_write_timeout_ms must be >= 1");

@@ -67,6 +67,8 @@ struct ClientServerOptions {
   uint32_t get_lease_ttl_ms = 0;  // read lease asked by BatchGet; 0 = master default
   int64_t master_rpc_timeout_ms = 10'000;
   int64_t lease_release_delay_us = 1000;    // GrpcMasterClientOptions::release_delay_us
+  bool master_lane = true;                  // GrpcMasterClientOptions::lane
+  int master_lane_connections = 4;          // GrpcMasterClientOptions::lane_connections (1..64)
   int64_t put_no_space_wait_ms = 100;       // BatchPutOptions::no_space_wait_ms
   int64_t put_write_timeout_ms = 10'000;    // BatchPutOptions::write_timeout_ms
   int64_t put_write_back_wait_ms = 10'000;  // BatchPutOptions::write_back_wait_ms

@@ -91,7 +91,10 @@ absl::Status ClientServer::Start() {
                                     .rpc_timeout_ms = options_.master_rpc_timeout_ms,
                                     .release_delay_us = options_.lease_release_delay_us,
                                     .cluster_keys = options_.cluster_keys,
-                                    .security = std::move(master_security)});
+                                    .security = std::move(master_security),
+                                    .lane = options_.master_lane,
+                                    .lane_connections = options_.master_lane_connections,
+                                    .metrics = &registry_});
   MC_RETURN_IF_ERROR(StartDataPlane());  // its bound port is our endpoint
   MC_RETURN_IF_ERROR(StartTransferEngine());
   StartSession();

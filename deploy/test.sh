@@ -66,7 +66,7 @@ fuzz_run() {
   ./deploy/build.sh fuzz
   local f work
   for f in frame_fuzz packed_lookups_fuzz record_fuzz master_requests_fuzz http_admin_fuzz \
-    store_requests_fuzz index_notice_fuzz credentials_fuzz fast_channel_fuzz; do
+    store_requests_fuzz index_notice_fuzz credentials_fuzz fast_channel_fuzz master_lane_fuzz; do
     work=$(mktemp -d)
     echo "=== [fuzz] $f for ${fuzz_seconds} s"
     # Leak checks off: the fixtures are process-lifetime singletons.

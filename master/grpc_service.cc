@@ -76,15 +76,14 @@ grpc::Status MasterGrpcService::Refuse(const char* rpc, AuthFailure reason,
 }
 
 template <typename Req>
-grpc::Status MasterGrpcService::Authenticate(const grpc::CallbackServerContext& ctx,
-                                             const char* rpc, const Req& req, Caller* caller) {
+grpc::Status MasterGrpcService::Authenticate(const CallCredentials& credentials, const char* rpc,
+                                             const Req& req, Caller* caller) {
   if (auth_ == nullptr) return grpc::Status::OK;  // Caller::Kind::kAnyone
   // Hello needs no credential: it answers what every proof must name.
   if constexpr (std::is_same_v<Req, v1::HelloRequest>) return grpc::Status::OK;
-  bool repeated = false;
-  std::optional<std::string_view> proof = MetadataValue(ctx, auth::kProofHeader, &repeated);
-  std::optional<std::string_view> session = MetadataValue(ctx, auth::kSessionHeader, &repeated);
-  if (repeated) {
+  const std::optional<std::string_view>& proof = credentials.proof;
+  const std::optional<std::string_view>& session = credentials.session;
+  if (credentials.repeated) {
     return Refuse(rpc, AuthFailure::kMalformed,
                   absl::UnauthenticatedError("a credential header is repeated"));
   }
@@ -156,28 +155,38 @@ grpc::Status MasterGrpcService::Authenticate(const grpc::CallbackServerContext& 
 }
 
 template <typename Req, typename Resp>
+grpc::Status MasterGrpcService::Answer(const char* rpc, const CallCredentials& credentials,
+                                       const Req& req, Resp* resp, Handler<Req, Resp> handler,
+                                       std::string* leader) {
+  RpcScope scope(MetricsFor(rpc));
+  if (gate_ != nullptr && !gate_->Serving()) {
+    *leader = gate_->LeaderAddress();
+    return Counted(scope, grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                       absl::StrCat("mc-master standby; leader is ",
+                                                    leader->empty() ? "unknown" : *leader)));
+  }
+  Caller caller;
+  grpc::Status status = Authenticate(credentials, rpc, req, &caller);
+  if (status.ok()) {
+    const size_t items = BatchItems(req);
+    status = items > max_batch_items_ ? ToGrpcStatus(TooManyItems(items, max_batch_items_))
+                                      : (this->*handler)(caller, &req, resp);
+  }
+  return Counted(scope, std::move(status));
+}
+
+template <typename Req, typename Resp>
 grpc::ServerUnaryReactor* MasterGrpcService::Serve(grpc::CallbackServerContext* ctx,
                                                    const char* rpc, const Req* req, Resp* resp,
                                                    Handler<Req, Resp> handler) {
-  RpcScope scope(MetricsFor(rpc));
+  CallCredentials credentials;
+  credentials.proof = MetadataValue(*ctx, auth::kProofHeader, &credentials.repeated);
+  credentials.session = MetadataValue(*ctx, auth::kSessionHeader, &credentials.repeated);
+  std::string leader;
+  grpc::Status status = Answer(rpc, credentials, *req, resp, handler, &leader);
+  if (!leader.empty()) ctx->AddTrailingMetadata(auth::kLeaderHeader, leader);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (gate_ != nullptr && !gate_->Serving()) {
-    const std::string leader = gate_->LeaderAddress();
-    if (!leader.empty()) ctx->AddTrailingMetadata(auth::kLeaderHeader, leader);
-    reactor->Finish(
-        Counted(scope, grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                    absl::StrCat("mc-master standby; leader is ",
-                                                 leader.empty() ? "unknown" : leader))));
-    return reactor;
-  }
-  Caller caller;
-  grpc::Status status = Authenticate(*ctx, rpc, *req, &caller);
-  if (status.ok()) {
-    const size_t items = BatchItems(*req);
-    status = items > max_batch_items_ ? ToGrpcStatus(TooManyItems(items, max_batch_items_))
-                                      : (this->*handler)(caller, req, resp);
-  }
-  reactor->Finish(Counted(scope, std::move(status)));
+  reactor->Finish(std::move(status));
   return reactor;
 }
 
@@ -206,6 +215,20 @@ MC_MASTER_SERVE(Hello)
 MC_MASTER_SERVE(ReportObjects)
 MC_MASTER_SERVE(ReportReplicaFaults)
 #undef MC_MASTER_SERVE
+
+#define MC_MASTER_LANE(Rpc)                                                                       \
+  grpc::Status MasterGrpcService::Lane##Rpc(const CallCredentials& credentials,                   \
+                                            const v1::Rpc##Request& req, v1::Rpc##Response* resp, \
+                                            std::string* leader) {                                \
+    return Answer(#Rpc, credentials, req, resp, &MasterGrpcService::Do##Rpc, leader);             \
+  }
+MC_MASTER_LANE(GetReplicas)
+MC_MASTER_LANE(PutStart)
+MC_MASTER_LANE(PutEnd)
+MC_MASTER_LANE(PutRevoke)
+MC_MASTER_LANE(Exist)
+MC_MASTER_LANE(Remove)
+#undef MC_MASTER_LANE
 
 MasterGrpcService::MasterGrpcService(MasterApi& service, MetricsRegistry& metrics,
                                      size_t max_batch_items, RpcAuthenticator* auth)
@@ -397,6 +420,7 @@ grpc::Status MasterGrpcService::DoRegisterClient(const Caller& caller,
   for (uint64_t id : reg->segment_ids) resp->add_segment_ids(id);
   resp->set_heartbeat_interval_ms(service_.options().heartbeat_interval_ms);
   resp->set_client_ttl_ms(service_.options().client_ttl_ms);
+  resp->set_lane_port(static_cast<uint32_t>(lane_port_));
   if (minter_ != nullptr) {
     // A member's owner key is wrapped under its own member key: no other member can open it.
     resp->set_capability_key(

@@ -12,7 +12,9 @@
 #include <grpcpp/support/message_allocator.h>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
@@ -24,6 +26,15 @@
 #include "mcstore/v1/master.grpc.pb.h"
 
 namespace mc::master {
+
+// The credentials one call presents, whatever carried it (gRPC metadata, or a master lane
+// frame): the x-mc-auth and x-mc-session values, each absent when not sent; `repeated`: a
+// header was sent more than once (refused).
+struct CallCredentials {
+  std::optional<std::string_view> proof;
+  std::optional<std::string_view> session;
+  bool repeated = false;
+};
 
 // Callback (reactor) API: every handler here is short and non-blocking (in-memory tables under
 // short locks), so it runs on gRPC's own threads without a hand-off to a sync worker pool, which
@@ -41,6 +52,8 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   // address in trailing metadata `x-mc-leader`, before authenticating it. Borrowed, must
   // outlive the service; before serving; null = always serve (a single master).
   void SetLeaderGate(const LeaderGate* gate) { gate_ = gate; }
+  // The master lane's port, advertised in RegisterClientResponse.lane_port; before serving.
+  void SetLanePort(int port) { lane_port_ = port; }
 
   // Each RPC: counted and timed, checked against the batch limit, then handled by Do<Rpc>.
 #define MC_MASTER_UNARY(Rpc)                                          \
@@ -67,6 +80,20 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   MC_MASTER_UNARY(ReportObjects)
   MC_MASTER_UNARY(ReportReplicaFaults)
 #undef MC_MASTER_UNARY
+
+  // The master lane's entry (master/master_lane.h) for the calls it serves: the same front door
+  // as the gRPC handlers above (leader gate, authentication, batch limit, per-RPC metrics,
+  // Do<Rpc>), with the credentials the frame carried. A standby's refusal sets `*leader`.
+#define MC_MASTER_LANE(Rpc)                                                                        \
+  grpc::Status Lane##Rpc(const CallCredentials& credentials, const mcstore::v1::Rpc##Request& req, \
+                         mcstore::v1::Rpc##Response* resp, std::string* leader);
+  MC_MASTER_LANE(GetReplicas)
+  MC_MASTER_LANE(PutStart)
+  MC_MASTER_LANE(PutEnd)
+  MC_MASTER_LANE(PutRevoke)
+  MC_MASTER_LANE(Exist)
+  MC_MASTER_LANE(Remove)
+#undef MC_MASTER_LANE
 
   // The handlers proper, without metrics, authentication or the batch limit, acting as `caller`
   // (tests/fakes/fake_master_client.h calls them directly with Caller{}: the request's client_id
@@ -120,9 +147,14 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   using Handler = grpc::Status (MasterGrpcService::*)(const Caller&, const Req*, Resp*);
   // Binds the call to its caller (see the header comment); counts and logs a refusal.
   template <typename Req>
-  grpc::Status Authenticate(const grpc::CallbackServerContext& ctx, const char* rpc, const Req& req,
+  grpc::Status Authenticate(const CallCredentials& credentials, const char* rpc, const Req& req,
                             Caller* caller);
   grpc::Status Refuse(const char* rpc, AuthFailure reason, const absl::Status& why);
+  // The front door of every call, whatever carried it: leader gate (a standby sets `*leader`),
+  // authentication, batch limit, per-RPC metrics, then `handler`.
+  template <typename Req, typename Resp>
+  grpc::Status Answer(const char* rpc, const CallCredentials& credentials, const Req& req,
+                      Resp* resp, Handler<Req, Resp> handler, std::string* leader);
   template <typename Req, typename Resp>
   grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* ctx, const char* rpc, const Req* req,
                                   Resp* resp, Handler<Req, Resp> handler);
@@ -162,6 +194,7 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   RpcAuthenticator* const auth_;
   CapabilityMinter* minter_ = nullptr;
   const LeaderGate* gate_ = nullptr;
+  int lane_port_ = 0;
   absl::Mutex rpc_metrics_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<RpcMetrics>> rpc_metrics_
       ABSL_GUARDED_BY(rpc_metrics_mu_);

@@ -17,7 +17,8 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC HOST:PORT (port 0 = pick a free port)");
 ABSL_FLAG(std::string, http, "127.0.0.1:0",
           "admin HTTP HOST:PORT (/metrics /status /healthz); empty = off");
-ABSL_FLAG(std::string, ready_file, "", "write {\"grpc\":..., \"http\":...} here once serving");
+ABSL_FLAG(std::string, ready_file, "",
+          "write {\"grpc\":..., \"http\":..., \"lane\":...} here once serving");
 ABSL_FLAG(int64_t, lease_ttl_ms, 5000, "default read-lease TTL");
 ABSL_FLAG(int64_t, max_lease_ttl_ms, 600000, "longest read-lease TTL a caller may ask for");
 ABSL_FLAG(int64_t, client_ttl_ms, 10000, "a client silent this long is dropped with its segments");
@@ -93,6 +94,17 @@ ABSL_FLAG(std::string, tls_cert_file, "",
           "must name the address clients dial); with --tls_key_file");
 ABSL_FLAG(std::string, tls_key_file, "",
           "private key (PEM, mode 0600 or stricter) of --tls_cert_file");
+ABSL_FLAG(bool, lane, true,
+          "open the master lane: the daemons' hot calls (GetReplicas, PutStart, PutEnd, "
+          "PutRevoke, Exist, Remove) over plain TCP without gRPC; never with --tls_cert_file");
+ABSL_FLAG(std::string, lane_listen, "",
+          "master lane HOST:PORT; empty = the host of --listen, any free port (advertised to "
+          "clients when they register; set a fixed port behind a firewall)");
+ABSL_FLAG(uint64_t, lane_max_connections, 256,
+          "most open master lane connections; more are accepted and closed at once (1..65536)");
+ABSL_FLAG(int64_t, lane_idle_timeout_ms, 60000,
+          "a master lane connection silent this long, or a frame stalled half-way this long, is "
+          "closed (100..3600000)");
 ABSL_FLAG(std::string, tls_client_ca_file, "",
           "with --tls_cert_file: require every caller to present a certificate chaining to this "
           "CA bundle (PEM)");
@@ -108,6 +120,10 @@ void ServerFromFlags(MasterServerOptions& opts) {
   opts.maintenance_interval_ms = absl::GetFlag(FLAGS_maintenance_interval_ms);
   opts.max_batch_items = absl::GetFlag(FLAGS_max_batch_items);
   opts.grpc_handshake_timeout_ms = absl::GetFlag(FLAGS_grpc_handshake_timeout_ms);
+  opts.lane = absl::GetFlag(FLAGS_lane);
+  opts.lane_listen = absl::GetFlag(FLAGS_lane_listen);
+  opts.lane_max_connections = absl::GetFlag(FLAGS_lane_max_connections);
+  opts.lane_idle_timeout_ms = absl::GetFlag(FLAGS_lane_idle_timeout_ms);
   opts.tls.cert_file = mc::AbsolutePath(absl::GetFlag(FLAGS_tls_cert_file));
   opts.tls.key_file = mc::AbsolutePath(absl::GetFlag(FLAGS_tls_key_file));
   opts.tls.client_ca_file = mc::AbsolutePath(absl::GetFlag(FLAGS_tls_client_ca_file));

@@ -32,6 +32,10 @@ std::vector<std::string> MasterServerOptions::Validate() const {
   check(master.object_report_timeout_ms >= 0, "--object_report_timeout_ms must be >= 0");
   check(master.forget_batch >= 1, "--forget_batch must be >= 1");
   check(master.forget_queue_limit >= 1, "--forget_queue_limit must be >= 1");
+  check(lane_max_connections >= 1 && lane_max_connections <= 65536,
+        "--lane_max_connections must be in 1..65536");
+  check(lane_idle_timeout_ms >= 100 && lane_idle_timeout_ms <= 3'600'000,
+        "--lane_idle_timeout_ms must be in 100..3600000");
   for (std::string& p : TlsServerProblems(tls)) problems.push_back(std::move(p));
   return problems;
 }
@@ -93,6 +97,8 @@ absl::Status MasterServer::Start() {
         "gRPC listener {} serves TLS{}", options_.listen,
         options_.tls.client_ca_file.empty() ? "" : " (client certificates required)");
   }
+  // Before gRPC serves: every registration answer names the lane's port.
+  MC_RETURN_IF_ERROR(StartLane(listen->host));
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options_.listen, credentials, &bound_port);
@@ -110,8 +116,9 @@ absl::Status MasterServer::Start() {
   if (!options_.http.empty()) MC_RETURN_IF_ERROR(StartAdmin());
   maintenance_.Start(options_.maintenance_interval_ms);
   if (!options_.ready_file.empty()) {
-    absl::Status s =
-        WriteReadyFile(options_.ready_file, {{"grpc", grpc_address_}, {"http", http_address_}});
+    absl::Status s = WriteReadyFile(
+        options_.ready_file,
+        {{"grpc", grpc_address_}, {"http", http_address_}, {"lane", std::to_string(lane_port_)}});
     if (!s.ok()) return s;
   }
   Logger("master").info("mc-master serving gRPC on {}, HTTP on {}{}", grpc_address_,
@@ -136,6 +143,25 @@ void MasterServer::AddStatusGauges() {
                             [svc] { return static_cast<double>(svc->Snapshot().disk_used); });
   metrics_.AddCallbackGauge("mc_ssd_capacity_bytes", "SSD tier capacity, all clients",
                             [svc] { return static_cast<double>(svc->Snapshot().disk_capacity); });
+}
+
+absl::Status MasterServer::StartLane(const std::string& listen_host) {
+  if (!options_.lane) return absl::OkStatus();
+  if (options_.tls.enabled()) {
+    Logger("master").info("master lane not opened: gRPC serves TLS and the lane is plaintext");
+    return absl::OkStatus();
+  }
+  lane_ = std::make_unique<MasterLane>(
+      MasterLaneOptions{.listen = options_.lane_listen.empty() ? absl::StrCat(listen_host, ":0")
+                                                               : options_.lane_listen,
+                        .max_connections = options_.lane_max_connections,
+                        .idle_timeout_ms = options_.lane_idle_timeout_ms,
+                        .max_body_bytes = static_cast<size_t>(options_.max_message_bytes)},
+      *grpc_service_, metrics_);
+  MC_ASSIGN_OR_RETURN(lane_port_, lane_->Start());
+  grpc_service_->SetLanePort(lane_port_);
+  Logger("master").info("master lane on port {}", lane_port_);
+  return absl::OkStatus();
 }
 
 absl::Status MasterServer::StartAdmin() {
@@ -226,6 +252,7 @@ void MasterServer::Shutdown() {
   // A leader steps down first (revokes its lease), so a standby takes over at once.
   if (election_) election_->Stop();
   maintenance_.Stop();
+  if (lane_) lane_->Stop();
   if (server_) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_.reset();

@@ -21,6 +21,7 @@
 #include "common/periodic_thread.h"
 #include "master/grpc_service.h"
 #include "master/leader_election.h"
+#include "master/master_lane.h"
 #include "master/metadata_service.h"
 #include "master/rpc_auth.h"
 #include "proto/grpc_tls.h"
@@ -45,6 +46,13 @@ struct MasterServerOptions {
   // TLS on the gRPC listener (proto/grpc_tls.h): off without a certificate; with a client CA
   // every caller must present a certificate that chains to it.
   TlsServerFiles tls;
+  // The master lane (master/master_lane.h): the daemons' hot calls over plain TCP. Not opened
+  // with `tls` (it would be a plaintext way around it). lane_listen "" = the host of `listen`,
+  // port 0 (any free port; advertised to clients in their registration answer).
+  bool lane = true;
+  std::string lane_listen;
+  size_t lane_max_connections = 256;
+  int64_t lane_idle_timeout_ms = 60'000;
   MasterOptions master;
   AdminServerOptions admin;  // limits; host, port and metrics come from `http`
   // The cluster credential (common/auth.h); null = unauthenticated (--auth=false).
@@ -83,6 +91,9 @@ class MasterServer {
 
   const std::string& grpc_address() const { return grpc_address_; }
   const std::string& http_address() const { return http_address_; }
+  // The master lane's bound port; 0 when it is not open.
+  int lane_port() const { return lane_port_; }
+  MasterLane* lane() { return lane_.get(); }
   MetadataService& service() { return *service_; }
   MetricsRegistry& metrics() { return metrics_; }
   // The election; null without etcd.
@@ -93,6 +104,7 @@ class MasterServer {
   // Start()'s steps: the gauges of the service's figures; the HTTP admin server (--http).
   void AddStatusGauges();
   absl::Status StartAdmin();
+  absl::Status StartLane(const std::string& listen_host);
 
   // The service's gate from before the election exists (the advertised address may be known
   // only once bound): nothing serves until the election says so.
@@ -118,6 +130,8 @@ class MasterServer {
   std::unique_ptr<CapabilityMinter> minter_;    // with cluster keys only
   std::unique_ptr<MasterGrpcService> grpc_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MasterLane> lane_;  // after grpc_service_: stopped before it goes
+  int lane_port_ = 0;
   std::unique_ptr<AdminServer> admin_;
   ElectionGate gate_;
   std::unique_ptr<EtcdKv> etcd_;

@@ -1,5 +1,6 @@
 #include "client/session/master_client.h"
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -15,9 +16,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/session/master_lane_client.h"
 #include "common/logging.h"
 #include "common/master_credentials.h"
 #include "common/status.h"
+#include "common/util.h"
+#include "proto/master_lane_frame.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
@@ -25,7 +29,8 @@ namespace {
 
 class GrpcMasterClient final : public MasterClient {
  public:
-  explicit GrpcMasterClient(const GrpcMasterClientOptions& options) : options_(options) {
+  explicit GrpcMasterClient(const GrpcMasterClientOptions& options)
+      : options_(options), lane_counts_(LaneCounters(options.metrics)) {
     absl::MutexLock lock(&targets_mu_);
     for (absl::string_view a : absl::StrSplit(options.address, ',', absl::SkipWhitespace())) {
       AddTargetLocked(std::string(absl::StripAsciiWhitespace(a)));
@@ -77,6 +82,7 @@ class GrpcMasterClient final : public MasterClient {
               ? auth::MakeSessionCredential(req.client_id(), resp->session_token())
               : std::string();
     }
+    if (s.ok()) OpenLane(resp->lane_port());
     return s;
   }
   absl::Status Heartbeat(const v1::HeartbeatRequest& req, v1::HeartbeatResponse* resp) override {
@@ -94,13 +100,13 @@ class GrpcMasterClient final : public MasterClient {
   }
   absl::Status PutStart(const v1::PutStartRequest& req, v1::PutStartResponse* resp) override {
     WaitForReleases();
-    return Call(&v1::Master::Stub::PutStart, req, resp);
+    return HotCall(lane::kPutStart, &v1::Master::Stub::PutStart, req, resp);
   }
   absl::Status PutEnd(const v1::PutEndRequest& req, v1::PutEndResponse* resp) override {
-    return Call(&v1::Master::Stub::PutEnd, req, resp);
+    return HotCall(lane::kPutEnd, &v1::Master::Stub::PutEnd, req, resp);
   }
   absl::Status PutRevoke(const v1::PutRevokeRequest& req, v1::PutRevokeResponse* resp) override {
-    return Call(&v1::Master::Stub::PutRevoke, req, resp);
+    return HotCall(lane::kPutRevoke, &v1::Master::Stub::PutRevoke, req, resp);
   }
   // Carries the releases still queued; they end before the lookup (master.proto). When the call
   // fails they go back to the queue to be sent alone (a release is idempotent), so a lookup the
@@ -113,10 +119,13 @@ class GrpcMasterClient final : public MasterClient {
       absl::MutexLock lock(&release_mu_);
       carried.swap(release_queue_);
     }
-    if (carried.empty()) return Call(&v1::Master::Stub::GetReplicas, req, resp, Retry::kAlways);
+    if (carried.empty()) {
+      return HotCall(lane::kGetReplicas, &v1::Master::Stub::GetReplicas, req, resp, Retry::kAlways);
+    }
     v1::GetReplicasRequest with_releases = req;
     for (auto& call : carried) *with_releases.add_releases() = std::move(call->req);
-    absl::Status s = Call(&v1::Master::Stub::GetReplicas, with_releases, resp, Retry::kAlways);
+    absl::Status s = HotCall(lane::kGetReplicas, &v1::Master::Stub::GetReplicas, with_releases,
+                             resp, Retry::kAlways);
     if (!s.ok()) {
       for (size_t i = 0; i < carried.size(); ++i) {
         carried[i]->req = std::move(*with_releases.mutable_releases(static_cast<int>(i)));
@@ -159,11 +168,11 @@ class GrpcMasterClient final : public MasterClient {
     if (sender_idle_ || options_.release_delay_us <= 0) sender_cv_.SignalAll();
   }
   absl::Status Exist(const v1::ExistRequest& req, v1::ExistResponse* resp) override {
-    return Call(&v1::Master::Stub::Exist, req, resp, Retry::kAlways);
+    return HotCall(lane::kExist, &v1::Master::Stub::Exist, req, resp, Retry::kAlways);
   }
   absl::Status Remove(const v1::RemoveRequest& req, v1::RemoveResponse* resp) override {
     WaitForReleases();
-    return Call(&v1::Master::Stub::Remove, req, resp);
+    return HotCall(lane::kRemove, &v1::Master::Stub::Remove, req, resp);
   }
   absl::Status AddDiskReplicas(const v1::AddDiskReplicasRequest& req,
                                v1::AddDiskReplicasResponse* resp) override {
@@ -233,6 +242,103 @@ class GrpcMasterClient final : public MasterClient {
                     const Req& req, Resp* resp, Retry retry = Retry::kIfNotExecuted) {
     return Converted(Invoke(method, req, resp, retry,
                             [this](grpc::ClientContext* ctx) { AddCredentials(ctx); }));
+  }
+
+  // A hot call: over the lane when there is one (see the header), else (or as the lane's
+  // fallback) Call().
+  template <typename Req, typename Resp>
+  absl::Status HotCall(uint32_t lane_method,
+                       grpc::Status (v1::Master::Stub::*method)(grpc::ClientContext*, const Req&,
+                                                                Resp*),
+                       const Req& req, Resp* resp, Retry retry = Retry::kIfNotExecuted) {
+    if (std::shared_ptr<MasterLaneClient> lane = Lane()) {
+      grpc::Status status;
+      std::string leader;
+      const LaneOutcome outcome =
+          ToLaneOutcome(lane->Call(lane_method, SessionCredential(), req, resp, &status, &leader),
+                        status, leader);
+      CountLane(outcome);
+      switch (outcome) {
+        case LaneOutcome::kLane:
+          return Converted(status);
+        case LaneOutcome::kStandby:
+          DropLane(lane.get());  // gRPC follows the leader; the next registration brings its lane
+          break;
+        case LaneOutcome::kLost:
+          if (retry != Retry::kAlways) {
+            return McError(Code::kUnavailable,
+                           "rpc: the master lane lost the answer (the call may have run)");
+          }
+          break;
+        default:
+          break;
+      }
+      resp->Clear();
+    }
+    return Call(method, req, resp, retry);
+  }
+
+  // How a lane call went, the label of mc_client_master_lane_calls_total.
+  enum class LaneOutcome { kLane, kBusy, kNotSent, kLost, kStandby, kCount };
+  static LaneOutcome ToLaneOutcome(MasterLaneClient::Outcome o, const grpc::Status& status,
+                                   const std::string& leader) {
+    switch (o) {
+      case MasterLaneClient::Outcome::kAnswered:
+        return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                       (!leader.empty() || absl::StartsWith(status.error_message(), kStandbyPrefix))
+                   ? LaneOutcome::kStandby
+                   : LaneOutcome::kLane;
+      case MasterLaneClient::Outcome::kBusy:
+        return LaneOutcome::kBusy;
+      case MasterLaneClient::Outcome::kNotSent:
+        return LaneOutcome::kNotSent;
+      case MasterLaneClient::Outcome::kLost:
+        return LaneOutcome::kLost;
+    }
+    return LaneOutcome::kLost;
+  }
+  using LaneCounterArray = std::array<Counter*, static_cast<size_t>(LaneOutcome::kCount)>;
+  static LaneCounterArray LaneCounters(MetricsRegistry* metrics) {
+    LaneCounterArray counters{};
+    if (metrics == nullptr) return counters;
+    const char* names[] = {"lane", "grpc_busy", "grpc_not_sent", "lost", "grpc_standby"};
+    for (size_t i = 0; i < counters.size(); ++i) {
+      counters[i] = &metrics->GetCounter(
+          "mc_client_master_lane_calls_total",
+          "Hot master calls by path: answered over the master lane (lane), sent over gRPC "
+          "instead (grpc_*), or sent over the lane and the answer lost (lost)",
+          {{"outcome", names[i]}});
+    }
+    return counters;
+  }
+  void CountLane(LaneOutcome o) {
+    if (Counter* c = lane_counts_[static_cast<size_t>(o)]) c->Inc();
+  }
+  std::shared_ptr<MasterLaneClient> Lane() {
+    absl::MutexLock lock(&lane_mu_);
+    return lane_;
+  }
+  void DropLane(const MasterLaneClient* which) {
+    absl::MutexLock lock(&lane_mu_);
+    if (lane_.get() == which) lane_.reset();
+  }
+  // After a registration: the lane of the master that answered it (`port` 0: none).
+  void OpenLane(uint32_t port) {
+    std::shared_ptr<MasterLaneClient> lane;
+    if (port != 0 && options_.lane && !options_.security.tls()) {
+      size_t index = 0;
+      absl::StatusOr<HostPort> hp = ParseHostPort(Current(&index)->address);
+      if (hp.ok() && !hp->host.empty()) {
+        lane = std::make_shared<MasterLaneClient>(MasterLaneClientOptions{
+            .host = hp->host,
+            .port = static_cast<int>(port),
+            .timeout_ms = options_.rpc_timeout_ms,
+            .max_connections = options_.lane_connections,
+            .max_message_bytes = static_cast<size_t>(options_.max_message_bytes)});
+      }
+    }
+    absl::MutexLock lock(&lane_mu_);
+    lane_ = std::move(lane);
   }
 
   // One call within one deadline, following the leader: see MasterTargets.
@@ -411,6 +517,11 @@ class GrpcMasterClient final : public MasterClient {
   static constexpr int kBusyLooks = 16;
 
   const GrpcMasterClientOptions options_;
+  const LaneCounterArray lane_counts_;
+  absl::Mutex lane_mu_;
+  // The lane of the master that answered the last registration; null: none. Shared: calls in
+  // flight keep theirs while a registration replaces it.
+  std::shared_ptr<MasterLaneClient> lane_ ABSL_GUARDED_BY(lane_mu_);
   // One channel per master address (never removed: Target pointers stay valid) and the one
   // calls go to now.
   absl::Mutex targets_mu_;

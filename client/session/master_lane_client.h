@@ -1,0 +1,73 @@
+// MasterLaneClient: the daemon's end of the master lane (docs/architecture.md, "The master
+// lane"; wire format proto/master_lane_frame.h): the calling thread sends one request frame and
+// blocks for the reply on a plain TCP connection, instead of gRPC's hand-offs between threads.
+// Up to max_connections blocking sockets (TCP_NODELAY; send and receive time out after
+// timeout_ms), opened as needed: a call takes an idle one, or opens one while under the bound;
+// when all are busy it is not sent (the caller uses gRPC). A connection that fails is closed,
+// and none is opened again for backoff_ms. The lane knows nothing of sessions or leaders: the
+// caller (client/session/master_client.cc) passes the credential and decides what a failure
+// means. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <grpcpp/support/status.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace google::protobuf {
+class MessageLite;
+}
+
+namespace mc::client {
+
+struct MasterLaneClientOptions {
+  std::string host;             // the master's host as this client reaches it
+  int port = 0;                 // the lane port its registration answer named
+  int64_t timeout_ms = 10'000;  // per send and per receive (the RPC deadline)
+  int max_connections = 4;
+  size_t max_message_bytes = 256 << 20;
+  int64_t backoff_ms = 1000;  // after a failed connection, no new one this long
+};
+
+class MasterLaneClient {
+ public:
+  explicit MasterLaneClient(MasterLaneClientOptions options);
+  ~MasterLaneClient();  // closes the idle connections (none may be in use)
+  MasterLaneClient(const MasterLaneClient&) = delete;
+  MasterLaneClient& operator=(const MasterLaneClient&) = delete;
+
+  enum class Outcome {
+    kAnswered,  // *status (and *resp when OK, *leader for a standby's refusal) hold the answer
+    kBusy,      // every connection in use (or backing off): not sent
+    kNotSent,   // no connection, or the frame did not leave whole: certainly not executed
+    kLost,      // sent whole, but no (valid) reply: it may have been executed
+  };
+  Outcome Call(uint32_t method, std::string_view credential,
+               const google::protobuf::MessageLite& req, google::protobuf::MessageLite* resp,
+               grpc::Status* status, std::string* leader) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Connections open now (idle or in use).
+  int OpenConnectionsForTest() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // An idle connection, a new one (-1 when it failed), or -2 when busy / backing off.
+  int Take() ABSL_LOCKS_EXCLUDED(mu_);
+  void Give(int fd, bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
+  int Connect();
+
+  const MasterLaneClientOptions options_;
+  std::atomic<uint64_t> next_call_id_{1};
+  absl::Mutex mu_;
+  std::vector<int> idle_ ABSL_GUARDED_BY(mu_);
+  int open_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time backoff_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+}  // namespace mc::client

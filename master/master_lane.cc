@@ -1,0 +1,268 @@
+#include "master/master_lane.h"
+
+#include <google/protobuf/arena.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/util.h"
+
+namespace mc::master {
+namespace {
+
+namespace v1 = mcstore::v1;
+
+void SetTimeouts(int fd, int64_t ms) {
+  timeval tv{.tv_sec = ms / 1000, .tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+bool SendAll(int fd, const std::string& bytes) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+absl::StatusOr<int> Listen(const std::string& listen, int* bound_port) {
+  absl::StatusOr<HostPort> hp = ParseHostPort(listen);
+  if (!hp.ok()) return hp.status();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(hp->port);
+  if (getaddrinfo(hp->host.empty() ? nullptr : hp->host.c_str(), port.c_str(), &hints, &res) != 0 ||
+      res == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("master lane: cannot resolve ", listen));
+  }
+  const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  const bool ok = fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) == 0 && ::listen(fd, 128) == 0;
+  freeaddrinfo(res);
+  if (!ok) {
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("master lane: cannot listen on ", listen, ": ", strerror(err)));
+  }
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *bound_port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                                 : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return fd;
+}
+
+// One served call: parse the body on an arena, answer through the service's front door.
+template <typename Req, typename Resp>
+void Answer(grpc::Status (MasterGrpcService::*entry)(const CallCredentials&, const Req&, Resp*,
+                                                     std::string*),
+            MasterGrpcService& service, const lane::Request& request,
+            const CallCredentials& credentials, std::string* out) {
+  google::protobuf::Arena arena;
+  Req* req = google::protobuf::Arena::CreateMessage<Req>(&arena);
+  if (!req->ParseFromString(request.body)) {
+    lane::AppendReply(grpc::StatusCode::INVALID_ARGUMENT, request.call_id,
+                      "unparsable lane request body", "", nullptr, out);
+    return;
+  }
+  Resp* resp = google::protobuf::Arena::CreateMessage<Resp>(&arena);
+  std::string leader;
+  const grpc::Status s = (service.*entry)(credentials, *req, resp, &leader);
+  lane::AppendReply(s.error_code(), request.call_id, s.error_message(), leader, resp, out);
+}
+
+}  // namespace
+
+MasterLane::MasterLane(MasterLaneOptions options, MasterGrpcService& service,
+                       MetricsRegistry& metrics)
+    : options_(std::move(options)),
+      service_(service),
+      connections_gauge_(
+          metrics.GetGauge("mc_master_lane_connections", "Open master lane connections")),
+      refused_full_(metrics.GetCounter("mc_master_lane_refused_total",
+                                       "Master lane connections closed by the lane",
+                                       {{"reason", "max_connections"}})),
+      refused_malformed_(metrics.GetCounter("mc_master_lane_refused_total",
+                                            "Master lane connections closed by the lane",
+                                            {{"reason", "malformed"}})),
+      closed_idle_(metrics.GetCounter("mc_master_lane_refused_total",
+                                      "Master lane connections closed by the lane",
+                                      {{"reason", "idle"}})) {}
+
+MasterLane::~MasterLane() { Stop(); }
+
+absl::StatusOr<int> MasterLane::Start() {
+  int port = 0;
+  absl::StatusOr<int> fd = Listen(options_.listen, &port);
+  if (!fd.ok()) return fd.status();
+  listen_fd_ = *fd;
+  wake_fd_ = eventfd(0, EFD_CLOEXEC);
+  if (wake_fd_ < 0) return absl::InternalError("master lane: eventfd failed");
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return port;
+}
+
+void MasterLane::AcceptLoop() {
+  for (;;) {
+    pollfd fds[2] = {{.fd = listen_fd_, .events = POLLIN, .revents = 0},
+                     {.fd = wake_fd_, .events = POLLIN, .revents = 0}};
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (fds[1].revents != 0) return;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      // Out of fds (EMFILE, ENFILE) leaves the connection pending and the listener readable:
+      // wait a moment (or for Stop) instead of spinning. A peer that went away: try again.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        pollfd wake{.fd = wake_fd_, .events = POLLIN, .revents = 0};
+        poll(&wake, 1, 50);
+      }
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    ReapLocked();
+    if (stopping_ || connections_.size() >= options_.max_connections) {
+      if (!stopping_) refused_full_.Inc();  // counted before the peer can see the close
+      close(fd);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    SetTimeouts(fd, options_.idle_timeout_ms);
+    const uint64_t id = next_id_++;
+    Connection& c = connections_[id];
+    c.fd = fd;
+    c.thread = std::thread([this, id, fd] { Serve(id, fd); });
+    connections_gauge_.Set(static_cast<int64_t>(connections_.size()));
+  }
+}
+
+void MasterLane::Serve(uint64_t id, int fd) {
+  bool timed_out = false;
+  const lane::ReadExactly read = [fd, &timed_out](char* dst, size_t n) {
+    size_t have = 0;
+    while (have < n) {
+      const ssize_t r = recv(fd, dst + have, n - have, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) timed_out = true;
+      if (r <= 0) return false;
+      have += static_cast<size_t>(r);
+    }
+    return true;
+  };
+  lane::Request request;
+  std::string out;
+  for (;;) {
+    absl::Status s = lane::ReadRequest(read, options_.max_body_bytes, &request);
+    out.clear();
+    if (absl::IsUnavailable(s)) {
+      if (timed_out) closed_idle_.Inc();
+      break;
+    }
+    if (!s.ok()) {  // malformed: answered, then closed (the stream cannot be trusted further)
+      refused_malformed_.Inc();
+      const std::string why(s.message());
+      lane::AppendReply(static_cast<uint32_t>(s.code()), request.call_id, why, "", nullptr, &out);
+      SendAll(fd, out);
+      break;
+    }
+    Dispatch(request, &out);
+    if (!SendAll(fd, out)) break;
+  }
+  absl::MutexLock lock(&mu_);
+  close(fd);
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;  // Stop() took it and joins this thread
+  it->second.fd = -1;
+  ended_.push_back(id);
+  connections_gauge_.Set(static_cast<int64_t>(connections_.size() - ended_.size()));
+}
+
+void MasterLane::Dispatch(const lane::Request& request, std::string* out) {
+  CallCredentials credentials;
+  if (!request.credential.empty()) credentials.session = request.credential;
+  switch (request.method) {
+    case lane::kGetReplicas:
+      return Answer(&MasterGrpcService::LaneGetReplicas, service_, request, credentials, out);
+    case lane::kPutStart:
+      return Answer(&MasterGrpcService::LanePutStart, service_, request, credentials, out);
+    case lane::kPutEnd:
+      return Answer(&MasterGrpcService::LanePutEnd, service_, request, credentials, out);
+    case lane::kPutRevoke:
+      return Answer(&MasterGrpcService::LanePutRevoke, service_, request, credentials, out);
+    case lane::kExist:
+      return Answer(&MasterGrpcService::LaneExist, service_, request, credentials, out);
+    case lane::kRemove:
+      return Answer(&MasterGrpcService::LaneRemove, service_, request, credentials, out);
+    default:
+      lane::AppendReply(
+          grpc::StatusCode::UNIMPLEMENTED, request.call_id,
+          absl::StrCat("method ", request.method, " is not served over the master lane (use gRPC)"),
+          "", nullptr, out);
+  }
+}
+
+void MasterLane::ReapLocked() {
+  for (uint64_t id : ended_) {
+    auto it = connections_.find(id);
+    if (it == connections_.end()) continue;
+    if (it->second.thread.joinable()) it->second.thread.join();  // it is past its last lock
+    connections_.erase(it);
+  }
+  ended_.clear();
+}
+
+void MasterLane::Stop() {
+  std::map<uint64_t, Connection> connections;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (wake_fd_ >= 0) {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, c] : connections_) {
+      if (c.fd >= 0) shutdown(c.fd, SHUT_RDWR);  // wakes its recv; its thread closes it
+    }
+    connections.swap(connections_);
+    ended_.clear();
+  }
+  for (auto& [id, c] : connections) {
+    if (c.thread.joinable()) c.thread.join();
+  }
+  connections_gauge_.Set(0);
+  if (listen_fd_ >= 0) close(listen_fd_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+  listen_fd_ = wake_fd_ = -1;
+}
+
+size_t MasterLane::ConnectionsForTest() {
+  absl::MutexLock lock(&mu_);
+  return connections_.size() - ended_.size();
+}
+
+}  // namespace mc::master

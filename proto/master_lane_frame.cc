@@ -1,0 +1,135 @@
+#include "proto/master_lane_frame.h"
+
+#include <google/protobuf/message_lite.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace mc::lane {
+namespace {
+
+// Little-endian on every host we build for (x86-64, aarch64): a plain copy.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the lane's wire format is little-endian");
+
+uint32_t LoadU32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+uint64_t LoadU64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+void PutU32(uint32_t v, std::string* out) { out->append(reinterpret_cast<const char*>(&v), 4); }
+void PutU64(uint64_t v, std::string* out) { out->append(reinterpret_cast<const char*>(&v), 8); }
+
+absl::Status Ended() { return absl::UnavailableError("the lane connection ended or stalled"); }
+
+// A length-prefixed field of at most `max` bytes, read as its bytes arrive (at most 1 MiB is
+// allocated ahead of the data).
+absl::Status ReadField(const ReadExactly& read, size_t max, const char* what, std::string* out,
+                       absl::StatusCode over) {
+  char len_bytes[4];
+  if (!read(len_bytes, sizeof(len_bytes))) return Ended();
+  const uint32_t len = LoadU32(len_bytes);
+  if (len > max) {
+    return absl::Status(over, absl::StrCat("lane ", what, " of ", len, " bytes exceeds ", max));
+  }
+  constexpr size_t kChunk = 1 << 20;
+  out->clear();
+  size_t have = 0;
+  while (have < len) {
+    const size_t n = std::min<size_t>(kChunk, len - have);
+    out->resize(have + n);
+    if (!read(out->data() + have, n)) return Ended();
+    have += n;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadRequest(const ReadExactly& read, size_t max_body_bytes, Request* out,
+                         bool* idle_ok) {
+  char head[20];
+  if (idle_ok != nullptr) *idle_ok = false;
+  if (!read(head, 1)) {
+    if (idle_ok != nullptr) *idle_ok = true;
+    return Ended();
+  }
+  if (!read(head + 1, sizeof(head) - 1)) return Ended();
+  out->method = LoadU32(head + 4);
+  out->call_id = LoadU64(head + 8);
+  if (std::string_view(head, 4) != kRequestMagic) {
+    return absl::InvalidArgumentError("not a lane request (bad magic)");
+  }
+  const uint32_t credential_bytes = LoadU32(head + 16);
+  if (credential_bytes > kMaxCredentialBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("lane credential of ", credential_bytes,
+                                                   " bytes exceeds ", kMaxCredentialBytes));
+  }
+  out->credential.resize(credential_bytes);
+  if (credential_bytes > 0 && !read(out->credential.data(), credential_bytes)) return Ended();
+  return ReadField(read, max_body_bytes, "request body", &out->body,
+                   absl::StatusCode::kResourceExhausted);
+}
+
+void AppendRequest(uint32_t method, uint64_t call_id, std::string_view credential,
+                   const google::protobuf::MessageLite& body, std::string* out) {
+  out->append(kRequestMagic);
+  PutU32(method, out);
+  PutU64(call_id, out);
+  PutU32(static_cast<uint32_t>(credential.size()), out);
+  out->append(credential);
+  const size_t n = body.ByteSizeLong();
+  PutU32(static_cast<uint32_t>(n), out);
+  const size_t at = out->size();
+  out->resize(at + n);
+  body.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out->data() + at));
+}
+
+absl::Status ReadReply(const ReadExactly& read, size_t max_body_bytes, Reply* out) {
+  char head[16];
+  if (!read(head, sizeof(head))) return Ended();
+  if (std::string_view(head, 4) != kReplyMagic) {
+    return absl::DataLossError("not a lane reply (bad magic)");
+  }
+  out->code = LoadU32(head + 4);
+  out->call_id = LoadU64(head + 8);
+  absl::Status s = ReadField(read, kMaxErrorMessageBytes, "reply message", &out->message,
+                             absl::StatusCode::kDataLoss);
+  if (s.ok()) {
+    s = ReadField(read, kMaxLeaderBytes, "reply leader", &out->leader, absl::StatusCode::kDataLoss);
+  }
+  if (s.ok()) {
+    s = ReadField(read, max_body_bytes, "reply body", &out->body, absl::StatusCode::kDataLoss);
+  }
+  return s;
+}
+
+void AppendReply(uint32_t code, uint64_t call_id, std::string_view message, std::string_view leader,
+                 const google::protobuf::MessageLite* body, std::string* out) {
+  out->append(kReplyMagic);
+  PutU32(code, out);
+  PutU64(call_id, out);
+  message = message.substr(0, kMaxErrorMessageBytes);
+  leader = leader.substr(0, kMaxLeaderBytes);
+  PutU32(static_cast<uint32_t>(message.size()), out);
+  out->append(message);
+  PutU32(static_cast<uint32_t>(leader.size()), out);
+  out->append(leader);
+  if (code != 0 || body == nullptr) {
+    PutU32(0, out);
+    return;
+  }
+  const size_t n = body->ByteSizeLong();
+  PutU32(static_cast<uint32_t>(n), out);
+  const size_t at = out->size();
+  out->resize(at + n);
+  body->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out->data() + at));
+}
+
+}  // namespace mc::lane

@@ -1,0 +1,268 @@
+// The gRPC MasterClient's master lane against real masters in-process on loopback: the hot calls
+// go over the lane (counted), with the session credential, and answer as over gRPC; off by flag
+// or with TLS; a master restart mid-stream costs no call (gRPC until the new registration brings
+// the new lane); a standby's refusal over the lane sends the call the gRPC way, which follows
+// the leader; connections are bounded (busy calls take gRPC) and all closed when the client goes.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/session/master_client.h"
+#include "common/auth.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/status.h"
+#include "gtest/gtest.h"
+#include "master/grpc_service.h"
+#include "master/leader_election.h"
+#include "master/master_lane.h"
+#include "master/master_server.h"
+#include "master/metadata_service.h"
+#include "tests/fakes/await.h"
+
+namespace mc::client {
+namespace {
+
+class MasterLaneClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override { SetLogLevel("error"); }
+
+  void StartMaster(const std::string& listen = "127.0.0.1:0", auth::ClusterKeysPtr keys = {}) {
+    master::MasterServerOptions opts;
+    opts.listen = listen;
+    opts.http = "";
+    opts.cluster_keys = std::move(keys);
+    server_ = std::make_unique<master::MasterServer>(opts);
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  std::unique_ptr<MasterClient> Client(GrpcMasterClientOptions o = {}) {
+    o.address = o.address.empty() ? server_->grpc_address() : o.address;
+    o.rpc_timeout_ms = 5'000;
+    o.release_delay_us = 0;
+    o.metrics = &metrics_;
+    return CreateGrpcMasterClient(o);
+  }
+  static absl::Status Register(MasterClient& client, const std::string& id = "c1") {
+    v1::RegisterClientRequest reg;
+    reg.set_client_id(id);
+    reg.set_data_endpoint("127.0.0.1:1");
+    reg.add_segments()->set_size(1 << 20);
+    v1::RegisterClientResponse resp;
+    return client.RegisterClient(reg, &resp);
+  }
+  // PutStart + PutEnd of `key` as `id`; the code of the item.
+  static absl::StatusOr<v1::Code> Put(MasterClient& client, const std::string& key,
+                                      const std::string& id = "c1") {
+    v1::PutStartRequest start;
+    start.set_client_id(id);
+    auto* item = start.add_items();
+    item->set_key(key);
+    item->set_size(100);
+    v1::PutStartResponse started;
+    absl::Status s = client.PutStart(start, &started);
+    if (!s.ok()) return s;
+    if (started.results(0).code() != v1::OK) return started.results(0).code();
+    v1::PutEndRequest end;
+    end.set_client_id(id);
+    auto* e = end.add_items();
+    e->set_key(key);
+    e->set_generation(started.results(0).generation());
+    v1::PutEndResponse ended;
+    s = client.PutEnd(end, &ended);
+    if (!s.ok()) return s;
+    return ended.results(0).code();
+  }
+  static absl::StatusOr<v1::Code> Get(MasterClient& client, const std::string& key) {
+    v1::GetReplicasRequest get;
+    get.set_client_id("c1");
+    get.add_keys(key);
+    get.set_no_lease(true);
+    v1::GetReplicasResponse got;
+    absl::Status s = client.GetReplicas(get, &got);
+    if (!s.ok()) return s;
+    return got.results(0).code();
+  }
+  template <typename F>
+  static GrpcMasterClientOptions With(F set) {
+    GrpcMasterClientOptions o;
+    set(o);
+    return o;
+  }
+  uint64_t Calls(const std::string& outcome) {
+    return metrics_.GetCounter("mc_client_master_lane_calls_total", "", {{"outcome", outcome}})
+        .Value();
+  }
+
+  MetricsRegistry metrics_;
+  std::unique_ptr<master::MasterServer> server_;
+};
+
+TEST_F(MasterLaneClientTest, HotCallsGoOverTheLaneAndAnswerAsOverGrpc) {
+  StartMaster();
+  auto client = Client();
+  ASSERT_TRUE(Register(*client).ok());
+  ASSERT_EQ(*Put(*client, "k"), v1::OK);
+  EXPECT_EQ(*Get(*client, "k"), v1::OK);
+  EXPECT_EQ(*Get(*client, "missing"), v1::NOT_FOUND);
+  v1::ExistRequest exist;
+  exist.add_keys("k");
+  v1::ExistResponse exists;
+  ASSERT_TRUE(client->Exist(exist, &exists).ok());
+  EXPECT_TRUE(exists.exists(0));
+  v1::RemoveRequest remove;
+  remove.add_keys("k");
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(client->Remove(remove, &removed).ok());
+  EXPECT_EQ(removed.results(0).code(), v1::OK);
+  EXPECT_EQ(Calls("lane"), 6u);  // PutStart, PutEnd, 2 GetReplicas, Exist, Remove
+  EXPECT_EQ(server_->lane()->ConnectionsForTest(), 1u) << "one caller reuses one connection";
+  client.reset();
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 0; }))
+      << "the client closed its connections";
+}
+
+TEST_F(MasterLaneClientTest, OffByOptionEverythingGoesOverGrpc) {
+  StartMaster();
+  auto client = Client(With([&](GrpcMasterClientOptions& o) { o.lane = false; }));
+  ASSERT_TRUE(Register(*client).ok());
+  ASSERT_EQ(*Put(*client, "k"), v1::OK);
+  EXPECT_EQ(*Get(*client, "k"), v1::OK);
+  EXPECT_EQ(Calls("lane"), 0u);
+  EXPECT_EQ(server_->lane()->ConnectionsForTest(), 0u);
+}
+
+TEST_F(MasterLaneClientTest, TheSessionCredentialIsCarriedAndCheckedAsOverGrpc) {
+  const auth::ClusterKeysPtr keys = *auth::ClusterKeys::FromSecrets({std::string(64, 's')});
+  StartMaster("127.0.0.1:0", keys);
+  auto client = Client(With([&](GrpcMasterClientOptions& o) { o.cluster_keys = keys; }));
+  ASSERT_TRUE(Register(*client).ok());
+  ASSERT_EQ(*Put(*client, "k"), v1::OK);
+  absl::StatusOr<v1::Code> other = Put(*client, "k2", "c2");
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kPermissionDenied) << other.status();
+  EXPECT_EQ(Calls("lane"), 3u);
+  // The master forgets the session: over the lane too, the transient kUnavailable of gRPC.
+  const uint64_t session = server_->service().Clients().at(0).session;
+  ASSERT_TRUE(server_->service().UnregisterClient("c1", session).ok());
+  EXPECT_EQ(ToCode(Put(*client, "k3").status()), Code::kUnavailable);
+}
+
+TEST_F(MasterLaneClientTest, BusyConnectionsSendTheCallOverGrpc) {
+  StartMaster();
+  auto client = Client(With([&](GrpcMasterClientOptions& o) { o.lane_connections = 1; }));
+  ASSERT_TRUE(Register(*client).ok());
+  ASSERT_EQ(*Put(*client, "k"), v1::OK);
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) ok += Get(*client, "k").value_or(v1::INTERNAL) == v1::OK;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 200);
+  EXPECT_EQ(Calls("lane") + Calls("grpc_busy"), 202u);
+  EXPECT_LE(server_->lane()->ConnectionsForTest(), 1u);
+}
+
+TEST_F(MasterLaneClientTest, AMasterRestartMidStreamLosesNoCall) {
+  StartMaster();
+  const std::string address = server_->grpc_address();
+  auto client = Client();
+  ASSERT_TRUE(Register(*client).ok());
+  ASSERT_EQ(*Put(*client, "k"), v1::OK);
+  const uint64_t before = Calls("lane");
+  server_->Shutdown();
+  server_.reset();
+  StartMaster(address);  // the same gRPC address; another lane port
+  // gRPC's channel reconnects on its own schedule (its calls fail until then, lane or not).
+  ASSERT_TRUE(WaitFor([&] { return Get(*client, "k").ok(); }));
+  // The old lane is closed: every call goes over gRPC, none fails for the lane's sake.
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(*Get(*client, "k"), v1::NOT_FOUND) << "the new master does not know k";
+    EXPECT_TRUE(Put(*client, absl::StrCat("before-", i)).ok());
+  }
+  EXPECT_EQ(Calls("lane"), before);
+  EXPECT_EQ(Calls("lost"), 0u);
+  // The registration after the restart brings the new lane.
+  ASSERT_TRUE(Register(*client).ok());
+  ASSERT_EQ(*Put(*client, "k"), v1::OK);
+  EXPECT_EQ(*Get(*client, "k"), v1::OK);
+  EXPECT_EQ(Calls("lane"), before + 3);
+}
+
+// A master by hand: its gRPC service behind a gate it sets, and a lane.
+class Gate final : public master::LeaderGate {
+ public:
+  bool Serving() const override { return serving.load(); }
+  std::string LeaderAddress() const override {
+    absl::MutexLock lock(&mu);
+    return leader;
+  }
+  std::atomic<bool> serving{true};
+  mutable absl::Mutex mu;
+  std::string leader ABSL_GUARDED_BY(mu);
+};
+struct HandMaster {
+  HandMaster() {
+    service = std::make_unique<master::MetadataService>(master::MasterOptions{}, RealClock::Get(),
+                                                        metrics);
+    grpc_service = std::make_unique<master::MasterGrpcService>(*service, metrics, 100000);
+    grpc_service->SetLeaderGate(&gate);
+    lane = std::make_unique<master::MasterLane>(master::MasterLaneOptions{.listen = "127.0.0.1:0"},
+                                                *grpc_service, metrics);
+    grpc_service->SetLanePort(*lane->Start());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(grpc_service.get());
+    server = builder.BuildAndStart();
+    address = absl::StrCat("127.0.0.1:", port);
+  }
+  ~HandMaster() {
+    lane->Stop();
+    server->Shutdown();
+  }
+  MetricsRegistry metrics;
+  Gate gate;
+  std::unique_ptr<master::MetadataService> service;
+  std::unique_ptr<master::MasterGrpcService> grpc_service;
+  std::unique_ptr<master::MasterLane> lane;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+TEST_F(MasterLaneClientTest, AStandbysRefusalOverTheLaneGoesTheGrpcWayToTheLeader) {
+  HandMaster a, b;
+  auto client = Client(With(
+      [&](GrpcMasterClientOptions& o) { o.address = absl::StrCat(a.address, ",", b.address); }));
+  ASSERT_TRUE(Register(*client).ok());
+  ASSERT_EQ(*Put(*client, "k"), v1::OK);
+  EXPECT_EQ(Calls("lane"), 2u);
+  // a steps down for b.
+  {
+    absl::MutexLock lock(&a.gate.mu);
+    a.gate.leader = b.address;
+  }
+  a.gate.serving = false;
+  // b does not know c1 yet: whatever b answers, it answers over gRPC, and a runs nothing.
+  (void)Put(*client, "k2");
+  EXPECT_EQ(Calls("grpc_standby"), 1u);
+  EXPECT_EQ(a.service->KeyCount(), 1u);
+  const uint64_t lane_calls = Calls("lane");
+  // The session registers again (with b, the current master), and b's lane serves.
+  ASSERT_TRUE(Register(*client).ok());
+  EXPECT_EQ(b.service->Clients().size(), 1u);
+  ASSERT_EQ(*Put(*client, "k3"), v1::OK);
+  EXPECT_EQ(Calls("lane"), lane_calls + 2);
+  EXPECT_EQ(b.lane->ConnectionsForTest(), 1u);
+  EXPECT_TRUE(b.service->Exist({"k3"})[0]);
+}
+
+}  // namespace
+}  // namespace mc::client
