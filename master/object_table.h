@@ -218,23 +218,39 @@ class ObjectTable {
     }
 
     // Calls fn(i, it) for each i in `indices`, in order, with it = objects.find(keys[i]) (end()
-    // when absent), while prefetching the table entries of the keys a few positions ahead: a
-    // batch's keys land all over a table far larger than the caches, and overlapping their
-    // cache misses instead of taking them one after another saved 10-20% per key.
+    // when absent). A batch's keys land all over a table far larger than the caches, so their
+    // cache misses are overlapped instead of taken one after another: the table entries of the
+    // keys a few positions ahead are prefetched, and the keys are found kChunk at a time before
+    // fn runs for them (each find loads its node to compare the key, a miss that the next finds
+    // do not wait for; the rest of the node is prefetched), so fn meets nodes in cache.
+    // fn must not insert or erase objects (a found iterator of the chunk would go stale).
     template <typename Fn>
     void FindEach(const std::vector<std::string_view>& keys, const std::vector<size_t>& indices,
                   Fn&& fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      constexpr size_t kAhead = 4;
+      constexpr size_t kAhead = 8;
+      constexpr size_t kChunk = 16;
       const size_t n = indices.size();
+      const ObjectMap::iterator absent = objects.end();
       for (size_t j = 0; j < n && j < kAhead; ++j) objects.prefetch(keys[indices[j]]);
-      for (size_t j = 0; j < n; ++j) {
-        if (j + kAhead < n) objects.prefetch(keys[indices[j + kAhead]]);
-        const size_t i = indices[j];
-        fn(i, objects.find(keys[i]));
+      ObjectMap::iterator found[kChunk];
+      for (size_t begin = 0; begin < n; begin += kChunk) {
+        const size_t end = std::min(n, begin + kChunk);
+        for (size_t j = begin; j < end; ++j) {
+          if (j + kAhead < n) objects.prefetch(keys[indices[j + kAhead]]);
+          found[j - begin] = objects.find(keys[indices[j]]);
+          if (found[j - begin] != absent) PrefetchNode(found[j - begin].object());
+        }
+        for (size_t j = begin; j < end; ++j) fn(indices[j], found[j - begin]);
       }
     }
 
    private:
+    // Prefetches the lines of a node that lookups and leases read (the key compare loaded the
+    // key's).
+    static void PrefetchNode(const Object* object) {
+      __builtin_prefetch(object);
+      __builtin_prefetch(reinterpret_cast<const char*>(object) + 64);
+    }
     // The writable object behind a `const Object&` of this shard. Every node was created
     // non-const by ObjectMap::Emplace, so this is the one sanctioned way back to it.
     static Object& Mutable(const Object& object) { return const_cast<Object&>(object); }

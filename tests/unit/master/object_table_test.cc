@@ -69,6 +69,38 @@ TEST(ObjectTable, ShardIndexLeavesTheMapsControlBytesSpread) {
   EXPECT_GT(control_bytes.size(), 120u) << "of 128, over " << in_shard << " keys of one shard";
 }
 
+// FindEach finds a chunk of keys before it calls fn for them: fn still sees every position once,
+// in order, with the object of its key (end() when absent), over several chunks, absent keys and a
+// repeated key.
+TEST(ObjectTable, FindEachAnswersEveryPositionInOrderAcrossChunks) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("x");
+  std::vector<std::string> keys;
+  for (int i = 0; i < 100; ++i) keys.push_back("key-" + std::to_string(i));
+  keys.push_back("key-3");
+  absl::MutexLock lock(&shard.mu);
+  for (size_t i = 0; i < keys.size(); i += 2) {
+    if (!shard.objects.contains(keys[i])) shard.Insert(keys[i], Object{});
+  }
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < keys.size(); ++i) indices.push_back(i);
+  indices.erase(indices.begin() + 7);  // a position not asked for
+  std::vector<size_t> visited;
+  shard.FindEach(views, indices, [&](size_t i, ObjectMap::iterator it) {
+    shard.mu.AssertHeld();
+    visited.push_back(i);
+    if (shard.objects.contains(keys[i])) {
+      ASSERT_NE(it, shard.objects.end()) << keys[i];
+      EXPECT_EQ(it->first, keys[i]);
+      EXPECT_EQ(it.object(), shard.objects.find(keys[i]).object());
+    } else {
+      EXPECT_EQ(it, shard.objects.end()) << keys[i];
+    }
+  });
+  EXPECT_EQ(visited, indices);
+}
+
 // The per-object budget (<= 200 bytes beyond the key at 10 M objects, measured by
 // bench/recovery_bench.cc): a node is an Object plus the key's bytes; the table slot adds ~15
 // bytes and the segment allocator's B-tree entry ~20. Growing these types breaks the budget.
