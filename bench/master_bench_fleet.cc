@@ -149,8 +149,11 @@ class Fleet {
                 f->longest_sweep_ms_.load());
   }
 
-  // Random batches of `batch` distinct keys of the fleet, prepared once.
+  // Random batches of `batch` distinct keys of the fleet, prepared once. Every caller thread of a
+  // run asks at its start: the first prepares them while the others wait (unlocked, two threads
+  // built the same vector at once when a multi-caller run came first, and freed it twice).
   const std::vector<std::vector<std::string>>& Batches(size_t batch) {
+    absl::MutexLock lock(&batches_mu_);
     auto& out = batches_[batch];
     if (out.empty()) {
       std::mt19937_64 rng(42);
@@ -324,7 +327,8 @@ class Fleet {
   std::vector<std::string> ids_;
   std::vector<uint64_t> session_ids_;
   std::vector<std::string> sessions_;  // x-mc-session per client; empty without authentication
-  std::map<size_t, std::vector<std::vector<std::string>>> batches_;
+  absl::Mutex batches_mu_;
+  std::map<size_t, std::vector<std::vector<std::string>>> batches_ ABSL_GUARDED_BY(batches_mu_);
   std::thread heartbeat_;
   absl::Mutex mu_;
   bool stop_ = false;

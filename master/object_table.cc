@@ -255,7 +255,13 @@ ObjectTable::ObjectTable(size_t shard_count) {
 }
 
 size_t ObjectTable::ShardIndex(std::string_view key) const {
-  return absl::HashOf(absl::string_view(key.data(), key.size())) % shards_.size();
+  // From the hash's top 32 bits (multiply-shift): a shard's map hashes the key with the same
+  // function and takes its control byte from the low 7 bits and its probe position from the bits
+  // above them. A shard index of `hash % 32` fixed the low 5 bits of every key of a shard, so its
+  // keys shared 4 control bytes instead of 128 and each probe compared the key of ~1 in 4 nodes of
+  // its group (a cache miss per node at fleet scale) instead of ~1 in 128.
+  const uint64_t hash = absl::HashOf(absl::string_view(key.data(), key.size()));
+  return static_cast<size_t>(((hash >> 32) * shards_.size()) >> 32);
 }
 
 ObjectTable::Shard& ObjectTable::ShardOf(std::string_view key) { return *shards_[ShardIndex(key)]; }

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/hash/hash.h"
+#include "absl/strings/string_view.h"
 #include "common/status.h"
 
 namespace mc::master {
@@ -47,6 +49,56 @@ TEST(ObjectTable, ForKeysVisitsEveryPositionOnceGroupedByShard) {
   CheckVisits(table, many);
   many.push_back("key-0");  // a repeated key is visited at both positions
   CheckVisits(table, many);
+}
+
+// A shard's map takes each key's control byte from the low 7 bits of the same hash the table
+// shards by: a shard index taken from those bits would leave the keys of one shard few distinct
+// control bytes, and every probe would compare the keys of many nodes (a cache miss each).
+TEST(ObjectTable, ShardIndexLeavesTheMapsControlBytesSpread) {
+  ObjectTable table(32);
+  const ObjectTable::Shard& first = table.ShardOf("key-0");
+  std::set<size_t> control_bytes;
+  size_t in_shard = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const std::string key = "key-" + std::to_string(i);
+    if (&table.ShardOf(key) != &first) continue;
+    ++in_shard;
+    control_bytes.insert(absl::HashOf(absl::string_view(key)) & 0x7f);
+  }
+  ASSERT_GT(in_shard, 400u);
+  EXPECT_GT(control_bytes.size(), 120u) << "of 128, over " << in_shard << " keys of one shard";
+}
+
+// FindEach finds a chunk of keys before it calls fn for them: fn still sees every position once,
+// in order, with the object of its key (end() when absent), over several chunks, absent keys and a
+// repeated key.
+TEST(ObjectTable, FindEachAnswersEveryPositionInOrderAcrossChunks) {
+  ObjectTable table(1);
+  ObjectTable::Shard& shard = table.ShardOf("x");
+  std::vector<std::string> keys;
+  for (int i = 0; i < 100; ++i) keys.push_back("key-" + std::to_string(i));
+  keys.push_back("key-3");
+  absl::MutexLock lock(&shard.mu);
+  for (size_t i = 0; i < keys.size(); i += 2) {
+    if (!shard.objects.contains(keys[i])) shard.Insert(keys[i], Object{});
+  }
+  const std::vector<std::string_view> views(keys.begin(), keys.end());
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < keys.size(); ++i) indices.push_back(i);
+  indices.erase(indices.begin() + 7);  // a position not asked for
+  std::vector<size_t> visited;
+  shard.FindEach(views, indices, [&](size_t i, ObjectMap::iterator it) {
+    shard.mu.AssertHeld();
+    visited.push_back(i);
+    if (shard.objects.contains(keys[i])) {
+      ASSERT_NE(it, shard.objects.end()) << keys[i];
+      EXPECT_EQ(it->first, keys[i]);
+      EXPECT_EQ(it.object(), shard.objects.find(keys[i]).object());
+    } else {
+      EXPECT_EQ(it, shard.objects.end()) << keys[i];
+    }
+  });
+  EXPECT_EQ(visited, indices);
 }
 
 // The per-object budget (<= 200 bytes beyond the key at 10 M objects, measured by
