@@ -141,8 +141,14 @@ void MasterLane::AcceptLoop() {
     absl::MutexLock lock(&mu_);
     ReapLocked();
     if (stopping_ || connections_.size() >= options_.max_connections) {
-      if (!stopping_) refused_full_.Inc();  // counted before the peer can see the close
-      close(fd);
+      if (!stopping_) {
+        refused_full_.Inc();  // counted before the peer can see the greeting
+        // "full", then closed: the daemon sends nothing on it (a fresh socket's send buffer
+        // takes the few bytes at once; MSG_DONTWAIT keeps a stuck peer from holding accept).
+        const std::string full = lane::Greeting(lane::kFull, IdleTimeoutMs());
+        (void)!send(fd, full.data(), full.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+      close(fd);  // stopping: closed without a greeting, which the daemon reads as not connected
       continue;
     }
     int one = 1;
@@ -171,7 +177,9 @@ void MasterLane::Serve(uint64_t id, int fd) {
   };
   lane::Request request;
   std::string out;
-  for (;;) {
+  // Ready: the daemon sends its first request only after reading this.
+  bool serving = SendAll(fd, lane::Greeting(lane::kReady, IdleTimeoutMs()));
+  while (serving) {
     absl::Status s = lane::ReadRequest(read, options_.max_body_bytes, &request);
     out.clear();
     if (absl::IsUnavailable(s)) {
@@ -186,7 +194,7 @@ void MasterLane::Serve(uint64_t id, int fd) {
       break;
     }
     Dispatch(request, &out);
-    if (!SendAll(fd, out)) break;
+    serving = SendAll(fd, out);
   }
   absl::MutexLock lock(&mu_);
   close(fd);

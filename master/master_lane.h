@@ -7,13 +7,16 @@
 // (leader gate, session authentication, batch limit, per-RPC metrics, the same handlers): the
 // lane is no second, weaker way in. It serves session-authenticated calls only; RegisterClient,
 // Heartbeat, GetStatus and the rest answer UNIMPLEMENTED (they stay on gRPC).
-// Bounds (docs/security.md): at most max_connections connections (more are accepted and closed
-// at once, counted); a connection silent for idle_timeout_ms, or a frame that stops half-way
-// that long, is closed; bodies up to max_body_bytes; malformed frames are answered or closed.
-// Metrics: mc_master_lane_connections, mc_master_lane_refused_total{reason}.
-// Thread-safe; Stop() joins every thread it started.
+// Every accepted connection is first greeted (proto/master_lane_frame.h): "ready" with the idle
+// timeout, or, over the bound, "full" and closed, so a daemon never sends a request the lane
+// will not read. Bounds (docs/security.md): at most max_connections connections (more are
+// accepted, greeted "full" and closed at once, counted); a connection silent for idle_timeout_ms,
+// or a frame that stops half-way that long, is closed; bodies up to max_body_bytes; malformed
+// frames are answered or closed. Metrics: mc_master_lane_connections,
+// mc_master_lane_refused_total{reason}. Thread-safe; Stop() joins every thread it started.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -59,6 +62,9 @@ class MasterLane {
   void Dispatch(const lane::Request& request, std::string* out);
   // Joins the threads of connections that ended.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t IdleTimeoutMs() const {
+    return static_cast<uint32_t>(std::min<int64_t>(options_.idle_timeout_ms, UINT32_MAX));
+  }
 
   const MasterLaneOptions options_;
   MasterGrpcService& service_;

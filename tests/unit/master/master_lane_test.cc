@@ -2,7 +2,8 @@
 // raw frames: its answers equal gRPC's, it authenticates exactly like gRPC (no, wrong or expired
 // session; another client's request; calls it does not serve), a standby names its leader,
 // malformed frames are answered or closed while others are served, and the connection bound
-// and idle timeout hold, with every connection thread gone afterwards.
+// (a connection over it is greeted "full") and idle timeout hold, with every connection thread gone
+// afterwards.
 #include "master/master_lane.h"
 
 #include <netinet/in.h>
@@ -35,8 +36,10 @@ namespace {
 
 namespace v1 = mcstore::v1;
 
-// A blocking loopback connection to `port`, 5 s timeouts.
-int Connect(int port) {
+lane::ReadExactly Reader(int fd);
+
+// A blocking loopback connection to `port`, 5 s timeouts, nothing read yet.
+int ConnectRaw(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   timeval tv{.tv_sec = 5, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -45,6 +48,14 @@ int Connect(int port) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+// ConnectRaw, and the lane's "ready" greeting read.
+int Connect(int port) {
+  const int fd = ConnectRaw(port);
+  absl::StatusOr<uint32_t> idle_ms = lane::ReadGreeting(Reader(fd));
+  EXPECT_TRUE(idle_ms.ok()) << idle_ms.status();
   return fd;
 }
 
@@ -315,12 +326,14 @@ TEST_F(MasterLaneTest, ConnectionsAreBoundedAndIdleOnesClosed) {
   Start(opts);
   Register("c1");
   v1::ExistResponse resp;
-  const int a = Connect(server_->lane_port());
+  const int a = ConnectRaw(server_->lane_port());
+  EXPECT_EQ(*lane::ReadGreeting(Reader(a)), 1000u) << "ready, naming the idle timeout";
   const int b = Connect(server_->lane_port());
   ASSERT_TRUE(LaneCall(a, lane::kExist, "", v1::ExistRequest(), &resp).ok());
   ASSERT_TRUE(LaneCall(b, lane::kExist, "", v1::ExistRequest(), &resp).ok());
-  const int c = Connect(server_->lane_port());
-  EXPECT_TRUE(Closed(c)) << "over the bound: accepted and closed at once";
+  const int c = ConnectRaw(server_->lane_port());
+  EXPECT_EQ(lane::ReadGreeting(Reader(c)).status().message(), "the master lane is full");
+  EXPECT_TRUE(Closed(c)) << "over the bound: accepted, greeted \"full\" and closed at once";
   EXPECT_EQ(Counted("mc_master_lane_refused_total", {{"reason", "max_connections"}}), 1u);
   EXPECT_EQ(server_->lane()->ConnectionsForTest(), 2u);
   // Silent past the idle timeout: closed by the master; the threads end.

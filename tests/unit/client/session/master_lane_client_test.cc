@@ -2,7 +2,9 @@
 // go over the lane (counted), with the session credential, and answer as over gRPC; off by flag
 // or with TLS; a master restart mid-stream costs no call (gRPC until the new registration brings
 // the new lane); a standby's refusal over the lane sends the call the gRPC way, which follows
-// the leader; connections are bounded (busy calls take gRPC) and all closed when the client goes.
+// the leader; connections are bounded (busy calls take gRPC) and all closed when the client goes;
+// a full master's connection is refused by its greeting, so no call is lost to it; a connection
+// idle for half the master's idle timeout is not reused.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -13,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/session/master_client.h"
+#include "client/session/master_lane_client.h"
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/logging.h"
@@ -24,7 +27,9 @@
 #include "master/master_lane.h"
 #include "master/master_server.h"
 #include "master/metadata_service.h"
+#include "proto/master_lane_frame.h"
 #include "tests/fakes/await.h"
+#include "tests/fakes/fake_clock.h"
 
 namespace mc::client {
 namespace {
@@ -33,8 +38,8 @@ class MasterLaneClientTest : public ::testing::Test {
  protected:
   void SetUp() override { SetLogLevel("error"); }
 
-  void StartMaster(const std::string& listen = "127.0.0.1:0", auth::ClusterKeysPtr keys = {}) {
-    master::MasterServerOptions opts;
+  void StartMaster(const std::string& listen = "127.0.0.1:0", auth::ClusterKeysPtr keys = {},
+                   master::MasterServerOptions opts = {}) {
     opts.listen = listen;
     opts.http = "";
     opts.cluster_keys = std::move(keys);
@@ -168,6 +173,66 @@ TEST_F(MasterLaneClientTest, BusyConnectionsSendTheCallOverGrpc) {
   EXPECT_EQ(ok.load(), 200);
   EXPECT_EQ(Calls("lane") + Calls("grpc_busy"), 202u);
   EXPECT_LE(server_->lane()->ConnectionsForTest(), 1u);
+}
+
+TEST_F(MasterLaneClientTest, AFullMastersGreetingSendsTheCallsOverGrpcAndLosesNone) {
+  master::MasterServerOptions opts;
+  opts.lane_max_connections = 1;
+  StartMaster("127.0.0.1:0", {}, opts);
+  auto holder = Client();  // takes the master's one lane connection and keeps it
+  ASSERT_TRUE(Register(*holder, "c1").ok());
+  ASSERT_EQ(*Put(*holder, "k", "c1"), v1::OK);
+  ASSERT_EQ(server_->lane()->ConnectionsForTest(), 1u);
+  // A fresh connection of another daemon is accepted, greeted "full" and closed: its PutStart
+  // (then PutEnd and Remove, during the backoff) go over gRPC. Sent without reading a greeting,
+  // the PutStart's answer would be lost: kUnavailable although the master never read it.
+  auto client = Client();
+  ASSERT_TRUE(Register(*client, "c2").ok());
+  ASSERT_EQ(*Put(*client, "k2", "c2"), v1::OK);
+  v1::RemoveRequest remove;
+  remove.add_keys("k2");
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(client->Remove(remove, &removed).ok());
+  EXPECT_EQ(removed.results(0).code(), v1::OK);
+  EXPECT_EQ(Calls("lost"), 0u);
+  EXPECT_EQ(Calls("grpc_not_sent"), 1u);
+  EXPECT_EQ(Calls("grpc_busy"), 2u) << "PutEnd and Remove during the backoff";
+  EXPECT_EQ(server_->metrics()
+                .GetCounter("mc_master_lane_refused_total", "", {{"reason", "max_connections"}})
+                .Value(),
+            1u);
+  EXPECT_EQ(server_->lane()->ConnectionsForTest(), 1u);
+}
+
+TEST_F(MasterLaneClientTest, AConnectionIdleForHalfTheMastersIdleTimeoutIsNotReused) {
+  StartMaster();  // --lane_idle_timeout_ms 60000: its greeting says so, the daemon reuses < 30 s
+  FakeClock clock;
+  MasterLaneClient lane(
+      {.host = "127.0.0.1", .port = server_->lane_port(), .timeout_ms = 5'000, .clock = &clock});
+  auto exist = [&] {
+    v1::ExistRequest req;
+    req.add_keys("k");
+    v1::ExistResponse resp;
+    grpc::Status status;
+    std::string leader;
+    return lane.Call(lane::kExist, "", req, &resp, &status, &leader) ==
+               MasterLaneClient::Outcome::kAnswered &&
+           status.ok();
+  };
+  ASSERT_TRUE(exist());
+  EXPECT_EQ(lane.ConnectedForTest(), 1u);
+  clock.AdvanceMs(29'999);
+  ASSERT_TRUE(exist());
+  EXPECT_EQ(lane.ConnectedForTest(), 1u) << "idle for less than 30 s: reused";
+  clock.AdvanceMs(30'000);
+  ASSERT_TRUE(exist());
+  EXPECT_EQ(lane.ConnectedForTest(), 2u) << "idle for 30 s: closed by the daemon, a new one";
+  EXPECT_EQ(lane.OpenConnectionsForTest(), 1);
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 1u; }));
+  EXPECT_EQ(server_->metrics()
+                .GetCounter("mc_master_lane_refused_total", "", {{"reason", "idle"}})
+                .Value(),
+            0u);
 }
 
 TEST_F(MasterLaneClientTest, AMasterRestartMidStreamLosesNoCall) {
