@@ -34,8 +34,8 @@
 namespace mc::master {
 
 struct MasterLaneOptions {
-  std::string listen;  // HOST:PORT; port 0 = any free port
-  size_t max_connections = 256;
+  std::string listen;                // HOST:PORT; port 0 = any free port
+  size_t max_connections = 4096;     // a thread each (docs/operations.md)
   int64_t idle_timeout_ms = 60'000;  // also bounds a frame that stops half-way
   size_t max_body_bytes = 256 << 20;
 };

@@ -100,8 +100,9 @@ ABSL_FLAG(bool, lane, true,
 ABSL_FLAG(std::string, lane_listen, "",
           "master lane HOST:PORT; empty = the host of --listen, any free port (advertised to "
           "clients when they register; set a fixed port behind a firewall)");
-ABSL_FLAG(uint64_t, lane_max_connections, 256,
-          "most open master lane connections; more are accepted and closed at once (1..65536)");
+ABSL_FLAG(uint64_t, lane_max_connections, 4096,
+          "most open master lane connections, a thread each; more are accepted, greeted \"full\" "
+          "and closed at once (1..65536)");
 ABSL_FLAG(int64_t, lane_idle_timeout_ms, 60000,
           "a master lane connection silent this long, or a frame stalled half-way this long, is "
           "closed (100..3600000)");

@@ -51,7 +51,7 @@ struct MasterServerOptions {
   // port 0 (any free port; advertised to clients in their registration answer).
   bool lane = true;
   std::string lane_listen;
-  size_t lane_max_connections = 256;
+  size_t lane_max_connections = 4096;
   int64_t lane_idle_timeout_ms = 60'000;
   MasterOptions master;
   AdminServerOptions admin;  // limits; host, port and metrics come from `http`
