@@ -13,7 +13,10 @@
 // accepted, greeted "full" and closed at once, counted); a connection silent for idle_timeout_ms,
 // or a frame that stops half-way that long, is closed; bodies up to max_body_bytes; malformed
 // frames are answered or closed. Metrics: mc_master_lane_connections,
-// mc_master_lane_refused_total{reason}. Thread-safe; Stop() joins every thread it started.
+// mc_master_lane_refused_total{reason}. With TLS (options.tls: the gRPC listener's files and
+// rules), a TLS handshake bounded by handshake_timeout_ms comes first (proto/lane_tls.h); a
+// connection over the bound is then closed without a greeting (the daemon's handshake fails).
+// Thread-safe; Stop() joins every thread it started.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +32,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "master/grpc_service.h"
+#include "proto/grpc_tls.h"
+#include "proto/lane_tls.h"
 #include "proto/master_lane_frame.h"
 
 namespace mc::master {
@@ -38,6 +43,8 @@ struct MasterLaneOptions {
   size_t max_connections = 4096;     // a thread each (docs/operations.md)
   int64_t idle_timeout_ms = 60'000;  // also bounds a frame that stops half-way
   size_t max_body_bytes = 256 << 20;
+  TlsServerFiles tls{};  // TLS when tls.enabled(): the gRPC listener's files and rules
+  int64_t handshake_timeout_ms = 5'000;  // a TLS handshake not done by then is closed
 };
 
 class MasterLane {
@@ -58,6 +65,7 @@ class MasterLane {
  private:
   void AcceptLoop();
   void Serve(uint64_t id, int fd);
+  void ServeStream(lane::Stream& stream);
   // One frame's answer, appended to `out`.
   void Dispatch(const lane::Request& request, std::string* out);
   // Joins the threads of connections that ended.
@@ -72,6 +80,8 @@ class MasterLane {
   Counter& refused_full_;
   Counter& refused_malformed_;
   Counter& closed_idle_;
+  Counter& refused_handshake_;
+  std::shared_ptr<const lane::TlsContext> tls_;  // null: plaintext
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: wakes the accept loop to stop
   std::thread acceptor_;

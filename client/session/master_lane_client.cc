@@ -25,20 +25,6 @@ void SetTimeouts(int fd, int64_t ms) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));  // bounds connect() too
 }
 
-// Reads exactly n bytes from a blocking socket (its SO_RCVTIMEO bounds each wait).
-lane::ReadExactly SocketReader(int fd) {
-  return [fd](char* dst, size_t n) {
-    size_t have = 0;
-    while (have < n) {
-      const ssize_t r = recv(fd, dst + have, n - have, 0);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      have += static_cast<size_t>(r);
-    }
-    return true;
-  };
-}
-
 }  // namespace
 
 MasterLaneClient::MasterLaneClient(MasterLaneClientOptions options)
@@ -47,7 +33,7 @@ MasterLaneClient::MasterLaneClient(MasterLaneClientOptions options)
 
 MasterLaneClient::~MasterLaneClient() {
   absl::MutexLock lock(&mu_);
-  for (const Conn& c : idle_) close(c.fd);
+  for (Conn& c : idle_) Close(c);
   idle_.clear();
 }
 
@@ -61,23 +47,35 @@ MasterLaneClient::Conn MasterLaneClient::Connect() {
   if (getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) {
     return {};
   }
-  Conn conn{.fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  Conn conn;
+  conn.fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (conn.fd >= 0) {
     SetTimeouts(conn.fd, options_.timeout_ms);
     int one = 1;
     setsockopt(conn.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     // Connected is not enough: the kernel completes the handshake before the master accepts.
     // Only a "ready" greeting (within the timeout) says the master will read what is sent.
-    absl::StatusOr<uint32_t> idle_ms;
+    // With TLS, the handshake (bounded) first: the greeting comes over TLS.
+    absl::StatusOr<uint32_t> idle_ms = absl::UnavailableError("not connected");
     if (connect(conn.fd, res->ai_addr, res->ai_addrlen) == 0) {
-      idle_ms = lane::ReadGreeting(SocketReader(conn.fd));
+      if (options_.tls != nullptr) {
+        absl::StatusOr<std::unique_ptr<lane::Stream>> s =
+            options_.tls->Connect(conn.fd, options_.tls_host, options_.timeout_ms);
+        if (s.ok()) conn.stream = std::move(*s);
+      } else {
+        conn.stream = std::make_shared<lane::Stream>(conn.fd, nullptr);
+      }
+    }
+    if (conn.stream != nullptr) {
+      lane::Stream& stream = *conn.stream;
+      idle_ms =
+          lane::ReadGreeting([&stream](char* dst, size_t n) { return stream.ReadExactly(dst, n); });
     }
     if (idle_ms.ok()) {
       conn.reuse_ms = *idle_ms / 2;
       connected_.fetch_add(1, std::memory_order_relaxed);
     } else {
-      close(conn.fd);
-      conn.fd = -1;
+      Close(conn);
     }
   }
   freeaddrinfo(res);
@@ -89,22 +87,32 @@ MasterLaneClient::Conn MasterLaneClient::Take() {
     absl::MutexLock lock(&mu_);
     const int64_t now = clock_.NowMs();
     while (!idle_.empty()) {
-      const Conn c = idle_.back();
+      Conn c = std::move(idle_.back());
       idle_.pop_back();
       // Idle for half the master's idle timeout: the master may close it just as a request
       // leaves, losing the answer; open a new one instead. An idle connection has nothing to
       // read either: readable means the master closed it (it stopped or restarted).
       pollfd p{.fd = c.fd, .events = POLLIN | POLLRDHUP, .revents = 0};
       if (now - c.idle_since_ms < c.reuse_ms && poll(&p, 1, 0) == 0) return c;
-      close(c.fd);
+      Close(c);
       --open_;
     }
-    if (open_ >= options_.max_connections || absl::Now() < backoff_until_) return {.fd = kBusy};
+    if (open_ >= options_.max_connections || absl::Now() < backoff_until_) {
+      Conn busy;
+      busy.fd = kBusy;
+      return busy;
+    }
     ++open_;
   }
   const Conn c = Connect();
   if (c.fd < 0) Give(c, false);
   return c;
+}
+
+void MasterLaneClient::Close(Conn& conn) {
+  conn.stream.reset();  // before the fd it uses
+  if (conn.fd >= 0) close(conn.fd);
+  conn.fd = -1;
 }
 
 void MasterLaneClient::Give(Conn conn, bool healthy) {
@@ -114,7 +122,7 @@ void MasterLaneClient::Give(Conn conn, bool healthy) {
     idle_.push_back(conn);
     return;
   }
-  if (conn.fd >= 0) close(conn.fd);
+  Close(conn);
   --open_;
   backoff_until_ = absl::Now() + absl::Milliseconds(options_.backoff_ms);
 }
@@ -130,20 +138,19 @@ MasterLaneClient::Outcome MasterLaneClient::Call(uint32_t method, std::string_vi
   const uint64_t call_id = next_call_id_.fetch_add(1, std::memory_order_relaxed);
   std::string frame;
   lane::AppendRequest(method, call_id, credential, req, &frame);
-  size_t sent = 0;
-  while (sent < frame.size()) {
-    const ssize_t n = send(conn.fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      // Not all of the frame left: the master never sees a whole request, so never runs it.
-      Give(conn, false);
-      return Outcome::kNotSent;
-    }
-    sent += static_cast<size_t>(n);
+  if (!conn.stream->WriteAll(frame)) {
+    // Not all of the frame left: the master never sees a whole request, so never runs it.
+    // (With TLS a record cut short is refused by the master's TLS layer, never parsed.)
+    Give(conn, false);
+    return Outcome::kNotSent;
   }
   lane::Reply reply;
-  if (!lane::ReadReply(SocketReader(conn.fd), options_.max_message_bytes, &reply).ok() ||
-      reply.call_id != call_id || (reply.code == 0 && !resp->ParseFromString(reply.body))) {
+  lane::Stream& stream = *conn.stream;
+  const lane::ReadExactly read = [&stream](char* dst, size_t n) {
+    return stream.ReadExactly(dst, n);
+  };
+  if (!lane::ReadReply(read, options_.max_message_bytes, &reply).ok() || reply.call_id != call_id ||
+      (reply.code == 0 && !resp->ParseFromString(reply.body))) {
     Give(conn, false);
     return Outcome::kLost;
   }

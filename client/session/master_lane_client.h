@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "proto/lane_tls.h"
 
 namespace google::protobuf {
 class MessageLite;
@@ -41,6 +43,10 @@ struct MasterLaneClientOptions {
   size_t max_message_bytes = 256 << 20;
   int64_t backoff_ms = 1000;     // after a failed connection, no new one this long
   const Clock* clock = nullptr;  // for the idle bound; null = RealClock
+  // TLS (proto/lane_tls.h) when set: the handshake (within timeout_ms) before the greeting, the
+  // master's certificate checked against tls_host (a DNS name or an IP address).
+  std::shared_ptr<const lane::TlsContext> tls{};
+  std::string tls_host{};
 };
 
 class MasterLaneClient {
@@ -69,12 +75,14 @@ class MasterLaneClient {
   // timeout).
   struct Conn {
     int fd = -1;
+    std::shared_ptr<lane::Stream> stream;  // over fd
     int64_t reuse_ms = 0;
     int64_t idle_since_ms = 0;
   };
   // An idle connection, a new one (fd -1 when it failed), or fd -2 when busy / backing off.
   Conn Take() ABSL_LOCKS_EXCLUDED(mu_);
   void Give(Conn conn, bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
+  static void Close(Conn& conn);
   // A connection the master greeted "ready" (fd -1: none).
   Conn Connect();
 

@@ -371,25 +371,66 @@ TEST_F(MasterLaneTest, AStandbyRefusesNamingItsLeader) {
   close(fd);
 }
 
-TEST_F(MasterLaneTest, NeitherOpenedWithTlsNorWhenOff) {
+TEST_F(MasterLaneTest, NotOpenedWhenOff) {
+  MasterServerOptions opts;
+  opts.listen = "127.0.0.1:0";
+  opts.http = "";
+  opts.lane = false;
+  MasterServer server(opts);
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_EQ(server.lane_port(), 0);
+  EXPECT_EQ(server.lane(), nullptr);
+}
+
+// Everything the peer sends until it closes (bounded by the 5 s receive timeout).
+std::string ReadToEnd(int fd) {
+  std::string all;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return all;
+    all.append(buf, static_cast<size_t>(n));
+  }
+}
+
+TEST_F(MasterLaneTest, WithTlsAPlaintextClientIsRefusedAndNothingIsServed) {
   char tmpl[] = "/tmp/mc-lane-tls-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   ASSERT_TRUE(tls_test::WriteSelfSignedCert(dir, "master"));
-  for (bool tls : {true, false}) {
-    MasterServerOptions opts;
-    opts.listen = "127.0.0.1:0";
-    opts.http = "";
-    if (tls) {
-      opts.tls = {.cert_file = dir + "/master.pem", .key_file = dir + "/master.key"};
-    } else {
-      opts.lane = false;
-    }
-    MasterServer server(opts);
-    ASSERT_TRUE(server.Start().ok());
-    EXPECT_EQ(server.lane_port(), 0) << "a plaintext lane beside TLS would bypass it";
-    EXPECT_EQ(server.lane(), nullptr);
+  MasterServerOptions opts;
+  opts.tls = {.cert_file = dir + "/master.pem", .key_file = dir + "/master.key"};
+  opts.grpc_handshake_timeout_ms = 300;
+  opts.listen = "127.0.0.1:0";
+  opts.http = "";
+  server_ = std::make_unique<MasterServer>(opts);
+  ASSERT_TRUE(server_->Start().ok());
+  ASSERT_NE(server_->lane_port(), 0) << "the lane serves TLS beside gRPC's";
+  const auto exists = [&] {
+    return server_->metrics()
+        .GetCounter("mc_master_rpc_requests_total", "", {{"rpc", "Exist"}})
+        .Value();
+  };
+  {  // a plaintext request frame: no TLS ClientHello, the handshake fails
+    const int fd = ConnectRaw(server_->lane_port());
+    std::string frame;
+    lane::AppendRequest(lane::kExist, 1, "", v1::ExistRequest(), &frame);
+    Send(fd, frame);
+    const std::string got = ReadToEnd(fd);
+    EXPECT_NE(got.substr(0, 4), "MCG1") << "no greeting, no answer in plaintext";
+    EXPECT_NE(got.substr(0, 4), "MCM1");
+    close(fd);
   }
+  {  // a silent plaintext client: closed after the handshake timeout
+    const int fd = ConnectRaw(server_->lane_port());
+    EXPECT_EQ(ReadToEnd(fd), "");
+    close(fd);
+  }
+  EXPECT_TRUE(WaitFor([&] {
+    return Counted("mc_master_lane_refused_total", {{"reason", "handshake"}}) == 2u;
+  }));
+  EXPECT_EQ(exists(), 0u);
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 0; }));
   std::filesystem::remove_all(dir);
 }
 

@@ -6,6 +6,7 @@
 // a full master's connection is refused by its greeting, so no call is lost to it; a connection
 // idle for half the master's idle timeout is not reused.
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,9 +28,12 @@
 #include "master/master_lane.h"
 #include "master/master_server.h"
 #include "master/metadata_service.h"
+#include "proto/grpc_tls.h"
+#include "proto/lane_tls.h"
 #include "proto/master_lane_frame.h"
 #include "tests/fakes/await.h"
 #include "tests/fakes/fake_clock.h"
+#include "tests/fakes/test_certs.h"
 
 namespace mc::client {
 namespace {
@@ -233,6 +237,94 @@ TEST_F(MasterLaneClientTest, AConnectionIdleForHalfTheMastersIdleTimeoutIsNotReu
                 .GetCounter("mc_master_lane_refused_total", "", {{"reason", "idle"}})
                 .Value(),
             0u);
+}
+
+// Certificates in a temporary directory: master (SAN IP:127.0.0.1, DNS:localhost), client
+// and other, each self-signed (its own CA).
+class Certs {
+ public:
+  Certs() {
+    char tmpl[] = "/tmp/mc-lane-tls-XXXXXX";
+    EXPECT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    for (const char* name : {"master", "client", "other"}) {
+      EXPECT_TRUE(tls_test::WriteSelfSignedCert(dir, name));
+    }
+  }
+  ~Certs() { std::filesystem::remove_all(dir); }
+  std::string pem(const std::string& name) const { return dir + "/" + name + ".pem"; }
+  std::string key(const std::string& name) const { return dir + "/" + name + ".key"; }
+  std::string dir;
+};
+
+TEST_F(MasterLaneClientTest, WithTlsTheHotCallsGoOverTheTlsLane) {
+  Certs certs;
+  master::MasterServerOptions opts;
+  opts.tls = {.cert_file = certs.pem("master"), .key_file = certs.key("master")};
+  StartMaster("127.0.0.1:0", {}, opts);
+  absl::StatusOr<ChannelSecurity> security =
+      ChannelSecurity::Make({.ca_file = certs.pem("master")}, TlsFlagNames{});
+  ASSERT_TRUE(security.ok()) << security.status();
+  auto client = Client(With([&](GrpcMasterClientOptions& o) { o.security = *security; }));
+  ASSERT_TRUE(Register(*client).ok());
+  ASSERT_EQ(*Put(*client, "k"), v1::OK);
+  EXPECT_EQ(*Get(*client, "k"), v1::OK);
+  EXPECT_EQ(Calls("lane"), 3u);
+  EXPECT_EQ(server_->lane()->ConnectionsForTest(), 1u);
+  client.reset();
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 0; }));
+}
+
+TEST_F(MasterLaneClientTest, TheTlsLaneRefusesAWrongCaAWrongNameAndAMissingClientCertificate) {
+  Certs certs;
+  master::MasterServerOptions opts;
+  opts.tls = {.cert_file = certs.pem("master"),
+              .key_file = certs.key("master"),
+              .client_ca_file = certs.pem("client")};
+  StartMaster("127.0.0.1:0", {}, opts);
+  auto call = [&](const TlsChannelFiles& files, const std::string& host) {
+    absl::StatusOr<std::shared_ptr<const lane::TlsContext>> tls =
+        lane::TlsContext::ForClient(files);
+    EXPECT_TRUE(tls.ok()) << tls.status();
+    MasterLaneClient lane({.host = "127.0.0.1",
+                           .port = server_->lane_port(),
+                           .timeout_ms = 5'000,
+                           .tls = *tls,
+                           .tls_host = host});
+    v1::ExistRequest req;
+    req.add_keys("k");
+    v1::ExistResponse resp;
+    grpc::Status status;
+    std::string leader;
+    return lane.Call(lane::kExist, "", req, &resp, &status, &leader);
+  };
+  const TlsChannelFiles good{.ca_file = certs.pem("master"),
+                             .cert_file = certs.pem("client"),
+                             .key_file = certs.key("client")};
+  EXPECT_EQ(call(good, "127.0.0.1"), MasterLaneClient::Outcome::kAnswered);
+  EXPECT_EQ(call(good, "localhost"), MasterLaneClient::Outcome::kAnswered);
+  TlsChannelFiles wrong_ca = good;
+  wrong_ca.ca_file = certs.pem("other");
+  EXPECT_EQ(call(wrong_ca, "127.0.0.1"), MasterLaneClient::Outcome::kNotSent);
+  EXPECT_EQ(call(good, "master.example"), MasterLaneClient::Outcome::kNotSent);
+  EXPECT_EQ(call(good, "127.0.0.2"), MasterLaneClient::Outcome::kNotSent);
+  EXPECT_EQ(call({.ca_file = certs.pem("master")}, "127.0.0.1"),
+            MasterLaneClient::Outcome::kNotSent)
+      << "the master requires a client certificate";
+  TlsChannelFiles wrong_cert = good;
+  wrong_cert.cert_file = certs.pem("other");
+  wrong_cert.key_file = certs.key("other");
+  EXPECT_EQ(call(wrong_cert, "127.0.0.1"), MasterLaneClient::Outcome::kNotSent);
+  EXPECT_TRUE(WaitFor([&] {
+    return server_->metrics()
+               .GetCounter("mc_master_lane_refused_total", "", {{"reason", "handshake"}})
+               .Value() == 5u;
+  }));
+  EXPECT_EQ(
+      server_->metrics().GetCounter("mc_master_rpc_requests_total", "", {{"rpc", "Exist"}}).Value(),
+      2u)
+      << "only the two good connections were served";
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 0; }));
 }
 
 TEST_F(MasterLaneClientTest, AMasterRestartMidStreamLosesNoCall) {
