@@ -2,8 +2,8 @@
 // raw frames: its answers equal gRPC's, it authenticates exactly like gRPC (no, wrong or expired
 // session; another client's request; calls it does not serve), a standby names its leader,
 // malformed frames are answered or closed while others are served, and the connection bound
-// (a connection over it is greeted "full") and idle timeout hold, with every connection thread gone
-// afterwards.
+// (a connection over it is greeted "full") and idle timeout hold, with every connection thread
+// gone afterwards; with TLS a plaintext client is refused before any frame is read.
 #include "master/master_lane.h"
 
 #include <netinet/in.h>

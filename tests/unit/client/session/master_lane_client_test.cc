@@ -1,10 +1,11 @@
 // The gRPC MasterClient's master lane against real masters in-process on loopback: the hot calls
-// go over the lane (counted), with the session credential, and answer as over gRPC; off by flag
-// or with TLS; a master restart mid-stream costs no call (gRPC until the new registration brings
-// the new lane); a standby's refusal over the lane sends the call the gRPC way, which follows
-// the leader; connections are bounded (busy calls take gRPC) and all closed when the client goes;
-// a full master's connection is refused by its greeting, so no call is lost to it; a connection
-// idle for half the master's idle timeout is not reused.
+// go over the lane (counted), with the session credential, and answer as over gRPC; off by flag;
+// over TLS with gRPC's files, refusing a wrong CA, name or client certificate; a master restart
+// mid-stream costs no call (gRPC until the new registration brings the new lane); a standby's
+// refusal over the lane sends the call the gRPC way, which follows the leader; connections are
+// bounded (busy calls take gRPC) and all closed when the client goes; a full master's connection
+// is refused by its greeting, so no call is lost to it; a connection idle for half the master's
+// idle timeout is not reused.
 #include <atomic>
 #include <filesystem>
 #include <memory>
