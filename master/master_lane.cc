@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -161,6 +163,12 @@ void MasterLane::AcceptLoop() {
 }
 
 void MasterLane::Serve(uint64_t id, int fd) {
+  // OpenSSL writes with write(), not send(MSG_NOSIGNAL): a peer gone mid-write must fail the
+  // write, not raise SIGPIPE (this thread's only; the daemons ignore it anyway).
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   std::unique_ptr<lane::Stream> stream;
   if (tls_ != nullptr) {
     absl::StatusOr<std::unique_ptr<lane::Stream>> s =

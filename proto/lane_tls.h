@@ -7,6 +7,8 @@
 // gRPC checks; a client certificate is presented when given. The handshake is bounded in time.
 // A `Stream` reads and writes a connection's bytes, through TLS or plaintext.
 // Thread-safe: a TlsContext is immutable once made and shared; a Stream is used by one thread.
+// OpenSSL writes with write(): the calling thread must ignore or block SIGPIPE (the daemons
+// ignore it, common/daemon_shell.h; the master lane's threads block it).
 #pragma once
 
 #include <cstdint>

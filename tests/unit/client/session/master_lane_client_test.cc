@@ -6,6 +6,8 @@
 // bounded (busy calls take gRPC) and all closed when the client goes; a full master's connection
 // is refused by its greeting, so no call is lost to it; a connection idle for half the master's
 // idle timeout is not reused.
+#include <signal.h>
+
 #include <atomic>
 #include <filesystem>
 #include <memory>
@@ -41,7 +43,10 @@ namespace {
 
 class MasterLaneClientTest : public ::testing::Test {
  protected:
-  void SetUp() override { SetLogLevel("error"); }
+  void SetUp() override {
+    SetLogLevel("error");
+    signal(SIGPIPE, SIG_IGN);  // as the daemons do (OpenSSL writes with write())
+  }
 
   void StartMaster(const std::string& listen = "127.0.0.1:0", auth::ClusterKeysPtr keys = {},
                    master::MasterServerOptions opts = {}) {
