@@ -109,8 +109,9 @@ ABSL_FLAG(bool, pack_master_keys, true,
           "a master older than GetReplicasRequest.packed_keys; it is also detected and worked "
           "around on its own)");
 ABSL_FLAG(bool, master_lane, true,
-          "send the hot master calls (lookups, puts, removes) over the master lane, plain TCP "
-          "without gRPC, when the master offers one; never with TLS to the master");
+          "send the hot master calls (lookups, puts, removes) over the master lane, TCP without "
+          "gRPC, when the master offers one; with --master_tls_ca_file over TLS with the same "
+          "files and checks as the gRPC channel");
 ABSL_FLAG(int32_t, master_lane_connections, 4,
           "most master lane connections (1..64), opened as needed; a call finding all busy goes "
           "over gRPC");

@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "common/util.h"
 
 namespace mc::master {
@@ -26,17 +29,6 @@ void SetTimeouts(int fd, int64_t ms) {
   timeval tv{.tv_sec = ms / 1000, .tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
-bool SendAll(int fd, const std::string& bytes) {
-  size_t sent = 0;
-  while (sent < bytes.size()) {
-    const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    sent += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 absl::StatusOr<int> Listen(const std::string& listen, int* bound_port) {
@@ -106,11 +98,17 @@ MasterLane::MasterLane(MasterLaneOptions options, MasterGrpcService& service,
                                             {{"reason", "malformed"}})),
       closed_idle_(metrics.GetCounter("mc_master_lane_refused_total",
                                       "Master lane connections closed by the lane",
-                                      {{"reason", "idle"}})) {}
+                                      {{"reason", "idle"}})),
+      refused_handshake_(metrics.GetCounter("mc_master_lane_refused_total",
+                                            "Master lane connections closed by the lane",
+                                            {{"reason", "handshake"}})) {}
 
 MasterLane::~MasterLane() { Stop(); }
 
 absl::StatusOr<int> MasterLane::Start() {
+  if (options_.tls.enabled()) {
+    MC_ASSIGN_OR_RETURN(tls_, lane::TlsContext::ForServer(options_.tls));
+  }
   int port = 0;
   absl::StatusOr<int> fd = Listen(options_.listen, &port);
   if (!fd.ok()) return fd.status();
@@ -141,8 +139,16 @@ void MasterLane::AcceptLoop() {
     absl::MutexLock lock(&mu_);
     ReapLocked();
     if (stopping_ || connections_.size() >= options_.max_connections) {
-      if (!stopping_) refused_full_.Inc();  // counted before the peer can see the close
-      close(fd);
+      if (!stopping_) {
+        refused_full_.Inc();
+        // With TLS no greeting can go before the handshake: closed, the daemon's handshake
+        // fails and it sends nothing.  // counted before the peer can see the greeting
+        // "full", then closed: the daemon sends nothing on it (a fresh socket's send buffer
+        // takes the few bytes at once; MSG_DONTWAIT keeps a stuck peer from holding accept).
+        const std::string full = lane::Greeting(lane::kFull, IdleTimeoutMs());
+        if (tls_ == nullptr) (void)!send(fd, full.data(), full.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+      close(fd);  // stopping: closed without a greeting, which the daemon reads as not connected
       continue;
     }
     int one = 1;
@@ -157,37 +163,28 @@ void MasterLane::AcceptLoop() {
 }
 
 void MasterLane::Serve(uint64_t id, int fd) {
-  bool timed_out = false;
-  const lane::ReadExactly read = [fd, &timed_out](char* dst, size_t n) {
-    size_t have = 0;
-    while (have < n) {
-      const ssize_t r = recv(fd, dst + have, n - have, 0);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) timed_out = true;
-      if (r <= 0) return false;
-      have += static_cast<size_t>(r);
+  // OpenSSL writes with write(), not send(MSG_NOSIGNAL): a peer gone mid-write must fail the
+  // write, not raise SIGPIPE (this thread's only; the daemons ignore it anyway).
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+  std::unique_ptr<lane::Stream> stream;
+  if (tls_ != nullptr) {
+    absl::StatusOr<std::unique_ptr<lane::Stream>> s =
+        tls_->Accept(fd, options_.handshake_timeout_ms);
+    if (s.ok()) {
+      stream = std::move(*s);
+    } else {
+      refused_handshake_.Inc();
+      MC_LOG_EVERY(std::chrono::seconds(10), Logger("master"), warn, "master lane: {}",
+                   s.status().ToString());
     }
-    return true;
-  };
-  lane::Request request;
-  std::string out;
-  for (;;) {
-    absl::Status s = lane::ReadRequest(read, options_.max_body_bytes, &request);
-    out.clear();
-    if (absl::IsUnavailable(s)) {
-      if (timed_out) closed_idle_.Inc();
-      break;
-    }
-    if (!s.ok()) {  // malformed: answered, then closed (the stream cannot be trusted further)
-      refused_malformed_.Inc();
-      const std::string why(s.message());
-      lane::AppendReply(static_cast<uint32_t>(s.code()), request.call_id, why, "", nullptr, &out);
-      SendAll(fd, out);
-      break;
-    }
-    Dispatch(request, &out);
-    if (!SendAll(fd, out)) break;
+  } else {
+    stream = std::make_unique<lane::Stream>(fd, nullptr);
   }
+  if (stream != nullptr) ServeStream(*stream);
+  stream.reset();
   absl::MutexLock lock(&mu_);
   close(fd);
   auto it = connections_.find(id);
@@ -195,6 +192,34 @@ void MasterLane::Serve(uint64_t id, int fd) {
   it->second.fd = -1;
   ended_.push_back(id);
   connections_gauge_.Set(static_cast<int64_t>(connections_.size() - ended_.size()));
+}
+
+void MasterLane::ServeStream(lane::Stream& stream) {
+  const lane::ReadExactly read = [&stream](char* dst, size_t n) {
+    return stream.ReadExactly(dst, n);
+  };
+  lane::Request request;
+  std::string out;
+  // Ready: the daemon sends its first request only after reading this.
+  bool serving = stream.WriteAll(lane::Greeting(lane::kReady, IdleTimeoutMs()));
+  while (serving) {
+    absl::Status s = lane::ReadRequest(read, options_.max_body_bytes, &request);
+    out.clear();
+    if (absl::IsUnavailable(s)) {
+      if (stream.timed_out()) closed_idle_.Inc();
+      break;
+    }
+    if (!s.ok()) {  // malformed: answered, then closed (the stream cannot be trusted further)
+      refused_malformed_.Inc();
+      const std::string why(s.message());
+      lane::AppendReply(static_cast<uint32_t>(s.code()), request.call_id, why, "", nullptr, &out);
+      stream.WriteAll(out);
+      break;
+    }
+    Dispatch(request, &out);
+    serving = stream.WriteAll(out);
+  }
+  stream.Shutdown();
 }
 
 void MasterLane::Dispatch(const lane::Request& request, std::string* out) {

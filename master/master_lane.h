@@ -7,13 +7,19 @@
 // (leader gate, session authentication, batch limit, per-RPC metrics, the same handlers): the
 // lane is no second, weaker way in. It serves session-authenticated calls only; RegisterClient,
 // Heartbeat, GetStatus and the rest answer UNIMPLEMENTED (they stay on gRPC).
-// Bounds (docs/security.md): at most max_connections connections (more are accepted and closed
-// at once, counted); a connection silent for idle_timeout_ms, or a frame that stops half-way
-// that long, is closed; bodies up to max_body_bytes; malformed frames are answered or closed.
-// Metrics: mc_master_lane_connections, mc_master_lane_refused_total{reason}.
+// Every accepted connection is first greeted (proto/master_lane_frame.h): "ready" with the idle
+// timeout, or, over the bound, "full" and closed, so a daemon never sends a request the lane
+// will not read. Bounds (docs/security.md): at most max_connections connections (more are
+// accepted, greeted "full" and closed at once, counted); a connection silent for idle_timeout_ms,
+// or a frame that stops half-way that long, is closed; bodies up to max_body_bytes; malformed
+// frames are answered or closed. Metrics: mc_master_lane_connections,
+// mc_master_lane_refused_total{reason}. With TLS (options.tls: the gRPC listener's files and
+// rules), a TLS handshake bounded by handshake_timeout_ms comes first (proto/lane_tls.h); a
+// connection over the bound is then closed without a greeting (the daemon's handshake fails).
 // Thread-safe; Stop() joins every thread it started.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -26,15 +32,19 @@
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "master/grpc_service.h"
+#include "proto/grpc_tls.h"
+#include "proto/lane_tls.h"
 #include "proto/master_lane_frame.h"
 
 namespace mc::master {
 
 struct MasterLaneOptions {
-  std::string listen;  // HOST:PORT; port 0 = any free port
-  size_t max_connections = 256;
+  std::string listen;                // HOST:PORT; port 0 = any free port
+  size_t max_connections = 4096;     // a thread each (docs/operations.md)
   int64_t idle_timeout_ms = 60'000;  // also bounds a frame that stops half-way
   size_t max_body_bytes = 256 << 20;
+  TlsServerFiles tls{};  // TLS when tls.enabled(): the gRPC listener's files and rules
+  int64_t handshake_timeout_ms = 5'000;  // a TLS handshake not done by then is closed
 };
 
 class MasterLane {
@@ -55,10 +65,14 @@ class MasterLane {
  private:
   void AcceptLoop();
   void Serve(uint64_t id, int fd);
+  void ServeStream(lane::Stream& stream);
   // One frame's answer, appended to `out`.
   void Dispatch(const lane::Request& request, std::string* out);
   // Joins the threads of connections that ended.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t IdleTimeoutMs() const {
+    return static_cast<uint32_t>(std::min<int64_t>(options_.idle_timeout_ms, UINT32_MAX));
+  }
 
   const MasterLaneOptions options_;
   MasterGrpcService& service_;
@@ -66,6 +80,8 @@ class MasterLane {
   Counter& refused_full_;
   Counter& refused_malformed_;
   Counter& closed_idle_;
+  Counter& refused_handshake_;
+  std::shared_ptr<const lane::TlsContext> tls_;  // null: plaintext
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: wakes the accept loop to stop
   std::thread acceptor_;

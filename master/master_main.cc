@@ -96,12 +96,14 @@ ABSL_FLAG(std::string, tls_key_file, "",
           "private key (PEM, mode 0600 or stricter) of --tls_cert_file");
 ABSL_FLAG(bool, lane, true,
           "open the master lane: the daemons' hot calls (GetReplicas, PutStart, PutEnd, "
-          "PutRevoke, Exist, Remove) over plain TCP without gRPC; never with --tls_cert_file");
+          "PutRevoke, Exist, Remove) over TCP without gRPC; with --tls_cert_file over TLS with the "
+          "same files and client-certificate rule");
 ABSL_FLAG(std::string, lane_listen, "",
           "master lane HOST:PORT; empty = the host of --listen, any free port (advertised to "
           "clients when they register; set a fixed port behind a firewall)");
-ABSL_FLAG(uint64_t, lane_max_connections, 256,
-          "most open master lane connections; more are accepted and closed at once (1..65536)");
+ABSL_FLAG(uint64_t, lane_max_connections, 4096,
+          "most open master lane connections, a thread each; more are accepted, greeted \"full\" "
+          "and closed at once (1..65536)");
 ABSL_FLAG(int64_t, lane_idle_timeout_ms, 60000,
           "a master lane connection silent this long, or a frame stalled half-way this long, is "
           "closed (100..3600000)");

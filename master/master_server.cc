@@ -147,20 +147,19 @@ void MasterServer::AddStatusGauges() {
 
 absl::Status MasterServer::StartLane(const std::string& listen_host) {
   if (!options_.lane) return absl::OkStatus();
-  if (options_.tls.enabled()) {
-    Logger("master").info("master lane not opened: gRPC serves TLS and the lane is plaintext");
-    return absl::OkStatus();
-  }
   lane_ = std::make_unique<MasterLane>(
       MasterLaneOptions{.listen = options_.lane_listen.empty() ? absl::StrCat(listen_host, ":0")
                                                                : options_.lane_listen,
                         .max_connections = options_.lane_max_connections,
                         .idle_timeout_ms = options_.lane_idle_timeout_ms,
-                        .max_body_bytes = static_cast<size_t>(options_.max_message_bytes)},
+                        .max_body_bytes = static_cast<size_t>(options_.max_message_bytes),
+                        .tls = options_.tls,
+                        .handshake_timeout_ms = options_.grpc_handshake_timeout_ms},
       *grpc_service_, metrics_);
   MC_ASSIGN_OR_RETURN(lane_port_, lane_->Start());
   grpc_service_->SetLanePort(lane_port_);
-  Logger("master").info("master lane on port {}", lane_port_);
+  Logger("master").info("master lane on port {}{}", lane_port_,
+                        options_.tls.enabled() ? " (TLS, as the gRPC listener)" : "");
   return absl::OkStatus();
 }
 

@@ -46,12 +46,13 @@ struct MasterServerOptions {
   // TLS on the gRPC listener (proto/grpc_tls.h): off without a certificate; with a client CA
   // every caller must present a certificate that chains to it.
   TlsServerFiles tls;
-  // The master lane (master/master_lane.h): the daemons' hot calls over plain TCP. Not opened
-  // with `tls` (it would be a plaintext way around it). lane_listen "" = the host of `listen`,
+  // The master lane (master/master_lane.h): the daemons' hot calls over TCP; with `tls` over TLS
+  // with the same files (the handshake bounded by grpc_handshake_timeout_ms). lane_listen "" =
+  // the host of `listen`,
   // port 0 (any free port; advertised to clients in their registration answer).
   bool lane = true;
   std::string lane_listen;
-  size_t lane_max_connections = 256;
+  size_t lane_max_connections = 4096;
   int64_t lane_idle_timeout_ms = 60'000;
   MasterOptions master;
   AdminServerOptions admin;  // limits; host, port and metrics come from `http`

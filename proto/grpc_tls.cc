@@ -207,6 +207,7 @@ absl::StatusOr<ChannelSecurity> ChannelSecurity::Make(const TlsChannelFiles& fil
   out.tls_ = true;
   out.credentials_ = grpc::SslCredentials(opts);
   out.server_name_ = files.server_name;
+  out.files_ = files;
   return out;
 }
 

@@ -76,6 +76,8 @@ class ChannelSecurity {
                                               const TlsFlagNames& names);
 
   bool tls() const { return tls_; }
+  // The files it was made from (the master lane's TLS uses the same, proto/lane_tls.h).
+  const TlsChannelFiles& files() const { return files_; }
   // Plaintext for "unix:" targets, the TLS credentials otherwise (when TLS is on).
   std::shared_ptr<grpc::ChannelCredentials> CredentialsFor(const std::string& target) const;
   // Adds the server-name override (GRPC_SSL_TARGET_NAME_OVERRIDE_ARG) when one is set.
@@ -88,6 +90,7 @@ class ChannelSecurity {
   bool tls_ = false;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;  // shared by every channel made
   std::string server_name_;
+  TlsChannelFiles files_;
 };
 
 }  // namespace mc

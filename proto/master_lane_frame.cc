@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 
@@ -51,6 +52,25 @@ absl::Status ReadField(const ReadExactly& read, size_t max, const char* what, st
 }
 
 }  // namespace
+
+std::string Greeting(GreetingStatus status, uint32_t idle_timeout_ms) {
+  std::string out(kGreetingMagic);
+  PutU32(status, &out);
+  PutU32(idle_timeout_ms, &out);
+  return out;
+}
+
+absl::StatusOr<uint32_t> ReadGreeting(const ReadExactly& read) {
+  char g[kGreetingBytes];
+  if (!read(g, sizeof(g))) return Ended();
+  if (std::string_view(g, 4) != kGreetingMagic) {
+    return absl::UnavailableError("the master lane sent no greeting");
+  }
+  const uint32_t status = LoadU32(g + 4);
+  if (status == kFull) return absl::UnavailableError("the master lane is full");
+  if (status != kReady) return absl::UnavailableError("the master lane greeted with no status");
+  return LoadU32(g + 8);
+}
 
 absl::Status ReadRequest(const ReadExactly& read, size_t max_body_bytes, Request* out,
                          bool* idle_ok) {

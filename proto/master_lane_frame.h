@@ -2,6 +2,11 @@
 // hot master calls (GetReplicas, PutStart, PutEnd, PutRevoke, Exist, Remove) as one request
 // frame and one reply frame on a plain TCP connection, without gRPC's HTTP/2 framing and thread
 // hand-offs. Integers are little-endian.
+//   greeting: "MCG1", u32 status (0 = ready, 1 = full), u32 the master's idle timeout in ms.
+//            The master writes it on every accepted connection before reading anything; when
+//            full it writes "full" and closes. The daemon reads it right after connect and sends
+//            nothing on a connection that did not greet "ready": a full or stopping master
+//            never loses a request it did not read.
 //   request: "MCL1", u32 method, u64 call_id, u32 credential length (<= 128) + credential (the
 //            x-mc-session value; empty without authentication), u32 body length + body (the
 //            serialized protobuf request).
@@ -21,6 +26,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace google::protobuf {
 class MessageLite;
@@ -33,6 +39,8 @@ inline constexpr std::string_view kReplyMagic = "MCM1";
 inline constexpr size_t kMaxCredentialBytes = 128;
 inline constexpr size_t kMaxErrorMessageBytes = 4096;  // longer messages are cut
 inline constexpr size_t kMaxLeaderBytes = 1024;
+inline constexpr std::string_view kGreetingMagic = "MCG1";
+inline constexpr size_t kGreetingBytes = 12;
 
 // The method numbers: the Master service's RPCs in master.proto's order (1 = Hello). The lane
 // serves only the six hot calls; every other number is answered UNIMPLEMENTED.
@@ -55,6 +63,15 @@ struct Request {
   std::string credential;
   std::string body;
 };
+
+enum GreetingStatus : uint32_t { kReady = 0, kFull = 1 };
+
+// The greeting the master writes on an accepted connection (kGreetingBytes long).
+std::string Greeting(GreetingStatus status, uint32_t idle_timeout_ms);
+
+// Reads the greeting: OK with the master's idle timeout (ms) when it is "ready"; kUnavailable
+// when it is "full", the stream ended or stalled, or the bytes are no greeting.
+absl::StatusOr<uint32_t> ReadGreeting(const ReadExactly& read);
 
 // Reads one request frame. OK: `*out` holds it. kUnavailable: the stream ended or stalled
 // (before or inside the frame): close without an answer. Any other code (bad magic, a

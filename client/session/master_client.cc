@@ -322,19 +322,41 @@ class GrpcMasterClient final : public MasterClient {
     absl::MutexLock lock(&lane_mu_);
     if (lane_.get() == which) lane_.reset();
   }
+  // The lane's TLS context when the master's channel uses TLS (made once from the same files;
+  // null: plaintext, or TLS that could not be set up, which leaves the lane off).
+  std::shared_ptr<const lane::TlsContext> LaneTls() {
+    if (!options_.security.tls()) return nullptr;
+    absl::MutexLock lock(&lane_mu_);
+    if (lane_tls_ == nullptr && !lane_tls_failed_) {
+      absl::StatusOr<std::shared_ptr<const lane::TlsContext>> tls =
+          lane::TlsContext::ForClient(options_.security.files());
+      if (tls.ok()) {
+        lane_tls_ = std::move(*tls);
+      } else {
+        lane_tls_failed_ = true;
+        Logger("client").warn("master lane off: {}", tls.status().ToString());
+      }
+    }
+    return lane_tls_;
+  }
   // After a registration: the lane of the master that answered it (`port` 0: none).
   void OpenLane(uint32_t port) {
     std::shared_ptr<MasterLaneClient> lane;
-    if (port != 0 && options_.lane && !options_.security.tls()) {
+    if (port != 0 && options_.lane) {
       size_t index = 0;
       absl::StatusOr<HostPort> hp = ParseHostPort(Current(&index)->address);
-      if (hp.ok() && !hp->host.empty()) {
+      std::shared_ptr<const lane::TlsContext> tls = LaneTls();
+      if (hp.ok() && !hp->host.empty() && (tls != nullptr || !options_.security.tls())) {
+        // With TLS, the name gRPC checks: the server-name override, else the dialled host.
+        const std::string& name = options_.security.files().server_name;
         lane = std::make_shared<MasterLaneClient>(MasterLaneClientOptions{
             .host = hp->host,
             .port = static_cast<int>(port),
             .timeout_ms = options_.rpc_timeout_ms,
             .max_connections = options_.lane_connections,
-            .max_message_bytes = static_cast<size_t>(options_.max_message_bytes)});
+            .max_message_bytes = static_cast<size_t>(options_.max_message_bytes),
+            .tls = std::move(tls),
+            .tls_host = name.empty() ? hp->host : name});
       }
     }
     absl::MutexLock lock(&lane_mu_);
@@ -522,6 +544,8 @@ class GrpcMasterClient final : public MasterClient {
   // The lane of the master that answered the last registration; null: none. Shared: calls in
   // flight keep theirs while a registration replaces it.
   std::shared_ptr<MasterLaneClient> lane_ ABSL_GUARDED_BY(lane_mu_);
+  std::shared_ptr<const lane::TlsContext> lane_tls_ ABSL_GUARDED_BY(lane_mu_);
+  bool lane_tls_failed_ ABSL_GUARDED_BY(lane_mu_) = false;
   // One channel per master address (never removed: Target pointers stay valid) and the one
   // calls go to now.
   absl::Mutex targets_mu_;

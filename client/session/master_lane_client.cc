@@ -28,15 +28,16 @@ void SetTimeouts(int fd, int64_t ms) {
 }  // namespace
 
 MasterLaneClient::MasterLaneClient(MasterLaneClientOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : RealClock::Get()) {}
 
 MasterLaneClient::~MasterLaneClient() {
   absl::MutexLock lock(&mu_);
-  for (int fd : idle_) close(fd);
+  for (Conn& c : idle_) Close(c);
   idle_.clear();
 }
 
-int MasterLaneClient::Connect() {
+MasterLaneClient::Conn MasterLaneClient::Connect() {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -44,50 +45,84 @@ int MasterLaneClient::Connect() {
   addrinfo* res = nullptr;
   const std::string port = std::to_string(options_.port);
   if (getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr) {
-    return -1;
+    return {};
   }
-  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    SetTimeouts(fd, options_.timeout_ms);
+  Conn conn;
+  conn.fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (conn.fd >= 0) {
+    SetTimeouts(conn.fd, options_.timeout_ms);
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-      close(fd);
-      fd = -1;
+    setsockopt(conn.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // Connected is not enough: the kernel completes the handshake before the master accepts.
+    // Only a "ready" greeting (within the timeout) says the master will read what is sent.
+    // With TLS, the handshake (bounded) first: the greeting comes over TLS.
+    absl::StatusOr<uint32_t> idle_ms = absl::UnavailableError("not connected");
+    if (connect(conn.fd, res->ai_addr, res->ai_addrlen) == 0) {
+      if (options_.tls != nullptr) {
+        absl::StatusOr<std::unique_ptr<lane::Stream>> s =
+            options_.tls->Connect(conn.fd, options_.tls_host, options_.timeout_ms);
+        if (s.ok()) conn.stream = std::move(*s);
+      } else {
+        conn.stream = std::make_shared<lane::Stream>(conn.fd, nullptr);
+      }
+    }
+    if (conn.stream != nullptr) {
+      lane::Stream& stream = *conn.stream;
+      idle_ms =
+          lane::ReadGreeting([&stream](char* dst, size_t n) { return stream.ReadExactly(dst, n); });
+    }
+    if (idle_ms.ok()) {
+      conn.reuse_ms = *idle_ms / 2;
+      connected_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      Close(conn);
     }
   }
   freeaddrinfo(res);
-  return fd;
+  return conn;
 }
 
-int MasterLaneClient::Take() {
+MasterLaneClient::Conn MasterLaneClient::Take() {
   {
     absl::MutexLock lock(&mu_);
+    const int64_t now = clock_.NowMs();
     while (!idle_.empty()) {
-      const int fd = idle_.back();
+      Conn c = std::move(idle_.back());
       idle_.pop_back();
-      // An idle connection has nothing to read: readable means the master closed it (it
-      // stopped or restarted). Sending on it would lose the answer of a call that never ran.
-      pollfd p{.fd = fd, .events = POLLIN | POLLRDHUP, .revents = 0};
-      if (poll(&p, 1, 0) == 0) return fd;
-      close(fd);
+      // Idle for half the master's idle timeout: the master may close it just as a request
+      // leaves, losing the answer; open a new one instead. An idle connection has nothing to
+      // read either: readable means the master closed it (it stopped or restarted).
+      pollfd p{.fd = c.fd, .events = POLLIN | POLLRDHUP, .revents = 0};
+      if (now - c.idle_since_ms < c.reuse_ms && poll(&p, 1, 0) == 0) return c;
+      Close(c);
       --open_;
     }
-    if (open_ >= options_.max_connections || absl::Now() < backoff_until_) return kBusy;
+    if (open_ >= options_.max_connections || absl::Now() < backoff_until_) {
+      Conn busy;
+      busy.fd = kBusy;
+      return busy;
+    }
     ++open_;
   }
-  const int fd = Connect();
-  if (fd < 0) Give(-1, false);
-  return fd;
+  const Conn c = Connect();
+  if (c.fd < 0) Give(c, false);
+  return c;
 }
 
-void MasterLaneClient::Give(int fd, bool healthy) {
+void MasterLaneClient::Close(Conn& conn) {
+  conn.stream.reset();  // before the fd it uses
+  if (conn.fd >= 0) close(conn.fd);
+  conn.fd = -1;
+}
+
+void MasterLaneClient::Give(Conn conn, bool healthy) {
   absl::MutexLock lock(&mu_);
   if (healthy) {
-    idle_.push_back(fd);
+    conn.idle_since_ms = clock_.NowMs();
+    idle_.push_back(conn);
     return;
   }
-  if (fd >= 0) close(fd);
+  Close(conn);
   --open_;
   backoff_until_ = absl::Now() + absl::Milliseconds(options_.backoff_ms);
 }
@@ -97,40 +132,29 @@ MasterLaneClient::Outcome MasterLaneClient::Call(uint32_t method, std::string_vi
                                                  google::protobuf::MessageLite* resp,
                                                  grpc::Status* status, std::string* leader) {
   if (req.ByteSizeLong() > options_.max_message_bytes) return Outcome::kNotSent;
-  const int fd = Take();
-  if (fd == kBusy) return Outcome::kBusy;
-  if (fd < 0) return Outcome::kNotSent;
+  const Conn conn = Take();
+  if (conn.fd == kBusy) return Outcome::kBusy;
+  if (conn.fd < 0) return Outcome::kNotSent;
   const uint64_t call_id = next_call_id_.fetch_add(1, std::memory_order_relaxed);
   std::string frame;
   lane::AppendRequest(method, call_id, credential, req, &frame);
-  size_t sent = 0;
-  while (sent < frame.size()) {
-    const ssize_t n = send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      // Not all of the frame left: the master never sees a whole request, so never runs it.
-      Give(fd, false);
-      return Outcome::kNotSent;
-    }
-    sent += static_cast<size_t>(n);
+  if (!conn.stream->WriteAll(frame)) {
+    // Not all of the frame left: the master never sees a whole request, so never runs it.
+    // (With TLS a record cut short is refused by the master's TLS layer, never parsed.)
+    Give(conn, false);
+    return Outcome::kNotSent;
   }
-  const lane::ReadExactly read = [fd](char* dst, size_t n) {
-    size_t have = 0;
-    while (have < n) {
-      const ssize_t r = recv(fd, dst + have, n - have, 0);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      have += static_cast<size_t>(r);
-    }
-    return true;
-  };
   lane::Reply reply;
+  lane::Stream& stream = *conn.stream;
+  const lane::ReadExactly read = [&stream](char* dst, size_t n) {
+    return stream.ReadExactly(dst, n);
+  };
   if (!lane::ReadReply(read, options_.max_message_bytes, &reply).ok() || reply.call_id != call_id ||
       (reply.code == 0 && !resp->ParseFromString(reply.body))) {
-    Give(fd, false);
+    Give(conn, false);
     return Outcome::kLost;
   }
-  Give(fd, true);
+  Give(conn, true);
   *status = grpc::Status(static_cast<grpc::StatusCode>(reply.code), std::move(reply.message));
   *leader = std::move(reply.leader);
   return Outcome::kAnswered;

@@ -79,6 +79,8 @@ void SendAndDrain(int port, const uint8_t* data, size_t size) {
     }
     return true;
   };
+  // A served connection is greeted "ready" first; a full lane (never here) greets "full".
+  if (!mc::lane::ReadGreeting(read).ok()) abort();
   mc::lane::Reply reply;
   for (;;) {
     const absl::Status s = mc::lane::ReadReply(read, 64 << 20, &reply);

@@ -2,7 +2,8 @@
 // raw frames: its answers equal gRPC's, it authenticates exactly like gRPC (no, wrong or expired
 // session; another client's request; calls it does not serve), a standby names its leader,
 // malformed frames are answered or closed while others are served, and the connection bound
-// and idle timeout hold, with every connection thread gone afterwards.
+// (a connection over it is greeted "full") and idle timeout hold, with every connection thread
+// gone afterwards; with TLS a plaintext client is refused before any frame is read.
 #include "master/master_lane.h"
 
 #include <netinet/in.h>
@@ -35,8 +36,10 @@ namespace {
 
 namespace v1 = mcstore::v1;
 
-// A blocking loopback connection to `port`, 5 s timeouts.
-int Connect(int port) {
+lane::ReadExactly Reader(int fd);
+
+// A blocking loopback connection to `port`, 5 s timeouts, nothing read yet.
+int ConnectRaw(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   timeval tv{.tv_sec = 5, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -45,6 +48,14 @@ int Connect(int port) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+// ConnectRaw, and the lane's "ready" greeting read.
+int Connect(int port) {
+  const int fd = ConnectRaw(port);
+  absl::StatusOr<uint32_t> idle_ms = lane::ReadGreeting(Reader(fd));
+  EXPECT_TRUE(idle_ms.ok()) << idle_ms.status();
   return fd;
 }
 
@@ -315,12 +326,14 @@ TEST_F(MasterLaneTest, ConnectionsAreBoundedAndIdleOnesClosed) {
   Start(opts);
   Register("c1");
   v1::ExistResponse resp;
-  const int a = Connect(server_->lane_port());
+  const int a = ConnectRaw(server_->lane_port());
+  EXPECT_EQ(*lane::ReadGreeting(Reader(a)), 1000u) << "ready, naming the idle timeout";
   const int b = Connect(server_->lane_port());
   ASSERT_TRUE(LaneCall(a, lane::kExist, "", v1::ExistRequest(), &resp).ok());
   ASSERT_TRUE(LaneCall(b, lane::kExist, "", v1::ExistRequest(), &resp).ok());
-  const int c = Connect(server_->lane_port());
-  EXPECT_TRUE(Closed(c)) << "over the bound: accepted and closed at once";
+  const int c = ConnectRaw(server_->lane_port());
+  EXPECT_EQ(lane::ReadGreeting(Reader(c)).status().message(), "the master lane is full");
+  EXPECT_TRUE(Closed(c)) << "over the bound: accepted, greeted \"full\" and closed at once";
   EXPECT_EQ(Counted("mc_master_lane_refused_total", {{"reason", "max_connections"}}), 1u);
   EXPECT_EQ(server_->lane()->ConnectionsForTest(), 2u);
   // Silent past the idle timeout: closed by the master; the threads end.
@@ -358,25 +371,66 @@ TEST_F(MasterLaneTest, AStandbyRefusesNamingItsLeader) {
   close(fd);
 }
 
-TEST_F(MasterLaneTest, NeitherOpenedWithTlsNorWhenOff) {
+TEST_F(MasterLaneTest, NotOpenedWhenOff) {
+  MasterServerOptions opts;
+  opts.listen = "127.0.0.1:0";
+  opts.http = "";
+  opts.lane = false;
+  MasterServer server(opts);
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_EQ(server.lane_port(), 0);
+  EXPECT_EQ(server.lane(), nullptr);
+}
+
+// Everything the peer sends until it closes (bounded by the 5 s receive timeout).
+std::string ReadToEnd(int fd) {
+  std::string all;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return all;
+    all.append(buf, static_cast<size_t>(n));
+  }
+}
+
+TEST_F(MasterLaneTest, WithTlsAPlaintextClientIsRefusedAndNothingIsServed) {
   char tmpl[] = "/tmp/mc-lane-tls-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   ASSERT_TRUE(tls_test::WriteSelfSignedCert(dir, "master"));
-  for (bool tls : {true, false}) {
-    MasterServerOptions opts;
-    opts.listen = "127.0.0.1:0";
-    opts.http = "";
-    if (tls) {
-      opts.tls = {.cert_file = dir + "/master.pem", .key_file = dir + "/master.key"};
-    } else {
-      opts.lane = false;
-    }
-    MasterServer server(opts);
-    ASSERT_TRUE(server.Start().ok());
-    EXPECT_EQ(server.lane_port(), 0) << "a plaintext lane beside TLS would bypass it";
-    EXPECT_EQ(server.lane(), nullptr);
+  MasterServerOptions opts;
+  opts.tls = {.cert_file = dir + "/master.pem", .key_file = dir + "/master.key"};
+  opts.grpc_handshake_timeout_ms = 300;
+  opts.listen = "127.0.0.1:0";
+  opts.http = "";
+  server_ = std::make_unique<MasterServer>(opts);
+  ASSERT_TRUE(server_->Start().ok());
+  ASSERT_NE(server_->lane_port(), 0) << "the lane serves TLS beside gRPC's";
+  const auto exists = [&] {
+    return server_->metrics()
+        .GetCounter("mc_master_rpc_requests_total", "", {{"rpc", "Exist"}})
+        .Value();
+  };
+  {  // a plaintext request frame: no TLS ClientHello, the handshake fails
+    const int fd = ConnectRaw(server_->lane_port());
+    std::string frame;
+    lane::AppendRequest(lane::kExist, 1, "", v1::ExistRequest(), &frame);
+    Send(fd, frame);
+    const std::string got = ReadToEnd(fd);
+    EXPECT_NE(got.substr(0, 4), "MCG1") << "no greeting, no answer in plaintext";
+    EXPECT_NE(got.substr(0, 4), "MCM1");
+    close(fd);
   }
+  {  // a silent plaintext client: closed after the handshake timeout
+    const int fd = ConnectRaw(server_->lane_port());
+    EXPECT_EQ(ReadToEnd(fd), "");
+    close(fd);
+  }
+  EXPECT_TRUE(WaitFor([&] {
+    return Counted("mc_master_lane_refused_total", {{"reason", "handshake"}}) == 2u;
+  }));
+  EXPECT_EQ(exists(), 0u);
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 0; }));
   std::filesystem::remove_all(dir);
 }
 

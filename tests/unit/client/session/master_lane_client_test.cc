@@ -1,9 +1,15 @@
 // The gRPC MasterClient's master lane against real masters in-process on loopback: the hot calls
-// go over the lane (counted), with the session credential, and answer as over gRPC; off by flag
-// or with TLS; a master restart mid-stream costs no call (gRPC until the new registration brings
-// the new lane); a standby's refusal over the lane sends the call the gRPC way, which follows
-// the leader; connections are bounded (busy calls take gRPC) and all closed when the client goes.
+// go over the lane (counted), with the session credential, and answer as over gRPC; off by flag;
+// over TLS with gRPC's files, refusing a wrong CA, name or client certificate; a master restart
+// mid-stream costs no call (gRPC until the new registration brings the new lane); a standby's
+// refusal over the lane sends the call the gRPC way, which follows the leader; connections are
+// bounded (busy calls take gRPC) and all closed when the client goes; a full master's connection
+// is refused by its greeting, so no call is lost to it; a connection idle for half the master's
+// idle timeout is not reused.
+#include <signal.h>
+
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/session/master_client.h"
+#include "client/session/master_lane_client.h"
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/logging.h"
@@ -24,17 +31,25 @@
 #include "master/master_lane.h"
 #include "master/master_server.h"
 #include "master/metadata_service.h"
+#include "proto/grpc_tls.h"
+#include "proto/lane_tls.h"
+#include "proto/master_lane_frame.h"
 #include "tests/fakes/await.h"
+#include "tests/fakes/fake_clock.h"
+#include "tests/fakes/test_certs.h"
 
 namespace mc::client {
 namespace {
 
 class MasterLaneClientTest : public ::testing::Test {
  protected:
-  void SetUp() override { SetLogLevel("error"); }
+  void SetUp() override {
+    SetLogLevel("error");
+    signal(SIGPIPE, SIG_IGN);  // as the daemons do (OpenSSL writes with write())
+  }
 
-  void StartMaster(const std::string& listen = "127.0.0.1:0", auth::ClusterKeysPtr keys = {}) {
-    master::MasterServerOptions opts;
+  void StartMaster(const std::string& listen = "127.0.0.1:0", auth::ClusterKeysPtr keys = {},
+                   master::MasterServerOptions opts = {}) {
     opts.listen = listen;
     opts.http = "";
     opts.cluster_keys = std::move(keys);
@@ -168,6 +183,154 @@ TEST_F(MasterLaneClientTest, BusyConnectionsSendTheCallOverGrpc) {
   EXPECT_EQ(ok.load(), 200);
   EXPECT_EQ(Calls("lane") + Calls("grpc_busy"), 202u);
   EXPECT_LE(server_->lane()->ConnectionsForTest(), 1u);
+}
+
+TEST_F(MasterLaneClientTest, AFullMastersGreetingSendsTheCallsOverGrpcAndLosesNone) {
+  master::MasterServerOptions opts;
+  opts.lane_max_connections = 1;
+  StartMaster("127.0.0.1:0", {}, opts);
+  auto holder = Client();  // takes the master's one lane connection and keeps it
+  ASSERT_TRUE(Register(*holder, "c1").ok());
+  ASSERT_EQ(*Put(*holder, "k", "c1"), v1::OK);
+  ASSERT_EQ(server_->lane()->ConnectionsForTest(), 1u);
+  // A fresh connection of another daemon is accepted, greeted "full" and closed: its PutStart
+  // (then PutEnd and Remove, during the backoff) go over gRPC. Sent without reading a greeting,
+  // the PutStart's answer would be lost: kUnavailable although the master never read it.
+  auto client = Client();
+  ASSERT_TRUE(Register(*client, "c2").ok());
+  ASSERT_EQ(*Put(*client, "k2", "c2"), v1::OK);
+  v1::RemoveRequest remove;
+  remove.add_keys("k2");
+  v1::RemoveResponse removed;
+  ASSERT_TRUE(client->Remove(remove, &removed).ok());
+  EXPECT_EQ(removed.results(0).code(), v1::OK);
+  EXPECT_EQ(Calls("lost"), 0u);
+  EXPECT_EQ(Calls("grpc_not_sent"), 1u);
+  EXPECT_EQ(Calls("grpc_busy"), 2u) << "PutEnd and Remove during the backoff";
+  EXPECT_EQ(server_->metrics()
+                .GetCounter("mc_master_lane_refused_total", "", {{"reason", "max_connections"}})
+                .Value(),
+            1u);
+  EXPECT_EQ(server_->lane()->ConnectionsForTest(), 1u);
+}
+
+TEST_F(MasterLaneClientTest, AConnectionIdleForHalfTheMastersIdleTimeoutIsNotReused) {
+  StartMaster();  // --lane_idle_timeout_ms 60000: its greeting says so, the daemon reuses < 30 s
+  FakeClock clock;
+  MasterLaneClient lane(
+      {.host = "127.0.0.1", .port = server_->lane_port(), .timeout_ms = 5'000, .clock = &clock});
+  auto exist = [&] {
+    v1::ExistRequest req;
+    req.add_keys("k");
+    v1::ExistResponse resp;
+    grpc::Status status;
+    std::string leader;
+    return lane.Call(lane::kExist, "", req, &resp, &status, &leader) ==
+               MasterLaneClient::Outcome::kAnswered &&
+           status.ok();
+  };
+  ASSERT_TRUE(exist());
+  EXPECT_EQ(lane.ConnectedForTest(), 1u);
+  clock.AdvanceMs(29'999);
+  ASSERT_TRUE(exist());
+  EXPECT_EQ(lane.ConnectedForTest(), 1u) << "idle for less than 30 s: reused";
+  clock.AdvanceMs(30'000);
+  ASSERT_TRUE(exist());
+  EXPECT_EQ(lane.ConnectedForTest(), 2u) << "idle for 30 s: closed by the daemon, a new one";
+  EXPECT_EQ(lane.OpenConnectionsForTest(), 1);
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 1u; }));
+  EXPECT_EQ(server_->metrics()
+                .GetCounter("mc_master_lane_refused_total", "", {{"reason", "idle"}})
+                .Value(),
+            0u);
+}
+
+// Certificates in a temporary directory: master (SAN IP:127.0.0.1, DNS:localhost), client
+// and other, each self-signed (its own CA).
+class Certs {
+ public:
+  Certs() {
+    char tmpl[] = "/tmp/mc-lane-tls-XXXXXX";
+    EXPECT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+    for (const char* name : {"master", "client", "other"}) {
+      EXPECT_TRUE(tls_test::WriteSelfSignedCert(dir, name));
+    }
+  }
+  ~Certs() { std::filesystem::remove_all(dir); }
+  std::string pem(const std::string& name) const { return dir + "/" + name + ".pem"; }
+  std::string key(const std::string& name) const { return dir + "/" + name + ".key"; }
+  std::string dir;
+};
+
+TEST_F(MasterLaneClientTest, WithTlsTheHotCallsGoOverTheTlsLane) {
+  Certs certs;
+  master::MasterServerOptions opts;
+  opts.tls = {.cert_file = certs.pem("master"), .key_file = certs.key("master")};
+  StartMaster("127.0.0.1:0", {}, opts);
+  absl::StatusOr<ChannelSecurity> security =
+      ChannelSecurity::Make({.ca_file = certs.pem("master")}, TlsFlagNames{});
+  ASSERT_TRUE(security.ok()) << security.status();
+  auto client = Client(With([&](GrpcMasterClientOptions& o) { o.security = *security; }));
+  ASSERT_TRUE(Register(*client).ok());
+  ASSERT_EQ(*Put(*client, "k"), v1::OK);
+  EXPECT_EQ(*Get(*client, "k"), v1::OK);
+  EXPECT_EQ(Calls("lane"), 3u);
+  EXPECT_EQ(server_->lane()->ConnectionsForTest(), 1u);
+  client.reset();
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 0; }));
+}
+
+TEST_F(MasterLaneClientTest, TheTlsLaneRefusesAWrongCaAWrongNameAndAMissingClientCertificate) {
+  Certs certs;
+  master::MasterServerOptions opts;
+  opts.tls = {.cert_file = certs.pem("master"),
+              .key_file = certs.key("master"),
+              .client_ca_file = certs.pem("client")};
+  StartMaster("127.0.0.1:0", {}, opts);
+  auto call = [&](const TlsChannelFiles& files, const std::string& host) {
+    absl::StatusOr<std::shared_ptr<const lane::TlsContext>> tls =
+        lane::TlsContext::ForClient(files);
+    EXPECT_TRUE(tls.ok()) << tls.status();
+    MasterLaneClient lane({.host = "127.0.0.1",
+                           .port = server_->lane_port(),
+                           .timeout_ms = 5'000,
+                           .tls = *tls,
+                           .tls_host = host});
+    v1::ExistRequest req;
+    req.add_keys("k");
+    v1::ExistResponse resp;
+    grpc::Status status;
+    std::string leader;
+    return lane.Call(lane::kExist, "", req, &resp, &status, &leader);
+  };
+  const TlsChannelFiles good{.ca_file = certs.pem("master"),
+                             .cert_file = certs.pem("client"),
+                             .key_file = certs.key("client")};
+  EXPECT_EQ(call(good, "127.0.0.1"), MasterLaneClient::Outcome::kAnswered);
+  EXPECT_EQ(call(good, "localhost"), MasterLaneClient::Outcome::kAnswered);
+  TlsChannelFiles wrong_ca = good;
+  wrong_ca.ca_file = certs.pem("other");
+  EXPECT_EQ(call(wrong_ca, "127.0.0.1"), MasterLaneClient::Outcome::kNotSent);
+  EXPECT_EQ(call(good, "master.example"), MasterLaneClient::Outcome::kNotSent);
+  EXPECT_EQ(call(good, "127.0.0.2"), MasterLaneClient::Outcome::kNotSent);
+  EXPECT_EQ(call({.ca_file = certs.pem("master")}, "127.0.0.1"),
+            MasterLaneClient::Outcome::kNotSent)
+      << "the master requires a client certificate";
+  TlsChannelFiles wrong_cert = good;
+  wrong_cert.cert_file = certs.pem("other");
+  wrong_cert.key_file = certs.key("other");
+  EXPECT_EQ(call(wrong_cert, "127.0.0.1"), MasterLaneClient::Outcome::kNotSent);
+  EXPECT_TRUE(WaitFor([&] {
+    return server_->metrics()
+               .GetCounter("mc_master_lane_refused_total", "", {{"reason", "handshake"}})
+               .Value() == 5u;
+  }));
+  EXPECT_EQ(
+      server_->metrics().GetCounter("mc_master_rpc_requests_total", "", {{"rpc", "Exist"}}).Value(),
+      2u)
+      << "only the two good connections were served";
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 0; }));
 }
 
 TEST_F(MasterLaneClientTest, AMasterRestartMidStreamLosesNoCall) {
