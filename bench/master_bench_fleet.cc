@@ -1,6 +1,7 @@
 // The master at fleet scale (MC_BENCH_FLEET=1 mc_master_bench): see master_bench_fleet.h.
 #include "bench/master_bench_fleet.h"
 
+#include <google/protobuf/arena.h>
 #include <grpcpp/grpcpp.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -22,6 +23,7 @@
 #include "absl/time/time.h"
 #include "bench/master_bench_common.h"
 #include "benchmark/benchmark.h"
+#include "client/session/master_lane_client.h"
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/logging.h"
@@ -30,6 +32,7 @@
 #include "master/master_server.h"
 #include "master/metadata_service.h"
 #include "mcstore/v1/master.grpc.pb.h"
+#include "proto/master_lane_frame.h"
 
 namespace mc::master::bench {
 namespace {
@@ -43,10 +46,13 @@ namespace {
 // client TTL applies, so a fleet that fell behind would be expired and its keys would vanish
 // (every lookup checks its answer). MC_BENCH_FLEET_KEYS keys (default 10,000,000) are preloaded
 // in-process, each client putting its share (placement decides which segment), then leased
-// lookups of 1,024 keys plus their release run through gRPC from 1, 2 and 4 callers on their own
-// connections. Counters: p50/p99 per batch (lookup + release, µs), the process's RSS, and CPU
-// seconds per million keys of the whole process and of the master alone (the process less the
-// callers' and the heartbeat thread's own CPU).
+// lookups of 1,024 keys and their release run from 1, 2 and 4 callers on their own connections,
+// in four modes (Mode below): the lookup over gRPC or over the master lane, and the release as a
+// ReleaseLeases RPC of its own or carried in the caller's next lookup (as mc-client sends it).
+// Counters: p50/p99 per batch (lookup + release, µs), the process's RSS, and CPU seconds per
+// million keys of the whole process and of the master alone (the process less the callers' and
+// the heartbeat thread's own CPU). After each run every lease must have been released (none
+// held, none expired), or the run is reported failed.
 
 size_t EnvSize(const char* name, size_t fallback) {
   const char* v = std::getenv(name);
@@ -112,6 +118,11 @@ class Fleet {
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // no connection sharing
       stubs_.push_back(mcstore::v1::Master::NewStub(grpc::CreateCustomChannel(
           server_->grpc_address(), grpc::InsecureChannelCredentials(), args)));
+      // The lane as mc-client opens it (to the host of its master target), one connection per
+      // caller as each caller is one daemon.
+      if (server_->lane_port() == 0) std::abort();
+      lanes_.push_back(std::make_unique<client::MasterLaneClient>(client::MasterLaneClientOptions{
+          .host = "127.0.0.1", .port = server_->lane_port(), .max_connections = 1}));
     }
     const auto t0 = std::chrono::steady_clock::now();
     Register();
@@ -168,6 +179,9 @@ class Fleet {
   }
 
   mcstore::v1::Master::Stub& stub(int thread) { return *stubs_[thread % kMaxCallers]; }
+  client::MasterLaneClient& lane(int thread) { return *lanes_[thread % kMaxCallers]; }
+  // The x-mc-session value of client `thread` (what a lane frame carries); "" without auth.
+  const std::string& session(int thread) const { return sessions_[thread % sessions_.size()]; }
   // Lookups are sent as client `thread` of the fleet (each caller is one of its members).
   const std::string& caller_id(int thread) const { return ids_[thread % ids_.size()]; }
   void Authenticate(int thread, grpc::ClientContext* ctx) const {
@@ -180,6 +194,52 @@ class Fleet {
     timespec ts{};
     clock_gettime(id, &ts);
     return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+
+  // The master's lease figures: counters since it started, and the leases held now.
+  struct LeaseFigures {
+    uint64_t granted = 0;
+    uint64_t released = 0;
+    uint64_t expired = 0;
+    size_t held = 0;
+  };
+  LeaseFigures Leases() {
+    MetricsRegistry& m = server_->metrics();
+    return {.granted = m.GetCounter("mc_leases_granted_total", "Read leases granted").Value(),
+            .released =
+                m.GetCounter("mc_leases_released_total", "Read leases released by readers").Value(),
+            .expired =
+                m.GetCounter("mc_leases_expired_total", "Read leases that ended by expiry").Value(),
+            .held = server_->service().ActiveLeaseCount()};
+  }
+
+  // What thread 0 notes before a run's loop; it also resets the count of callers done.
+  struct RunStart {
+    double process_cpu = 0;
+    double heartbeat_cpu = 0;
+    LeaseFigures leases;
+  };
+  RunStart StartRun() ABSL_LOCKS_EXCLUDED(callers_mu_) {
+    {
+      absl::MutexLock lock(&callers_mu_);
+      callers_done_ = 0;
+    }
+    return {.process_cpu = ProcessCpuSeconds(),
+            .heartbeat_cpu = HeartbeatThreadCpuSeconds(),
+            .leases = Leases()};
+  }
+  // A caller thread has sent its last call of the run (its last release included).
+  void CallerDone() ABSL_LOCKS_EXCLUDED(callers_mu_) {
+    absl::MutexLock lock(&callers_mu_);
+    ++callers_done_;
+  }
+  // Waits (up to 60 s) until `callers` callers are done; false if they were not.
+  bool AwaitCallers(int callers) ABSL_LOCKS_EXCLUDED(callers_mu_) {
+    absl::MutexLock lock(&callers_mu_);
+    auto all_done = [this, callers]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(callers_mu_) {
+      return callers_done_ >= callers;
+    };
+    return callers_mu_.AwaitWithTimeout(absl::Condition(&all_done), absl::Seconds(60));
   }
 
   // Per caller thread, filled inside the timed loop (so complete at its closing barrier).
@@ -324,6 +384,7 @@ class Fleet {
   auth::ClusterKeysPtr keys_auth_;
   std::unique_ptr<MasterServer> server_;
   std::vector<std::unique_ptr<mcstore::v1::Master::Stub>> stubs_;
+  std::vector<std::unique_ptr<client::MasterLaneClient>> lanes_;  // one per caller, as stubs_
   std::vector<std::string> ids_;
   std::vector<uint64_t> session_ids_;
   std::vector<std::string> sessions_;  // x-mc-session per client; empty without authentication
@@ -332,6 +393,8 @@ class Fleet {
   std::thread heartbeat_;
   absl::Mutex mu_;
   bool stop_ = false;
+  absl::Mutex callers_mu_;
+  int callers_done_ ABSL_GUARDED_BY(callers_mu_) = 0;
   std::atomic<uint64_t> heartbeats_{0};
   std::atomic<uint64_t> heartbeat_failures_{0};
   std::atomic<double> longest_sweep_ms_{0};
@@ -344,68 +407,80 @@ double Percentile(std::vector<double>& v, double p) {
   return v[k];
 }
 
-// A reader's leased lookup of range(0) keys and its release, as BM_Grpc_GetReplicasLeaseAndRelease,
-// against the fleet's master; each caller thread is one of the fleet's clients.
-void BM_Fleet_GetReplicasLeaseAndRelease(benchmark::State& state) {
-  Fleet& f = Fleet::Get();
-  const int t = state.thread_index();
-  const auto& batches = f.Batches(state.range(0));
-  Fleet::PerThread& mine = f.per_thread[t % Fleet::kMaxCallers];
-  mine.batch_us.clear();
-  mine.cpu_s = 0;
-  const double process_cpu0 = t == 0 ? ProcessCpuSeconds() : 0;
-  const double heartbeat_cpu0 = t == 0 ? f.HeartbeatThreadCpuSeconds() : 0;
-  size_t i = static_cast<size_t>(t) * 97;
-  for (auto _ : state) {
-    const double cpu0 = ThreadCpuSeconds();
-    const auto start = std::chrono::steady_clock::now();
-    const auto& keys = batches[i++ % batches.size()];
-    mcstore::v1::GetReplicasRequest req;
-    req.set_client_id(f.caller_id(t));
-    for (const auto& k : keys) req.add_keys(k);
-    google::protobuf::Arena arena;
-    auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
-    {
-      grpc::ClientContext ctx;
-      f.Authenticate(t, &ctx);
-      if (!f.stub(t).GetReplicas(&ctx, req, &resp).ok()) {
-        state.SkipWithError("GetReplicas failed");
-        break;
-      }
-      if (!AllRepliesFound(req, resp)) {
-        state.SkipWithError("a preloaded key was not found (a client expired?)");
-        break;
-      }
-      if (g_master_auth && resp.results(0).replicas(0).capability().empty()) {
-        state.SkipWithError("a replica came without a capability");
-        break;
-      }
+// How a fleet benchmark sends its calls: range(1) = 1 looks up over the master lane (as mc-client
+// does by default), 0 over gRPC; range(2) = 1 carries each batch's release in the caller's next
+// GetReplicas (as mc-client does), 0 sends it as a ReleaseLeases RPC of its own right after the
+// lookup. Releases always go over gRPC: the lane has no ReleaseLeases (mc-client's release
+// sender uses gRPC too).
+struct Mode {
+  bool lane = false;
+  bool carry = false;
+};
+
+// One caller's leased lookup of `keys` as fleet client `t`, carrying `carried` when it holds a
+// lease. An error message, or "" when the master answered every key found.
+std::string Lookup(Fleet& f, int t, Mode mode, const std::vector<std::string>& keys,
+                   mcstore::v1::ReleaseLeasesRequest* carried, mcstore::v1::GetReplicasRequest* req,
+                   mcstore::v1::GetReplicasResponse* resp) {
+  req->set_client_id(f.caller_id(t));
+  for (const auto& k : keys) req->add_keys(k);
+  if (carried->lease_id() != 0) *req->add_releases() = std::move(*carried);
+  carried->Clear();
+  if (mode.lane) {
+    grpc::Status status;
+    std::string leader;
+    if (f.lane(t).Call(lane::kGetReplicas, f.session(t), *req, resp, &status, &leader) !=
+        client::MasterLaneClient::Outcome::kAnswered) {
+      return "GetReplicas over the lane: no answer";
     }
-    mcstore::v1::ReleaseLeasesRequest rel;
-    rel.set_lease_id(resp.lease_id());
-    *rel.mutable_keys() = req.keys();
-    mcstore::v1::ReleaseLeasesResponse rel_resp;
+    if (!status.ok()) return "GetReplicas over the lane: " + status.error_message();
+  } else {
     grpc::ClientContext ctx;
     f.Authenticate(t, &ctx);
-    if (!f.stub(t).ReleaseLeases(&ctx, rel, &rel_resp).ok()) {
-      state.SkipWithError("ReleaseLeases failed");
-      break;
-    }
-    mine.batch_us.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-            .count());
-    mine.cpu_s += ThreadCpuSeconds() - cpu0;
+    const grpc::Status status = f.stub(t).GetReplicas(&ctx, *req, resp);
+    if (!status.ok()) return "GetReplicas: " + status.error_message();
   }
-  state.SetItemsProcessed(state.iterations() * state.range(0));
-  if (t != 0) return;
-  // Past the loop's closing barrier: every caller's figures are in.
-  const double process_cpu = ProcessCpuSeconds() - process_cpu0;
-  const double heartbeat_cpu = f.HeartbeatThreadCpuSeconds() - heartbeat_cpu0;
+  if (!AllRepliesFound(*req, *resp)) return "a preloaded key was not found (a client expired?)";
+  if (g_master_auth && resp->results(0).replicas(0).capability().empty()) {
+    return "a replica came without a capability";
+  }
+  return "";
+}
+
+// Ends `lease` (a ReleaseLeases RPC as client `t`); false if the master did not answer OK.
+bool Release(Fleet& f, int t, const mcstore::v1::ReleaseLeasesRequest& lease) {
+  mcstore::v1::ReleaseLeasesResponse resp;
+  grpc::ClientContext ctx;
+  f.Authenticate(t, &ctx);
+  return f.stub(t).ReleaseLeases(&ctx, lease, &resp).ok();
+}
+
+// Thread 0, past the loop's closing barrier (and once every caller sent its last release): the
+// run's counters, and the check that no lease is left.
+void Report(Fleet& f, benchmark::State& state, const Fleet::RunStart& start) {
+  const double process_cpu = ProcessCpuSeconds() - start.process_cpu;
+  const double heartbeat_cpu = f.HeartbeatThreadCpuSeconds() - start.heartbeat_cpu;
   std::vector<double> all;
   double callers_cpu = 0;
   for (int k = 0; k < state.threads() && k < Fleet::kMaxCallers; ++k) {
     all.insert(all.end(), f.per_thread[k].batch_us.begin(), f.per_thread[k].batch_us.end());
     callers_cpu += f.per_thread[k].cpu_s;
+  }
+  const Fleet::LeaseFigures leases = f.Leases();
+  const uint64_t granted = leases.granted - start.leases.granted;
+  const uint64_t released = leases.released - start.leases.released;
+  const uint64_t expired = leases.expired - start.leases.expired;
+  std::printf(
+      "fleet: %s, %s, %d caller(s): %llu leases granted, %llu released, %llu expired; %zu held "
+      "at the end\n",
+      state.range(1) != 0 ? "lane" : "gRPC",
+      state.range(2) != 0 ? "release carried" : "release RPC", state.threads(),
+      static_cast<unsigned long long>(granted), static_cast<unsigned long long>(released),
+      static_cast<unsigned long long>(expired), leases.held);
+  std::fflush(stdout);
+  if (leases.held != 0 || expired != 0) {
+    state.SkipWithError("leases were left held or expired instead of released");
+    return;
   }
   const double mkeys = static_cast<double>(all.size()) * static_cast<double>(state.range(0)) / 1e6;
   if (mkeys <= 0) return;
@@ -417,15 +492,72 @@ void BM_Fleet_GetReplicasLeaseAndRelease(benchmark::State& state) {
   state.counters["load1"] = LoadAverage1();
 }
 
+// A reader's leased lookups of range(0) keys against the fleet's master, each caller thread one
+// of the fleet's clients, sent as Mode says (range(1): lane, range(2): release carried).
+void BM_Fleet_GetReplicas(benchmark::State& state) {
+  Fleet& f = Fleet::Get();
+  const int t = state.thread_index();
+  const Mode mode{.lane = state.range(1) != 0, .carry = state.range(2) != 0};
+  const auto& batches = f.Batches(state.range(0));
+  Fleet::PerThread& mine = f.per_thread[t % Fleet::kMaxCallers];
+  mine.batch_us.clear();
+  mine.cpu_s = 0;
+  Fleet::RunStart start;
+  if (t == 0) start = f.StartRun();  // before the loop's opening barrier
+  mcstore::v1::ReleaseLeasesRequest carried;
+  size_t i = static_cast<size_t>(t) * 97;
+  std::string error;
+  for (auto _ : state) {
+    const double cpu0 = ThreadCpuSeconds();
+    const auto begin = std::chrono::steady_clock::now();
+    google::protobuf::Arena arena;
+    auto& req = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasRequest>(&arena);
+    auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
+    error = Lookup(f, t, mode, batches[i++ % batches.size()], &carried, &req, &resp);
+    if (!error.empty()) break;
+    carried.set_lease_id(resp.lease_id());
+    *carried.mutable_keys() = req.keys();
+    if (!mode.carry) {
+      if (!Release(f, t, carried)) {
+        error = "ReleaseLeases failed";
+        break;
+      }
+      carried.Clear();
+    }
+    mine.batch_us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - begin)
+            .count());
+    mine.cpu_s += ThreadCpuSeconds() - cpu0;
+  }
+  // The last lease, as mc-client's release sender sends it when no lookup follows.
+  if (carried.lease_id() != 0 && !Release(f, t, carried) && error.empty()) {
+    error = "the last ReleaseLeases failed";
+  }
+  if (!error.empty()) state.SkipWithError(error.c_str());
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+  f.CallerDone();
+  if (t != 0) return;
+  if (!f.AwaitCallers(state.threads())) {
+    state.SkipWithError("a caller did not finish its last release");
+    return;
+  }
+  if (error.empty()) Report(f, state, start);
+}
+
 }  // namespace
 
 void RegisterFleetBenchmarks() {
+  // Threads outermost, so one process alternates the four modes at each caller count.
   for (int threads : {1, 2, 4}) {
-    benchmark::RegisterBenchmark("BM_Fleet_GetReplicasLeaseAndRelease",
-                                 BM_Fleet_GetReplicasLeaseAndRelease)
-        ->Arg(1024)
-        ->Threads(threads)
-        ->UseRealTime();
+    for (int lane : {0, 1}) {
+      for (int carry : {0, 1}) {
+        benchmark::RegisterBenchmark("BM_Fleet_GetReplicas", BM_Fleet_GetReplicas)
+            ->Args({1024, lane, carry})
+            ->ArgNames({"keys", "lane", "carry"})
+            ->Threads(threads)
+            ->UseRealTime();
+      }
+    }
   }
 }
 
