@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -140,11 +141,11 @@ void MasterLane::AcceptLoop() {
     ReapLocked();
     if (stopping_ || connections_.size() >= options_.max_connections) {
       if (!stopping_) {
-        refused_full_.Inc();
-        // With TLS no greeting can go before the handshake: closed, the daemon's handshake
-        // fails and it sends nothing.  // counted before the peer can see the greeting
-        // "full", then closed: the daemon sends nothing on it (a fresh socket's send buffer
-        // takes the few bytes at once; MSG_DONTWAIT keeps a stuck peer from holding accept).
+        refused_full_.Inc();  // counted before the peer can see the greeting
+        // Plaintext: the greeting "full", then closed; the daemon sends nothing on it (a fresh
+        // socket's send buffer takes the few bytes at once; MSG_DONTWAIT keeps a stuck peer
+        // from holding accept). TLS: no greeting can go before the handshake, so it is closed
+        // at once; the daemon's handshake fails and it sends nothing either.
         const std::string full = lane::Greeting(lane::kFull, IdleTimeoutMs());
         if (tls_ == nullptr) (void)!send(fd, full.data(), full.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       }
@@ -157,7 +158,19 @@ void MasterLane::AcceptLoop() {
     const uint64_t id = next_id_++;
     Connection& c = connections_[id];
     c.fd = fd;
-    c.thread = std::thread([this, id, fd] { Serve(id, fd); });
+    try {
+      c.thread = std::thread([this, id, fd] { Serve(id, fd); });
+    } catch (const std::system_error& e) {
+      // Out of threads (RLIMIT_NPROC, a cgroup's pids.max, memory) below max_connections: this
+      // connection is refused like one over the bound (no greeting: the daemon reads that as
+      // not connected and uses gRPC), never a crash of the master.
+      connections_.erase(id);
+      close(fd);
+      refused_full_.Inc();
+      MC_LOG_EVERY(std::chrono::seconds(10), Logger("master"), warn,
+                   "master lane: no thread for a connection ({}); it goes over gRPC", e.what());
+      continue;
+    }
     connections_gauge_.Set(static_cast<int64_t>(connections_.size()));
   }
 }
