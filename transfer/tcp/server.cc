@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -196,7 +197,9 @@ void TcpDataServer::Stop() {
     Log().warn("data-plane server: wake write failed");
   }
   accept_thread_.join();
-  for (auto& c : conns) c->thread.join();
+  for (auto& c : conns) {
+    if (c->thread.joinable()) c->thread.join();
+  }
   listen_fd_.reset();
   Log().info("data-plane server on {} stopped", endpoint_);
 }
@@ -221,7 +224,9 @@ void TcpDataServer::ReapFinished() {
       }
     }
   }
-  for (auto& c : finished) c->thread.join();
+  for (auto& c : finished) {
+    if (c->thread.joinable()) c->thread.join();  // not when no thread could be started
+  }
 }
 
 bool TcpDataServer::WaitForStop(int64_t ms) {
@@ -334,7 +339,17 @@ void TcpDataServer::AcceptLoop() {
     }
     open_gauge_->Add(1);
     conns_.push_back(std::move(conn));
-    raw->thread = std::thread([this, raw] { ServeConnection(raw); });
+    try {
+      raw->thread = std::thread([this, raw] { ServeConnection(raw); });
+    } catch (const std::system_error& e) {
+      // Out of threads (the host's task limit, a cgroup's pids.max, memory): the connection is
+      // closed and reaped like one that ended (the peer sees a lost connection and retries),
+      // never an uncaught exception taking the daemon down.
+      raw->done.store(true);
+      rejected_->Inc();
+      MC_LOG_EVERY(std::chrono::seconds(5), Log(), warn,
+                   "data-plane connection from {} closed: no thread for it ({})", peer, e.what());
+    }
   }
 }
 
