@@ -124,13 +124,14 @@ for stage in $stages; do
       echo "=== [tsan] build (unit tests)"
       ./deploy/build.sh tsan mc_unit_tests
       echo "=== [tsan] tests"
-      # GrpcMasterClientTest, AuthenticatedMasterClientTest, MasterFailoverTest and
-      # GpuBufferServiceAuth run gRPC servers in-process:
+      # GrpcMasterClientTest, AuthenticatedMasterClientTest, MasterFailoverTest,
+      # GpuBufferServiceAuth, MasterLaneTest and MasterLaneClientTest run gRPC servers
+      # in-process (the lane's tests start a whole MasterServer, gRPC listener included):
       # Debian's gRPC is not instrumented, so TSan cannot see its internal synchronisation and
       # reports races inside it that are not ours; those tests run in every other stage.
       (cd build-tsan &&
         LD_PRELOAD="$PWD/tests/libmc_absl_tsan.so" \
-        GTEST_FILTER='-GrpcMasterClientTest.*:AuthenticatedMasterClientTest.*:MasterFailoverTest.*:GpuBufferServiceAuth.*' \
+        GTEST_FILTER='-GrpcMasterClientTest.*:AuthenticatedMasterClientTest.*:MasterFailoverTest.*:GpuBufferServiceAuth.*:MasterLaneTest.*:MasterLaneClientTest.*' \
         TSAN_OPTIONS="suppressions=$PWD/../tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}" \
         ctest --output-on-failure -j "$test_jobs" --timeout 900 -L unit) ;;
     fuzz) fuzz_run ;;
