@@ -4,6 +4,7 @@
 // connection to a live lane in front of a real metadata service with one registered client: the
 // lane must answer with well-formed replies or close, never crash.
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -101,8 +102,20 @@ void SendAndDrain(mc::master::MasterLane& lane, int port, size_t max_connections
     abort();
   }
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    fprintf(stderr, "master lane fuzz: connect: %s\n", strerror(errno));
-    abort();
+    // libFuzzer's timer signal can interrupt a blocking connect, which then goes on by itself:
+    // wait for it (bounded) and take its outcome.
+    int err = errno;
+    if (err == EINTR) {
+      pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
+      socklen_t len = sizeof(err);
+      err = poll(&p, 1, 5000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0
+                ? err
+                : ETIMEDOUT;
+    }
+    if (err != 0) {
+      fprintf(stderr, "master lane fuzz: connect: %s\n", strerror(err));
+      abort();
+    }
   }
   (void)!send(fd, data, size, MSG_NOSIGNAL);
   shutdown(fd, SHUT_WR);
