@@ -10,6 +10,7 @@
 #include "common/daemon_shell.h"
 #include "common/logging.h"
 #include "common/util.h"
+#include "proto/protobuf_log.h"
 
 ABSL_FLAG(std::string, master, "127.0.0.1:50051",
           "mc-master gRPC HOST:PORT, or a comma list of the masters (standbys with etcd): calls "
@@ -372,6 +373,7 @@ void GpuAndTierFromFlags(ClientServerOptions& o) {
 int RunClientMain(int argc, char** argv, const char* allocator,
                   const std::function<void(ClientServerOptions&)>& adjust) {
   daemon::Init(argc, argv, "mc-client: the mcstore per-host daemon. --flagfile=F works.");
+  RouteProtobufLogs();  // no log line per request with a non-UTF-8 string field
   daemon::Problems problems;
   daemon::SharedOptions shared =
       daemon::SharedFromFlags(problems, absl::GetFlag(FLAGS_member_credential_file));

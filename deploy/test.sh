@@ -128,7 +128,8 @@ for stage in $stages; do
       # GpuBufferServiceAuth, MasterLaneTest and MasterLaneClientTest run gRPC servers
       # in-process (the lane's tests start a whole MasterServer, gRPC listener included):
       # Debian's gRPC is not instrumented, so TSan cannot see its internal synchronisation and
-      # reports races inside it that are not ours; those tests run in every other stage.
+      # reports races inside it that are not ours; those tests run in every other stage. The
+      # lane's two ends run here without a gRPC listener: LaneThreadsTest (client_test).
       (cd build-tsan &&
         LD_PRELOAD="$PWD/tests/libmc_absl_tsan.so" \
         GTEST_FILTER='-GrpcMasterClientTest.*:AuthenticatedMasterClientTest.*:MasterFailoverTest.*:GpuBufferServiceAuth.*:MasterLaneTest.*:MasterLaneClientTest.*' \

@@ -64,13 +64,22 @@ absl::StatusOr<int> Listen(const std::string& listen, int* bound_port) {
   return fd;
 }
 
-// One served call: parse the body on an arena, answer through the service's front door.
+// A connection's buffers grown past this by a large call are freed after it.
+constexpr size_t kKeepBufferBytes = 1 << 20;
+// The first block of each call's arena, kept by the connection: a call of a few keys allocates
+// nothing for its request and response messages.
+constexpr size_t kArenaBlockBytes = 16 << 10;
+
+void Trim(std::string& buffer) {
+  if (buffer.capacity() > kKeepBufferBytes) std::string().swap(buffer);
+}
+
+// One served call: parse the body on `arena`, answer through the service's front door.
 template <typename Req, typename Resp>
 void Answer(grpc::Status (MasterGrpcService::*entry)(const CallCredentials&, const Req&, Resp*,
                                                      std::string*),
             MasterGrpcService& service, const lane::Request& request,
-            const CallCredentials& credentials, std::string* out) {
-  google::protobuf::Arena arena;
+            const CallCredentials& credentials, google::protobuf::Arena& arena, std::string* out) {
   Req* req = google::protobuf::Arena::CreateMessage<Req>(&arena);
   if (!req->ParseFromString(request.body)) {
     lane::AppendReply(grpc::StatusCode::INVALID_ARGUMENT, request.call_id,
@@ -81,6 +90,20 @@ void Answer(grpc::Status (MasterGrpcService::*entry)(const CallCredentials&, con
   std::string leader;
   const grpc::Status s = (service.*entry)(credentials, *req, resp, &leader);
   lane::AppendReply(s.error_code(), request.call_id, s.error_message(), leader, resp, out);
+}
+
+// The peer's IP address as bytes (IPv4 or IPv6; an IPv4 peer on a dual-stack listener is its
+// mapped IPv6 address, the same for each of its connections).
+std::string PeerAddress(const sockaddr_storage& peer) {
+  if (peer.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(peer).sin_addr;
+    return std::string(reinterpret_cast<const char*>(&a), sizeof(a));
+  }
+  if (peer.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr;
+    return std::string(reinterpret_cast<const char*>(&a), sizeof(a));
+  }
+  return {};
 }
 
 }  // namespace
@@ -94,6 +117,9 @@ MasterLane::MasterLane(MasterLaneOptions options, MasterGrpcService& service,
       refused_full_(metrics.GetCounter("mc_master_lane_refused_total",
                                        "Master lane connections closed by the lane",
                                        {{"reason", "max_connections"}})),
+      refused_per_address_(metrics.GetCounter("mc_master_lane_refused_total",
+                                              "Master lane connections closed by the lane",
+                                              {{"reason", "per_address"}})),
       refused_malformed_(metrics.GetCounter("mc_master_lane_refused_total",
                                             "Master lane connections closed by the lane",
                                             {{"reason", "malformed"}})),
@@ -127,7 +153,9 @@ void MasterLane::AcceptLoop() {
     if (poll(fds, 2, -1) < 0 && errno != EINTR) return;
     if (fds[1].revents != 0) return;
     if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof(peer);
+    const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);
     if (fd < 0) {
       // Out of fds (EMFILE, ENFILE) leaves the connection pending and the listener readable:
       // wait a moment (or for Stop) instead of spinning. A peer that went away: try again.
@@ -137,19 +165,20 @@ void MasterLane::AcceptLoop() {
       }
       continue;
     }
+    const std::string address = PeerAddress(peer);
     absl::MutexLock lock(&mu_);
     ReapLocked();
-    if (stopping_ || connections_.size() >= options_.max_connections) {
-      if (!stopping_) {
-        refused_full_.Inc();  // counted before the peer can see the greeting
-        // Plaintext: the greeting "full", then closed; the daemon sends nothing on it (a fresh
-        // socket's send buffer takes the few bytes at once; MSG_DONTWAIT keeps a stuck peer
-        // from holding accept). TLS: no greeting can go before the handshake, so it is closed
-        // at once; the daemon's handshake fails and it sends nothing either.
-        const std::string full = lane::Greeting(lane::kFull, IdleTimeoutMs());
-        if (tls_ == nullptr) (void)!send(fd, full.data(), full.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      }
-      close(fd);  // stopping: closed without a greeting, which the daemon reads as not connected
+    if (stopping_) {
+      close(fd);  // closed without a greeting, which the daemon reads as not connected
+      continue;
+    }
+    if (connections_.size() >= options_.max_connections) {
+      Refuse(fd, refused_full_);
+      continue;
+    }
+    size_t& from_address = per_address_[address];
+    if (from_address >= options_.max_connections_per_address) {
+      Refuse(fd, refused_per_address_);
       continue;
     }
     int one = 1;
@@ -158,6 +187,8 @@ void MasterLane::AcceptLoop() {
     const uint64_t id = next_id_++;
     Connection& c = connections_[id];
     c.fd = fd;
+    c.address = address;
+    ++from_address;
     try {
       c.thread = std::thread([this, id, fd] { Serve(id, fd); });
     } catch (const std::system_error& e) {
@@ -165,6 +196,7 @@ void MasterLane::AcceptLoop() {
       // connection is refused like one over the bound (no greeting: the daemon reads that as
       // not connected and uses gRPC), never a crash of the master.
       connections_.erase(id);
+      if (--from_address == 0) per_address_.erase(address);
       close(fd);
       refused_full_.Inc();
       MC_LOG_EVERY(std::chrono::seconds(10), Logger("master"), warn,
@@ -173,6 +205,19 @@ void MasterLane::AcceptLoop() {
     }
     connections_gauge_.Set(static_cast<int64_t>(connections_.size()));
   }
+}
+
+void MasterLane::Refuse(int fd, Counter& reason) {
+  reason.Inc();  // counted before the peer can see the greeting
+  // Plaintext: the greeting "full", then closed; the daemon sends nothing on it (a fresh
+  // socket's send buffer takes the few bytes at once; MSG_DONTWAIT keeps a stuck peer from
+  // holding accept). TLS: no greeting can go before the handshake, so it is closed at once; the
+  // daemon's handshake fails and it sends nothing either.
+  if (tls_ == nullptr) {
+    const std::string full = lane::Greeting(lane::kFull, IdleTimeoutMs());
+    (void)!send(fd, full.data(), full.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  close(fd);
 }
 
 void MasterLane::Serve(uint64_t id, int fd) {
@@ -203,16 +248,21 @@ void MasterLane::Serve(uint64_t id, int fd) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;  // Stop() took it and joins this thread
   it->second.fd = -1;
+  auto from = per_address_.find(it->second.address);
+  if (from != per_address_.end() && --from->second == 0) per_address_.erase(from);
   ended_.push_back(id);
   connections_gauge_.Set(static_cast<int64_t>(connections_.size() - ended_.size()));
 }
 
 void MasterLane::ServeStream(lane::Stream& stream) {
-  const lane::ReadExactly read = [&stream](char* dst, size_t n) {
-    return stream.ReadExactly(dst, n);
-  };
+  const lane::ReadExactly read = stream.Reader();
+  // Kept across the connection's calls (docs/architecture.md, "The master lane").
   lane::Request request;
   std::string out;
+  const std::unique_ptr<char[]> arena_block(new char[kArenaBlockBytes]);
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.initial_block = arena_block.get();
+  arena_options.initial_block_size = kArenaBlockBytes;
   // Ready: the daemon sends its first request only after reading this.
   bool serving = stream.WriteAll(lane::Greeting(lane::kReady, IdleTimeoutMs()));
   while (serving) {
@@ -229,28 +279,35 @@ void MasterLane::ServeStream(lane::Stream& stream) {
       stream.WriteAll(out);
       break;
     }
-    Dispatch(request, &out);
+    {
+      google::protobuf::Arena arena(arena_options);  // frees only what outgrew the block
+      Dispatch(request, arena, &out);
+    }
     serving = stream.WriteAll(out);
+    Trim(out);
+    Trim(request.body);
   }
   stream.Shutdown();
 }
 
-void MasterLane::Dispatch(const lane::Request& request, std::string* out) {
+void MasterLane::Dispatch(const lane::Request& request, google::protobuf::Arena& arena,
+                          std::string* out) {
   CallCredentials credentials;
   if (!request.credential.empty()) credentials.session = request.credential;
   switch (request.method) {
     case lane::kGetReplicas:
-      return Answer(&MasterGrpcService::LaneGetReplicas, service_, request, credentials, out);
+      return Answer(&MasterGrpcService::LaneGetReplicas, service_, request, credentials, arena,
+                    out);
     case lane::kPutStart:
-      return Answer(&MasterGrpcService::LanePutStart, service_, request, credentials, out);
+      return Answer(&MasterGrpcService::LanePutStart, service_, request, credentials, arena, out);
     case lane::kPutEnd:
-      return Answer(&MasterGrpcService::LanePutEnd, service_, request, credentials, out);
+      return Answer(&MasterGrpcService::LanePutEnd, service_, request, credentials, arena, out);
     case lane::kPutRevoke:
-      return Answer(&MasterGrpcService::LanePutRevoke, service_, request, credentials, out);
+      return Answer(&MasterGrpcService::LanePutRevoke, service_, request, credentials, arena, out);
     case lane::kExist:
-      return Answer(&MasterGrpcService::LaneExist, service_, request, credentials, out);
+      return Answer(&MasterGrpcService::LaneExist, service_, request, credentials, arena, out);
     case lane::kRemove:
-      return Answer(&MasterGrpcService::LaneRemove, service_, request, credentials, out);
+      return Answer(&MasterGrpcService::LaneRemove, service_, request, credentials, arena, out);
     default:
       lane::AppendReply(
           grpc::StatusCode::UNIMPLEMENTED, request.call_id,
@@ -288,6 +345,7 @@ void MasterLane::Stop() {
     }
     connections.swap(connections_);
     ended_.clear();
+    per_address_.clear();
   }
   for (auto& [id, c] : connections) {
     if (c.thread.joinable()) c.thread.join();

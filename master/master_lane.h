@@ -10,7 +10,9 @@
 // Every accepted connection is first greeted (proto/master_lane_frame.h): "ready" with the idle
 // timeout, or, over the bound, "full" and closed, so a daemon never sends a request the lane
 // will not read. Bounds (docs/security.md): at most max_connections connections (more are
-// accepted, greeted "full" and closed at once, counted); a connection silent for idle_timeout_ms,
+// accepted, greeted "full" and closed at once, counted), and at most max_connections_per_address
+// from one IP address (likewise, counted apart), so that one host cannot take the whole bound
+// from the others; a connection silent for idle_timeout_ms,
 // or a frame that stops half-way that long, is closed; bodies up to max_body_bytes; malformed
 // frames are answered or closed. Metrics: mc_master_lane_connections,
 // mc_master_lane_refused_total{reason}. With TLS (options.tls: the gRPC listener's files and
@@ -36,12 +38,17 @@
 #include "proto/lane_tls.h"
 #include "proto/master_lane_frame.h"
 
+namespace google::protobuf {
+class Arena;
+}
+
 namespace mc::master {
 
 struct MasterLaneOptions {
-  std::string listen;                // HOST:PORT; port 0 = any free port
-  size_t max_connections = 4096;     // a thread each (docs/operations.md)
-  int64_t idle_timeout_ms = 60'000;  // also bounds a frame that stops half-way
+  std::string listen;                       // HOST:PORT; port 0 = any free port
+  size_t max_connections = 4096;            // a thread each (docs/operations.md)
+  size_t max_connections_per_address = 64;  // from one IP address: 16 daemons x 4
+  int64_t idle_timeout_ms = 60'000;         // also bounds a frame that stops half-way
   size_t max_body_bytes = 256 << 20;
   TlsServerFiles tls{};  // TLS when tls.enabled(): the gRPC listener's files and rules
   int64_t handshake_timeout_ms = 5'000;  // a TLS handshake not done by then is closed
@@ -66,8 +73,10 @@ class MasterLane {
   void AcceptLoop();
   void Serve(uint64_t id, int fd);
   void ServeStream(lane::Stream& stream);
-  // One frame's answer, appended to `out`.
-  void Dispatch(const lane::Request& request, std::string* out);
+  // One frame's answer, appended to `out`; its messages live on `arena`.
+  // Greets `fd` "full" (plaintext) and closes it, counted in `reason`.
+  void Refuse(int fd, Counter& reason);
+  void Dispatch(const lane::Request& request, google::protobuf::Arena& arena, std::string* out);
   // Joins the threads of connections that ended.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t IdleTimeoutMs() const {
@@ -78,6 +87,7 @@ class MasterLane {
   MasterGrpcService& service_;
   Gauge& connections_gauge_;
   Counter& refused_full_;
+  Counter& refused_per_address_;
   Counter& refused_malformed_;
   Counter& closed_idle_;
   Counter& refused_handshake_;
@@ -89,8 +99,11 @@ class MasterLane {
   struct Connection {
     int fd = -1;  // -1 once its thread closed it
     std::thread thread;
+    std::string address;  // the peer's IP address (its bytes)
   };
   std::map<uint64_t, Connection> connections_ ABSL_GUARDED_BY(mu_);
+  // Connections open (not ended) per peer IP address; an address with none has no entry.
+  std::map<std::string, size_t> per_address_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> ended_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/util.h"
 #include "master/master_server.h"
+#include "proto/protobuf_log.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "gRPC HOST:PORT (port 0 = pick a free port)");
 ABSL_FLAG(std::string, http, "127.0.0.1:0",
@@ -104,6 +105,9 @@ ABSL_FLAG(std::string, lane_listen, "",
 ABSL_FLAG(uint64_t, lane_max_connections, 4096,
           "most open master lane connections, a thread each; more are accepted, greeted \"full\" "
           "and closed at once (1..65536)");
+ABSL_FLAG(uint64_t, lane_max_connections_per_address, 64,
+          "most open master lane connections from one IP address (16 daemons x 4 each); more are "
+          "accepted, greeted \"full\" and closed at once (1..65536)");
 ABSL_FLAG(int64_t, lane_idle_timeout_ms, 60000,
           "a master lane connection silent this long, or a frame stalled half-way this long, is "
           "closed (100..3600000)");
@@ -125,6 +129,7 @@ void ServerFromFlags(MasterServerOptions& opts) {
   opts.lane = absl::GetFlag(FLAGS_lane);
   opts.lane_listen = absl::GetFlag(FLAGS_lane_listen);
   opts.lane_max_connections = absl::GetFlag(FLAGS_lane_max_connections);
+  opts.lane_max_connections_per_address = absl::GetFlag(FLAGS_lane_max_connections_per_address);
   opts.lane_idle_timeout_ms = absl::GetFlag(FLAGS_lane_idle_timeout_ms);
   opts.tls.cert_file = mc::AbsolutePath(absl::GetFlag(FLAGS_tls_cert_file));
   opts.tls.key_file = mc::AbsolutePath(absl::GetFlag(FLAGS_tls_key_file));
@@ -179,6 +184,7 @@ std::atomic<bool> leadership_lost{false};
 
 int main(int argc, char** argv) {
   mc::daemon::Init(argc, argv, "mc-master: the mcstore metadata service. --flagfile=F works.");
+  mc::RouteProtobufLogs();  // no log line per request with a non-UTF-8 string field
   mc::daemon::Problems problems;
   mc::daemon::SharedOptions shared = mc::daemon::SharedFromFlags(problems);
   MasterServerOptions opts;

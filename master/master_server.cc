@@ -34,6 +34,8 @@ std::vector<std::string> MasterServerOptions::Validate() const {
   check(master.forget_queue_limit >= 1, "--forget_queue_limit must be >= 1");
   check(lane_max_connections >= 1 && lane_max_connections <= 65536,
         "--lane_max_connections must be in 1..65536");
+  check(lane_max_connections_per_address >= 1 && lane_max_connections_per_address <= 65536,
+        "--lane_max_connections_per_address must be in 1..65536");
   check(lane_idle_timeout_ms >= 100 && lane_idle_timeout_ms <= 3'600'000,
         "--lane_idle_timeout_ms must be in 100..3600000");
   for (std::string& p : TlsServerProblems(tls)) problems.push_back(std::move(p));
@@ -151,6 +153,7 @@ absl::Status MasterServer::StartLane(const std::string& listen_host) {
       MasterLaneOptions{.listen = options_.lane_listen.empty() ? absl::StrCat(listen_host, ":0")
                                                                : options_.lane_listen,
                         .max_connections = options_.lane_max_connections,
+                        .max_connections_per_address = options_.lane_max_connections_per_address,
                         .idle_timeout_ms = options_.lane_idle_timeout_ms,
                         .max_body_bytes = static_cast<size_t>(options_.max_message_bytes),
                         .tls = options_.tls,

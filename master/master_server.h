@@ -53,6 +53,7 @@ struct MasterServerOptions {
   bool lane = true;
   std::string lane_listen;
   size_t lane_max_connections = 4096;
+  size_t lane_max_connections_per_address = 64;
   int64_t lane_idle_timeout_ms = 60'000;
   MasterOptions master;
   AdminServerOptions admin;  // limits; host, port and metrics come from `http`

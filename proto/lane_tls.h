@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/grpc_tls.h"
+#include "proto/master_lane_frame.h"
 
 struct ssl_st;
 struct ssl_ctx_st;
@@ -32,8 +33,13 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
-  // Exactly n bytes; false on EOF, timeout (timed_out() then true) or error.
+  // Exactly n bytes; false on EOF, timeout (timed_out() then true) or error. A plaintext read
+  // interrupted by a signal (EINTR) goes on.
   bool ReadExactly(char* dst, size_t n);
+  // ReadExactly as the frame readers take it (proto/master_lane_frame.h); valid while this is.
+  lane::ReadExactly Reader() {
+    return [this](char* dst, size_t n) { return ReadExactly(dst, n); };
+  }
   // All of `bytes`; false when not all of it left.
   bool WriteAll(const std::string& bytes);
   // A TLS close_notify (best effort) before the socket is closed.

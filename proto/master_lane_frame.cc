@@ -3,29 +3,13 @@
 #include <google/protobuf/message_lite.h>
 
 #include <algorithm>
-#include <cstring>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_order.h"
 
 namespace mc::lane {
 namespace {
-
-// Little-endian on every host we build for (x86-64, aarch64): a plain copy.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the lane's wire format is little-endian");
-
-uint32_t LoadU32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-uint64_t LoadU64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-void PutU32(uint32_t v, std::string* out) { out->append(reinterpret_cast<const char*>(&v), 4); }
-void PutU64(uint64_t v, std::string* out) { out->append(reinterpret_cast<const char*>(&v), 8); }
 
 absl::Status Ended() { return absl::UnavailableError("the lane connection ended or stalled"); }
 
@@ -35,7 +19,7 @@ absl::Status ReadField(const ReadExactly& read, size_t max, const char* what, st
                        absl::StatusCode over) {
   char len_bytes[4];
   if (!read(len_bytes, sizeof(len_bytes))) return Ended();
-  const uint32_t len = LoadU32(len_bytes);
+  const uint32_t len = LoadLe<uint32_t>(len_bytes);
   if (len > max) {
     return absl::Status(over, absl::StrCat("lane ", what, " of ", len, " bytes exceeds ", max));
   }
@@ -55,8 +39,8 @@ absl::Status ReadField(const ReadExactly& read, size_t max, const char* what, st
 
 std::string Greeting(GreetingStatus status, uint32_t idle_timeout_ms) {
   std::string out(kGreetingMagic);
-  PutU32(status, &out);
-  PutU32(idle_timeout_ms, &out);
+  AppendLe<uint32_t>(out, status);
+  AppendLe<uint32_t>(out, idle_timeout_ms);
   return out;
 }
 
@@ -66,10 +50,10 @@ absl::StatusOr<uint32_t> ReadGreeting(const ReadExactly& read) {
   if (std::string_view(g, 4) != kGreetingMagic) {
     return absl::UnavailableError("the master lane sent no greeting");
   }
-  const uint32_t status = LoadU32(g + 4);
+  const uint32_t status = LoadLe<uint32_t>(g + 4);
   if (status == kFull) return absl::UnavailableError("the master lane is full");
   if (status != kReady) return absl::UnavailableError("the master lane greeted with no status");
-  return LoadU32(g + 8);
+  return LoadLe<uint32_t>(g + 8);
 }
 
 absl::Status ReadRequest(const ReadExactly& read, size_t max_body_bytes, Request* out,
@@ -81,12 +65,12 @@ absl::Status ReadRequest(const ReadExactly& read, size_t max_body_bytes, Request
     return Ended();
   }
   if (!read(head + 1, sizeof(head) - 1)) return Ended();
-  out->method = LoadU32(head + 4);
-  out->call_id = LoadU64(head + 8);
+  out->method = LoadLe<uint32_t>(head + 4);
+  out->call_id = LoadLe<uint64_t>(head + 8);
   if (std::string_view(head, 4) != kRequestMagic) {
     return absl::InvalidArgumentError("not a lane request (bad magic)");
   }
-  const uint32_t credential_bytes = LoadU32(head + 16);
+  const uint32_t credential_bytes = LoadLe<uint32_t>(head + 16);
   if (credential_bytes > kMaxCredentialBytes) {
     return absl::InvalidArgumentError(absl::StrCat("lane credential of ", credential_bytes,
                                                    " bytes exceeds ", kMaxCredentialBytes));
@@ -100,12 +84,12 @@ absl::Status ReadRequest(const ReadExactly& read, size_t max_body_bytes, Request
 void AppendRequest(uint32_t method, uint64_t call_id, std::string_view credential,
                    const google::protobuf::MessageLite& body, std::string* out) {
   out->append(kRequestMagic);
-  PutU32(method, out);
-  PutU64(call_id, out);
-  PutU32(static_cast<uint32_t>(credential.size()), out);
+  AppendLe<uint32_t>(*out, method);
+  AppendLe<uint64_t>(*out, call_id);
+  AppendLe<uint32_t>(*out, static_cast<uint32_t>(credential.size()));
   out->append(credential);
   const size_t n = body.ByteSizeLong();
-  PutU32(static_cast<uint32_t>(n), out);
+  AppendLe<uint32_t>(*out, static_cast<uint32_t>(n));
   const size_t at = out->size();
   out->resize(at + n);
   body.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out->data() + at));
@@ -117,8 +101,8 @@ absl::Status ReadReply(const ReadExactly& read, size_t max_body_bytes, Reply* ou
   if (std::string_view(head, 4) != kReplyMagic) {
     return absl::DataLossError("not a lane reply (bad magic)");
   }
-  out->code = LoadU32(head + 4);
-  out->call_id = LoadU64(head + 8);
+  out->code = LoadLe<uint32_t>(head + 4);
+  out->call_id = LoadLe<uint64_t>(head + 8);
   absl::Status s = ReadField(read, kMaxErrorMessageBytes, "reply message", &out->message,
                              absl::StatusCode::kDataLoss);
   if (s.ok()) {
@@ -133,20 +117,20 @@ absl::Status ReadReply(const ReadExactly& read, size_t max_body_bytes, Reply* ou
 void AppendReply(uint32_t code, uint64_t call_id, std::string_view message, std::string_view leader,
                  const google::protobuf::MessageLite* body, std::string* out) {
   out->append(kReplyMagic);
-  PutU32(code, out);
-  PutU64(call_id, out);
+  AppendLe<uint32_t>(*out, code);
+  AppendLe<uint64_t>(*out, call_id);
   message = message.substr(0, kMaxErrorMessageBytes);
   leader = leader.substr(0, kMaxLeaderBytes);
-  PutU32(static_cast<uint32_t>(message.size()), out);
+  AppendLe<uint32_t>(*out, static_cast<uint32_t>(message.size()));
   out->append(message);
-  PutU32(static_cast<uint32_t>(leader.size()), out);
+  AppendLe<uint32_t>(*out, static_cast<uint32_t>(leader.size()));
   out->append(leader);
   if (code != 0 || body == nullptr) {
-    PutU32(0, out);
+    AppendLe<uint32_t>(*out, 0);
     return;
   }
   const size_t n = body->ByteSizeLong();
-  PutU32(static_cast<uint32_t>(n), out);
+  AppendLe<uint32_t>(*out, static_cast<uint32_t>(n));
   const size_t at = out->size();
   out->resize(at + n);
   body->SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(out->data() + at));

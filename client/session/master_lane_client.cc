@@ -67,9 +67,7 @@ MasterLaneClient::Conn MasterLaneClient::Connect() {
       }
     }
     if (conn.stream != nullptr) {
-      lane::Stream& stream = *conn.stream;
-      idle_ms =
-          lane::ReadGreeting([&stream](char* dst, size_t n) { return stream.ReadExactly(dst, n); });
+      idle_ms = lane::ReadGreeting(conn.stream->Reader());
     }
     if (idle_ms.ok()) {
       conn.reuse_ms = *idle_ms / 2;
@@ -104,9 +102,10 @@ MasterLaneClient::Conn MasterLaneClient::Take() {
     }
     ++open_;
   }
-  const Conn c = Connect();
-  if (c.fd < 0) Give(c, false);
-  return c;
+  Conn c = Connect();
+  if (c.fd >= 0) return c;
+  Give(std::move(c), false);
+  return Conn{};
 }
 
 void MasterLaneClient::Close(Conn& conn) {
@@ -119,7 +118,10 @@ void MasterLaneClient::Give(Conn conn, bool healthy) {
   absl::MutexLock lock(&mu_);
   if (healthy) {
     conn.idle_since_ms = clock_.NowMs();
-    idle_.push_back(conn);
+    for (std::string* b : {&conn.frame, &conn.reply.body}) {
+      if (b->capacity() > kKeepBufferBytes) std::string().swap(*b);
+    }
+    idle_.push_back(std::move(conn));
     return;
   }
   Close(conn);
@@ -132,31 +134,29 @@ MasterLaneClient::Outcome MasterLaneClient::Call(uint32_t method, std::string_vi
                                                  google::protobuf::MessageLite* resp,
                                                  grpc::Status* status, std::string* leader) {
   if (req.ByteSizeLong() > options_.max_message_bytes) return Outcome::kNotSent;
-  const Conn conn = Take();
+  Conn conn = Take();
   if (conn.fd == kBusy) return Outcome::kBusy;
   if (conn.fd < 0) return Outcome::kNotSent;
   const uint64_t call_id = next_call_id_.fetch_add(1, std::memory_order_relaxed);
-  std::string frame;
-  lane::AppendRequest(method, call_id, credential, req, &frame);
-  if (!conn.stream->WriteAll(frame)) {
+  conn.frame.clear();
+  lane::AppendRequest(method, call_id, credential, req, &conn.frame);
+  if (!conn.stream->WriteAll(conn.frame)) {
     // Not all of the frame left: the master never sees a whole request, so never runs it.
     // (With TLS a record cut short is refused by the master's TLS layer, never parsed.)
-    Give(conn, false);
+    Give(std::move(conn), false);
     return Outcome::kNotSent;
   }
-  lane::Reply reply;
-  lane::Stream& stream = *conn.stream;
-  const lane::ReadExactly read = [&stream](char* dst, size_t n) {
-    return stream.ReadExactly(dst, n);
-  };
-  if (!lane::ReadReply(read, options_.max_message_bytes, &reply).ok() || reply.call_id != call_id ||
-      (reply.code == 0 && !resp->ParseFromString(reply.body))) {
-    Give(conn, false);
+  lane::Reply& reply = conn.reply;
+  if (!lane::ReadReply(conn.stream->Reader(), options_.max_message_bytes, &reply).ok() ||
+      reply.call_id != call_id || (reply.code == 0 && !resp->ParseFromString(reply.body))) {
+    Give(std::move(conn), false);
     return Outcome::kLost;
   }
-  Give(conn, true);
-  *status = grpc::Status(static_cast<grpc::StatusCode>(reply.code), std::move(reply.message));
-  *leader = std::move(reply.leader);
+  *status = reply.code == 0
+                ? grpc::Status::OK
+                : grpc::Status(static_cast<grpc::StatusCode>(reply.code), reply.message);
+  leader->assign(reply.leader);
+  Give(std::move(conn), true);
   return Outcome::kAnswered;
 }
 

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "proto/lane_tls.h"
+#include "proto/master_lane_frame.h"
 
 namespace google::protobuf {
 class MessageLite;
@@ -72,13 +73,18 @@ class MasterLaneClient {
 
  private:
   // An open connection: reused while idle for less than reuse_ms (half the master's idle
-  // timeout).
+  // timeout). Its request frame and reply are kept between calls, so that a call allocates
+  // nothing for them once the connection has served one of its size (up to kKeepBufferBytes).
   struct Conn {
     int fd = -1;
     std::shared_ptr<lane::Stream> stream;  // over fd
     int64_t reuse_ms = 0;
     int64_t idle_since_ms = 0;
+    std::string frame;
+    lane::Reply reply;
   };
+  // A buffer grown past this by a large call is freed after it.
+  static constexpr size_t kKeepBufferBytes = 1 << 20;
   // An idle connection, a new one (fd -1 when it failed), or fd -2 when busy / backing off.
   Conn Take() ABSL_LOCKS_EXCLUDED(mu_);
   void Give(Conn conn, bool healthy) ABSL_LOCKS_EXCLUDED(mu_);

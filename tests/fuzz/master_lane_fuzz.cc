@@ -25,7 +25,9 @@
 #include "master/grpc_service.h"
 #include "master/master_lane.h"
 #include "master/metadata_service.h"
+#include "proto/lane_tls.h"
 #include "proto/master_lane_frame.h"
+#include "proto/protobuf_log.h"
 
 namespace {
 
@@ -35,6 +37,7 @@ struct Fixture {
   static constexpr size_t kMaxConnections = 8;
   Fixture() : service(mc::master::MasterOptions{}, mc::RealClock::Get(), metrics) {
     mc::SetLogLevel("off");
+    mc::RouteProtobufLogs();  // as the daemons: not a line per non-UTF-8 client_id
     mc::master::ClientInfo info;
     info.client_id = "c1";
     info.endpoint = "127.0.0.1:1";
@@ -66,8 +69,13 @@ mc::lane::ReadExactly MemoryReader(const uint8_t*& data, size_t& size) {
   };
 }
 
-void SendAndDrain(mc::master::MasterLane& lane, int port, size_t max_connections,
-                  const uint8_t* data, size_t size) {
+void SendAndDrain(Fixture& fixture, const uint8_t* data, size_t size) {
+  mc::master::MasterLane& lane = *fixture.lane;
+  const size_t max_connections = Fixture::kMaxConnections;
+  // A connection the lane could not start a thread for is counted here, then closed unanswered.
+  mc::Counter& no_room = fixture.metrics.GetCounter("mc_master_lane_refused_total", "",
+                                                    {{"reason", "max_connections"}});
+  const uint64_t no_room_before = no_room.Value();
   // The previous inputs' connections end on their own threads, which may still be on their way
   // out when the drained peer saw EOF: wait (bounded) until the lane has room, so the greeting
   // below is "ready". One that never leaves (a stuck connection thread) is a bug: abort.
@@ -85,7 +93,7 @@ void SendAndDrain(mc::master::MasterLane& lane, int port, size_t max_connections
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_port = htons(static_cast<uint16_t>(fixture.port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   // Each connection from its own loopback source address (127.1.x.y): the lane's inputs open
   // ~5,000 connections a second, each leaving a TIME_WAIT on this side (it sends FIN first), and
@@ -119,21 +127,19 @@ void SendAndDrain(mc::master::MasterLane& lane, int port, size_t max_connections
   }
   (void)!send(fd, data, size, MSG_NOSIGNAL);
   shutdown(fd, SHUT_WR);
-  const mc::lane::ReadExactly read = [fd](char* dst, size_t n) {
-    size_t have = 0;
-    while (have < n) {
-      const ssize_t r = recv(fd, dst + have, n - have, 0);
-      if (r <= 0) return false;
-      have += static_cast<size_t>(r);
-    }
-    return true;
-  };
+  // Read as the daemon reads (a recv that libFuzzer's timer signal interrupts goes on).
+  mc::lane::Stream stream(fd, nullptr);
+  const mc::lane::ReadExactly read = stream.Reader();
   // A served connection is greeted "ready" first; a full lane (never here) greets "full".
   if (const absl::StatusOr<uint32_t> g = mc::lane::ReadGreeting(read); !g.ok()) {
-    // The lane may close a connection before its greeting (it is stopping, or could not start
-    // a thread for it): the daemon then uses gRPC. What it must never send is bytes that are no
-    // greeting, or "full" while it has room (waited for above).
-    if (absl::StrContains(g.status().message(), "ended or stalled")) {
+    // The lane closes a connection before its greeting only when it is stopping (never here)
+    // or could not start a thread for it (counted): the daemon then uses gRPC. Bytes that are
+    // no greeting, "full" while it has room (waited for above), or a close it did not count
+    // are bugs. (A close seen here once in ~130k inputs was this harness's: libFuzzer's timer
+    // signal interrupted its recv, which a socket with SO_RCVTIMEO never restarts; the Stream
+    // above retries.)
+    if (absl::StrContains(g.status().message(), "ended or stalled") &&
+        no_room.Value() > no_room_before) {
       close(fd);
       return;
     }
@@ -172,6 +178,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       abort();
     }
   }
-  SendAndDrain(*fixture->lane, fixture->port, Fixture::kMaxConnections, data, size);
+  SendAndDrain(*fixture, data, size);
   return 0;
 }

@@ -27,7 +27,9 @@
 #include "master/leader_election.h"
 #include "master/master_server.h"
 #include "master/metadata_service.h"
+#include "proto/lane_tls.h"
 #include "proto/master_lane_frame.h"
+#include "proto/protobuf_log.h"
 #include "tests/fakes/await.h"
 #include "tests/fakes/test_certs.h"
 
@@ -38,11 +40,16 @@ namespace v1 = mcstore::v1;
 
 lane::ReadExactly Reader(int fd);
 
-// A blocking loopback connection to `port`, 5 s timeouts, nothing read yet.
-int ConnectRaw(int port) {
+// A blocking loopback connection to `port` from `source` (a 127.x.y.z address in host order),
+// 5 s timeouts, nothing read yet.
+int ConnectRaw(int port, uint32_t source = INADDR_LOOPBACK) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   timeval tv{.tv_sec = 5, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl(source);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -63,16 +70,10 @@ void Send(int fd, const std::string& bytes) {
   ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
 }
 
+// Reads `fd` through a plaintext lane::Stream, as the daemon does.
 lane::ReadExactly Reader(int fd) {
-  return [fd](char* dst, size_t n) {
-    size_t have = 0;
-    while (have < n) {
-      const ssize_t r = recv(fd, dst + have, n - have, 0);
-      if (r <= 0) return false;
-      have += static_cast<size_t>(r);
-    }
-    return true;
-  };
+  auto stream = std::make_shared<lane::Stream>(fd, nullptr);
+  return [stream](char* dst, size_t n) { return stream->ReadExactly(dst, n); };
 }
 
 // True when the peer closed the connection within the timeout: EOF, or a reset (a close with
@@ -342,6 +343,62 @@ TEST_F(MasterLaneTest, ConnectionsAreBoundedAndIdleOnesClosed) {
   EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 0; }));
   EXPECT_EQ(Counted("mc_master_lane_refused_total", {{"reason", "idle"}}), 2u);
   for (int fd : {a, b, c}) close(fd);
+}
+
+TEST_F(MasterLaneTest, OneAddressOverItsBoundIsRefusedWhileAnotherConnects) {
+  MasterServerOptions opts;
+  opts.lane_max_connections = 8;
+  opts.lane_max_connections_per_address = 2;
+  Start(opts);
+  const int port = server_->lane_port();
+  const uint32_t other = (127u << 24) | 2;  // 127.0.0.2
+  const int a = Connect(port);
+  const int b = Connect(port);
+  const int c = ConnectRaw(port);
+  EXPECT_EQ(lane::ReadGreeting(Reader(c)).status().message(), "the master lane is full");
+  EXPECT_TRUE(Closed(c));
+  EXPECT_EQ(Counted("mc_master_lane_refused_total", {{"reason", "per_address"}}), 1u);
+  EXPECT_EQ(Counted("mc_master_lane_refused_total", {{"reason", "max_connections"}}), 0u);
+  const int d = ConnectRaw(port, other);
+  EXPECT_TRUE(lane::ReadGreeting(Reader(d)).ok()) << "another address still connects";
+  EXPECT_EQ(server_->lane()->ConnectionsForTest(), 3u);
+  // One of the first address's connections ends: it has room again.
+  close(a);
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 2; }));
+  const int e = Connect(port);
+  v1::ExistResponse resp;
+  EXPECT_TRUE(LaneCall(e, lane::kExist, "", v1::ExistRequest(), &resp).ok());
+  EXPECT_EQ(Counted("mc_master_lane_refused_total", {{"reason", "per_address"}}), 1u);
+  for (int fd : {b, c, d, e}) close(fd);
+  EXPECT_TRUE(WaitFor([&] { return server_->lane()->ConnectionsForTest() == 0; }));
+}
+
+TEST_F(MasterLaneTest, NonUtf8StringsAreRefusedWithoutALogLinePerFrame) {
+  RouteProtobufLogs();  // as the daemons do
+  Start();
+  Register("c1");
+  const ProtobufLogStats before = ProtobufLogStatsNow();
+  v1::GetReplicasRequest get;
+  get.set_client_id(std::string("\xff\xfe", 2));  // not UTF-8: protobuf refuses to parse it
+  get.add_keys("k");
+  constexpr uint64_t kFrames = 50;
+  const int fd = Connect(server_->lane_port());
+  for (uint64_t i = 0; i < kFrames; ++i) {
+    v1::GetReplicasResponse resp;
+    EXPECT_EQ(LaneCall(fd, lane::kGetReplicas, "", get, &resp).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  for (int i = 0; i < 5; ++i) {  // gRPC refuses it too
+    grpc::ClientContext ctx;
+    v1::GetReplicasResponse resp;
+    EXPECT_FALSE(stub_->GetReplicas(&ctx, get, &resp).ok());
+  }
+  const ProtobufLogStats after = ProtobufLogStatsNow();
+  EXPECT_GE(after.messages - before.messages, kFrames + 5) << "each one reported and counted";
+  EXPECT_LE(after.logged - before.logged, 1u) << "at most one line per 10 s";
+  EXPECT_EQ(Counted("mc_master_rpc_requests_total", {{"rpc", "GetReplicas"}}), 0u)
+      << "refused before the handler";
+  close(fd);
 }
 
 class StandbyGate final : public LeaderGate {
