@@ -76,7 +76,7 @@ struct ClientServerOptions {
   // 0 = never skipped.
   int64_t holder_backoff_ms = 2000;
   transfer::TransferEngineOptions transfer;  // local_endpoint and metrics are filled in
-  // Data-plane server limits; listen_address, metrics and socket_buffer_bytes are filled in.
+  // Data-plane server limits; listen_address, metrics and socket_buffers are filled in.
   transfer::tcp::TcpDataServerOptions data_server;
   // Admin HTTP limits; host, port and metrics are filled in from `http`.
   AdminServerOptions admin;

@@ -43,8 +43,12 @@ struct LocalTransportOptions {
 // `tcp` (transfer/tcp/): remote requests over our framed protocol.
 struct TcpTransportOptions {
   int connections_per_peer = 4;  // pooled connections per peer (and per batch)
-  // SO_SNDBUF / SO_RCVBUF of tcp connections; 0 = kernel autotuning.
-  int socket_buffer_bytes = 8 << 20;
+  // Socket buffers of tcp connections, outgoing and served (tcp/socket_util.h SocketBuffers):
+  // SO_SNDBUF, SO_RCVBUF (0 = kernel autotuning) and, when the receive buffer autotunes, the
+  // size it starts from (0 = net.ipv4.tcp_rmem's default).
+  int send_buffer_bytes = 8 << 20;
+  int receive_buffer_bytes = 0;
+  int receive_floor_bytes = 16 << 20;
   uint64_t frame_bytes = 4 << 20;  // a request is cut into frames of at most this many bytes
   int receive_threads = 2;         // helper threads running poll loops (0 = caller only)
   // Cluster keys: connections (and the rdma connection setup, which rides the tcp data plane)

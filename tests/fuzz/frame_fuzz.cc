@@ -33,7 +33,7 @@ struct Fixture {
     table.Add(5, memory.data(), memory.size());
     tcp::TcpDataServerOptions o;
     o.listen_address = "127.0.0.1:0";
-    o.socket_buffer_bytes = 1 << 16;
+    o.socket_buffers = {.send_bytes = 1 << 16, .receive_bytes = 1 << 16};
     o.max_frame_length = 1 << 20;
     o.io_timeout_ms = 200;
     if (authenticated) {
@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (h.ok() && (h->magic != tcp::kFrameMagic || h->length > (1u << 20))) abort();
   }
   (void)tcp::DecodeFrameHeader(data, size, 1 << 20);  // wrong sizes are refused, not read
-  auto fd = tcp::ConnectTcp(fx->server->endpoint(), 1 << 16, 0);
+  auto fd = tcp::ConnectTcp(fx->server->endpoint(), {1 << 16, 1 << 16}, 0);
   if (!fd.ok()) return 0;
   if (fx->keys != nullptr &&
       !tcp::ClientHandshake(fd->get(), *fx->keys, mc::RealClock::Get().NowMs() + 2000).ok()) {

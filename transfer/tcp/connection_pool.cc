@@ -40,7 +40,7 @@ absl::StatusOr<std::vector<PeerConnection>> ConnectionPool::Acquire(const std::s
     }
   }
   while (static_cast<int>(out.size()) < count) {
-    absl::StatusOr<UniqueFd> fd = ConnectTcp(endpoint, options_.socket_buffer_bytes, deadline_ms);
+    absl::StatusOr<UniqueFd> fd = ConnectTcp(endpoint, options_.socket_buffers, deadline_ms);
     SessionKeys session;
     const bool encrypt = options_.cluster_keys != nullptr && options_.encrypt;
     if (fd.ok() && options_.cluster_keys != nullptr) {

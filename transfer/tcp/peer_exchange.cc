@@ -23,7 +23,7 @@ absl::StatusOr<std::string> TcpPeerExchange::Exchange(const std::string& endpoin
                    absl::StrCat("data-plane op ", frame_op, " is not a setup exchange"));
   }
   const int64_t deadline = RealClock::Get().NowMs() + timeout_ms_;
-  auto fd = ConnectTcp(endpoint, 0, deadline);
+  auto fd = ConnectTcp(endpoint, {}, deadline);
   if (!fd.ok()) return fd.status();
   SessionKeys session;
   const bool encrypt = keys_ != nullptr && encrypt_;

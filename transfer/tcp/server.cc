@@ -61,6 +61,14 @@ void SetIoTimeout(int fd, int64_t ms) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
+// A served connection's receive buffer starts at the kernel's default and is raised to the floor
+// only once the connection is admitted (authenticated, with keys): a socket that never completes
+// its handshake cannot make the kernel hold a floor's worth of bytes for it.
+SocketBuffers Unfloored(SocketBuffers buffers) {
+  buffers.receive_floor_bytes = 0;
+  return buffers;
+}
+
 // The handler's view of a decoded, valid request frame.
 DataRequest ToDataRequest(const FrameHeader& header) {
   DataRequest r;
@@ -167,7 +175,7 @@ absl::Status TcpDataServer::Start() {
   if (options_.cluster_keys != nullptr && options_.capabilities == nullptr) {
     return McError(Code::kInternal, "data server: cluster keys without a capability verifier");
   }
-  auto fd = ListenTcp(options_.listen_address, options_.socket_buffer_bytes, &endpoint_);
+  auto fd = ListenTcp(options_.listen_address, Unfloored(options_.socket_buffers), &endpoint_);
   if (!fd.ok()) return fd.status();
   listen_fd_ = std::move(*fd);
   wake_fd_.reset(eventfd(0, EFD_CLOEXEC));
@@ -280,7 +288,7 @@ void TcpDataServer::AcceptLoop() {
     backoff_ms = 0;
     last_accept_error_ms_ = 0;
     const std::string peer = PeerHost(addr, addr_len);
-    TuneSocket(fd.get(), options_.socket_buffer_bytes);
+    TuneSocket(fd.get(), Unfloored(options_.socket_buffers));
     SetIoTimeout(fd.get(), options_.io_timeout_ms);
     auto conn = std::make_unique<Conn>();
     conn->fd = std::move(fd);
@@ -407,6 +415,9 @@ bool TcpDataServer::Admit(Conn& conn) {
 
 void TcpDataServer::ServeConnection(Conn* conn) {
   bool closed = options_.cluster_keys != nullptr && !(Authenticate(*conn) && Admit(*conn));
+  if (!closed && options_.socket_buffers.receive_bytes == 0) {
+    RaiseReceiveBuffer(conn->fd.get(), options_.socket_buffers.receive_floor_bytes);
+  }
   if (!closed && conn->channel == nullptr) {
     conn->channel = std::make_unique<BlockingChannel>(conn->fd.get(), nullptr, true);
   }

@@ -30,7 +30,7 @@ struct AddrInfoDeleter {
 };
 
 absl::StatusOr<std::unique_ptr<addrinfo, AddrInfoDeleter>> Resolve(const std::string& endpoint,
-                                                                  bool passive) {
+                                                                   bool passive) {
   absl::StatusOr<HostPort> hp = ParseHostPort(endpoint);
   if (!hp.ok()) return McError(Code::kInvalidArgument, std::string(hp.status().message()));
   addrinfo hints{};
@@ -41,8 +41,7 @@ absl::StatusOr<std::unique_ptr<addrinfo, AddrInfoDeleter>> Resolve(const std::st
   addrinfo* res = nullptr;
   const char* host = hp->host.empty() ? nullptr : hp->host.c_str();
   if (int rc = getaddrinfo(host, port.c_str(), &hints, &res); rc != 0) {
-    return McError(Code::kUnavailable,
-                   absl::StrCat("resolve ", endpoint, ": ", gai_strerror(rc)));
+    return McError(Code::kUnavailable, absl::StrCat("resolve ", endpoint, ": ", gai_strerror(rc)));
   }
   return std::unique_ptr<addrinfo, AddrInfoDeleter>(res);
 }
@@ -107,16 +106,32 @@ void UniqueFd::reset(int fd) {
   fd_ = fd;
 }
 
-void TuneSocket(int fd, int buffer_bytes) {
+void TuneSocket(int fd, SocketBuffers buffers) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (buffer_bytes > 0) {
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
+  if (buffers.send_bytes > 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffers.send_bytes, sizeof(buffers.send_bytes));
+  }
+  if (buffers.receive_bytes > 0) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffers.receive_bytes, sizeof(buffers.receive_bytes));
+  }
+  if (buffers.receive_bytes == 0) RaiseReceiveBuffer(fd, buffers.receive_floor_bytes);
+}
+
+void RaiseReceiveBuffer(int fd, int floor_bytes) {
+  if (floor_bytes > 0) {
+    // Linux (tcp_set_rcvlowat) grows the receive buffer of a socket that autotunes it to hold a
+    // window of SO_RCVLOWAT bytes (the mark capped at tcp_rmem[2] / 2), without locking it as
+    // SO_RCVBUF would, and keeps it when the mark goes back to 1 byte (the default, which the
+    // poll loops rely on). Older kernels ignore the first call; both are best effort.
+    const int mark = floor_bytes / 2;
+    const int one_byte = 1;
+    setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof(mark));
+    setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one_byte, sizeof(one_byte));
   }
 }
 
-absl::StatusOr<UniqueFd> ListenTcp(const std::string& endpoint, int buffer_bytes,
+absl::StatusOr<UniqueFd> ListenTcp(const std::string& endpoint, SocketBuffers buffers,
                                    std::string* bound) {
   auto ai = Resolve(endpoint, /*passive=*/true);
   if (!ai.ok()) return ai.status();
@@ -125,7 +140,7 @@ absl::StatusOr<UniqueFd> ListenTcp(const std::string& endpoint, int buffer_bytes
   if (!fd.valid()) return Errno(Code::kUnavailable, "socket");
   const int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  TuneSocket(fd.get(), buffer_bytes);  // accepted sockets inherit the buffer sizes
+  TuneSocket(fd.get(), buffers);  // accepted sockets inherit the buffer sizes
   if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
     return Errno(Code::kUnavailable, absl::StrCat("bind ", endpoint));
   }
@@ -139,15 +154,15 @@ absl::StatusOr<UniqueFd> ListenTcp(const std::string& endpoint, int buffer_bytes
   return fd;
 }
 
-absl::StatusOr<UniqueFd> ConnectTcp(const std::string& endpoint, int buffer_bytes,
+absl::StatusOr<UniqueFd> ConnectTcp(const std::string& endpoint, SocketBuffers buffers,
                                     int64_t deadline_ms) {
   auto ai = Resolve(endpoint, /*passive=*/false);
   if (!ai.ok()) return ai.status();
   const addrinfo* a = ai->get();
-  UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                       a->ai_protocol));
+  UniqueFd fd(
+      ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
   if (!fd.valid()) return Errno(Code::kUnavailable, "socket");
-  TuneSocket(fd.get(), buffer_bytes);
+  TuneSocket(fd.get(), buffers);  // before connect: the window scale follows SO_RCVBUF
   if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {
     if (errno != EINPROGRESS) {
       const bool refused = errno == ECONNREFUSED;

@@ -33,16 +33,30 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// TCP_NODELAY and SO_SNDBUF/SO_RCVBUF of `buffer_bytes` (0 = leave the kernel's).
-void TuneSocket(int fd, int buffer_bytes);
+// Socket buffer sizes asked of the kernel; 0 leaves that buffer to the kernel's autotuning (an
+// explicit size locks it: the kernel caps it at net.core.wmem_max / rmem_max and doubles it).
+struct SocketBuffers {
+  int send_bytes = 0;     // SO_SNDBUF
+  int receive_bytes = 0;  // SO_RCVBUF
+  // With receive_bytes 0: the autotuned receive buffer starts at about this many bytes (at most
+  // net.ipv4.tcp_rmem's max) instead of tcp_rmem's default, and still grows from there.
+  int receive_floor_bytes = 0;
+};
+
+// TCP_NODELAY and the socket buffer sizes.
+void TuneSocket(int fd, SocketBuffers buffers);
+
+// Raises the receive buffer of a socket that autotunes it to about `floor_bytes` (best effort;
+// TuneSocket does this for receive_floor_bytes).
+void RaiseReceiveBuffer(int fd, int floor_bytes);
 
 // A listening socket on "HOST:PORT" (port 0 = any free port); `bound` receives "HOST:PORT".
-absl::StatusOr<UniqueFd> ListenTcp(const std::string& endpoint, int buffer_bytes,
+absl::StatusOr<UniqueFd> ListenTcp(const std::string& endpoint, SocketBuffers buffers,
                                    std::string* bound);
 
 // A connected, tuned, non-blocking socket to "HOST:PORT"; gives up at `deadline_ms`
 // (steady ms, 0 = the kernel's connect timeout).
-absl::StatusOr<UniqueFd> ConnectTcp(const std::string& endpoint, int buffer_bytes,
+absl::StatusOr<UniqueFd> ConnectTcp(const std::string& endpoint, SocketBuffers buffers,
                                     int64_t deadline_ms);
 
 // Blocking helpers (for blocking sockets): all bytes or an error (EOF is kUnavailable).

@@ -87,7 +87,9 @@ class BadFlagsTest(unittest.TestCase):
     def test_out_of_range_values_exit_2_naming_the_flag(self):
         for flag, value in [("tcp_frame_bytes", "0"), ("tcp_frame_bytes", str((1 << 30) + 1)),
                             ("tcp_receive_threads", "-1"), ("copy_threads", "-2"),
-                            ("tcp_socket_buffer_bytes", "-1"),
+                            ("tcp_socket_buffer_bytes", "-2"), ("tcp_send_buffer_bytes", "-1"),
+                            ("tcp_receive_buffer_bytes", "-1"),
+                            ("tcp_receive_buffer_floor_bytes", "-1"),
                             ("gpu_put_staging_bytes", "1000"), ("gpu_get_staging_bytes", "1000"),
                             ("gpu_get_staging_bytes", str((1 << 40) + 1)),
                             ("gpu_put_staging_bytes", str((1 << 40) + 1)),

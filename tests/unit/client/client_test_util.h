@@ -83,7 +83,8 @@ class ClientFixture : public ::testing::Test {
     o.local_endpoint = kLocalEndpoint;
     o.local.copy_threads = 1;
     o.tcp.connections_per_peer = 1;
-    o.tcp.socket_buffer_bytes = 1 << 20;
+    o.tcp.send_buffer_bytes = 1 << 20;
+    o.tcp.receive_buffer_bytes = 1 << 20;
     return o;
   }
 
@@ -118,7 +119,7 @@ class ClientFixture : public ::testing::Test {
   void StartRemote(int count = 1, uint64_t size = 1 << 20) {
     transfer::tcp::TcpDataServerOptions o;
     o.listen_address = "127.0.0.1:0";
-    o.socket_buffer_bytes = 1 << 20;
+    o.socket_buffers = {.send_bytes = 1 << 20, .receive_bytes = 1 << 20};
     remote_server_ = std::make_unique<transfer::tcp::TcpDataServer>(o, remote_table_);
     ASSERT_TRUE(remote_server_->Start().ok());
     remote_ = Register("client-b", remote_server_->endpoint(), remote_table_, count, size);

@@ -154,7 +154,7 @@ class TcpHandlerContract : public ::testing::Test {
     server_ = std::make_unique<tcp::TcpDataServer>(o, table_);
     ASSERT_TRUE(server_->RegisterOpHandler(op, std::move(handler)).ok());
     ASSERT_TRUE(server_->Start().ok());
-    auto fd = tcp::ConnectTcp(server_->endpoint(), 0, RealClock::Get().NowMs() + 5000);
+    auto fd = tcp::ConnectTcp(server_->endpoint(), {}, RealClock::Get().NowMs() + 5000);
     ASSERT_TRUE(fd.ok()) << fd.status();
     fd_ = std::move(*fd);
     ::fcntl(fd_.get(), F_SETFL, ::fcntl(fd_.get(), F_GETFL) & ~O_NONBLOCK);

@@ -84,7 +84,7 @@ TEST(FrameFuzz, DecoderNeverAcceptsGarbage) {
 // comes back, then half-closes and drains until the server closes.
 void Barrage(const std::string& endpoint, uint64_t seed, int frames,
              const auth::ClusterKeys* keys = nullptr) {
-  auto fd = ConnectTcp(endpoint, 0, RealClock::Get().NowMs() + 5000);
+  auto fd = ConnectTcp(endpoint, {}, RealClock::Get().NowMs() + 5000);
   if (!fd.ok()) return;
   if (keys != nullptr && !ClientHandshake(fd->get(), *keys, RealClock::Get().NowMs() + 5000).ok()) {
     ADD_FAILURE() << "handshake failed";

@@ -193,7 +193,7 @@ class Relay {
   Relay(std::string target, Policy policy)
       : target_(std::move(target)), policy_(std::move(policy)) {
     std::string bound;
-    listen_ = *tcp::ListenTcp("127.0.0.1:0", 0, &bound);
+    listen_ = *tcp::ListenTcp("127.0.0.1:0", {}, &bound);
     endpoint_ = bound;
     accept_thread_ = std::thread([this] { AcceptLoop(); });
   }
@@ -218,7 +218,7 @@ class Relay {
     while (!stopping_) {
       const int client = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
       if (client < 0) return;
-      absl::StatusOr<tcp::UniqueFd> server = tcp::ConnectTcp(target_, 0, 0);
+      absl::StatusOr<tcp::UniqueFd> server = tcp::ConnectTcp(target_, {}, 0);
       if (!server.ok()) {
         ::close(client);
         continue;

@@ -234,10 +234,35 @@ TEST_F(TcpTransportTest, ReportsLoopbackThroughput) {
       .info("tcp loopback 16 MiB read: {:.2f} GB/s", kRounds * double(16 << 20) / secs / 1e9);
 }
 
+int ReceiveBufferOf(int fd) {
+  int bytes = 0;
+  socklen_t len = sizeof(bytes);
+  EXPECT_EQ(::getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, &len), 0);
+  return bytes;
+}
+
+// The floor raises an autotuned receive buffer past the kernel's default (tcp_rmem[1]) from the
+// start; an explicit SO_RCVBUF takes precedence over it.
+TEST(TcpSocketBuffers, ReceiveFloorRaisesAnAutotunedBuffer) {
+  std::string endpoint;
+  auto listener = tcp::ListenTcp("127.0.0.1:0", {}, &endpoint);
+  ASSERT_TRUE(listener.ok());
+  constexpr int kFloor = 4 << 20;
+  auto plain = tcp::ConnectTcp(endpoint, {}, RealClock::Get().NowMs() + 5000);
+  auto floored =
+      tcp::ConnectTcp(endpoint, {.receive_floor_bytes = kFloor}, RealClock::Get().NowMs() + 5000);
+  auto fixed = tcp::ConnectTcp(endpoint, {.receive_bytes = 64 << 10, .receive_floor_bytes = kFloor},
+                               RealClock::Get().NowMs() + 5000);
+  ASSERT_TRUE(plain.ok() && floored.ok() && fixed.ok());
+  EXPECT_GE(ReceiveBufferOf(floored->get()), kFloor / 2);
+  EXPECT_GT(ReceiveBufferOf(floored->get()), ReceiveBufferOf(plain->get()));
+  EXPECT_EQ(ReceiveBufferOf(fixed->get()), 2 * (64 << 10));  // the kernel doubles what is asked
+}
+
 // A peer that answers the first READ with a response for another request id.
 TEST(TcpTransportProtocol, MismatchedResponseFailsTheRequest) {
   std::string endpoint;
-  auto listener = tcp::ListenTcp("127.0.0.1:0", 0, &endpoint);
+  auto listener = tcp::ListenTcp("127.0.0.1:0", {}, &endpoint);
   ASSERT_TRUE(listener.ok());
   std::thread fake([&] {
     tcp::UniqueFd conn(::accept(listener->get(), nullptr, nullptr));

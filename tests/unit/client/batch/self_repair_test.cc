@@ -32,7 +32,7 @@ class SelfRepair : public ClientFixture {
     auto r = std::make_unique<Remote>();
     transfer::tcp::TcpDataServerOptions o;
     o.listen_address = "127.0.0.1:0";
-    o.socket_buffer_bytes = 1 << 20;
+    o.socket_buffers = {.send_bytes = 1 << 20, .receive_bytes = 1 << 20};
     r->server = std::make_unique<transfer::tcp::TcpDataServer>(o, r->table);
     EXPECT_TRUE(r->server->Start().ok());
     r->segments = Register(id, r->server->endpoint(), r->table, 1, size);

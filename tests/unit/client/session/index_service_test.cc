@@ -251,7 +251,7 @@ class IndexNotices : public ClientFixture {
         nullptr, remote_metrics_);
     transfer::tcp::TcpDataServerOptions o;
     o.listen_address = "127.0.0.1:0";
-    o.socket_buffer_bytes = 1 << 20;
+    o.socket_buffers = {.send_bytes = 1 << 20, .receive_bytes = 1 << 20};
     remote_server_ = std::make_unique<transfer::tcp::TcpDataServer>(o, remote_table_);
     ASSERT_TRUE(remote_server_
                     ->RegisterOpHandler(
