@@ -3,7 +3,8 @@ bytes) into the client's results, every count and size checked (split from _core
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from mcstore._errors import Code, GetResult, Result, StoreError, make_get_result, make_result
+from mcstore._errors import (Code, GetResult, Result, StoreError, make_get_result, make_result,
+                             ok_get_results, ok_results)
 from mcstore._fastchannel import parse_answer
 from mcstore._proto import store_pb2
 
@@ -61,6 +62,11 @@ def parse_get(resp: Any, keys: List[bytes], lengths: List[Optional[int]],
 
 _OK_ITEM_CACHE_MAX = 4096  # slice lengths whose OK get item is kept (then the cache restarts)
 _ok_get_items: Dict[int, bytes] = {}
+# (length, count) -> the answer of a batch of `count` items of `length` bytes each, all OK; kept
+# for batches of at most _OK_BATCH_ITEMS_MAX items, at most _OK_BATCH_CACHE_MAX of them.
+_OK_BATCH_ITEMS_MAX = 1024
+_OK_BATCH_CACHE_MAX = 64
+_ok_get_batches: Dict[Tuple[int, int], bytes] = {}
 _ok_result_items: Dict[str, bytes] = {}
 
 
@@ -82,8 +88,16 @@ def ok_get_answer(lengths: Sequence[Optional[int]]) -> Optional[bytes]:
     """The serialized BatchGetResponse of a get into slices of `lengths` in which every item was
     read whole; None when an item is inline (its answer carries data)."""
     n = len(lengths)
-    if n and lengths[0] is not None and lengths.count(lengths[0]) == n:
-        return _ok_get_item(lengths[0]) * n  # a block layout: every item alike
+    first = lengths[0] if n else None
+    if first is not None and lengths.count(first) == n:  # a block layout: every item alike
+        answer = _ok_get_batches.get((first, n))
+        if answer is None:
+            answer = _ok_get_item(first) * n
+            if n <= _OK_BATCH_ITEMS_MAX:
+                if len(_ok_get_batches) >= _OK_BATCH_CACHE_MAX:
+                    _ok_get_batches.clear()
+                _ok_get_batches[(first, n)] = answer
+        return answer
     if None in lengths:
         return None
     return b"".join([_ok_get_item(w) for w in lengths])  # type: ignore[arg-type]
@@ -104,9 +118,7 @@ def read_get_answer(resp: Any, keys: List[bytes], lengths: List[Optional[int]],
     """parse_get of a BatchGetResponse, or of the fast channel's raw answer bytes."""
     if type(resp) is bytes:
         if resp == ok_get_answer(lengths):
-            ok = Code.OK
-            return [make_get_result(ok, "", k, w, w)  # type: ignore[arg-type]
-                    for k, w in zip(keys, lengths)]
+            return ok_get_results(keys, lengths)  # type: ignore[arg-type]
         resp = parse_answer(store_pb2().BatchGetResponse.FromString, "BatchGet", resp, address)
     return parse_get(resp, keys, lengths, address)
 
@@ -116,8 +128,7 @@ def read_results_answer(resp: Any, keys: List[bytes], rpc: str, address: str) ->
     channel's raw answer bytes."""
     if type(resp) is bytes:
         if resp == ok_results_answer(rpc, len(keys)):
-            ok = Code.OK
-            return [make_result(ok, "", k) for k in keys]
+            return ok_results(keys)
         resp = parse_answer(getattr(store_pb2(), rpc + "Response").FromString, rpc, resp,
                             address)
     return parse_results(resp, keys, rpc, address)

@@ -201,7 +201,7 @@ class Client:
         (a response message)."""
         if self.closed:
             raise ValueError("the mcstore Client for %s is closed" % self.address)
-        timeout = self._timeout(timeout_s)
+        timeout = self.timeout_s if timeout_s is None else float(timeout_s)  # _timeout
         channel = self._fast
         if fast and channel is not None:
             body = req if type(req) is bytes else req.SerializeToString()

@@ -288,19 +288,22 @@ def _what(what: Any) -> str:
 class LayoutBlocks:
     """Blocks of one BlockLayout, one per key: BlockLayout.blocks(indices)."""
 
-    __slots__ = ("layout", "indices")
+    __slots__ = ("layout", "indices", "_small")
 
     def __init__(self, layout: BlockLayout, indices: Sequence[int]) -> None:
         if isinstance(indices, (bytes, str, int)):
             raise TypeError("blocks: indices must be a sequence of ints")
         self.layout = layout
         indices = list(indices)
-        if (indices and set(map(type, indices)) == _INT_ONLY and min(indices) >= 0
-                and max(indices) < layout.num_blocks):
-            self.indices = indices  # plain ints in range: checked in one pass
-            return
+        if indices and set(map(type, indices)) == _INT_ONLY:
+            high = max(indices)
+            if min(indices) >= 0 and high < layout.num_blocks:
+                self.indices = indices  # plain ints in range: checked in one pass
+                self._small = high < 0x80  # each index's LayoutBlock is in _GET/_PUT_TAILS
+                return
         index = layout._index
         self.indices = [index(i, ("blocks item %d", j)) for j, i in enumerate(indices)]
+        self._small = bool(self.indices) and max(self.indices) < 0x80
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -319,6 +322,24 @@ _BLOCK_BODIES = [_block_body(i) for i in range(0x80)]
 # GetItem/PutItem.block's key and body, per block index below 0x80.
 _GET_TAILS = [W.GET_ITEM_BLOCK + b for b in _BLOCK_BODIES]
 _PUT_TAILS = [W.PUT_ITEM_BLOCK + b for b in _BLOCK_BODIES]
+_HEADS_CACHE_MAX = 64  # key lengths whose item heads are kept (then the cache restarts)
+# (get, key length) -> per block index below 0x80: what precedes an item's key in a layout
+# request (the items field's key, the item's length, the key field's key, the key's length).
+_heads: Dict[Tuple[bool, int], List[bytes]] = {}
+
+
+def _item_heads(get: bool, n: int) -> List[bytes]:
+    """Per block index below 0x80, the bytes before an item's key of `n` > 0 bytes."""
+    heads = _heads.get((get, n))
+    if heads is None:
+        items_key, key_key, tails = ((W.GET_ITEMS, W.GET_ITEM_KEY, _GET_TAILS) if get
+                                     else (W.PUT_ITEMS, W.PUT_ITEM_KEY, _PUT_TAILS))
+        key_field = key_key + _varint(n)
+        heads = [items_key + _varint(len(key_field) + n + len(t)) + key_field for t in tails]
+        if len(_heads) >= _HEADS_CACHE_MAX:
+            _heads.clear()
+        _heads[(get, n)] = heads
+    return heads
 
 
 def _layout_request(bkeys: List[bytes], blocks: LayoutBlocks, get: bool, field2: int,
@@ -327,9 +348,10 @@ def _layout_request(bkeys: List[bytes], blocks: LayoutBlocks, get: bool, field2:
     written as bytes: the items (key, then block: a LayoutBlock naming the index), lease_id /
     replicas (`field2`) when not zero, then the layout's runs (block_layout), then a get's
     lease_token when not empty (protobuf's own order: by field number)."""
-    if len(blocks) != len(bkeys):
+    indices = blocks.indices
+    if len(indices) != len(bkeys):
         raise ValueError("%s: %d keys but %d blocks" % ("get" if get else "put", len(bkeys),
-                                                         len(blocks)))
+                                                         len(indices)))
     layout = blocks.layout
     layout._prepared.check(checker, "block layout")
     if get:
@@ -339,20 +361,31 @@ def _layout_request(bkeys: List[bytes], blocks: LayoutBlocks, get: bool, field2:
         items_key, key_key, block_key, field2_key = (W.PUT_ITEMS, W.PUT_ITEM_KEY,
                                                      W.PUT_ITEM_BLOCK, W.PUT_REPLICAS)
     tails = _GET_TAILS if get else _PUT_TAILS
-    small = _SMALL_VARINTS
     key_overhead = len(key_key) + 1
-    parts: List[bytes] = []
+    lengths = set(map(len, bkeys)) if blocks._small else set()
+    n = lengths.pop() if len(lengths) == 1 else 0
+    if n > 0:
+        # Every key of one length, every index below 0x80 (the common batch): the items are
+        # (head, key, tail) triples laid out by slice assignment, no loop in Python.
+        heads = _heads.get((get, n)) or _item_heads(get, n)
+        parts = [b""] * (3 * len(bkeys))
+        parts[0::3] = map(heads.__getitem__, indices)
+        parts[1::3] = bkeys
+        parts[2::3] = map(tails.__getitem__, indices)
+    else:
+        parts = []
+        small = _SMALL_VARINTS
+        extend = parts.extend
+        for k, i in zip(bkeys, indices):
+            tail = tails[i] if i < 0x80 else block_key + _block_body(i)
+            n = len(k)
+            size = key_overhead + n + len(tail)
+            if 0 < n and size < 0x80:  # both lengths are one-byte varints
+                extend((items_key, small[size], key_key, small[n], k, tail))
+            else:
+                item = (_field(key_key, k) if k else b"") + tail
+                parts.append(items_key + _varint(len(item)) + item)
     append = parts.append
-    extend = parts.extend
-    for k, i in zip(bkeys, blocks.indices):
-        tail = tails[i] if i < 0x80 else block_key + _block_body(i)
-        n = len(k)
-        size = key_overhead + n + len(tail)
-        if 0 < n and size < 0x80:  # the common case: both lengths are one-byte varints
-            extend((items_key, small[size], key_key, small[n], k, tail))
-        else:
-            item = (_field(key_key, k) if k else b"") + tail
-            append(items_key + _varint(len(item)) + item)
     if field2:
         append(field2_key + _varint(field2))
     append(layout._raw_get if get else layout._raw_put)
@@ -435,7 +468,6 @@ def check_replicas(replicas: Optional[int]) -> int:
 
 def build_put(keys: Sequence[KeyLike], values: ValuesArg, replicas: Optional[int],
               checker: SliceChecker) -> Tuple[Any, List[bytes]]:
-    spb = store_pb2()
     bkeys = encode_keys(keys)
     if isinstance(values, (bytes, bytearray, str, memoryview)):
         raise TypeError("values must be a sequence with one value per key")
@@ -449,7 +481,7 @@ def build_put(keys: Sequence[KeyLike], values: ValuesArg, replicas: Optional[int
         return _prepared_request(bkeys, values, False, n_replicas, checker), bkeys
     if values and set(map(type, values)) == _SLICE_ONLY:
         return _one_slice_request(bkeys, values, False, n_replicas, checker), bkeys
-    req = spb.BatchPutRequest(replicas=n_replicas)
+    req = store_pb2().BatchPutRequest(replicas=n_replicas)
     items = req.items
     for i, (k, v) in enumerate(zip(bkeys, values)):
         if isinstance(v, bytes):  # the common inline case first
@@ -474,10 +506,8 @@ def build_put(keys: Sequence[KeyLike], values: ValuesArg, replicas: Optional[int
 def build_get(keys: Sequence[KeyLike], into: IntoArg, lease: Any,
               checker: SliceChecker) -> Tuple[Any, List[bytes], List[Optional[int]]]:
     """The request, the keys, and per item the total length of its slices (None = inline)."""
-    spb = store_pb2()
     bkeys = encode_keys(keys)
-    lengths: List[Optional[int]] = [None] * len(bkeys)
-    lease_id, token = lease_of(lease)
+    lease_id, token = (0, b"") if lease is None else lease_of(lease)
     if type(into) is LayoutBlocks:
         return (_layout_request(bkeys, into, True, lease_id, checker, token), bkeys,
                 [into.layout.block_length] * len(bkeys))
@@ -492,7 +522,8 @@ def build_get(keys: Sequence[KeyLike], into: IntoArg, lease: Any,
         if into and set(map(type, into)) == _SLICE_ONLY:
             return (_one_slice_request(bkeys, into, True, lease_id, checker, token), bkeys,
                     [d.length for d in into])
-    req = spb.BatchGetRequest(lease_id=lease_id, lease_token=token)
+    lengths: List[Optional[int]] = [None] * len(bkeys)
+    req = store_pb2().BatchGetRequest(lease_id=lease_id, lease_token=token)
     items = req.items
     for i, k in enumerate(bkeys):
         item = items.add(key=k)

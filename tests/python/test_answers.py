@@ -69,6 +69,32 @@ def test_layout_requests_are_the_message_bytes_for_every_layout_and_key_set():
         assert raw == _reference(keys, layout, indices, False, replicas or 0, b""), trial
 
 
+def test_layout_requests_of_equal_length_keys_are_the_message_bytes():
+    """Batches whose keys are all of one length (the requests written without a loop), at and
+    around the lengths where an item's or a key's length takes a second or third varint byte,
+    with block indices 0 (an empty LayoutBlock), 1..127 and beyond: each request is what
+    protobuf writes."""
+    rng = random.Random(12)
+    checker = _checker()
+    layout = _core.BlockLayout([(Slice(78, 4096, 65536), 65536)], checker)
+    for trial in range(600):
+        n = rng.choice([1, 2, 16, 63])
+        m = rng.choice([1, 16, 100, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127, 128,
+                        129, 200, 16383, 16384])
+        keys = [bytes(rng.getrandbits(8) for _ in range(m)) for _ in range(n)]
+        pick = rng.random()
+        indices = [rng.choice([0, 1, 127] if pick < 0.3 else [0, 1, 5, 127, 128, 300])
+                   if pick < 0.8 else rng.randrange(128) for _ in range(n)]
+        blocks = layout.blocks(indices)
+        assert blocks._small == (max(indices) < 128)
+        lease_id = rng.choice([0, 1, 300])
+        raw, _, _ = _core.build_get(keys, blocks, (lease_id, b""), checker)
+        assert raw == _reference(keys, layout, indices, True, lease_id, b""), trial
+        raw, _ = _core.build_put(keys, blocks, 2, checker)
+        assert raw == _reference(keys, layout, indices, False, 2, b""), trial
+    assert len(_core._heads) <= _core._HEADS_CACHE_MAX
+
+
 def test_keys_are_copied_not_kept():
     keys = [b"a", b"b"]
     out = _core.encode_keys(keys)
@@ -230,6 +256,26 @@ def test_cheap_results_are_the_dataclasses():
     assert r == Result(Code.NOT_FOUND, "gone", b"k") and not r.ok
     with pytest.raises(StoreError, match="NOT_FOUND: gone"):
         r.raise_for_status()
+
+
+def test_bulk_ok_results_are_the_dataclasses_one_object_each():
+    keys = [b"k%d" % j for j in range(5)]
+    lengths = [5, 5, 7, 5, 0]
+    fast = _errors.ok_get_results(keys, lengths)
+    slow = [GetResult(Code.OK, "", k, size=w, bytes_written=w) for k, w in zip(keys, lengths)]
+    assert fast == slow and [repr(r) for r in fast] == [repr(r) for r in slow]
+    assert [vars(r) for r in fast] == [vars(r) for r in slow]
+    assert [list(vars(r)) for r in fast] == [list(vars(r)) for r in slow]  # field order too
+    assert [hash(r) for r in fast] == [hash(r) for r in slow]
+    assert pickle.loads(pickle.dumps(fast)) == slow
+    assert len({id(vars(r)) for r in fast}) == len(fast)  # no dict shared between results
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast[0].size = 1  # type: ignore[misc]
+    results = _errors.ok_results(keys)
+    assert results == [Result(Code.OK, "", k) for k in keys]
+    assert [repr(r) for r in results] == [repr(Result(Code.OK, "", k)) for k in keys]
+    assert type(results[0]) is Result and len({id(vars(r)) for r in results}) == len(keys)
+    assert _errors.ok_results([]) == [] and _errors.ok_get_results([], []) == []
 
 
 def test_single_slice_requests_are_the_message_bytes_and_checked_alike():
