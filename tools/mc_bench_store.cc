@@ -486,26 +486,47 @@ class Runner {
     tally->bytes += o_.value_size;
   }
 
+  // Removes this run's keys. A key another daemon's reader still leases (its release waits up to
+  // that daemon's --lease_release_delay_us for a lookup to carry it) answers HAS_LEASE: retried
+  // for up to 2 s, then reported, so a cross-get run does not leave its keys in the store.
   void Remove(int run) {
-    for (int first = 0; first < o_.keys; first += 1000) {
+    std::vector<std::string> keys;
+    for (int id = 0; id < o_.keys; ++id) keys.push_back(Key(run, id));
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!keys.empty()) {
+      std::vector<std::string> leased;
+      if (!RemoveOnce(run, keys, std::chrono::steady_clock::now() < give_up, &leased)) return;
+      keys.swap(leased);
+      if (!keys.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  // One pass over `keys` (1,000 per request); keys answered HAS_LEASE go to `leased` while
+  // `retry`, otherwise they are reported. False when a request itself failed.
+  bool RemoveOnce(int run, const std::vector<std::string>& keys, bool retry,
+                  std::vector<std::string>* leased) {
+    for (size_t first = 0; first < keys.size(); first += 1000) {
       v1::BatchRemoveRequest req;
-      for (int id = first; id < std::min(o_.keys, first + 1000); ++id) req.add_keys(Key(run, id));
+      for (size_t i = first; i < std::min(keys.size(), first + 1000); ++i) req.add_keys(keys[i]);
       grpc::ClientContext c;
       SetDeadline(&c, o_.timeout_ms);
       v1::BatchRemoveResponse resp;
       grpc::Status s = put_stubs_[0]->BatchRemove(&c, req, &resp);
       if (!s.ok()) {
         std::fprintf(out_, "mc-bench: BatchRemove: %s\n", s.error_message().c_str());
-        return;
+        return false;
       }
       for (int i = 0; i < resp.results_size(); ++i) {
         const v1::Result& r = resp.results(i);
-        if (r.code() != v1::OK && r.code() != v1::NOT_FOUND) {
+        if (r.code() == v1::HAS_LEASE && retry) {
+          leased->push_back(req.keys(i));
+        } else if (r.code() != v1::OK && r.code() != v1::NOT_FOUND) {
           ReportError(run, "remove", req.keys(i),
                       absl::StrCat(v1::Code_Name(r.code()), ": ", r.message()));
         }
       }
     }
+    return true;
   }
 
   void Print(int run, const char* op, const PhaseResult& r) {
