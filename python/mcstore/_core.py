@@ -286,30 +286,41 @@ def _what(what: Any) -> str:
 
 
 class LayoutBlocks:
-    """Blocks of one BlockLayout, one per key: BlockLayout.blocks(indices)."""
+    """Blocks of one BlockLayout, one per key: BlockLayout.blocks(indices). Immutable: the
+    indices are checked against the layout once, here, and a request is written from them
+    without checking again (a changed index could name another block's bytes)."""
 
-    __slots__ = ("layout", "indices", "_small")
+    __slots__ = ("_layout", "_indices", "_small")
 
     def __init__(self, layout: BlockLayout, indices: Sequence[int]) -> None:
         if isinstance(indices, (bytes, str, int)):
             raise TypeError("blocks: indices must be a sequence of ints")
-        self.layout = layout
-        indices = list(indices)
-        if indices and set(map(type, indices)) == _INT_ONLY:
-            high = max(indices)
-            if min(indices) >= 0 and high < layout.num_blocks:
-                self.indices = indices  # plain ints in range: checked in one pass
+        self._layout = layout
+        checked = tuple(indices)
+        if checked and set(map(type, checked)) == _INT_ONLY:
+            high = max(checked)
+            if min(checked) >= 0 and high < layout.num_blocks:
+                self._indices = checked  # plain ints in range: checked in one pass
                 self._small = high < 0x80  # each index's LayoutBlock is in _GET/_PUT_TAILS
                 return
         index = layout._index
-        self.indices = [index(i, ("blocks item %d", j)) for j, i in enumerate(indices)]
-        self._small = bool(self.indices) and max(self.indices) < 0x80
+        self._indices = tuple(index(i, ("blocks item %d", j)) for j, i in enumerate(checked))
+        self._small = bool(self._indices) and max(self._indices) < 0x80
+
+    @property
+    def layout(self) -> BlockLayout:
+        return self._layout
+
+    @property
+    def indices(self) -> Tuple[int, ...]:
+        """The block indices, one per key (a tuple: fixed once checked)."""
+        return self._indices
 
     def __len__(self) -> int:
-        return len(self.indices)
+        return len(self._indices)
 
     def __repr__(self) -> str:
-        return "LayoutBlocks(%d blocks of %r)" % (len(self.indices), self.layout)
+        return "LayoutBlocks(%d blocks of %r)" % (len(self._indices), self._layout)
 
 
 def _block_body(index: int) -> bytes:
@@ -348,11 +359,11 @@ def _layout_request(bkeys: List[bytes], blocks: LayoutBlocks, get: bool, field2:
     written as bytes: the items (key, then block: a LayoutBlock naming the index), lease_id /
     replicas (`field2`) when not zero, then the layout's runs (block_layout), then a get's
     lease_token when not empty (protobuf's own order: by field number)."""
-    indices = blocks.indices
+    indices = blocks._indices
     if len(indices) != len(bkeys):
         raise ValueError("%s: %d keys but %d blocks" % ("get" if get else "put", len(bkeys),
                                                          len(indices)))
-    layout = blocks.layout
+    layout = blocks._layout
     layout._prepared.check(checker, "block layout")
     if get:
         items_key, key_key, block_key, field2_key = (W.GET_ITEMS, W.GET_ITEM_KEY,

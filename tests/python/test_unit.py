@@ -513,7 +513,18 @@ def test_layout_batches_are_written_as_the_same_bytes_as_messages():
             layout.blocks([1, True])
         with pytest.raises(TypeError, match="must be an int, got float"):
             layout.blocks([1.0])
-        assert layout.blocks(np.arange(3, 6)).indices == [3, 4, 5]   # numpy ints are ints
+        assert layout.blocks(np.arange(3, 6)).indices == (3, 4, 5)   # numpy ints are ints
+        # Checked once, then fixed: a request is written from them without checking again.
+        source = [0, 1]
+        blocks = layout.blocks(source)
+        source[0] = -1
+        assert blocks.indices == (0, 1)
+        with pytest.raises(TypeError):
+            blocks.indices[0] = -1  # type: ignore[index]
+        with pytest.raises(AttributeError):
+            blocks.indices = (-1, 1)  # type: ignore[misc]
+        with pytest.raises(AttributeError):
+            blocks.layout = layout  # type: ignore[misc]
         with pytest.raises(TypeError, match="sequence of ints"):
             layout.blocks(3)
         with pytest.raises(ValueError, match="2 keys but 1 blocks"):
