@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import grpc
 import grpc.aio
 
-from mcstore import _answers, _core
+from mcstore import _answers, _channel, _core
 from mcstore._buffers import SharedBuffer, Slice
 from mcstore._client import Client, _LeaseFields
 from mcstore._tls import TlsArg, tls_config
@@ -62,8 +62,8 @@ class AsyncClient:
         self.timeout_s = float(timeout_s)
         if self.timeout_s <= 0:
             raise ValueError("timeout_s must be > 0")
-        self._channel = _core.open_channel(grpc.aio, address, tls_config(tls))
-        self._rpc: Dict[str, Any] = _core.unary_stubs(self._channel, (
+        self._channel = _channel.open_channel(grpc.aio, address, tls_config(tls))
+        self._rpc: Dict[str, Any] = _channel.unary_stubs(self._channel, (
             "BatchPut", "BatchGet", "BatchExist", "MatchPrefix", "ReleaseLease", "BatchRemove"))
         # buffers and their fd session; no connection until used
         self._control = Client(address, timeout_s, token=token, token_file=token_file,

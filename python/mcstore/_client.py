@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 import grpc
 
-from mcstore import _answers, _core
+from mcstore import _answers, _channel, _core
 from mcstore._buffers import SharedBuffer, Slice, _check_int, check_shm_name
 from mcstore._core import IntoArg, KeyLike, ValuesArg
 from mcstore._errors import (Code, GetResult, Result, SessionLostError, StoreError,
@@ -149,8 +149,8 @@ class Client:
                           or os.environ.get("MCSTORE_FD_SOCKET") or None)
         self._fd_session: Optional[FdSession] = None
         self.tls: Optional[TlsConfig] = tls_config(tls)
-        self._channel = _core.open_channel(grpc, address, self.tls)
-        self._rpc: Dict[str, Any] = _core.unary_stubs(self._channel, (
+        self._channel = _channel.open_channel(grpc, address, self.tls)
+        self._rpc: Dict[str, Any] = _channel.unary_stubs(self._channel, (
             "RegisterBuffer", "UnregisterBuffer", "BatchPut", "BatchGet", "BatchExist",
             "MatchPrefix", "ReleaseLease", "BatchRemove"))
         self._checker = _core.SliceChecker(self)
@@ -571,7 +571,7 @@ class Client:
             if self._gpu_rpc is None:
                 gpb = gpu_pb2()
                 self._gpu_rpc = {name: self._channel.unary_unary(
-                    GPU_SERVICE + name, request_serializer=_core.serialize,
+                    GPU_SERVICE + name, request_serializer=_channel.serialize,
                     response_deserializer=getattr(gpb, name + "Response").FromString)
                     for name in ("RegisterGpuBuffer", "UnregisterGpuBuffer")}
             stub = self._gpu_rpc[rpc]

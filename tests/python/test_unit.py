@@ -14,7 +14,7 @@ import pytest
 import mcstore
 from mcstore import (Client, Code, GetResult, LeaseRef, Result, SharedBuffer, Slice,
                      StoreError, UnavailableError)
-from mcstore import _answers, _core, _errors
+from mcstore import _answers, _channel, _core, _errors
 from mcstore._buffers import check_shm_name
 from mcstore.v1 import store_pb2
 
@@ -192,11 +192,11 @@ def test_shm_names_checked():
 
 
 def test_address_forms():
-    assert _core.channel_target("unix:/run/x.sock") == "unix:/run/x.sock"
-    assert _core.channel_target("/run/x.sock") == "unix:/run/x.sock"
-    assert _core.channel_target("127.0.0.1:5") == "127.0.0.1:5"
+    assert _channel.channel_target("unix:/run/x.sock") == "unix:/run/x.sock"
+    assert _channel.channel_target("/run/x.sock") == "unix:/run/x.sock"
+    assert _channel.channel_target("127.0.0.1:5") == "127.0.0.1:5"
     with pytest.raises(ValueError, match="no port"):
-        _core.channel_target("localhost")
+        _channel.channel_target("localhost")
     with pytest.raises(ValueError):
         Client("")
 
@@ -604,7 +604,7 @@ def test_prepared_batches_are_written_as_the_same_bytes_as_messages():
             assert type(raw) is bytes and raw == ref.SerializeToString()
             assert lengths == ref_lengths and bkeys == keys
             assert store_pb2.BatchGetRequest.FromString(raw) == ref
-            assert _core.serialize(raw) is raw and _core.serialize(ref) == raw
+            assert _channel.serialize(raw) is raw and _channel.serialize(ref) == raw
         for replicas in (None, 1, 1000):
             raw, _ = _core.build_put(keys, prepared, replicas, checker)
             ref, _ = _core.build_put(keys, geometries, replicas, checker)
