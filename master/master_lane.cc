@@ -64,15 +64,9 @@ absl::StatusOr<int> Listen(const std::string& listen, int* bound_port) {
   return fd;
 }
 
-// A connection's buffers grown past this by a large call are freed after it.
-constexpr size_t kKeepBufferBytes = 1 << 20;
 // The first block of each call's arena, kept by the connection: a call of a few keys allocates
 // nothing for its request and response messages.
 constexpr size_t kArenaBlockBytes = 16 << 10;
-
-void Trim(std::string& buffer) {
-  if (buffer.capacity() > kKeepBufferBytes) std::string().swap(buffer);
-}
 
 // One served call: parse the body on `arena`, answer through the service's front door.
 template <typename Req, typename Resp>
@@ -284,8 +278,8 @@ void MasterLane::ServeStream(lane::Stream& stream) {
       Dispatch(request, arena, &out);
     }
     serving = stream.WriteAll(out);
-    Trim(out);
-    Trim(request.body);
+    lane::TrimBuffer(out);
+    lane::TrimBuffer(request.body);
   }
   stream.Shutdown();
 }

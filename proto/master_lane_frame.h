@@ -101,4 +101,12 @@ absl::Status ReadReply(const ReadExactly& read, size_t max_body_bytes, Reply* ou
 void AppendReply(uint32_t code, uint64_t call_id, std::string_view message, std::string_view leader,
                  const google::protobuf::MessageLite* body, std::string* out);
 
+// Both ends keep a connection's frame buffers between calls, so that a call allocates nothing for
+// them once the connection has served one of its size; a buffer a large call grew past
+// kKeepBufferBytes is freed after that call.
+inline constexpr size_t kKeepBufferBytes = 1 << 20;
+inline void TrimBuffer(std::string& buffer) {
+  if (buffer.capacity() > kKeepBufferBytes) std::string().swap(buffer);
+}
+
 }  // namespace mc::lane

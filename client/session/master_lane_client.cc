@@ -118,9 +118,8 @@ void MasterLaneClient::Give(Conn conn, bool healthy) {
   absl::MutexLock lock(&mu_);
   if (healthy) {
     conn.idle_since_ms = clock_.NowMs();
-    for (std::string* b : {&conn.frame, &conn.reply.body}) {
-      if (b->capacity() > kKeepBufferBytes) std::string().swap(*b);
-    }
+    lane::TrimBuffer(conn.frame);
+    lane::TrimBuffer(conn.reply.body);
     idle_.push_back(std::move(conn));
     return;
   }

@@ -74,7 +74,7 @@ class MasterLaneClient {
  private:
   // An open connection: reused while idle for less than reuse_ms (half the master's idle
   // timeout). Its request frame and reply are kept between calls, so that a call allocates
-  // nothing for them once the connection has served one of its size (up to kKeepBufferBytes).
+  // nothing for them once the connection has served one of its size (lane::TrimBuffer).
   struct Conn {
     int fd = -1;
     std::shared_ptr<lane::Stream> stream;  // over fd
@@ -83,8 +83,6 @@ class MasterLaneClient {
     std::string frame;
     lane::Reply reply;
   };
-  // A buffer grown past this by a large call is freed after it.
-  static constexpr size_t kKeepBufferBytes = 1 << 20;
   // An idle connection, a new one (fd -1 when it failed), or fd -2 when busy / backing off.
   Conn Take() ABSL_LOCKS_EXCLUDED(mu_);
   void Give(Conn conn, bool healthy) ABSL_LOCKS_EXCLUDED(mu_);

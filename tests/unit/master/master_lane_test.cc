@@ -491,5 +491,18 @@ TEST_F(MasterLaneTest, WithTlsAPlaintextClientIsRefusedAndNothingIsServed) {
   std::filesystem::remove_all(dir);
 }
 
+// Both ends keep a connection's buffers up to lane::kKeepBufferBytes and free a larger one.
+TEST(LaneTrimBuffer, KeepsUpToTheBoundAndFreesALargerBuffer) {
+  std::string kept;
+  kept.reserve(lane::kKeepBufferBytes);
+  const size_t capacity = kept.capacity();
+  lane::TrimBuffer(kept);
+  EXPECT_EQ(kept.capacity(), capacity);
+  std::string grown(lane::kKeepBufferBytes + 1, 'x');
+  lane::TrimBuffer(grown);
+  EXPECT_TRUE(grown.empty());
+  EXPECT_LT(grown.capacity(), lane::kKeepBufferBytes);
+}
+
 }  // namespace
 }  // namespace mc::master
