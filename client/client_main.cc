@@ -136,12 +136,13 @@ ABSL_FLAG(uint64_t, tcp_frame_bytes, 4ull << 20,
 ABSL_FLAG(
     int32_t, tcp_receive_threads, 2,
     "helper threads that drive a batch's tcp connections besides the caller (0 = caller only)");
-ABSL_FLAG(int32_t, tcp_send_buffer_bytes, 8 << 20,
+ABSL_FLAG(int32_t, tcp_send_buffer_bytes, mc::transfer::tcp::kDataPlaneBuffers.send_bytes,
           "SO_SNDBUF of data-plane connections (0 = kernel autotuning)");
-ABSL_FLAG(int32_t, tcp_receive_buffer_bytes, 0,
+ABSL_FLAG(int32_t, tcp_receive_buffer_bytes, mc::transfer::tcp::kDataPlaneBuffers.receive_bytes,
           "SO_RCVBUF of data-plane connections (0 = kernel autotuning, starting from "
           "--tcp_receive_buffer_floor_bytes)");
-ABSL_FLAG(int32_t, tcp_receive_buffer_floor_bytes, 16 << 20,
+ABSL_FLAG(int32_t, tcp_receive_buffer_floor_bytes,
+          mc::transfer::tcp::kDataPlaneBuffers.receive_floor_bytes,
           "an autotuned data-plane receive buffer starts at this size (0 = net.ipv4.tcp_rmem's "
           "default)");
 ABSL_FLAG(int32_t, tcp_socket_buffer_bytes, -1,
@@ -339,13 +340,13 @@ void TransferFromFlags(ClientServerOptions& o) {
   o.transfer.local.copy_threads = absl::GetFlag(FLAGS_copy_threads);
   o.transfer.tcp.frame_bytes = absl::GetFlag(FLAGS_tcp_frame_bytes);
   o.transfer.tcp.receive_threads = absl::GetFlag(FLAGS_tcp_receive_threads);
-  o.transfer.tcp.send_buffer_bytes = absl::GetFlag(FLAGS_tcp_send_buffer_bytes);
-  o.transfer.tcp.receive_buffer_bytes = absl::GetFlag(FLAGS_tcp_receive_buffer_bytes);
-  o.transfer.tcp.receive_floor_bytes = absl::GetFlag(FLAGS_tcp_receive_buffer_floor_bytes);
+  o.transfer.tcp.socket_buffers = {
+      .send_bytes = absl::GetFlag(FLAGS_tcp_send_buffer_bytes),
+      .receive_bytes = absl::GetFlag(FLAGS_tcp_receive_buffer_bytes),
+      .receive_floor_bytes = absl::GetFlag(FLAGS_tcp_receive_buffer_floor_bytes)};
   if (const int32_t both = absl::GetFlag(FLAGS_tcp_socket_buffer_bytes); both != -1) {
-    o.transfer.tcp.send_buffer_bytes = both;
-    o.transfer.tcp.receive_buffer_bytes = both;
-    o.transfer.tcp.receive_floor_bytes = 0;  // as before the split (negative: rejected below)
+    // As before the split (negative: rejected below).
+    o.transfer.tcp.socket_buffers = {.send_bytes = both, .receive_bytes = both};
   }
   o.transfer.transport = absl::GetFlag(FLAGS_transport);
   o.transfer.rdma.device = absl::GetFlag(FLAGS_rdma_device);

@@ -121,11 +121,12 @@ void ValidateTransfer(const ClientServerOptions& o, Checker& check) {
         absl::StrCat("--tcp_frame_bytes must be in 1..", transfer::tcp::kDefaultMaxFrameLength));
   check(t.tcp.receive_threads >= 0, "--tcp_receive_threads must be >= 0");
   check(t.local.copy_threads >= 0, "--copy_threads must be >= 0");
-  check(t.tcp.send_buffer_bytes >= 0,
+  const transfer::tcp::SocketBuffers& buffers = t.tcp.socket_buffers;
+  check(buffers.send_bytes >= 0,
         "--tcp_send_buffer_bytes (or --tcp_socket_buffer_bytes) must be >= 0");
-  check(t.tcp.receive_buffer_bytes >= 0,
+  check(buffers.receive_bytes >= 0,
         "--tcp_receive_buffer_bytes (or --tcp_socket_buffer_bytes) must be >= 0");
-  check(t.tcp.receive_floor_bytes >= 0, "--tcp_receive_buffer_floor_bytes must be >= 0");
+  check(buffers.receive_floor_bytes >= 0, "--tcp_receive_buffer_floor_bytes must be >= 0");
   check(t.transport == "auto" || t.transport == "tcp" || t.transport == "rdma",
         "--transport must be auto, tcp or rdma");
   // One-sided rdma moves plaintext (docs/security.md): an encrypted data plane refuses it.

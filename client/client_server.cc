@@ -145,9 +145,7 @@ absl::Status ClientServer::StartDataPlane() {
   transfer::tcp::TcpDataServerOptions data_opts = options_.data_server;
   data_opts.listen_address = options_.data;
   data_opts.metrics = &registry_;
-  data_opts.socket_buffers = {.send_bytes = options_.transfer.tcp.send_buffer_bytes,
-                              .receive_bytes = options_.transfer.tcp.receive_buffer_bytes,
-                              .receive_floor_bytes = options_.transfer.tcp.receive_floor_bytes};
+  data_opts.socket_buffers = options_.transfer.tcp.socket_buffers;
   if (options_.cluster_keys != nullptr) {
     capabilities_ = std::make_unique<auth::CapabilityVerifier>(
         auth::CapabilityVerifierOptions{.clock_skew_ms = options_.capability_clock_skew_ms},

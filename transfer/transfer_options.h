@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "common/auth.h"
 #include "common/metrics.h"
+#include "transfer/tcp/socket_util.h"
 
 namespace mc::transfer {
 
@@ -43,12 +44,10 @@ struct LocalTransportOptions {
 // `tcp` (transfer/tcp/): remote requests over our framed protocol.
 struct TcpTransportOptions {
   int connections_per_peer = 4;  // pooled connections per peer (and per batch)
-  // Socket buffers of tcp connections, outgoing and served (tcp/socket_util.h SocketBuffers):
-  // SO_SNDBUF, SO_RCVBUF (0 = kernel autotuning) and, when the receive buffer autotunes, the
-  // size it starts from (0 = net.ipv4.tcp_rmem's default).
-  int send_buffer_bytes = 8 << 20;
-  int receive_buffer_bytes = 0;
-  int receive_floor_bytes = 16 << 20;
+  // Socket buffers of tcp connections, outgoing and served (tcp/socket_util.h): SO_SNDBUF,
+  // SO_RCVBUF (0 = kernel autotuning) and, when the receive buffer autotunes, the size it starts
+  // from (0 = net.ipv4.tcp_rmem's default).
+  tcp::SocketBuffers socket_buffers = tcp::kDataPlaneBuffers;
   uint64_t frame_bytes = 4 << 20;  // a request is cut into frames of at most this many bytes
   int receive_threads = 2;         // helper threads running poll loops (0 = caller only)
   // Cluster keys: connections (and the rdma connection setup, which rides the tcp data plane)

@@ -25,9 +25,7 @@ namespace mc::transfer::tcp {
 
 struct ConnectionPoolOptions {
   int connections_per_peer = 4;  // idle connections kept per peer
-  // SO_SNDBUF 8 MiB; SO_RCVBUF autotuned from 16 MiB (as mc-client's --tcp_*_buffer_* flags).
-  SocketBuffers socket_buffers{
-      .send_bytes = 8 << 20, .receive_bytes = 0, .receive_floor_bytes = 16 << 20};
+  SocketBuffers socket_buffers = kDataPlaneBuffers;  // socket_util.h
   auth::ClusterKeysPtr cluster_keys;    // null: no handshake (--auth=false)
   int64_t handshake_timeout_ms = 5000;  // bounds a new connection's handshake (and the deadline)
   // With keys: ask for encrypted connections (sealed_records.h; --data_encryption=on).

@@ -59,9 +59,7 @@ namespace mc::transfer::tcp {
 
 struct TcpDataServerOptions {
   std::string listen_address = "0.0.0.0:0";  // HOST:PORT; port 0 picks a free port
-  // SO_SNDBUF 8 MiB; SO_RCVBUF autotuned from 16 MiB (as mc-client's --tcp_*_buffer_* flags).
-  SocketBuffers socket_buffers{
-      .send_bytes = 8 << 20, .receive_bytes = 0, .receive_floor_bytes = 16 << 20};
+  SocketBuffers socket_buffers = kDataPlaneBuffers;  // socket_util.h
   uint64_t max_frame_length = kDefaultMaxFrameLength;
   MetricsRegistry* metrics = nullptr;  // optional; the counters and gauges live here
   // Connection limits of AUTHENTICATED connections (with keys: those that passed the handshake;

@@ -43,6 +43,12 @@ struct SocketBuffers {
   int receive_floor_bytes = 0;
 };
 
+// The data plane's defaults (mc-client's --tcp_*_buffer_* flags, the tcp transport's options, the
+// connection pool and the data-plane server): SO_SNDBUF 8 MiB; SO_RCVBUF autotuned, starting from
+// 16 MiB. One place to change them.
+inline constexpr SocketBuffers kDataPlaneBuffers{
+    .send_bytes = 8 << 20, .receive_bytes = 0, .receive_floor_bytes = 16 << 20};
+
 // TCP_NODELAY and the socket buffer sizes.
 void TuneSocket(int fd, SocketBuffers buffers);
 

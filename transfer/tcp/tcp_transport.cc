@@ -229,13 +229,10 @@ void RunPipelines(const std::vector<PipelinedConnection*>& conns, int64_t deadli
 
 TcpTransport::TcpTransport(TcpTransportOptions options)
     : options_(options),
-      pool_(tcp::ConnectionPoolOptions{
-          .connections_per_peer = options.connections_per_peer,
-          .socket_buffers = {.send_bytes = options.send_buffer_bytes,
-                             .receive_bytes = options.receive_buffer_bytes,
-                             .receive_floor_bytes = options.receive_floor_bytes},
-          .cluster_keys = options.cluster_keys,
-          .encrypt = options.encryption}),
+      pool_(tcp::ConnectionPoolOptions{.connections_per_peer = options.connections_per_peer,
+                                       .socket_buffers = options.socket_buffers,
+                                       .cluster_keys = options.cluster_keys,
+                                       .encrypt = options.encryption}),
       workers_(std::max(0, options.receive_threads)) {}
 
 void TcpTransport::Submit(std::span<const TransferRequest* const> requests,

@@ -83,8 +83,7 @@ class ClientFixture : public ::testing::Test {
     o.local_endpoint = kLocalEndpoint;
     o.local.copy_threads = 1;
     o.tcp.connections_per_peer = 1;
-    o.tcp.send_buffer_bytes = 1 << 20;
-    o.tcp.receive_buffer_bytes = 1 << 20;
+    o.tcp.socket_buffers = {.send_bytes = 1 << 20, .receive_bytes = 1 << 20};
     return o;
   }
 
