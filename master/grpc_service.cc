@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/master_credentials.h"
 #include "common/rpc_scope.h"
+#include "master/grpc_answers.h"
 #include "proto/packed_lookups.h"
 #include "proto/status_convert.h"
 
@@ -269,132 +270,9 @@ const std::string& Self(const Caller& caller, const Req& req) {
   return caller.authenticated() ? caller.client_id : req.client_id();
 }
 
-v1::Tier ToProtoTier(ReplicaTier tier) {
-  return tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK;
-}
-
-void ToProto(const Replica& r, v1::Replica* out, std::string_view capability = {}) {
-  out->set_tier(ToProtoTier(r.tier));
-  out->set_client_id(r.location.client_id);
-  out->set_data_endpoint(r.location.endpoint);
-  out->set_segment_id(r.location.segment_id);
-  out->set_offset(r.location.offset);
-  out->set_length(r.location.length);
-  if (!capability.empty()) out->set_capability(capability.data(), capability.size());
-}
-
-// What the replicas of an answer are granted: nothing without a minter (--auth=false).
-struct Grants {
-  CapabilityMinter* minter = nullptr;
-  auth::Right right = auth::Right::kRead;
-  int64_t expiry_ms = 0;
-  // The answered keys, row by row (lookups: for a DISK replica's key tag); may be shorter.
-  std::span<const std::string_view> keys;
-};
-
-// The capability of `replica` of row `row` under `grants` (a view of `out`), or empty.
-std::string_view Grant(const Grants& grants, std::optional<CapabilityMinter::Batch>& batch,
-                       const Replica& replica, uint64_t generation, size_t row,
-                       auth::CapabilityBytes& out) {
-  if (grants.minter == nullptr) return {};
-  if (!batch) batch.emplace(*grants.minter);
-  const std::string_view key = row < grants.keys.size() ? grants.keys[row] : std::string_view();
-  if (!batch->Mint(replica, grants.right, generation, key, grants.expiry_ms, out)) return {};
-  return {reinterpret_cast<const char*>(out.data()), out.size()};
-}
-
-// A lookup's outcomes as one record per key.
-void AddRecords(const std::vector<LookupOutcome>& outcomes, const Grants& grants,
-                v1::GetReplicasResponse* resp) {
-  std::optional<CapabilityMinter::Batch> batch;
-  auth::CapabilityBytes cap;
-  for (size_t row = 0; row < outcomes.size(); ++row) {
-    const LookupOutcome& o = outcomes[row];
-    v1::KeyReplicas* r = resp->add_results();
-    r->set_code(ToProtoCode(ToCode(o.status)));
-    if (!o.status.ok()) r->set_message(std::string(o.status.message()));
-    r->set_size(o.size);
-    r->set_checksum(o.checksum);
-    r->set_generation(o.generation);
-    for (const Replica& replica : o.replicas) {
-      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, row, cap));
-    }
-  }
-}
-
-// The same outcomes as columns (PackedLookups).
-void AddColumns(const std::vector<LookupOutcome>& outcomes, const Grants& grants,
-                v1::PackedLookups* out) {
-  PackedLookupsWriter packed(out, outcomes.size());
-  std::optional<CapabilityMinter::Batch> batch;
-  auth::CapabilityBytes cap;
-  for (size_t row = 0; row < outcomes.size(); ++row) {
-    const LookupOutcome& o = outcomes[row];
-    const absl::string_view message = o.status.message();
-    packed.AddRow(ToProtoCode(ToCode(o.status)), {message.data(), message.size()}, o.size,
-                  o.checksum, o.generation);
-    for (const Replica& r : o.replicas) {
-      packed.AddReplica(ToProtoTier(r.tier), r.location.client_id, r.location.endpoint,
-                        r.location.segment_id, r.location.offset, r.location.length,
-                        Grant(grants, batch, r, o.generation, row, cap));
-    }
-  }
-}
-
 template <typename Repeated>
 std::vector<std::string_view> Keys(const Repeated& keys) {
   return std::vector<std::string_view>(keys.begin(), keys.end());
-}
-
-// Placements of PutStart and PromoteStart, with the writers' deadline.
-template <typename Response>
-void AddPlacements(const std::vector<PutStartOutcome>& outcomes, int64_t write_deadline_ms,
-                   const Grants& grants, Response* resp) {
-  std::optional<CapabilityMinter::Batch> batch;
-  auth::CapabilityBytes cap;
-  for (size_t row = 0; row < outcomes.size(); ++row) {
-    const PutStartOutcome& o = outcomes[row];
-    v1::PutStartResult* r = resp->add_results();
-    r->set_code(ToProtoCode(ToCode(o.status)));
-    r->set_message(std::string(o.status.message()));
-    r->set_generation(o.generation);
-    r->set_no_space_final(o.no_space_final);
-    r->set_write_back_pending(o.write_back_pending);
-    for (const Replica& replica : o.replicas) {
-      ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, row, cap));
-    }
-  }
-  resp->set_write_deadline_ms(write_deadline_ms);
-}
-
-template <typename Response>
-void AddResults(const std::vector<absl::Status>& statuses, Response* response) {
-  for (const auto& s : statuses) SetResult(s, response->add_results());
-}
-
-std::vector<DiskReplicaItem> DiskItems(
-    const google::protobuf::RepeatedPtrField<v1::DiskReplicaItem>& items) {
-  std::vector<DiskReplicaItem> out;
-  for (const auto& item : items) {
-    out.push_back({item.key(), item.generation(), item.locator(), item.length(), item.checksum()});
-  }
-  return out;
-}
-
-// The writer stops writing write_deadline_ms after it sent PutStart; the grant ends then too
-// (counted from now, a little after it sent), long before the put is revoked (2x). Each grant
-// binds its row's key (`keys`, one per requested item): the owner records the replica under no
-// other (an INDEX notice naming another key is refused).
-Grants WriteGrants(CapabilityMinter* minter, int64_t write_deadline_ms,
-                   std::span<const std::string_view> keys) {
-  Grants grants;
-  if (minter != nullptr) {
-    grants = {.minter = minter,
-              .right = auth::Right::kWrite,
-              .expiry_ms = minter->NowMs() + write_deadline_ms,
-              .keys = keys};
-  }
-  return grants;
 }
 
 }  // namespace
