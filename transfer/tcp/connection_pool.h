@@ -25,7 +25,8 @@ namespace mc::transfer::tcp {
 
 struct ConnectionPoolOptions {
   int connections_per_peer = 4;  // idle connections kept per peer
-  SocketBuffers socket_buffers = kDataPlaneBuffers;  // socket_util.h
+  // The data plane's default socket buffers (socket_util.h).
+  SocketBuffers socket_buffers = kDataPlaneBuffers;
   auth::ClusterKeysPtr cluster_keys;    // null: no handshake (--auth=false)
   int64_t handshake_timeout_ms = 5000;  // bounds a new connection's handshake (and the deadline)
   // With keys: ask for encrypted connections (sealed_records.h; --data_encryption=on).

@@ -59,7 +59,8 @@ namespace mc::transfer::tcp {
 
 struct TcpDataServerOptions {
   std::string listen_address = "0.0.0.0:0";  // HOST:PORT; port 0 picks a free port
-  SocketBuffers socket_buffers = kDataPlaneBuffers;  // socket_util.h
+  // The data plane's default socket buffers (socket_util.h).
+  SocketBuffers socket_buffers = kDataPlaneBuffers;
   uint64_t max_frame_length = kDefaultMaxFrameLength;
   MetricsRegistry* metrics = nullptr;  // optional; the counters and gauges live here
   // Connection limits of AUTHENTICATED connections (with keys: those that passed the handshake;
