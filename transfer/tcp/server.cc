@@ -415,9 +415,7 @@ bool TcpDataServer::Admit(Conn& conn) {
 
 void TcpDataServer::ServeConnection(Conn* conn) {
   bool closed = options_.cluster_keys != nullptr && !(Authenticate(*conn) && Admit(*conn));
-  if (!closed && options_.socket_buffers.receive_bytes == 0) {
-    RaiseReceiveBuffer(conn->fd.get(), options_.socket_buffers.receive_floor_bytes);
-  }
+  if (!closed) ApplyReceiveFloor(conn->fd.get(), options_.socket_buffers);
   if (!closed && conn->channel == nullptr) {
     conn->channel = std::make_unique<BlockingChannel>(conn->fd.get(), nullptr, true);
   }

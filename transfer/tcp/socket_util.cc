@@ -115,16 +115,16 @@ void TuneSocket(int fd, SocketBuffers buffers) {
   if (buffers.receive_bytes > 0) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffers.receive_bytes, sizeof(buffers.receive_bytes));
   }
-  if (buffers.receive_bytes == 0) RaiseReceiveBuffer(fd, buffers.receive_floor_bytes);
+  ApplyReceiveFloor(fd, buffers);
 }
 
-void RaiseReceiveBuffer(int fd, int floor_bytes) {
-  if (floor_bytes > 0) {
+void ApplyReceiveFloor(int fd, SocketBuffers buffers) {
+  if (buffers.receive_bytes == 0 && buffers.receive_floor_bytes > 0) {
     // Linux (tcp_set_rcvlowat) grows the receive buffer of a socket that autotunes it to hold a
     // window of SO_RCVLOWAT bytes (the mark capped at tcp_rmem[2] / 2), without locking it as
     // SO_RCVBUF would, and keeps it when the mark goes back to 1 byte (the default, which the
     // poll loops rely on). Older kernels ignore the first call; both are best effort.
-    const int mark = floor_bytes / 2;
+    const int mark = buffers.receive_floor_bytes / 2;
     const int one_byte = 1;
     setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof(mark));
     setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one_byte, sizeof(one_byte));

@@ -52,9 +52,10 @@ inline constexpr SocketBuffers kDataPlaneBuffers{
 // TCP_NODELAY and the socket buffer sizes.
 void TuneSocket(int fd, SocketBuffers buffers);
 
-// Raises the receive buffer of a socket that autotunes it to about `floor_bytes` (best effort;
-// TuneSocket does this for receive_floor_bytes).
-void RaiseReceiveBuffer(int fd, int floor_bytes);
+// Raises an autotuned receive buffer (receive_bytes 0) to about receive_floor_bytes, best
+// effort; does nothing when receive_bytes is set (an explicit SO_RCVBUF) or the floor is 0.
+// TuneSocket calls it; the data-plane server calls it for a connection once it is admitted.
+void ApplyReceiveFloor(int fd, SocketBuffers buffers);
 
 // A listening socket on "HOST:PORT" (port 0 = any free port); `bound` receives "HOST:PORT".
 absl::StatusOr<UniqueFd> ListenTcp(const std::string& endpoint, SocketBuffers buffers,
