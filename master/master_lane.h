@@ -12,13 +12,12 @@
 // will not read. Bounds (docs/security.md): at most max_connections connections (more are
 // accepted, greeted "full" and closed at once, counted), and at most max_connections_per_address
 // from one IP address (likewise, counted apart), so that one host cannot take the whole bound
-// from the others; a connection silent for idle_timeout_ms,
-// or a frame that stops half-way that long, is closed; bodies up to max_body_bytes; malformed
-// frames are answered or closed. Metrics: mc_master_lane_connections,
-// mc_master_lane_refused_total{reason}. With TLS (options.tls: the gRPC listener's files and
-// rules), a TLS handshake bounded by handshake_timeout_ms comes first (proto/lane_tls.h); a
-// connection over the bound is then closed without a greeting (the daemon's handshake fails).
-// Thread-safe; Stop() joins every thread it started.
+// from the others; a connection silent for idle_timeout_ms, or a frame that stops half-way that
+// long, is closed; bodies up to max_body_bytes; malformed frames are answered or closed. Metrics:
+// mc_master_lane_connections, mc_master_lane_refused_total{reason}. With TLS (options.tls: the gRPC
+// listener's files and rules), a TLS handshake bounded by handshake_timeout_ms comes first
+// (proto/lane_tls.h); a connection over the bound is then closed without a greeting (the daemon's
+// handshake fails). Thread-safe; Stop() joins every thread it started.
 #pragma once
 
 #include <algorithm>
@@ -73,9 +72,9 @@ class MasterLane {
   void AcceptLoop();
   void Serve(uint64_t id, int fd);
   void ServeStream(lane::Stream& stream);
-  // One frame's answer, appended to `out`; its messages live on `arena`.
   // Greets `fd` "full" (plaintext) and closes it, counted in `reason`.
   void Refuse(int fd, Counter& reason);
+  // One frame's answer, appended to `out`; its messages live on `arena`.
   void Dispatch(const lane::Request& request, google::protobuf::Arena& arena, std::string* out);
   // Joins the threads of connections that ended.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
