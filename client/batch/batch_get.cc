@@ -15,6 +15,7 @@
 #include "common/keys.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "proto/packed_lookups.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
@@ -133,6 +134,7 @@ std::vector<GetItemResult> BatchGetter::Get(std::vector<GetRequestItem>& items, 
   }
   if (!batch.plans.empty()) {
     Lookup(batch, lease_id);
+    OrderReplicas(batch);
     AssignDestinations(batch, sink);
     SettleSpeculation(batch);
     TransferRounds(batch);
@@ -158,30 +160,93 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
         continue;
       }
     }
-    req.add_keys(plan.key);
     asked.push_back(p);
   }
-  if (!asked.empty()) {
-    StartSpeculation(batch, asked);  // copies our own keys while the lookup is in flight
-    int64_t sent_ms = clock_.NowMs();
-    auto& resp = *google::protobuf::Arena::CreateMessage<v1::GetReplicasResponse>(&batch.arena);
-    absl::Status s = master_.GetReplicas(req, &resp);
-    if (s.ok() && resp.results_size() != static_cast<int>(asked.size())) {
-      s = McError(Code::kInternal, "master answered a different number of keys");
-    }
-    batch.master_lease_id = resp.lease_id();
-    for (size_t i = 0; i < asked.size(); ++i) {
-      KeyPlan& plan = batch.plans[asked[i]];
-      if (!s.ok()) {
-        plan.status = McError(Code::kUnavailable, absl::StrCat("master lookup: ", s.message()));
-        continue;
-      }
-      plan.lookup = &resp.results(static_cast<int>(i));
-      plan.leased_here = plan.lookup->code() == v1::OK;
-      // The lease began after we sent the request, so this deadline is never late.
-      plan.deadline_ms = sent_ms + static_cast<int64_t>(resp.lease_ttl_ms());
+  if (asked.empty()) return;
+  const bool packed = options_.pack_master_keys &&
+                      clock_.NowMs() >= packed_keys_off_until_ms_.load(std::memory_order_relaxed);
+  SetLookupKeys(batch, asked, packed, &req);
+  StartSpeculation(batch, asked);  // copies our own keys while the lookup is in flight
+  int64_t sent_ms = clock_.NowMs();
+  auto& resp = *google::protobuf::Arena::CreateMessage<v1::GetReplicasResponse>(&batch.arena);
+  absl::Status s = master_.GetReplicas(req, &resp);
+  if (s.ok() && packed && resp.keys_seen() != asked.size()) {
+    // A master older than packed keys saw none (and so leased nothing): ask again key by key.
+    packed_keys_off_until_ms_.store(clock_.NowMs() + options_.packed_keys_retry_ms,
+                                    std::memory_order_relaxed);
+    MC_LOG_EVERY(std::chrono::minutes(10), Logger("client"), warn,
+                 "the master does not read packed keys (it saw {} of {}); gets send them one by "
+                 "one for the next {} ms",
+                 resp.keys_seen(), asked.size(), options_.packed_keys_retry_ms);
+    SetLookupKeys(batch, asked, false, &req);
+    resp.Clear();
+    sent_ms = clock_.NowMs();
+    s = master_.GetReplicas(req, &resp);
+  }
+  const bool reached = s.ok();  // the master answered (it may have leased keys)
+  // The answer's rows: the columns of `packed` (a master older than that answers records).
+  std::optional<PackedLookupsReader> rows;
+  if (s.ok() && resp.has_packed()) {
+    absl::StatusOr<PackedLookupsReader> reader = PackedLookupsReader::Open(resp.packed());
+    if (reader.ok()) {
+      rows = *std::move(reader);
+    } else {
+      s = reader.status();
     }
   }
+  const size_t row_count =
+      rows.has_value() ? rows->rows() : static_cast<size_t>(resp.results_size());
+  if (s.ok() && row_count != asked.size()) {
+    s = McError(Code::kInternal, "master answered a different number of keys");
+  }
+  // An answer this daemon cannot read still leased what the master found: those leases are
+  // given back with the others (the master ignores keys it did not lease under this id) rather
+  // than left to pin the keys for the whole TTL.
+  const bool unreadable = reached && !s.ok() && resp.lease_id() != 0;
+  batch.master_lease_id = resp.lease_id();
+  for (size_t i = 0; i < asked.size(); ++i) {
+    KeyPlan& plan = batch.plans[asked[i]];
+    if (!s.ok()) {
+      plan.status = McError(Code::kUnavailable, absl::StrCat("master lookup: ", s.message()));
+      plan.leased_here = unreadable;
+      continue;
+    }
+    if (rows.has_value()) {
+      auto* record = google::protobuf::Arena::CreateMessage<v1::KeyReplicas>(&batch.arena);
+      rows->Unpack(i, record);
+      plan.lookup = record;
+    } else {
+      plan.lookup = &resp.results(static_cast<int>(i));
+    }
+    plan.leased_here = plan.lookup->code() == v1::OK;
+    // The lease began after we sent the request, so this deadline is never late.
+    plan.deadline_ms = sent_ms + static_cast<int64_t>(resp.lease_ttl_ms());
+  }
+}
+
+// static
+void BatchGetter::SetLookupKeys(const Batch& batch, const std::vector<size_t>& asked, bool packed,
+                                v1::GetReplicasRequest* req) {
+  req->clear_keys();
+  req->clear_packed_keys();
+  req->clear_packed_key_sizes();
+  req->set_packed(packed);
+  if (!packed) {
+    req->mutable_keys()->Reserve(static_cast<int>(asked.size()));
+    for (size_t p : asked) req->add_keys(batch.plans[p].key);
+    return;
+  }
+  size_t total = 0;
+  for (size_t p : asked) total += batch.plans[p].key.size();
+  std::string* bytes = req->mutable_packed_keys();
+  bytes->reserve(total);
+  req->mutable_packed_key_sizes()->Reserve(static_cast<int>(asked.size()));
+  for (size_t p : asked) {
+    AppendPackedKey(batch.plans[p].key, bytes, req->mutable_packed_key_sizes());
+  }
+}
+
+void BatchGetter::OrderReplicas(Batch& batch) {
   for (KeyPlan& plan : batch.plans) {
     if (!plan.status.ok()) continue;
     if (plan.lookup->code() != v1::OK) {

@@ -37,6 +37,7 @@
 // Thread-safe: concurrent Get() calls share nothing but thread-safe collaborators.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -66,6 +67,12 @@ struct BatchGetOptions {
   // Self-repair: checksum mismatches re-read into private memory per call, and their bytes.
   size_t max_confirm_reads = 16;
   uint64_t max_confirm_bytes = 256ull << 20;
+  // The lookup names its keys packed (GetReplicasRequest.packed_keys) and asks for the answer as
+  // columns (`packed`): one string each way instead of one per key (--pack_master_keys). A
+  // master older than packed keys answers keys_seen 0 (it saw no keys, so leased nothing): the
+  // lookup is sent again key by key, and packing rests for packed_keys_retry_ms.
+  bool pack_master_keys = true;
+  int64_t packed_keys_retry_ms = 60'000;
 };
 
 // Where speculative local copies come from (BatchGetter::SetSpeculation).
@@ -108,6 +115,11 @@ class BatchGetter {
   struct KeyPlan;
   struct Batch;
   void Lookup(Batch& batch, uint64_t lease_id);
+  // Names the keys of the plans `asked` in `req`, packed or one by one (clearing the other form).
+  static void SetLookupKeys(const Batch& batch, const std::vector<size_t>& asked, bool packed,
+                            v1::GetReplicasRequest* req);
+  // From each plan's lookup: its status, and the order in which its replicas are read.
+  void OrderReplicas(Batch& batch);
   // Speculative local copies (client/batch/batch_get_speculate.cc): started for the plans
   // `asked` of the master before the lookup, settled once destinations are assigned (kept ones
   // mark their plan done; the others are read in TransferRounds).
@@ -177,6 +189,8 @@ class BatchGetter {
   HolderBackoff* backoff_ = nullptr;
   std::optional<SpeculationSource> speculation_;
   std::unique_ptr<SpeculativeCopier> copier_;
+  // Until then lookups name their keys one by one (a master older than packed keys was met).
+  std::atomic<int64_t> packed_keys_off_until_ms_{0};
 };
 
 // Copies `from` (scattered) into `to` (scattered); returns bytes copied (min of both totals).

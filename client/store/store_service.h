@@ -55,7 +55,7 @@ struct StoreServiceOptions {
   CallerLimitsOptions limits = {};
   // MatchPrefix sends its keys to the master packed (GetReplicasRequest.packed_keys). A master
   // older than that answers keys_seen 0; the lookup is then sent again key by key, and packing
-  // rests for packed_keys_retry_ms.
+  // rests for packed_keys_retry_ms. The daemon's BatchGetter takes both (BatchGetOptions).
   bool pack_master_keys = true;
   int64_t packed_keys_retry_ms = 60'000;
 };

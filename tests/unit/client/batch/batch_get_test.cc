@@ -312,6 +312,112 @@ TEST_F(BatchGet, MasterUnavailableFailsEveryKeyUnavailable) {
   for (const auto& r : again) EXPECT_TRUE(r.status.ok()) << r.status;
 }
 
+// The lookup names its keys packed and takes the answer as columns; a master older than packed
+// keys (it sees none and answers keys_seen 0) is asked again key by key, and packing rests for
+// packed_keys_retry_ms. Every get reads its bytes and gives back its leases either way.
+TEST_F(BatchGet, LookupsArePackedAndAnOlderMasterIsAskedKeyByKey) {
+  const std::vector<std::string> keys = {"packed-1", "packed-22", "packed-333"};
+  const std::vector<std::string> payloads = {Payload(3000, 101), Payload(70'001, 102),
+                                             Payload(1, 103)};
+  for (const auto& s : Put(keys, payloads)) ASSERT_TRUE(s.ok()) << s;
+  BatchGetOptions options{kLocalId, kLocalEndpoint, 0, 8};
+  options.packed_keys_retry_ms = 1000;
+  BatchGetter packing(options, master_, engine_, prefix_leases_, clock_, metrics_);
+  BatchGetter* getter = &packing;
+  int packed_answers = 0;
+  master_.SetAfterGetReplicas(
+      [&](v1::GetReplicasResponse* resp) { packed_answers += resp->has_packed() ? 1 : 0; });
+  // Gets every key (plus a miss) and returns the master calls it made.
+  auto get = [&] {
+    const int before = master_.Calls(Rpc::kGetReplicas);
+    size_t total = 0;
+    for (const auto& p : payloads) total += p.size();
+    DestArena arena(total);
+    std::vector<GetRequestItem> items;
+    size_t pos = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      items.push_back(SliceItem(keys[i], arena.Slices(pos, payloads[i].size(), 2)));
+      pos += payloads[i].size();
+    }
+    items.push_back(InlineItem("packed-missing"));
+    StringSink sink(items.size());
+    auto res = getter->Get(items, 0, &sink);
+    pos = 0;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_TRUE(res[i].status.ok()) << keys[i] << ": " << res[i].status;
+      EXPECT_EQ(arena.Bytes(pos, payloads[i].size()), payloads[i]) << keys[i];
+      pos += payloads[i].size();
+    }
+    EXPECT_EQ(CodeOf(res.back().status), Code::kNotFound) << res.back().status;
+    EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u) << "every lease given back";
+    return master_.Calls(Rpc::kGetReplicas) - before;
+  };
+  EXPECT_EQ(get(), 1);
+  EXPECT_EQ(packed_answers, 1) << "keys packed, the answer as columns";
+  master_.SetIgnorePackedFields(true);
+  EXPECT_EQ(get(), 2) << "packed, then key by key";
+  EXPECT_EQ(get(), 1) << "key by key at once while packing rests";
+  EXPECT_EQ(packed_answers, 1);
+  master_.SetIgnorePackedFields(false);
+  clock_.AdvanceMs(1001);
+  EXPECT_EQ(get(), 1);
+  EXPECT_EQ(packed_answers, 2) << "packed again after packed_keys_retry_ms";
+  options.pack_master_keys = false;  // --pack_master_keys=false: always key by key
+  BatchGetter unpacked(options, master_, engine_, prefix_leases_, clock_, metrics_);
+  getter = &unpacked;
+  EXPECT_EQ(get(), 1);
+  EXPECT_EQ(packed_answers, 2);
+}
+
+// Columns that do not describe whole rows fail every key of the lookup (never read out of
+// bounds), and the leases the master granted for them are given back, not left to their TTL.
+TEST_F(BatchGet, UnreadablePackedAnswerFailsTheLookupAndReleasesItsLeases) {
+  const std::string k1 = "cols-1", k2 = "cols-2";
+  const std::string p1 = Payload(500, 111), p2 = Payload(600, 112);
+  for (const auto& s : Put({k1, k2}, {p1, p2})) ASSERT_TRUE(s.ok()) << s;
+  for (int spoil = 0; spoil < 3; ++spoil) {
+    master_.SetAfterGetReplicas([spoil](v1::GetReplicasResponse* resp) {
+      ASSERT_TRUE(resp->has_packed());
+      v1::PackedLookups& p = *resp->mutable_packed();
+      if (spoil == 0) p.mutable_sizes()->RemoveLast();           // a row without its size
+      if (spoil == 1) p.mutable_replica_counts()->Set(0, 1000);  // more replicas than listed
+      if (spoil == 2) {                                          // whole, but one row short
+        for (auto* col : {p.mutable_sizes(), p.mutable_generations()}) col->RemoveLast();
+        p.mutable_codes()->RemoveLast();
+        p.mutable_checksums()->RemoveLast();
+        const uint32_t last = p.replica_counts(p.replica_counts_size() - 1);
+        p.mutable_replica_counts()->RemoveLast();
+        for (uint32_t r = 0; r < last; ++r) {
+          p.mutable_tiers()->RemoveLast();
+          p.mutable_owners()->RemoveLast();
+          p.mutable_segment_ids()->RemoveLast();
+          p.mutable_offsets()->RemoveLast();
+          p.mutable_lengths()->RemoveLast();
+        }
+        if (!p.capabilities().empty()) {
+          p.mutable_capabilities()->resize(p.capabilities().size() - 64 * last);
+        }
+      }
+    });
+    DestArena arena(p1.size() + p2.size());
+    std::vector<GetRequestItem> items = {SliceItem(k1, arena.Slices(0, p1.size())),
+                                         SliceItem(k2, arena.Slices(p1.size(), p2.size()))};
+    auto res = getter_.Get(items, 0, nullptr);
+    for (const auto& r : res) {
+      EXPECT_EQ(CodeOf(r.status), Code::kUnavailable) << spoil << ": " << r.status;
+      EXPECT_EQ(r.bytes_written, 0u) << spoil;
+    }
+    EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u)
+        << spoil << ": the leases of an unreadable answer are given back";
+  }
+  master_.SetAfterGetReplicas(nullptr);
+  DestArena arena(p1.size());
+  std::vector<GetRequestItem> items = {SliceItem(k1, arena.Slices(0, p1.size()))};
+  auto ok = getter_.Get(items, 0, nullptr);
+  EXPECT_TRUE(ok[0].status.ok()) << ok[0].status;
+  EXPECT_EQ(arena.Bytes(0, p1.size()), p1);
+}
+
 TEST_F(BatchGet, InlineItemOverTheSinkLimitFailsAlone) {
   const std::string big = "big", small = "small";
   const std::string pb = Payload(5000, 95), ps = Payload(10, 96);
