@@ -33,6 +33,7 @@
 #include "master/metadata_service.h"
 #include "mcstore/v1/master.grpc.pb.h"
 #include "proto/master_lane_frame.h"
+#include "proto/packed_lookups.h"
 
 namespace mc::master::bench {
 namespace {
@@ -411,10 +412,12 @@ double Percentile(std::vector<double>& v, double p) {
 // does by default), 0 over gRPC; range(2) = 1 carries each batch's release in the caller's next
 // GetReplicas (as mc-client does), 0 sends it as a ReleaseLeases RPC of its own right after the
 // lookup. Releases always go over gRPC: the lane has no ReleaseLeases (mc-client's release
-// sender uses gRPC too).
+// sender uses gRPC too). range(3) = 1 names the keys packed and takes the answer as columns (as
+// mc-client does with --pack_master_keys, the default), 0 one string and one record per key.
 struct Mode {
   bool lane = false;
   bool carry = false;
+  bool packed = false;
 };
 
 // One caller's leased lookup of `keys` as fleet client `t`, carrying `carried` when it holds a
@@ -423,7 +426,14 @@ std::string Lookup(Fleet& f, int t, Mode mode, const std::vector<std::string>& k
                    mcstore::v1::ReleaseLeasesRequest* carried, mcstore::v1::GetReplicasRequest* req,
                    mcstore::v1::GetReplicasResponse* resp) {
   req->set_client_id(f.caller_id(t));
-  for (const auto& k : keys) req->add_keys(k);
+  if (mode.packed) {
+    std::string* packed = req->mutable_packed_keys();
+    packed->reserve(keys.size() * (keys.empty() ? 0 : keys[0].size()));
+    for (const auto& k : keys) AppendPackedKey(k, packed, req->mutable_packed_key_sizes());
+    req->set_packed(true);
+  } else {
+    for (const auto& k : keys) req->add_keys(k);
+  }
   if (carried->lease_id() != 0) *req->add_releases() = std::move(*carried);
   carried->Clear();
   if (mode.lane) {
@@ -441,7 +451,8 @@ std::string Lookup(Fleet& f, int t, Mode mode, const std::vector<std::string>& k
     if (!status.ok()) return "GetReplicas: " + status.error_message();
   }
   if (!AllRepliesFound(*req, *resp)) return "a preloaded key was not found (a client expired?)";
-  if (g_master_auth && resp->results(0).replicas(0).capability().empty()) {
+  if (g_master_auth && (mode.packed ? resp->packed().capabilities().empty()
+                                    : resp->results(0).replicas(0).capability().empty())) {
     return "a replica came without a capability";
   }
   return "";
@@ -471,10 +482,11 @@ void Report(Fleet& f, benchmark::State& state, const Fleet::RunStart& start) {
   const uint64_t released = leases.released - start.leases.released;
   const uint64_t expired = leases.expired - start.leases.expired;
   std::printf(
-      "fleet: %s, %s, %d caller(s): %llu leases granted, %llu released, %llu expired; %zu held "
-      "at the end\n",
+      "fleet: %s, %s, %s, %d caller(s): %llu leases granted, %llu released, %llu expired; %zu "
+      "held at the end\n",
       state.range(1) != 0 ? "lane" : "gRPC",
-      state.range(2) != 0 ? "release carried" : "release RPC", state.threads(),
+      state.range(2) != 0 ? "release carried" : "release RPC",
+      state.range(3) != 0 ? "packed" : "key by key", state.threads(),
       static_cast<unsigned long long>(granted), static_cast<unsigned long long>(released),
       static_cast<unsigned long long>(expired), leases.held);
   std::fflush(stdout);
@@ -493,11 +505,13 @@ void Report(Fleet& f, benchmark::State& state, const Fleet::RunStart& start) {
 }
 
 // A reader's leased lookups of range(0) keys against the fleet's master, each caller thread one
-// of the fleet's clients, sent as Mode says (range(1): lane, range(2): release carried).
+// of the fleet's clients, sent as Mode says (range(1): lane, range(2): release carried,
+// range(3): packed).
 void BM_Fleet_GetReplicas(benchmark::State& state) {
   Fleet& f = Fleet::Get();
   const int t = state.thread_index();
-  const Mode mode{.lane = state.range(1) != 0, .carry = state.range(2) != 0};
+  const Mode mode{
+      .lane = state.range(1) != 0, .carry = state.range(2) != 0, .packed = state.range(3) != 0};
   const auto& batches = f.Batches(state.range(0));
   Fleet::PerThread& mine = f.per_thread[t % Fleet::kMaxCallers];
   mine.batch_us.clear();
@@ -513,10 +527,11 @@ void BM_Fleet_GetReplicas(benchmark::State& state) {
     google::protobuf::Arena arena;
     auto& req = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasRequest>(&arena);
     auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
-    error = Lookup(f, t, mode, batches[i++ % batches.size()], &carried, &req, &resp);
+    const std::vector<std::string>& keys = batches[i++ % batches.size()];
+    error = Lookup(f, t, mode, keys, &carried, &req, &resp);
     if (!error.empty()) break;
     carried.set_lease_id(resp.lease_id());
-    *carried.mutable_keys() = req.keys();
+    carried.mutable_keys()->Assign(keys.begin(), keys.end());
     if (!mode.carry) {
       if (!Release(f, t, carried)) {
         error = "ReleaseLeases failed";
@@ -547,16 +562,18 @@ void BM_Fleet_GetReplicas(benchmark::State& state) {
 }  // namespace
 
 void RegisterFleetBenchmarks() {
-  // Threads outermost, so one process alternates the four modes at each caller count.
+  // Threads outermost, so one process alternates the modes at each caller count: the four of
+  // lane and carry with keys one by one, then the daemons' mode (lane, carried, packed) and the
+  // same over gRPC.
+  const std::vector<std::vector<int64_t>> modes = {{0, 0, 0}, {0, 1, 0}, {1, 0, 0},
+                                                   {1, 1, 0}, {1, 1, 1}, {0, 1, 1}};
   for (int threads : {1, 2, 4}) {
-    for (int lane : {0, 1}) {
-      for (int carry : {0, 1}) {
-        benchmark::RegisterBenchmark("BM_Fleet_GetReplicas", BM_Fleet_GetReplicas)
-            ->Args({1024, lane, carry})
-            ->ArgNames({"keys", "lane", "carry"})
-            ->Threads(threads)
-            ->UseRealTime();
-      }
+    for (const auto& m : modes) {
+      benchmark::RegisterBenchmark("BM_Fleet_GetReplicas", BM_Fleet_GetReplicas)
+          ->Args({1024, m[0], m[1], m[2]})
+          ->ArgNames({"keys", "lane", "carry", "packed"})
+          ->Threads(threads)
+          ->UseRealTime();
     }
   }
 }
