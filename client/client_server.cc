@@ -256,7 +256,6 @@ void ClientServer::BuildBatchPaths() {
   }
   BatchGetOptions get_options{options_.client_id, data_endpoint_, options_.get_lease_ttl_ms, 8};
   get_options.pack_master_keys = options_.store.pack_master_keys;
-  get_options.packed_keys_retry_ms = options_.store.packed_keys_retry_ms;
   getter_ = std::make_unique<BatchGetter>(std::move(get_options), *master_, *engine_,
                                           *prefix_leases_, RealClock::Get(), metrics_);
   getter_->SetHolderBackoff(holder_backoff_.get());

@@ -39,6 +39,27 @@ absl::StatusOr<std::vector<std::string_view>> PackedKeyViews(
 void AppendPackedKey(std::string_view key, std::string* packed,
                      google::protobuf::RepeatedField<uint32_t>* sizes);
 
+// Names `keys` in `req` (a MatchPrefixRequest or GetReplicasRequest) packed, or one by one when
+// `packed` is false, clearing the other form.
+template <typename Request>
+void SetRequestKeys(const std::vector<std::string_view>& keys, bool packed, Request* req) {
+  req->clear_keys();
+  req->clear_packed_keys();
+  req->clear_packed_key_sizes();
+  if (!packed) {
+    req->mutable_keys()->Reserve(static_cast<int>(keys.size()));
+    for (std::string_view k : keys) req->add_keys(k.data(), k.size());
+    return;
+  }
+  size_t total = 0;
+  for (std::string_view k : keys) total += k.size();
+  req->mutable_packed_keys()->reserve(total);
+  req->mutable_packed_key_sizes()->Reserve(static_cast<int>(keys.size()));
+  for (std::string_view k : keys) {
+    AppendPackedKey(k, req->mutable_packed_keys(), req->mutable_packed_key_sizes());
+  }
+}
+
 // The keys a request names (views into it): `keys`, or `packed_keys` cut at `packed_key_sizes`.
 // INVALID_ARGUMENT when it uses both, or when the sizes do not fit the packed keys.
 template <typename Request>

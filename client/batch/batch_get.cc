@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include <google/protobuf/arena.h>
 
@@ -35,7 +36,8 @@ BatchGetter::BatchGetter(BatchGetOptions options, MasterClient& master,
       engine_(engine),
       prefix_leases_(prefix_leases),
       clock_(clock),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      packed_keys_(clock, options_.packed_keys_retry_ms) {}
 
 uint64_t ScatterCopy(const std::vector<LocalBuffer>& from, const std::vector<LocalBuffer>& to) {
   size_t fi = 0, ti = 0;
@@ -163,22 +165,23 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
     asked.push_back(p);
   }
   if (asked.empty()) return;
-  const bool packed = options_.pack_master_keys &&
-                      clock_.NowMs() >= packed_keys_off_until_ms_.load(std::memory_order_relaxed);
-  SetLookupKeys(batch, asked, packed, &req);
+  std::vector<std::string_view> names;
+  names.reserve(asked.size());
+  for (size_t p : asked) names.push_back(batch.plans[p].key);
+  // Keys packed and the answer as columns, unless turned off or an older master was met lately.
+  bool packed = options_.pack_master_keys && !packed_keys_.Resting();
+  SetRequestKeys(names, packed, &req);
+  req.set_packed(packed);
   StartSpeculation(batch, asked);  // copies our own keys while the lookup is in flight
   int64_t sent_ms = clock_.NowMs();
   auto& resp = *google::protobuf::Arena::CreateMessage<v1::GetReplicasResponse>(&batch.arena);
   absl::Status s = master_.GetReplicas(req, &resp);
-  if (s.ok() && packed && resp.keys_seen() != asked.size()) {
+  if (s.ok() && packed && resp.keys_seen() == 0) {
     // A master older than packed keys saw none (and so leased nothing): ask again key by key.
-    packed_keys_off_until_ms_.store(clock_.NowMs() + options_.packed_keys_retry_ms,
-                                    std::memory_order_relaxed);
-    MC_LOG_EVERY(std::chrono::minutes(10), Logger("client"), warn,
-                 "the master does not read packed keys (it saw {} of {}); gets send them one by "
-                 "one for the next {} ms",
-                 resp.keys_seen(), asked.size(), options_.packed_keys_retry_ms);
-    SetLookupKeys(batch, asked, false, &req);
+    packed_keys_.OlderMaster(resp.keys_seen(), asked.size(), "gets");
+    packed = false;
+    SetRequestKeys(names, packed, &req);
+    req.set_packed(packed);
     resp.Clear();
     sent_ms = clock_.NowMs();
     s = master_.GetReplicas(req, &resp);
@@ -196,7 +199,11 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
   }
   const size_t row_count =
       rows.has_value() ? rows->rows() : static_cast<size_t>(resp.results_size());
-  if (s.ok() && row_count != asked.size()) {
+  if (s.ok() && packed && resp.keys_seen() != asked.size()) {
+    // Not an older master (it would have seen none): a master that may have leased some keys.
+    s = McError(Code::kInternal, absl::StrCat("master saw ", resp.keys_seen(), " of ", asked.size(),
+                                              " packed keys"));
+  } else if (s.ok() && row_count != asked.size()) {
     s = McError(Code::kInternal, "master answered a different number of keys");
   }
   // An answer this daemon cannot read still leased what the master found: those leases are
@@ -221,28 +228,6 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
     plan.leased_here = plan.lookup->code() == v1::OK;
     // The lease began after we sent the request, so this deadline is never late.
     plan.deadline_ms = sent_ms + static_cast<int64_t>(resp.lease_ttl_ms());
-  }
-}
-
-// static
-void BatchGetter::SetLookupKeys(const Batch& batch, const std::vector<size_t>& asked, bool packed,
-                                v1::GetReplicasRequest* req) {
-  req->clear_keys();
-  req->clear_packed_keys();
-  req->clear_packed_key_sizes();
-  req->set_packed(packed);
-  if (!packed) {
-    req->mutable_keys()->Reserve(static_cast<int>(asked.size()));
-    for (size_t p : asked) req->add_keys(batch.plans[p].key);
-    return;
-  }
-  size_t total = 0;
-  for (size_t p : asked) total += batch.plans[p].key.size();
-  std::string* bytes = req->mutable_packed_keys();
-  bytes->reserve(total);
-  req->mutable_packed_key_sizes()->Reserve(static_cast<int>(asked.size()));
-  for (size_t p : asked) {
-    AppendPackedKey(batch.plans[p].key, bytes, req->mutable_packed_key_sizes());
   }
 }
 

@@ -37,7 +37,6 @@
 // Thread-safe: concurrent Get() calls share nothing but thread-safe collaborators.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -53,6 +52,7 @@
 #include "client/client_metrics.h"
 #include "client/session/master_client.h"
 #include "client/session/object_index.h"
+#include "client/session/packed_keys_gate.h"
 #include "client/tier/disk_reader.h"
 #include "common/clock.h"
 #include "transfer/transfer_engine.h"
@@ -70,7 +70,8 @@ struct BatchGetOptions {
   // The lookup names its keys packed (GetReplicasRequest.packed_keys) and asks for the answer as
   // columns (`packed`): one string each way instead of one per key (--pack_master_keys). A
   // master older than packed keys answers keys_seen 0 (it saw no keys, so leased nothing): the
-  // lookup is sent again key by key, and packing rests for packed_keys_retry_ms.
+  // lookup is sent again key by key, and packing rests for packed_keys_retry_ms, for this
+  // daemon's MatchPrefix too (packed_keys()).
   bool pack_master_keys = true;
   int64_t packed_keys_retry_ms = 60'000;
 };
@@ -108,6 +109,9 @@ class BatchGetter {
   void SetHolderBackoff(HolderBackoff* backoff) { backoff_ = backoff; }
   // Turns on speculative local copies (and starts their helper thread). Set before use.
   void SetSpeculation(SpeculationSource source);
+  // Whether lookups (this getter's, and the Store service's MatchPrefix) name their keys packed
+  // now: resting after an older master was met.
+  PackedKeysGate& packed_keys() { return packed_keys_; }
   // Whether speculative copies are being made now (tests).
   bool SpeculationBusy() const { return copier_ != nullptr && copier_->busy(); }
 
@@ -115,9 +119,6 @@ class BatchGetter {
   struct KeyPlan;
   struct Batch;
   void Lookup(Batch& batch, uint64_t lease_id);
-  // Names the keys of the plans `asked` in `req`, packed or one by one (clearing the other form).
-  static void SetLookupKeys(const Batch& batch, const std::vector<size_t>& asked, bool packed,
-                            v1::GetReplicasRequest* req);
   // From each plan's lookup: its status, and the order in which its replicas are read.
   void OrderReplicas(Batch& batch);
   // Speculative local copies (client/batch/batch_get_speculate.cc): started for the plans
@@ -189,8 +190,7 @@ class BatchGetter {
   HolderBackoff* backoff_ = nullptr;
   std::optional<SpeculationSource> speculation_;
   std::unique_ptr<SpeculativeCopier> copier_;
-  // Until then lookups name their keys one by one (a master older than packed keys was met).
-  std::atomic<int64_t> packed_keys_off_until_ms_{0};
+  PackedKeysGate packed_keys_;
 };
 
 // Copies `from` (scattered) into `to` (scattered); returns bytes copied (min of both totals).

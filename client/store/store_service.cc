@@ -340,23 +340,13 @@ namespace {
 // packed are passed on as they came.
 void SetLookupKeys(const sv1::MatchPrefixRequest& req, const std::vector<std::string_view>& keys,
                    bool packed, v1::GetReplicasRequest* mreq) {
-  mreq->clear_keys();
-  mreq->clear_packed_keys();
-  mreq->clear_packed_key_sizes();
-  if (!packed) {
-    mreq->mutable_keys()->Reserve(static_cast<int>(keys.size()));
-    for (std::string_view k : keys) mreq->add_keys(k.data(), k.size());
-  } else if (req.keys_size() == 0) {
+  if (packed && req.keys_size() == 0) {
+    mreq->clear_keys();
     *mreq->mutable_packed_keys() = req.packed_keys();
     *mreq->mutable_packed_key_sizes() = req.packed_key_sizes();
-  } else {
-    size_t total = 0;
-    for (std::string_view k : keys) total += k.size();
-    std::string* bytes = mreq->mutable_packed_keys();
-    bytes->reserve(total);
-    mreq->mutable_packed_key_sizes()->Reserve(static_cast<int>(keys.size()));
-    for (std::string_view k : keys) AppendPackedKey(k, bytes, mreq->mutable_packed_key_sizes());
+    return;
   }
+  SetRequestKeys(keys, packed, mreq);
 }
 
 // The rows of a leased prefix answer (columns, or the records of a master older than `packed`,
@@ -388,7 +378,8 @@ absl::Status StoreGrpcService::LookUpPrefix(const sv1::MatchPrefixRequest& req,
                                             v1::GetReplicasRequest* mreq,
                                             v1::GetReplicasResponse* mresp, int64_t* sent_ms,
                                             int64_t* wall_ms) {
-  bool packed = options_.pack_master_keys && clock_.NowMs() >= packed_keys_off_until_ms_.load();
+  PackedKeysGate& gate = getter_.packed_keys();  // shared with the daemon's gets
+  bool packed = options_.pack_master_keys && !gate.Resting();
   for (int attempt = 0;; ++attempt) {
     SetLookupKeys(req, keys, packed, mreq);
     *sent_ms = clock_.NowMs();
@@ -398,11 +389,7 @@ absl::Status StoreGrpcService::LookUpPrefix(const sv1::MatchPrefixRequest& req,
     MC_RETURN_IF_ERROR(master_.GetReplicas(*mreq, mresp));
     if (!packed || mresp->keys_seen() == keys.size() || attempt > 0) return absl::OkStatus();
     // A master older than packed_keys saw no keys (and so leased nothing): ask again key by key.
-    packed_keys_off_until_ms_ = clock_.NowMs() + options_.packed_keys_retry_ms;
-    MC_LOG_EVERY(std::chrono::minutes(10), Logger("client"), warn,
-                 "the master does not read packed keys (it saw {} of {}); MatchPrefix sends "
-                 "them one by one for the next {} ms",
-                 mresp->keys_seen(), keys.size(), options_.packed_keys_retry_ms);
+    gate.OlderMaster(mresp->keys_seen(), keys.size(), "MatchPrefix");
     packed = false;
     mresp->Clear();
   }

@@ -15,7 +15,6 @@
 // Thread-safe.
 #pragma once
 
-#include <atomic>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -55,9 +54,9 @@ struct StoreServiceOptions {
   CallerLimitsOptions limits = {};
   // MatchPrefix sends its keys to the master packed (GetReplicasRequest.packed_keys). A master
   // older than that answers keys_seen 0; the lookup is then sent again key by key, and packing
-  // rests for packed_keys_retry_ms. The daemon's BatchGetter takes both (BatchGetOptions).
+  // rests (BatchGetter::packed_keys(), shared with the daemon's gets; BatchGetOptions has the
+  // rest's length).
   bool pack_master_keys = true;
-  int64_t packed_keys_retry_ms = 60'000;
 };
 
 class StoreGrpcService final : public mcstore::v1::Store::Service, public FastStoreCalls {
@@ -140,8 +139,8 @@ class StoreGrpcService final : public mcstore::v1::Store::Service, public FastSt
   grpc::Status ServeBatchRemove(CallerId who, const mcstore::v1::BatchRemoveRequest* req,
                                 mcstore::v1::BatchRemoveResponse* resp);
   // MatchPrefix's lookup at the master (`mreq` prepared but for its keys, which are `keys`, those
-  // of `req`): keys packed unless an older master was met within packed_keys_retry_ms; a master
-  // that saw none of the packed keys gets them again one by one. `sent_ms` (steady) and
+  // of `req`): keys packed unless packing rests (getter_.packed_keys()); a master that saw none
+  // of the packed keys gets them again one by one. `sent_ms` (steady) and
   // `wall_ms` (Unix): when the lookup that answered was sent.
   absl::Status LookUpPrefix(const mcstore::v1::MatchPrefixRequest& req,
                             const std::vector<std::string_view>& keys,
@@ -199,8 +198,6 @@ class StoreGrpcService final : public mcstore::v1::Store::Service, public FastSt
   const CallerSessions* sessions_ = nullptr;
   const GpuBufferRegistry* gpu_buffers_ = nullptr;
   GpuPutStager* gpu_stager_ = nullptr;
-  // Until then MatchPrefix names its keys to the master one by one (it found an older master).
-  std::atomic<int64_t> packed_keys_off_until_ms_{0};
 };
 
 }  // namespace mc::client

@@ -410,6 +410,22 @@ TEST_F(BatchGet, UnreadablePackedAnswerFailsTheLookupAndReleasesItsLeases) {
     EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u)
         << spoil << ": the leases of an unreadable answer are given back";
   }
+  // A master that saw some of the packed keys but not all is not an older master (that sees
+  // none): it may have leased what it saw, so the lookup fails and gives its leases back.
+  master_.SetAfterGetReplicas([](v1::GetReplicasResponse* resp) { resp->set_keys_seen(1); });
+  {
+    DestArena arena(p1.size() + p2.size());
+    std::vector<GetRequestItem> items = {SliceItem(k1, arena.Slices(0, p1.size())),
+                                         SliceItem(k2, arena.Slices(p1.size(), p2.size()))};
+    const int before = master_.Calls(Rpc::kGetReplicas);
+    auto res = getter_.Get(items, 0, nullptr);
+    for (const auto& r : res) {
+      EXPECT_EQ(CodeOf(r.status), Code::kUnavailable) << r.status;
+      EXPECT_EQ(r.bytes_written, 0u);
+    }
+    EXPECT_EQ(master_.Calls(Rpc::kGetReplicas) - before, 1) << "not asked again key by key";
+    EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u) << "its leases given back";
+  }
   master_.SetAfterGetReplicas(nullptr);
   DestArena arena(p1.size());
   std::vector<GetRequestItem> items = {SliceItem(k1, arena.Slices(0, p1.size()))};

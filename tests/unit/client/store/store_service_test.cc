@@ -100,6 +100,31 @@ TEST_F(StoreService, LeasedMatchPinsTheMastersPackedAnswer) {
   EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
 }
 
+// One daemon, one rest: an older master met by a MatchPrefix also makes the daemon's gets name
+// their keys one by one (one lookup each, not a packed one first), until the rest is over.
+TEST_F(StoreService, AnOlderMasterMetByMatchPrefixRestsPackingForGetsToo) {
+  master_.SetIgnorePackedFields(true);
+  v1::MatchPrefixResponse resp;
+  ASSERT_TRUE(Match(0, &resp).ok());
+  EXPECT_EQ(resp.matched(), 4u);
+  auto get = [this] {
+    const int before = Lookups();
+    std::vector<GetRequestItem> items;
+    for (const auto& k : keys_) items.push_back(InlineItem(k));
+    StringSink sink(items.size());
+    auto res = getter_.Get(items, 0, &sink);
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      EXPECT_TRUE(res[i].status.ok()) << keys_[i] << ": " << res[i].status;
+      EXPECT_EQ(sink.data(i), payloads_[i]) << keys_[i];
+    }
+    EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+    return Lookups() - before;
+  };
+  EXPECT_EQ(get(), 1) << "key by key at once: MatchPrefix found the older master";
+  clock_.AdvanceMs(BatchGetOptions{}.packed_keys_retry_ms);
+  EXPECT_EQ(get(), 2) << "packed again after the rest, then key by key";
+}
+
 TEST_F(StoreService, PlainMatchAsksForTheCountAlone) {
   v1::MatchPrefixResponse resp;
   ASSERT_TRUE(Match(0, &resp).ok());
@@ -125,7 +150,7 @@ TEST_F(StoreService, OlderMasterGetsTheKeysAgainOneByOne) {
     if (leased) ExpectPinnedGets(resp.lease_id());
   }
   // Past packed_keys_retry_ms the client tries packed keys again.
-  clock_.AdvanceMs(StoreServiceOptions{}.packed_keys_retry_ms);
+  clock_.AdvanceMs(BatchGetOptions{}.packed_keys_retry_ms);
   v1::MatchPrefixResponse resp;
   const int before = Lookups();
   ASSERT_TRUE(Match(0, &resp).ok());

@@ -1,0 +1,36 @@
+// PackedKeysGate: whether this daemon's master lookups (a MatchPrefix's, a get's) may name their
+// keys packed (GetReplicasRequest.packed_keys), and the rest after meeting a master older than
+// that. Such a master sees no keys in a packed lookup and answers keys_seen 0; whoever met it
+// asks again key by key and calls OlderMaster(), and from then on every lookup of the daemon
+// (MatchPrefix and gets alike) names its keys one by one for `retry_ms`, then tries packing
+// again. One gate per daemon (BatchGetter owns it), so an older master is found, and logged,
+// once. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+#include "common/clock.h"
+
+namespace mc::client {
+
+class PackedKeysGate {
+ public:
+  // `clock` is borrowed.
+  PackedKeysGate(const Clock& clock, int64_t retry_ms) : clock_(clock), retry_ms_(retry_ms) {}
+
+  // Whether packing rests now (an older master was met less than retry_ms ago).
+  bool Resting() const { return clock_.NowMs() < off_until_ms_.load(std::memory_order_relaxed); }
+  // A packed lookup of `asked` keys (by `who`: "MatchPrefix", "gets") was answered keys_seen
+  // `seen` by a master that does not read packed keys: packing rests for retry_ms (logged at most
+  // once every 10 minutes).
+  void OlderMaster(uint64_t seen, size_t asked, std::string_view who);
+
+ private:
+  const Clock& clock_;
+  const int64_t retry_ms_;
+  std::atomic<int64_t> off_until_ms_{0};
+};
+
+}  // namespace mc::client
