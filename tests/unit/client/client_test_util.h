@@ -254,4 +254,34 @@ inline GetRequestItem InlineItem(std::string_view key) {
   return item;
 }
 
+// Gets `keys` through `getter` (one slice each, of payloads[i].size() bytes cut into 1 + i % 3
+// pieces), checks that each OK item holds exactly its payload and that `master` is left holding
+// no lease, and returns the results (a caller checks which items must succeed).
+inline std::vector<GetItemResult> GetAndCheck(BatchGetter& getter, FakeMasterClient& master,
+                                              const std::vector<std::string>& keys,
+                                              const std::vector<std::string>& payloads) {
+  size_t total = 0;
+  for (const auto& p : payloads) total += p.size();
+  DestArena arena(total);
+  std::vector<GetRequestItem> items;
+  size_t pos = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    items.push_back(SliceItem(keys[i], arena.Slices(pos, payloads[i].size(), 1 + i % 3)));
+    pos += payloads[i].size();
+  }
+  std::vector<GetItemResult> res = getter.Get(items, 0, nullptr);
+  EXPECT_EQ(res.size(), keys.size());
+  pos = 0;
+  for (size_t i = 0; i < res.size(); ++i) {
+    if (res[i].status.ok()) {
+      EXPECT_EQ(res[i].bytes_written, payloads[i].size()) << keys[i];
+      EXPECT_TRUE(arena.Bytes(pos, payloads[i].size()) == payloads[i])
+          << keys[i] << ": OK but its destination does not hold the payload";
+    }
+    pos += payloads[i].size();
+  }
+  EXPECT_EQ(master.service().ActiveLeaseCount(), 0u) << "leases of this get must be released";
+  return res;
+}
+
 }  // namespace mc::client::testing

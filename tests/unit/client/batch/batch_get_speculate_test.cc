@@ -47,32 +47,10 @@ class BatchGetSpeculation : public ClientFixture {
     });
   }
 
-  // Gets `keys` (one slice each) and checks each OK item holds exactly its payload and each
-  // failed one reports no byte written.
+  // testing::GetAndCheck through this fixture's getter.
   std::vector<GetItemResult> GetAndCheck(const std::vector<std::string>& keys,
                                          const std::vector<std::string>& payloads) {
-    size_t total = 0;
-    for (const auto& p : payloads) total += p.size();
-    DestArena arena(total);
-    std::vector<GetRequestItem> items;
-    size_t pos = 0;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      items.push_back(SliceItem(keys[i], arena.Slices(pos, payloads[i].size(), 1 + i % 3)));
-      pos += payloads[i].size();
-    }
-    std::vector<GetItemResult> res = getter_.Get(items, 0, nullptr);
-    EXPECT_EQ(res.size(), keys.size());
-    pos = 0;
-    for (size_t i = 0; i < res.size(); ++i) {
-      if (res[i].status.ok()) {
-        EXPECT_EQ(res[i].bytes_written, payloads[i].size()) << keys[i];
-        EXPECT_TRUE(arena.Bytes(pos, payloads[i].size()) == payloads[i])
-            << keys[i] << ": OK but its destination does not hold the payload";
-      }
-      pos += payloads[i].size();
-    }
-    EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u) << "leases of this get must be released";
-    return res;
+    return ::mc::client::testing::GetAndCheck(getter_, master_, keys, payloads);
   }
 
   uint64_t Kept() const { return metrics_.get_speculative_kept.Value(); }
