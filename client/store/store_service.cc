@@ -387,8 +387,11 @@ absl::Status StoreGrpcService::LookUpPrefix(const sv1::MatchPrefixRequest& req,
                    std::chrono::system_clock::now().time_since_epoch())
                    .count();
     MC_RETURN_IF_ERROR(master_.GetReplicas(*mreq, mresp));
-    if (!packed || mresp->keys_seen() == keys.size() || attempt > 0) return absl::OkStatus();
-    // A master older than packed_keys saw no keys (and so leased nothing): ask again key by key.
+    // Only a master older than packed_keys sees none of them (and so leased nothing): asked
+    // again key by key. Any other count is not that master's, and ServeMatchPrefix refuses it.
+    if (!packed || mresp->keys_seen() != 0 || keys.empty() || attempt > 0) {
+      return absl::OkStatus();
+    }
     gate.OlderMaster(mresp->keys_seen(), keys.size(), "MatchPrefix");
     packed = false;
     mresp->Clear();
@@ -443,6 +446,13 @@ grpc::Status StoreGrpcService::ServeMatchPrefix(CallerId who, const sv1::MatchPr
   if (matched > asked->size()) {
     return refuse(grpc::Status(grpc::StatusCode::INTERNAL,
                                "master answered an inconsistent prefix: more matched than asked"));
+  }
+  // Keys sent packed that the master saw only in part: it may have leased what it saw, and the
+  // lookup is not asked again (that would leave those leases to their TTL); it is refused.
+  if (mreq.packed_key_sizes_size() != 0 && mresp.keys_seen() != asked->size()) {
+    return refuse(grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("master saw ", mresp.keys_seen(), " of ", asked->size(), " packed keys")));
   }
   resp->set_matched(matched);
   if (ttl == 0 || matched == 0) return grpc::Status::OK;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "proto/packed_lookups.h"
 #include "tests/unit/client/client_test_util.h"
@@ -123,6 +124,28 @@ TEST_F(StoreService, AnOlderMasterMetByMatchPrefixRestsPackingForGetsToo) {
   EXPECT_EQ(get(), 1) << "key by key at once: MatchPrefix found the older master";
   clock_.AdvanceMs(BatchGetOptions{}.packed_keys_retry_ms);
   EXPECT_EQ(get(), 2) << "packed again after the rest, then key by key";
+}
+
+// Only a master that saw none of the packed keys is an older master. One that saw some of them
+// may have leased those: the match is refused and the leases given back, not asked again key by
+// key (which would leave them to their TTL).
+TEST_F(StoreService, PackedKeysSeenOnlyInPartFailTheMatchAndGiveBackItsLeases) {
+  for (uint32_t seen : {1u, 3u, 6u}) {
+    for (uint32_t ttl : {0u, 60'000u}) {
+      spoil_ = [seen](v1::GetReplicasResponse* resp) { resp->set_keys_seen(seen); };
+      v1::MatchPrefixResponse resp;
+      const int before = Lookups();
+      grpc::Status s = Match(ttl, &resp);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INTERNAL) << seen << ": " << s.error_message();
+      EXPECT_NE(s.error_message().find(absl::StrCat("master saw ", seen, " of 5 packed keys")),
+                std::string::npos)
+          << s.error_message();
+      EXPECT_EQ(Lookups() - before, 1) << "not asked again key by key";
+      EXPECT_EQ(prefix_leases_.Count(), 0u);
+      EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u) << "the master's leases are given back";
+    }
+  }
+  EXPECT_FALSE(getter_.packed_keys().Resting()) << "not an older master: packing goes on";
 }
 
 TEST_F(StoreService, PlainMatchAsksForTheCountAlone) {
