@@ -106,9 +106,10 @@ ABSL_FLAG(uint32_t, replicas, 1, "memory replicas of a put that asks for 0");
 ABSL_FLAG(uint32_t, get_lease_ttl_ms, 0, "read lease BatchGet asks for; 0 = master default");
 ABSL_FLAG(int64_t, master_rpc_timeout_ms, 10000, "deadline of each call to the master");
 ABSL_FLAG(bool, pack_master_keys, true,
-          "MatchPrefix and gets send their lookups' keys to the master packed in one field and "
-          "take the answer as columns (false: one by one, for a master older than "
-          "GetReplicasRequest.packed_keys; it is also detected and worked around on its own)");
+          "MatchPrefix and gets send their lookups' keys (and the lease releases a lookup "
+          "carries) to the master packed in one field and take the answer as columns (false: one "
+          "by one, for a master older than the packed fields; it is also detected and worked "
+          "around on its own)");
 ABSL_FLAG(bool, master_lane, true,
           "send the hot master calls (lookups, puts, removes) over the master lane, TCP without "
           "gRPC, when the master offers one; with --master_tls_ca_file over TLS with the same "

@@ -90,6 +90,7 @@ absl::Status ClientServer::Start() {
   master_ = CreateGrpcMasterClient({.address = options_.master,
                                     .rpc_timeout_ms = options_.master_rpc_timeout_ms,
                                     .release_delay_us = options_.lease_release_delay_us,
+                                    .pack_release_keys = options_.store.pack_master_keys,
                                     .cluster_keys = options_.cluster_keys,
                                     .security = std::move(master_security),
                                     .lane = options_.master_lane,

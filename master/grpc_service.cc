@@ -376,10 +376,17 @@ grpc::Status MasterGrpcService::DoPutRevoke(const Caller& caller, const v1::PutR
 grpc::Status MasterGrpcService::DoGetReplicas(const Caller& caller,
                                               const v1::GetReplicasRequest* req,
                                               v1::GetReplicasResponse* resp) {
-  // Releases first, whatever becomes of the lookup: they stand for earlier, finished reads.
+  // Releases first, whatever becomes of the lookup: they stand for earlier, finished reads. A
+  // malformed one (keys named both ways, sizes that do not fit) is skipped and not counted in
+  // releases_seen, which tells the caller.
+  uint32_t releases_seen = 0;
   for (const v1::ReleaseLeasesRequest& release : req->releases()) {
-    service_.ReleaseLeases(release.lease_id(), Keys(release.keys()), caller.session);
+    absl::StatusOr<std::vector<std::string_view>> released = RequestKeys(release);
+    if (!released.ok()) continue;
+    service_.ReleaseLeases(release.lease_id(), *released, caller.session);
+    releases_seen += static_cast<uint32_t>(released->size());
   }
+  resp->set_releases_seen(releases_seen);
   if (req->count_only() && !(req->stop_at_first_miss() && req->no_lease())) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "count_only needs stop_at_first_miss and no_lease");
@@ -422,7 +429,10 @@ grpc::Status MasterGrpcService::DoGetReplicas(const Caller& caller,
 grpc::Status MasterGrpcService::DoReleaseLeases(const Caller& caller,
                                                 const v1::ReleaseLeasesRequest* req,
                                                 v1::ReleaseLeasesResponse* resp) {
-  resp->set_released(service_.ReleaseLeases(req->lease_id(), Keys(req->keys()), caller.session));
+  absl::StatusOr<std::vector<std::string_view>> keys = RequestKeys(*req);
+  if (!keys.ok()) return ToGrpcStatus(keys.status());
+  resp->set_released(service_.ReleaseLeases(req->lease_id(), *keys, caller.session));
+  resp->set_keys_seen(static_cast<uint32_t>(keys->size()));
   return grpc::Status::OK;
 }
 

@@ -39,8 +39,8 @@ absl::StatusOr<std::vector<std::string_view>> PackedKeyViews(
 void AppendPackedKey(std::string_view key, std::string* packed,
                      google::protobuf::RepeatedField<uint32_t>* sizes);
 
-// Names `keys` in `req` (a MatchPrefixRequest or GetReplicasRequest) packed, or one by one when
-// `packed` is false, clearing the other form.
+// Names `keys` in `req` (a MatchPrefixRequest, GetReplicasRequest or ReleaseLeasesRequest) packed,
+// or one by one when `packed` is false, clearing the other form.
 template <typename Request>
 void SetRequestKeys(const std::vector<std::string_view>& keys, bool packed, Request* req) {
   req->clear_keys();
@@ -60,6 +60,20 @@ void SetRequestKeys(const std::vector<std::string_view>& keys, bool packed, Requ
   }
 }
 
+// Moves the keys `req` names one by one into packed_keys (a request already packed, or without
+// keys, is left as is).
+template <typename Request>
+void PackRequestKeys(Request* req) {
+  if (req->keys_size() == 0) return;
+  std::string packed;
+  google::protobuf::RepeatedField<uint32_t> sizes;
+  sizes.Reserve(req->keys_size());
+  for (const std::string& k : req->keys()) AppendPackedKey(k, &packed, &sizes);
+  req->clear_keys();
+  *req->mutable_packed_keys() = std::move(packed);
+  req->mutable_packed_key_sizes()->Swap(&sizes);
+}
+
 // The keys a request names (views into it): `keys`, or `packed_keys` cut at `packed_key_sizes`.
 // INVALID_ARGUMENT when it uses both, or when the sizes do not fit the packed keys.
 template <typename Request>
@@ -72,6 +86,20 @@ absl::StatusOr<std::vector<std::string_view>> RequestKeys(const Request& req) {
                    "keys and packed_keys both set: a request names its keys one way");
   }
   return PackedKeyViews(req.packed_keys(), req.packed_key_sizes());
+}
+
+// The reverse of PackRequestKeys: packed keys named one by one again (for a peer that does not
+// read packed keys). INVALID_ARGUMENT, and `req` unchanged, when they are not well formed.
+template <typename Request>
+absl::Status NameRequestKeysOneByOne(Request* req) {
+  if (req->packed_key_sizes_size() == 0 && req->packed_keys().empty()) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::string_view>> keys = RequestKeys(*req);
+  if (!keys.ok()) return keys.status();
+  req->mutable_keys()->Reserve(static_cast<int>(keys->size()));
+  for (std::string_view k : *keys) req->add_keys(k.data(), k.size());  // views stay valid
+  req->clear_packed_keys();
+  req->clear_packed_key_sizes();
+  return absl::OkStatus();
 }
 
 // Bytes of one capability in PackedLookups.capabilities (common/capability.h kCapabilitySize).

@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 #include <set>
+#include <string>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
@@ -17,11 +18,15 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/session/master_lane_client.h"
+#include "client/session/packed_keys_gate.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/master_credentials.h"
 #include "common/status.h"
+#include "common/status_macros.h"
 #include "common/util.h"
 #include "proto/master_lane_frame.h"
+#include "proto/packed_lookups.h"
 #include "proto/status_convert.h"
 
 namespace mc::client {
@@ -111,7 +116,9 @@ class GrpcMasterClient final : public MasterClient {
   // Carries the releases still queued; they end before the lookup (master.proto). When the call
   // fails they go back to the queue to be sent alone (a release is idempotent), so a lookup the
   // master rejects never takes releases down with it. With release_delay_us 0 nothing is
-  // carried (the setting for a master too old to know `releases`).
+  // carried (the setting for a master too old to know `releases`). Their keys travel packed
+  // (pack_release_keys) unless packing rests: a master that does not read packed release keys
+  // answers releases_seen 0, and the releases are then queued again, one by one, to go alone.
   absl::Status GetReplicas(const v1::GetReplicasRequest& req,
                            v1::GetReplicasResponse* resp) override {
     std::deque<std::unique_ptr<PendingRelease>> carried;
@@ -122,13 +129,23 @@ class GrpcMasterClient final : public MasterClient {
     if (carried.empty()) {
       return HotCall(lane::kGetReplicas, &v1::Master::Stub::GetReplicas, req, resp, Retry::kAlways);
     }
+    const bool pack = options_.pack_release_keys && !release_packing_.Resting();
     v1::GetReplicasRequest with_releases = req;
-    for (auto& call : carried) *with_releases.add_releases() = std::move(call->req);
+    uint64_t release_keys = 0;
+    for (auto& call : carried) {
+      v1::ReleaseLeasesRequest* release = with_releases.add_releases();
+      *release = std::move(call->req);
+      if (pack) PackRequestKeys(release);
+      release_keys += ReleaseKeyCount(*release);
+    }
     absl::Status s = HotCall(lane::kGetReplicas, &v1::Master::Stub::GetReplicas, with_releases,
                              resp, Retry::kAlways);
-    if (!s.ok()) {
+    const bool unseen = s.ok() && pack && resp->releases_seen() != release_keys;
+    if (!s.ok() || unseen) {
+      if (unseen) release_packing_.OlderMaster(resp->releases_seen(), release_keys, "GetReplicas");
       for (size_t i = 0; i < carried.size(); ++i) {
         carried[i]->req = std::move(*with_releases.mutable_releases(static_cast<int>(i)));
+        MC_CHECK(NameRequestKeysOneByOne(&carried[i]->req).ok());  // packed here from whole keys
       }
       absl::MutexLock lock(&release_mu_);
       for (auto it = carried.rbegin(); it != carried.rend(); ++it) {
@@ -457,6 +474,10 @@ class GrpcMasterClient final : public MasterClient {
     return std::chrono::system_clock::now() < deadline;
   }
 
+  static uint64_t ReleaseKeyCount(const v1::ReleaseLeasesRequest& release) {
+    return static_cast<uint64_t>(release.keys_size() + release.packed_key_sizes_size());
+  }
+
   struct PendingRelease {
     grpc::ClientContext ctx;
     v1::ReleaseLeasesRequest req;
@@ -553,6 +574,9 @@ class GrpcMasterClient final : public MasterClient {
   size_t current_ ABSL_GUARDED_BY(targets_mu_) = 0;
   absl::Mutex session_mu_;
   std::string session_credential_ ABSL_GUARDED_BY(session_mu_);
+  // Whether the keys of carried releases go packed (rests after a master that does not read them).
+  PackedKeysGate release_packing_{RealClock::Get(), options_.packed_release_retry_ms,
+                                  "carried lease releases"};
   absl::Mutex release_mu_;
   absl::CondVar sender_cv_;  // wakes the release sender
   absl::CondVar done_cv_;    // releases answered: wakes WaitForReleases

@@ -88,6 +88,12 @@ struct GrpcMasterClientOptions {
   // How long a queued lease release waits for this client's next GetReplicas to carry it (the
   // `releases` field) before it is sent in a ReleaseLeases of its own; 0 = always at once.
   int64_t release_delay_us = 1000;
+  // The keys of releases carried by a lookup travel packed (ReleaseLeasesRequest.packed_keys: one
+  // string for the master to parse instead of one per key). A master that does not read them
+  // answers releases_seen 0: the releases are sent again one by one, and release keys go one by
+  // one for packed_release_retry_ms.
+  bool pack_release_keys = true;
+  int64_t packed_release_retry_ms = 60'000;
   // The cluster credential; null = send no credentials (a master with --auth=false).
   auth::ClusterKeysPtr cluster_keys = nullptr;
   // Credentials of every channel to a master (each address, and a leader a standby names):

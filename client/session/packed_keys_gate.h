@@ -4,11 +4,13 @@
 // asks again key by key and calls OlderMaster(), and from then on every lookup of the daemon
 // (MatchPrefix and gets alike) names its keys one by one for `retry_ms`, then tries packing
 // again. One gate per daemon (BatchGetter owns it), so an older master is found, and logged,
-// once. Thread-safe.
+// once. The gRPC master client has a gate of its own for the keys of the lease releases its
+// lookups carry (answered releases_seen 0 by a master that does not read those). Thread-safe.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "common/clock.h"
@@ -17,19 +19,21 @@ namespace mc::client {
 
 class PackedKeysGate {
  public:
-  // `clock` is borrowed.
-  PackedKeysGate(const Clock& clock, int64_t retry_ms) : clock_(clock), retry_ms_(retry_ms) {}
+  // `clock` is borrowed; `what` names what goes one by one while packing rests (for the log).
+  PackedKeysGate(const Clock& clock, int64_t retry_ms, std::string_view what = "lookups")
+      : clock_(clock), retry_ms_(retry_ms), what_(what) {}
 
   // Whether packing rests now (an older master was met less than retry_ms ago).
   bool Resting() const { return clock_.NowMs() < off_until_ms_.load(std::memory_order_relaxed); }
-  // A packed lookup of `asked` keys (by `who`: "MatchPrefix", "gets") was answered keys_seen
-  // `seen` by a master that does not read packed keys: packing rests for retry_ms (logged at most
-  // once every 10 minutes).
+  // A packed request of `asked` keys (by `who`: "MatchPrefix", "gets", "GetReplicas") was
+  // answered `seen` by a master that does not read packed keys: packing rests for retry_ms
+  // (logged at most once every 10 minutes).
   void OlderMaster(uint64_t seen, size_t asked, std::string_view who);
 
  private:
   const Clock& clock_;
   const int64_t retry_ms_;
+  const std::string what_;
   std::atomic<int64_t> off_until_ms_{0};
 };
 

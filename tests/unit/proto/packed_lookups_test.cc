@@ -50,7 +50,8 @@ v1::PackedLookups Pack(const std::vector<v1::KeyReplicas>& records) {
 }
 
 TEST(PackedKeys, ARequestsKeysReadTheSameEitherWay) {
-  const std::vector<std::string> keys = {"alpha", "", "a-much-longer-key-of-forty-bytes-or-so!!", "z"};
+  const std::vector<std::string> keys = {"alpha", "", "a-much-longer-key-of-forty-bytes-or-so!!",
+                                         "z"};
   v1::GetReplicasRequest one_by_one;
   v1::GetReplicasRequest packed;
   for (const auto& k : keys) {
@@ -86,6 +87,38 @@ TEST(PackedKeys, SizesThatDoNotFitOrBothFormsAreRefused) {
   }
 }
 
+// A release's keys packed (as a lookup carries them) and named one by one again (for a master
+// that does not read them) come back as they were; malformed packed keys are refused untouched.
+TEST(PackedKeys, PackingARequestsKeysAndUndoingItKeepsThem) {
+  const std::vector<std::string> keys = {"alpha", "", "a-much-longer-key-of-forty-bytes-or-so!!",
+                                         "z"};
+  v1::ReleaseLeasesRequest release;
+  release.set_lease_id(7);
+  for (const auto& k : keys) release.add_keys(k);
+  PackRequestKeys(&release);
+  EXPECT_EQ(release.keys_size(), 0);
+  EXPECT_EQ(release.packed_key_sizes_size(), 4);
+  auto packed = RequestKeys(release);
+  ASSERT_TRUE(packed.ok()) << packed.status();
+  EXPECT_EQ(std::vector<std::string>(packed->begin(), packed->end()), keys);
+  PackRequestKeys(&release);  // already packed: left as is
+  EXPECT_EQ(release.packed_key_sizes_size(), 4);
+  ASSERT_TRUE(NameRequestKeysOneByOne(&release).ok());
+  EXPECT_TRUE(release.packed_keys().empty());
+  EXPECT_EQ(release.packed_key_sizes_size(), 0);
+  EXPECT_EQ(std::vector<std::string>(release.keys().begin(), release.keys().end()), keys);
+  EXPECT_EQ(release.lease_id(), 7u);
+  ASSERT_TRUE(NameRequestKeysOneByOne(&release).ok());  // already one by one: left as is
+  EXPECT_EQ(release.keys_size(), 4);
+
+  v1::ReleaseLeasesRequest cut;
+  AppendPackedKey("abc", cut.mutable_packed_keys(), cut.mutable_packed_key_sizes());
+  cut.set_packed_key_sizes(0, 4);  // past the end
+  const v1::ReleaseLeasesRequest before = cut;
+  EXPECT_EQ(ToCode(NameRequestKeysOneByOne(&cut)), Code::kInvalidArgument);
+  EXPECT_EQ(cut.SerializeAsString(), before.SerializeAsString()) << "left unchanged";
+}
+
 TEST(PackedLookups, RowsUnpackToTheRecordsTheyWereWrittenFrom) {
   const auto records = Records();
   const v1::PackedLookups packed = Pack(records);
@@ -96,8 +129,7 @@ TEST(PackedLookups, RowsUnpackToTheRecordsTheyWereWrittenFrom) {
     v1::KeyReplicas out;
     reader->Unpack(i, &out);
     EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(out, records[i]))
-        << "row " << i << ": " << out.ShortDebugString() << " vs "
-        << records[i].ShortDebugString();
+        << "row " << i << ": " << out.ShortDebugString() << " vs " << records[i].ShortDebugString();
   }
 }
 
@@ -148,7 +180,8 @@ TEST(PackedLookups, ColumnsThatDisagreeAreRefused) {
        [](v1::PackedLookups* p) { p->set_replica_counts(0, p->replica_counts(0) + 1); }},
       {"a replica column is short",
        [](v1::PackedLookups* p) { p->mutable_offsets()->RemoveLast(); }},
-      {"a replica without a count", [](v1::PackedLookups* p) {
+      {"a replica without a count",
+       [](v1::PackedLookups* p) {
          p->add_tiers(v1::MEMORY);
          p->add_owners(0);
          p->add_segment_ids(1);
