@@ -414,10 +414,13 @@ double Percentile(std::vector<double>& v, double p) {
 // lookup. Releases always go over gRPC: the lane has no ReleaseLeases (mc-client's release
 // sender uses gRPC too). range(3) = 1 names the keys packed and takes the answer as columns (as
 // mc-client does with --pack_master_keys, the default), 0 one string and one record per key.
+// range(4) = 1 names the release's keys packed too (as mc-client does for the releases its
+// lookups carry), 0 one by one.
 struct Mode {
   bool lane = false;
   bool carry = false;
   bool packed = false;
+  bool packed_releases = false;
 };
 
 // One caller's leased lookup of `keys` as fleet client `t`, carrying `carried` when it holds a
@@ -434,6 +437,8 @@ std::string Lookup(Fleet& f, int t, Mode mode, const std::vector<std::string>& k
   } else {
     for (const auto& k : keys) req->add_keys(k);
   }
+  const uint32_t release_keys =
+      static_cast<uint32_t>(carried->keys_size() + carried->packed_key_sizes_size());
   if (carried->lease_id() != 0) *req->add_releases() = std::move(*carried);
   carried->Clear();
   if (mode.lane) {
@@ -451,6 +456,9 @@ std::string Lookup(Fleet& f, int t, Mode mode, const std::vector<std::string>& k
     if (!status.ok()) return "GetReplicas: " + status.error_message();
   }
   if (!AllRepliesFound(*req, *resp)) return "a preloaded key was not found (a client expired?)";
+  if (req->releases_size() != 0 && resp->releases_seen() != release_keys) {
+    return "the master did not see every key of the carried release";
+  }
   if (g_master_auth && (mode.packed ? resp->packed().capabilities().empty()
                                     : resp->results(0).replicas(0).capability().empty())) {
     return "a replica came without a capability";
@@ -486,9 +494,12 @@ void Report(Fleet& f, benchmark::State& state, const Fleet::RunStart& start) {
       "held at the end\n",
       state.range(1) != 0 ? "lane" : "gRPC",
       state.range(2) != 0 ? "release carried" : "release RPC",
-      state.range(3) != 0 ? "packed" : "key by key", state.threads(),
-      static_cast<unsigned long long>(granted), static_cast<unsigned long long>(released),
-      static_cast<unsigned long long>(expired), leases.held);
+      state.range(3) == 0   ? "key by key"
+      : state.range(4) != 0 ? "packed, releases packed"
+                            : "packed",
+      state.threads(), static_cast<unsigned long long>(granted),
+      static_cast<unsigned long long>(released), static_cast<unsigned long long>(expired),
+      leases.held);
   std::fflush(stdout);
   if (leases.held != 0 || expired != 0) {
     state.SkipWithError("leases were left held or expired instead of released");
@@ -506,12 +517,14 @@ void Report(Fleet& f, benchmark::State& state, const Fleet::RunStart& start) {
 
 // A reader's leased lookups of range(0) keys against the fleet's master, each caller thread one
 // of the fleet's clients, sent as Mode says (range(1): lane, range(2): release carried,
-// range(3): packed).
+// range(3): packed, range(4): releases packed).
 void BM_Fleet_GetReplicas(benchmark::State& state) {
   Fleet& f = Fleet::Get();
   const int t = state.thread_index();
-  const Mode mode{
-      .lane = state.range(1) != 0, .carry = state.range(2) != 0, .packed = state.range(3) != 0};
+  const Mode mode{.lane = state.range(1) != 0,
+                  .carry = state.range(2) != 0,
+                  .packed = state.range(3) != 0,
+                  .packed_releases = state.range(4) != 0};
   const auto& batches = f.Batches(state.range(0));
   Fleet::PerThread& mine = f.per_thread[t % Fleet::kMaxCallers];
   mine.batch_us.clear();
@@ -531,7 +544,14 @@ void BM_Fleet_GetReplicas(benchmark::State& state) {
     error = Lookup(f, t, mode, keys, &carried, &req, &resp);
     if (!error.empty()) break;
     carried.set_lease_id(resp.lease_id());
-    carried.mutable_keys()->Assign(keys.begin(), keys.end());
+    if (mode.packed_releases) {
+      carried.mutable_packed_keys()->reserve(keys.size() * (keys.empty() ? 0 : keys[0].size()));
+      for (const auto& k : keys) {
+        AppendPackedKey(k, carried.mutable_packed_keys(), carried.mutable_packed_key_sizes());
+      }
+    } else {
+      carried.mutable_keys()->Assign(keys.begin(), keys.end());
+    }
     if (!mode.carry) {
       if (!Release(f, t, carried)) {
         error = "ReleaseLeases failed";
@@ -563,15 +583,16 @@ void BM_Fleet_GetReplicas(benchmark::State& state) {
 
 void RegisterFleetBenchmarks() {
   // Threads outermost, so one process alternates the modes at each caller count: the four of
-  // lane and carry with keys one by one, then the daemons' mode (lane, carried, packed) and the
-  // same over gRPC.
-  const std::vector<std::vector<int64_t>> modes = {{0, 0, 0}, {0, 1, 0}, {1, 0, 0},
-                                                   {1, 1, 0}, {1, 1, 1}, {0, 1, 1}};
+  // lane and carry with keys one by one, then lane and carried with the lookup's keys packed,
+  // then the daemons' mode (the carried release's keys packed too) and the same over gRPC.
+  const std::vector<std::vector<int64_t>> modes = {{0, 0, 0, 0}, {0, 1, 0, 0}, {1, 0, 0, 0},
+                                                   {1, 1, 0, 0}, {1, 1, 1, 0}, {1, 1, 1, 1},
+                                                   {0, 1, 1, 1}};
   for (int threads : {1, 2, 4}) {
     for (const auto& m : modes) {
       benchmark::RegisterBenchmark("BM_Fleet_GetReplicas", BM_Fleet_GetReplicas)
-          ->Args({1024, m[0], m[1], m[2]})
-          ->ArgNames({"keys", "lane", "carry", "packed"})
+          ->Args({1024, m[0], m[1], m[2], m[3]})
+          ->ArgNames({"keys", "lane", "carry", "packed", "prel"})
           ->Threads(threads)
           ->UseRealTime();
     }
