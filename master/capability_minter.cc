@@ -38,21 +38,20 @@ std::shared_ptr<const CapabilityMinter::OwnerMap> CapabilityMinter::Owners() con
   return owners_;
 }
 
-bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right, uint64_t generation,
+bool CapabilityMinter::Batch::Mint(const Target& replica, auth::Right right, uint64_t generation,
                                    std::string_view key, int64_t expiry_ms,
                                    auth::CapabilityBytes& out) {
-  const MemoryLocation& loc = replica.location;
-  if (last_key_ == nullptr || loc.client_id != last_owner_) {
+  if (last_key_ == nullptr || replica.client_id != last_owner_) {
     // Heterogeneous: no string built per replica.
-    auto it = owners_->find(absl::string_view(loc.client_id));
+    auto it = owners_->find(absl::string_view(replica.client_id.data(), replica.client_id.size()));
     last_key_ = it == owners_->end() ? nullptr : it->second.get();
-    last_owner_ = loc.client_id;
+    last_owner_ = replica.client_id;
   }
   if (last_key_ == nullptr) return false;
   auth::Capability cap;
   cap.right = right;
-  cap.offset = loc.offset;
-  cap.length = loc.length;
+  cap.offset = replica.offset;
+  cap.length = replica.length;
   cap.generation = generation;
   cap.expiry_ms = expiry_ms;
   if (replica.tier == ReplicaTier::kDisk) {
@@ -60,7 +59,7 @@ bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right, ui
     cap.segment_id = generation;
     cap.key_tag = static_cast<uint32_t>(Checksum(key.data(), key.size()));
   } else {
-    cap.segment_id = loc.segment_id;
+    cap.segment_id = replica.segment_id;
     // A WRITE grant names its key, so the owner records the replica only under it (an INDEX
     // notice naming another key is refused).
     if (right == auth::Right::kWrite) cap.key_binding = auth::WriteKeyBinding(*last_key_, key);

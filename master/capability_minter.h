@@ -51,9 +51,31 @@ class CapabilityMinter {
     // and `key`'s tag) with `right` (kRead/kWrite; DISK replicas get kReadDisk) until
     // `expiry_ms`, into `out`; false (nothing granted) when its owner has no key.
     bool Mint(const Replica& replica, auth::Right right, uint64_t generation, std::string_view key,
-              int64_t expiry_ms, auth::CapabilityBytes& out);
+              int64_t expiry_ms, auth::CapabilityBytes& out) {
+      const MemoryLocation& l = replica.location;
+      return Mint({replica.tier, l.client_id, l.segment_id, l.offset, l.length}, right, generation,
+                  key, expiry_ms, out);
+    }
+    // The same for a replica as the table stores it (a lookup's answer: no strings copied).
+    bool Mint(const StoredReplica& replica, auth::Right right, uint64_t generation,
+              std::string_view key, int64_t expiry_ms, auth::CapabilityBytes& out) {
+      return Mint(
+          {replica.tier, replica.client_id(), replica.segment_id, replica.offset, replica.length},
+          right, generation, key, expiry_ms, out);
+    }
 
    private:
+    // What a capability names of its replica.
+    struct Target {
+      ReplicaTier tier;
+      std::string_view client_id;
+      uint64_t segment_id;
+      uint64_t offset;
+      uint64_t length;
+    };
+    bool Mint(const Target& replica, auth::Right right, uint64_t generation, std::string_view key,
+              int64_t expiry_ms, auth::CapabilityBytes& out);
+
     std::shared_ptr<const OwnerMap> owners_;  // keeps the snapshot's keys alive
     std::string last_owner_;
     const auth::OwnerKey* last_key_ = nullptr;  // last_owner_'s, from owners_ (null: none)

@@ -1,5 +1,8 @@
 #include "master/grpc_answers.h"
 
+#include <algorithm>
+
+#include "master/peer_names.h"
 #include "proto/packed_lookups.h"
 
 namespace mc::master {
@@ -10,6 +13,17 @@ v1::Tier ToProtoTier(ReplicaTier tier) {
   return tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK;
 }
 
+void ToProto(const StoredReplica& r, v1::Replica* out, std::string_view capability) {
+  const PeerNames::Peer& peer = PeerNames::Instance().Get(r.peer);
+  out->set_tier(ToProtoTier(r.tier));
+  out->set_client_id(peer.client_id);
+  out->set_data_endpoint(peer.endpoint);
+  out->set_segment_id(r.segment_id);
+  out->set_offset(r.offset);
+  out->set_length(r.length);
+  if (!capability.empty()) out->set_capability(capability.data(), capability.size());
+}
+
 void ToProto(const Replica& r, v1::Replica* out, std::string_view capability) {
   out->set_tier(ToProtoTier(r.tier));
   out->set_client_id(r.location.client_id);
@@ -18,16 +32,6 @@ void ToProto(const Replica& r, v1::Replica* out, std::string_view capability) {
   out->set_offset(r.location.offset);
   out->set_length(r.location.length);
   if (!capability.empty()) out->set_capability(capability.data(), capability.size());
-}
-
-std::string_view Grant(const Grants& grants, std::optional<CapabilityMinter::Batch>& batch,
-                       const Replica& replica, uint64_t generation, size_t row,
-                       auth::CapabilityBytes& out) {
-  if (grants.minter == nullptr) return {};
-  if (!batch) batch.emplace(*grants.minter);
-  const std::string_view key = row < grants.keys.size() ? grants.keys[row] : std::string_view();
-  if (!batch->Mint(replica, grants.right, generation, key, grants.expiry_ms, out)) return {};
-  return {reinterpret_cast<const char*>(out.data()), out.size()};
 }
 
 void AddRecords(const std::vector<LookupOutcome>& outcomes, const Grants& grants,
@@ -42,15 +46,55 @@ void AddRecords(const std::vector<LookupOutcome>& outcomes, const Grants& grants
     r->set_size(o.size);
     r->set_checksum(o.checksum);
     r->set_generation(o.generation);
-    for (const Replica& replica : o.replicas) {
+    for (const StoredReplica& replica : o.replicas) {
       ToProto(replica, r->add_replicas(), Grant(grants, batch, replica, o.generation, row, cap));
     }
   }
 }
 
+namespace {
+
+// Each peer's owner index in the packed answer being built, without hashing strings: a table per
+// thread indexed by PeerNames index (it grows to the highest index met, 8 bytes per interned
+// pair), each entry stamped with the answer it belongs to, so an entry of an earlier answer
+// reads as unset. One at a time per thread.
+class PeerOwners {
+ public:
+  PeerOwners() {
+    if (++stamp_ == 0) {  // wrapped: entries of 2^32 answers ago could read as current
+      entries_.clear();
+      stamp_ = 1;
+    }
+  }
+  // The slot of `peer`'s owner index in this answer: kNone until set.
+  uint32_t* Find(uint32_t peer) {
+    if (peer >= entries_.size()) entries_.resize(std::max<size_t>(peer + 1, entries_.size() * 2));
+    Entry& e = entries_[peer];
+    if (e.stamp != stamp_) {
+      e.stamp = stamp_;
+      e.owner = kNone;
+    }
+    return &e.owner;
+  }
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+ private:
+  struct Entry {
+    uint32_t stamp = 0;
+    uint32_t owner = kNone;
+  };
+  static thread_local std::vector<Entry> entries_;
+  static thread_local uint32_t stamp_;
+};
+thread_local std::vector<PeerOwners::Entry> PeerOwners::entries_;
+thread_local uint32_t PeerOwners::stamp_ = 0;
+
+}  // namespace
+
 void AddColumns(const std::vector<LookupOutcome>& outcomes, const Grants& grants,
                 v1::PackedLookups* out) {
   PackedLookupsWriter packed(out, outcomes.size());
+  PeerOwners owners;
   std::optional<CapabilityMinter::Batch> batch;
   auth::CapabilityBytes cap;
   for (size_t row = 0; row < outcomes.size(); ++row) {
@@ -58,9 +102,13 @@ void AddColumns(const std::vector<LookupOutcome>& outcomes, const Grants& grants
     const absl::string_view message = o.status.message();
     packed.AddRow(ToProtoCode(ToCode(o.status)), {message.data(), message.size()}, o.size,
                   o.checksum, o.generation);
-    for (const Replica& r : o.replicas) {
-      packed.AddReplica(ToProtoTier(r.tier), r.location.client_id, r.location.endpoint,
-                        r.location.segment_id, r.location.offset, r.location.length,
+    for (const StoredReplica& r : o.replicas) {
+      uint32_t* owner = owners.Find(r.peer);
+      if (*owner == PeerOwners::kNone) {
+        const PeerNames::Peer& peer = PeerNames::Instance().Get(r.peer);
+        *owner = packed.Owner(peer.client_id, peer.endpoint);
+      }
+      packed.AddReplica(ToProtoTier(r.tier), *owner, r.segment_id, r.offset, r.length,
                         Grant(grants, batch, r, o.generation, row, cap));
     }
   }

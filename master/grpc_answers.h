@@ -25,6 +25,7 @@ namespace mc::master {
 mcstore::v1::Tier ToProtoTier(ReplicaTier tier);
 
 void ToProto(const Replica& r, mcstore::v1::Replica* out, std::string_view capability = {});
+void ToProto(const StoredReplica& r, mcstore::v1::Replica* out, std::string_view capability = {});
 
 // What the replicas of an answer are granted: nothing without a minter (--auth=false).
 struct Grants {
@@ -35,10 +36,18 @@ struct Grants {
   std::span<const std::string_view> keys;
 };
 
-// The capability of `replica` of row `row` under `grants` (a view of `out`), or empty.
+// The capability of `replica` (a Replica or StoredReplica) of row `row` under `grants` (a view of
+// `out`), or empty.
+template <typename R>
 std::string_view Grant(const Grants& grants, std::optional<CapabilityMinter::Batch>& batch,
-                       const Replica& replica, uint64_t generation, size_t row,
-                       auth::CapabilityBytes& out);
+                       const R& replica, uint64_t generation, size_t row,
+                       auth::CapabilityBytes& out) {
+  if (grants.minter == nullptr) return {};
+  if (!batch) batch.emplace(*grants.minter);
+  const std::string_view key = row < grants.keys.size() ? grants.keys[row] : std::string_view();
+  if (!batch->Mint(replica, grants.right, generation, key, grants.expiry_ms, out)) return {};
+  return {reinterpret_cast<const char*>(out.data()), out.size()};
+}
 
 // A lookup's outcomes as one record per key.
 void AddRecords(const std::vector<LookupOutcome>& outcomes, const Grants& grants,

@@ -118,9 +118,10 @@ struct LookupOutcome {
   uint64_t size = 0;
   uint64_t checksum = 0;
   uint64_t generation = 0;
-  // Memory replicas first. One inline: most objects have one replica, and a lookup of 1,024
-  // keys allocated 1,024 vectors here.
-  absl::InlinedVector<Replica, 1> replicas;
+  // Memory replicas first, as the table stores them (the client id and endpoint a PeerNames
+  // index: a lookup copies no string). One inline: most objects have one replica, and a lookup
+  // of 1,024 keys allocated 1,024 vectors here.
+  absl::InlinedVector<StoredReplica, 1> replicas;
 };
 struct LookupBatch {
   uint64_t lease_id = 0;

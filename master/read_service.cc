@@ -89,9 +89,8 @@ size_t ReadService::LookUp(const std::vector<std::string_view>& keys, const Look
         r.checksum = object.checksum;
         r.generation = object.generation;
         if (options.with_replicas) {
-          r.replicas.reserve(object.replicas.size());
-          for (const StoredReplica& s : object.replicas) r.replicas.push_back(s.ToReplica());
-          auto in_memory = [](const Replica& x) { return x.tier == ReplicaTier::kMemory; };
+          r.replicas.assign(object.replicas.begin(), object.replicas.end());
+          auto in_memory = [](const StoredReplica& x) { return x.tier == ReplicaTier::kMemory; };
           // Usually already in order; stable_partition would allocate a buffer per key.
           if (!std::is_partitioned(r.replicas.begin(), r.replicas.end(), in_memory)) {
             std::stable_partition(r.replicas.begin(), r.replicas.end(), in_memory);

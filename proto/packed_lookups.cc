@@ -50,9 +50,9 @@ PackedLookupsWriter::PackedLookupsWriter(v1::PackedLookups* out, size_t rows) : 
   out_->mutable_offsets()->Reserve(n);
   out_->mutable_lengths()->Reserve(n);
   for (int i = 0; i < out_->client_ids_size() && i < out_->data_endpoints_size(); ++i) {
-    owners_.emplace(std::pair<std::string_view, std::string_view>(out_->client_ids(i),
-                                                                  out_->data_endpoints(i)),
-                    static_cast<uint32_t>(i));
+    owners_.emplace(
+        std::pair<std::string_view, std::string_view>(out_->client_ids(i), out_->data_endpoints(i)),
+        static_cast<uint32_t>(i));
   }
 }
 
@@ -72,10 +72,16 @@ void PackedLookupsWriter::AddReplica(v1::Tier tier, std::string_view client_id,
                                      std::string_view endpoint, uint64_t segment_id,
                                      uint64_t offset, uint64_t length,
                                      std::string_view capability) {
+  AddReplica(tier, Owner(client_id, endpoint), segment_id, offset, length, capability);
+}
+
+void PackedLookupsWriter::AddReplica(v1::Tier tier, uint32_t owner, uint64_t segment_id,
+                                     uint64_t offset, uint64_t length,
+                                     std::string_view capability) {
   auto* counts = out_->mutable_replica_counts();
   counts->Set(counts->size() - 1, counts->Get(counts->size() - 1) + 1);
   out_->add_tiers(tier);
-  out_->add_owners(Owner(client_id, endpoint));
+  out_->add_owners(owner);
   out_->add_segment_ids(segment_id);
   out_->add_offsets(offset);
   out_->add_lengths(length);

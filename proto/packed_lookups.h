@@ -117,12 +117,15 @@ class PackedLookupsWriter {
   void AddReplica(mcstore::v1::Tier tier, std::string_view client_id, std::string_view endpoint,
                   uint64_t segment_id, uint64_t offset, uint64_t length,
                   std::string_view capability = {});
+  // The same with its owner's index (from Owner()).
+  void AddReplica(mcstore::v1::Tier tier, uint32_t owner, uint64_t segment_id, uint64_t offset,
+                  uint64_t length, std::string_view capability = {});
   // A whole per-key record: AddRow and its AddReplicas.
   void AddRow(const mcstore::v1::KeyReplicas& record);
-
- private:
+  // The index of owner (client_id, endpoint) in the answer, added if new.
   uint32_t Owner(std::string_view client_id, std::string_view endpoint);
 
+ private:
   mcstore::v1::PackedLookups* out_;
   // Owners already in `out_` (the views point into its strings, which do not move).
   absl::flat_hash_map<std::pair<std::string_view, std::string_view>, uint32_t> owners_;

@@ -166,11 +166,12 @@ TEST_F(Capabilities, LookupsGrantReadUntilTheLeaseEndsInBothAnswerForms) {
 }
 
 // A fleet's lookup answers keys of many owners, interleaved: each replica's capability is under
-// its own owner's key, however often the owner changes from one row to the next.
+// its own owner's key, however often the owner changes from one row to the next, as records or
+// as columns. Columns name each row's owner by index: answers built one after the other on one
+// thread (owners met in another order each time) each index their own owners.
 TEST_F(Capabilities, ABatchOverManyOwnersGrantsEachReplicaUnderItsOwnersKey) {
   std::vector<std::unique_ptr<auth::CapabilityVerifier>> owners;
-  v1::GetReplicasRequest req;
-  req.set_client_id("reader");
+  std::vector<std::string> keys;
   for (int round = 0; round < 2; ++round) {
     for (int c = 0; c < 3; ++c) {
       const std::string id = "c" + std::to_string(c);
@@ -178,21 +179,49 @@ TEST_F(Capabilities, ABatchOverManyOwnersGrantsEachReplicaUnderItsOwnersKey) {
       const std::string key = "k" + std::to_string(round) + id;
       v1::PutStartResponse put = PutStart(id, key);
       PutEnd(id, key, put.results(0).generation());
-      req.add_keys(key);
+      keys.push_back(key);
     }
   }
-  v1::GetReplicasResponse resp;
-  ASSERT_TRUE(grpc_.DoGetReplicas(Caller{}, &req, &resp).ok());
-  ASSERT_EQ(resp.results_size(), 6);
-  for (int row = 0; row < 6; ++row) {
-    ASSERT_EQ(resp.results(row).replicas_size(), 1) << row;
-    const v1::Replica& r = resp.results(row).replicas(0);
-    const int owner = row % 3;
-    ASSERT_EQ(r.client_id(), "c" + std::to_string(owner));
-    EXPECT_EQ(Check(*owners[owner], r, Right::kRead, r.offset(), r.length()), Denial::kNone) << row;
-    EXPECT_EQ(Check(*owners[(owner + 1) % 3], r, Right::kRead, r.offset(), r.length()),
-              Denial::kBadMac)
-        << row;
+  for (bool packed : {false, true}) {
+    for (int order = 0; order < 3; ++order) {
+      v1::GetReplicasRequest req;
+      req.set_client_id("reader");
+      req.set_packed(packed);
+      std::vector<int> rows_owner;  // the owner of each requested key, in request order
+      for (int i = 0; i < 6; ++i) {
+        const int k = order == 0 ? i : order == 1 ? 5 - i : (i * 5) % 6;
+        req.add_keys(keys[static_cast<size_t>(k)]);
+        rows_owner.push_back(k % 3);
+      }
+      v1::GetReplicasResponse resp;
+      ASSERT_TRUE(grpc_.DoGetReplicas(Caller{}, &req, &resp).ok());
+      std::vector<v1::KeyReplicas> rows;
+      if (packed) {
+        ASSERT_TRUE(resp.has_packed());
+        auto reader = PackedLookupsReader::Open(resp.packed());
+        ASSERT_TRUE(reader.ok()) << reader.status();
+        EXPECT_EQ(resp.packed().client_ids_size(), 3) << "each owner listed once";
+        for (size_t row = 0; row < reader->rows(); ++row) reader->Unpack(row, &rows.emplace_back());
+      } else {
+        rows.assign(resp.results().begin(), resp.results().end());
+      }
+      ASSERT_EQ(rows.size(), 6u);
+      for (size_t row = 0; row < 6; ++row) {
+        SCOPED_TRACE(::testing::Message()
+                     << "packed " << packed << ", order " << order << ", row " << row);
+        ASSERT_EQ(rows[row].replicas_size(), 1);
+        const v1::Replica& r = rows[row].replicas(0);
+        const int owner = rows_owner[row];
+        ASSERT_EQ(r.client_id(), "c" + std::to_string(owner));
+        EXPECT_EQ(r.data_endpoint(), "10.0.0.1:2") << "as Register() names it";
+        EXPECT_EQ(
+            Check(*owners[static_cast<size_t>(owner)], r, Right::kRead, r.offset(), r.length()),
+            Denial::kNone);
+        EXPECT_EQ(Check(*owners[static_cast<size_t>((owner + 1) % 3)], r, Right::kRead, r.offset(),
+                        r.length()),
+                  Denial::kBadMac);
+      }
+    }
   }
 }
 

@@ -243,7 +243,7 @@ TEST_F(Eviction, ObjectWithDiskReplicaKeepsItAfterMemoryEviction) {
   ASSERT_TRUE(b.results[0].status.ok()) << b.results[0].status;
   ASSERT_EQ(b.results[0].replicas.size(), 1u);
   EXPECT_EQ(b.results[0].replicas[0].tier, ReplicaTier::kDisk);
-  EXPECT_EQ(b.results[0].replicas[0].location.offset, 77u);
+  EXPECT_EQ(b.results[0].replicas[0].offset, 77u);
 }
 
 TEST_F(Eviction, StatusLineReportsEvictionCounters) {

@@ -58,7 +58,7 @@ TEST_F(Liveness, SilentClientIsDroppedWithItsSegmentsAndObjects) {
   ASSERT_TRUE(m_.Exists("on-both")) << "an object with a surviving replica survives";
   LookupBatch b = m_.svc().GetReplicas({"on-both"}, {.grant_lease = false});
   ASSERT_EQ(b.results[0].replicas.size(), 1u);
-  EXPECT_EQ(b.results[0].replicas[0].location.client_id, "c2");
+  EXPECT_EQ(b.results[0].replicas[0].client_id(), "c2");
   EXPECT_EQ(s.mem_used, m_.svc().ClientSegmentStats("c2").used);
   EXPECT_EQ(s.mem_used, 2u * 1024);
   EXPECT_FALSE(m_.svc().Heartbeat("c1", s1_, 0)) << "dropped session must re-register";

@@ -125,9 +125,9 @@ TEST_F(Report, ARestartedMasterRebuildsReportedObjectsWithTheirReplicas) {
   Registration reg = Register("c1", /*will_report=*/true);
   std::vector<ReportedObjectItem> items;
   for (size_t i = 0; i < keys.size(); ++i) {
-    const Replica& r = stored[i].replicas[0];
+    const StoredReplica& r = stored[i].replicas[0];
     items.push_back({keys[i], stored[i].generation, stored[i].size, stored[i].checksum,
-                     reg.segment_ids[0], r.location.offset});
+                     reg.segment_ids[0], r.offset});
   }
   EXPECT_EQ(SendCodes("c1", reg, items), std::vector<Code>(3, Code::kOk));
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -137,12 +137,12 @@ TEST_F(Report, ARestartedMasterRebuildsReportedObjectsWithTheirReplicas) {
     EXPECT_EQ(got.size, stored[i].size);
     EXPECT_EQ(got.checksum, stored[i].checksum);
     ASSERT_EQ(got.replicas.size(), 1u);
-    const MemoryLocation& loc = got.replicas[0].location;
+    const MemoryLocation loc = got.replicas[0].location();
     EXPECT_EQ(got.replicas[0].tier, ReplicaTier::kMemory);
     EXPECT_EQ(loc.client_id, "c1");
     EXPECT_EQ(loc.endpoint, "10.0.0.1:2002");
     EXPECT_EQ(loc.segment_id, reg.segment_ids[0]);
-    EXPECT_EQ(loc.offset, stored[i].replicas[0].location.offset);
+    EXPECT_EQ(loc.offset, stored[i].replicas[0].offset);
     EXPECT_EQ(loc.length, stored[i].size);
   }
   EXPECT_EQ(m_.svc().Snapshot().mem_used, before.svc().Snapshot().mem_used);
@@ -228,9 +228,9 @@ TEST_F(Report, AReturningClientsStaleObjectsAreSupersededAndFreed) {
   const uint64_t s2 = m_.Register("c2", {kSegment});
   Registration c1 = Register("c1", false);
   const uint64_t old_gen = m_.Put("c1", "k", 1000);
-  const uint64_t offset = Find("k").replicas[0].location.offset;
+  const uint64_t offset = Find("k").replicas[0].offset;
   const uint64_t same_gen = m_.Put("c1", "same", 1000);
-  const uint64_t same_off = Find("same").replicas[0].location.offset;
+  const uint64_t same_off = Find("same").replicas[0].offset;
   Expire("c1", "c2", s2);
   ASSERT_FALSE(m_.Exists("k"));
   // Meanwhile: k put again (a newer generation), p being put, "same" recreated from elsewhere
@@ -252,7 +252,7 @@ TEST_F(Report, AReturningClientsStaleObjectsAreSupersededAndFreed) {
       << "k: a newer generation; p: being put; 'same': c1 holds it already, then another size "
          "(a conflict with the reported object: both go)";
   EXPECT_EQ(Find("k").generation, new_gen);
-  EXPECT_EQ(Find("k").replicas[0].location.client_id, "c2");
+  EXPECT_EQ(Find("k").replicas[0].client_id(), "c2");
   EXPECT_FALSE(m_.Exists("same"));
   EXPECT_EQ(m_.svc().ClientSegmentStats("c1").used, 0u) << "nothing holds space";
   // The refused ranges are forgotten: the owner drops them at its next heartbeat.
@@ -335,8 +335,8 @@ TEST_F(Report, AReturningClientsReplicaJoinsTheKnownObject) {
   LookupOutcome was = Find("k");
   ASSERT_EQ(was.replicas.size(), 2u);
   uint64_t offset = 0;
-  for (const Replica& r : was.replicas) {
-    if (r.location.client_id == "c1") offset = r.location.offset;
+  for (const StoredReplica& r : was.replicas) {
+    if (r.client_id() == "c1") offset = r.offset;
   }
   Expire("c1", "c2", s2);
   ASSERT_EQ(Find("k").replicas.size(), 1u);
@@ -345,9 +345,9 @@ TEST_F(Report, AReturningClientsReplicaJoinsTheKnownObject) {
             std::vector<Code>{Code::kOk});
   LookupOutcome now = Find("k");
   ASSERT_EQ(now.replicas.size(), 2u);
-  EXPECT_EQ(now.replicas[1].location.client_id, "c1");
-  EXPECT_EQ(now.replicas[1].location.segment_id, back.segment_ids[0]);
-  EXPECT_EQ(now.replicas[1].location.offset, offset);
+  EXPECT_EQ(now.replicas[1].client_id(), "c1");
+  EXPECT_EQ(now.replicas[1].segment_id, back.segment_ids[0]);
+  EXPECT_EQ(now.replicas[1].offset, offset);
   EXPECT_EQ(Reported("joined"), 1u);
   EXPECT_EQ(Reported("restored"), 0u);
   // Once more (another range): c1 already holds it.
@@ -433,7 +433,7 @@ class Forget : public Report {
   }
   ReplicaRef RefOf(std::string_view key) {
     const LookupOutcome found = Find(key);
-    const MemoryLocation& loc = found.replicas.at(0).location;
+    const MemoryLocation loc = found.replicas.at(0).location();
     EXPECT_EQ(loc.generation, found.generation) << key << ": the replica names its generation";
     return {loc.segment_id, loc.offset, loc.generation};
   }

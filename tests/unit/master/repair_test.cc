@@ -30,10 +30,10 @@ class Repair : public ::testing::Test {
     item.key = key;
     item.generation = b.results[0].generation;
     item.holder = holder;
-    for (const Replica& r : b.results[0].replicas) {
-      if (r.location.client_id == holder) {
-        item.segment_id = r.location.segment_id;
-        item.offset = r.location.offset;
+    for (const StoredReplica& r : b.results[0].replicas) {
+      if (r.client_id() == holder) {
+        item.segment_id = r.segment_id;
+        item.offset = r.offset;
       }
     }
     return item;
@@ -43,8 +43,8 @@ class Repair : public ::testing::Test {
     peek.grant_lease = false;
     std::vector<std::string> out;
     const LookupBatch b = m_.svc().GetReplicas({key}, peek);
-    for (const Replica& r : b.results[0].replicas) {
-      out.push_back(r.location.client_id);
+    for (const StoredReplica& r : b.results[0].replicas) {
+      out.push_back(r.client_id());
     }
     return out;
   }
