@@ -18,6 +18,7 @@
 #include "master/master_server.h"
 #include "proto/packed_lookups.h"
 #include "tests/fakes/await.h"
+#include "tests/unit/client/session/master_client_test_util.h"
 
 namespace mc::client {
 namespace {
@@ -38,25 +39,21 @@ class ReleaseProxy final : public v1::Master::Service {
 
   grpc::Status RegisterClient(grpc::ServerContext*, const v1::RegisterClientRequest* req,
                               v1::RegisterClientResponse* resp) override {
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->RegisterClient(&ctx, *req, resp);
+    grpc::Status s = Forward(&v1::Master::Stub::RegisterClient, *req, resp);
     resp->set_lane_port(0);
     return s;
   }
   grpc::Status PutStart(grpc::ServerContext*, const v1::PutStartRequest* req,
                         v1::PutStartResponse* resp) override {
-    grpc::ClientContext ctx;
-    return stub_->PutStart(&ctx, *req, resp);
+    return Forward(&v1::Master::Stub::PutStart, *req, resp);
   }
   grpc::Status PutEnd(grpc::ServerContext*, const v1::PutEndRequest* req,
                       v1::PutEndResponse* resp) override {
-    grpc::ClientContext ctx;
-    return stub_->PutEnd(&ctx, *req, resp);
+    return Forward(&v1::Master::Stub::PutEnd, *req, resp);
   }
   grpc::Status ReleaseLeases(grpc::ServerContext*, const v1::ReleaseLeasesRequest* req,
                              v1::ReleaseLeasesResponse* resp) override {
-    grpc::ClientContext ctx;
-    return stub_->ReleaseLeases(&ctx, *req, resp);
+    return Forward(&v1::Master::Stub::ReleaseLeases, *req, resp);
   }
   grpc::Status GetReplicas(grpc::ServerContext*, const v1::GetReplicasRequest* req,
                            v1::GetReplicasResponse* resp) override {
@@ -68,13 +65,20 @@ class ReleaseProxy final : public v1::Master::Service {
         release.clear_packed_key_sizes();
       }
     }
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->GetReplicas(&ctx, forwarded, resp);
+    grpc::Status s = Forward(&v1::Master::Stub::GetReplicas, forwarded, resp);
     if (older) resp->clear_releases_seen();
     return s;
   }
 
  private:
+  template <typename Req, typename Resp>
+  grpc::Status Forward(grpc::Status (v1::Master::Stub::*call)(grpc::ClientContext*, const Req&,
+                                                              Resp*),
+                       const Req& req, Resp* resp) {
+    grpc::ClientContext ctx;
+    return (stub_.get()->*call)(&ctx, req, resp);
+  }
+
   std::unique_ptr<v1::Master::Stub> stub_;
 };
 
@@ -82,11 +86,7 @@ class PackedReleases : public ::testing::Test {
  protected:
   void SetUp() override {
     SetLogLevel("error");
-    master::MasterServerOptions opts;
-    opts.listen = "127.0.0.1:0";
-    opts.http = "";
-    server_ = std::make_unique<master::MasterServer>(opts);
-    ASSERT_TRUE(server_->Start().ok());
+    server_ = testing::StartTestMaster();
     proxy_ = std::make_unique<ReleaseProxy>(server_->grpc_address());
     grpc::ServerBuilder builder;
     int port = 0;
@@ -99,13 +99,8 @@ class PackedReleases : public ::testing::Test {
                                       .max_message_bytes = 64 << 20,
                                       .release_delay_us = 60'000'000,  // only lookups carry them
                                       .packed_release_retry_ms = 60'000});
-    v1::RegisterClientRequest reg;
-    reg.set_client_id("c1");
-    reg.set_data_endpoint("127.0.0.1:1");
-    reg.add_segments()->set_size(1 << 20);
-    v1::RegisterClientResponse reg_resp;
-    ASSERT_TRUE(client_->RegisterClient(reg, &reg_resp).ok());
-    for (const char* key : {"a", "b", "c"}) Put(key);
+    testing::RegisterTestClient(*client_);
+    for (const char* key : {"a", "b", "c"}) testing::PutTestKey(*client_, key);
   }
   void TearDown() override {
     client_.reset();
@@ -113,37 +108,8 @@ class PackedReleases : public ::testing::Test {
     server_->Shutdown();
   }
 
-  void Put(const std::string& key) {
-    v1::PutStartRequest start;
-    start.set_client_id("c1");
-    auto* item = start.add_items();
-    item->set_key(key);
-    item->set_size(100);
-    v1::PutStartResponse started;
-    ASSERT_TRUE(client_->PutStart(start, &started).ok());
-    ASSERT_EQ(started.results(0).code(), v1::OK) << started.results(0).message();
-    v1::PutEndRequest end;
-    end.set_client_id("c1");
-    auto* e = end.add_items();
-    e->set_key(key);
-    e->set_generation(started.results(0).generation());
-    e->set_checksum(7);
-    v1::PutEndResponse ended;
-    ASSERT_TRUE(client_->PutEnd(end, &ended).ok());
-    ASSERT_EQ(ended.results(0).code(), v1::OK);
-  }
-  // Leases `keys` in one lookup (which carries whatever releases are queued) and returns their
-  // release, the keys named one by one as BatchGet names them.
   v1::ReleaseLeasesRequest Lease(const std::vector<std::string>& keys) {
-    v1::GetReplicasRequest get;
-    get.set_client_id("c1");
-    for (const auto& k : keys) get.add_keys(k);
-    v1::GetReplicasResponse got;
-    EXPECT_TRUE(client_->GetReplicas(get, &got).ok());
-    v1::ReleaseLeasesRequest release;
-    release.set_lease_id(got.lease_id());
-    for (const auto& k : keys) release.add_keys(k);
-    return release;
+    return testing::LeaseTestKeys(*client_, keys);
   }
   // Queues `release`; the counter goes up once it is answered OK.
   std::shared_ptr<EventCounter> Queue(v1::ReleaseLeasesRequest release) {

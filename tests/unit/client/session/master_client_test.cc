@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "master/master_server.h"
 #include "tests/fakes/await.h"
+#include "tests/unit/client/session/master_client_test_util.h"
 
 namespace mc::client {
 namespace {
@@ -26,11 +27,7 @@ class GrpcMasterClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SetLogLevel("warn");
-    master::MasterServerOptions opts;
-    opts.listen = "127.0.0.1:0";
-    opts.http = "";
-    server_ = std::make_unique<master::MasterServer>(opts);
-    ASSERT_TRUE(server_->Start().ok());
+    server_ = testing::StartTestMaster();
   }
 
   // Each test connects once: a second registration of "c1" would replace the first session.
@@ -39,46 +36,14 @@ class GrpcMasterClientTest : public ::testing::Test {
                                       .rpc_timeout_ms = 10'000,
                                       .max_message_bytes = 64 << 20,
                                       .release_delay_us = release_delay_us});
-    v1::RegisterClientRequest reg;
-    reg.set_client_id("c1");
-    reg.set_data_endpoint("127.0.0.1:1");
-    reg.add_segments()->set_size(1 << 20);
-    v1::RegisterClientResponse reg_resp;
-    ASSERT_TRUE(client_->RegisterClient(reg, &reg_resp).ok());
+    testing::RegisterTestClient(*client_);
   }
 
-  void Put(const std::string& key) {
-    v1::PutStartRequest start;
-    start.set_client_id("c1");
-    auto* item = start.add_items();
-    item->set_key(key);
-    item->set_size(100);
-    v1::PutStartResponse started;
-    ASSERT_TRUE(client_->PutStart(start, &started).ok());
-    ASSERT_EQ(started.results(0).code(), v1::OK) << started.results(0).message();
-    v1::PutEndRequest end;
-    end.set_client_id("c1");
-    auto* e = end.add_items();
-    e->set_key(key);
-    e->set_generation(started.results(0).generation());
-    e->set_checksum(7);
-    v1::PutEndResponse ended;
-    ASSERT_TRUE(client_->PutEnd(end, &ended).ok());
-    ASSERT_EQ(ended.results(0).code(), v1::OK);
-  }
+  void Put(const std::string& key) { testing::PutTestKey(*client_, key); }
 
   // Leases `key` and returns the release request for it.
   v1::ReleaseLeasesRequest Lease(const std::string& key) {
-    v1::GetReplicasRequest get;
-    get.set_client_id("c1");
-    get.add_keys(key);
-    v1::GetReplicasResponse got;
-    EXPECT_TRUE(client_->GetReplicas(get, &got).ok());
-    EXPECT_EQ(got.results(0).code(), v1::OK);
-    v1::ReleaseLeasesRequest rel;
-    rel.set_lease_id(got.lease_id());
-    rel.add_keys(key);
-    return rel;
+    return testing::LeaseTestKeys(*client_, {key});
   }
 
   // Leases `key` and queues its release; the counter goes up once the release is answered (it
