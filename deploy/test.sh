@@ -124,7 +124,7 @@ for stage in $stages; do
       echo "=== [tsan] build (unit tests)"
       ./deploy/build.sh tsan mc_unit_tests
       echo "=== [tsan] tests"
-      # GrpcMasterClientTest, AuthenticatedMasterClientTest, MasterFailoverTest,
+      # GrpcMasterClientTest, PackedReleases, AuthenticatedMasterClientTest, MasterFailoverTest,
       # GpuBufferServiceAuth, MasterLaneTest and MasterLaneClientTest run gRPC servers
       # in-process (the lane's tests start a whole MasterServer, gRPC listener included):
       # Debian's gRPC is not instrumented, so TSan cannot see its internal synchronisation and
@@ -132,7 +132,7 @@ for stage in $stages; do
       # lane's two ends run here without a gRPC listener: LaneThreadsTest (client_test).
       (cd build-tsan &&
         LD_PRELOAD="$PWD/tests/libmc_absl_tsan.so" \
-        GTEST_FILTER='-GrpcMasterClientTest.*:AuthenticatedMasterClientTest.*:MasterFailoverTest.*:GpuBufferServiceAuth.*:MasterLaneTest.*:MasterLaneClientTest.*' \
+        GTEST_FILTER='-GrpcMasterClientTest.*:PackedReleases.*:AuthenticatedMasterClientTest.*:MasterFailoverTest.*:GpuBufferServiceAuth.*:MasterLaneTest.*:MasterLaneClientTest.*' \
         TSAN_OPTIONS="suppressions=$PWD/../tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}" \
         ctest --output-on-failure -j "$test_jobs" --timeout 900 -L unit) ;;
     fuzz) fuzz_run ;;
