@@ -423,6 +423,14 @@ struct Mode {
   bool packed_releases = false;
 };
 
+// Names `keys` (all the same size, as the fleet's are) in `req`'s packed_keys, as mc-client does.
+template <typename Request>
+void PackKeys(const std::vector<std::string>& keys, Request* req) {
+  std::string* packed = req->mutable_packed_keys();
+  packed->reserve(keys.size() * (keys.empty() ? 0 : keys[0].size()));
+  for (const auto& k : keys) AppendPackedKey(k, packed, req->mutable_packed_key_sizes());
+}
+
 // One caller's leased lookup of `keys` as fleet client `t`, carrying `carried` when it holds a
 // lease. An error message, or "" when the master answered every key found.
 std::string Lookup(Fleet& f, int t, Mode mode, const std::vector<std::string>& keys,
@@ -430,9 +438,7 @@ std::string Lookup(Fleet& f, int t, Mode mode, const std::vector<std::string>& k
                    mcstore::v1::GetReplicasResponse* resp) {
   req->set_client_id(f.caller_id(t));
   if (mode.packed) {
-    std::string* packed = req->mutable_packed_keys();
-    packed->reserve(keys.size() * (keys.empty() ? 0 : keys[0].size()));
-    for (const auto& k : keys) AppendPackedKey(k, packed, req->mutable_packed_key_sizes());
+    PackKeys(keys, req);
     req->set_packed(true);
   } else {
     for (const auto& k : keys) req->add_keys(k);
@@ -545,10 +551,7 @@ void BM_Fleet_GetReplicas(benchmark::State& state) {
     if (!error.empty()) break;
     carried.set_lease_id(resp.lease_id());
     if (mode.packed_releases) {
-      carried.mutable_packed_keys()->reserve(keys.size() * (keys.empty() ? 0 : keys[0].size()));
-      for (const auto& k : keys) {
-        AppendPackedKey(k, carried.mutable_packed_keys(), carried.mutable_packed_key_sizes());
-      }
+      PackKeys(keys, &carried);
     } else {
       carried.mutable_keys()->Assign(keys.begin(), keys.end());
     }

@@ -13,25 +13,31 @@ v1::Tier ToProtoTier(ReplicaTier tier) {
   return tier == ReplicaTier::kMemory ? v1::MEMORY : v1::DISK;
 }
 
-void ToProto(const StoredReplica& r, v1::Replica* out, std::string_view capability) {
-  const PeerNames::Peer& peer = PeerNames::Instance().Get(r.peer);
-  out->set_tier(ToProtoTier(r.tier));
-  out->set_client_id(peer.client_id);
-  out->set_data_endpoint(peer.endpoint);
-  out->set_segment_id(r.segment_id);
-  out->set_offset(r.offset);
-  out->set_length(r.length);
+namespace {
+
+void SetReplica(ReplicaTier tier, const std::string& client_id, const std::string& endpoint,
+                uint64_t segment_id, uint64_t offset, uint64_t length, std::string_view capability,
+                v1::Replica* out) {
+  out->set_tier(ToProtoTier(tier));
+  out->set_client_id(client_id);
+  out->set_data_endpoint(endpoint);
+  out->set_segment_id(segment_id);
+  out->set_offset(offset);
+  out->set_length(length);
   if (!capability.empty()) out->set_capability(capability.data(), capability.size());
 }
 
+}  // namespace
+
+void ToProto(const StoredReplica& r, v1::Replica* out, std::string_view capability) {
+  const PeerNames::Peer& peer = PeerNames::Instance().Get(r.peer);
+  SetReplica(r.tier, peer.client_id, peer.endpoint, r.segment_id, r.offset, r.length, capability,
+             out);
+}
+
 void ToProto(const Replica& r, v1::Replica* out, std::string_view capability) {
-  out->set_tier(ToProtoTier(r.tier));
-  out->set_client_id(r.location.client_id);
-  out->set_data_endpoint(r.location.endpoint);
-  out->set_segment_id(r.location.segment_id);
-  out->set_offset(r.location.offset);
-  out->set_length(r.location.length);
-  if (!capability.empty()) out->set_capability(capability.data(), capability.size());
+  const MemoryLocation& l = r.location;
+  SetReplica(r.tier, l.client_id, l.endpoint, l.segment_id, l.offset, l.length, capability, out);
 }
 
 void AddRecords(const std::vector<LookupOutcome>& outcomes, const Grants& grants,

@@ -60,7 +60,6 @@ struct StoredReplica {
   }
   const std::string& client_id() const { return PeerNames::Instance().Get(peer).client_id; }
   MemoryLocation location() const;
-  Replica ToReplica() const { return Replica{tier, location()}; }
 };
 
 struct Lease {
