@@ -38,16 +38,30 @@ std::shared_ptr<const CapabilityMinter::OwnerMap> CapabilityMinter::Owners() con
   return owners_;
 }
 
-bool CapabilityMinter::Batch::Mint(const Target& replica, auth::Right right, uint64_t generation,
+bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right, uint64_t generation,
                                    std::string_view key, int64_t expiry_ms,
                                    auth::CapabilityBytes& out) {
-  if (last_key_ == nullptr || replica.client_id != last_owner_) {
-    // Heterogeneous: no string built per replica.
-    auto it = owners_->find(absl::string_view(replica.client_id.data(), replica.client_id.size()));
-    last_key_ = it == owners_->end() ? nullptr : it->second.get();
-    last_owner_ = replica.client_id;
+  const MemoryLocation& l = replica.location;
+  if (last_key_ == nullptr || l.client_id != last_owner_) {
+    last_key_ = Find(l.client_id);
+    last_owner_ = l.client_id;
   }
   if (last_key_ == nullptr) return false;
+  MintUnder(*last_key_, {replica.tier, l.segment_id, l.offset, l.length}, right, generation, key,
+            expiry_ms, out);
+  return true;
+}
+
+const auth::OwnerKey* CapabilityMinter::Batch::Find(std::string_view client_id) const {
+  // Heterogeneous: no string built per lookup.
+  auto it = owners_->find(absl::string_view(client_id.data(), client_id.size()));
+  return it == owners_->end() ? nullptr : it->second.get();
+}
+
+void CapabilityMinter::Batch::MintUnder(const auth::OwnerKey& owner_key, const Target& replica,
+                                        auth::Right right, uint64_t generation,
+                                        std::string_view key, int64_t expiry_ms,
+                                        auth::CapabilityBytes& out) {
   auth::Capability cap;
   cap.right = right;
   cap.offset = replica.offset;
@@ -62,10 +76,9 @@ bool CapabilityMinter::Batch::Mint(const Target& replica, auth::Right right, uin
     cap.segment_id = replica.segment_id;
     // A WRITE grant names its key, so the owner records the replica only under it (an INDEX
     // notice naming another key is refused).
-    if (right == auth::Right::kWrite) cap.key_binding = auth::WriteKeyBinding(*last_key_, key);
+    if (right == auth::Right::kWrite) cap.key_binding = auth::WriteKeyBinding(owner_key, key);
   }
-  out = auth::MintCapability(*last_key_, cap);
-  return true;
+  out = auth::MintCapability(owner_key, cap);
 }
 
 }  // namespace mc::master

@@ -6,11 +6,12 @@
 // registered with no key here (unknown) gets none, and its owner refuses the frame.
 // Thread-safe. The owner keys are an immutable snapshot replaced whole at each registration and
 // forget (registrations are rare, lookups are not): an answer takes the snapshot once, then
-// minting costs one hash lookup and one MAC (~0.2 us) per replica, with no lock and no reference
-// count touched per replica. A Forget reaches the answers begun after it; one begun before it
-// may still mint under the forgotten key (as before with its per-answer cache), which grants
-// nothing the owner's next session accepts (its key is derived anew). A registration copies the
-// map (O(registered clients): ~50 us at 1,000 clients).
+// minting costs one MAC (~0.2 us) per replica and one hash lookup per owner met (a replica as the
+// table stores it finds its owner's key by PeerNames index after the first), with no lock and no
+// reference count touched per replica. A Forget reaches the answers begun after it; one begun
+// before it may still mint under the forgotten key (as before with its per-answer cache), which
+// grants nothing the owner's next session accepts (its key is derived anew). A registration copies
+// the map (O(registered clients): ~50 us at 1,000 clients).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include "common/capability.h"
 #include "common/clock.h"
 #include "master/object.h"
+#include "master/peer_slots.h"
 
 namespace mc::master {
 
@@ -51,34 +53,37 @@ class CapabilityMinter {
     // and `key`'s tag) with `right` (kRead/kWrite; DISK replicas get kReadDisk) until
     // `expiry_ms`, into `out`; false (nothing granted) when its owner has no key.
     bool Mint(const Replica& replica, auth::Right right, uint64_t generation, std::string_view key,
-              int64_t expiry_ms, auth::CapabilityBytes& out) {
-      const MemoryLocation& l = replica.location;
-      return Mint({replica.tier, l.client_id, l.segment_id, l.offset, l.length}, right, generation,
-                  key, expiry_ms, out);
-    }
+              int64_t expiry_ms, auth::CapabilityBytes& out);
     // The same for a replica as the table stores it (a lookup's answer: no strings copied).
+    // Its owner's key is found once per holder (by PeerNames index), not per replica.
     bool Mint(const StoredReplica& replica, auth::Right right, uint64_t generation,
               std::string_view key, int64_t expiry_ms, auth::CapabilityBytes& out) {
-      return Mint(
-          {replica.tier, replica.client_id(), replica.segment_id, replica.offset, replica.length},
-          right, generation, key, expiry_ms, out);
+      auto [owner_key, first] = peer_keys_.Slot(replica.peer);
+      if (first) *owner_key = Find(replica.client_id());
+      if (*owner_key == nullptr) return false;
+      MintUnder(**owner_key, {replica.tier, replica.segment_id, replica.offset, replica.length},
+                right, generation, key, expiry_ms, out);
+      return true;
     }
 
    private:
     // What a capability names of its replica.
     struct Target {
       ReplicaTier tier;
-      std::string_view client_id;
       uint64_t segment_id;
       uint64_t offset;
       uint64_t length;
     };
-    bool Mint(const Target& replica, auth::Right right, uint64_t generation, std::string_view key,
-              int64_t expiry_ms, auth::CapabilityBytes& out);
+    // `client_id`'s key in the snapshot (null: none).
+    const auth::OwnerKey* Find(std::string_view client_id) const;
+    static void MintUnder(const auth::OwnerKey& owner_key, const Target& replica, auth::Right right,
+                          uint64_t generation, std::string_view key, int64_t expiry_ms,
+                          auth::CapabilityBytes& out);
 
-    std::shared_ptr<const OwnerMap> owners_;  // keeps the snapshot's keys alive
-    std::string last_owner_;
-    const auth::OwnerKey* last_key_ = nullptr;  // last_owner_'s, from owners_ (null: none)
+    std::shared_ptr<const OwnerMap> owners_;      // keeps the snapshot's keys alive
+    std::string last_owner_;                      // a Replica's owner, minted for last
+    const auth::OwnerKey* last_key_ = nullptr;    // last_owner_'s, from owners_ (null: none)
+    PeerSlots<const auth::OwnerKey*> peer_keys_;  // each holder's key (null: none), from owners_
   };
 
  private:

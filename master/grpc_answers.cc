@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "master/peer_names.h"
+#include "master/peer_slots.h"
 #include "proto/packed_lookups.h"
 
 namespace mc::master {
@@ -58,49 +59,10 @@ void AddRecords(const std::vector<LookupOutcome>& outcomes, const Grants& grants
   }
 }
 
-namespace {
-
-// Each peer's owner index in the packed answer being built, without hashing strings: a table per
-// thread indexed by PeerNames index (it grows to the highest index met, 8 bytes per interned
-// pair), each entry stamped with the answer it belongs to, so an entry of an earlier answer
-// reads as unset. One at a time per thread.
-class PeerOwners {
- public:
-  PeerOwners() {
-    if (++stamp_ == 0) {  // wrapped: entries of 2^32 answers ago could read as current
-      entries_.clear();
-      stamp_ = 1;
-    }
-  }
-  // The slot of `peer`'s owner index in this answer: kNone until set.
-  uint32_t* Find(uint32_t peer) {
-    if (peer >= entries_.size()) entries_.resize(std::max<size_t>(peer + 1, entries_.size() * 2));
-    Entry& e = entries_[peer];
-    if (e.stamp != stamp_) {
-      e.stamp = stamp_;
-      e.owner = kNone;
-    }
-    return &e.owner;
-  }
-  static constexpr uint32_t kNone = UINT32_MAX;
-
- private:
-  struct Entry {
-    uint32_t stamp = 0;
-    uint32_t owner = kNone;
-  };
-  static thread_local std::vector<Entry> entries_;
-  static thread_local uint32_t stamp_;
-};
-thread_local std::vector<PeerOwners::Entry> PeerOwners::entries_;
-thread_local uint32_t PeerOwners::stamp_ = 0;
-
-}  // namespace
-
 void AddColumns(const std::vector<LookupOutcome>& outcomes, const Grants& grants,
                 v1::PackedLookups* out) {
   PackedLookupsWriter packed(out, outcomes.size());
-  PeerOwners owners;
+  PeerSlots<uint32_t> owners;  // each holder's owner index in `out`, added at its first replica
   std::optional<CapabilityMinter::Batch> batch;
   auth::CapabilityBytes cap;
   for (size_t row = 0; row < outcomes.size(); ++row) {
@@ -109,10 +71,10 @@ void AddColumns(const std::vector<LookupOutcome>& outcomes, const Grants& grants
     packed.AddRow(ToProtoCode(ToCode(o.status)), {message.data(), message.size()}, o.size,
                   o.checksum, o.generation);
     for (const StoredReplica& r : o.replicas) {
-      uint32_t* owner = owners.Find(r.peer);
-      if (*owner == PeerOwners::kNone) {
+      auto [owner, first] = owners.Slot(r.peer);
+      if (first) {
         const PeerNames::Peer& peer = PeerNames::Instance().Get(r.peer);
-        *owner = packed.Owner(peer.client_id, peer.endpoint);
+        *owner = packed.AddOwner(peer.client_id, peer.endpoint);
       }
       packed.AddReplica(ToProtoTier(r.tier), *owner, r.segment_id, r.offset, r.length,
                         Grant(grants, batch, r, o.generation, row, cap));

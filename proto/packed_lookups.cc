@@ -117,12 +117,18 @@ uint32_t PackedLookupsWriter::Owner(std::string_view client_id, std::string_view
   }
   auto it = owners_.find(std::pair(client_id, endpoint));
   if (it != owners_.end()) return last_owner_ = it->second;
-  const auto index = last_owner_ = static_cast<uint32_t>(out_->client_ids_size());
-  std::string* id = out_->add_client_ids();
-  id->assign(client_id);
-  std::string* ep = out_->add_data_endpoints();
-  ep->assign(endpoint);
-  owners_.emplace(std::pair<std::string_view, std::string_view>(*id, *ep), index);
+  const auto index = last_owner_ = AddOwner(client_id, endpoint);
+  owners_.emplace(
+      std::pair<std::string_view, std::string_view>(out_->client_ids(static_cast<int>(index)),
+                                                    out_->data_endpoints(static_cast<int>(index))),
+      index);
+  return index;
+}
+
+uint32_t PackedLookupsWriter::AddOwner(std::string_view client_id, std::string_view endpoint) {
+  const auto index = static_cast<uint32_t>(out_->client_ids_size());
+  out_->add_client_ids()->assign(client_id);
+  out_->add_data_endpoints()->assign(endpoint);
   return index;
 }
 

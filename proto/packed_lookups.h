@@ -117,13 +117,18 @@ class PackedLookupsWriter {
   void AddReplica(mcstore::v1::Tier tier, std::string_view client_id, std::string_view endpoint,
                   uint64_t segment_id, uint64_t offset, uint64_t length,
                   std::string_view capability = {});
-  // The same with its owner's index (from Owner()).
+  // The same with its owner's index (from Owner() or AddOwner()).
   void AddReplica(mcstore::v1::Tier tier, uint32_t owner, uint64_t segment_id, uint64_t offset,
                   uint64_t length, std::string_view capability = {});
   // A whole per-key record: AddRow and its AddReplicas.
   void AddRow(const mcstore::v1::KeyReplicas& record);
   // The index of owner (client_id, endpoint) in the answer, added if new.
   uint32_t Owner(std::string_view client_id, std::string_view endpoint);
+  // The index of a new owner column for (client_id, endpoint), without looking for it among the
+  // columns there: for a caller that keeps each owner's index itself (no hashing of the names).
+  // A repeat is harmless (a second column with the same names), and Owner() does not see the
+  // columns added this way (it may add them again).
+  uint32_t AddOwner(std::string_view client_id, std::string_view endpoint);
 
  private:
   mcstore::v1::PackedLookups* out_;

@@ -239,37 +239,50 @@ TEST_F(Capabilities, AnotherMembersKeyVerifiesNoneOfThem) {
 
 // The owner keys are a snapshot per answer: an answer begun after a Forget mints nothing for that
 // owner, one begun after a re-registration mints under the new key, and an answer already begun
-// keeps the keys it started with (its capabilities die with the old session's key).
+// keeps the keys it started with (its capabilities die with the old session's key). The same for
+// replicas as the table stores them, whose owner keys a batch keeps per holder in a table per
+// thread: batches of both snapshots alive at once on one thread each keep their own.
 TEST(CapabilityMinter, EachAnswerMintsUnderTheOwnerKeysOfItsStart) {
-  FakeClock clock;
-  auth::ClusterKeysPtr keys = *auth::ClusterKeys::FromSecrets({std::string(40, 's')});
-  CapabilityMinter minter(keys, clock);
-  auto owner_key = [&](const std::string& wrapped) {
-    auto key = auth::UnwrapOwnerKey(*keys, "c1", wrapped);
-    EXPECT_TRUE(key.ok());
-    return auth::OwnerKey(key.ok() ? *key : "");
-  };
-  const auth::OwnerKey first = owner_key(minter.Register("c1", 1));
-  minter.Register("c2", 1);
-  Replica replica{ReplicaTier::kMemory, MemoryLocation{"c1", "e", 5, 0, 100, 1}};
-  auth::CapabilityBytes cap;
-  CapabilityMinter::Batch before(minter);
-  ASSERT_TRUE(before.Mint(replica, Right::kRead, 1, "k", 1000, cap));
-  EXPECT_TRUE(auth::CapabilityMacValid(first, cap.data()));
-  minter.Forget("c1");
-  minter.Forget("absent");  // forgetting an unknown owner changes nothing
-  CapabilityMinter::Batch after_forget(minter);
-  EXPECT_FALSE(after_forget.Mint(replica, Right::kRead, 1, "k", 1000, cap));
-  Replica other{ReplicaTier::kMemory, MemoryLocation{"c2", "e", 6, 0, 100, 1}};
-  EXPECT_TRUE(after_forget.Mint(other, Right::kRead, 1, "k2", 1000, cap)) << "c2 is kept";
-  const auth::OwnerKey second = owner_key(minter.Register("c1", 2));
-  CapabilityMinter::Batch after_register(minter);
-  ASSERT_TRUE(after_register.Mint(replica, Right::kRead, 1, "k", 1000, cap));
-  EXPECT_TRUE(auth::CapabilityMacValid(second, cap.data()));
-  EXPECT_FALSE(auth::CapabilityMacValid(first, cap.data()));
-  ASSERT_TRUE(before.Mint(replica, Right::kRead, 1, "k", 1000, cap));
-  EXPECT_TRUE(auth::CapabilityMacValid(first, cap.data())) << "the older answer's snapshot";
-  EXPECT_FALSE(auth::CapabilityMacValid(second, cap.data()));
+  for (bool stored : {false, true}) {
+    SCOPED_TRACE(stored ? "stored replicas" : "replicas");
+    FakeClock clock;
+    auth::ClusterKeysPtr keys = *auth::ClusterKeys::FromSecrets({std::string(40, 's')});
+    CapabilityMinter minter(keys, clock);
+    auto owner_key = [&](const std::string& wrapped) {
+      auto key = auth::UnwrapOwnerKey(*keys, "c1", wrapped);
+      EXPECT_TRUE(key.ok());
+      return auth::OwnerKey(key.ok() ? *key : "");
+    };
+    const auth::OwnerKey first = owner_key(minter.Register("c1", 1));
+    minter.Register("c2", 1);
+    const Replica replica{ReplicaTier::kMemory, MemoryLocation{"c1", "e", 5, 0, 100, 1}};
+    const Replica other{ReplicaTier::kMemory, MemoryLocation{"c2", "e", 6, 0, 100, 1}};
+    auth::CapabilityBytes cap;
+    auto mint = [&](CapabilityMinter::Batch& batch, const Replica& r, const char* key) {
+      return stored ? batch.Mint(StoredReplica::Of(r), Right::kRead, 1, key, 1000, cap)
+                    : batch.Mint(r, Right::kRead, 1, key, 1000, cap);
+    };
+    CapabilityMinter::Batch before(minter);
+    ASSERT_TRUE(mint(before, replica, "k"));
+    EXPECT_TRUE(auth::CapabilityMacValid(first, cap.data()));
+    minter.Forget("c1");
+    minter.Forget("absent");  // forgetting an unknown owner changes nothing
+    CapabilityMinter::Batch after_forget(minter);
+    EXPECT_FALSE(mint(after_forget, replica, "k"));
+    EXPECT_FALSE(mint(after_forget, replica, "k")) << "asked again";
+    EXPECT_TRUE(mint(after_forget, other, "k2")) << "c2 is kept";
+    const auth::OwnerKey second = owner_key(minter.Register("c1", 2));
+    CapabilityMinter::Batch after_register(minter);
+    ASSERT_TRUE(mint(after_register, replica, "k"));
+    EXPECT_TRUE(auth::CapabilityMacValid(second, cap.data()));
+    EXPECT_FALSE(auth::CapabilityMacValid(first, cap.data()));
+    ASSERT_TRUE(mint(before, replica, "k"));
+    EXPECT_TRUE(auth::CapabilityMacValid(first, cap.data())) << "the older answer's snapshot";
+    EXPECT_FALSE(auth::CapabilityMacValid(second, cap.data()));
+    EXPECT_FALSE(mint(after_forget, replica, "k")) << "still the snapshot without c1";
+    ASSERT_TRUE(mint(after_register, replica, "k"));
+    EXPECT_TRUE(auth::CapabilityMacValid(second, cap.data()));
+  }
 }
 
 TEST_F(Capabilities, WithoutAMinterNothingIsGranted) {

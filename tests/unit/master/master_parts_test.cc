@@ -1,14 +1,16 @@
-// The small parts the master's use-case services share: the generation counter and the set of
-// disputed keys, each against the contract in its header.
+// The small parts the master's use-case services share: the generation counter, the set of
+// disputed keys and the per-answer slots by peer, each against the contract in its header.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 
 #include "common/status.h"
 #include "master/disputed_keys.h"
 #include "master/generation_counter.h"
+#include "master/peer_slots.h"
 
 namespace mc::master {
 namespace {
@@ -69,6 +71,40 @@ TEST(DisputedKeys, RemembersUntilForgottenAndFailsClosedWhenFull) {
   keys.Forget("k0");
   EXPECT_FALSE(keys.Contains("never-added")) << "below the cap again";
   EXPECT_TRUE(keys.Contains("k1"));
+}
+
+// A slot reads as set only to the instance that set it: instances alive at once on one thread
+// (they share the thread's table) and later instances start from nothing, and another thread's
+// table is its own.
+TEST(PeerSlots, EachInstanceSeesOnlyWhatItSet) {
+  PeerSlots<int> a;
+  auto [slot, first] = a.Slot(3);
+  EXPECT_TRUE(first);
+  EXPECT_EQ(*slot, 0);
+  *slot = 30;
+  EXPECT_EQ(a.Slot(3), std::make_pair(slot, false));
+  EXPECT_TRUE(a.Slot(1000).second) << "the table grows past the highest index met";
+  EXPECT_EQ(*a.Slot(3).first, 30) << "and keeps what was set";
+  {
+    PeerSlots<int> b;  // alive beside `a`, same table
+    auto [b3, b_first] = b.Slot(3);
+    EXPECT_TRUE(b_first) << "a's value is not b's";
+    EXPECT_EQ(*b3, 0);
+    *b3 = 31;
+    EXPECT_EQ(*b.Slot(3).first, 31);
+  }
+  auto [again, again_first] = a.Slot(3);
+  EXPECT_TRUE(again_first) << "b overwrote it: a works it out again, never reads 31 as its own";
+  EXPECT_EQ(*again, 0);
+  *again = 32;
+  PeerSlots<int> later;
+  EXPECT_TRUE(later.Slot(3).second);
+  std::thread([&a] {
+    auto [there, there_first] = a.Slot(3);
+    EXPECT_TRUE(there_first) << "another thread's table";
+    *there = 33;
+  }).join();
+  EXPECT_EQ(a.Slot(3), std::make_pair(again, true)) << "`later` took the slot here";
 }
 
 }  // namespace

@@ -159,6 +159,42 @@ TEST(PackedLookups, AWriterAppendsToRowsAlreadyThere) {
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(out, records[0]));
 }
 
+// AddOwner appends a column without looking among those there (its caller indexes owners
+// itself): replicas named by its indices read back with their owner, a repeat is a second column
+// with the same names that reads the same, and Owner() may add such an owner again.
+TEST(PackedLookups, OwnersAddedByIndexReadBackAsTheirReplicasOwners) {
+  v1::PackedLookups packed;
+  PackedLookupsWriter writer(&packed);
+  const uint32_t a = writer.AddOwner("client-a", "10.0.0.1:7000");
+  const uint32_t b = writer.AddOwner("client-b", "10.0.0.2:7000");
+  const uint32_t a_again = writer.AddOwner("client-a", "10.0.0.1:7000");
+  EXPECT_EQ(a, 0u);
+  EXPECT_EQ(b, 1u);
+  EXPECT_EQ(a_again, 2u);
+  writer.AddRow(v1::OK, "", 10, 1, 1);
+  writer.AddReplica(v1::MEMORY, b, 1, 0, 10);
+  writer.AddReplica(v1::MEMORY, a, 2, 0, 10);
+  writer.AddRow(v1::OK, "", 20, 2, 2);
+  writer.AddReplica(v1::MEMORY, a_again, 3, 0, 20);
+  writer.AddReplica(v1::MEMORY, writer.Owner("client-b", "10.0.0.2:7000"), 4, 0, 20);
+  EXPECT_EQ(packed.client_ids_size(), 4) << "Owner() does not look among AddOwner's columns";
+  auto reader = PackedLookupsReader::Open(packed);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_EQ(reader->rows(), 2u);
+  v1::KeyReplicas first, second;
+  reader->Unpack(0, &first);
+  reader->Unpack(1, &second);
+  ASSERT_EQ(first.replicas_size(), 2);
+  ASSERT_EQ(second.replicas_size(), 2);
+  EXPECT_EQ(first.replicas(0).client_id(), "client-b");
+  EXPECT_EQ(first.replicas(0).data_endpoint(), "10.0.0.2:7000");
+  EXPECT_EQ(first.replicas(1).client_id(), "client-a");
+  EXPECT_EQ(second.replicas(0).client_id(), "client-a");
+  EXPECT_EQ(second.replicas(0).data_endpoint(), "10.0.0.1:7000");
+  EXPECT_EQ(second.replicas(1).client_id(), "client-b");
+  EXPECT_EQ(second.replicas(1).segment_id(), 4u);
+}
+
 TEST(PackedLookups, AnEmptyAnswerHasNoRows) {
   v1::PackedLookups empty;
   auto reader = PackedLookupsReader::Open(empty);
