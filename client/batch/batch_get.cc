@@ -176,7 +176,8 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
   int64_t sent_ms = clock_.NowMs();
   auto& resp = *google::protobuf::Arena::CreateMessage<v1::GetReplicasResponse>(&batch.arena);
   absl::Status s = master_.GetReplicas(req, &resp);
-  if (s.ok() && packed && resp.keys_seen() == 0) {
+  using Seen = PackedKeysGate::Seen;
+  if (s.ok() && packed && PackedKeysGate::Classify(resp.keys_seen(), asked.size()) == Seen::kNone) {
     // A master older than packed keys saw none (and so leased nothing): ask again key by key.
     packed_keys_.OlderMaster(resp.keys_seen(), asked.size(), "gets");
     packed = false;
@@ -199,8 +200,8 @@ void BatchGetter::Lookup(Batch& batch, uint64_t lease_id) {
   }
   const size_t row_count =
       rows.has_value() ? rows->rows() : static_cast<size_t>(resp.results_size());
-  if (s.ok() && packed && resp.keys_seen() != asked.size()) {
-    // Not an older master (it would have seen none): a master that may have leased some keys.
+  if (s.ok() && packed && PackedKeysGate::Classify(resp.keys_seen(), asked.size()) != Seen::kAll) {
+    // kSome (kNone was asked again unpacked): a master that may have leased some keys.
     s = McError(Code::kInternal, absl::StrCat("master saw ", resp.keys_seen(), " of ", asked.size(),
                                               " packed keys"));
   } else if (s.ok() && row_count != asked.size()) {

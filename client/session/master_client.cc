@@ -140,7 +140,10 @@ class GrpcMasterClient final : public MasterClient {
     }
     absl::Status s = HotCall(lane::kGetReplicas, &v1::Master::Stub::GetReplicas, with_releases,
                              resp, Retry::kAlways);
-    const bool unseen = s.ok() && pack && resp->releases_seen() != release_keys;
+    // A release is idempotent: kSome is sent again like kNone.
+    const bool unseen =
+        s.ok() && pack &&
+        PackedKeysGate::Classify(resp->releases_seen(), release_keys) != PackedKeysGate::Seen::kAll;
     if (!s.ok() || unseen) {
       if (unseen) release_packing_.OlderMaster(resp->releases_seen(), release_keys, "GetReplicas");
       for (size_t i = 0; i < carried.size(); ++i) {

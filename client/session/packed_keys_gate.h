@@ -23,6 +23,19 @@ class PackedKeysGate {
   PackedKeysGate(const Clock& clock, int64_t retry_ms, std::string_view what = "lookups")
       : clock_(clock), retry_ms_(retry_ms), what_(what) {}
 
+  // What a master's count of the packed keys it read (keys_seen, releases_seen) says of it.
+  enum class Seen {
+    kAll,   // it read every key sent
+    kNone,  // a master older than packed keys: it read none, so it acted on none (leased,
+            // released nothing); whoever sent them may send them again one by one
+    kSome,  // a master that read part: it may have acted on what it read, so the request is not
+            // simply sent again; a lookup is refused and its leases given back
+  };
+  static Seen Classify(uint64_t seen, size_t asked) {
+    if (seen == asked) return Seen::kAll;
+    return seen == 0 ? Seen::kNone : Seen::kSome;
+  }
+
   // Whether packing rests now (an older master was met less than retry_ms ago).
   bool Resting() const { return clock_.NowMs() < off_until_ms_.load(std::memory_order_relaxed); }
   // A packed request of `asked` keys (by `who`: "MatchPrefix", "gets", "GetReplicas") was

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/access/grpc_caller.h"
+#include "client/session/packed_keys_gate.h"
 #include "common/auth.h"
 #include "common/checked_math.h"
 #include "common/logging.h"
@@ -389,7 +390,8 @@ absl::Status StoreGrpcService::LookUpPrefix(const sv1::MatchPrefixRequest& req,
     MC_RETURN_IF_ERROR(master_.GetReplicas(*mreq, mresp));
     // Only a master older than packed_keys sees none of them (and so leased nothing): asked
     // again key by key. Any other count is not that master's, and ServeMatchPrefix refuses it.
-    if (!packed || mresp->keys_seen() != 0 || keys.empty() || attempt > 0) {
+    if (!packed || attempt > 0 ||
+        PackedKeysGate::Classify(mresp->keys_seen(), keys.size()) != PackedKeysGate::Seen::kNone) {
       return absl::OkStatus();
     }
     gate.OlderMaster(mresp->keys_seen(), keys.size(), "MatchPrefix");
@@ -449,7 +451,8 @@ grpc::Status StoreGrpcService::ServeMatchPrefix(CallerId who, const sv1::MatchPr
   }
   // Keys sent packed that the master saw only in part: it may have leased what it saw, and the
   // lookup is not asked again (that would leave those leases to their TTL); it is refused.
-  if (mreq.packed_key_sizes_size() != 0 && mresp.keys_seen() != asked->size()) {
+  if (mreq.packed_key_sizes_size() != 0 &&
+      PackedKeysGate::Classify(mresp.keys_seen(), asked->size()) != PackedKeysGate::Seen::kAll) {
     return refuse(grpc::Status(
         grpc::StatusCode::INTERNAL,
         absl::StrCat("master saw ", mresp.keys_seen(), " of ", asked->size(), " packed keys")));
