@@ -107,5 +107,22 @@ TEST(PeerSlots, EachInstanceSeesOnlyWhatItSet) {
   EXPECT_EQ(a.Slot(3), std::make_pair(again, true)) << "`later` took the slot here";
 }
 
+// Indices past the table per thread take slots of the instance's own, with the same answers.
+TEST(PeerSlots, IndicesPastTheTableHaveSlotsOfTheirOwn) {
+  constexpr uint32_t kFar = PeerSlots<int>::kDirectPeers + 5;
+  PeerSlots<int> a;
+  PeerSlots<int> b;
+  auto [slot, first] = a.Slot(kFar);
+  EXPECT_TRUE(first);
+  *slot = 7;
+  EXPECT_EQ(a.Slot(kFar), std::make_pair(slot, false));
+  EXPECT_TRUE(b.Slot(kFar).second) << "b's own";
+  EXPECT_EQ(*a.Slot(kFar).first, 7);
+  auto [near, near_first] = a.Slot(PeerSlots<int>::kDirectPeers - 1);
+  EXPECT_TRUE(near_first) << "the last index of the table";
+  *near = 8;
+  EXPECT_EQ(*a.Slot(PeerSlots<int>::kDirectPeers - 1).first, 8);
+}
+
 }  // namespace
 }  // namespace mc::master
