@@ -1,7 +1,5 @@
 #include "master/grpc_answers.h"
 
-#include <algorithm>
-
 #include "master/peer_names.h"
 #include "master/peer_slots.h"
 #include "proto/packed_lookups.h"

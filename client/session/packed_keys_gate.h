@@ -28,8 +28,8 @@ class PackedKeysGate {
     kAll,   // it read every key sent
     kNone,  // a master older than packed keys: it read none, so it acted on none (leased,
             // released nothing); whoever sent them may send them again one by one
-    kSome,  // a master that read part: it may have acted on what it read, so the request is not
-            // simply sent again; a lookup is refused and its leases given back
+    kSome,  // a master that read part: it may have acted on what it read, so a lookup is not
+            // asked again (it is refused and its leases given back); a release, idempotent, is
   };
   static Seen Classify(uint64_t seen, size_t asked) {
     if (seen == asked) return Seen::kAll;
