@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -423,26 +424,14 @@ struct Mode {
   bool packed_releases = false;
 };
 
-// Names `keys` (all the same size, as the fleet's are) in `req`'s packed_keys, as mc-client does.
-template <typename Request>
-void PackKeys(const std::vector<std::string>& keys, Request* req) {
-  std::string* packed = req->mutable_packed_keys();
-  packed->reserve(keys.size() * (keys.empty() ? 0 : keys[0].size()));
-  for (const auto& k : keys) AppendPackedKey(k, packed, req->mutable_packed_key_sizes());
-}
-
 // One caller's leased lookup of `keys` as fleet client `t`, carrying `carried` when it holds a
 // lease. An error message, or "" when the master answered every key found.
-std::string Lookup(Fleet& f, int t, Mode mode, const std::vector<std::string>& keys,
+std::string Lookup(Fleet& f, int t, Mode mode, const std::vector<std::string_view>& keys,
                    mcstore::v1::ReleaseLeasesRequest* carried, mcstore::v1::GetReplicasRequest* req,
                    mcstore::v1::GetReplicasResponse* resp) {
   req->set_client_id(f.caller_id(t));
-  if (mode.packed) {
-    PackKeys(keys, req);
-    req->set_packed(true);
-  } else {
-    for (const auto& k : keys) req->add_keys(k);
-  }
+  SetRequestKeys(keys, mode.packed, req);  // as mc-client names them
+  req->set_packed(mode.packed);
   const uint32_t release_keys =
       static_cast<uint32_t>(carried->keys_size() + carried->packed_key_sizes_size());
   if (carried->lease_id() != 0) *req->add_releases() = std::move(*carried);
@@ -538,6 +527,7 @@ void BM_Fleet_GetReplicas(benchmark::State& state) {
   Fleet::RunStart start;
   if (t == 0) start = f.StartRun();  // before the loop's opening barrier
   mcstore::v1::ReleaseLeasesRequest carried;
+  std::vector<std::string_view> keys;  // the batch's keys, as mc-client holds them
   size_t i = static_cast<size_t>(t) * 97;
   std::string error;
   for (auto _ : state) {
@@ -546,15 +536,12 @@ void BM_Fleet_GetReplicas(benchmark::State& state) {
     google::protobuf::Arena arena;
     auto& req = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasRequest>(&arena);
     auto& resp = *google::protobuf::Arena::CreateMessage<mcstore::v1::GetReplicasResponse>(&arena);
-    const std::vector<std::string>& keys = batches[i++ % batches.size()];
+    const std::vector<std::string>& batch = batches[i++ % batches.size()];
+    keys.assign(batch.begin(), batch.end());
     error = Lookup(f, t, mode, keys, &carried, &req, &resp);
     if (!error.empty()) break;
     carried.set_lease_id(resp.lease_id());
-    if (mode.packed_releases) {
-      PackKeys(keys, &carried);
-    } else {
-      carried.mutable_keys()->Assign(keys.begin(), keys.end());
-    }
+    SetRequestKeys(keys, mode.packed_releases, &carried);
     if (!mode.carry) {
       if (!Release(f, t, carried)) {
         error = "ReleaseLeases failed";
