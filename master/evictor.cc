@@ -83,7 +83,7 @@ std::vector<Evictor::Candidate> Evictor::CollectCandidates(uint64_t bytes, bool 
         skipped_pending_.Inc();
       } else if (object.pinned) {
         skipped_pinned_.Inc();
-      } else if (object.HasLiveLease(now)) {
+      } else if (shard.HasLiveLease(object, now)) {
         skipped_leased_.Inc();
       } else if (AwaitsWriteBack(object, now)) {
         skipped_write_back_.Inc();
@@ -114,8 +114,8 @@ uint64_t Evictor::EvictCandidates(std::vector<Candidate>& candidates, uint64_t b
     // Re-check: the object may have been leased, removed or replaced since it was collected.
     if (it == shard.objects.end() || it->second.generation != c.generation) continue;
     const Object& object = it->second;
-    if (object.state != ObjectState::kComplete || object.pinned || object.HasLiveLease(now) ||
-        AwaitsWriteBack(object, now)) {
+    if (object.state != ObjectState::kComplete || object.pinned ||
+        shard.HasLiveLease(object, now) || AwaitsWriteBack(object, now)) {
       continue;
     }
     uint64_t object_bytes = 0;

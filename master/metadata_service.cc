@@ -57,6 +57,16 @@ size_t MetadataService::TransientCountForTest() {
   return n;
 }
 
+MetadataService::LeaseRecords MetadataService::LeaseRecordsForTest() {
+  LeaseRecords n;
+  tables_.table.ForEachShard([&](ObjectTable::Shard& shard) {
+    shard.mu.AssertHeld();
+    n.objects += shard.leased().size();
+    n.grants += shard.leases_for_test().GrantCountForTest();
+  });
+  return n;
+}
+
 MasterSnapshot MetadataService::Snapshot() {
   MasterSnapshot snap;
   SegmentStats seg = tables_.segments.Stats();

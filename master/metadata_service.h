@@ -154,9 +154,15 @@ class MetadataService final : public MasterApi {
     return tables_.segments.IsHeld(client_id);
   }
   size_t KeyCount();
-  // Objects holding an Object::Transient record (a put, promotion, offload or lease in
-  // progress, or leases not yet swept).
+  // Objects holding an Object::Transient record (a put, promotion or offload in progress).
   size_t TransientCountForTest();
+  // What the shards keep for leases: objects with a lease entry (expired ones not yet swept
+  // included), and grant records (ShardLeases).
+  struct LeaseRecords {
+    size_t objects = 0;
+    size_t grants = 0;
+  };
+  LeaseRecords LeaseRecordsForTest();
   // Live read leases over all objects (a scan of the leased keys only).
   size_t ActiveLeaseCount() { return reads_.ActiveLeaseCount(); }
 

@@ -1,17 +1,18 @@
-// The master's record of one object: state machine, replicas and read leases.
+// The master's record of one object: state machine and replicas (its read leases are kept by
+// its shard: ShardLeases).
 //
 // PENDING (space allocated, writer moving bytes) -> COMPLETE (PutEnd recorded the checksum;
-// readable). Only COMPLETE objects are returned by lookups. A lease is (id, expiry); an object
-// with any live lease is neither evictable nor removable. Plain data guarded by its shard's lock
-// in ObjectTable; helpers here take the current time explicitly, so tests drive them with a
-// FakeClock.
+// readable). Only COMPLETE objects are returned by lookups. A lease is (id, expiry, owner), kept
+// by the object's shard (ShardLeases); an object with any live lease is neither evictable nor
+// removable. Plain data guarded by its shard's lock in ObjectTable; helpers here take the current
+// time explicitly, so tests drive them with a FakeClock.
 //
 // Layout (master memory per object). The table holds millions of objects, so an
 // Object keeps only what every stored object needs: its numbers, its replicas in compact form
 // (StoredReplica: the client and endpoint as a 32-bit PeerNames index, the first one inline),
 // the links of its shard's LRU list, and its key, stored once, in the same allocation right
 // after the Object (ObjectTable allocates the node; key() is valid only for an Object there).
-// What only a put, promotion, offload or lease in progress needs lives in a Transient record
+// What only a put, promotion or offload in progress needs lives in a Transient record
 // allocated on demand and freed (TrimTransient) once it holds nothing.
 //
 // One writer (no path changes an object behind its shard's lock): a stored Object is changed only
@@ -66,6 +67,7 @@ struct Lease {
   uint64_t id = 0;
   int64_t expiry_ms = 0;
   uint64_t owner = 0;  // the granting caller's session (0: authentication off)
+  uint32_t slot = 0;   // its entry in the shard's grant record of `id` (ShardLeases)
 };
 
 enum class LeaseRelease { kReleased, kNotHeld, kNotOwner };
@@ -78,8 +80,8 @@ class Object {
     std::string writer;
     int64_t start_ms = 0;
   };
-  using Leases = absl::InlinedVector<Lease, 1>;
-  // State that only a put, promotion, offload or lease in progress needs.
+  // State that only a put, promotion or offload in progress needs (leases are kept by the
+  // shard: ShardLeases).
   struct Transient {
     int64_t put_start_ms = 0;
     uint32_t replicas_asked = 0;    // memory replicas the put placed (checked again at PutEnd)
@@ -88,13 +90,10 @@ class Object {
     // 0 = never). Until the planner's task timeout passes, eviction may drop it unpersisted.
     int64_t offload_failed_ms = 0;
     std::unique_ptr<Promotion> promotion;
-    // One inline: a key is usually leased by one reader at a time, and at fleet scale almost
-    // every lookup leases a key that holds no lease yet (no allocation for it).
-    Leases leases;
 
     bool Empty() const {
       return put_start_ms == 0 && replicas_asked == 0 && offload_queued_ms == 0 &&
-             offload_failed_ms == 0 && promotion == nullptr && leases.empty();
+             offload_failed_ms == 0 && promotion == nullptr;
     }
   };
   using Replicas = absl::InlinedVector<StoredReplica, 1>;
@@ -116,9 +115,11 @@ class Object {
   uint64_t access_seq = 0;
   ObjectState state = ObjectState::kPending;
   bool pinned = false;  // soft pin: never chosen by eviction
-  // In its shard's `leased` index. Set at the first lease; cleared by the release of its last
-  // lease, or by the lease sweep once its leases expired.
-  bool lease_indexed = false;
+  // May have leases in its shard's ShardLeases: set at each lease; cleared only where the node is
+  // read anyway (a release that finds the object by key, the lease sweep), so it may stay set
+  // after the last lease ended (a release matched by its grant record does not load the node).
+  // Clear: no lease.
+  bool maybe_leased = false;
   // Read (ObjectTable::Shard::MarkRead) since it was last placed at the front of its shard's LRU
   // list: the list is not reordered by reads; eviction gives such an object a second chance
   // (Shard::SecondChance) instead. Fills padding: the Object's size is unchanged.
@@ -143,8 +144,6 @@ class Object {
   int64_t offload_failed_ms() const { return transient_ ? transient_->offload_failed_ms : 0; }
   // The promotion in progress, or null.
   const Promotion* promotion() const { return transient_ ? transient_->promotion.get() : nullptr; }
-  const Leases& leases() const;
-  bool HasLiveLease(int64_t now_ms) const;
   bool HasMemoryReplica() const;
   bool HasDiskReplicaOn(const std::string& client_id) const;
   bool HasDiskReplica() const;
@@ -165,12 +164,6 @@ class Object {
   void TrimTransient();
   void StartPromotion(Promotion promotion);
   void EndPromotion();
-  void AddLease(const Lease& lease) { MutableTransient().leases.push_back(lease); }
-  // Drops expired leases; returns how many.
-  size_t PruneLeases(int64_t now_ms);
-  // Ends lease `id` if `owner` holds it: kReleased when it was live, kNotHeld when there is no
-  // such lease (or it had expired), kNotOwner (nothing changes) when another owner holds it.
-  LeaseRelease ReleaseLease(uint64_t id, uint64_t owner, int64_t now_ms);
 
   // Links and key length of the table's node. A moved Object starts unlinked and keyless.
   template <typename T>

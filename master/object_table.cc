@@ -51,7 +51,7 @@ const Object& ObjectTable::Shard::Insert(std::string_view key, Object&& fields) 
 void ObjectTable::Shard::Erase(const Object* object) {
   Object& node = Mutable(*object);
   Unlink(node);
-  if (node.lease_indexed) leased_.erase(&node);
+  if (node.maybe_leased) leases_.Forget(&node);
   objects.Erase(object);
 }
 
@@ -159,65 +159,21 @@ void ObjectTable::Shard::ExpireOffloadMarks(const Object& object, int64_t now_ms
 
 size_t ObjectTable::Shard::GrantLease(const Object& object, const Lease& lease, int64_t now_ms) {
   Object& node = Mutable(object);
-  const size_t expired = node.PruneLeases(now_ms);
-  EnsureTransient(node);
-  node.AddLease(lease);
-  IndexLease(node);
-  return expired;
+  node.maybe_leased = true;
+  return leases_.Grant(&node, node.key(), lease, now_ms);
 }
 
 LeaseRelease ObjectTable::Shard::ReleaseLease(const Object& object, uint64_t id, uint64_t owner,
                                               int64_t now_ms, size_t* expired) {
-  Object& node = Mutable(object);
-  *expired += node.PruneLeases(now_ms);
-  const LeaseRelease outcome = node.ReleaseLease(id, owner, now_ms);
-  // The last lease gone: leave the index and free the record now, while the node is in cache,
-  // rather than in the next sweep (which would load the node again to find it empty).
-  if (node.lease_indexed && node.leases().empty()) UnindexLease(node);
+  if (!object.maybe_leased) return LeaseRelease::kNotHeld;
+  const LeaseRelease outcome = leases_.Release(&object, id, owner, now_ms, expired);
+  // The node is in cache here: clear the mark once the last lease is gone.
+  if (!leases_.Holds(&object)) Mutable(object).maybe_leased = false;
   return outcome;
 }
 
 size_t ObjectTable::Shard::SweepLeases(int64_t now_ms) {
-  size_t expired = 0;
-  for (auto it = leased_.begin(); it != leased_.end();) {
-    Object& object = **it;
-    expired += object.PruneLeases(now_ms);
-    if (object.leases().empty()) {
-      object.lease_indexed = false;
-      TrimTransient(object);
-      leased_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-  return expired;
-}
-
-void ObjectTable::Shard::IndexLease(Object& object) {
-  if (object.lease_indexed) return;
-  leased_.insert(&object);
-  object.lease_indexed = true;
-}
-
-void ObjectTable::Shard::UnindexLease(Object& object) {
-  leased_.erase(&object);
-  object.lease_indexed = false;
-  TrimTransient(object);
-}
-
-void ObjectTable::Shard::EnsureTransient(Object& object) {
-  if (object.transient_ || spare_transients_.empty()) return;
-  object.transient_ = std::move(spare_transients_.back());
-  spare_transients_.pop_back();
-}
-
-void ObjectTable::Shard::TrimTransient(Object& object) {
-  if (!object.transient_ || !object.transient_->Empty()) return;
-  if (spare_transients_.size() < kSpareTransients) {
-    spare_transients_.push_back(std::move(object.transient_));
-  } else {
-    object.transient_.reset();
-  }
+  return leases_.Sweep(now_ms, [](const Object* object) { Mutable(*object).maybe_leased = false; });
 }
 
 void ObjectTable::Shard::Unlink(Object& object) {

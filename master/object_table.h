@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "absl/hash/hash.h"
 #include "absl/synchronization/mutex.h"
 #include "master/object.h"
+#include "master/shard_leases.h"
 
 namespace mc::master {
 
@@ -192,17 +194,22 @@ class ObjectTable {
     // Drops each offload mark set `timeout_ms` or longer before `now_ms`.
     void ExpireOffloadMarks(const Object& object, int64_t now_ms, int64_t timeout_ms)
         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-    // Grants `lease` after dropping the object's expired ones (returns how many were dropped),
-    // and indexes the object among the leased.
+    // Grants `lease` after dropping the object's expired ones (returns how many were dropped).
     size_t GrantLease(const Object& object, const Lease& lease, int64_t now_ms)
         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+    // Ends lease `id` on the object this shard granted it next, if that object's key is `key`,
+    // without loading the object (ShardLeases::ReleaseGranted); nullopt when the grant record
+    // cannot tell: find the object and call ReleaseLease.
+    std::optional<LeaseRelease> ReleaseGranted(uint64_t id, std::string_view key, uint64_t owner,
+                                               int64_t now_ms, size_t* expired)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return leases_.ReleaseGranted(id, key, owner, now_ms, expired);
+    }
     // Drops the object's expired leases (adds how many to *expired), then ends lease `id` if
-    // `owner` holds it (Object::ReleaseLease's answers). An object left without leases leaves
-    // the leased index at once (and its transient record is freed if nothing else is in it).
+    // `owner` holds it (ShardLeases::Release's answers).
     LeaseRelease ReleaseLease(const Object& object, uint64_t id, uint64_t owner, int64_t now_ms,
                               size_t* expired) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-    // Drops every expired lease of the shard and un-indexes the objects left without a lease;
-    // returns how many leases expired.
+    // Drops every expired lease of the shard; returns how many leases expired.
     size_t SweepLeases(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
     // --- Reads. ---
@@ -210,17 +217,23 @@ class ObjectTable {
     // Object::lru_newer() / lru_older().
     const Object* LruOldest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lru_oldest_; }
     const Object* LruNewest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return lru_newest_; }
-    // Objects that hold or recently held leases (a superset of the leased objects: leases that
-    // expire leave them here until SweepLeases drops those without live leases; a release that
-    // ends an object's last lease drops it at once). An object leaves it when erased.
-    const absl::flat_hash_set<Object*>& leased() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      return leased_;
+    // The object's leases (expired ones the sweep has not seen included), and whether one is
+    // live.
+    const ShardLeases::Leases& LeasesOf(const Object& object) const
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      static const ShardLeases::Leases kNone;
+      return object.maybe_leased ? leases_.Of(&object) : kNone;
     }
-    // Empty transient records a shard keeps for the next leases (see spare_transients_).
-    static constexpr size_t kSpareTransients = 256;
-    size_t SpareTransientCountForTest() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      return spare_transients_.size();
+    bool HasLiveLease(const Object& object, int64_t now_ms) const
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return object.maybe_leased && leases_.HasLive(&object, now_ms);
     }
+    // The objects with a lease entry (expired ones the sweep has not seen included), each with
+    // its leases; an object leaves it when its last lease ends or when it is erased.
+    const ShardLeases::ByObject& leased() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return leases_.objects();
+    }
+    const ShardLeases& leases_for_test() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return leases_; }
 
     // Calls fn(i, it) for each i in `indices`, in order, with it = objects.find(keys[i]) (end()
     // when absent). A batch's keys land all over a table far larger than the caches, so their
@@ -271,24 +284,10 @@ class ObjectTable {
     // The writable object behind a `const Object&` of this shard. Every node was created
     // non-const by ObjectMap::Emplace, so this is the one sanctioned way back to it.
     static Object& Mutable(const Object& object) { return const_cast<Object&>(object); }
-    // Adds the object to `leased_` once (Object::lease_indexed).
-    void IndexLease(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-    // Removes the object (indexed, no lease left) from `leased_` and frees its transient
-    // record if nothing else is in it.
-    void UnindexLease(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void Unlink(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
     void PushFront(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-    // Takes a spare transient record for an object that has none (no allocation when one is
-    // left), and gives an empty one back (freed when kSpareTransients are kept already).
-    void EnsureTransient(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-    void TrimTransient(Object& object) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-
-    // Empty transient records kept for the next leases: at fleet scale almost every lookup
-    // leases keys that hold none, and their release frees them again (bounded: at most
-    // kSpareTransients records of ~80 bytes per shard).
-    std::vector<std::unique_ptr<Object::Transient>> spare_transients_ ABSL_GUARDED_BY(mu);
-    absl::flat_hash_set<Object*> leased_ ABSL_GUARDED_BY(mu);
+    ShardLeases leases_ ABSL_GUARDED_BY(mu);
     Object* lru_newest_ ABSL_GUARDED_BY(mu) = nullptr;
     Object* lru_oldest_ ABSL_GUARDED_BY(mu) = nullptr;
   };

@@ -2,6 +2,7 @@
 #include "master/read_service.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -139,22 +140,39 @@ size_t ReadService::ReleaseLeases(uint64_t lease_id, const std::vector<std::stri
   size_t refused = 0;
   size_t expired = 0;
   int64_t now = clock_.NowMs();
+  auto count = [&](LeaseRelease outcome) {
+    switch (outcome) {
+      case LeaseRelease::kReleased:
+        ++released;
+        break;
+      case LeaseRelease::kNotOwner:
+        ++refused;
+        break;
+      case LeaseRelease::kNotHeld:
+        break;
+    }
+  };
+  std::vector<size_t> found_by_key;
   table_.ForKeys(keys, [&](ObjectTable::Shard& shard, const std::vector<size_t>& indices) {
     shard.mu.AssertHeld();
-    shard.FindEach(keys, indices, [&](size_t, auto it) {
+    // Keys named in the order they were granted end their leases from the shard's grant record
+    // without loading the objects; the rest find their objects by key.
+    found_by_key.clear();
+    for (size_t i : indices) {
+      const std::optional<LeaseRelease> outcome =
+          shard.ReleaseGranted(lease_id, keys[i], owner, now, &expired);
+      if (outcome.has_value()) {
+        count(*outcome);
+      } else {
+        found_by_key.push_back(i);
+      }
+    }
+    if (found_by_key.empty()) return;
+    shard.FindEach(keys, found_by_key, [&](size_t, auto it) {
       shard.mu.AssertHeld();
       if (it == shard.objects.end()) return;
       // Expired leases go first (counted as expired), so releasing one is not lost silently.
-      switch (shard.ReleaseLease(it->second, lease_id, owner, now, &expired)) {
-        case LeaseRelease::kReleased:
-          ++released;
-          break;
-        case LeaseRelease::kNotOwner:
-          ++refused;
-          break;
-        case LeaseRelease::kNotHeld:
-          break;
-      }
+      count(shard.ReleaseLease(it->second, lease_id, owner, now, &expired));
     });
   });
   leases_released_.Inc(released);
@@ -178,8 +196,8 @@ size_t ReadService::ActiveLeaseCount() {
   size_t n = 0;
   table_.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
-    for (const Object* object : shard.leased()) {
-      for (const Lease& l : object->leases()) n += l.expiry_ms > now ? 1 : 0;
+    for (const auto& [object, leases] : shard.leased()) {
+      for (const Lease& l : leases) n += l.expiry_ms > now ? 1 : 0;
     }
   });
   return n;
@@ -211,7 +229,7 @@ std::vector<absl::Status> ReadService::Remove(const std::vector<std::string_view
         out[i] = McError(Code::kNotFound, "no such key");
       } else if (it->second.state != ObjectState::kComplete) {
         out[i] = McError(Code::kNotReady, "key is being written");
-      } else if (it->second.HasLiveLease(now)) {
+      } else if (shard.HasLiveLease(it->second, now)) {
         out[i] = McError(Code::kHasLease, "key is leased by a reader");
       } else {
         puts_.DropPromotion(shard, it->second, &to_free);

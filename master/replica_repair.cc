@@ -67,7 +67,7 @@ absl::Status ReplicaRepair::DropCorruptReplica(ObjectTable::Shard& shard,
   // it looked the key up. Without authentication every lease has owner 0.
   int64_t last_expiry = 0;
   bool reporter_leased = false;
-  for (const Lease& lease : object.leases()) {
+  for (const Lease& lease : shard.LeasesOf(object)) {
     if (lease.expiry_ms <= now_ms) continue;
     last_expiry = std::max(last_expiry, lease.expiry_ms);
     reporter_leased |= lease.owner == reporter_session;

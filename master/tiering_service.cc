@@ -154,7 +154,7 @@ std::vector<absl::Status> TieringService::RemoveDiskReplicas(
         if (it == shard.objects.end() || it->second.generation != items[i].generation) {
           return absl::OkStatus();  // nothing refers to that record any more: it may go
         }
-        if (!corrupt && it->second.HasLiveLease(now)) {
+        if (!corrupt && shard.HasLiveLease(it->second, now)) {
           return McError(Code::kHasLease, "a reader holds a lease on this object");
         }
         const size_t dropped = shard.RemoveReplicas(it->second, [&](const StoredReplica& r) {

@@ -254,31 +254,41 @@ TEST_F(Leases, LookupWithoutReplicasAnswersSizeChecksumAndGeneration) {
   EXPECT_EQ(bare.results[0].generation, full.results[0].generation);
 }
 
-// Master memory per object: leases live in the object's transient record, freed by the release
-// of the last lease, or by the lease sweep once the leases expired.
-TEST_F(Leases, LeasesComeAndGoWithTheirTransientState) {
+// Master memory per lease: the shards keep each leased object's leases and each lookup's grant
+// record; both go with the release of the last lease (in grant order or not), or with the lease
+// sweep once the leases expired. Objects get no transient record for a lease.
+TEST_F(Leases, LeasesAndTheirRecordsComeAndGo) {
   m_.Put("c1", "k", 100);
   m_.Put("c1", "other", 100);
-  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
+  m_.Put("c1", "third", 100);
+  auto records = [&] {
+    const MetadataService::LeaseRecords n = m_.svc().LeaseRecordsForTest();
+    return std::pair<size_t, size_t>(n.objects, n.grants);
+  };
+  using Counts = std::pair<size_t, size_t>;
+  EXPECT_EQ(records(), Counts(0, 0));
   LookupBatch first = m_.svc().GetReplicas({"k"}, {});
   LookupBatch second = m_.svc().GetReplicas({"k"}, {});
   ASSERT_TRUE(first.results[0].status.ok());
-  EXPECT_EQ(m_.svc().TransientCountForTest(), 1u);
+  EXPECT_EQ(records(), Counts(1, 2));
+  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
   EXPECT_EQ(m_.svc().ActiveLeaseCount(), 2u);
   EXPECT_EQ(m_.svc().ReleaseLeases(first.lease_id, {"k"}), 1u);
   m_.svc().RunMaintenance();
-  EXPECT_EQ(m_.svc().TransientCountForTest(), 1u) << "one lease is still live";
+  EXPECT_EQ(records(), Counts(1, 1)) << "one lease is still live";
   EXPECT_EQ(CodeOf(m_.svc().Remove({"k"})[0]), Code::kHasLease);
   EXPECT_EQ(m_.svc().ReleaseLeases(second.lease_id, {"k"}), 1u);
-  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u) << "no sweep needed";
-  m_.svc().RunMaintenance();
-  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
+  EXPECT_EQ(records(), Counts(0, 0)) << "no sweep needed";
   EXPECT_EQ(m_.svc().ActiveLeaseCount(), 0u);
+  // Released in another order than granted: the same answers, the same end.
+  LookupBatch three = m_.svc().GetReplicas({"k", "other", "third"}, {});
+  EXPECT_EQ(m_.svc().ReleaseLeases(three.lease_id, {"third", "k", "other", "k"}), 3u);
+  EXPECT_EQ(records(), Counts(0, 0));
   // Expiry instead of release: the sweep frees it too, and the key can be leased again.
   ASSERT_TRUE(m_.svc().GetReplicas({"other"}, {}).results[0].status.ok());
   m_.clock().AdvanceMs(m_.svc().options().lease_ttl_ms + 1);
   m_.svc().RunMaintenance();
-  EXPECT_EQ(m_.svc().TransientCountForTest(), 0u);
+  EXPECT_EQ(records(), Counts(0, 0));
   ASSERT_TRUE(m_.svc().GetReplicas({"other"}, {}).results[0].status.ok());
   EXPECT_EQ(m_.svc().ActiveLeaseCount(), 1u);
   EXPECT_TRUE(m_.svc().Remove({"k"})[0].ok()) << "unleased now";

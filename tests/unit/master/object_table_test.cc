@@ -266,14 +266,15 @@ TEST(ObjectTable, LeasedIndexForgetsErasedObjects) {
   EXPECT_EQ(shard.GrantLease(o, {1, 100, 0}, 0), 0u);
   EXPECT_EQ(shard.GrantLease(o, {2, 100, 0}, 0), 0u);
   EXPECT_EQ(shard.leased().size(), 1u) << "indexed once";
-  EXPECT_TRUE(o.has_transient());
+  EXPECT_FALSE(o.has_transient()) << "leases live in the shard, not in the object";
   shard.Erase(&o);
   EXPECT_TRUE(shard.leased().empty());
+  EXPECT_EQ(shard.leases_for_test().GrantCountForTest(), 0u) << "the grant records ended too";
 }
 
 // The leased index holds exactly the objects with a lease (or an expired one the sweep has not
-// seen yet): a release that ends an object's last lease takes it out at once and frees its
-// transient record; a release that leaves another reader's lease keeps it in.
+// seen yet): a release that ends an object's last lease takes it out at once; a release that
+// leaves another reader's lease keeps it in.
 TEST(ObjectTable, ReleasingTheLastLeaseLeavesTheIndexAtOnce) {
   ObjectTable table(1);
   ObjectTable::Shard& shard = table.ShardOf("a");
@@ -287,19 +288,18 @@ TEST(ObjectTable, ReleasingTheLastLeaseLeavesTheIndexAtOnce) {
   size_t expired = 0;
   EXPECT_EQ(shard.ReleaseLease(a, 1, 7, 10, &expired), LeaseRelease::kReleased);
   EXPECT_EQ(shard.leased().size(), 2u) << "a is still leased by 8";
-  EXPECT_TRUE(a.HasLiveLease(10));
+  EXPECT_TRUE(shard.HasLiveLease(a, 10));
   EXPECT_EQ(shard.ReleaseLease(a, 2, 9, 10, &expired), LeaseRelease::kNotOwner);
   EXPECT_EQ(shard.leased().size(), 2u) << "a refused release changes nothing";
   EXPECT_EQ(shard.ReleaseLease(a, 2, 8, 10, &expired), LeaseRelease::kReleased);
-  EXPECT_EQ(shard.leased().count(const_cast<Object*>(&a)), 0u);
-  EXPECT_FALSE(a.has_transient());
-  EXPECT_FALSE(a.lease_indexed);
+  EXPECT_EQ(shard.leased().count(&a), 0u);
+  EXPECT_FALSE(a.maybe_leased) << "found by key: the node's mark is cleared with it";
   // Releasing an expired lease: pruned (counted as expired), and the object leaves the index.
   EXPECT_EQ(shard.ReleaseLease(b, 1, 7, 100, &expired), LeaseRelease::kNotHeld);
   EXPECT_EQ(expired, 1u);
   EXPECT_TRUE(shard.leased().empty());
-  EXPECT_FALSE(b.has_transient());
-  // A transient record that holds more than leases survives the release.
+  EXPECT_EQ(shard.leases_for_test().GrantCountForTest(), 0u);
+  // A transient record (an offload mark) is not touched by leases.
   shard.MarkOffloadQueued(b, 5);
   shard.GrantLease(b, {3, 200, 7}, 100);
   EXPECT_EQ(shard.ReleaseLease(b, 3, 7, 100, &expired), LeaseRelease::kReleased);
@@ -311,6 +311,8 @@ TEST(ObjectTable, ReleasingTheLastLeaseLeavesTheIndexAtOnce) {
   EXPECT_EQ(shard.leased().size(), 1u);
   EXPECT_EQ(shard.SweepLeases(300), 1u);
   EXPECT_TRUE(shard.leased().empty());
+  EXPECT_FALSE(a.maybe_leased);
+  EXPECT_EQ(shard.leases_for_test().GrantCountForTest(), 0u);
 }
 
 // Many objects leased by several batches and released in a shuffled order: at every step the
@@ -339,45 +341,13 @@ TEST(ObjectTable, LeasedIndexTracksLeasesThroughShuffledReleases) {
   for (const auto& [id, i] : grants) {
     ASSERT_EQ(shard.ReleaseLease(*objects[i], id, 7, 1, &expired), LeaseRelease::kReleased);
     --held[i];
-    EXPECT_EQ(objects[i]->leases().size(), static_cast<size_t>(held[i]));
-    EXPECT_EQ(shard.leased().count(const_cast<Object*>(objects[i])) == 1, held[i] > 0) << i;
+    EXPECT_EQ(shard.LeasesOf(*objects[i]).size(), static_cast<size_t>(held[i]));
+    EXPECT_EQ(shard.leased().count(objects[i]) == 1, held[i] > 0) << i;
   }
   EXPECT_EQ(expired, 0u);
   EXPECT_TRUE(shard.leased().empty());
-  for (const Object* o : objects) EXPECT_FALSE(o->has_transient());
+  EXPECT_EQ(shard.leases_for_test().GrantCountForTest(), 0u);
   EXPECT_EQ(shard.SweepLeases(2000), 0u);
-}
-
-// Transient records of released leases are kept (a bounded number per shard) and handed to the
-// next leased objects; a kept record carries nothing of its former object.
-TEST(ObjectTable, ReleasedLeasesRecordsAreReusedUpToABound) {
-  ObjectTable table(1);
-  ObjectTable::Shard& shard = table.ShardOf("k0");
-  absl::MutexLock lock(&shard.mu);
-  const size_t bound = ObjectTable::Shard::kSpareTransients;
-  std::vector<const Object*> objects;
-  for (size_t i = 0; i < bound + 10; ++i) {
-    objects.push_back(&shard.Insert("k" + std::to_string(i), {}));
-    shard.GrantLease(*objects.back(), {1, 100, 7}, 0);
-  }
-  size_t expired = 0;
-  for (const Object* o : objects) {
-    ASSERT_EQ(shard.ReleaseLease(*o, 1, 7, 0, &expired), LeaseRelease::kReleased);
-    EXPECT_FALSE(o->has_transient());
-  }
-  EXPECT_EQ(shard.SpareTransientCountForTest(), bound) << "the rest were freed";
-  // Reused: a lease, then a put mark and an offload mark, each as on a fresh record.
-  shard.GrantLease(*objects[0], {2, 100, 8}, 0);
-  EXPECT_EQ(shard.SpareTransientCountForTest(), bound - 1);
-  ASSERT_EQ(objects[0]->leases().size(), 1u);
-  EXPECT_EQ(objects[0]->leases()[0].id, 2u);
-  EXPECT_EQ(objects[0]->put_start_ms(), 0);
-  EXPECT_EQ(objects[0]->offload_queued_ms(), 0);
-  EXPECT_EQ(objects[0]->promotion(), nullptr);
-  // Expired and swept: the record goes back too.
-  EXPECT_EQ(shard.SweepLeases(100), 1u);
-  EXPECT_EQ(shard.SpareTransientCountForTest(), bound);
-  EXPECT_FALSE(objects[0]->has_transient());
 }
 
 // Leases keep one inline; more readers of one key spill over, and pruning, releasing out of order
@@ -390,7 +360,7 @@ TEST(ObjectTable, ManyLeasesOnOneObjectPruneAndReleaseInAnyOrder) {
   for (uint64_t id = 1; id <= 5; ++id) {
     EXPECT_EQ(shard.GrantLease(o, {id, static_cast<int64_t>(id) * 100, /*owner=*/7}, 0), 0u);
   }
-  ASSERT_EQ(o.leases().size(), 5u);
+  ASSERT_EQ(shard.LeasesOf(o).size(), 5u);
   size_t expired = 0;
   EXPECT_EQ(shard.ReleaseLease(o, 4, /*owner=*/8, 0, &expired), LeaseRelease::kNotOwner);
   EXPECT_EQ(shard.ReleaseLease(o, 4, 7, 0, &expired), LeaseRelease::kReleased);
@@ -399,13 +369,14 @@ TEST(ObjectTable, ManyLeasesOnOneObjectPruneAndReleaseInAnyOrder) {
   // At 250 ms leases 1 and 2 have expired; 3 and 5 remain, in order.
   EXPECT_EQ(shard.ReleaseLease(o, 1, 7, 250, &expired), LeaseRelease::kNotHeld);
   EXPECT_EQ(expired, 2u);
-  ASSERT_EQ(o.leases().size(), 2u);
-  EXPECT_EQ(o.leases()[0].id, 3u);
-  EXPECT_EQ(o.leases()[1].id, 5u);
-  EXPECT_TRUE(o.HasLiveLease(250));
+  ASSERT_EQ(shard.LeasesOf(o).size(), 2u);
+  EXPECT_EQ(shard.LeasesOf(o)[0].id, 3u);
+  EXPECT_EQ(shard.LeasesOf(o)[1].id, 5u);
+  EXPECT_TRUE(shard.HasLiveLease(o, 250));
   EXPECT_EQ(shard.SweepLeases(600), 2u);
-  EXPECT_FALSE(o.has_transient()) << "the sweep trims an object with no lease left";
   EXPECT_TRUE(shard.leased().empty());
+  EXPECT_FALSE(o.maybe_leased) << "the sweep clears the mark of an object with no lease left";
+  EXPECT_EQ(shard.leases_for_test().GrantCountForTest(), 0u);
 }
 
 TEST(Object, TransientStateIsAllocatedOnDemandAndTrimmedWhenEmpty) {
@@ -415,7 +386,7 @@ TEST(Object, TransientStateIsAllocatedOnDemandAndTrimmedWhenEmpty) {
   const Object& o = shard.Insert("k", Object{});
   EXPECT_FALSE(o.has_transient());
   EXPECT_EQ(o.promotion(), nullptr);
-  EXPECT_TRUE(o.leases().empty());
+  EXPECT_TRUE(shard.LeasesOf(o).empty());
   size_t expired = 0;
   EXPECT_EQ(shard.ReleaseLease(o, 1, 0, 0, &expired), LeaseRelease::kNotHeld);
   EXPECT_EQ(shard.SweepLeases(0), 0u);
@@ -427,11 +398,10 @@ TEST(Object, TransientStateIsAllocatedOnDemandAndTrimmedWhenEmpty) {
   EXPECT_EQ(o.promotion()->writer, "writer");
   shard.GrantLease(o, {1, 100, 0}, 0);
   shard.EndPromotion(o);
-  EXPECT_TRUE(o.has_transient()) << "the lease still needs it";
+  EXPECT_FALSE(o.has_transient()) << "a lease needs none";
   EXPECT_EQ(shard.ReleaseLease(o, 1, 7, 50, &expired), LeaseRelease::kNotOwner);
   EXPECT_EQ(shard.ReleaseLease(o, 1, 0, 50, &expired), LeaseRelease::kReleased);
   EXPECT_EQ(expired, 0u);
-  EXPECT_FALSE(o.has_transient()) << "the release of the last lease trims it";
   EXPECT_EQ(shard.SweepLeases(50), 0u);
   EXPECT_TRUE(shard.leased().empty());
   shard.MarkOffloadFailed(o, 9);
@@ -449,15 +419,10 @@ concept CanTrimTransient = requires(T& t) {
   t.TrimTransient();
 };
 template <typename T>
-concept CanReleaseLease = requires(T& t) {
-  t.ReleaseLease(uint64_t{1}, uint64_t{0}, int64_t{0});
-};
-template <typename T>
 concept CanWriteSize = requires(T&& entry) {
   entry.second.size = 1;
 };
 static_assert(!CanTrimTransient<Object>, "Object's mutators are the table's alone");
-static_assert(!CanReleaseLease<Object>, "Object's mutators are the table's alone");
 static_assert(!CanWriteSize<ObjectMap::Entry>, "iterators hand out const objects");
 static_assert(
     std::is_same_v<decltype(std::declval<ObjectMap::iterator>().object()), const Object*>);
