@@ -117,7 +117,8 @@ void ShardLeases::Ended(const Lease& lease) {
   if (--record.held > 0) return;
   std::unique_ptr<GrantRecord> spent = std::move(it->second);
   grants_.erase(it);
-  if (spare_.size() < kSpareGrants && spent->keys.capacity() <= kSpareGrantKeyBytes) {
+  if (spare_.size() < kSpareGrants && spent->keys.capacity() <= kSpareGrantKeyBytes &&
+      spent->objects.capacity() <= kSpareGrantEntries) {
     spent->objects.clear();
     spent->key_ends.clear();
     spent->keys.clear();

@@ -17,7 +17,8 @@
 //
 // Bounds: a record lives while any of its leases is held (lease TTL, then the sweep); it holds one
 // pointer, one offset and one copy of each granted key. Spare records are kept for reuse up to
-// kSpareGrants, and only while small. Not thread-safe: its shard's lock guards it.
+// kSpareGrants, and only while small (kSpareGrantKeyBytes, kSpareGrantEntries). Not thread-safe:
+// its shard's lock guards it.
 #pragma once
 
 #include <cstddef>
@@ -40,9 +41,11 @@ class ShardLeases {
   using Leases = absl::InlinedVector<Lease, 1>;
   using ByObject = absl::flat_hash_map<const Object*, Leases>;
 
-  // Empty grant records kept for the next lookups, and the largest one kept.
-  static constexpr size_t kSpareGrants = 64;
-  static constexpr size_t kSpareGrantKeyBytes = 256 * 1024;
+  // Empty grant records kept for the next lookups, and the largest one kept (its keys' bytes and
+  // entries): at most ~28 KiB each, so under 1 MiB per shard.
+  static constexpr size_t kSpareGrants = 32;
+  static constexpr size_t kSpareGrantKeyBytes = 16 * 1024;
+  static constexpr size_t kSpareGrantEntries = 1024;
 
   ShardLeases() = default;
   ShardLeases(const ShardLeases&) = delete;

@@ -145,6 +145,16 @@ TEST_F(ShardLeasesTest, SpareRecordsAreBoundedInNumberAndSize) {
   big.Grant(O(1), long_key, {1, 100, 7}, 0);
   big.Sweep(100, [](const Object*) {});
   EXPECT_EQ(big.SpareGrantCountForTest(), 0u);
+  // So is one with more entries than kept, however short its keys.
+  for (size_t i = 0; i <= ShardLeases::kSpareGrantEntries; ++i)
+    big.Grant(O(0), "k", {2, 100, 7}, 0);
+  EXPECT_EQ(big.GrantCountForTest(), 1u);
+  big.Sweep(100, [](const Object*) {});
+  EXPECT_EQ(big.GrantCountForTest(), 0u);
+  EXPECT_EQ(big.SpareGrantCountForTest(), 0u);
+  big.Grant(O(0), "k", {3, 100, 7}, 0);
+  big.Sweep(100, [](const Object*) {});
+  EXPECT_EQ(big.SpareGrantCountForTest(), 1u) << "a small record is kept";
 }
 
 // Random grants, releases (in grant order, shuffled, by other owners, twice), erasures and sweeps
