@@ -34,6 +34,9 @@ std::string MasterStatusHtml(MetadataService& service, const LeaderElection* ele
   cluster.rows.push_back({"Clients alive", absl::StrCat(snap.clients)});
   cluster.rows.push_back({"Keys", absl::StrCat(snap.keys)});
   cluster.rows.push_back({"Read leases active", absl::StrCat(service.ActiveLeaseCount())});
+  const MetadataService::LeaseRecords leases = service.LeaseRecordCounts();
+  cluster.rows.push_back(
+      {"Lease records (objects / grants)", absl::StrCat(leases.objects, " / ", leases.grants)});
   page.sections.push_back(std::move(cluster));
 
   StatusPage::Section capacity{"Capacity per tier", {}};

@@ -57,12 +57,12 @@ size_t MetadataService::TransientCountForTest() {
   return n;
 }
 
-MetadataService::LeaseRecords MetadataService::LeaseRecordsForTest() {
+MetadataService::LeaseRecords MetadataService::LeaseRecordCounts() {
   LeaseRecords n;
   tables_.table.ForEachShard([&](ObjectTable::Shard& shard) {
     shard.mu.AssertHeld();
     n.objects += shard.leased().size();
-    n.grants += shard.leases_for_test().GrantCountForTest();
+    n.grants += shard.LeaseGrantCount();
   });
   return n;
 }

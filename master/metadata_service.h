@@ -157,12 +157,12 @@ class MetadataService final : public MasterApi {
   // Objects holding an Object::Transient record (a put, promotion or offload in progress).
   size_t TransientCountForTest();
   // What the shards keep for leases: objects with a lease entry (expired ones not yet swept
-  // included), and grant records (ShardLeases).
+  // included), and grant records (ShardLeases). Both come back to 0 when no lease is held.
   struct LeaseRecords {
     size_t objects = 0;
     size_t grants = 0;
   };
-  LeaseRecords LeaseRecordsForTest();
+  LeaseRecords LeaseRecordCounts();
   // Live read leases over all objects (a scan of the leased keys only).
   size_t ActiveLeaseCount() { return reads_.ActiveLeaseCount(); }
 

@@ -233,7 +233,10 @@ class ObjectTable {
     const ShardLeases::ByObject& leased() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       return leases_.objects();
     }
-    const ShardLeases& leases_for_test() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return leases_; }
+    // Grant records alive in this shard (ShardLeases).
+    size_t LeaseGrantCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return leases_.GrantCount();
+    }
 
     // Calls fn(i, it) for each i in `indices`, in order, with it = objects.find(keys[i]) (end()
     // when absent). A batch's keys land all over a table far larger than the caches, so their

@@ -96,8 +96,8 @@ class ShardLeases {
 
   // The leased objects (those with a lease entry, expired ones the sweep has not seen included).
   const ByObject& objects() const { return by_object_; }
-  // Grant records alive (each holds at least one lease) and spare, for tests.
-  size_t GrantCountForTest() const { return grants_.size(); }
+  // Grant records alive (each holds at least one lease), and spare ones (for tests).
+  size_t GrantCount() const { return grants_.size(); }
   size_t SpareGrantCountForTest() const { return spare_.size(); }
 
  private:

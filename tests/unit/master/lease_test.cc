@@ -262,7 +262,7 @@ TEST_F(Leases, LeasesAndTheirRecordsComeAndGo) {
   m_.Put("c1", "other", 100);
   m_.Put("c1", "third", 100);
   auto records = [&] {
-    const MetadataService::LeaseRecords n = m_.svc().LeaseRecordsForTest();
+    const MetadataService::LeaseRecords n = m_.svc().LeaseRecordCounts();
     return std::pair<size_t, size_t>(n.objects, n.grants);
   };
   using Counts = std::pair<size_t, size_t>;

@@ -269,7 +269,7 @@ TEST(ObjectTable, LeasedIndexForgetsErasedObjects) {
   EXPECT_FALSE(o.has_transient()) << "leases live in the shard, not in the object";
   shard.Erase(&o);
   EXPECT_TRUE(shard.leased().empty());
-  EXPECT_EQ(shard.leases_for_test().GrantCountForTest(), 0u) << "the grant records ended too";
+  EXPECT_EQ(shard.LeaseGrantCount(), 0u) << "the grant records ended too";
 }
 
 // The leased index holds exactly the objects with a lease (or an expired one the sweep has not
@@ -298,7 +298,7 @@ TEST(ObjectTable, ReleasingTheLastLeaseLeavesTheIndexAtOnce) {
   EXPECT_EQ(shard.ReleaseLease(b, 1, 7, 100, &expired), LeaseRelease::kNotHeld);
   EXPECT_EQ(expired, 1u);
   EXPECT_TRUE(shard.leased().empty());
-  EXPECT_EQ(shard.leases_for_test().GrantCountForTest(), 0u);
+  EXPECT_EQ(shard.LeaseGrantCount(), 0u);
   // A transient record (an offload mark) is not touched by leases.
   shard.MarkOffloadQueued(b, 5);
   shard.GrantLease(b, {3, 200, 7}, 100);
@@ -312,7 +312,7 @@ TEST(ObjectTable, ReleasingTheLastLeaseLeavesTheIndexAtOnce) {
   EXPECT_EQ(shard.SweepLeases(300), 1u);
   EXPECT_TRUE(shard.leased().empty());
   EXPECT_FALSE(a.maybe_leased);
-  EXPECT_EQ(shard.leases_for_test().GrantCountForTest(), 0u);
+  EXPECT_EQ(shard.LeaseGrantCount(), 0u);
 }
 
 // Many objects leased by several batches and released in a shuffled order: at every step the
@@ -346,7 +346,7 @@ TEST(ObjectTable, LeasedIndexTracksLeasesThroughShuffledReleases) {
   }
   EXPECT_EQ(expired, 0u);
   EXPECT_TRUE(shard.leased().empty());
-  EXPECT_EQ(shard.leases_for_test().GrantCountForTest(), 0u);
+  EXPECT_EQ(shard.LeaseGrantCount(), 0u);
   EXPECT_EQ(shard.SweepLeases(2000), 0u);
 }
 
@@ -376,7 +376,7 @@ TEST(ObjectTable, ManyLeasesOnOneObjectPruneAndReleaseInAnyOrder) {
   EXPECT_EQ(shard.SweepLeases(600), 2u);
   EXPECT_TRUE(shard.leased().empty());
   EXPECT_FALSE(o.maybe_leased) << "the sweep clears the mark of an object with no lease left";
-  EXPECT_EQ(shard.leases_for_test().GrantCountForTest(), 0u);
+  EXPECT_EQ(shard.LeaseGrantCount(), 0u);
 }
 
 TEST(Object, TransientStateIsAllocatedOnDemandAndTrimmedWhenEmpty) {

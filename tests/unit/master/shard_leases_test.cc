@@ -40,13 +40,13 @@ class ShardLeasesTest : public ::testing::Test {
 TEST_F(ShardLeasesTest, ReleasesInGrantOrderEndEveryLeaseFromTheRecord) {
   for (int i = 0; i < kObjects; ++i) Grant(i, 1, 100);
   Grant(3, 2, 100);  // another batch's lease on one of them
-  EXPECT_EQ(leases_.GrantCountForTest(), 2u);
+  EXPECT_EQ(leases_.GrantCount(), 2u);
   for (int i = 0; i < kObjects; ++i) EXPECT_EQ(ByRecord(i, 1), LeaseRelease::kReleased) << i;
   EXPECT_EQ(leases_.objects().size(), 1u) << "only the other batch's lease is left";
-  EXPECT_EQ(leases_.GrantCountForTest(), 1u);
+  EXPECT_EQ(leases_.GrantCount(), 1u);
   EXPECT_EQ(ByRecord(3, 2), LeaseRelease::kReleased);
   EXPECT_TRUE(leases_.objects().empty());
-  EXPECT_EQ(leases_.GrantCountForTest(), 0u);
+  EXPECT_EQ(leases_.GrantCount(), 0u);
   EXPECT_EQ(leases_.SpareGrantCountForTest(), 2u) << "records kept for the next lookups";
   EXPECT_EQ(expired_, 0u);
   // Released twice: the record is gone, so the probe answers (nothing held).
@@ -66,7 +66,7 @@ TEST_F(ShardLeasesTest, KeysOutOfOrderOrNotGrantedAreLeftToTheProbe) {
   EXPECT_EQ(ByRecord(2, 1), LeaseRelease::kReleased);
   EXPECT_EQ(ByRecord(3, 1), LeaseRelease::kReleased);
   EXPECT_TRUE(leases_.objects().empty());
-  EXPECT_EQ(leases_.GrantCountForTest(), 0u);
+  EXPECT_EQ(leases_.GrantCount(), 0u);
 }
 
 TEST_F(ShardLeasesTest, AnotherOwnersReleaseChangesNothing) {
@@ -79,7 +79,7 @@ TEST_F(ShardLeasesTest, AnotherOwnersReleaseChangesNothing) {
   // The owner's own release still matches the record from its start.
   EXPECT_EQ(ByRecord(0, 1), LeaseRelease::kReleased);
   EXPECT_EQ(ByRecord(1, 1), LeaseRelease::kReleased);
-  EXPECT_EQ(leases_.GrantCountForTest(), 0u);
+  EXPECT_EQ(leases_.GrantCount(), 0u);
 }
 
 TEST_F(ShardLeasesTest, AnExpiredLeaseIsPrunedAndCountedNotReleased) {
@@ -91,7 +91,7 @@ TEST_F(ShardLeasesTest, AnExpiredLeaseIsPrunedAndCountedNotReleased) {
   EXPECT_EQ(ByRecord(1, 1, 7, /*now=*/60), LeaseRelease::kReleased) << "lease 2 went first";
   EXPECT_EQ(expired_, 2u);
   EXPECT_TRUE(leases_.objects().empty());
-  EXPECT_EQ(leases_.GrantCountForTest(), 0u);
+  EXPECT_EQ(leases_.GrantCount(), 0u);
 }
 
 // An object erased while leased (its client went away) leaves no entry that names it: a later
@@ -101,7 +101,7 @@ TEST_F(ShardLeasesTest, AnErasedObjectsEntriesNameNothing) {
   Grant(0, 1, 100);
   Grant(1, 1, 100);
   leases_.Forget(O(0));
-  EXPECT_EQ(leases_.GrantCountForTest(), 1u);
+  EXPECT_EQ(leases_.GrantCount(), 1u);
   Grant(0, 2, 100);  // "a new object" at the same address, same key
   EXPECT_EQ(ByRecord(0, 1), std::nullopt) << "the entry of the erased object names nothing";
   EXPECT_EQ(Released(0, 1), LeaseRelease::kNotHeld);
@@ -109,7 +109,7 @@ TEST_F(ShardLeasesTest, AnErasedObjectsEntriesNameNothing) {
   EXPECT_EQ(ByRecord(1, 1), LeaseRelease::kReleased);
   EXPECT_EQ(ByRecord(0, 2), LeaseRelease::kReleased);
   EXPECT_TRUE(leases_.objects().empty());
-  EXPECT_EQ(leases_.GrantCountForTest(), 0u);
+  EXPECT_EQ(leases_.GrantCount(), 0u);
 }
 
 TEST_F(ShardLeasesTest, AKeyGrantedTwiceInOneBatchHoldsTwoLeases) {
@@ -121,7 +121,7 @@ TEST_F(ShardLeasesTest, AKeyGrantedTwiceInOneBatchHoldsTwoLeases) {
   EXPECT_EQ(ByRecord(0, 1), LeaseRelease::kReleased);
   EXPECT_EQ(ByRecord(0, 1), std::nullopt);
   EXPECT_EQ(leases_.Release(O(0), 1, 7, 0, &expired_), LeaseRelease::kNotHeld);
-  EXPECT_EQ(leases_.GrantCountForTest(), 0u);
+  EXPECT_EQ(leases_.GrantCount(), 0u);
   // Named twice but the probe ended one first (it ends the first it finds): the record's entry
   // is empty, yet the other lease is still held, and the release still ends it.
   Grant(1, 2, 100);
@@ -136,7 +136,7 @@ TEST_F(ShardLeasesTest, SpareRecordsAreBoundedInNumberAndSize) {
   const size_t many = ShardLeases::kSpareGrants + 5;
   for (uint64_t id = 1; id <= many; ++id) Grant(static_cast<int>(id % kObjects), id, 100);
   leases_.Sweep(100, [](const Object*) {});
-  EXPECT_EQ(leases_.GrantCountForTest(), 0u);
+  EXPECT_EQ(leases_.GrantCount(), 0u);
   EXPECT_EQ(leases_.SpareGrantCountForTest(), ShardLeases::kSpareGrants);
   // A record that grew past the size kept is freed, not kept.
   ShardLeases big;
@@ -148,9 +148,9 @@ TEST_F(ShardLeasesTest, SpareRecordsAreBoundedInNumberAndSize) {
   // So is one with more entries than kept, however short its keys.
   for (size_t i = 0; i <= ShardLeases::kSpareGrantEntries; ++i)
     big.Grant(O(0), "k", {2, 100, 7}, 0);
-  EXPECT_EQ(big.GrantCountForTest(), 1u);
+  EXPECT_EQ(big.GrantCount(), 1u);
   big.Sweep(100, [](const Object*) {});
-  EXPECT_EQ(big.GrantCountForTest(), 0u);
+  EXPECT_EQ(big.GrantCount(), 0u);
   EXPECT_EQ(big.SpareGrantCountForTest(), 0u);
   big.Grant(O(0), "k", {3, 100, 7}, 0);
   big.Sweep(100, [](const Object*) {});
@@ -241,7 +241,7 @@ TEST_F(ShardLeasesTest, AgreesWithAPlainListOfLeases) {
   now += 100;
   expired_ += leases_.Sweep(now, [](const Object*) {});
   EXPECT_TRUE(leases_.objects().empty());
-  EXPECT_EQ(leases_.GrantCountForTest(), 0u) << "every record ended with its last lease";
+  EXPECT_EQ(leases_.GrantCount(), 0u) << "every record ended with its last lease";
   EXPECT_LE(leases_.SpareGrantCountForTest(), ShardLeases::kSpareGrants);
 }
 

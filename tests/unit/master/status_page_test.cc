@@ -29,6 +29,21 @@ TEST(MasterStatusPage, ShowsTiersAndEveryClientEscaped) {
   }
 }
 
+// What the shards keep for leases is on the page, and comes back to 0 / 0 with the release.
+TEST(MasterStatusPage, ShowsLeaseRecordsBackToZero) {
+  MasterFixture f;
+  f.Register("c1", {1 << 20});
+  f.Put("c1", "a", 100);
+  f.Put("c1", "b", 100);
+  LookupBatch leased = f.svc().GetReplicas({"a", "b"}, {});
+  ASSERT_TRUE(leased.results[1].status.ok());
+  auto page = [&] { return MasterStatusHtml(f.svc(), nullptr, f.metrics(), f.clock()); };
+  const std::string row = "Lease records (objects / grants)</td><td>";
+  EXPECT_NE(page().find(row + "2 / "), std::string::npos) << page();
+  EXPECT_EQ(f.svc().ReleaseLeases(leased.lease_id, {"a", "b"}), 2u);
+  EXPECT_NE(page().find(row + "0 / 0<"), std::string::npos) << page();
+}
+
 TEST(MasterStatusPage, ClientTableIsBounded) {
   MasterFixture f;
   for (size_t i = 0; i < kMaxClientRows + 3; ++i) f.Register("c" + std::to_string(i), {1 << 16});
