@@ -42,9 +42,7 @@ std::optional<LeaseRelease> ShardLeases::ReleaseGranted(uint64_t id, std::string
   auto it = by_object_.find(object);
   MC_CHECK(it != by_object_.end());
   Leases& leases = it->second;
-  size_t i = 0;
-  while (i < leases.size() && !(leases[i].id == id && leases[i].slot == slot)) ++i;
-  MC_CHECK(i < leases.size());
+  size_t i = IndexOf(leases, id, slot);
   // Another owner's lease, or an expired one: answered as the probe answers (expired leases
   // pruned and counted first; kNotOwner changes nothing else). Only a matching owner moves the
   // cursor on.
@@ -54,8 +52,7 @@ std::optional<LeaseRelease> ShardLeases::ReleaseGranted(uint64_t id, std::string
   if (leases.size() > 1) {
     // Others may have expired: prune them, then find this one again (it is live, so it stays).
     *expired += Prune(leases, now_ms);
-    i = 0;
-    while (!(leases[i].id == id && leases[i].slot == slot)) ++i;
+    i = IndexOf(leases, id, slot);
   }
   Remove(it, i);  // may free the record (and `record` with it)
   return LeaseRelease::kReleased;
@@ -94,6 +91,13 @@ void ShardLeases::Forget(const Object* object) {
   if (it == by_object_.end()) return;
   for (const Lease& lease : it->second) Ended(lease);
   by_object_.erase(it);
+}
+
+size_t ShardLeases::IndexOf(const Leases& leases, uint64_t id, size_t slot) {
+  size_t i = 0;
+  while (i < leases.size() && !(leases[i].id == id && leases[i].slot == slot)) ++i;
+  MC_CHECK(i < leases.size());  // a record entry that names an object has its lease there
+  return i;
 }
 
 size_t ShardLeases::Prune(Leases& leases, int64_t now_ms) {

@@ -115,6 +115,8 @@ class ShardLeases {
     }
   };
 
+  // The position in `leases` of lease `id` granted at record entry `slot` (it is there).
+  static size_t IndexOf(const Leases& leases, uint64_t id, size_t slot);
   // Removes expired leases from `leases` (each one's record entry cleared); returns how many.
   size_t Prune(Leases& leases, int64_t now_ms);
   // Clears the record entry of `lease` (which is being removed from its object).
