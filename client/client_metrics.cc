@@ -18,9 +18,9 @@ Counter& SpeculativeCounter(MetricsRegistry& registry, const char* outcome) {
       "mc_client_get_speculative_total",
       "Get items of keys in this daemon's own segments copied while the master lookup was in "
       "flight, by outcome: kept (the answer named that replica and generation, leased, and the "
-      "bytes matched its checksum), redone (read again from the answer), late (the copy had "
-      "not started when the answer came: read as usual), skipped (the copy helper was busy: "
-      "read as usual)",
+      "bytes matched its checksum), late (kept the same way, but the copy had not started when "
+      "the answer came, so the get's own thread made it then, beside the helper), redone (read "
+      "again from the answer), skipped (the copy helper was busy: read as usual)",
       {{"outcome", outcome}});
 }
 

@@ -57,7 +57,7 @@ class ClientMetrics {
   // from the answer), skipped (the helper was busy with another get's copies).
   Counter& get_speculative_kept;
   Counter& get_speculative_redone;
-  Counter& get_speculative_late;  // not started when the answer came (read as usual)
+  Counter& get_speculative_late;  // kept, copied by the get's thread after the answer came
   Counter& get_speculative_skipped;
 
  private:

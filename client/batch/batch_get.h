@@ -114,6 +114,9 @@ class BatchGetter {
   PackedKeysGate& packed_keys() { return packed_keys_; }
   // Whether speculative copies are being made now (tests).
   bool SpeculationBusy() const { return copier_ != nullptr && copier_->busy(); }
+  void PauseSpeculationForTest(bool paused) {
+    if (copier_ != nullptr) copier_->PauseForTest(paused);
+  }
 
  private:
   struct KeyPlan;

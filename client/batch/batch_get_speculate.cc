@@ -56,6 +56,7 @@ void BatchGetter::StartSpeculation(Batch& batch, const std::vector<size_t>& aske
   }
   if (items.empty()) return;
   batch.spec_job = copier_->TryStart(std::move(items));
+  batch.spec_copier = copier_.get();
   if (batch.spec_job == nullptr) {  // the helper copies for another get: no speculation here
     metrics_.get_speculative_skipped.Inc(batch.speculated.size());
     batch.speculated.clear();
@@ -89,22 +90,18 @@ void BatchGetter::SettleSpeculation(Batch& batch) {
     wanted[k] = SpeculationMatches(batch, batch.speculated[k]);
   }
   // Afterwards no thread writes any of these destinations but this one.
-  const std::vector<SpeculativeCopier::Item>& copies =
-      SpeculativeCopier::Finish(*batch.spec_job, wanted);
+  const std::vector<SpeculativeCopier::Item>& copies = copier_->Finish(*batch.spec_job, wanted);
   const int64_t now = clock_.NowMs();
   for (size_t k = 0; k < batch.speculated.size(); ++k) {
     KeyPlan& plan = batch.plans[batch.speculated[k].plan];
     // The bytes as written must hash to the master's checksum, judged under the lease.
-    if (wanted[k] && !copies[k].copied) {
-      metrics_.get_speculative_late.Inc();  // not started before the answer: read as usual
-      continue;
-    }
     if (!wanted[k] || !copies[k].copied || copies[k].checksum != plan.lookup->checksum() ||
         now > plan.deadline_ms) {
       metrics_.get_speculative_redone.Inc();  // TransferRounds reads it from the answer
       continue;
     }
-    metrics_.get_speculative_kept.Inc();
+    // Kept; late: the helper had not started it, so this thread copied it after the answer.
+    (copies[k].after_answer ? metrics_.get_speculative_late : metrics_.get_speculative_kept).Inc();
     plan.moved = copies[k].size;
     plan.next = 1;  // its first replica, the one copied
     plan.done = true;

@@ -26,26 +26,38 @@ class SpeculativeCopier::Job {
     absl::MutexLock lock(&mu_);
     helper_done_ = true;
   }
-  // The getter's side: see SpeculativeCopier::Finish.
-  std::vector<Item>& Finish(const std::vector<bool>& wanted) {
+  // The getter's side of SpeculativeCopier::Finish, before waiting for the helper.
+  void Settle(const std::vector<bool>& wanted) {
     for (size_t i = 0; i < items_.size(); ++i) {
-      if (i >= wanted.size() || !wanted[i]) abandon_[i].store(true, std::memory_order_relaxed);
+      if (i < wanted.size() && wanted[i]) continue;
+      abandon_[i].store(true, std::memory_order_relaxed);
       uint8_t pending = kPending;
       state_[i].compare_exchange_strong(pending, kCancelled, std::memory_order_acq_rel);
     }
+    // The wanted items the helper has not claimed yet are copied here, from the last one back
+    // while the helper goes on from the first: two threads finish the job.
+    for (size_t i = std::min(items_.size(), wanted.size()); i-- > 0;) {
+      if (wanted[i] && Copy(i)) items_[i].after_answer = true;
+    }
+  }
+  std::vector<Item>& AwaitHelper() {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(&helper_done_));
     return items_;
   }
+  std::vector<Item>& items() { return items_; }
 
  private:
   static constexpr uint8_t kPending = 0, kClaimed = 1, kDone = 2, kCancelled = 3;
   static constexpr uint64_t kChunk = 256 << 10;  // hashed from the destination while cache-hot
 
-  // Copies item i unless cancelled; an abandoned item stops at the next chunk (not copied).
-  void Copy(size_t i) {
+  // Copies item i unless another thread claimed it or it was cancelled (false then); an
+  // abandoned item stops at the next chunk (not copied).
+  bool Copy(size_t i) {
     uint8_t pending = kPending;
-    if (!state_[i].compare_exchange_strong(pending, kClaimed, std::memory_order_acq_rel)) return;
+    if (!state_[i].compare_exchange_strong(pending, kClaimed, std::memory_order_acq_rel)) {
+      return false;
+    }
     Item& item = items_[i];
     StreamingChecksum sum;
     uint64_t pos = 0;
@@ -66,6 +78,7 @@ class SpeculativeCopier::Job {
     item.copied = whole && pos == item.size && pos == TotalLength(item.dest);
     item.checksum = sum.Digest();
     state_[i].store(kDone, std::memory_order_release);
+    return true;
   }
 
   std::vector<Item> items_;
@@ -96,7 +109,21 @@ std::shared_ptr<SpeculativeCopier::Job> SpeculativeCopier::TryStart(std::vector<
 
 std::vector<SpeculativeCopier::Item>& SpeculativeCopier::Finish(Job& job,
                                                                 const std::vector<bool>& wanted) {
-  return job.Finish(wanted);
+  job.Settle(wanted);
+  {
+    absl::MutexLock lock(&mu_);
+    if (next_.get() == &job) {  // the helper never took it: nobody else touches it
+      next_ = nullptr;
+      busy_ = false;
+      return job.items();
+    }
+  }
+  return job.AwaitHelper();
+}
+
+void SpeculativeCopier::PauseForTest(bool paused) {
+  absl::MutexLock lock(&mu_);
+  paused_ = paused;
 }
 
 bool SpeculativeCopier::busy() const {
@@ -109,8 +136,9 @@ void SpeculativeCopier::Loop() {
     std::shared_ptr<Job> job;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return next_ != nullptr || stopping_; };
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return (next_ != nullptr && !paused_) || stopping_;
+      };
       mu_.Await(absl::Condition(&ready));
       if (next_ == nullptr) return;  // stopping, nothing handed over
       job = std::move(next_);

@@ -5,11 +5,13 @@
 //
 // One helper thread takes one job at a time: TryStart() hands it a job only when it is idle
 // (otherwise the get does not speculate, so a busy helper never delays a get). Finish() is the
-// getter's side once the answer is in: items the helper has not started are cancelled (the getter
-// reads them from the answer, through the transfer engine's parallel copies), an item it is
-// copying is finished when still wanted or abandoned at its next 256 KiB chunk otherwise, and
-// Finish() returns once the helper is done with the job: no thread writes any destination of
-// the job any more. Each item is claimed with an atomic state, so it is copied at most once.
+// getter's side once the answer is in: items no longer wanted are cancelled when not started
+// and abandoned at their next 256 KiB chunk when being copied; wanted items the helper has not
+// started are copied by the calling thread (from the last one back, while the helper goes on from
+// the first), so two threads finish the job. Finish() returns once the helper is done with the
+// job, or at once when the helper had not taken it yet (then it never will): no thread writes
+// any destination of the job any more. Each item is claimed with an atomic state, so it is copied
+// at most once.
 // Thread-safe.
 #pragma once
 
@@ -34,6 +36,7 @@ class SpeculativeCopier {
     // Set by Finish() for items copied: XXH3-64 of the destination bytes as written.
     bool copied = false;
     uint64_t checksum = 0;
+    bool after_answer = false;  // copied by Finish()'s caller, not the helper
   };
   class Job;
 
@@ -45,11 +48,14 @@ class SpeculativeCopier {
   // Starts copying `items` on the helper thread, or returns null (the helper is busy, or no
   // items).
   std::shared_ptr<Job> TryStart(std::vector<Item> items);
-  // See above. `wanted[i]`: whether item i may still be kept (missing: not wanted). Returns the
-  // items, `copied` and `checksum` set on those copied whole (wanted or not).
-  static std::vector<Item>& Finish(Job& job, const std::vector<bool>& wanted);
+  // See above. `wanted[i]`: whether item i may still be kept (missing: not wanted); a wanted item
+  // must be one the caller may write now (its answer proved the range). Returns the items,
+  // `copied` and `checksum` set on those copied whole (wanted or not).
+  std::vector<Item>& Finish(Job& job, const std::vector<bool>& wanted);
   // Whether a job is handed over or running (tests: let the helper finish before the answer).
   bool busy() const;
+  // Tests: while paused the helper takes no job (Finish() then copies every wanted item).
+  void PauseForTest(bool paused);
 
  private:
   void Loop();
@@ -58,6 +64,7 @@ class SpeculativeCopier {
   std::shared_ptr<Job> next_ ABSL_GUARDED_BY(mu_);  // handed over, not yet taken
   bool busy_ ABSL_GUARDED_BY(mu_) = false;          // a job is handed over or running
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -84,6 +84,35 @@ TEST_F(BatchGetSpeculation, KeptWhenTheAnswerNamesTheCopiedReplica) {
   EXPECT_EQ(metrics_.checksum_mismatches.Value(), 0u);
 }
 
+TEST_F(BatchGetSpeculation, AnAnswerBeforeTheHelperStartsIsCopiedByTheGet) {
+  // The helper takes no job: the answer comes first, and the get's own thread copies every
+  // item from the range the answer proved (counted late, kept only under the same checks).
+  std::vector<std::string> keys, payloads;
+  for (int k = 0; k < 16; ++k) {
+    keys.push_back("late-" + std::to_string(k));
+    payloads.push_back(Payload(64 << 10, 700 + k));
+  }
+  for (const auto& s : Put(keys, payloads)) ASSERT_TRUE(s.ok()) << s;
+  master_.SetAfterGetReplicas(nullptr);
+  getter_.PauseSpeculationForTest(true);
+  for (const auto& r : GetAndCheck(keys, payloads)) EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(metrics_.get_speculative_late.Value(), keys.size());
+  EXPECT_EQ(Kept(), 0u);
+  EXPECT_EQ(Redone(), 0u);
+  EXPECT_FALSE(getter_.SpeculationBusy()) << "the job was taken back from the paused helper";
+  // A copy the answer does not prove is not made after it either: read again from the answer.
+  ObjectIndex::Entry e = Entry(keys[0]);
+  e.object.generation += 1000;
+  ASSERT_TRUE(index_->Insert(e.local_index, e.offset, e.object).ok());
+  for (const auto& r : GetAndCheck(keys, payloads)) EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(metrics_.get_speculative_late.Value(), 2 * keys.size() - 1);
+  EXPECT_EQ(Redone(), 1u);
+  getter_.PauseSpeculationForTest(false);
+  for (const auto& r : GetAndCheck(keys, payloads)) EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(Kept() + metrics_.get_speculative_late.Value() + Redone(), 3 * keys.size());
+  EXPECT_EQ(metrics_.checksum_mismatches.Value(), 0u);
+}
+
 TEST_F(BatchGetSpeculation, RedoneWhenTheAnswerNamesAnotherGeneration) {
   const std::string k = "gen", pk = Payload(10'000, 1);
   PutOk(k, pk);
@@ -207,7 +236,7 @@ TEST_F(BatchGetSpeculation, OnlyGetsWithinTheBudgetSpeculate) {
   EXPECT_EQ(Kept(), 2u) << "three keys asked, more than max_job_keys: no speculation";
 }
 
-TEST(SpeculativeCopier, OneJobAtATimeAndFinishCancelsWhatIsNotStarted) {
+TEST(SpeculativeCopier, OneJobAtATimeAndFinishCancelsOrCopiesWhatIsNotStarted) {
   SpeculativeCopier copier;
   const std::string src = Payload(1 << 20, 9);
   std::vector<char> d1(src.size(), kSentinel), d2(src.size(), kSentinel);
@@ -223,7 +252,7 @@ TEST(SpeculativeCopier, OneJobAtATimeAndFinishCancelsWhatIsNotStarted) {
   EXPECT_EQ(copier.TryStart(items), nullptr) << "busy: the second get does not speculate";
   std::vector<bool> wanted(items.size(), false);
   wanted[0] = true;
-  const auto& out = SpeculativeCopier::Finish(*job, wanted);
+  const auto& out = copier.Finish(*job, wanted);
   // Items copied whole hold the source's bytes and its checksum; the rest were cancelled before
   // the helper reached them, or abandoned at a chunk (not wanted).
   size_t copied = 0;
@@ -240,10 +269,30 @@ TEST(SpeculativeCopier, OneJobAtATimeAndFinishCancelsWhatIsNotStarted) {
     }
   }
   // The helper is free again once Finish() returned: the same get's next call may speculate.
+  // Every item wanted: those the helper has not started are copied by Finish()'s caller, and
+  // every item is then whole with the source's checksum.
   std::shared_ptr<SpeculativeCopier::Job> next = copier.TryStart(items);
   ASSERT_NE(next, nullptr);
-  SpeculativeCopier::Finish(*next, {});
+  const auto& all = copier.Finish(*next, std::vector<bool>(items.size(), true));
+  size_t by_caller = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_TRUE(all[i].copied) << i;
+    EXPECT_EQ(all[i].checksum, want) << i;
+    by_caller += all[i].after_answer ? 1 : 0;
+  }
+  EXPECT_GT(by_caller, 0u) << "the caller copies beside the helper";
+  EXPECT_EQ(std::string(d1.data(), d1.size()), src);
   EXPECT_FALSE(copier.busy());
+  // Paused: the helper never takes the job, Finish() takes it back and copies it all.
+  copier.PauseForTest(true);
+  std::vector<SpeculativeCopier::Item> few(items.begin(), items.begin() + 4);
+  std::shared_ptr<SpeculativeCopier::Job> paused = copier.TryStart(few);
+  ASSERT_NE(paused, nullptr);
+  for (const auto& item : copier.Finish(*paused, {true, false, true, true})) {
+    EXPECT_EQ(item.copied, item.after_answer);
+  }
+  EXPECT_FALSE(copier.busy());
+  copier.PauseForTest(false);
 }
 
 }  // namespace
