@@ -220,9 +220,10 @@ ABSL_FLAG(bool, get_speculative_local, true,
           "(needs --object_index)");
 ABSL_FLAG(int64_t, get_speculative_max_keys, 64,
           "a get asking for more keys does not speculate (1..4096)");
-ABSL_FLAG(uint64_t, get_speculative_max_bytes, 2ull << 20,
+ABSL_FLAG(uint64_t, get_speculative_max_bytes, 16ull << 20,
           "a get whose keys held here total more bytes does not speculate: larger gets keep "
-          "the local transport's parallel copies (4096..1073741824)");
+          "the local transport's parallel copies, --copy_threads and the caller "
+          "(4096..1073741824)");
 ABSL_FLAG(bool, promote_on_hit, false,
           "write objects read from an SSD tier back into memory (best effort)");
 ABSL_FLAG(uint64_t, promote_staging_bytes, 64ull << 20,

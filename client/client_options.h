@@ -89,9 +89,9 @@ struct ClientServerOptions {
   bool object_index = true;
   // Speculative local copies on the get path (BatchGetter::SetSpeculation; needs object_index).
   bool get_speculative_local = true;
-  int64_t get_speculative_max_keys = 64;            // SpeculationSource::max_job_keys
-  uint64_t get_speculative_max_bytes = 2ull << 20;  // SpeculationSource::max_job_bytes
-  bool promote_on_hit = false;                      // write SSD hits back to memory
+  int64_t get_speculative_max_keys = 64;             // SpeculationSource::max_job_keys
+  uint64_t get_speculative_max_bytes = 16ull << 20;  // SpeculationSource::max_job_bytes
+  bool promote_on_hit = false;                       // write SSD hits back to memory
   uint64_t promote_staging_bytes = Promoter::kDefaultStagingBytes;  // private copies per round
   GpuPutStagerOptions gpu_put;    // with a cuda transport: how GPU put sources are staged
   GpuGetStagerOptions gpu_get;    // with a cuda transport: how GPU get destinations are staged

@@ -82,9 +82,10 @@ struct SpeculationSource {
   std::vector<LocalBuffer> segments;   // base and size of each local segment, by local index
   // A segment id this daemon publishes now -> its local index (SegmentPool::LocalIndexOf).
   std::function<std::optional<size_t>(uint64_t segment_id)> resolve;
-  // A get whose keys held here total more bytes does not speculate (about what one thread
-  // copies during a local lookup): larger gets keep the transfer engine's parallel copies.
-  uint64_t max_job_bytes = 2ull << 20;
+  // A get whose keys held here total more bytes does not speculate: larger gets keep the
+  // transfer engine's parallel copies (copy_threads helpers and the caller; speculation copies
+  // with two threads, the helper and, once the answer is in, the get's own).
+  uint64_t max_job_bytes = 16ull << 20;
   size_t max_job_keys = 64;  // nor does a get asking the master for more keys
 };
 
