@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -426,6 +428,20 @@ class Bench:
         self.report(time.monotonic() - t0)
         for w in self.sides["mcstore"].nodes:
             print("mcstore %s's Python client: %s" % (w.name, w.call(op="transport")["paths"]))
+        print("mcstore client1's speculative local copies (its local gets, Python's and "
+              "mc-bench's): %s" % self.speculation("client1"))
+
+    def speculation(self, daemon):
+        """mc_client_get_speculative_total of one daemon, by outcome, in words."""
+        try:
+            with open(os.path.join(self.mc_run, daemon + ".json")) as f:
+                http = json.load(f)["http"]
+            with urllib.request.urlopen("http://%s/metrics" % http, timeout=10) as r:
+                text = r.read().decode()
+        except (OSError, ValueError, KeyError) as e:
+            return "not read (%s)" % e
+        got = re.findall(r'^mc_client_get_speculative_total\{outcome="(\w+)"\} (\S+)$', text, re.M)
+        return ", ".join("%s %d" % (o, float(v)) for o, v in got) or "none reported"
 
     def report(self, seconds):
         a = self.args
