@@ -54,7 +54,7 @@ struct BatchGetter::Batch {
       : items(requested), results(requested.size()), dest(requested.size()) {}
   // Never leaves a speculative copy writing a destination behind (SettleSpeculation ends it).
   ~Batch() {
-    if (spec_job != nullptr) spec_copier->Finish(*spec_job, {});
+    if (spec_job != nullptr) SpeculativeCopier::Finish(*spec_job, {});
   }
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
@@ -69,7 +69,6 @@ struct BatchGetter::Batch {
   std::vector<std::string> unreachable;
   // Speculative local copies in flight (null: none), one Speculated per item of the job.
   std::shared_ptr<SpeculativeCopier::Job> spec_job;
-  SpeculativeCopier* spec_copier = nullptr;  // spec_job's
   std::vector<Speculated> speculated;
   // The master's answer is parsed onto this arena (thousands of small messages and strings per
   // batch, freed at once); plans point into it.

@@ -56,7 +56,6 @@ void BatchGetter::StartSpeculation(Batch& batch, const std::vector<size_t>& aske
   }
   if (items.empty()) return;
   batch.spec_job = copier_->TryStart(std::move(items));
-  batch.spec_copier = copier_.get();
   if (batch.spec_job == nullptr) {  // the helper copies for another get: no speculation here
     metrics_.get_speculative_skipped.Inc(batch.speculated.size());
     batch.speculated.clear();
@@ -90,7 +89,8 @@ void BatchGetter::SettleSpeculation(Batch& batch) {
     wanted[k] = SpeculationMatches(batch, batch.speculated[k]);
   }
   // Afterwards no thread writes any of these destinations but this one.
-  const std::vector<SpeculativeCopier::Item>& copies = copier_->Finish(*batch.spec_job, wanted);
+  const std::vector<SpeculativeCopier::Item>& copies =
+      SpeculativeCopier::Finish(*batch.spec_job, wanted);
   const int64_t now = clock_.NowMs();
   for (size_t k = 0; k < batch.speculated.size(); ++k) {
     KeyPlan& plan = batch.plans[batch.speculated[k].plan];

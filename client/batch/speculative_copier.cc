@@ -10,8 +10,8 @@ namespace mc::client {
 
 class SpeculativeCopier::Job {
  public:
-  explicit Job(std::vector<Item> items)
-      : items_(std::move(items)), state_(items_.size()), abandon_(items_.size()) {
+  Job(SpeculativeCopier& copier, std::vector<Item> items)
+      : copier_(copier), items_(std::move(items)), state_(items_.size()), abandon_(items_.size()) {
     for (auto& s : state_) s.store(kPending, std::memory_order_relaxed);
     for (auto& a : abandon_) a.store(false, std::memory_order_relaxed);
   }
@@ -46,6 +46,7 @@ class SpeculativeCopier::Job {
     return items_;
   }
   std::vector<Item>& items() { return items_; }
+  SpeculativeCopier& copier() { return copier_; }
 
  private:
   static constexpr uint8_t kPending = 0, kClaimed = 1, kDone = 2, kCancelled = 3;
@@ -81,6 +82,7 @@ class SpeculativeCopier::Job {
     return true;
   }
 
+  SpeculativeCopier& copier_;  // the one that started it (it outlives its jobs' Finish)
   std::vector<Item> items_;
   std::vector<std::atomic<uint8_t>> state_;
   std::vector<std::atomic<bool>> abandon_;
@@ -103,22 +105,22 @@ std::shared_ptr<SpeculativeCopier::Job> SpeculativeCopier::TryStart(std::vector<
   absl::MutexLock lock(&mu_);
   if (busy_ || stopping_) return nullptr;
   busy_ = true;
-  next_ = std::make_shared<Job>(std::move(items));
+  next_ = std::make_shared<Job>(*this, std::move(items));
   return next_;
 }
 
 std::vector<SpeculativeCopier::Item>& SpeculativeCopier::Finish(Job& job,
                                                                 const std::vector<bool>& wanted) {
   job.Settle(wanted);
-  {
-    absl::MutexLock lock(&mu_);
-    if (next_.get() == &job) {  // the helper never took it: nobody else touches it
-      next_ = nullptr;
-      busy_ = false;
-      return job.items();
-    }
-  }
-  return job.AwaitHelper();
+  return job.copier().TakeBack(job) ? job.items() : job.AwaitHelper();
+}
+
+bool SpeculativeCopier::TakeBack(const Job& job) {
+  absl::MutexLock lock(&mu_);
+  if (next_.get() != &job) return false;
+  next_ = nullptr;  // the helper never took it: nobody else touches it
+  busy_ = false;
+  return true;
 }
 
 void SpeculativeCopier::PauseForTest(bool paused) {

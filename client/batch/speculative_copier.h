@@ -51,7 +51,7 @@ class SpeculativeCopier {
   // See above. `wanted[i]`: whether item i may still be kept (missing: not wanted); a wanted item
   // must be one the caller may write now (its answer proved the range). Returns the items,
   // `copied` and `checksum` set on those copied whole (wanted or not).
-  std::vector<Item>& Finish(Job& job, const std::vector<bool>& wanted);
+  static std::vector<Item>& Finish(Job& job, const std::vector<bool>& wanted);
   // Whether a job is handed over or running (tests: let the helper finish before the answer).
   bool busy() const;
   // Tests: while paused the helper takes no job (Finish() then copies every wanted item).
@@ -59,6 +59,8 @@ class SpeculativeCopier {
 
  private:
   void Loop();
+  // Whether `job` was still handed over, not taken by the helper; if so it never will be.
+  bool TakeBack(const Job& job);
 
   mutable absl::Mutex mu_;
   std::shared_ptr<Job> next_ ABSL_GUARDED_BY(mu_);  // handed over, not yet taken

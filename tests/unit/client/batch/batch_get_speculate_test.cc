@@ -56,6 +56,17 @@ class BatchGetSpeculation : public ClientFixture {
   uint64_t Kept() const { return metrics_.get_speculative_kept.Value(); }
   uint64_t Redone() const { return metrics_.get_speculative_redone.Value(); }
 
+  // Puts 16 values of 64 KiB under `prefix`-0..15 (payload seeds from `seed`) into *keys and
+  // *payloads.
+  void Put16(const std::string& prefix, int seed, std::vector<std::string>* keys,
+             std::vector<std::string>* payloads) {
+    for (int k = 0; k < 16; ++k) {
+      keys->push_back(prefix + std::to_string(k));
+      payloads->push_back(Payload(64 << 10, seed + k));
+    }
+    for (const auto& s : Put(*keys, *payloads)) ASSERT_TRUE(s.ok()) << s;
+  }
+
   // The index entry of `key` (it must have one).
   ObjectIndex::Entry Entry(const std::string& key) {
     std::optional<ObjectIndex::Entry> e = index_->Find(key);
@@ -70,11 +81,7 @@ class BatchGetSpeculation : public ClientFixture {
 
 TEST_F(BatchGetSpeculation, KeptWhenTheAnswerNamesTheCopiedReplica) {
   std::vector<std::string> keys, payloads;
-  for (int k = 0; k < 16; ++k) {
-    keys.push_back("spec-" + std::to_string(k));
-    payloads.push_back(Payload(64 << 10, 500 + k));
-  }
-  for (const auto& s : Put(keys, payloads)) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_NO_FATAL_FAILURE(Put16("spec-", 500, &keys, &payloads));
   ASSERT_EQ(index_->size(), keys.size()) << "the putter records its own replicas";
   for (int round = 0; round < 3; ++round) {
     for (const auto& r : GetAndCheck(keys, payloads)) EXPECT_TRUE(r.status.ok()) << r.status;
@@ -88,11 +95,7 @@ TEST_F(BatchGetSpeculation, AnAnswerBeforeTheHelperStartsIsCopiedByTheGet) {
   // The helper takes no job: the answer comes first, and the get's own thread copies every
   // item from the range the answer proved (counted late, kept only under the same checks).
   std::vector<std::string> keys, payloads;
-  for (int k = 0; k < 16; ++k) {
-    keys.push_back("late-" + std::to_string(k));
-    payloads.push_back(Payload(64 << 10, 700 + k));
-  }
-  for (const auto& s : Put(keys, payloads)) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_NO_FATAL_FAILURE(Put16("late-", 700, &keys, &payloads));
   master_.SetAfterGetReplicas(nullptr);
   getter_.PauseSpeculationForTest(true);
   for (const auto& r : GetAndCheck(keys, payloads)) EXPECT_TRUE(r.status.ok()) << r.status;
@@ -252,7 +255,7 @@ TEST(SpeculativeCopier, OneJobAtATimeAndFinishCancelsOrCopiesWhatIsNotStarted) {
   EXPECT_EQ(copier.TryStart(items), nullptr) << "busy: the second get does not speculate";
   std::vector<bool> wanted(items.size(), false);
   wanted[0] = true;
-  const auto& out = copier.Finish(*job, wanted);
+  const auto& out = SpeculativeCopier::Finish(*job, wanted);
   // Items copied whole hold the source's bytes and its checksum; the rest were cancelled before
   // the helper reached them, or abandoned at a chunk (not wanted).
   size_t copied = 0;
@@ -278,7 +281,7 @@ TEST(SpeculativeCopier, OneJobAtATimeAndFinishCancelsOrCopiesWhatIsNotStarted) {
     distinct.push_back({src.data(), src.size(), {LocalBuffer{d.data(), d.size()}}});
   std::shared_ptr<SpeculativeCopier::Job> next = copier.TryStart(distinct);
   ASSERT_NE(next, nullptr);
-  const auto& all = copier.Finish(*next, std::vector<bool>(distinct.size(), true));
+  const auto& all = SpeculativeCopier::Finish(*next, std::vector<bool>(distinct.size(), true));
   for (size_t i = 0; i < all.size(); ++i) {
     EXPECT_TRUE(all[i].copied) << i;
     EXPECT_EQ(all[i].checksum, want) << i;
@@ -290,7 +293,7 @@ TEST(SpeculativeCopier, OneJobAtATimeAndFinishCancelsOrCopiesWhatIsNotStarted) {
   std::vector<SpeculativeCopier::Item> few(items.begin(), items.begin() + 4);
   std::shared_ptr<SpeculativeCopier::Job> paused = copier.TryStart(few);
   ASSERT_NE(paused, nullptr);
-  for (const auto& item : copier.Finish(*paused, {true, false, true, true})) {
+  for (const auto& item : SpeculativeCopier::Finish(*paused, {true, false, true, true})) {
     EXPECT_EQ(item.copied, item.after_answer);
   }
   EXPECT_FALSE(copier.busy());
