@@ -8,6 +8,8 @@
 #             plus its item header does not fit -I 16m)
 #   redis     redis-benchmark -t get -P 16 -c 1 over loopback TCP; GB/s = requests/s x value size
 #   limits    mc-bench --baseline: memcpy of non-cache-resident blocks, loopback TCP stream
+# A second table gives each system's CPU seconds per GB moved (its client and servers together,
+# user + system: getrusage and /proc/PID/stat), steadier than GB/s on a shared machine.
 # Starts mcstore (deploy/local-cluster.sh), redis-server and memcached on free loopback ports and
 # stops all of them on exit. Environment: see bench/lib.sh; SIZES overrides the value sizes.
 set -euo pipefail
@@ -23,13 +25,15 @@ mkdir -p "$MC_RUN_DIR"
 redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --maxmemory 6gb \
   --protected-mode no --daemonize no --dir "$MC_RUN_DIR" >"$MC_RUN_DIR/redis.log" 2>&1 &
-started_pids+=($!)
+redis_pid=$!
+started_pids+=("$redis_pid")
 memcached_port="$(free_port)"
 memcached_user=()
 [[ $(id -u) -eq 0 ]] && memcached_user=(-u root)
 memcached "${memcached_user[@]}" -I 32m -m 4096 -l 127.0.0.1 -p "$memcached_port" -U 0 \
   >"$MC_RUN_DIR/memcached.log" 2>&1 &
-started_pids+=($!)
+memcached_pid=$!
+started_pids+=("$memcached_pid")
 for _ in $(seq 1 50); do
   redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
   sleep 0.1
@@ -42,8 +46,9 @@ echo "compare: mcstore $CLIENT1/$CLIENT2, redis :$redis_port, memcached :$memcac
 
 baseline
 
-redis_get() {  # redis_get SIZE KEYS: median GB/s and median p50/p99 ms (per request) of RUNS runs
-  local size="$1" keys="$2" n rps all=() p50s=() p99s=() line
+redis_get() {  # redis_get SIZE KEYS: median GB/s, p50/p99 ms (per request) and CPU s/GB of RUNS runs
+  local size="$1" keys="$2" n rps all=() p50s=() p99s=() cpus=() line c0 c1 t
+  local TIMEFORMAT='%3U %3S'
   redis-cli -p "$redis_port" flushall >/dev/null
   head -c "$size" /dev/urandom >"$MC_RUN_DIR/value.bin"
   for k in $(seq 0 $((keys - 1))); do
@@ -51,7 +56,14 @@ redis_get() {  # redis_get SIZE KEYS: median GB/s and median p50/p99 ms (per req
   done
   n=$(( (2 << 30) / size )); (( n < 320 )) && n=320
   for _ in $(seq 1 "$RUNS"); do
-    line="$(redis-benchmark -h 127.0.0.1 -p "$redis_port" -c 1 -P 16 -n "$n" -r "$keys" -t get --csv 2>/dev/null | grep '^"GET')"
+    c0="$(proc_cpu "$redis_pid")"
+    { time redis-benchmark -h 127.0.0.1 -p "$redis_port" -c 1 -P 16 -n "$n" -r "$keys" -t get --csv \
+        >"$MC_RUN_DIR/redis.out" 2>/dev/null; } 2>"$MC_RUN_DIR/redis.time"
+    c1="$(proc_cpu "$redis_pid")"
+    line="$(grep '^"GET' "$MC_RUN_DIR/redis.out")"
+    # CPU per GB moved: the server's and redis-benchmark's (user + system), together.
+    t="$(cat "$MC_RUN_DIR/redis.time")"
+    cpus+=("$(awk -v a="$c0" -v b="$c1" -v t="$t" -v n="$n" -v s="$size" 'BEGIN { split(t, u, " "); printf "%.3f", (b - a + u[1] + u[2]) / (n * s / 1e9) }')")
     echo "redis run size=$size $line" >>"$MC_RUN_DIR/bench.log"
     rps="$(cut -d, -f2 <<<"$line" | tr -d '"')"
     all+=("$(awk -v r="$rps" -v s="$size" 'BEGIN { printf "%.3f", r * s / 1e9 }')")
@@ -61,10 +73,12 @@ redis_get() {  # redis_get SIZE KEYS: median GB/s and median p50/p99 ms (per req
   redis-cli -p "$redis_port" flushall >/dev/null
   echo "$(printf '%s\n' "${all[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') \
 $(printf '%s\n' "${p50s[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') \
-$(printf '%s\n' "${p99s[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
+$(printf '%s\n' "${p99s[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}') \
+$(printf '%s\n' "${cpus[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
 }
 
 rows=()
+cpu_rows=()
 for size in $SIZES; do
   keys="$(keys_for "$size")"
   iters=$(( size >= 16777216 ? 8 : 20 ))
@@ -74,11 +88,19 @@ for size in $SIZES; do
   lget="$(field "$local_line" GB/s)"
   cget="$(field "$cross_line" GB/s)"
   mc_out="$("$tools/mc-bench-memcached" --server "127.0.0.1:$memcached_port" --value_size "$size" \
-    --batch 16 --keys "$keys" --iterations "$iters" --runs "$RUNS" --key_prefix "s$size" 2>&1 || true)"
+    --batch 16 --keys "$keys" --iterations "$iters" --runs "$RUNS" --key_prefix "s$size" --cpu_pids "$memcached_pid" 2>&1 || true)"
   printf '%s\n' "$mc_out" >>"$MC_RUN_DIR/bench.log"
-  mcd="$(field "$(grep '^memcached summary' <<<"$mc_out" || true)" GB/s)"
+  mcd_line="$(grep '^memcached summary' <<<"$mc_out" || true)"
+  mcd="$(field "$mcd_line" GB/s)"
   [[ -n "$mcd" ]] || { echo "compare: memcached run failed: $(tail -2 <<<"$mc_out")" >&2; mcd="-"; }
-  read -r rds rds_p50 rds_p99 <<<"$(redis_get "$size" "$keys")"
+  read -r rds rds_p50 rds_p99 rds_cpu <<<"$(redis_get "$size" "$keys")"
+  # CPU s per GB moved, each system's client and servers together (mcstore: mc-bench, the master
+  # and both daemons; memcached: its client and server; redis: redis-benchmark and the server).
+  lcpu="$(plus "$(field "$local_line" cpu_s/GB)" "$(field "$local_line" daemons_cpu_s/GB)")"
+  ccpu="$(plus "$(field "$cross_line" cpu_s/GB)" "$(field "$cross_line" daemons_cpu_s/GB)")"
+  mcpu="$(plus "$(field "$mcd_line" cpu_s/GB)" "$(field "$mcd_line" server_cpu_s/GB)")"
+  cpu_rows+=("$(printf '%-7s %8s %8s %9s %7s | %8s %8s' "$(mib "$size")" "$lcpu" "$ccpu" "$mcpu" \
+    "${rds_cpu:--}" "$(ratio "$ccpu" "$mcpu")" "$(ratio "$lcpu" "$mcpu")")")
   mcp="$(memcpy_for "$size")"
   rows+=("$(printf '%-7s %8s %8s %9s %7s %7s %6s | %8s %8s %8s %8s %8s %8s' "$(mib "$size")" \
     "$lget" "$cget" "$mcd" "$rds" "$mcp" "$TCP_GBPS" \
@@ -93,3 +115,9 @@ printf '%-7s %8s %8s %9s %7s %7s %6s | %8s %8s %8s %8s %8s %8s\n' value mc_local
   L/mcd X/mcd L/redis X/redis L/memcpy X/tcp
 printf '%s\n' "${rows[@]}"
 echo "(L = mcstore local path, X = mcstore cross-daemon TCP path, mcd = memcached)"
+echo
+echo "CPU s per GB moved (user + system of each system's client and servers, medians of $RUNS runs)"
+printf '%-7s %8s %8s %9s %7s | %8s %8s\n' value mc_local mc_cross memcached redis X/mcd L/mcd
+printf '%s\n' "${cpu_rows[@]}"
+echo "(mcstore: mc-bench, the master and both daemons, every byte hashed and checked; memcached and"
+echo " redis: no checksum. Lower is cheaper: X/mcd < 1 means the cross path costs less CPU per GB.)"

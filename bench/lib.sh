@@ -132,4 +132,16 @@ keys_for() {  # keys_for VALUE_SIZE: distinct keys, at most 512 MiB of data per 
   echo "$k"
 }
 
+proc_cpu() {  # proc_cpu PID...: their summed CPU seconds (user + system) from /proc
+  local tck pid
+  tck="$(getconf CLK_TCK)"
+  for pid in "$@"; do cat "/proc/$pid/stat"; done |
+    awk -v t="$tck" '{ sub(/^.*\) /, ""); s += $12 + $13 } END { printf "%.2f", s / t }'
+}
+
+# plus A B: A+B with three decimals ("-" when either is missing or negative: not measured).
+plus() {
+  awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || a == "-" || b == "" || b == "-" || a < 0 || b < 0) print "-"; else printf "%.3f", a + b }'
+}
+
 mib() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%g MiB", b / 1048576; else printf "%g KiB", b / 1024 }'; }

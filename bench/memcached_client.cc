@@ -24,6 +24,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/util.h"
 #include "tools/mc_bench_pattern.h"
 #include "tools/mc_bench_stats.h"
@@ -36,6 +37,9 @@ ABSL_FLAG(int32_t, iterations, 20, "multi-gets per run");
 ABSL_FLAG(int32_t, runs, 1, "repeat; the summary gives medians");
 ABSL_FLAG(bool, verify, true, "check every byte got");
 ABSL_FLAG(std::string, key_prefix, "mcbm", "key prefix");
+ABSL_FLAG(std::string, cpu_pids, "",
+          "comma-separated pids (the memcached server) whose CPU seconds per GB moved are printed "
+          "beside this client's own (server_cpu_s/GB; -1 = not measured)");
 
 namespace {
 
@@ -128,6 +132,16 @@ int main(int argc, char** argv) {
   const int keys = absl::GetFlag(FLAGS_keys);
   const std::string prefix = absl::GetFlag(FLAGS_key_prefix);
   const bool verify = absl::GetFlag(FLAGS_verify);
+  std::vector<int> cpu_pids;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_cpu_pids), ',', absl::SkipEmpty())) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(part, &pid) || pid <= 0) {
+      std::fprintf(stderr, "bad --cpu_pids: '%s' is not a pid\n", std::string(part).c_str());
+      return 2;
+    }
+    cpu_pids.push_back(pid);
+  }
   Conn conn;
   if (!conn.Connect(absl::GetFlag(FLAGS_server))) {
     std::fprintf(stderr, "cannot connect to %s\n", absl::GetFlag(FLAGS_server).c_str());
@@ -146,12 +160,13 @@ int main(int argc, char** argv) {
     }
   }
   std::mt19937_64 rng(1);
-  std::vector<double> run_gbps, run_items, run_p50, run_p99;
+  std::vector<double> run_gbps, run_items, run_p50, run_p99, run_cpu, run_server_cpu;
   uint64_t failures = 0;
   for (int run = 1; run <= absl::GetFlag(FLAGS_runs); ++run) {
     std::vector<double> lat_ms;
     uint64_t bytes = 0, items = 0, fails = 0;
     double busy = 0;
+    double cpu0 = 0, server0 = -1;                                   // taken after the warm-up
     for (int it = -1; it < absl::GetFlag(FLAGS_iterations); ++it) {  // it == -1: warm-up
       std::vector<int> ids;
       std::string req = "get";
@@ -165,6 +180,10 @@ int main(int argc, char** argv) {
         absl::StrAppend(&req, " ", prefix, "-", id);
       }
       req += "\r\n";
+      if (it == 0) {
+        cpu0 = mc::bench::OwnCpuSeconds();
+        server0 = cpu_pids.empty() ? -1 : mc::bench::ProcessesCpuSeconds(cpu_pids);
+      }
       if (verify) {
         for (int j = 0; j < batch; ++j) mc::bench::PoisonPages(slots.data() + j * size, size);
       }
@@ -200,23 +219,32 @@ int main(int argc, char** argv) {
     }
     mc::bench::LatencySummary l = mc::bench::Summarize(lat_ms);
     double gbps = static_cast<double>(bytes) / busy / 1e9;
+    // CPU per GB moved over the timed iterations (verification included, as mc-bench's).
+    const double gb = static_cast<double>(bytes) / 1e9;
+    const double server1 = cpu_pids.empty() ? -1 : mc::bench::ProcessesCpuSeconds(cpu_pids);
+    const double cpu = gb > 0 ? (mc::bench::OwnCpuSeconds() - cpu0) / gb : -1;
+    const double server_cpu =
+        gb > 0 && server0 >= 0 && server1 >= 0 ? (server1 - server0) / gb : -1;
     std::printf(
         "memcached run=%d value_size=%llu batch=%d items=%llu fail=%llu GB/s=%.3f items/s=%.1f "
-        "p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
+        "p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f cpu_s/GB=%.3f server_cpu_s/GB=%.3f\n",
         run, static_cast<unsigned long long>(size), batch, static_cast<unsigned long long>(items),
         static_cast<unsigned long long>(fails), gbps, static_cast<double>(items) / busy, l.p50_ms,
-        l.p90_ms, l.p99_ms, l.max_ms);
+        l.p90_ms, l.p99_ms, l.max_ms, cpu, server_cpu);
     run_gbps.push_back(gbps);
     run_items.push_back(static_cast<double>(items) / busy);
     run_p50.push_back(l.p50_ms);
     run_p99.push_back(l.p99_ms);
+    run_cpu.push_back(cpu);
+    run_server_cpu.push_back(server_cpu);
     failures += fails;
   }
   std::printf(
       "memcached summary runs=%zu value_size=%llu batch=%d GB/s=%.3f items/s=%.1f p50_ms=%.3f "
-      "p99_ms=%.3f fail=%llu\n",
+      "p99_ms=%.3f fail=%llu cpu_s/GB=%.3f server_cpu_s/GB=%.3f\n",
       run_gbps.size(), static_cast<unsigned long long>(size), batch, mc::bench::Median(run_gbps),
       mc::bench::Median(run_items), mc::bench::Median(run_p50), mc::bench::Median(run_p99),
-      static_cast<unsigned long long>(failures));
+      static_cast<unsigned long long>(failures), mc::bench::Median(run_cpu),
+      mc::bench::Median(run_server_cpu));
   return failures == 0 ? 0 : 1;
 }
