@@ -9,9 +9,11 @@ test suite runs a short version, tests/vllm/test_vllm_soak.py).
 Per interval: requests served, hit rate, lookups per request, most leases active at the master,
 loads that failed, the share of saves that failed, how full memory ran, evictions succeeded /
 attempted, and the median latency of a request that loaded KV against one that recomputed it
-(TTFT-like: max_tokens is 4). Faults (each once, at 1/8, 3/8, 5/8 and 7/8 of the run): a
-corrupt segment range, a holder SIGKILLed and restarted, an engine's own daemon restarted, the
-master restarted. Figures, never assertions (bench/README.md).
+(TTFT-like: max_tokens is 4). At the end, what each process held before the engines came, at
+most during the run and once they were gone (fds, threads, buffers, connections). Faults (each
+once, at 1/8, 3/8, 5/8 and 7/8 of the run): a corrupt segment range, a holder SIGKILLed and
+restarted, an engine's own daemon restarted, the master restarted. Figures, never assertions
+(bench/README.md).
 """
 import argparse
 import json
@@ -58,6 +60,14 @@ def main():
         soak.accumulate(rep["samples"], "evict_successes"),
         soak.accumulate(rep["samples"], "evict_attempts"),
         {k: v for k, v in rep["final"].items() if k.endswith("leases")}))
+    held = ("fds", "threads", "buffers", "fast_connections", "fd_sessions",
+            "dataplane_connections", "lane_connections")
+    for name in ("master", "client1", "client2"):
+        keys = [name + "_" + h for h in held if name + "_" + h in rep["final"]]
+        print("%s held, idle before the engines -> most during the run -> at the end: %s" % (
+            name, ", ".join("%s %g -> %g -> %g" % (
+                k[len(name) + 1:], rep["idle"].get(k, float("nan")),
+                max(s.get(k, 0) for s in rep["samples"]), rep["final"][k]) for k in keys)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "report": rep}, f)

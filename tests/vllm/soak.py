@@ -17,9 +17,13 @@ Faults (times in seconds from the start; each the documented way, local-cluster.
   restart_master  mc-master SIGKILLed and restarted
 
 Samples every 2 s: leases on the master and on each daemon, the daemons' lease-cap refusals, the
-master's memory use and eviction counters. The engines' counters come from their stats files.
-At the end a reference engine without the connector generates every prompt twice (cold, then
-from vLLM's local prefix cache): every output of the soak must equal one of the two.
+master's memory use and eviction counters, and what each process holds that must not grow: its
+open fds and threads (/proc), and each daemon's registered buffers, fast-channel connections,
+fd sessions and data-plane connections (its gauges). Once the engines are gone every lease,
+buffer, fast connection and fd session must come back to zero (`final`). The engines' counters
+come from their stats files. At the end a reference engine without the connector generates every
+prompt twice (cold, then from vLLM's local prefix cache): every output of the soak must equal one
+of the two.
 """
 
 import json
@@ -158,8 +162,21 @@ class Soak:
                                "ok": ok, "out": "" if r is None else (r.stdout + r.stderr)[-400:]})
         self.log("soak: t=%5.1f s  %s (%.1f s)%s" % (t, what, took, "" if ok else " FAILED"))
 
+    def held(self, name):
+        """Open fds and threads of process `name` (its pid file), or {} when it is not up."""
+        try:
+            with open(os.path.join(self.run_dir, name + ".pid")) as f:
+                pid = int(f.read())
+            fds = len(os.listdir("/proc/%d/fd" % pid))
+            with open("/proc/%d/status" % pid) as f:
+                threads = int(re.search(r"^Threads:\s+(\d+)", f.read(), re.M).group(1))
+        except (OSError, ValueError, AttributeError):
+            return {}
+        return {name + "_fds": fds, name + "_threads": threads}
+
     def sample(self):
-        s = {"t": round(time.monotonic() - self.t0, 1)}
+        s = {"t": round(time.monotonic() - getattr(self, "t0", time.monotonic()), 1)}
+        s.update(self.held("master"))
         try:
             m = _metrics(self.ready("master")["http"])
             s["master_leases"] = metric_sum(m, "mc_leases_active")
@@ -170,6 +187,7 @@ class Soak:
             s["skipped_leased"] = metric_sum(m, "mc_eviction_skipped_total", reason="leased")
             s["replicas_dropped"] = metric_sum(m, "mc_replicas_dropped_total")
             s["master_epoch"] = metric_sum(m, "mc_master_epoch")
+            s["master_lane_connections"] = metric_sum(m, "mc_master_lane_connections")
         except Exception as e:  # a restart in progress: the sample says so
             s["master_error"] = repr(e)[:100]
         for i in range(1, self.engines + 1):
@@ -179,9 +197,16 @@ class Soak:
                 s["client%d_lease_cap_refusals" % i] = metric_sum(
                     m, "mc_store_limit_refusals_total", limit="leases")
                 s["client%d_mismatches" % i] = metric_sum(m, "mc_client_checksum_mismatches_total")
+                s["client%d_buffers" % i] = metric_sum(m, "mc_client_buffers")
+                s["client%d_fast_connections" % i] = metric_sum(m, "mc_store_fast_connections")
+                s["client%d_fd_sessions" % i] = metric_sum(m, "mc_store_fd_sessions")
+                s["client%d_dataplane_connections" % i] = metric_sum(
+                    m, "mc_dataplane_connections")
             except Exception as e:
                 s["client%d_error" % i] = repr(e)[:100]
+            s.update(self.held("client%d" % i))
         self.samples.append(s)
+        return s
 
     # -- engines -----------------------------------------------------------------------------
     def start_engine(self, i, address, no_connector=False, passes=0):
@@ -211,6 +236,9 @@ class Soak:
                  % (len(self.prompts), distinct_blocks(self.prompts),
                     distinct_blocks(self.prompts) * BLOCK_BYTES / 2**20, self.segment / 2**20))
         procs = []
+        # What the idle processes hold before any engine connects (fds, threads, gauges).
+        self.idle_sample = self.sample()
+        self.samples.clear()
         try:
             for i in range(1, self.engines + 1):
                 sock = os.path.join(self.run_dir, "client%d.sock" % i)
@@ -235,14 +263,15 @@ class Soak:
             open(os.path.join(self.workdir, "stop"), "w").close()
             for p in procs:
                 p.wait(timeout=300)
-            # The engines are gone: every lease must end (released, not expired).
+            # The engines are gone: every lease must end (released, not expired), and what the
+            # daemons held for them (buffers, fast connections, fd sessions) must be let go.
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                self.sample()
-                s = self.samples[-1]
+                s = self.sample()
                 if s.get("master_leases", 1) == 0 and all(
-                        s.get("client%d_leases" % i, 1) == 0
-                        for i in range(1, self.engines + 1)):
+                        s.get("client%d_%s" % (i, what), 1) == 0
+                        for i in range(1, self.engines + 1)
+                        for what in ("leases", "buffers", "fast_connections", "fd_sessions")):
                     break
                 time.sleep(0.2)   # polling interval inside the 30 s deadline above
             self.final_sample = self.samples[-1]
@@ -291,7 +320,8 @@ class Soak:
     def report(self):
         ref = self._outputs("ref")
         rep = {"faults": self.fault_log, "samples": self.samples, "engines": {},
-               "segment_bytes": self.segment, "final": self.final_sample}
+               "segment_bytes": self.segment, "final": self.final_sample,
+               "idle": self.idle_sample}
         for i in range(1, self.engines + 1):
             tag = "engine%d" % i
             stats = self._stats(tag)

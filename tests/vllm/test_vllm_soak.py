@@ -64,6 +64,29 @@ def test_serving_soak(tmp_path):
     final = rep["final"]
     assert final.get("master_leases") == 0 and final.get("client1_leases") == 0 and \
         final.get("client2_leases") == 0, final
+    # What the daemons held for the engines comes back once the engines are gone: buffers, fast
+    # connections and fd sessions to zero; open fds and threads to what an idle daemon holds,
+    # plus the connections it keeps pooled (data plane, master lane: bounded by their flags).
+    idle = rep["idle"]
+    print("idle", idle)
+    print("final", final)
+    for i in (1, 2):
+        for what in ("buffers", "fast_connections", "fd_sessions"):
+            assert final.get("client%d_%s" % (i, what)) == 0, (what, final)
+    for name in ("master", "client1", "client2"):
+        pooled = final.get(name + "_dataplane_connections", 0) + \
+            final.get(name + "_lane_connections", 0)
+        assert final[name + "_fds"] <= idle[name + "_fds"] + pooled + 8, (name, idle, final)
+        # Threads: a pooled connection may have a serving thread at either end, and helpers
+        # start on first use and stay (the copy helper, receive threads).
+        assert final[name + "_threads"] <= idle[name + "_threads"] + 2 * pooled + 8, (
+            name, idle, final)
+        # Not growing with the requests served: the last third's most at most a little above
+        # the first third's (a restarted daemon starts lower).
+        for what in ("fds", "threads"):
+            held = [s[name + "_" + what] for s in samples if name + "_" + what in s]
+            third = max(1, len(held) // 3)
+            assert max(held[-third:]) <= max(held[:third]) + 16, (name, what, held)
     full = [s["mem_used"] / s["mem_capacity"] for s in samples if s.get("mem_capacity")]
     assert max(full) >= 0.95, "the store never ran full: the soak would not test eviction"
     attempts, successes = accumulate(samples, "evict_attempts"), accumulate(samples,
