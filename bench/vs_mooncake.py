@@ -379,9 +379,11 @@ class Bench:
         s1 = "unix:" + os.path.join(self.mc_run, "client1.sock")
         s2 = "unix:" + os.path.join(self.mc_run, "client2.sock")
         for op, get_client in (("get cross", s2), ("get local", s1)):
+            # --cpu_pids: the master's and both daemons' CPU per GB beside mc-bench's own.
+            pids = ",".join(str(p) for p in self.sides["mcstore"].daemons.values())
             cmd = [exe, "--client", get_client, "--put_client", s1, "--value_size", str(size),
                    "--batch", str(self.args.batch), "--keys", str(n), "--iterations", str(iters),
-                   "--runs", "1", "--mode", "both", "--dest", "shm"]
+                   "--runs", "1", "--mode", "both", "--dest", "shm", "--cpu_pids", pids]
             try:
                 r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.args.timeout)
             except subprocess.TimeoutExpired:
@@ -399,8 +401,10 @@ class Bench:
                 which = "put" if f.get("op") == "put" else op
                 if which == "put" and op != "get cross":
                     continue  # one put figure per round
+                own, daemons = (float(f.get(k, "-1")) for k in ("cpu_s/GB", "daemons_cpu_s/GB"))
                 self.results.setdefault((size, which, "mc-bench"), []).append(
-                    {"gbs": float(f["GB/s"]), "p50": float(f.get("p50_ms", "nan"))})
+                    {"gbs": float(f["GB/s"]), "p50": float(f.get("p50_ms", "nan")),
+                     "cpu": own + daemons if own >= 0 and daemons >= 0 else None})
 
     def run(self):
         a = self.args
@@ -448,8 +452,9 @@ class Bench:
         med = statistics.median
 
         def col(size, op, system, field):
-            rs = self.results.get((size, op, system))
-            return med([r[field] for r in rs]) if rs else None
+            rs = [r[field] for r in self.results.get((size, op, system), [])
+                  if r.get(field) is not None]
+            return med(rs) if rs else None
 
         def ratios(size, op):
             mc = self.results.get((size, op, "mcstore"), [])
@@ -476,19 +481,20 @@ class Bench:
                  "over TLS" if a.mc_tls else "plaintext, as Mooncake's"))
         print("GB/s: bytes / time inside the batch calls; ratio: median of the rounds' "
               "mcstore/Mooncake (range: lowest-highest round); CPU: all processes of the side, "
-              "s per GB moved")
+              "s per GB moved (mc-bench's: mc-bench, the master and both daemons)")
         print()
-        hdr = ("%-8s %-10s %12s %13s %13s %7s %11s %11s %12s"
+        hdr = ("%-8s %-10s %12s %13s %13s %7s %11s %11s %12s %12s"
                % ("value", "op", "mcstore GB/s", "mc-bench GB/s", "Mooncake GB/s", "ratio",
-                  "range", "mc CPU s/GB", "Mk CPU s/GB"))
+                  "range", "mc CPU s/GB", "Mk CPU s/GB", "mcb CPU s/GB"))
         print(hdr)
         for size in a.sizes:
             for op in ("put", "get cross", "get local"):
-                print("%-8s %-10s %12s %13s %13s %7s %11s %11s %12s"
+                print("%-8s %-10s %12s %13s %13s %7s %11s %11s %12s %12s"
                       % (fmt_size(size), op, f(col(size, op, "mcstore", "gbs")),
                          f(col(size, op, "mc-bench", "gbs")), f(col(size, op, "mooncake", "gbs")),
                          f(ratio(size, op), "%.2f"), spread(size, op),
-                         f(col(size, op, "mcstore", "cpu")), f(col(size, op, "mooncake", "cpu"))))
+                         f(col(size, op, "mcstore", "cpu")), f(col(size, op, "mooncake", "cpu")),
+                         f(col(size, op, "mc-bench", "cpu"))))
         small = min(a.sizes)
         print()
         print("p50 per-batch latency, %s local get (%d values per call): mcstore %s ms, "
