@@ -43,7 +43,7 @@ bool CapabilityMinter::Batch::Mint(const Replica& replica, auth::Right right, ui
                                    auth::CapabilityBytes& out) {
   const MemoryLocation& l = replica.location;
   if (last_key_ == nullptr || l.client_id != last_owner_) {
-    last_key_ = Find(l.client_id);
+    last_key_ = IsSelf(l.client_id) ? nullptr : Find(l.client_id);
     last_owner_ = l.client_id;
   }
   if (last_key_ == nullptr) return false;

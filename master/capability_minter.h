@@ -1,7 +1,8 @@
 // CapabilityMinter: the master's side of capabilities (common/capability.h). It draws a random
 // root key when the master starts, derives each client's owner key when it registers (handed to
 // it, wrapped, in RegisterClientResponse.capability_key), and mints the capability of each
-// replica a lookup, put or promotion answers, under the key of the replica's OWNER. Read grants
+// replica a lookup, put or promotion answers, under the key of the replica's OWNER (a lookup's
+// own replicas excepted: see Batch). Read grants
 // expire with the lease, write grants with the writer's deadline; a replica of an owner that
 // registered with no key here (unknown) gets none, and its owner refuses the frame.
 // Thread-safe. The owner keys are an immutable snapshot replaced whole at each registration and
@@ -46,9 +47,13 @@ class CapabilityMinter {
   int64_t NowMs() const { return clock_.NowMs(); }
 
   // The owner keys as one answer sees them (not thread-safe: one per answer being built).
+  // `self`: the client the answer is for (a lookup's asker); a replica it holds itself is
+  // granted nothing, since it reads its own memory and SSD records directly, never through
+  // its data plane (empty: every replica with a key is granted).
   class Batch {
    public:
-    explicit Batch(const CapabilityMinter& minter) : owners_(minter.Owners()) {}
+    explicit Batch(const CapabilityMinter& minter, std::string_view self = {})
+        : owners_(minter.Owners()), self_(self) {}
     // The capability bytes of `replica` (MEMORY: its range; DISK: generation, locator, length
     // and `key`'s tag) with `right` (kRead/kWrite; DISK replicas get kReadDisk) until
     // `expiry_ms`, into `out`; false (nothing granted) when its owner has no key.
@@ -59,7 +64,7 @@ class CapabilityMinter {
     bool Mint(const StoredReplica& replica, auth::Right right, uint64_t generation,
               std::string_view key, int64_t expiry_ms, auth::CapabilityBytes& out) {
       auto [owner_key, first] = peer_keys_.Slot(replica.peer);
-      if (first) *owner_key = Find(replica.client_id());
+      if (first) *owner_key = IsSelf(replica.client_id()) ? nullptr : Find(replica.client_id());
       if (*owner_key == nullptr) return false;
       MintUnder(**owner_key, {replica.tier, replica.segment_id, replica.offset, replica.length},
                 right, generation, key, expiry_ms, out);
@@ -76,11 +81,13 @@ class CapabilityMinter {
     };
     // `client_id`'s key in the snapshot (null: none).
     const auth::OwnerKey* Find(std::string_view client_id) const;
+    bool IsSelf(std::string_view client_id) const { return !self_.empty() && client_id == self_; }
     static void MintUnder(const auth::OwnerKey& owner_key, const Target& replica, auth::Right right,
                           uint64_t generation, std::string_view key, int64_t expiry_ms,
                           auth::CapabilityBytes& out);
 
     std::shared_ptr<const OwnerMap> owners_;      // keeps the snapshot's keys alive
+    std::string_view self_;                       // the answer's asker (see the constructor)
     std::string last_owner_;                      // a Replica's owner, minted for last
     const auth::OwnerKey* last_key_ = nullptr;    // last_owner_'s, from owners_ (null: none)
     PeerSlots<const auth::OwnerKey*> peer_keys_;  // each holder's key (null: none), from owners_

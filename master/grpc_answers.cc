@@ -96,7 +96,8 @@ Grants WriteGrants(CapabilityMinter* minter, int64_t write_deadline_ms,
     grants = {.minter = minter,
               .right = auth::Right::kWrite,
               .expiry_ms = minter->NowMs() + write_deadline_ms,
-              .keys = keys};
+              .keys = keys,
+              .self = {}};  // a writer is granted its own ranges: they bind the keys written
   }
   return grants;
 }

@@ -1,8 +1,8 @@
 // The master's answers built from domain outcomes (master/grpc_service.cc's handlers, which the
 // lane calls too, fill their responses with these): replicas as protos, lookups as records or
 // packed columns, placements with their write grants, per-item results. Each replica of an answer
-// carries the capability minted for it under the answer's Grants (none with --auth=false). Plain
-// functions, thread-compatible.
+// carries the capability minted for it under the answer's Grants (none with --auth=false, nor
+// for the replicas a lookup's asker holds itself). Plain functions, thread-compatible.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +34,9 @@ struct Grants {
   int64_t expiry_ms = 0;
   // The answered keys, row by row (lookups: for a DISK replica's key tag); may be shorter.
   std::span<const std::string_view> keys;
+  // Lookups: the asking client, whose own replicas are granted nothing (it reads them
+  // directly); empty: every replica is granted (CapabilityMinter::Batch).
+  std::string_view self;
 };
 
 // The capability of `replica` (a Replica or StoredReplica) of row `row` under `grants` (a view of
@@ -43,7 +46,7 @@ std::string_view Grant(const Grants& grants, std::optional<CapabilityMinter::Bat
                        const R& replica, uint64_t generation, size_t row,
                        auth::CapabilityBytes& out) {
   if (grants.minter == nullptr) return {};
-  if (!batch) batch.emplace(*grants.minter);
+  if (!batch) batch.emplace(*grants.minter, grants.self);
   const std::string_view key = row < grants.keys.size() ? grants.keys[row] : std::string_view();
   if (!batch->Mint(replica, grants.right, generation, key, grants.expiry_ms, out)) return {};
   return {reinterpret_cast<const char*>(out.data()), out.size()};

@@ -404,10 +404,14 @@ grpc::Status MasterGrpcService::DoGetReplicas(const Caller& caller,
   LookupBatch batch = service_.GetReplicas(*keys, options);
   Grants grants;
   if (minter_ != nullptr && options.grant_lease && batch.lease_id != 0) {
+    // A daemon reads the replicas it holds itself without a grant (its local copy and SSD
+    // tier, never its data plane): none is minted for them, ~0.2 us of MAC each.
     grants = {.minter = minter_,
               .right = auth::Right::kRead,
               .expiry_ms = granted_at + batch.lease_ttl_ms,
-              .keys = *keys};
+              .keys = *keys,
+              .self = caller.kind == Caller::Kind::kClient ? std::string_view(caller.client_id)
+                                                           : std::string_view()};
   }
   resp->set_keys_seen(static_cast<uint32_t>(keys->size()));
   resp->set_lease_id(batch.lease_id);

@@ -225,6 +225,62 @@ TEST_F(Capabilities, ABatchOverManyOwnersGrantsEachReplicaUnderItsOwnersKey) {
   }
 }
 
+// A daemon reads the replicas it holds itself directly (local copy, its own SSD tier), so a
+// lookup it asks grants those nothing; another holder's replicas in the same answer are granted
+// as before, and another asker (or none named) gets the asker's replicas granted.
+TEST_F(Capabilities, ALookupGrantsNothingForTheAskersOwnReplicas) {
+  auto c1 = Register("c1");
+  auto c2 = Register("c2");
+  for (const auto& [id, key] : {std::pair{"c1", "mine"}, std::pair{"c2", "theirs"}}) {
+    v1::PutStartResponse put = PutStart(id, key);
+    PutEnd(id, key, put.results(0).generation());
+  }
+  auto client = [](const char* id, uint64_t session) {
+    Caller c;
+    c.kind = Caller::Kind::kClient;
+    c.client_id = id;
+    c.session = session;
+    return c;
+  };
+  const Caller as_c1 = client("c1", 7), as_c2 = client("c2", 8);
+  const std::vector<const Caller*> askers = {&as_c1, &as_c2, nullptr};
+  for (bool packed : {false, true}) {
+    for (const Caller* asker : askers) {
+      SCOPED_TRACE(::testing::Message()
+                   << "packed " << packed << ", asker " << (asker ? asker->client_id : "none"));
+      v1::GetReplicasRequest req;
+      req.set_client_id(asker ? asker->client_id : "reader");
+      req.set_packed(packed);
+      req.add_keys("mine");
+      req.add_keys("theirs");
+      v1::GetReplicasResponse resp;
+      ASSERT_TRUE(grpc_.DoGetReplicas(asker ? *asker : Caller{}, &req, &resp).ok());
+      std::vector<v1::KeyReplicas> rows;
+      if (packed) {
+        auto reader = PackedLookupsReader::Open(resp.packed());
+        ASSERT_TRUE(reader.ok()) << reader.status();
+        for (size_t row = 0; row < reader->rows(); ++row) reader->Unpack(row, &rows.emplace_back());
+      } else {
+        rows.assign(resp.results().begin(), resp.results().end());
+      }
+      ASSERT_EQ(rows.size(), 2u);
+      const auth::CapabilityVerifier* holder[] = {c1.get(), c2.get()};
+      for (size_t row = 0; row < 2; ++row) {
+        ASSERT_EQ(rows[row].replicas_size(), 1);
+        const v1::Replica& r = rows[row].replicas(0);
+        ASSERT_EQ(r.client_id(), row == 0 ? "c1" : "c2");
+        EXPECT_GT(r.length(), 0u) << "the range is answered either way";
+        if (asker != nullptr && r.client_id() == asker->client_id) {
+          EXPECT_TRUE(r.capability().empty()) << "row " << row;
+        } else {
+          EXPECT_EQ(Check(*holder[row], r, Right::kRead, r.offset(), r.length()), Denial::kNone)
+              << "row " << row;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(Capabilities, AnotherMembersKeyVerifiesNoneOfThem) {
   auto owner = Register("c1");
   auto other = Register("c2");
