@@ -2,9 +2,9 @@
 // root key when the master starts, derives each client's owner key when it registers (handed to
 // it, wrapped, in RegisterClientResponse.capability_key), and mints the capability of each
 // replica a lookup, put or promotion answers, under the key of the replica's OWNER (a lookup's
-// own replicas excepted: see Batch). Read grants
-// expire with the lease, write grants with the writer's deadline; a replica of an owner that
-// registered with no key here (unknown) gets none, and its owner refuses the frame.
+// own replicas excepted: see Batch). Read grants expire with the lease, write grants with the
+// writer's deadline; a replica of an owner that registered with no key here (unknown) gets none,
+// and its owner refuses the frame.
 // Thread-safe. The owner keys are an immutable snapshot replaced whole at each registration and
 // forget (registrations are rare, lookups are not): an answer takes the snapshot once, then
 // minting costs one MAC (~0.2 us) per replica and one hash lookup per owner met (a replica as the
