@@ -73,6 +73,11 @@ class FakeMasterClient final : public MasterClient {
   // Plays a master older than packed keys and packed answers: GetReplicas drops the request's
   // packed_keys, packed_key_sizes and packed fields before the master sees it.
   void SetIgnorePackedFields(bool ignore) { ignore_packed_ = ignore; }
+  // Sees each ReleaseLeases request before the master does.
+  void SetBeforeReleaseLeases(std::function<void(const v1::ReleaseLeasesRequest&)> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    before_release_leases_ = std::move(fn);
+  }
   // ReportObjects goes to the in-process master like every call; a handler replaces that (and
   // may record what was reported).
   void SetReportObjectsHandler(
@@ -142,6 +147,12 @@ class FakeMasterClient final : public MasterClient {
     return s;
   }
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
+    std::function<void(const v1::ReleaseLeasesRequest&)> hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hook = before_release_leases_;
+    }
+    if (hook) hook(req);
     v1::ReleaseLeasesResponse resp;
     return Forward(Rpc::kReleaseLeases,
                    [&] { return grpc_->DoReleaseLeases(master::Caller{}, &req, &resp); });
@@ -224,6 +235,7 @@ class FakeMasterClient final : public MasterClient {
   std::atomic<bool> ignore_packed_{false};
   std::function<void(v1::GetReplicasResponse*)> after_get_replicas_;
   std::function<void(v1::HeartbeatResponse*)> after_heartbeat_;
+  std::function<void(const v1::ReleaseLeasesRequest&)> before_release_leases_;
   std::function<absl::Status(const v1::ReportObjectsRequest&, v1::ReportObjectsResponse*)>
       report_objects_;
 };

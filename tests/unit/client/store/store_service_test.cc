@@ -101,6 +101,33 @@ TEST_F(StoreService, LeasedMatchPinsTheMastersPackedAnswer) {
   EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
 }
 
+// A lease is released with its keys in the order they were matched, the order the master granted
+// them (it matches that against its grant records instead of finding each object).
+TEST_F(StoreService, ReleasingALeaseNamesItsKeysInTheOrderTheyWereMatched) {
+  std::vector<std::string> keys, payloads;
+  for (int i = 0; i < 48; ++i) {
+    keys.push_back("order-" + std::to_string(i));
+    payloads.push_back(Payload(100 + i, 500 + i));
+  }
+  for (const auto& s : Put(keys, payloads)) ASSERT_TRUE(s.ok()) << s;
+  v1::MatchPrefixRequest req;
+  for (const auto& k : keys) req.add_keys(k);
+  req.set_lease_ttl_ms(60'000);
+  v1::MatchPrefixResponse resp;
+  ASSERT_TRUE(service_.MatchPrefix(nullptr, &req, &resp).ok());
+  ASSERT_EQ(resp.matched(), keys.size());
+  std::vector<std::string> released;
+  master_.SetBeforeReleaseLeases([&](const v1::ReleaseLeasesRequest& r) {
+    released.assign(r.keys().begin(), r.keys().end());
+  });
+  v1::ReleaseLeaseRequest release;
+  release.set_lease_id(resp.lease_id());
+  v1::ReleaseLeaseResponse done;
+  ASSERT_TRUE(service_.ReleaseLease(nullptr, &release, &done).ok());
+  EXPECT_EQ(released, keys);
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+}
+
 // One daemon, one rest: an older master met by a MatchPrefix also makes the daemon's gets name
 // their keys one by one (one lookup each, not a packed one first), until the rest is over.
 TEST_F(StoreService, AnOlderMasterMetByMatchPrefixRestsPackingForGetsToo) {
