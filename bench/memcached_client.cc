@@ -24,7 +24,6 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/util.h"
 #include "tools/mc_bench_pattern.h"
 #include "tools/mc_bench_stats.h"
@@ -133,14 +132,10 @@ int main(int argc, char** argv) {
   const std::string prefix = absl::GetFlag(FLAGS_key_prefix);
   const bool verify = absl::GetFlag(FLAGS_verify);
   std::vector<int> cpu_pids;
-  for (absl::string_view part :
-       absl::StrSplit(absl::GetFlag(FLAGS_cpu_pids), ',', absl::SkipEmpty())) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(part, &pid) || pid <= 0) {
-      std::fprintf(stderr, "bad --cpu_pids: '%s' is not a pid\n", std::string(part).c_str());
-      return 2;
-    }
-    cpu_pids.push_back(pid);
+  std::string bad;
+  if (!mc::bench::ParsePids(absl::GetFlag(FLAGS_cpu_pids), &cpu_pids, &bad)) {
+    std::fprintf(stderr, "bad --cpu_pids: '%s' is not a pid\n", bad.c_str());
+    return 2;
   }
   Conn conn;
   if (!conn.Connect(absl::GetFlag(FLAGS_server))) {

@@ -21,6 +21,7 @@
 #include "common/util.h"
 #include "tools/mc_bench_baseline.h"
 #include "tools/mc_bench_prefix.h"
+#include "tools/mc_bench_stats.h"
 #include "tools/mc_bench_store.h"
 #include "tools/store_channel.h"
 #include "tools/store_channel_flags.h"
@@ -179,13 +180,9 @@ absl::Status WorkloadFromFlags(const std::string& mode, StoreBenchOptions& o) {
     return Usage("--stored needs --mode get and the --key_prefix of the --keep run");
   }
   o.seed = absl::GetFlag(FLAGS_seed);
-  for (absl::string_view part :
-       absl::StrSplit(absl::GetFlag(FLAGS_cpu_pids), ',', absl::SkipEmpty())) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(part, &pid) || pid <= 0) {
-      return Usage(absl::StrCat("bad --cpu_pids: '", part, "' is not a pid"));
-    }
-    o.cpu_pids.push_back(pid);
+  std::string bad;
+  if (!mc::bench::ParsePids(absl::GetFlag(FLAGS_cpu_pids), &o.cpu_pids, &bad)) {
+    return Usage(absl::StrCat("bad --cpu_pids: '", bad, "' is not a pid"));
   }
   return absl::OkStatus();
 }

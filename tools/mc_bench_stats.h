@@ -1,5 +1,6 @@
 // Small statistics and formatting helpers shared by mc-bench and the peer benchmark clients:
-// latency percentiles and the median of repeated runs. Pure functions; thread-safe.
+// latency percentiles, the median of repeated runs, CPU seconds of processes and the --cpu_pids
+// list. Thread-safe.
 #pragma once
 
 #include <sys/resource.h>
@@ -11,6 +12,10 @@
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace mc::bench {
 
@@ -77,6 +82,20 @@ inline double ProcessCpuSeconds(int pid) {
   }
   long ticks = sysconf(_SC_CLK_TCK);
   return ticks > 0 ? static_cast<double>(utime + stime) / static_cast<double>(ticks) : -1;
+}
+
+// The pids of a comma-separated list (`--cpu_pids`; empty parts skipped) into *pids; false, with
+// the offending part in *bad, when a part is not a positive integer.
+inline bool ParsePids(absl::string_view list, std::vector<int>* pids, std::string* bad) {
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(part, &pid) || pid <= 0) {
+      *bad = std::string(part);
+      return false;
+    }
+    pids->push_back(pid);
+  }
+  return true;
 }
 
 // The summed CPU seconds of `pids` (negative when any cannot be read; none: 0).

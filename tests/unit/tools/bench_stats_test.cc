@@ -28,6 +28,19 @@ void Spin(double seconds) {
   while (std::chrono::steady_clock::now() < until) x = x + 1;
 }
 
+TEST(BenchStatsTest, ParsesPidListsAndNamesTheBadPart) {
+  std::vector<int> pids;
+  std::string bad;
+  EXPECT_TRUE(ParsePids("12,,34", &pids, &bad));
+  EXPECT_EQ(pids, (std::vector<int>{12, 34}));
+  EXPECT_TRUE(ParsePids("", &pids, &bad));
+  EXPECT_EQ(pids.size(), 2u);
+  for (const char* wrong : {"1,x", "0", "-5", "99999999999"}) {
+    EXPECT_FALSE(ParsePids(wrong, &pids, &bad)) << wrong;
+  }
+  EXPECT_EQ(bad, "99999999999");
+}
+
 TEST(BenchStatsTest, OwnCpuGrowsWithWork) {
   double before = OwnCpuSeconds();
   Spin(0.05);
