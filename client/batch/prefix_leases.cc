@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/auth.h"
 #include "common/status_macros.h"
@@ -28,6 +29,20 @@ void PrefixLease::Pin(std::string_view key, const mcstore::v1::KeyReplicas& look
   auto reader = PackedLookupsReader::Open(*pinned_);
   MC_CHECK(reader.ok());  // the writer keeps the columns whole
   lookups = *std::move(reader);
+}
+
+std::vector<std::string_view> PrefixLease::KeysInMatchOrder() const {
+  std::vector<const std::string_view*> by_row;
+  for (const auto& [key, row] : keys) {
+    if (row >= by_row.size()) by_row.resize(row + 1, nullptr);
+    by_row[row] = &key;
+  }
+  std::vector<std::string_view> ordered;
+  ordered.reserve(keys.size());
+  for (const std::string_view* key : by_row) {
+    if (key != nullptr) ordered.push_back(*key);
+  }
+  return ordered;
 }
 
 std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, std::string_view key,

@@ -41,6 +41,10 @@ struct PrefixLease {
 
   // Pins `key` with a copy of `lookup` (a new row; O(rows) per call: for tests and small leases).
   void Pin(std::string_view key, const mcstore::v1::KeyReplicas& lookup);
+  // The keys by row: the order they matched, which is the order the master granted their leases
+  // (a release in that order is matched against its grant records, master/shard_leases.h). A
+  // key named twice in the match appears once, at its first row.
+  std::vector<std::string_view> KeysInMatchOrder() const;
 
  private:
   mcstore::v1::PackedLookups* pinned_ = nullptr;  // on the arena; rows added by Pin

@@ -514,19 +514,11 @@ grpc::Status StoreGrpcService::ServeReleaseLease(CallerId who, const sv1::Releas
   (lease->owner == caller->owner ? metrics_.lease_releases_by_owner
                                  : metrics_.lease_releases_by_token)
       .Inc();
-  // The keys in the order they were matched (each one's row), which is the order the master
-  // granted their leases: it matches such a release against its grant records without finding
-  // the objects (master/shard_leases.h); in the map's order every key was a table find.
-  std::vector<const std::string_view*> by_row;
-  for (const auto& [key, row] : lease->keys) {
-    if (row >= by_row.size()) by_row.resize(row + 1, nullptr);
-    by_row[row] = &key;
-  }
+  // In the master's grant order: it matches that against its grant records without finding
+  // the objects; in the key map's order every key was a table find.
   v1::ReleaseLeasesRequest mreq;
   mreq.set_lease_id(lease->master_lease_id);
-  for (const std::string_view* key : by_row) {
-    if (key != nullptr) mreq.add_keys(key->data(), key->size());
-  }
+  for (std::string_view key : lease->KeysInMatchOrder()) mreq.add_keys(key.data(), key.size());
   return ToGrpcStatus(master_.ReleaseLeases(mreq));
 }
 

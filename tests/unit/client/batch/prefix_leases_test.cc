@@ -19,6 +19,23 @@ PrefixLease MakeLease(int64_t deadline_ms, std::initializer_list<const char*> ke
   return lease;
 }
 
+// The release order: the rows' (the match's), whatever the key map's order; a key pinned
+// twice keeps its first row.
+TEST(PrefixLeases, KeysComeBackInTheOrderTheyMatched) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 40; ++i) names.push_back("k" + std::to_string(i));
+  PrefixLease lease;
+  for (const auto& n : names) lease.Pin(n, mcstore::v1::KeyReplicas());
+  std::vector<std::string_view> got = lease.KeysInMatchOrder();
+  EXPECT_EQ(std::vector<std::string>(got.begin(), got.end()), names);
+  PrefixLease twice;
+  twice.keys = {{"a", 0}, {"b", 1}, {"c", 3}};  // row 2 named "a" again
+  got = twice.KeysInMatchOrder();
+  EXPECT_EQ(std::vector<std::string>(got.begin(), got.end()),
+            (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(PrefixLease().KeysInMatchOrder().empty());
+}
+
 TEST(PrefixLeases, FindsPinnedKeysUntilTheDeadline) {
   FakeClock clock(1000);
   PrefixLeases leases(clock);
