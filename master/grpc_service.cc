@@ -224,6 +224,7 @@ MC_MASTER_SERVE(ReportReplicaFaults)
     return Answer(#Rpc, credentials, req, resp, &MasterGrpcService::Do##Rpc, leader);             \
   }
 MC_MASTER_LANE(GetReplicas)
+MC_MASTER_LANE(ReleaseLeases)
 MC_MASTER_LANE(PutStart)
 MC_MASTER_LANE(PutEnd)
 MC_MASTER_LANE(PutRevoke)

@@ -88,6 +88,7 @@ class MasterGrpcService final : public mcstore::v1::Master::CallbackService {
   grpc::Status Lane##Rpc(const CallCredentials& credentials, const mcstore::v1::Rpc##Request& req, \
                          mcstore::v1::Rpc##Response* resp, std::string* leader);
   MC_MASTER_LANE(GetReplicas)
+  MC_MASTER_LANE(ReleaseLeases)
   MC_MASTER_LANE(PutStart)
   MC_MASTER_LANE(PutEnd)
   MC_MASTER_LANE(PutRevoke)

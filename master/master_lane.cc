@@ -292,6 +292,9 @@ void MasterLane::Dispatch(const lane::Request& request, google::protobuf::Arena&
     case lane::kGetReplicas:
       return Answer(&MasterGrpcService::LaneGetReplicas, service_, request, credentials, arena,
                     out);
+    case lane::kReleaseLeases:
+      return Answer(&MasterGrpcService::LaneReleaseLeases, service_, request, credentials, arena,
+                    out);
     case lane::kPutStart:
       return Answer(&MasterGrpcService::LanePutStart, service_, request, credentials, arena, out);
     case lane::kPutEnd:

@@ -1,6 +1,7 @@
 // MasterLane: the master's end of the master lane (docs/architecture.md, "The master lane"):
-// the mc-client daemons' hot calls (GetReplicas, PutStart, PutEnd, PutRevoke, Exist, Remove)
-// over plain TCP, one request frame and one reply frame each (proto/master_lane_frame.h).
+// the mc-client daemons' hot calls (GetReplicas, ReleaseLeases, PutStart, PutEnd, PutRevoke,
+// Exist, Remove) over plain TCP, one request frame and one reply frame each
+// (proto/master_lane_frame.h).
 // gRPC's callback server hands every call between several threads (~5 sleeps and wake-ups per
 // call, most of a small call's cost); here one thread per connection blocks in recv, answers
 // inline and sends: 2 wake-ups per call. Each frame goes through MasterGrpcService's front door

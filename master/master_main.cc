@@ -96,8 +96,9 @@ ABSL_FLAG(std::string, tls_cert_file, "",
 ABSL_FLAG(std::string, tls_key_file, "",
           "private key (PEM, mode 0600 or stricter) of --tls_cert_file");
 ABSL_FLAG(bool, lane, true,
-          "open the master lane: the daemons' hot calls (GetReplicas, PutStart, PutEnd, "
-          "PutRevoke, Exist, Remove) over TCP without gRPC; with --tls_cert_file over TLS with the "
+          "open the master lane: the daemons' hot calls (GetReplicas, ReleaseLeases, PutStart, "
+          "PutEnd, PutRevoke, Exist, Remove) over TCP without gRPC; with --tls_cert_file over TLS "
+          "with the "
           "same files and client-certificate rule");
 ABSL_FLAG(std::string, lane_listen, "",
           "master lane HOST:PORT; empty = the host of --listen, any free port (advertised to "

@@ -1,7 +1,7 @@
 // The master lane's wire format (docs/architecture.md, "The master lane"): the mc-client daemon's
-// hot master calls (GetReplicas, PutStart, PutEnd, PutRevoke, Exist, Remove) as one request
-// frame and one reply frame on a plain TCP connection, without gRPC's HTTP/2 framing and thread
-// hand-offs. Integers are little-endian.
+// hot master calls (GetReplicas, ReleaseLeases, PutStart, PutEnd, PutRevoke, Exist, Remove) as
+// one request frame and one reply frame on a plain TCP connection, without gRPC's HTTP/2 framing
+// and thread hand-offs. Integers are little-endian.
 //   greeting: "MCG1", u32 status (0 = ready, 1 = full), u32 the master's idle timeout in ms.
 //            The master writes it on every accepted connection before reading anything; when
 //            full it writes "full" and closes. The daemon reads it right after connect and sends
@@ -43,13 +43,15 @@ inline constexpr std::string_view kGreetingMagic = "MCG1";
 inline constexpr size_t kGreetingBytes = 12;
 
 // The method numbers: the Master service's RPCs in master.proto's order (1 = Hello). The lane
-// serves only the six hot calls; every other number is answered UNIMPLEMENTED.
+// serves only the seven hot calls; every other number is answered UNIMPLEMENTED (a master before
+// ReleaseLeases joined the lane answers 9 so too: the daemon then sends releases over gRPC).
 enum Method : uint32_t {
   kRegisterClient = 2,
   kPutStart = 5,
   kPutEnd = 6,
   kPutRevoke = 7,
   kGetReplicas = 8,
+  kReleaseLeases = 9,
   kExist = 10,
   kRemove = 11,
 };

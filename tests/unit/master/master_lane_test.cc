@@ -183,6 +183,29 @@ TEST_F(MasterLaneTest, AnswersEqualGrpcsAndCountAsTheSameRpcs) {
   ASSERT_TRUE(stub_->Exist(&ctx2, exist, &exist_grpc).ok());
   EXPECT_EQ(exist_lane.SerializeAsString(), exist_grpc.SerializeAsString());
 
+  // A lease released over the lane, another over gRPC: the same answers, no lease left.
+  v1::GetReplicasRequest leased;
+  leased.set_client_id("c1");
+  leased.add_keys("k");
+  v1::ReleaseLeasesResponse released_lane, released_grpc;
+  for (v1::ReleaseLeasesResponse* released : {&released_lane, &released_grpc}) {
+    v1::GetReplicasResponse got;
+    ASSERT_TRUE(LaneCall(fd, lane::kGetReplicas, "", leased, &got).ok());
+    ASSERT_EQ(server_->service().ActiveLeaseCount(), 1u);
+    v1::ReleaseLeasesRequest release;
+    release.set_lease_id(got.lease_id());
+    release.add_keys("k");
+    if (released == &released_lane) {
+      ASSERT_TRUE(LaneCall(fd, lane::kReleaseLeases, "", release, released).ok());
+    } else {
+      grpc::ClientContext release_ctx;
+      ASSERT_TRUE(stub_->ReleaseLeases(&release_ctx, release, released).ok());
+    }
+    EXPECT_EQ(server_->service().ActiveLeaseCount(), 0u);
+  }
+  EXPECT_EQ(released_lane.SerializeAsString(), released_grpc.SerializeAsString());
+  EXPECT_EQ(released_lane.released(), 1u);
+
   // A revoke of a put never started, then a remove: the same per-item answers as gRPC's.
   v1::PutRevokeRequest revoke;
   revoke.set_client_id("c1");
@@ -199,8 +222,9 @@ TEST_F(MasterLaneTest, AnswersEqualGrpcsAndCountAsTheSameRpcs) {
   EXPECT_EQ(removed.results(0).code(), v1::OK);
   EXPECT_FALSE(server_->service().Exist({"k"})[0]);
 
-  // The per-RPC metrics are gRPC's: one GetReplicas each way.
-  EXPECT_EQ(Counted("mc_master_rpc_requests_total", {{"rpc", "GetReplicas"}}), 2u);
+  // The per-RPC metrics are gRPC's: GetReplicas and ReleaseLeases counted over both paths.
+  EXPECT_EQ(Counted("mc_master_rpc_requests_total", {{"rpc", "GetReplicas"}}), 4u);
+  EXPECT_EQ(Counted("mc_master_rpc_requests_total", {{"rpc", "ReleaseLeases"}}), 2u);
   EXPECT_EQ(Counted("mc_master_rpc_requests_total", {{"rpc", "PutStart"}}), 1u);
   close(fd);
 }
