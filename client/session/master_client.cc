@@ -4,6 +4,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -169,7 +170,8 @@ class GrpcMasterClient final : public MasterClient {
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
     WaitForReleases();
     v1::ReleaseLeasesResponse resp;
-    return Call(&v1::Master::Stub::ReleaseLeases, req, &resp, Retry::kAlways);
+    return HotCall(lane::kReleaseLeases, &v1::Master::Stub::ReleaseLeases, req, &resp,
+                   Retry::kAlways);
   }
   void ReleaseLeasesAsync(v1::ReleaseLeasesRequest req,
                           std::function<void(absl::Status)> done) override {
@@ -271,39 +273,60 @@ class GrpcMasterClient final : public MasterClient {
                        grpc::Status (v1::Master::Stub::*method)(grpc::ClientContext*, const Req&,
                                                                 Resp*),
                        const Req& req, Resp* resp, Retry retry = Retry::kIfNotExecuted) {
-    if (std::shared_ptr<MasterLaneClient> lane = Lane()) {
-      grpc::Status status;
-      std::string leader;
-      const LaneOutcome outcome =
-          ToLaneOutcome(lane->Call(lane_method, SessionCredential(), req, resp, &status, &leader),
-                        status, leader);
-      CountLane(outcome);
-      switch (outcome) {
-        case LaneOutcome::kLane:
-          return Converted(status);
-        case LaneOutcome::kStandby:
-          DropLane(lane.get());  // gRPC follows the leader; the next registration brings its lane
-          break;
-        case LaneOutcome::kLost:
-          if (retry != Retry::kAlways) {
-            return McError(Code::kUnavailable,
-                           "rpc: the master lane lost the answer (the call may have run)");
-          }
-          break;
-        default:
-          break;
-      }
-      resp->Clear();
+    if (std::optional<absl::Status> answered = LaneCall(lane_method, req, resp, retry)) {
+      return *std::move(answered);
     }
     return Call(method, req, resp, retry);
   }
 
+  // The lane's part of a hot call: its answer, or nullopt when the call is to go over gRPC (no
+  // lane, the lane does not serve the method, the call was not sent, a standby's refusal, or an
+  // idempotent call's lost answer); `*resp` is then clear.
+  std::optional<absl::Status> LaneCall(uint32_t lane_method,
+                                       const google::protobuf::MessageLite& req,
+                                       google::protobuf::MessageLite* resp, Retry retry) {
+    std::shared_ptr<MasterLaneClient> lane = Lane();
+    if (lane == nullptr || !lane->Serves(lane_method)) return std::nullopt;
+    grpc::Status status;
+    std::string leader;
+    const LaneOutcome outcome = ToLaneOutcome(
+        lane->Call(lane_method, SessionCredential(), req, resp, &status, &leader), status, leader);
+    CountLane(outcome);
+    switch (outcome) {
+      case LaneOutcome::kLane:
+        return Converted(status);
+      case LaneOutcome::kStandby:
+        DropLane(lane.get());  // gRPC follows the leader; the next registration brings its lane
+        break;
+      case LaneOutcome::kUnserved:
+        // An older master: it did not run the call. gRPC serves it, from now on at once.
+        if (lane->MarkNotServed(lane_method)) {
+          Logger("client").warn(
+              "the master's lane does not serve method {} (a master older than this daemon): "
+              "those calls go over gRPC until the next registration",
+              lane_method);
+        }
+        break;
+      case LaneOutcome::kLost:
+        if (retry != Retry::kAlways) {
+          return McError(Code::kUnavailable,
+                         "rpc: the master lane lost the answer (the call may have run)");
+        }
+        break;
+      default:
+        break;
+    }
+    resp->Clear();
+    return std::nullopt;
+  }
+
   // How a lane call went, the label of mc_client_master_lane_calls_total.
-  enum class LaneOutcome { kLane, kBusy, kNotSent, kLost, kStandby, kCount };
+  enum class LaneOutcome { kLane, kBusy, kNotSent, kLost, kStandby, kUnserved, kCount };
   static LaneOutcome ToLaneOutcome(MasterLaneClient::Outcome o, const grpc::Status& status,
                                    const std::string& leader) {
     switch (o) {
       case MasterLaneClient::Outcome::kAnswered:
+        if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) return LaneOutcome::kUnserved;
         return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
                        (!leader.empty() || absl::StartsWith(status.error_message(), kStandbyPrefix))
                    ? LaneOutcome::kStandby
@@ -321,12 +344,14 @@ class GrpcMasterClient final : public MasterClient {
   static LaneCounterArray LaneCounters(MetricsRegistry* metrics) {
     LaneCounterArray counters{};
     if (metrics == nullptr) return counters;
-    const char* names[] = {"lane", "grpc_busy", "grpc_not_sent", "lost", "grpc_standby"};
+    const char* names[] = {"lane", "grpc_busy",    "grpc_not_sent",
+                           "lost", "grpc_standby", "grpc_unserved"};
     for (size_t i = 0; i < counters.size(); ++i) {
       counters[i] = &metrics->GetCounter(
           "mc_client_master_lane_calls_total",
           "Hot master calls by path: answered over the master lane (lane), sent over gRPC "
-          "instead (grpc_*), or sent over the lane and the answer lost (lost)",
+          "instead (grpc_*; grpc_unserved: a master whose lane does not serve the call), or sent "
+          "over the lane and the answer lost (lost)",
           {{"outcome", names[i]}});
     }
     return counters;
@@ -493,8 +518,9 @@ class GrpcMasterClient final : public MasterClient {
   // The release sender: starting an RPC costs ~0.1 ms of the caller's time on a small machine,
   // so gets only queue their releases. A release waits up to release_delay_us for the next
   // GetReplicas to carry it; then (or at once when a PutStart/Remove waits for it, or on
-  // shutdown) this thread starts one ReleaseLeases per release (pipelined, callback API), and
-  // the completion callback reports and counts them done.
+  // shutdown) this thread sends one ReleaseLeases per release: over the master lane, one after
+  // another, when it serves them; otherwise over gRPC (pipelined, callback API), where the
+  // completion callback reports and counts them done.
   void SendReleases() {
     const absl::Duration delay = absl::Microseconds(options_.release_delay_us);
     for (;;) {
@@ -528,6 +554,18 @@ class GrpcMasterClient final : public MasterClient {
         batch.swap(release_queue_);
       }
       for (auto& owned : batch) {
+        // Over the lane when it serves releases: this thread waits for the answer there, and
+        // gRPC's threads are not woken for it.
+        if (std::optional<absl::Status> answered =
+                LaneCall(lane::kReleaseLeases, owned->req, &owned->resp, Retry::kAlways)) {
+          owned->done(*std::move(answered));
+          const uint64_t ticket = owned->ticket;
+          owned.reset();
+          absl::MutexLock lock(&release_mu_);
+          outstanding_.erase(ticket);
+          done_cv_.SignalAll();
+          continue;
+        }
         PendingRelease* call = owned.release();
         SetDeadline(&call->ctx);
         AddCredentials(&call->ctx);

@@ -16,12 +16,14 @@
 // kUnavailable as before. The new leader does not know our session: the next Heartbeat answers
 // known=false and the session registers again and reports its objects.
 // The master lane (client/session/master_lane_client.h): when the registration answer names a
-// lane port (and the channel is not TLS), GetReplicas, PutStart, PutEnd, PutRevoke, Exist and
-// Remove go over it, with the same credential and the same answers as over gRPC. A call the lane
-// could not send (no connection, all busy) goes over gRPC at once; one whose answer was lost goes
-// over gRPC when idempotent (GetReplicas, Exist) and is kUnavailable otherwise, as gRPC's own
-// retry rule has it; a standby's refusal drops the lane and goes the gRPC way (which follows the
-// leader); the next registration brings the new master's lane. Thread-safe.
+// lane port, GetReplicas, ReleaseLeases, PutStart, PutEnd, PutRevoke, Exist and Remove go over
+// it, with the same credential and the same answers as over gRPC. A call the lane could not send
+// (no connection, all busy) goes over gRPC at once; one whose answer was lost goes over gRPC when
+// idempotent (GetReplicas, Exist, ReleaseLeases) and is kUnavailable otherwise, as gRPC's own
+// retry rule has it; a master whose lane does not serve ReleaseLeases (older, UNIMPLEMENTED: not
+// run) gets its releases over gRPC from then on; a standby's refusal drops the lane and goes the
+// gRPC way (which follows the leader); the next registration brings the new master's lane.
+// Thread-safe.
 #pragma once
 
 #include <functional>
@@ -99,7 +101,7 @@ struct GrpcMasterClientOptions {
   // Credentials of every channel to a master (each address, and a leader a standby names):
   // plaintext by default, TLS with ChannelSecurity::Make.
   ChannelSecurity security{};
-  // The master lane when the master offers one (never with TLS): up to this many connections.
+  // The master lane when the master offers one: up to this many connections.
   bool lane = true;
   int lane_connections = 4;
   // Counts calls by path, mc_client_master_lane_calls_total{outcome}; null = not counted.

@@ -67,6 +67,19 @@ class MasterLaneClient {
                const google::protobuf::MessageLite& req, google::protobuf::MessageLite* resp,
                grpc::Status* status, std::string* leader) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The methods this lane's master answered UNIMPLEMENTED: a master from before a call joined the
+  // lane, which did not run it. The caller sends them over gRPC from then on; a later
+  // registration brings a new MasterLaneClient, which asks again.
+  bool Serves(uint32_t method) const {
+    return method >= 64 || (not_served_.load(std::memory_order_relaxed) & (1ull << method)) == 0;
+  }
+  // True when this call marked it (false: marked before, or a method number past the mask).
+  bool MarkNotServed(uint32_t method) {
+    if (method >= 64) return false;
+    return (not_served_.fetch_or(1ull << method, std::memory_order_relaxed) & (1ull << method)) ==
+           0;
+  }
+
   // Connections open now (idle or in use); connections the master greeted "ready" so far.
   int OpenConnectionsForTest() ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t ConnectedForTest() const { return connected_.load(); }
@@ -94,6 +107,7 @@ class MasterLaneClient {
   const Clock& clock_;
   std::atomic<uint64_t> next_call_id_{1};
   std::atomic<uint64_t> connected_{0};
+  std::atomic<uint64_t> not_served_{0};  // bit m: method m answered UNIMPLEMENTED
   absl::Mutex mu_;
   std::vector<Conn> idle_ ABSL_GUARDED_BY(mu_);
   int open_ ABSL_GUARDED_BY(mu_) = 0;

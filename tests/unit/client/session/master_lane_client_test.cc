@@ -5,11 +5,17 @@
 // refusal over the lane sends the call the gRPC way, which follows the leader; connections are
 // bounded (busy calls take gRPC) and all closed when the client goes; a full master's connection
 // is refused by its greeting, so no call is lost to it; a connection idle for half the master's
-// idle timeout is not reused.
+// idle timeout is not reused; releases go over the lane, and to an older master whose lane does
+// not serve them (answered UNIMPLEMENTED) over gRPC, asked once.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,6 +27,7 @@
 #include "client/session/master_client.h"
 #include "client/session/master_lane_client.h"
 #include "common/auth.h"
+#include "common/byte_order.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -372,14 +379,16 @@ class Gate final : public master::LeaderGate {
   std::string leader ABSL_GUARDED_BY(mu);
 };
 struct HandMaster {
-  HandMaster() {
+  // `advertise`: the lane port the registration answer names, given the lane's own.
+  explicit HandMaster(const std::function<int(int)>& advertise = {}) {
     service = std::make_unique<master::MetadataService>(master::MasterOptions{}, RealClock::Get(),
                                                         metrics);
     grpc_service = std::make_unique<master::MasterGrpcService>(*service, metrics, 100000);
     grpc_service->SetLeaderGate(&gate);
     lane = std::make_unique<master::MasterLane>(master::MasterLaneOptions{.listen = "127.0.0.1:0"},
                                                 *grpc_service, metrics);
-    grpc_service->SetLanePort(*lane->Start());
+    const int lane_port = *lane->Start();
+    grpc_service->SetLanePort(advertise ? advertise(lane_port) : lane_port);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -425,6 +434,157 @@ TEST_F(MasterLaneClientTest, AStandbysRefusalOverTheLaneGoesTheGrpcWayToTheLeade
   EXPECT_EQ(Calls("lane"), lane_calls + 2);
   EXPECT_EQ(b.lane->ConnectionsForTest(), 1u);
   EXPECT_TRUE(b.service->Exist({"k3"})[0]);
+}
+
+// A master from before ReleaseLeases joined the lane, as a daemon sees it: a relay in front of
+// a current master's lane that answers ReleaseLeases (method 9) UNIMPLEMENTED without passing
+// it on, as that master did, and passes every other frame through unchanged.
+class OldLane {
+ public:
+  explicit OldLane(int target_port) : target_port_(target_port) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr = Loopback(0);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(listen_fd_, 16), 0);
+    EXPECT_EQ(getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] { Accept(); });
+  }
+  ~OldLane() {
+    shutdown(listen_fd_, SHUT_RDWR);
+    acceptor_.join();
+    {
+      absl::MutexLock lock(&mu_);
+      for (int fd : fds_) shutdown(fd, SHUT_RDWR);
+    }
+    for (std::thread& t : relays_) t.join();  // the acceptor is gone: no thread is added
+    absl::MutexLock lock(&mu_);
+    for (int fd : fds_) close(fd);
+    close(listen_fd_);
+  }
+  int port() const { return port_; }
+  int refused() const { return refused_.load(); }
+
+ private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    return addr;
+  }
+  void Accept() {
+    for (;;) {
+      const int down = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (down < 0) return;
+      const int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      const sockaddr_in target = Loopback(target_port_);
+      EXPECT_EQ(connect(up, reinterpret_cast<const sockaddr*>(&target), sizeof(target)), 0);
+      absl::MutexLock lock(&mu_);
+      fds_.push_back(down);
+      fds_.push_back(up);
+      relays_.emplace_back([this, down, up] { Relay(down, up); });
+    }
+  }
+  void Relay(int down_fd, int up_fd) {
+    lane::Stream down(down_fd, nullptr), up(up_fd, nullptr);
+    char greeting[lane::kGreetingBytes];
+    if (!up.ReadExactly(greeting, sizeof(greeting)) ||
+        !down.WriteAll(std::string(greeting, sizeof(greeting)))) {
+      return;
+    }
+    for (;;) {
+      lane::Request request;
+      if (!lane::ReadRequest(down.Reader(), 64 << 20, &request).ok()) return;
+      std::string out;
+      if (request.method == lane::kReleaseLeases) {
+        ++refused_;
+        lane::AppendReply(grpc::StatusCode::UNIMPLEMENTED, request.call_id, "not on this lane", "",
+                          nullptr, &out);
+        if (!down.WriteAll(out)) return;
+        continue;
+      }
+      out.append(lane::kRequestMagic);
+      AppendLe<uint32_t>(out, request.method);
+      AppendLe<uint64_t>(out, request.call_id);
+      AppendLe<uint32_t>(out, static_cast<uint32_t>(request.credential.size()));
+      out.append(request.credential);
+      AppendLe<uint32_t>(out, static_cast<uint32_t>(request.body.size()));
+      out.append(request.body);
+      lane::Reply reply;
+      if (!up.WriteAll(out) || !lane::ReadReply(up.Reader(), 64 << 20, &reply).ok()) return;
+      out.clear();
+      out.append(lane::kReplyMagic);
+      AppendLe<uint32_t>(out, reply.code);
+      AppendLe<uint64_t>(out, reply.call_id);
+      for (const std::string* field : {&reply.message, &reply.leader, &reply.body}) {
+        AppendLe<uint32_t>(out, static_cast<uint32_t>(field->size()));
+        out.append(*field);
+      }
+      if (!down.WriteAll(out)) return;
+    }
+  }
+
+  const int target_port_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> refused_{0};
+  std::thread acceptor_;
+  absl::Mutex mu_;
+  std::vector<int> fds_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> relays_;  // the acceptor's until it ends
+};
+
+// A daemon's releases (its explicit ReleaseLeases, and those its sender sends alone) go over the
+// lane; to a master whose lane does not serve them, over gRPC: asked once, then at once.
+TEST_F(MasterLaneClientTest, ReleasesGoOverTheLaneOrToAnOlderMasterOverGrpc) {
+  for (const bool old : {false, true}) {
+    SCOPED_TRACE(old ? "an older master" : "a current master");
+    std::unique_ptr<OldLane> relay;
+    HandMaster m([&](int lane_port) {
+      if (!old) return lane_port;
+      relay = std::make_unique<OldLane>(lane_port);
+      return relay->port();
+    });
+    auto client = Client(With([&](GrpcMasterClientOptions& o) { o.address = m.address; }));
+    ASSERT_TRUE(Register(*client).ok());
+    ASSERT_EQ(*Put(*client, "k"), v1::OK);
+    const auto lease = [&] {
+      v1::GetReplicasRequest get;
+      get.set_client_id("c1");
+      get.add_keys("k");
+      v1::GetReplicasResponse got;
+      EXPECT_TRUE(client->GetReplicas(get, &got).ok());
+      EXPECT_EQ(m.service->ActiveLeaseCount(), 1u);
+      v1::ReleaseLeasesRequest release;
+      release.set_lease_id(got.lease_id());
+      release.add_keys("k");
+      return release;
+    };
+    const uint64_t lane_calls = Calls("lane");
+    const uint64_t unserved = Calls("grpc_unserved");
+    for (int round = 0; round < 2; ++round) {
+      ASSERT_TRUE(client->ReleaseLeases(lease()).ok());
+      EXPECT_EQ(m.service->ActiveLeaseCount(), 0u);
+      EventCounter done;
+      client->ReleaseLeasesAsync(lease(), [&](absl::Status s) {
+        EXPECT_TRUE(s.ok()) << s;
+        done.Add();
+      });
+      ASSERT_TRUE(done.AwaitAtLeast(1));
+      EXPECT_EQ(m.service->ActiveLeaseCount(), 0u);
+    }
+    EXPECT_EQ(m.metrics.GetCounter("mc_master_rpc_requests_total", "", {{"rpc", "ReleaseLeases"}})
+                  .Value(),
+              4u);
+    // 4 lookups over the lane either way; the 4 releases too, unless the master is older.
+    EXPECT_EQ(Calls("lane") - lane_calls, old ? 4u : 8u);
+    EXPECT_EQ(Calls("grpc_unserved") - unserved, old ? 1u : 0u)
+        << "asked once, then sent over gRPC at once";
+    EXPECT_EQ(relay != nullptr ? relay->refused() : 0, old ? 1 : 0);
+    client.reset();
+  }
 }
 
 }  // namespace
