@@ -128,6 +128,26 @@ TEST_F(StoreService, ReleasingALeaseNamesItsKeysInTheOrderTheyWereMatched) {
   EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
 }
 
+// A MatchPrefix that names a key twice: the master refuses a key repeated in one lookup, so the
+// match ends before the repeat, and the release leaves no lease behind.
+TEST_F(StoreService, APrefixThatRepeatsAKeyEndsBeforeTheRepeatAndLeavesNoLease) {
+  for (const auto& s : Put({"twice-a", "twice-b"}, {Payload(100, 1), Payload(100, 2)})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  v1::MatchPrefixRequest req;
+  for (const char* k : {"twice-a", "twice-b", "twice-a"}) req.add_keys(k);
+  req.set_lease_ttl_ms(60'000);
+  v1::MatchPrefixResponse resp;
+  ASSERT_TRUE(service_.MatchPrefix(nullptr, &req, &resp).ok());
+  ASSERT_EQ(resp.matched(), 2u);
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 2u);
+  v1::ReleaseLeaseRequest release;
+  release.set_lease_id(resp.lease_id());
+  v1::ReleaseLeaseResponse done;
+  ASSERT_TRUE(service_.ReleaseLease(nullptr, &release, &done).ok());
+  EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
+}
+
 // One daemon, one rest: an older master met by a MatchPrefix also makes the daemon's gets name
 // their keys one by one (one lookup each, not a packed one first), until the rest is over.
 TEST_F(StoreService, AnOlderMasterMetByMatchPrefixRestsPackingForGetsToo) {
