@@ -167,10 +167,28 @@ class GrpcMasterClient final : public MasterClient {
   }
   // An application's explicit release (a MatchPrefix lease) also ends the leases of this client's
   // earlier gets first: once it returns, nothing this client read before is still leased.
+  // Keys that came packed go packed unless packing is off or rests; a master that did not read
+  // them all (keys_seen short: older) gets the release again one by one (it is idempotent).
   absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) override {
     WaitForReleases();
+    const bool packed = req.packed_key_sizes_size() != 0 || !req.packed_keys().empty();
     v1::ReleaseLeasesResponse resp;
-    return HotCall(lane::kReleaseLeases, &v1::Master::Stub::ReleaseLeases, req, &resp,
+    if (packed && options_.pack_release_keys && !release_packing_.Resting()) {
+      MC_RETURN_IF_ERROR(HotCall(lane::kReleaseLeases, &v1::Master::Stub::ReleaseLeases, req, &resp,
+                                 Retry::kAlways));
+      const uint64_t asked = ReleaseKeyCount(req);
+      if (PackedKeysGate::Classify(resp.keys_seen(), asked) == PackedKeysGate::Seen::kAll) {
+        return absl::OkStatus();
+      }
+      release_packing_.OlderMaster(resp.keys_seen(), asked, "ReleaseLeases");
+      resp.Clear();
+    } else if (!packed) {
+      return HotCall(lane::kReleaseLeases, &v1::Master::Stub::ReleaseLeases, req, &resp,
+                     Retry::kAlways);
+    }
+    v1::ReleaseLeasesRequest one_by_one = req;
+    MC_RETURN_IF_ERROR(NameRequestKeysOneByOne(&one_by_one));
+    return HotCall(lane::kReleaseLeases, &v1::Master::Stub::ReleaseLeases, one_by_one, &resp,
                    Retry::kAlways);
   }
   void ReleaseLeasesAsync(v1::ReleaseLeasesRequest req,
@@ -615,9 +633,10 @@ class GrpcMasterClient final : public MasterClient {
   size_t current_ ABSL_GUARDED_BY(targets_mu_) = 0;
   absl::Mutex session_mu_;
   std::string session_credential_ ABSL_GUARDED_BY(session_mu_);
-  // Whether the keys of carried releases go packed (rests after a master that does not read them).
+  // Whether release keys go packed (carried ones, and a ReleaseLeases that came packed; rests
+  // after a master that does not read them).
   PackedKeysGate release_packing_{RealClock::Get(), options_.packed_release_retry_ms,
-                                  "carried lease releases"};
+                                  "lease releases"};
   absl::Mutex release_mu_;
   absl::CondVar sender_cv_;  // wakes the release sender
   absl::CondVar done_cv_;    // releases answered: wakes WaitForReleases

@@ -52,6 +52,8 @@ class MasterClient {
   virtual absl::Status PutRevoke(const v1::PutRevokeRequest& req, v1::PutRevokeResponse* resp) = 0;
   virtual absl::Status GetReplicas(const v1::GetReplicasRequest& req,
                                    v1::GetReplicasResponse* resp) = 0;
+  // `req` may name its keys packed: a client that may not send them packed (packing off, or an
+  // older master met) names them one by one instead.
   virtual absl::Status ReleaseLeases(const v1::ReleaseLeasesRequest& req) = 0;
   // Releases leases without waiting for the answer; `done` gets the outcome later, maybe on
   // another thread (a lost release only keeps the keys leased until their TTL). The gRPC client
@@ -91,9 +93,10 @@ struct GrpcMasterClientOptions {
   // `releases` field) before it is sent in a ReleaseLeases of its own; 0 = always at once.
   int64_t release_delay_us = 1000;
   // The keys of releases carried by a lookup travel packed (ReleaseLeasesRequest.packed_keys: one
-  // string for the master to parse instead of one per key). A master that does not read them
-  // answers releases_seen 0: the releases are sent again one by one, and release keys go one by
-  // one for packed_release_retry_ms.
+  // string for the master to parse instead of one per key), and so do those of a ReleaseLeases
+  // that came packed. A master that does not read them answers releases_seen (keys_seen) 0: the
+  // releases are sent again one by one, and release keys go one by one for
+  // packed_release_retry_ms. Off: every release names its keys one by one.
   bool pack_release_keys = true;
   int64_t packed_release_retry_ms = 60'000;
   // The cluster credential; null = send no credentials (a master with --auth=false).

@@ -36,6 +36,8 @@ class ReleaseProxy final : public v1::Master::Service {
   std::atomic<bool> older{false};
   std::atomic<int> packed_releases{0};  // carried releases that came packed
   std::atomic<int> plain_releases{0};   // carried releases that named keys one by one
+  std::atomic<int> packed_alone{0};     // ReleaseLeases calls that came packed
+  std::atomic<int> plain_alone{0};      // ReleaseLeases calls that named keys one by one
 
   grpc::Status RegisterClient(grpc::ServerContext*, const v1::RegisterClientRequest* req,
                               v1::RegisterClientResponse* resp) override {
@@ -53,7 +55,15 @@ class ReleaseProxy final : public v1::Master::Service {
   }
   grpc::Status ReleaseLeases(grpc::ServerContext*, const v1::ReleaseLeasesRequest* req,
                              v1::ReleaseLeasesResponse* resp) override {
-    return Forward(&v1::Master::Stub::ReleaseLeases, *req, resp);
+    v1::ReleaseLeasesRequest forwarded = *req;
+    (req->packed_key_sizes_size() != 0 ? packed_alone : plain_alone)++;
+    if (older) {
+      forwarded.clear_packed_keys();
+      forwarded.clear_packed_key_sizes();
+    }
+    grpc::Status s = Forward(&v1::Master::Stub::ReleaseLeases, forwarded, resp);
+    if (older) resp->clear_keys_seen();
+    return s;
   }
   grpc::Status GetReplicas(grpc::ServerContext*, const v1::GetReplicasRequest* req,
                            v1::GetReplicasResponse* resp) override {
@@ -219,6 +229,30 @@ TEST_F(PackedReleases, TheMasterReadsPackedKeysAndRefusesMalformedOnes) {
   ASSERT_TRUE(stub->GetReplicas(&ctx, get, &got).ok());
   EXPECT_EQ(got.releases_seen(), 2u) << "the malformed release counts none";
   EXPECT_EQ(ActiveLeases(), 1u) << "c's lease stays (to its TTL): its release was malformed";
+}
+
+// A ReleaseLeases whose keys came packed (an application's MatchPrefix lease) goes packed and
+// ends its leases; to a master that does not read packed keys it goes again one by one, and the
+// next goes one by one at once.
+TEST_F(PackedReleases, AReleaseSentPackedGoesAgainOneByOneToAMasterThatDoesNotReadThem) {
+  auto packed_lease = [&](const std::vector<std::string>& keys) {
+    v1::ReleaseLeasesRequest release = Lease(keys);
+    PackRequestKeys(&release);
+    return release;
+  };
+  ASSERT_TRUE(client_->ReleaseLeases(packed_lease({"a", "b"})).ok());
+  EXPECT_EQ(ActiveLeases(), 0u);
+  EXPECT_EQ(proxy_->packed_alone.load(), 1);
+  EXPECT_EQ(proxy_->plain_alone.load(), 0);
+  proxy_->older = true;
+  ASSERT_TRUE(client_->ReleaseLeases(packed_lease({"a", "b", "c"})).ok());
+  EXPECT_EQ(ActiveLeases(), 0u) << "sent again one by one";
+  EXPECT_EQ(proxy_->packed_alone.load(), 2);
+  EXPECT_EQ(proxy_->plain_alone.load(), 1);
+  ASSERT_TRUE(client_->ReleaseLeases(packed_lease({"c"})).ok());
+  EXPECT_EQ(ActiveLeases(), 0u);
+  EXPECT_EQ(proxy_->packed_alone.load(), 2) << "packing rests: one by one at once";
+  EXPECT_EQ(proxy_->plain_alone.load(), 2);
 }
 
 }  // namespace

@@ -117,14 +117,19 @@ TEST_F(StoreService, ReleasingALeaseNamesItsKeysInTheOrderTheyWereMatched) {
   ASSERT_TRUE(service_.MatchPrefix(nullptr, &req, &resp).ok());
   ASSERT_EQ(resp.matched(), keys.size());
   std::vector<std::string> released;
+  bool packed = false;
   master_.SetBeforeReleaseLeases([&](const v1::ReleaseLeasesRequest& r) {
-    released.assign(r.keys().begin(), r.keys().end());
+    packed = r.keys_size() == 0;
+    absl::StatusOr<std::vector<std::string_view>> named = RequestKeys(r);
+    ASSERT_TRUE(named.ok()) << named.status();
+    released.assign(named->begin(), named->end());
   });
   v1::ReleaseLeaseRequest release;
   release.set_lease_id(resp.lease_id());
   v1::ReleaseLeaseResponse done;
   ASSERT_TRUE(service_.ReleaseLease(nullptr, &release, &done).ok());
   EXPECT_EQ(released, keys);
+  EXPECT_TRUE(packed) << "one string for the master to parse, not one per key";
   EXPECT_EQ(master_.service().ActiveLeaseCount(), 0u);
 }
 
