@@ -173,18 +173,16 @@ class GrpcMasterClient final : public MasterClient {
     WaitForReleases();
     const bool packed = req.packed_key_sizes_size() != 0 || !req.packed_keys().empty();
     v1::ReleaseLeasesResponse resp;
-    if (packed && options_.pack_release_keys && !release_packing_.Resting()) {
-      MC_RETURN_IF_ERROR(HotCall(lane::kReleaseLeases, &v1::Master::Stub::ReleaseLeases, req, &resp,
-                                 Retry::kAlways));
+    if (!packed || (options_.pack_release_keys && !release_packing_.Resting())) {
+      absl::Status s = HotCall(lane::kReleaseLeases, &v1::Master::Stub::ReleaseLeases, req, &resp,
+                               Retry::kAlways);
       const uint64_t asked = ReleaseKeyCount(req);
-      if (PackedKeysGate::Classify(resp.keys_seen(), asked) == PackedKeysGate::Seen::kAll) {
-        return absl::OkStatus();
+      if (!s.ok() || !packed ||
+          PackedKeysGate::Classify(resp.keys_seen(), asked) == PackedKeysGate::Seen::kAll) {
+        return s;
       }
       release_packing_.OlderMaster(resp.keys_seen(), asked, "ReleaseLeases");
       resp.Clear();
-    } else if (!packed) {
-      return HotCall(lane::kReleaseLeases, &v1::Master::Stub::ReleaseLeases, req, &resp,
-                     Retry::kAlways);
     }
     v1::ReleaseLeasesRequest one_by_one = req;
     MC_RETURN_IF_ERROR(NameRequestKeysOneByOne(&one_by_one));
@@ -579,9 +577,7 @@ class GrpcMasterClient final : public MasterClient {
           owned->done(*std::move(answered));
           const uint64_t ticket = owned->ticket;
           owned.reset();
-          absl::MutexLock lock(&release_mu_);
-          outstanding_.erase(ticket);
-          done_cv_.SignalAll();
+          Completed(ticket);
           continue;
         }
         PendingRelease* call = owned.release();
@@ -593,12 +589,19 @@ class GrpcMasterClient final : public MasterClient {
                                                         call->done(Converted(status));
                                                         const uint64_t ticket = call->ticket;
                                                         delete call;
-                                                        absl::MutexLock lock(&release_mu_);
-                                                        outstanding_.erase(ticket);
-                                                        done_cv_.SignalAll();
+                                                        Completed(ticket);
                                                       });
       }
     }
+  }
+
+  // A release sent alone was answered (or failed), reported and freed: counts it done, which
+  // wakes whoever waits for it (a PutStart/Remove/ReleaseLeases in WaitForReleases, or the
+  // destructor). Last: once it returns the client may be gone.
+  void Completed(uint64_t ticket) ABSL_LOCKS_EXCLUDED(release_mu_) {
+    absl::MutexLock lock(&release_mu_);
+    outstanding_.erase(ticket);
+    done_cv_.SignalAll();
   }
 
   // Waits until every release queued before this call has been answered (or failed); releases
