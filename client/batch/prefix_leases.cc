@@ -19,30 +19,28 @@ uint64_t PrefixLeases::Add(PrefixLease lease) {
   return id;
 }
 
+void PrefixLease::IndexRow(std::string_view key, uint32_t row) {
+  if (keys.emplace(key, row).second) match_order_.push_back(key);
+}
+
+void PrefixLease::IndexRows(const std::vector<std::string_view>& by_row) {
+  keys.reserve(keys.size() + by_row.size());
+  match_order_.reserve(match_order_.size() + by_row.size());
+  for (size_t row = 0; row < by_row.size(); ++row) {
+    IndexRow(by_row[row], static_cast<uint32_t>(row));
+  }
+}
+
 void PrefixLease::Pin(std::string_view key, const mcstore::v1::KeyReplicas& lookup) {
   if (pinned_ == nullptr) {
     pinned_ = google::protobuf::Arena::CreateMessage<mcstore::v1::PackedLookups>(arena.get());
   }
   PackedLookupsWriter(pinned_).AddRow(lookup);
   auto* stored_key = google::protobuf::Arena::Create<std::string>(arena.get(), key);
-  keys[*stored_key] = static_cast<uint32_t>(pinned_->codes_size() - 1);
+  IndexRow(*stored_key, static_cast<uint32_t>(pinned_->codes_size() - 1));
   auto reader = PackedLookupsReader::Open(*pinned_);
   MC_CHECK(reader.ok());  // the writer keeps the columns whole
   lookups = *std::move(reader);
-}
-
-std::vector<std::string_view> PrefixLease::KeysInMatchOrder() const {
-  std::vector<const std::string_view*> by_row;
-  for (const auto& [key, row] : keys) {
-    if (row >= by_row.size()) by_row.resize(row + 1, nullptr);
-    by_row[row] = &key;
-  }
-  std::vector<std::string_view> ordered;
-  ordered.reserve(keys.size());
-  for (const std::string_view* key : by_row) {
-    if (key != nullptr) ordered.push_back(*key);
-  }
-  return ordered;
 }
 
 std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, std::string_view key,

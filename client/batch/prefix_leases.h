@@ -37,17 +37,25 @@ struct PrefixLease {
   // MatchPrefix parses the answer straight onto it. `keys` points into it and names each key's row.
   std::unique_ptr<google::protobuf::Arena> arena = std::make_unique<google::protobuf::Arena>();
   PackedLookupsReader lookups;
+  // Each key's row (set by IndexRows or Pin).
   absl::flat_hash_map<std::string_view, uint32_t> keys;
 
+  // Names the rows' keys: `by_row[i]` is row i's key, a view that lives as long as the lease
+  // (on its arena). A key named twice keeps its first row.
+  void IndexRows(const std::vector<std::string_view>& by_row);
   // Pins `key` with a copy of `lookup` (a new row; O(rows) per call: for tests and small leases).
   void Pin(std::string_view key, const mcstore::v1::KeyReplicas& lookup);
   // The keys by row: the order they matched, which is the order the master granted their leases
   // (a release in that order is matched against its grant records, master/shard_leases.h). A
   // key named twice in the match appears once, at its first row.
-  std::vector<std::string_view> KeysInMatchOrder() const;
+  const std::vector<std::string_view>& KeysInMatchOrder() const { return match_order_; }
 
  private:
+  // Adds `key` at `row` unless it has a row already.
+  void IndexRow(std::string_view key, uint32_t row);
+
   mcstore::v1::PackedLookups* pinned_ = nullptr;  // on the arena; rows added by Pin
+  std::vector<std::string_view> match_order_;     // `keys`, by row
 };
 
 class PrefixLeases {

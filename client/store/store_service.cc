@@ -467,11 +467,11 @@ grpc::Status StoreGrpcService::ServeMatchPrefix(CallerId who, const sv1::MatchPr
   lease.owner = caller->owner;
   lease.token = auth::RandomBytes(PrefixLeases::kTokenBytes);
   resp->set_lease_token(lease.token);
-  lease.keys.reserve(matched);
   // The keys as sent (views into mreq, on the lease's arena): the match is their first `matched`.
   absl::StatusOr<std::vector<std::string_view>> sent = RequestKeys(mreq);
   MC_CHECK(sent.ok() && sent->size() >= matched);  // built above, checked against `asked`
-  for (uint32_t i = 0; i < matched; ++i) lease.keys.emplace((*sent)[i], i);
+  sent->resize(matched);
+  lease.IndexRows(*sent);
   // Read before Add: from then on a ReleaseLease may free the lease (and mresp with it).
   resp->set_lease_expiry_ms(static_cast<uint64_t>(wall_ms) + mresp.lease_ttl_ms());
   prefix_leases_.PruneExpired();

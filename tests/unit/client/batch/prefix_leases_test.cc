@@ -29,10 +29,12 @@ TEST(PrefixLeases, KeysComeBackInTheOrderTheyMatched) {
   std::vector<std::string_view> got = lease.KeysInMatchOrder();
   EXPECT_EQ(std::vector<std::string>(got.begin(), got.end()), names);
   PrefixLease twice;
-  twice.keys = {{"a", 0}, {"b", 1}, {"c", 3}};  // row 2 named "a" again
+  twice.IndexRows({"a", "b", "a", "c"});  // row 2 names "a" again
   got = twice.KeysInMatchOrder();
   EXPECT_EQ(std::vector<std::string>(got.begin(), got.end()),
             (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(twice.keys.at("a"), 0u);
+  EXPECT_EQ(twice.keys.at("c"), 3u);
   EXPECT_TRUE(PrefixLease().KeysInMatchOrder().empty());
 }
 
