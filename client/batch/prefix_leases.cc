@@ -20,11 +20,11 @@ uint64_t PrefixLeases::Add(PrefixLease lease) {
 }
 
 void PrefixLease::IndexRow(std::string_view key, uint32_t row) {
-  if (keys.emplace(key, row).second) match_order_.push_back(key);
+  if (rows_.emplace(key, row).second) match_order_.push_back(key);
 }
 
 void PrefixLease::IndexRows(const std::vector<std::string_view>& by_row) {
-  keys.reserve(keys.size() + by_row.size());
+  rows_.reserve(rows_.size() + by_row.size());
   match_order_.reserve(match_order_.size() + by_row.size());
   for (size_t row = 0; row < by_row.size(); ++row) {
     IndexRow(by_row[row], static_cast<uint32_t>(row));
@@ -48,11 +48,11 @@ std::optional<mcstore::v1::KeyReplicas> PrefixLeases::Find(uint64_t id, std::str
   absl::MutexLock lock(&mu_);
   auto it = leases_.find(id);
   if (it == leases_.end() || it->second.deadline_ms <= clock_.NowMs()) return std::nullopt;
-  auto k = it->second.keys.find(key);
-  if (k == it->second.keys.end()) return std::nullopt;
+  const std::optional<uint32_t> row = it->second.RowOf(key);
+  if (!row.has_value()) return std::nullopt;
   *deadline_ms = it->second.deadline_ms;
   mcstore::v1::KeyReplicas lookup;
-  it->second.lookups.Unpack(k->second, &lookup);
+  it->second.lookups.Unpack(*row, &lookup);
   return lookup;
 }
 

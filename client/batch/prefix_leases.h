@@ -34,11 +34,9 @@ struct PrefixLease {
   std::string token;        // its capability (PrefixLeases::kTokenBytes random bytes); "" = none
   int64_t deadline_ms = 0;  // local steady clock
   // The master's answer (PackedLookups, one row per matched key) and the keys live on this arena:
-  // MatchPrefix parses the answer straight onto it. `keys` points into it and names each key's row.
+  // MatchPrefix parses the answer straight onto it, and the keys the lease indexes point into it.
   std::unique_ptr<google::protobuf::Arena> arena = std::make_unique<google::protobuf::Arena>();
   PackedLookupsReader lookups;
-  // Each key's row (set by IndexRows or Pin).
-  absl::flat_hash_map<std::string_view, uint32_t> keys;
 
   // Names the rows' keys: `by_row[i]` is row i's key, a view that lives as long as the lease
   // (on its arena). A key named twice keeps its first row.
@@ -49,13 +47,21 @@ struct PrefixLease {
   // (a release in that order is matched against its grant records, master/shard_leases.h). A
   // key named twice in the match appears once, at its first row.
   const std::vector<std::string_view>& KeysInMatchOrder() const { return match_order_; }
+  // `key`'s row, if the lease pins it.
+  std::optional<uint32_t> RowOf(std::string_view key) const {
+    auto it = rows_.find(key);
+    if (it == rows_.end()) return std::nullopt;
+    return it->second;
+  }
 
  private:
   // Adds `key` at `row` unless it has a row already.
   void IndexRow(std::string_view key, uint32_t row);
 
   mcstore::v1::PackedLookups* pinned_ = nullptr;  // on the arena; rows added by Pin
-  std::vector<std::string_view> match_order_;     // `keys`, by row
+  // Set together by IndexRow only, so the two always name the same keys.
+  absl::flat_hash_map<std::string_view, uint32_t> rows_;  // each key's row
+  std::vector<std::string_view> match_order_;             // the keys of rows_, by row
 };
 
 class PrefixLeases {

@@ -33,8 +33,8 @@ TEST(PrefixLeases, KeysComeBackInTheOrderTheyMatched) {
   got = twice.KeysInMatchOrder();
   EXPECT_EQ(std::vector<std::string>(got.begin(), got.end()),
             (std::vector<std::string>{"a", "b", "c"}));
-  EXPECT_EQ(twice.keys.at("a"), 0u);
-  EXPECT_EQ(twice.keys.at("c"), 3u);
+  EXPECT_EQ(twice.RowOf("a"), 0u);
+  EXPECT_EQ(twice.RowOf("c"), 3u);
   EXPECT_TRUE(PrefixLease().KeysInMatchOrder().empty());
 }
 
