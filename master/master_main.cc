@@ -98,8 +98,7 @@ ABSL_FLAG(std::string, tls_key_file, "",
 ABSL_FLAG(bool, lane, true,
           "open the master lane: the daemons' hot calls (GetReplicas, ReleaseLeases, PutStart, "
           "PutEnd, PutRevoke, Exist, Remove) over TCP without gRPC; with --tls_cert_file over TLS "
-          "with the "
-          "same files and client-certificate rule");
+          "with the same files and client-certificate rule");
 ABSL_FLAG(std::string, lane_listen, "",
           "master lane HOST:PORT; empty = the host of --listen, any free port (advertised to "
           "clients when they register; set a fixed port behind a firewall)");
