@@ -126,6 +126,7 @@ class Cluster:
         self.client_args = list(client_args)
         self.per_client_args = per_client_args or {}
         self.tmp = tempfile.mkdtemp(prefix="mc-client-it-")
+        self._final_logs = None  # the daemons' log tails as the cluster stopped (dump_logs)
         self.master = None
         self.master_port = 0
         self.clients = []
@@ -208,11 +209,18 @@ class Cluster:
                 d.stop(grace_s=3)
             except Exception as e:  # keep stopping the others
                 print("stopping %s: %s" % (d.name, e), file=sys.stderr)
+        # The logs go with the directory: their tails are kept for dump_logs (a failed test's
+        # post-mortem runs after its cleanups stopped the cluster).
+        self._final_logs = self._log_tails()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def _log_tails(self):
+        return [(d.name, d.log_tail(4000))
+                for d in ([self.master] if self.master else []) + self.clients]
+
     def dump_logs(self):
-        for d in ([self.master] if self.master else []) + self.clients:
-            print("---- %s ----\n%s" % (d.name, d.log_tail(4000)), file=sys.stderr)
+        for name, tail in self._final_logs or self._log_tails():
+            print("---- %s ----\n%s" % (name, tail), file=sys.stderr)
 
     # -- access ------------------------------------------------------------------------------
     def session(self, i):
@@ -297,9 +305,10 @@ class ClusterTestMixin:
     keys back byte-exact."""
 
     def run(self, result=None):
+        failed_before = len(result.failures) + len(result.errors) if result is not None else 0
         result = super().run(result)
-        if result is not None and (result.failures or result.errors):
-            self.cluster.dump_logs()
+        if result is not None and len(result.failures) + len(result.errors) > failed_before:
+            self.cluster.dump_logs()  # this test failed (not an earlier one of the run)
         return result
 
     def assertCodes(self, results, want):

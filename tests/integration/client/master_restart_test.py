@@ -57,6 +57,17 @@ class RestartTestBase(cc.ClusterTestMixin, unittest.TestCase):
                    for i in range(self.cluster.n))
 
     @staticmethod
+    def unknown(stub, keys):
+        """What the reader says of `keys` now, for a failure message: the keys it does not know
+        (a few of them), or the error its Exist answered."""
+        try:
+            missing = [k for k, known in zip(keys, cc.exist(stub, keys)) if not known]
+        except grpc.RpcError as e:
+            return "the reader's BatchExist failed: %s %s" % (e.code(), e.details())
+        return "%d of %d keys unknown to the reader, e.g. %s" % (len(missing), len(keys),
+                                                                   missing[:5])
+
+    @staticmethod
     def all_exist(stub, keys):
         """Whether every key exists; False (not an error) while the daemon answers UNAVAILABLE:
         it is registering again after the restart, a transient state."""
@@ -113,8 +124,12 @@ class MasterRestartUnderLoadTest(RestartTestBase):
         t0 = time.monotonic()
         self.restart_master_and_wait()
         reader = self.cluster.stub(2)
-        harness.wait_until(lambda: self.all_exist(reader, [k for k, _ in before]), 30,
-                           interval_s=0.05, what="every key acknowledged before the restart known")
+        try:
+            harness.wait_until(lambda: self.all_exist(reader, [k for k, _ in before]), 30,
+                               interval_s=0.05,
+                               what="every key acknowledged before the restart known")
+        except TimeoutError as e:
+            self.fail("%s; %s" % (e, self.unknown(reader, [k for k, _ in before])))
         recover_s = time.monotonic() - t0
         n = len(acked)
         harness.wait_until(lambda: len(acked) >= n + 100 or errors

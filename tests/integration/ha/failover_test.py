@@ -207,11 +207,12 @@ class HaCluster(cc.Cluster):
             if self.etcd is not None:
                 self.etcd.stop()
 
+    def _log_tails(self):
+        return super()._log_tails() + [(m.name, m.log_tail(4000))
+                                       for m in self.masters if m is not self.master]
+
     def dump_logs(self):
         super().dump_logs()
-        for m in self.masters:
-            if m is not self.master:
-                print("---- %s ----\n%s" % (m.name, m.log_tail(4000)))
         if self.etcd is not None:
             print("---- etcd ----\n%s" % self.etcd.log_tail())
 
